@@ -1,0 +1,33 @@
+"""Build rules for minfer's CUDA code (used only under --config=cuda).
+
+cuda_kernels() compiles each .cu file into its own object with nvcc (one
+translation unit per kernel family keeps incremental builds short) and wraps
+the objects in a cc_library. Targets are tagged `manual`, so a plain
+`bazel build //...` never runs nvcc; binaries pull them in through
+select(":cuda_enabled").
+"""
+
+def cuda_kernels(name, srcs, hdrs = [], textual_hdrs = [], deps = [], nvcc_flags = [], **kwargs):
+    objs = []
+    for src in srcs:
+        base = src[:-len(".cu")].replace("/", "_")
+        obj = "_%s_%s.o" % (name, base)
+        native.genrule(
+            name = "_%s_%s_nvcc" % (name, base),
+            srcs = [src] + hdrs + textual_hdrs,
+            outs = [obj],
+            tools = ["//cuda/build:nvcc.sh"],
+            cmd = "$(location //cuda/build:nvcc.sh) '$(cuda_archs)' '$(cuda_ccbin)' $@ $(location %s) %s" % (src, " ".join(nvcc_flags)),
+            tags = ["manual"],
+            message = "nvcc %s" % src,
+        )
+        objs.append(obj)
+    native.cc_library(
+        name = name,
+        srcs = objs,
+        hdrs = hdrs,
+        textual_hdrs = textual_hdrs,
+        deps = deps + ["//cuda:cuda_runtime"],
+        tags = ["manual"],
+        **kwargs
+    )

@@ -1,0 +1,87 @@
+#include "engine/base/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace minfer {
+namespace {
+
+absl::Status ErrnoStatus(int err, absl::string_view what, const std::string& path) {
+  std::string msg = absl::StrCat(what, " '", path, "': ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+      return absl::NotFoundError(msg);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(msg);
+    default:
+      return absl::UnavailableError(msg);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, "cannot stat", path);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is a directory, not a file"));
+  }
+  std::unique_ptr<MappedFile> file(new MappedFile);
+  file->path_ = path;
+  file->size_ = static_cast<size_t>(st.st_size);
+  if (file->size_ > 0) {
+    void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      return ErrnoStatus(err, "cannot mmap", path);
+    }
+    file->data_ = static_cast<const uint8_t*>(p);
+    file->is_mmap_ = true;
+  }
+  ::close(fd);  // the mapping keeps its own reference
+  return file;
+}
+
+std::unique_ptr<MappedFile> MappedFile::FromBytes(absl::string_view bytes, std::string name) {
+  std::unique_ptr<MappedFile> file(new MappedFile);
+  file->path_ = std::move(name);
+  file->size_ = bytes.size();
+  // Exact-size heap copy, so out-of-bounds reads are caught by sanitizers.
+  file->owned_.reset(new uint8_t[bytes.size() ? bytes.size() : 1]);
+  if (!bytes.empty()) std::memcpy(file->owned_.get(), bytes.data(), bytes.size());
+  file->data_ = file->owned_.get();
+  return file;
+}
+
+MappedFile::~MappedFile() {
+  if (is_mmap_ && data_ != nullptr) {
+    ::munmap(const_cast<uint8_t*>(data_), size_);
+  }
+}
+
+void MappedFile::WillNeed(size_t offset, size_t len) const {
+  if (!is_mmap_ || offset >= size_) return;
+  long page = ::sysconf(_SC_PAGESIZE);
+  size_t start = offset & ~static_cast<size_t>(page - 1);
+  size_t end = offset + len > size_ ? size_ : offset + len;
+  ::madvise(const_cast<uint8_t*>(data_) + start, end - start, MADV_WILLNEED);
+}
+
+}  // namespace minfer
