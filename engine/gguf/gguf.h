@@ -46,15 +46,8 @@ enum class ValueType : uint32_t {
 
 const char* ValueTypeName(ValueType t);
 
-class Value;
+class Array;
 
-struct Array {
-  ValueType elem_type = ValueType::kUint8;
-  std::vector<Value> items;
-};
-
-// A metadata value: a scalar of one of the GGUF types, a string, or an array
-// (whose elements may themselves be arrays).
 class Value {
  public:
   Value() : type_(ValueType::kUint8), v_(uint64_t{0}) {}
@@ -71,9 +64,7 @@ class Value {
   static Value F64(double v) { return Value(ValueType::kFloat64, v); }
   static Value Bool(bool v) { return Value(ValueType::kBool, v); }
   static Value String(std::string v) { return Value(ValueType::kString, std::move(v)); }
-  static Value MakeArray(Array a) {
-    return Value(ValueType::kArray, std::make_shared<const Array>(std::move(a)));
-  }
+  static Value MakeArray(Array a);
   // Arrays of one element type from plain vectors.
   static Value StringArray(const std::vector<std::string>& v);
   static Value I32Array(const std::vector<int32_t>& v);
@@ -91,6 +82,9 @@ class Value {
   const std::string& as_string() const { return std::get<std::string>(v_); }
   const Array& as_array() const { return *std::get<std::shared_ptr<const Array>>(v_); }
 
+  // Bytes of one scalar of type `t` in a file (0 for strings and arrays).
+  static size_t ScalarSize(ValueType t);
+
   // Human-readable rendering (arrays abbreviated after `max_items`).
   std::string ToString(size_t max_items = 8) const;
 
@@ -103,6 +97,31 @@ class Value {
 
   ValueType type_;
   Storage v_;
+};
+
+// An array value. Scalar elements are stored packed (so memory stays
+// proportional to the file's bytes even for huge arrays); strings and nested
+// arrays as Values.
+class Array {
+ public:
+  Array() = default;
+  // All items must have type `elem_type` (checked; returns an error).
+  static absl::StatusOr<Array> Of(ValueType elem_type, std::vector<Value> items);
+
+  ValueType elem_type() const { return elem_type_; }
+  size_t size() const { return size_; }
+  // The i-th element (i < size()).
+  Value at(size_t i) const;
+
+  friend bool operator==(const Array& a, const Array& b);
+
+ private:
+  friend class Parser;
+  friend class Value;
+  ValueType elem_type_ = ValueType::kUint8;
+  size_t size_ = 0;
+  std::vector<uint8_t> packed_;  // scalar elements, little-endian, elem size each
+  std::vector<Value> items_;     // strings and nested arrays
 };
 
 struct TensorInfo {
