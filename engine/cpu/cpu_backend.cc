@@ -1,0 +1,265 @@
+#include "engine/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status.h"
+#include "engine/cpu/kernels.h"
+#include "engine/quant/quantize.h"
+#include "engine/quant/vec_dot.h"
+
+namespace minfer::cpu {
+
+using graph::BufferRef;
+using graph::DType;
+using graph::ExecArgs;
+using graph::Node;
+using graph::OpKind;
+
+namespace {
+constexpr int64_t kBufferAlign = 64;
+}  // namespace
+
+CpuBackend::CpuBackend(ThreadPool* pool) : pool_(pool ? pool : &DefaultThreadPool()) {}
+
+CpuBackend::~CpuBackend() {
+  for (Buffer& b : buffers_) std::free(b.data);
+}
+
+bool CpuBackend::SupportsKvType(DType t) const {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0;
+}
+
+bool CpuBackend::SupportsOp(const Node& node) const {
+  auto weight_ok = [](const graph::Weight* w) {
+    return w == nullptr || GetQ8AKernels(w->type) != nullptr || GetF32Kernels(w->type) != nullptr;
+  };
+  switch (node.op) {
+    case OpKind::kMatMul:
+    case OpKind::kFusedQKV:
+    case OpKind::kFusedFFN:
+      for (const graph::Weight* w : node.weights) {
+        if (!weight_ok(w)) return false;
+      }
+      return true;
+    case OpKind::kGetRows:
+      return node.weights.empty() || CanDequantize(node.weights[0]->type);
+    case OpKind::kKvcacheLoad:
+      return SupportsKvType(node.dtype);
+    default:
+      return true;  // every op has a CPU kernel
+  }
+}
+
+absl::StatusOr<int32_t> CpuBackend::AllocBuffer(int64_t bytes) {
+  if (bytes <= 0) bytes = 1;
+  // Byte-matched reuse of freed buffers (the free list never shrinks).
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    if (buffers_[i].free && buffers_[i].bytes == bytes) {
+      buffers_[i].free = false;
+      ++pool_gen_;
+      return static_cast<int32_t>(i);
+    }
+  }
+  int64_t rounded = (bytes + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
+  void* p = std::aligned_alloc(kBufferAlign, rounded);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cpu: cannot allocate ", bytes, " bytes of host memory"));
+  }
+  buffers_.push_back({static_cast<uint8_t*>(p), bytes, false});
+  allocated_bytes_ += bytes;
+  ++pool_gen_;
+  return static_cast<int32_t>(buffers_.size() - 1);
+}
+
+void CpuBackend::FreeBuffer(int32_t buffer) {
+  if (buffer >= 0 && buffer < static_cast<int32_t>(buffers_.size())) buffers_[buffer].free = true;
+}
+
+absl::StatusOr<uint8_t*> CpuBackend::Ptr(const BufferRef& ref, int64_t need) const {
+  if (ref.backend != this || ref.buffer < 0 || ref.buffer >= static_cast<int32_t>(buffers_.size())) {
+    return absl::InternalError(absl::StrCat("cpu: buffer ", ref.buffer, " is not this backend's"));
+  }
+  const Buffer& b = buffers_[ref.buffer];
+  if (ref.offset < 0 || need < 0 || ref.offset + need > b.bytes) {
+    return absl::InternalError(absl::StrCat("cpu: range [", ref.offset, ", +", need,
+                                            ") exceeds buffer ", ref.buffer, " of ", b.bytes,
+                                            " bytes"));
+  }
+  return b.data + ref.offset;
+}
+
+uint8_t* CpuBackend::HostPtr(const BufferRef& ref) {
+  auto p = Ptr(ref, ref.bytes);
+  return p.ok() ? *p : nullptr;
+}
+
+absl::Status CpuBackend::WriteHost(const BufferRef& dst, const void* src, int64_t bytes) {
+  ASSIGN_OR_RETURN(uint8_t * p, Ptr(dst, bytes));
+  std::memcpy(p, src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ReadHost(const BufferRef& src, void* dst, int64_t bytes) {
+  ASSIGN_OR_RETURN(uint8_t * p, Ptr(src, bytes));
+  std::memcpy(dst, p, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Fill(const BufferRef& dst, uint8_t value) {
+  ASSIGN_OR_RETURN(uint8_t * p, Ptr(dst, dst.bytes));
+  std::memset(p, value, dst.bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
+  // Resolve every input and the output to host pointers, checking sizes.
+  std::vector<uint8_t*> in(args.inputs.size());
+  for (size_t i = 0; i < args.inputs.size(); ++i) {
+    ASSIGN_OR_RETURN(in[i], Ptr(args.inputs[i], args.inputs[i].bytes));
+  }
+  ASSIGN_OR_RETURN(uint8_t * out_bytes, Ptr(args.output, node.bytes()));
+  float* out = reinterpret_cast<float*>(out_bytes);
+  auto f = [&](size_t i) { return reinterpret_cast<const float*>(in[i]); };
+  auto i32 = [&](size_t i) { return reinterpret_cast<const int32_t*>(in[i]); };
+  const int64_t n = node.shape.elements();
+  ThreadPool& pool = *pool_;
+
+  switch (node.op) {
+    case OpKind::kInput:
+    case OpKind::kView:
+    case OpKind::kReshape:
+    case OpKind::kKvcacheLoad:
+      return absl::OkStatus();  // no kernel: data is written or aliased
+    case OpKind::kAdd:
+    case OpKind::kMul: {
+      const float* b;
+      int64_t nb;
+      if (!node.weights.empty()) {
+        b = reinterpret_cast<const float*>(node.weights[0]->data);
+        nb = node.weights[0]->ne0() * node.weights[0]->rows();
+      } else {
+        b = f(1);
+        nb = args.inputs[1].bytes / 4;
+      }
+      if (node.op == OpKind::kAdd) {
+        AddF32(pool, f(0), b, nb, out, n);
+      } else {
+        MulF32(pool, f(0), b, nb, out, n);
+      }
+      return absl::OkStatus();
+    }
+    case OpKind::kScale:
+      ScaleF32(f(0), node.p.scale, out, n);
+      return absl::OkStatus();
+    case OpKind::kSilu:
+      SiluF32(f(0), out, n);
+      return absl::OkStatus();
+    case OpKind::kSwiGLU:
+      SwiGluF32(pool, f(0), f(1), out, n);
+      return absl::OkStatus();
+    case OpKind::kSoftmax:
+      SoftmaxRows(f(0), out, node.shape.ne[0], node.shape.rows());
+      return absl::OkStatus();
+    case OpKind::kRmsNorm:
+    case OpKind::kQkNorm: {
+      const float* w =
+          node.weights.empty() ? nullptr : reinterpret_cast<const float*>(node.weights[0]->data);
+      RmsNormRows(pool, f(0), w, node.p.eps, out, node.shape.ne[0], node.shape.rows());
+      return absl::OkStatus();
+    }
+    case OpKind::kMatMul:
+      return MatMul(pool, *node.weights[0], f(0), node.shape.ne[1], out, scratch_);
+    case OpKind::kRoPE: {
+      const auto& s = node.shape;
+      if (node.p.rope_style != graph::RopeStyle::kNeoX &&
+          node.p.rope_style != graph::RopeStyle::kInterleaved) {
+        return absl::InvalidArgumentError("cpu RoPE: unknown style");
+      }
+      RopeF32(f(0), i32(1), out, s.ne[0], s.ne[1], s.ne[2], node.p.n_rot, node.p.rope_style,
+              node.p.rope_base);
+      return absl::OkStatus();
+    }
+    case OpKind::kKvcacheStore: {
+      if (args.kv == nullptr) return absl::InternalError("KvcacheStore without a KV binding");
+      const int64_t nt = args.inputs[2].bytes / 4;
+      if (args.inputs[0].bytes / 4 != nt * args.kv_layout.n_kv_embd) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "KvcacheStore: k has ", args.inputs[0].bytes / 4, " values for ", nt,
+            " tokens of n_kv_embd ", args.kv_layout.n_kv_embd));
+      }
+      ASSIGN_OR_RETURN(uint8_t * kc, Ptr(args.kv->k, args.kv->k.bytes));
+      ASSIGN_OR_RETURN(uint8_t * vc, Ptr(args.kv->v, args.kv->v.bytes));
+      return KvStore(f(0), f(1), i32(2), nt, args.kv_layout, kc, vc);
+    }
+    case OpKind::kAttn: {
+      const auto& p = node.p;
+      if (args.kv_layout.n_kv_embd != static_cast<int64_t>(p.n_head_kv) * p.head_dim) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Attn: cache row ", args.kv_layout.n_kv_embd, " != n_head_kv ",
+                         p.n_head_kv, " x head_dim ", p.head_dim));
+      }
+      return Attention(pool, f(0), i32(3), node.shape.ne[1], p.n_head, p.n_head_kv, p.head_dim,
+                       p.scale, args.kv_layout, in[1], in[2], out);
+    }
+    case OpKind::kPermute: {
+      graph::Shape xs;  // the input's shape: out.ne[perm[i]] = in.ne[i]
+      for (int i = 0; i < 4; ++i) xs.ne[i] = node.shape.ne[node.p.perm[i]];
+      PermuteF32(f(0), xs, node.p.perm, out);
+      return absl::OkStatus();
+    }
+    case OpKind::kGetRows: {
+      if (!node.weights.empty()) {
+        return GetRowsWeight(*node.weights[0], i32(0), node.shape.ne[1], out);
+      }
+      const int64_t ne0 = node.shape.ne[0];
+      return GetRowsF32(f(0), ne0, args.inputs[0].bytes / 4 / ne0, i32(1), node.shape.ne[1], out);
+    }
+    case OpKind::kFusedQKV: {
+      std::vector<const graph::Weight*> ws(node.weights.begin(), node.weights.end());
+      return MatMulConcat(pool, ws, f(0), out, scratch_);
+    }
+    case OpKind::kFusedFFN:
+      return FusedFfn(pool, *node.weights[0], *node.weights[1], f(0), out, scratch_);
+    case OpKind::kQkvBiasRopeStore: {
+      if (args.kv == nullptr) return absl::InternalError("QkvBiasRopeStore without a KV binding");
+      const auto& p = node.p;
+      const int64_t nq = static_cast<int64_t>(p.n_head) * p.head_dim;
+      const int64_t nkv = static_cast<int64_t>(p.n_head_kv) * p.head_dim;
+      if (nkv != args.kv_layout.n_kv_embd) {
+        return absl::InvalidArgumentError(absl::StrCat("QkvBiasRopeStore: n_kv_embd ", nkv,
+                                                       " != cache row ", args.kv_layout.n_kv_embd));
+      }
+      // Gather q | k | v into one scratch row, whether fused or separate.
+      std::vector<float> qkv(nq + 2 * nkv);
+      size_t n_parts = node.inputs.size() - 1;
+      int64_t off = 0;
+      for (size_t i = 0; i < n_parts; ++i) {
+        int64_t cnt = args.inputs[i].bytes / 4;
+        std::memcpy(qkv.data() + off, in[i], cnt * 4);
+        off += cnt;
+      }
+      const int64_t sizes[3] = {nq, nkv, nkv};
+      off = 0;
+      for (int j = 0; j < 3; ++j) {
+        if (const graph::Weight* b = node.weights[j]) {
+          const float* bias = reinterpret_cast<const float*>(b->data);
+          for (int64_t i = 0; i < sizes[j]; ++i) qkv[off + i] += bias[i];
+        }
+        off += sizes[j];
+      }
+      const int32_t* pos = i32(n_parts);
+      RopeF32(qkv.data(), pos, out, p.head_dim, p.n_head, 1, p.n_rot, p.rope_style, p.rope_base);
+      RopeF32(qkv.data() + nq, pos, qkv.data() + nq, p.head_dim, p.n_head_kv, 1, p.n_rot,
+              p.rope_style, p.rope_base);
+      ASSIGN_OR_RETURN(uint8_t * kc, Ptr(args.kv->k, args.kv->k.bytes));
+      ASSIGN_OR_RETURN(uint8_t * vc, Ptr(args.kv->v, args.kv->v.bytes));
+      return KvStore(qkv.data() + nq, qkv.data() + nq + nkv, pos, 1, args.kv_layout, kc, vc);
+    }
+  }
+  return absl::UnimplementedError(absl::StrCat("cpu: op ", graph::OpName(node.op), " has no kernel"));
+}
+
+}  // namespace minfer::cpu

@@ -1,0 +1,70 @@
+// The CPU backend: the reference implementation of every graph op, and the
+// fallback when no GPU is usable.
+//
+// MatMul quantizes activations once per call to the int8 BlockQ8A format and
+// runs integer dot products per weight type (engine/quant/vec_dot.h: AVX2 /
+// AVX512-VNNI with run-time detection, scalar fallback); float weights use
+// float dots. Work is split over a thread pool (MINFER_THREADS, default one
+// thread per core). Attention uses an online softmax over the KV cache, whose
+// element type may be f32, f16 or q8_0.
+//
+// Not thread-safe: one slot worker drives it (the daemon gives each slot its
+// own backend). Buffers are host memory (HostPtr works).
+#ifndef MINFER_ENGINE_CPU_CPU_BACKEND_H_
+#define MINFER_ENGINE_CPU_CPU_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/base/thread_pool.h"
+#include "engine/graph/backend.h"
+
+namespace minfer::cpu {
+
+class CpuBackend : public graph::Backend {
+ public:
+  // `pool` may be shared with other CPU backends; null uses DefaultThreadPool().
+  explicit CpuBackend(ThreadPool* pool = nullptr);
+  ~CpuBackend() override;
+
+  const std::string& name() const override { return name_; }
+  bool SupportsOp(const graph::Node& node) const override;
+  bool SupportsKvType(graph::DType t) const override;
+
+  absl::StatusOr<int32_t> AllocBuffer(int64_t bytes) override;
+  void FreeBuffer(int32_t buffer) override;
+  uint64_t pool_gen() const override { return pool_gen_; }
+
+  absl::Status ExecuteNode(const graph::Node& node, const graph::ExecArgs& args) override;
+  absl::Status WriteHost(const graph::BufferRef& dst, const void* src, int64_t bytes) override;
+  absl::Status ReadHost(const graph::BufferRef& src, void* dst, int64_t bytes) override;
+  absl::Status Fill(const graph::BufferRef& dst, uint8_t value) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  uint8_t* HostPtr(const graph::BufferRef& ref) override;
+
+  // Bytes currently allocated (live + free list).
+  int64_t allocated_bytes() const { return allocated_bytes_; }
+  ThreadPool& pool() { return *pool_; }
+
+ private:
+  struct Buffer {
+    uint8_t* data = nullptr;
+    int64_t bytes = 0;
+    bool free = false;
+  };
+  absl::StatusOr<uint8_t*> Ptr(const graph::BufferRef& ref, int64_t need) const;
+
+  std::string name_ = "cpu";
+  ThreadPool* pool_;
+  std::vector<Buffer> buffers_;
+  uint64_t pool_gen_ = 0;
+  int64_t allocated_bytes_ = 0;
+  // Scratch for quantized activations and fused intermediates; grows on demand.
+  std::vector<uint8_t> scratch_;
+};
+
+}  // namespace minfer::cpu
+
+#endif  // MINFER_ENGINE_CPU_CPU_BACKEND_H_

@@ -1,0 +1,66 @@
+// CPU kernels behind CpuBackend::ExecuteNode. Plain functions over host
+// pointers; the backend resolves buffers and checks shapes before calling.
+// Multi-threaded ones take the pool explicitly.
+#ifndef MINFER_ENGINE_CPU_KERNELS_H_
+#define MINFER_ENGINE_CPU_KERNELS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/base/thread_pool.h"
+#include "engine/graph/backend.h"
+#include "engine/graph/graph.h"
+#include "engine/graph/weight.h"
+
+namespace minfer::cpu {
+
+// --- elementwise (n elements; b repeats with period nb when nb < n) -------
+void AddF32(ThreadPool& pool, const float* a, const float* b, int64_t nb, float* y, int64_t n);
+void MulF32(ThreadPool& pool, const float* a, const float* b, int64_t nb, float* y, int64_t n);
+void ScaleF32(const float* a, float s, float* y, int64_t n);
+void SiluF32(const float* a, float* y, int64_t n);
+void SwiGluF32(ThreadPool& pool, const float* g, const float* u, float* y, int64_t n);
+void SoftmaxRows(const float* a, float* y, int64_t ne0, int64_t rows);
+// y = x / sqrt(mean(x^2) + eps) * w (w may be null), per row of ne0.
+void RmsNormRows(ThreadPool& pool, const float* x, const float* w, float eps, float* y,
+                 int64_t ne0, int64_t rows);
+
+// Rotary embedding of x [head_dim, n_heads, nt] -> y (may alias x).
+void RopeF32(const float* x, const int32_t* pos, float* y, int64_t head_dim, int64_t n_heads,
+             int64_t nt, int n_rot, graph::RopeStyle style, float base);
+
+void PermuteF32(const float* x, const graph::Shape& xs, const std::array<int8_t, 4>& perm,
+                float* y);
+
+// Gathers rows ids[i] of a weight (dequantized) into y [ne0, n_ids].
+absl::Status GetRowsWeight(const graph::Weight& w, const int32_t* ids, int64_t n_ids, float* y);
+absl::Status GetRowsF32(const float* src, int64_t ne0, int64_t rows, const int32_t* ids,
+                        int64_t n_ids, float* y);
+
+// y[N, nt] = W^T x for W [K, N] of any supported type, x [K, nt].
+// `scratch` holds the quantized activations (grown as needed).
+absl::Status MatMul(ThreadPool& pool, const graph::Weight& w, const float* x, int64_t nt,
+                    float* y, std::vector<uint8_t>& scratch);
+// Several weights applied to the same single-token input, outputs
+// concatenated (FusedQKV); the activation is quantized once.
+absl::Status MatMulConcat(ThreadPool& pool, const std::vector<const graph::Weight*>& ws,
+                          const float* x, float* y, std::vector<uint8_t>& scratch);
+// silu(Wg x) * (Wu x) for one token.
+absl::Status FusedFfn(ThreadPool& pool, const graph::Weight& wg, const graph::Weight& wu,
+                      const float* x, float* y, std::vector<uint8_t>& scratch);
+
+// Writes k/v rows [n_kv_embd] of nt tokens into the cache at pos[t].
+absl::Status KvStore(const float* k, const float* v, const int32_t* pos, int64_t nt,
+                     const graph::KvLayout& layout, uint8_t* k_cache, uint8_t* v_cache);
+
+// Causal GQA attention over the cache: q [head_dim, n_head, nt] at positions
+// pos -> y [head_dim * n_head, nt].
+absl::Status Attention(ThreadPool& pool, const float* q, const int32_t* pos, int64_t nt,
+                       int n_head, int n_head_kv, int head_dim, float scale,
+                       const graph::KvLayout& layout, const uint8_t* k_cache,
+                       const uint8_t* v_cache, float* y);
+
+}  // namespace minfer::cpu
+
+#endif  // MINFER_ENGINE_CPU_KERNELS_H_

@@ -1,0 +1,110 @@
+// GraphExec: one graph, planned onto backends and bound to one KV cache.
+//
+// Planning (once, at creation):
+//  * placement — each node goes to the first backend, in priority order,
+//    whose SupportsOp accepts it; alias ops (View, Reshape, KvcacheLoad)
+//    stay with the storage they alias; KV ops must land on the KV cache's
+//    backend (an error names the node otherwise);
+//  * splits — maximal runs of consecutive nodes on one backend; a tensor
+//    consumed on another backend is copied once at the start of the first
+//    split that needs it (the only cross-backend traffic);
+//  * liveness allocation — per backend, every tensor gets a byte range in a
+//    buffer whose other tenants' lifetimes do not overlap its own (greedy
+//    best fit over first-definition/last-use intervals); graph inputs live
+//    from the start, the logits to the end. KV regions belong to the KvCache
+//    and never enter this free list.
+// Buffers are allocated at creation and kept until destruction, so every
+// execution reuses the same addresses (the precondition for CUDA graph
+// replay).
+//
+// Run() fills inputs, then for each split asks the backend's replay hook
+// first and otherwise executes the nodes one by one, synchronizing the
+// backend at the split's end. Not thread-safe; one Run at a time.
+#ifndef MINFER_ENGINE_GRAPH_EXECUTOR_H_
+#define MINFER_ENGINE_GRAPH_EXECUTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/graph/backend.h"
+#include "engine/graph/graph.h"
+#include "engine/graph/kv_cache.h"
+
+namespace minfer::graph {
+
+struct Split {
+  Backend* backend = nullptr;
+  int begin = 0;  // node range [begin, end)
+  int end = 0;
+  // Tensors produced elsewhere, copied into this backend before the split.
+  struct Copy {
+    NodeId node;
+    BufferRef src;
+    BufferRef dst;
+  };
+  std::vector<Copy> copies;
+};
+
+// Host data for one execution.
+struct RunInputs {
+  absl::Span<const int32_t> tokens;
+  absl::Span<const int32_t> positions;
+  absl::Span<const int32_t> out_rows;
+};
+
+class GraphExec {
+ public:
+  // `backends` in priority order; `kv` may be null for graphs without KV ops.
+  static absl::StatusOr<std::unique_ptr<GraphExec>> Create(std::shared_ptr<const Graph> graph,
+                                                           std::vector<Backend*> backends,
+                                                           KvCache* kv);
+  ~GraphExec();
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+
+  // Executes the graph; on success `logits` holds [n_vocab x n_out] floats
+  // (row-major by output row).
+  absl::Status Run(const RunInputs& in, std::vector<float>* logits);
+
+  const Graph& graph() const { return *graph_; }
+  uint64_t uid() const { return uid_; }
+  const std::vector<Split>& splits() const { return splits_; }
+  Backend* placement(NodeId id) const { return placement_[id]; }
+  // The storage of a node's output (aliases resolve to their root's range).
+  const BufferRef& storage(NodeId id) const { return storage_[id]; }
+  // Inclusive interval of node indices during which the node's storage
+  // must stay intact (for allocator tests).
+  std::pair<int, int> lifetime(NodeId id) const { return lifetime_[id]; }
+  // Bytes of activation buffers allocated, per backend.
+  int64_t activation_bytes(const Backend* b) const;
+  // Reads any node's output to the host (debugging and tests).
+  absl::Status ReadNode(NodeId id, void* dst, int64_t bytes) const;
+
+ private:
+  GraphExec() = default;
+  absl::Status Plan(std::vector<Backend*> backends);
+  absl::Status ExecuteSplit(const Split& s);
+
+  std::shared_ptr<const Graph> graph_;
+  KvCache* kv_ = nullptr;
+  uint64_t uid_ = 0;
+  std::vector<Backend*> placement_;
+  std::vector<BufferRef> storage_;
+  std::vector<std::pair<int, int>> lifetime_;
+  std::vector<Split> splits_;
+  // Per split, per node in it: input storages as seen by its backend.
+  std::vector<std::vector<BufferRef>> input_refs_;
+  struct Owned {
+    Backend* backend;
+    int32_t buffer;
+    int64_t bytes;
+  };
+  std::vector<Owned> owned_;
+};
+
+}  // namespace minfer::graph
+
+#endif  // MINFER_ENGINE_GRAPH_EXECUTOR_H_

@@ -1,0 +1,480 @@
+#include "engine/graph/graph.h"
+
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace minfer::graph {
+
+const char* OpName(OpKind op) {
+  switch (op) {
+    case OpKind::kInput: return "Input";
+    case OpKind::kAdd: return "Add";
+    case OpKind::kMul: return "Mul";
+    case OpKind::kScale: return "Scale";
+    case OpKind::kSilu: return "Silu";
+    case OpKind::kSwiGLU: return "SwiGLU";
+    case OpKind::kSoftmax: return "Softmax";
+    case OpKind::kRmsNorm: return "RmsNorm";
+    case OpKind::kQkNorm: return "QkNorm";
+    case OpKind::kMatMul: return "MatMul";
+    case OpKind::kRoPE: return "RoPE";
+    case OpKind::kKvcacheStore: return "KvcacheStore";
+    case OpKind::kKvcacheLoad: return "KvcacheLoad";
+    case OpKind::kAttn: return "Attn";
+    case OpKind::kView: return "View";
+    case OpKind::kReshape: return "Reshape";
+    case OpKind::kPermute: return "Permute";
+    case OpKind::kGetRows: return "GetRows";
+    case OpKind::kFusedQKV: return "FusedQKV";
+    case OpKind::kQkvBiasRopeStore: return "QkvBiasRopeStore";
+    case OpKind::kFusedFFN: return "FusedFFN";
+  }
+  return "?";
+}
+
+int64_t Graph::NtHint() const {
+  for (const Node& n : nodes_) {
+    if (n.op == OpKind::kMatMul || n.op == OpKind::kFusedQKV || n.op == OpKind::kFusedFFN) {
+      return n.shape.ne[1];
+    }
+  }
+  return 0;
+}
+
+std::string Graph::DebugString() const {
+  std::ostringstream os;
+  for (const Node& n : nodes_) {
+    os << n.id << ": " << OpName(n.op) << " " << n.name << " " << DTypeName(n.dtype)
+       << n.shape.ToString() << " <- (" << absl::StrJoin(n.inputs, ",") << ")";
+    for (const Weight* w : n.weights) {
+      if (w) os << " w:" << w->name;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+bool GraphBuilder::Check(bool cond, const std::string& op_name, const std::string& what) {
+  if (!cond && status_.ok()) {
+    status_ = absl::InvalidArgumentError(absl::StrCat("graph: ", op_name, ": ", what));
+  }
+  return cond && status_.ok();
+}
+
+bool GraphBuilder::Valid(NodeId id) {
+  return Check(id >= 0 && id < static_cast<NodeId>(g_.nodes_.size()), "builder",
+               absl::StrCat("invalid node id ", id));
+}
+
+NodeId GraphBuilder::Push(Node n) {
+  if (!status_.ok()) return kNoNode;
+  n.id = static_cast<NodeId>(g_.nodes_.size());
+  if (n.name.empty()) n.name = absl::StrCat(OpName(n.op), "#", n.id);
+  g_.nodes_.push_back(std::move(n));
+  return g_.nodes_.back().id;
+}
+
+NodeId GraphBuilder::Input(DType dtype, Shape shape, std::string name) {
+  Node n;
+  n.op = OpKind::kInput;
+  n.dtype = dtype;
+  n.shape = shape;
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::Binary(OpKind op, NodeId a, NodeId b, const Weight* w, std::string name) {
+  if (!Valid(a)) return kNoNode;
+  const Node& na = node(a);
+  std::string label = absl::StrCat(OpName(op), " ", name);
+  Shape bs;
+  if (w != nullptr) {
+    if (!Check(w->type == GgmlType::kF32, label, absl::StrCat("weight ", w->name, " must be f32")))
+      return kNoNode;
+    bs = Shape(w->ne0(), w->rows());
+  } else {
+    if (!Valid(b)) return kNoNode;
+    bs = node(b).shape;
+  }
+  bool same = bs == na.shape;
+  bool row_broadcast = bs.ne[0] == na.shape.ne[0] && bs.rows() == 1;
+  if (!Check(na.dtype == DType::kF32 && (same || row_broadcast), label,
+             absl::StrCat("shapes ", na.shape.ToString(), " and ", bs.ToString(),
+                          " do not broadcast")))
+    return kNoNode;
+  Node n;
+  n.op = op;
+  n.shape = na.shape;
+  n.inputs = {a};
+  if (w != nullptr) {
+    n.weights = {w};
+  } else {
+    n.inputs.push_back(b);
+  }
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::Add(NodeId a, NodeId b, std::string name) {
+  return Binary(OpKind::kAdd, a, b, nullptr, std::move(name));
+}
+NodeId GraphBuilder::Add(NodeId a, const Weight* b, std::string name) {
+  return Binary(OpKind::kAdd, a, kNoNode, b, std::move(name));
+}
+NodeId GraphBuilder::Mul(NodeId a, NodeId b, std::string name) {
+  return Binary(OpKind::kMul, a, b, nullptr, std::move(name));
+}
+NodeId GraphBuilder::Mul(NodeId a, const Weight* b, std::string name) {
+  return Binary(OpKind::kMul, a, kNoNode, b, std::move(name));
+}
+
+namespace {
+Node Unary(OpKind op, const Node& in, std::string name) {
+  Node n;
+  n.op = op;
+  n.shape = in.shape;
+  n.inputs = {in.id};
+  n.name = std::move(name);
+  return n;
+}
+}  // namespace
+
+NodeId GraphBuilder::Scale(NodeId a, float s, std::string name) {
+  if (!Valid(a)) return kNoNode;
+  Node n = Unary(OpKind::kScale, node(a), std::move(name));
+  n.p.scale = s;
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::Silu(NodeId a, std::string name) {
+  if (!Valid(a)) return kNoNode;
+  return Push(Unary(OpKind::kSilu, node(a), std::move(name)));
+}
+
+NodeId GraphBuilder::SwiGLU(NodeId g, NodeId u, std::string name) {
+  if (!Valid(g) || !Valid(u)) return kNoNode;
+  if (!Check(node(g).shape == node(u).shape, "SwiGLU " + name,
+             absl::StrCat("gate ", node(g).shape.ToString(), " vs up ", node(u).shape.ToString())))
+    return kNoNode;
+  Node n = Unary(OpKind::kSwiGLU, node(g), std::move(name));
+  n.inputs.push_back(u);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::Softmax(NodeId a, std::string name) {
+  if (!Valid(a)) return kNoNode;
+  return Push(Unary(OpKind::kSoftmax, node(a), std::move(name)));
+}
+
+NodeId GraphBuilder::RmsNorm(NodeId x, const Weight* w, float eps, std::string name) {
+  if (!Valid(x)) return kNoNode;
+  const Node& nx = node(x);
+  if (w != nullptr &&
+      !Check(w->type == GgmlType::kF32 && w->ne0() == nx.shape.ne[0] && w->rows() == 1,
+             "RmsNorm " + name,
+             absl::StrCat("weight ", w->name, " must be f32 [", nx.shape.ne[0], "]")))
+    return kNoNode;
+  Node n = Unary(OpKind::kRmsNorm, nx, std::move(name));
+  if (w) n.weights = {w};
+  n.p.eps = eps;
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::QkNorm(NodeId x, const Weight* w, float eps, std::string name) {
+  if (!Valid(x)) return kNoNode;
+  const Node& nx = node(x);
+  if (!Check(w != nullptr && w->type == GgmlType::kF32 && w->ne0() == nx.shape.ne[0],
+             "QkNorm " + name, absl::StrCat("needs an f32 [", nx.shape.ne[0], "] weight")))
+    return kNoNode;
+  Node n = Unary(OpKind::kQkNorm, nx, std::move(name));
+  n.weights = {w};
+  n.p.eps = eps;
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::MatMul(NodeId x, const Weight* w, std::string name) {
+  if (!Valid(x)) return kNoNode;
+  const Node& nx = node(x);
+  std::string label = "MatMul " + name;
+  if (!Check(w != nullptr && w->dims.size() == 2, label, "needs a 2-D weight")) return kNoNode;
+  if (!Check(nx.dtype == DType::kF32 && nx.shape.ne[0] == w->ne0() && nx.shape.ne[2] == 1 &&
+                 nx.shape.ne[3] == 1,
+             label,
+             absl::StrCat("input ", nx.shape.ToString(), " does not match weight ", w->name, " [",
+                          w->dims[0], ",", w->dims[1], "]")))
+    return kNoNode;
+  Node n;
+  n.op = OpKind::kMatMul;
+  n.shape = Shape(w->dims[1], nx.shape.ne[1]);
+  n.inputs = {x};
+  n.weights = {w};
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::RoPE(NodeId x, NodeId pos, RopeStyle style, float base, int n_rot,
+                          std::string name) {
+  if (!Valid(x) || !Valid(pos)) return kNoNode;
+  const Node& nx = node(x);
+  const Node& np = node(pos);
+  int64_t hd = nx.shape.ne[0];
+  if (n_rot == 0) n_rot = static_cast<int>(hd);
+  if (!Check(np.dtype == DType::kI32 && np.shape.elements() == nx.shape.ne[2] &&
+                 n_rot % 2 == 0 && n_rot <= hd,
+             "RoPE " + name,
+             absl::StrCat("x ", nx.shape.ToString(), " needs i32 positions [", nx.shape.ne[2],
+                          "] and an even n_rot <= head_dim (n_rot ", n_rot, ")")))
+    return kNoNode;
+  Node n = Unary(OpKind::kRoPE, nx, std::move(name));
+  n.inputs.push_back(pos);
+  n.p.rope_style = style;
+  n.p.rope_base = base;
+  n.p.n_rot = n_rot;
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::KvcacheStore(NodeId k, NodeId v, NodeId pos, int layer, std::string name) {
+  if (!Valid(k) || !Valid(v) || !Valid(pos)) return kNoNode;
+  const Node& nk = node(k);
+  if (!Check(nk.shape.elements() == node(v).shape.elements() &&
+                 nk.shape.elements() % node(pos).shape.elements() == 0 &&
+                 node(pos).dtype == DType::kI32 && layer >= 0,
+             "KvcacheStore " + name,
+             absl::StrCat("k ", nk.shape.ToString(), ", v ", node(v).shape.ToString(), ", pos ",
+                          node(pos).shape.ToString(), ", layer ", layer)))
+    return kNoNode;
+  Node n;
+  n.op = OpKind::kKvcacheStore;
+  n.shape = Shape(1);
+  n.inputs = {k, v, pos};
+  n.p.layer = layer;
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::KvcacheLoad(NodeId store, int layer, KvKind kv, Shape shape, DType dtype,
+                                 std::string name) {
+  if (!Valid(store)) return kNoNode;
+  OpKind so = node(store).op;
+  if (!Check((so == OpKind::kKvcacheStore || so == OpKind::kQkvBiasRopeStore) &&
+                 node(store).p.layer == layer,
+             "KvcacheLoad " + name, "must follow the same layer's KV store"))
+    return kNoNode;
+  Node n;
+  n.op = OpKind::kKvcacheLoad;
+  n.dtype = dtype;
+  n.shape = shape;
+  n.inputs = {store};
+  n.p.layer = layer;
+  n.p.kv = kv;
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::Attn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId pos, int n_head,
+                          int n_head_kv, int head_dim, float scale, int layer, std::string name) {
+  if (!Valid(q) || !Valid(k_cache) || !Valid(v_cache) || !Valid(pos)) return kNoNode;
+  const Node& nq = node(q);
+  std::string label = "Attn " + name;
+  if (!Check(n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0, label,
+             absl::StrCat("n_head ", n_head, " is not a multiple of n_head_kv ", n_head_kv)))
+    return kNoNode;
+  if (!Check(nq.shape.ne[0] == head_dim && nq.shape.ne[1] == n_head, label,
+             absl::StrCat("q ", nq.shape.ToString(), " is not [", head_dim, ",", n_head, ",nt]")))
+    return kNoNode;
+  const Node& nk = node(k_cache);
+  if (!Check(nk.shape.ne[0] == static_cast<int64_t>(n_head_kv) * head_dim &&
+                 node(v_cache).shape == nk.shape,
+             label,
+             absl::StrCat("K cache ", nk.shape.ToString(), " is not [n_head_kv*head_dim = ",
+                          n_head_kv * head_dim, ", n_ctx]")))
+    return kNoNode;
+  if (!Check(node(pos).shape.elements() == nq.shape.ne[2], label, "positions do not match q"))
+    return kNoNode;
+  Node n;
+  n.op = OpKind::kAttn;
+  n.shape = Shape(static_cast<int64_t>(head_dim) * n_head, nq.shape.ne[2]);
+  n.inputs = {q, k_cache, v_cache, pos};
+  n.p.n_head = n_head;
+  n.p.n_head_kv = n_head_kv;
+  n.p.head_dim = head_dim;
+  n.p.scale = scale;
+  n.p.layer = layer;
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::View(NodeId x, Shape shape, int64_t byte_offset, std::string name) {
+  if (!Valid(x)) return kNoNode;
+  const Node& nx = node(x);
+  int64_t bytes = DTypeBytes(nx.dtype, shape.elements());
+  if (!Check(byte_offset >= 0 && byte_offset + bytes <= nx.bytes() && byte_offset % 4 == 0,
+             "View " + name,
+             absl::StrCat("range [", byte_offset, ", +", bytes, ") outside ", nx.bytes(),
+                          " bytes of ", nx.name)))
+    return kNoNode;
+  Node n = Unary(OpKind::kView, nx, std::move(name));
+  n.dtype = nx.dtype;
+  n.shape = shape;
+  n.p.view_offset = byte_offset;
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::Reshape(NodeId x, Shape shape, std::string name) {
+  if (!Valid(x)) return kNoNode;
+  const Node& nx = node(x);
+  if (!Check(shape.elements() == nx.shape.elements(), "Reshape " + name,
+             absl::StrCat(nx.shape.ToString(), " -> ", shape.ToString(), " changes the size")))
+    return kNoNode;
+  Node n = Unary(OpKind::kReshape, nx, std::move(name));
+  n.dtype = nx.dtype;
+  n.shape = shape;
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::Permute(NodeId x, std::array<int8_t, 4> perm, std::string name) {
+  if (!Valid(x)) return kNoNode;
+  const Node& nx = node(x);
+  bool seen[4] = {false, false, false, false};
+  bool ok = true;
+  for (int8_t a : perm) {
+    if (a < 0 || a > 3 || seen[a]) ok = false;
+    if (a >= 0 && a <= 3) seen[a] = true;
+  }
+  if (!Check(ok && nx.dtype == DType::kF32, "Permute " + name, "axes must permute 0..3"))
+    return kNoNode;
+  Node n = Unary(OpKind::kPermute, nx, std::move(name));
+  for (int i = 0; i < 4; ++i) n.shape.ne[perm[i]] = nx.shape.ne[i];
+  n.p.perm = perm;
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::GetRows(NodeId src, NodeId ids, std::string name) {
+  if (!Valid(src) || !Valid(ids)) return kNoNode;
+  const Node& ns = node(src);
+  const Node& ni = node(ids);
+  if (!Check(ni.dtype == DType::kI32 && ns.dtype == DType::kF32 && ns.shape.ne[2] == 1,
+             "GetRows " + name, "needs an f32 [ne0, rows] source and i32 ids"))
+    return kNoNode;
+  Node n;
+  n.op = OpKind::kGetRows;
+  n.shape = Shape(ns.shape.ne[0], ni.shape.elements());
+  n.inputs = {src, ids};
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::GetRows(const Weight* src, NodeId ids, std::string name) {
+  if (!Valid(ids)) return kNoNode;
+  const Node& ni = node(ids);
+  if (!Check(src != nullptr && src->dims.size() == 2 && ni.dtype == DType::kI32,
+             "GetRows " + name, "needs a 2-D weight and i32 ids"))
+    return kNoNode;
+  Node n;
+  n.op = OpKind::kGetRows;
+  n.shape = Shape(src->ne0(), ni.shape.elements());
+  n.inputs = {ids};
+  n.weights = {src};
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::FusedQKV(NodeId x, const Weight* wq, const Weight* wk, const Weight* wv,
+                              std::string name) {
+  if (!Valid(x)) return kNoNode;
+  const Node& nx = node(x);
+  std::string label = "FusedQKV " + name;
+  for (const Weight* w : {wq, wk, wv}) {
+    if (!Check(w != nullptr && w->dims.size() == 2 && w->ne0() == nx.shape.ne[0], label,
+               "weights must be [n_in, n_out] matching the input"))
+      return kNoNode;
+  }
+  if (!Check(nx.shape.ne[1] == 1, label, "decode only (nt must be 1)")) return kNoNode;
+  Node n;
+  n.op = OpKind::kFusedQKV;
+  n.shape = Shape(wq->dims[1] + wk->dims[1] + wv->dims[1], 1);
+  n.inputs = {x};
+  n.weights = {wq, wk, wv};
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
+                                      const Weight* bk, const Weight* bv, NodeId pos, int n_head,
+                                      int n_head_kv, int head_dim, RopeStyle style, float base,
+                                      int layer, std::string name) {
+  std::string label = "QkvBiasRopeStore " + name;
+  if (!Check(qkv.size() == 1 || qkv.size() == 3, label, "needs qkv or q, k, v")) return kNoNode;
+  for (NodeId id : qkv) {
+    if (!Valid(id)) return kNoNode;
+  }
+  if (!Valid(pos)) return kNoNode;
+  int64_t nq = static_cast<int64_t>(n_head) * head_dim;
+  int64_t nkv = static_cast<int64_t>(n_head_kv) * head_dim;
+  int64_t total = 0;
+  for (NodeId id : qkv) total += node(id).shape.elements();
+  if (!Check(total == nq + 2 * nkv && node(pos).shape.elements() == 1, label,
+             absl::StrCat("decode only: expects ", nq + 2 * nkv, " q/k/v values for one token, got ",
+                          total)))
+    return kNoNode;
+  auto bias_ok = [&](const Weight* b, int64_t n) {
+    return b == nullptr || (b->type == GgmlType::kF32 && b->ne0() == n);
+  };
+  if (!Check(bias_ok(bq, nq) && bias_ok(bk, nkv) && bias_ok(bv, nkv), label,
+             "biases must be f32 and match q/k/v"))
+    return kNoNode;
+  Node n;
+  n.op = OpKind::kQkvBiasRopeStore;
+  n.shape = Shape(head_dim, n_head, 1);
+  n.inputs = qkv;
+  n.inputs.push_back(pos);
+  n.weights = {bq, bk, bv};
+  n.p.n_head = n_head;
+  n.p.n_head_kv = n_head_kv;
+  n.p.head_dim = head_dim;
+  n.p.rope_style = style;
+  n.p.rope_base = base;
+  n.p.n_rot = head_dim;
+  n.p.layer = layer;
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::FusedFFN(NodeId x, const Weight* wgate, const Weight* wup, std::string name) {
+  if (!Valid(x)) return kNoNode;
+  const Node& nx = node(x);
+  std::string label = "FusedFFN " + name;
+  if (!Check(wgate && wup && wgate->dims.size() == 2 && wup->dims.size() == 2 &&
+                 wgate->ne0() == nx.shape.ne[0] && wup->ne0() == nx.shape.ne[0] &&
+                 wgate->dims[1] == wup->dims[1],
+             label, "gate/up weights must match each other and the input"))
+    return kNoNode;
+  if (!Check(nx.shape.ne[1] == 1, label, "decode only (nt must be 1)")) return kNoNode;
+  Node n;
+  n.op = OpKind::kFusedFFN;
+  n.shape = Shape(wgate->dims[1], 1);
+  n.inputs = {x};
+  n.weights = {wgate, wup};
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::Clone(const Node& n, std::vector<NodeId> inputs) {
+  for (NodeId in : inputs) {
+    if (!Valid(in)) return kNoNode;
+  }
+  Node c = n;
+  c.inputs = std::move(inputs);
+  return Push(std::move(c));
+}
+
+absl::StatusOr<Graph> GraphBuilder::Finish(GraphIO io, int n_layers) {
+  if (!status_.ok()) return status_;
+  g_.io = io;
+  g_.n_layers = n_layers;
+  return std::move(g_);
+}
+
+}  // namespace minfer::graph

@@ -1,0 +1,213 @@
+// The compute graph: a topologically ordered list of nodes, each one op.
+//
+// Op semantics (the CPU backend is the reference implementation):
+//   Input            host-filled tensor (token ids, positions, row selectors)
+//   Add/Mul a, b     elementwise; b (a node, or the node's weight) broadcasts
+//                    when its shape is [ne0] or [ne0, 1]
+//   Scale a          a * scale
+//   Silu a           a * sigmoid(a)
+//   SwiGLU g, u      silu(g) * u
+//   Softmax a        softmax over ne0
+//   RmsNorm x        x / sqrt(mean(x^2) + eps) * weight (weight optional)
+//   QkNorm x         RmsNorm over each head (ne0 = head_dim) with a [head_dim] weight
+//   MatMul x, W      y[n, t] = sum_k W[k, n] * x[k, t]; W is [K, N] (GGUF
+//                    order), x is [K, nt], y is [N, nt]
+//   RoPE x, pos      rotary embedding of x [head_dim, n_heads, nt] at positions
+//                    pos [nt] (i32), NeoX (pairs i, i + n_rot/2) or
+//                    interleaved (pairs 2i, 2i+1) style
+//   KvcacheStore k, v, pos   writes rows k[:, t], v[:, t] into the layer's KV
+//                    cache at positions pos[t]; output is a 1-element token
+//                    that orders later KV reads after the store
+//   KvcacheLoad s    the layer's K or V cache region [n_kv_embd, n_ctx]
+//                    (a view: no copy); input s is the store it must follow
+//   Attn q, K, V, pos   causal GQA attention: token t (position pos[t]) attends
+//                    to cache positions 0..pos[t]; q [head_dim, n_head, nt],
+//                    output [head_dim * n_head, nt]
+//   View x           alias of a contiguous byte range of x (offset, shape)
+//   Reshape x        alias of x with another shape of the same element count
+//   Permute x        copy of x with axes permuted (out.ne[perm[i]] = x.ne[i])
+//   GetRows src, ids gathers rows ids[i] of src (a node, or the node's weight,
+//                    dequantized) into [ne0, n_ids]
+//   FusedQKV x       [q; k; v] = (Wq, Wk, Wv) x, one output [n_q + 2 n_kv, 1]
+//                    (decode only: nt == 1)
+//   QkvBiasRopeStore qkv, pos   adds the q/k/v biases, ropes q and k, stores
+//                    k and v into the KV cache; output is the roped q
+//                    (decode only)
+//   FusedFFN x       silu(Wgate x) * (Wup x)  (decode only)
+//
+// Graphs are immutable once built; executing one never changes it.
+#ifndef MINFER_ENGINE_GRAPH_GRAPH_H_
+#define MINFER_ENGINE_GRAPH_GRAPH_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/graph/tensor.h"
+#include "engine/graph/weight.h"
+
+namespace minfer::graph {
+
+enum class OpKind : uint8_t {
+  kInput,
+  kAdd,
+  kMul,
+  kScale,
+  kSilu,
+  kSwiGLU,
+  kSoftmax,
+  kRmsNorm,
+  kQkNorm,
+  kMatMul,
+  kRoPE,
+  kKvcacheStore,
+  kKvcacheLoad,
+  kAttn,
+  kView,
+  kReshape,
+  kPermute,
+  kGetRows,
+  kFusedQKV,
+  kQkvBiasRopeStore,
+  kFusedFFN,
+};
+
+const char* OpName(OpKind op);
+
+// Ops whose output aliases their input's storage (no kernel runs).
+inline bool IsAliasOp(OpKind op) {
+  return op == OpKind::kView || op == OpKind::kReshape || op == OpKind::kKvcacheLoad;
+}
+
+enum class RopeStyle : uint8_t { kNeoX, kInterleaved };
+enum class KvKind : uint8_t { kK, kV };
+
+using NodeId = int32_t;
+inline constexpr NodeId kNoNode = -1;
+
+// Parameters of all ops in one flat struct: each op reads the fields its
+// comment above names.
+struct OpParams {
+  float eps = 0.0f;          // RmsNorm, QkNorm
+  float scale = 1.0f;        // Scale; Attn (softmax scale)
+  RopeStyle rope_style = RopeStyle::kNeoX;
+  float rope_base = 10000.0f;
+  int32_t n_rot = 0;         // RoPE: rotated dims per head (0 = head_dim)
+  int32_t layer = -1;        // KV ops, Attn, QkvBiasRopeStore
+  KvKind kv = KvKind::kK;    // KvcacheLoad
+  int32_t n_head = 0;        // Attn, QkvBiasRopeStore
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  int64_t view_offset = 0;   // View: byte offset into the input
+  std::array<int8_t, 4> perm = {0, 1, 2, 3};  // Permute
+};
+
+struct Node {
+  NodeId id = kNoNode;
+  OpKind op = OpKind::kInput;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::vector<NodeId> inputs;
+  // Weights the op reads: MatMul/GetRows/RmsNorm/Add/Mul: [0];
+  // FusedQKV: Wq, Wk, Wv; QkvBiasRopeStore: bq, bk, bv; FusedFFN: Wgate, Wup.
+  std::vector<const Weight*> weights;
+  OpParams p;
+  std::string name;  // for logs and errors, e.g. "blk.3.q"
+
+  int64_t bytes() const { return DTypeBytes(dtype, shape.elements()); }
+};
+
+// Which tensors of the graph the runtime fills and reads.
+struct GraphIO {
+  NodeId tokens = kNoNode;     // Input i32 [nt]
+  NodeId positions = kNoNode;  // Input i32 [nt]
+  NodeId out_rows = kNoNode;   // Input i32 [n_out]: token rows to produce logits for
+  NodeId logits = kNoNode;     // [n_vocab, n_out]
+};
+
+class Graph {
+ public:
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const Node& node(NodeId id) const { return nodes_[id]; }
+  int size() const { return static_cast<int>(nodes_.size()); }
+  GraphIO io;
+  int n_layers = 0;  // KV cache layers the graph addresses
+
+  // Token count of the graph's first MatMul (the scheduler's nt hint;
+  // 0 when there is none).
+  int64_t NtHint() const;
+
+  // One line per node, for debugging.
+  std::string DebugString() const;
+
+ private:
+  friend class GraphBuilder;
+  std::vector<Node> nodes_;
+};
+
+// Builds a Graph while checking every op's shape rules. The first violated
+// rule is recorded; later calls are no-ops returning kNoNode, and Finish()
+// returns the error (naming the node).
+class GraphBuilder {
+ public:
+  GraphBuilder() = default;
+
+  NodeId Input(DType dtype, Shape shape, std::string name);
+  NodeId Add(NodeId a, NodeId b, std::string name = "");
+  NodeId Add(NodeId a, const Weight* b, std::string name = "");
+  NodeId Mul(NodeId a, NodeId b, std::string name = "");
+  NodeId Mul(NodeId a, const Weight* b, std::string name = "");
+  NodeId Scale(NodeId a, float s, std::string name = "");
+  NodeId Silu(NodeId a, std::string name = "");
+  NodeId SwiGLU(NodeId g, NodeId u, std::string name = "");
+  NodeId Softmax(NodeId a, std::string name = "");
+  NodeId RmsNorm(NodeId x, const Weight* w, float eps, std::string name = "");
+  NodeId QkNorm(NodeId x, const Weight* w, float eps, std::string name = "");
+  NodeId MatMul(NodeId x, const Weight* w, std::string name = "");
+  NodeId RoPE(NodeId x, NodeId pos, RopeStyle style, float base, int n_rot, std::string name = "");
+  NodeId KvcacheStore(NodeId k, NodeId v, NodeId pos, int layer, std::string name = "");
+  // shape: [n_kv_embd, n_ctx]; dtype: the cache element type.
+  NodeId KvcacheLoad(NodeId store, int layer, KvKind kv, Shape shape, DType dtype,
+                     std::string name = "");
+  NodeId Attn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId pos, int n_head, int n_head_kv,
+              int head_dim, float scale, int layer, std::string name = "");
+  NodeId View(NodeId x, Shape shape, int64_t byte_offset, std::string name = "");
+  NodeId Reshape(NodeId x, Shape shape, std::string name = "");
+  NodeId Permute(NodeId x, std::array<int8_t, 4> perm, std::string name = "");
+  NodeId GetRows(NodeId src, NodeId ids, std::string name = "");
+  NodeId GetRows(const Weight* src, NodeId ids, std::string name = "");
+  NodeId FusedQKV(NodeId x, const Weight* wq, const Weight* wk, const Weight* wv,
+                  std::string name = "");
+  // qkv: a FusedQKV output, or three inputs q, k, v given separately.
+  NodeId QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq, const Weight* bk,
+                          const Weight* bv, NodeId pos, int n_head, int n_head_kv,
+                          int head_dim, RopeStyle style, float base, int layer,
+                          std::string name = "");
+  NodeId FusedFFN(NodeId x, const Weight* wgate, const Weight* wup, std::string name = "");
+
+  // Re-pushes `n` (from another graph) with its inputs replaced by
+  // `inputs`; used by graph rewrite passes. Shapes are taken as given.
+  NodeId Clone(const Node& n, std::vector<NodeId> inputs);
+
+  const Node& node(NodeId id) const { return g_.nodes_[id]; }
+  bool ok() const { return status_.ok(); }
+
+  // Returns the graph, or the first shape error.
+  absl::StatusOr<Graph> Finish(GraphIO io, int n_layers);
+
+ private:
+  NodeId Push(Node n);
+  bool Check(bool cond, const std::string& op_name, const std::string& what);
+  bool Valid(NodeId id);
+  NodeId Binary(OpKind op, NodeId a, NodeId b, const Weight* w, std::string name);
+
+  Graph g_;
+  absl::Status status_;
+};
+
+}  // namespace minfer::graph
+
+#endif  // MINFER_ENGINE_GRAPH_GRAPH_H_

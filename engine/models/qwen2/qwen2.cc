@@ -1,0 +1,195 @@
+#include "engine/models/qwen2/qwen2.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/base/status.h"
+
+namespace minfer::models {
+
+using graph::DType;
+using graph::GraphBuilder;
+using graph::KvKind;
+using graph::NodeId;
+using graph::RopeStyle;
+using graph::Shape;
+using graph::Weight;
+
+std::string GraphParams::ToString() const {
+  return absl::StrCat("nt=", n_tokens, " n_out=", n_out, " n_ctx=", n_ctx,
+                      " kv=", graph::DTypeName(kv_type), " fuse_qkv=", fuse_qkv,
+                      " fuse_ffn=", fuse_ffn, " gpu=", gpu);
+}
+
+uint64_t Qwen2Model::weight_bytes() const {
+  uint64_t total = 0;
+  for (const auto& w : weights_) total += w->nbytes;
+  return total;
+}
+
+absl::StatusOr<const Weight*> Qwen2Model::Resolve(const gguf::GgufFile& f, const std::string& name,
+                                                  std::vector<int64_t> dims, bool optional) {
+  const gguf::TensorInfo* t = f.FindTensor(name);
+  if (t == nullptr) {
+    if (optional) return nullptr;
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", f.path(), "': missing tensor '", name, "'"));
+  }
+  if (t->dims != dims) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", f.path(), "': tensor '", name, "' has shape [", absl::StrJoin(t->dims, ", "),
+        "], expected [", absl::StrJoin(dims, ", "), "]"));
+  }
+  auto w = std::make_unique<Weight>();
+  w->name = name;
+  w->type = t->type;
+  w->dims = t->dims;
+  w->data = t->data;
+  w->nbytes = t->nbytes;
+  weights_.push_back(std::move(w));
+  return weights_.back().get();
+}
+
+absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::GgufFile& f) {
+  ASSIGN_OR_RETURN(std::string arch, f.GetString("general.architecture"));
+  if (arch != "qwen2") {
+    return absl::InvalidArgumentError(absl::StrCat("model '", f.path(), "': architecture '", arch,
+                                                   "' is not supported (supported: qwen2)"));
+  }
+  std::unique_ptr<Qwen2Model> m(new Qwen2Model);
+  Qwen2Hparams& hp = m->hp_;
+  auto get_int = [&](const char* key, int64_t* out) -> absl::Status {
+    ASSIGN_OR_RETURN(*out, f.GetInt(key));
+    if (*out <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", f.path(), "': key '", key, "' must be positive, got ", *out));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(get_int("qwen2.embedding_length", &hp.n_embd));
+  RETURN_IF_ERROR(get_int("qwen2.feed_forward_length", &hp.n_ff));
+  RETURN_IF_ERROR(get_int("qwen2.block_count", &hp.n_layer));
+  RETURN_IF_ERROR(get_int("qwen2.attention.head_count", &hp.n_head));
+  RETURN_IF_ERROR(get_int("qwen2.context_length", &hp.context_length));
+  hp.n_head_kv = hp.n_head;
+  if (f.Has("qwen2.attention.head_count_kv")) {
+    RETURN_IF_ERROR(get_int("qwen2.attention.head_count_kv", &hp.n_head_kv));
+  }
+  if (hp.n_embd % hp.n_head != 0 || hp.n_head % hp.n_head_kv != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", f.path(), "': n_embd ", hp.n_embd, ", n_head ", hp.n_head, ", n_head_kv ",
+        hp.n_head_kv, " do not divide"));
+  }
+  hp.head_dim = hp.n_embd / hp.n_head;
+  if (f.Has("qwen2.rope.freq_base")) {
+    ASSIGN_OR_RETURN(double base, f.GetFloat("qwen2.rope.freq_base"));
+    hp.rope_base = static_cast<float>(base);
+  }
+  if (f.Has("qwen2.attention.layer_norm_rms_epsilon")) {
+    ASSIGN_OR_RETURN(double eps, f.GetFloat("qwen2.attention.layer_norm_rms_epsilon"));
+    hp.rms_eps = static_cast<float>(eps);
+  }
+  if (!(hp.rope_base > 0) || !(hp.rms_eps > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", f.path(),
+                                                   "': rope freq base and RMS eps must be positive"));
+  }
+  const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
+  if (embd == nullptr || embd->dims.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", f.path(), "': missing 2-D tensor 'token_embd.weight'"));
+  }
+  hp.n_vocab = embd->dims[1];
+
+  const int64_t E = hp.n_embd, KV = hp.n_embd_kv(), F = hp.n_ff, V = hp.n_vocab;
+  ASSIGN_OR_RETURN(m->token_embd_, m->Resolve(f, "token_embd.weight", {E, V}, false));
+  ASSIGN_OR_RETURN(m->output_norm_, m->Resolve(f, "output_norm.weight", {E}, false));
+  ASSIGN_OR_RETURN(m->output_, m->Resolve(f, "output.weight", {E, V}, true));
+  if (m->output_ == nullptr) {
+    hp.tied_embeddings = true;
+    m->output_ = m->token_embd_;
+  }
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    Qwen2Layer L;
+    ASSIGN_OR_RETURN(L.attn_norm, m->Resolve(f, p + "attn_norm.weight", {E}, false));
+    ASSIGN_OR_RETURN(L.wq, m->Resolve(f, p + "attn_q.weight", {E, E}, false));
+    ASSIGN_OR_RETURN(L.wk, m->Resolve(f, p + "attn_k.weight", {E, KV}, false));
+    ASSIGN_OR_RETURN(L.wv, m->Resolve(f, p + "attn_v.weight", {E, KV}, false));
+    ASSIGN_OR_RETURN(L.bq, m->Resolve(f, p + "attn_q.bias", {E}, true));
+    ASSIGN_OR_RETURN(L.bk, m->Resolve(f, p + "attn_k.bias", {KV}, true));
+    ASSIGN_OR_RETURN(L.bv, m->Resolve(f, p + "attn_v.bias", {KV}, true));
+    ASSIGN_OR_RETURN(L.wo, m->Resolve(f, p + "attn_output.weight", {E, E}, false));
+    ASSIGN_OR_RETURN(L.ffn_norm, m->Resolve(f, p + "ffn_norm.weight", {E}, false));
+    ASSIGN_OR_RETURN(L.w_gate, m->Resolve(f, p + "ffn_gate.weight", {E, F}, false));
+    ASSIGN_OR_RETURN(L.w_up, m->Resolve(f, p + "ffn_up.weight", {E, F}, false));
+    ASSIGN_OR_RETURN(L.w_down, m->Resolve(f, p + "ffn_down.weight", {F, E}, false));
+    for (const Weight* w : {L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv}) {
+      if (w != nullptr && w->type != GgmlType::kF32) {
+        return absl::InvalidArgumentError(absl::StrCat("model '", f.path(), "': tensor '", w->name,
+                                                       "' must be f32, is ", GgmlTypeName(w->type)));
+      }
+    }
+    m->layers_.push_back(L);
+  }
+  if (m->output_norm_->type != GgmlType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", f.path(), "': tensor 'output_norm.weight' must be f32"));
+  }
+  return m;
+}
+
+absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const GraphParams& gp) {
+  const Qwen2Hparams& hp = model.hparams();
+  const int64_t nt = gp.n_tokens, hd = hp.head_dim;
+  const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
+  if (nt <= 0 || gp.n_out <= 0 || gp.n_out > nt || gp.n_ctx <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("qwen2 graph: bad params ", gp.ToString()));
+  }
+  GraphBuilder b;
+  graph::GraphIO io;
+  io.tokens = b.Input(DType::kI32, Shape(nt), "tokens");
+  io.positions = b.Input(DType::kI32, Shape(nt), "positions");
+  io.out_rows = b.Input(DType::kI32, Shape(gp.n_out), "out_rows");
+  const NodeId pos = io.positions;
+  const Shape kv_shape(hp.n_embd_kv(), gp.n_ctx);
+  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  NodeId x = b.GetRows(model.token_embd(), io.tokens, "embd");
+  for (int l = 0; l < static_cast<int>(hp.n_layer); ++l) {
+    const Qwen2Layer& L = model.layers()[l];
+    const std::string p = absl::StrCat("blk.", l, ".");
+    // Attention block.
+    NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
+    NodeId q = b.MatMul(n, L.wq, p + "q");
+    NodeId k = b.MatMul(n, L.wk, p + "k");
+    NodeId v = b.MatMul(n, L.wv, p + "v");
+    if (L.bq) q = b.Add(q, L.bq, p + "q_bias");
+    if (L.bk) k = b.Add(k, L.bk, p + "k_bias");
+    if (L.bv) v = b.Add(v, L.bv, p + "v_bias");
+    q = b.Reshape(q, Shape(hd, nh, nt), p + "q_heads");
+    k = b.Reshape(k, Shape(hd, nkv, nt), p + "k_heads");
+    q = b.RoPE(q, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "q_rope");
+    k = b.RoPE(k, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "k_rope");
+    NodeId store = b.KvcacheStore(k, v, pos, l, p + "kv_store");
+    NodeId kc = b.KvcacheLoad(store, l, KvKind::kK, kv_shape, gp.kv_type, p + "k_cache");
+    NodeId vc = b.KvcacheLoad(store, l, KvKind::kV, kv_shape, gp.kv_type, p + "v_cache");
+    NodeId a = b.Attn(q, kc, vc, pos, nh, nkv, static_cast<int>(hd), attn_scale, l, p + "attn");
+    x = b.Add(x, b.MatMul(a, L.wo, p + "attn_out"), p + "attn_residual");
+    // Feed-forward block.
+    NodeId m = b.RmsNorm(x, L.ffn_norm, hp.rms_eps, p + "ffn_norm");
+    NodeId g = b.MatMul(m, L.w_gate, p + "gate");
+    NodeId u = b.MatMul(m, L.w_up, p + "up");
+    NodeId s = b.SwiGLU(g, u, p + "swiglu");
+    x = b.Add(x, b.MatMul(s, L.w_down, p + "down"), p + "ffn_residual");
+  }
+  // Only the rows whose logits are wanted go through the head.
+  x = b.GetRows(x, io.out_rows, "out_select");
+  x = b.RmsNorm(x, model.output_norm(), hp.rms_eps, "output_norm");
+  io.logits = b.MatMul(x, model.output(), "logits");
+  ASSIGN_OR_RETURN(graph::Graph g, b.Finish(io, static_cast<int>(hp.n_layer)));
+  if (nt == 1 && (gp.fuse_qkv || gp.fuse_ffn)) return FuseDecode(g, gp.fuse_qkv, gp.fuse_ffn);
+  return g;
+}
+
+}  // namespace minfer::models

@@ -1,0 +1,117 @@
+// Qwen2 (Qwen2 / Qwen2.5) architecture: hyperparameters and weights read
+// from GGUF, and the layer builder that turns them into a compute graph.
+//
+// Per layer (pre-norm, GQA, QKV biases, SwiGLU FFN, NeoX RoPE):
+//   h   = x + W_o · Attn(RoPE(W_q·n + b_q), RoPE(W_k·n + b_k), W_v·n + b_v),
+//         n = RmsNorm(x) * g_attn
+//   x'  = h + W_down · (silu(W_gate·m) * (W_up·m)),  m = RmsNorm(h) * g_ffn
+// logits = W_out · (RmsNorm(x_L) * g_out)   (W_out = token_embd when tied)
+#ifndef MINFER_ENGINE_MODELS_QWEN2_QWEN2_H_
+#define MINFER_ENGINE_MODELS_QWEN2_QWEN2_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/gguf/gguf.h"
+#include "engine/graph/graph.h"
+#include "engine/graph/weight.h"
+
+namespace minfer::models {
+
+struct Qwen2Hparams {
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t n_vocab = 0;
+  int64_t context_length = 0;
+  float rope_base = 1e6f;
+  float rms_eps = 1e-6f;
+  bool tied_embeddings = false;
+
+  int64_t n_embd_kv() const { return n_head_kv * head_dim; }
+};
+
+struct Qwen2Layer {
+  const graph::Weight* attn_norm = nullptr;
+  const graph::Weight* wq = nullptr;
+  const graph::Weight* wk = nullptr;
+  const graph::Weight* wv = nullptr;
+  const graph::Weight* bq = nullptr;  // biases are optional
+  const graph::Weight* bk = nullptr;
+  const graph::Weight* bv = nullptr;
+  const graph::Weight* wo = nullptr;
+  const graph::Weight* ffn_norm = nullptr;
+  const graph::Weight* w_gate = nullptr;
+  const graph::Weight* w_up = nullptr;
+  const graph::Weight* w_down = nullptr;
+};
+
+// Hyperparameters and resolved weights of one Qwen2 GGUF file. Holds
+// pointers into the file's mapping: the GgufFile must outlive it.
+class Qwen2Model {
+ public:
+  // Reads hyperparameters (errors name the missing/invalid key) and resolves
+  // every weight by name once, checking its shape (errors name the tensor).
+  static absl::StatusOr<std::unique_ptr<Qwen2Model>> FromGguf(const gguf::GgufFile& file);
+
+  const Qwen2Hparams& hparams() const { return hp_; }
+  const graph::Weight* token_embd() const { return token_embd_; }
+  const graph::Weight* output_norm() const { return output_norm_; }
+  const graph::Weight* output() const { return output_; }  // token_embd when tied
+  const std::vector<Qwen2Layer>& layers() const { return layers_; }
+  // Every weight (for registration on device backends and accounting).
+  const std::vector<std::unique_ptr<graph::Weight>>& weights() const { return weights_; }
+  uint64_t weight_bytes() const;
+
+ private:
+  Qwen2Model() = default;
+  absl::StatusOr<const graph::Weight*> Resolve(const gguf::GgufFile& f, const std::string& name,
+                                               std::vector<int64_t> dims, bool optional);
+
+  Qwen2Hparams hp_;
+  std::vector<std::unique_ptr<graph::Weight>> weights_;
+  const graph::Weight* token_embd_ = nullptr;
+  const graph::Weight* output_norm_ = nullptr;
+  const graph::Weight* output_ = nullptr;
+  std::vector<Qwen2Layer> layers_;
+};
+
+// The parameters that change a built graph: two graphs built with equal
+// params are identical (the reuse identity).
+struct GraphParams {
+  int64_t n_tokens = 1;     // tokens per evaluation (1 = decode)
+  int64_t n_out = 1;        // rows of logits produced (selected by out_rows)
+  int64_t n_ctx = 0;        // KV cache rows
+  graph::DType kv_type = graph::DType::kF32;
+  bool fuse_qkv = true;     // decode fusions (only applied when n_tokens == 1)
+  bool fuse_ffn = true;
+  bool gpu = false;         // whether a GPU backend participates
+
+  bool operator==(const GraphParams& o) const {
+    return n_tokens == o.n_tokens && n_out == o.n_out && n_ctx == o.n_ctx &&
+           kv_type == o.kv_type && fuse_qkv == o.fuse_qkv && fuse_ffn == o.fuse_ffn &&
+           gpu == o.gpu;
+  }
+  std::string ToString() const;
+};
+
+// Builds the unfused Qwen2 graph, then applies the decode fusion pass when
+// params ask for it and n_tokens == 1.
+absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const GraphParams& params);
+
+// The decode fusion pass (exposed for tests): rewrites, for single-token
+// graphs, each layer's q/k/v projections + biases + RoPE + KV store into
+// FusedQKV (when q, k and v weights share a type) + QkvBiasRopeStore, and
+// gate/up projections + SwiGLU into FusedFFN. The result computes the same
+// values. Graphs with n_tokens != 1 are returned unchanged.
+absl::StatusOr<graph::Graph> FuseDecode(const graph::Graph& g, bool fuse_qkv, bool fuse_ffn);
+
+}  // namespace minfer::models
+
+#endif  // MINFER_ENGINE_MODELS_QWEN2_QWEN2_H_

@@ -1,0 +1,104 @@
+#include "engine/runtime/model.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/base/logging.h"
+#include "engine/base/status.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
+
+namespace minfer::runtime {
+namespace {
+
+// Reads every weight page once, in parallel, reporting progress.
+void Prefetch(const gguf::GgufFile& f, ThreadPool& pool, const LoadProgressFn& progress) {
+  const uint64_t begin = f.data_offset(), end = f.file_size();
+  const uint64_t total = end - begin;
+  constexpr uint64_t kChunk = 64 << 20;
+  const int64_t chunks = static_cast<int64_t>((total + kChunk - 1) / kChunk);
+  std::atomic<uint64_t> done{0};
+  pool.ParallelFor(chunks, [&](int64_t c, int thread) {
+    uint64_t lo = begin + c * kChunk, hi = std::min(end, lo + kChunk);
+    f.mapping().WillNeed(lo, hi - lo);
+    volatile uint8_t sink = 0;
+    for (uint64_t p = lo; p < hi; p += 4096) sink = sink + f.mapping().data()[p];
+    uint64_t d = done.fetch_add(hi - lo) + (hi - lo);
+    if (progress && thread == 0 && d < total) progress(d, total);
+  });
+  if (progress) progress(total, total);
+}
+
+}  // namespace
+
+Model::~Model() = default;
+
+absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
+                                                   const ModelOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(KnobRegistry::Global().ValidateOverrides(options.knobs));
+  std::shared_ptr<Model> m(new Model);
+  m->knobs_ = options.knobs;
+  ASSIGN_OR_RETURN(m->file_, gguf::GgufFile::Open(path));
+  ASSIGN_OR_RETURN(m->arch_, models::Qwen2Model::FromGguf(*m->file_));
+  ASSIGN_OR_RETURN(tokenizer::TokenizerData td, tokenizer::TokenizerDataFromGguf(*m->file_));
+  ASSIGN_OR_RETURN(m->tokenizer_, tokenizer::Tokenizer::Create(std::move(td)));
+  if (m->tokenizer_->vocab_size() > m->hparams().n_vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", path, "': tokenizer has ", m->tokenizer_->vocab_size(),
+        " tokens but the embedding only ", m->hparams().n_vocab, " rows"));
+  }
+  m->name_ = m->file_->GetString("general.name").value_or(path);
+
+  const std::string& want = options.backend;
+  if (want != "auto" && want != "cpu" && want != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend '", want, "' is not one of cpu|cuda|auto"));
+  }
+  if (want == "cuda") {
+    return absl::UnavailableError(
+        "backend 'cuda' requested, but this build has no CUDA backend (build with --config=cuda)");
+  }
+  ThreadPool* pool = options.pool ? options.pool : &DefaultThreadPool();
+  m->backends_.push_back(std::make_unique<cpu::CpuBackend>(pool));
+  if (options.prefetch) Prefetch(*m->file_, *pool, options.progress);
+  m->load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Logger("runtime")->debug("loaded {}: {}", path, m->Summary());
+  return m;
+}
+
+std::vector<graph::Backend*> Model::backends() const {
+  std::vector<graph::Backend*> out;
+  for (const auto& b : backends_) out.push_back(b.get());
+  return out;
+}
+
+graph::DType Model::DefaultKvType() const {
+  std::string knob = KnobRegistry::Global().GetString("MINFER_CACHE_TYPE", &knobs_);
+  if (knob == "f32") return graph::DType::kF32;
+  if (knob == "f16") return graph::DType::kF16;
+  if (knob == "q8_0") return graph::DType::kQ8_0;
+  if (gpu_ && hparams().n_layer * hparams().n_embd_kv() >= 8192) return graph::DType::kF16;
+  return graph::DType::kF32;
+}
+
+std::string Model::Summary() const {
+  const auto& hp = hparams();
+  std::string types;
+  std::map<std::string, int> by_type;
+  for (const auto& w : arch_->weights()) {
+    if (w->dims.size() == 2) by_type[GgmlTypeName(w->type)]++;
+  }
+  for (const auto& [t, n] : by_type) absl::StrAppend(&types, types.empty() ? "" : " ", t, "x", n);
+  return absl::StrFormat(
+      "qwen2 %d layers, n_embd %d, %d/%d heads, vocab %d%s; weights %.1f MiB (%s); "
+      "placement: %s; KV %s",
+      hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.n_vocab,
+      hp.tied_embeddings ? " (tied)" : "", weight_bytes() / 1048576.0, types,
+      backends_.front()->name(), graph::DTypeName(DefaultKvType()));
+}
+
+}  // namespace minfer::runtime

@@ -1,0 +1,84 @@
+// A loaded model: the GGUF file (weights mmap'ed, zero-copy), the resolved
+// architecture, the tokenizer, and the backends that run it, in priority
+// order (device backends first, the CPU backend last). Shared read-only by
+// every session of the model; the backends are driven by one thread at a
+// time (the owner's worker).
+#ifndef MINFER_ENGINE_RUNTIME_MODEL_H_
+#define MINFER_ENGINE_RUNTIME_MODEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/base/knobs.h"
+#include "engine/base/thread_pool.h"
+#include "engine/gguf/gguf.h"
+#include "engine/graph/backend.h"
+#include "engine/models/qwen2/qwen2.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace minfer::runtime {
+
+// Called while loading with (bytes done, bytes total).
+using LoadProgressFn = std::function<void(uint64_t, uint64_t)>;
+
+struct ModelOptions {
+  std::string backend = "auto";  // "cpu", "cuda" or "auto"
+  KnobOverrides knobs;           // per-model knob overrides
+  LoadProgressFn progress;
+  // Touch every weight page at load so the first request does not pay the
+  // page faults (and load progress is meaningful).
+  bool prefetch = true;
+  ThreadPool* pool = nullptr;  // null: DefaultThreadPool()
+};
+
+class Model {
+ public:
+  // Opens, validates and prepares `path`. Errors name the file and the
+  // problem: NOT_FOUND (missing file), INVALID_ARGUMENT (corrupt or
+  // unsupported model), UNAVAILABLE (backend "cuda" asked but not usable).
+  static absl::StatusOr<std::shared_ptr<Model>> Load(const std::string& path,
+                                                     const ModelOptions& options = {});
+  ~Model();
+
+  const std::string& path() const { return file_->path(); }
+  const gguf::GgufFile& file() const { return *file_; }
+  const models::Qwen2Model& arch() const { return *arch_; }
+  const models::Qwen2Hparams& hparams() const { return arch_->hparams(); }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const std::string& name() const { return name_; }
+
+  // Backends in priority order (the graph planner's order).
+  std::vector<graph::Backend*> backends() const;
+  // The backend holding KV caches (the one running attention).
+  graph::Backend* kv_backend() const { return backends_.front().get(); }
+  bool gpu() const { return gpu_; }
+  // KV element type for new sessions: MINFER_CACHE_TYPE, or by default f32
+  // on the CPU and f16 on a GPU when n_layers x n_kv_embd >= 8192.
+  graph::DType DefaultKvType() const;
+  const KnobOverrides& knobs() const { return knobs_; }
+
+  uint64_t weight_bytes() const { return arch_->weight_bytes(); }
+  double load_seconds() const { return load_seconds_; }
+  // One line: placement, memory, KV type.
+  std::string Summary() const;
+
+ private:
+  Model() = default;
+
+  std::unique_ptr<gguf::GgufFile> file_;
+  std::unique_ptr<models::Qwen2Model> arch_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::vector<std::unique_ptr<graph::Backend>> backends_;
+  std::string name_;
+  bool gpu_ = false;
+  KnobOverrides knobs_;
+  double load_seconds_ = 0;
+};
+
+}  // namespace minfer::runtime
+
+#endif  // MINFER_ENGINE_RUNTIME_MODEL_H_
