@@ -1,0 +1,172 @@
+// `minfer bench`: prefill (pp) and decode (tg) throughput in the shape of
+// llama-bench's table: mean +- stddev over repetitions, after one warm-up.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <random>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "engine/runtime/model.h"
+#include "engine/runtime/session.h"
+#include "engine/tools/commands.h"
+#include "nlohmann/json.hpp"
+
+namespace minfer::tools {
+namespace {
+
+struct Result {
+  std::string test;
+  std::vector<double> tps;
+  double gbps = 0;  // decode only: bytes streamed per token / time
+  double mean() const {
+    double s = 0;
+    for (double v : tps) s += v;
+    return tps.empty() ? 0 : s / tps.size();
+  }
+  double stddev() const {
+    if (tps.size() < 2) return 0;
+    double m = mean(), s = 0;
+    for (double v : tps) s += (v - m) * (v - m);
+    return std::sqrt(s / (tps.size() - 1));
+  }
+};
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int BenchMain(int argc, char** argv) {
+  CLI::App app{"Benchmark prefill and decode throughput", "minfer bench"};
+  std::string model_path, backend = "auto", output = "md";
+  int64_t n_prompt = 512, n_gen = 128, reps = 3, depth = 0;
+  app.add_option("-m,--model", model_path, "GGUF model")->required();
+  app.add_option("-p,--n-prompt", n_prompt, "prompt tokens (0 = skip pp)")->capture_default_str();
+  app.add_option("-n,--n-gen", n_gen, "generated tokens (0 = skip tg)")->capture_default_str();
+  app.add_option("-r,--repetitions", reps, "repetitions")->capture_default_str();
+  app.add_option("-d,--depth", depth, "tokens already in the context")->capture_default_str();
+  app.add_option("-o,--output", output, "md or json")->capture_default_str();
+  app.add_option("--backend", backend, "cpu, cuda or auto")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  runtime::ModelOptions mopt;
+  mopt.backend = backend;
+  auto model = runtime::Model::Load(model_path, mopt);
+  if (!model.ok()) {
+    std::cerr << "minfer bench: " << model.status().message() << "\n";
+    return 1;
+  }
+  const auto& hp = (*model)->hparams();
+  std::cerr << (*model)->Summary() << "\n";
+  runtime::SessionOptions sopt;
+  sopt.n_ctx = depth + std::max(n_prompt, n_gen) + 1;
+  auto session = runtime::Session::Create(*model, sopt);
+  if (!session.ok()) {
+    std::cerr << "minfer bench: " << session.status().message() << "\n";
+    return 1;
+  }
+  runtime::Session& s = **session;
+  // Random ordinary tokens (speed does not depend on values, but zeros or a
+  // repeated id would make caches look better than real text).
+  std::mt19937 rng(42);
+  const int32_t vocab = std::min<int32_t>((*model)->tokenizer().vocab_size(), hp.n_vocab) - 32;
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> t(n);
+    for (auto& v : t) v = static_cast<int32_t>(rng() % vocab);
+    return t;
+  };
+  auto fill_depth = [&]() -> absl::Status {
+    s.Reset();
+    if (depth > 0) {
+      auto r = s.Eval(random_tokens(depth));
+      if (!r.ok()) return r.status();
+    }
+    return absl::OkStatus();
+  };
+  std::vector<Result> results;
+  auto fail = [](const absl::Status& st) {
+    std::cerr << "minfer bench: " << st.message() << "\n";
+    return 1;
+  };
+  if (n_prompt > 0) {
+    Result r{absl::StrFormat("pp%d%s", n_prompt, depth ? absl::StrFormat(" @ d%d", depth) : "")};
+    for (int64_t i = 0; i <= reps; ++i) {  // i == 0 is the warm-up
+      if (auto st = fill_depth(); !st.ok()) return fail(st);
+      auto toks = random_tokens(n_prompt);
+      double t0 = Now();
+      auto out = s.Eval(toks);
+      double dt = Now() - t0;
+      if (!out.ok()) return fail(out.status());
+      if (i > 0) r.tps.push_back(n_prompt / dt);
+    }
+    results.push_back(r);
+  }
+  if (n_gen > 0) {
+    Result r{absl::StrFormat("tg%d%s", n_gen, depth ? absl::StrFormat(" @ d%d", depth) : "")};
+    double bytes_per_token = 0;
+    for (int64_t i = 0; i <= reps; ++i) {
+      if (auto st = fill_depth(); !st.ok()) return fail(st);
+      auto toks = random_tokens(n_gen);
+      double t0 = Now();
+      for (int64_t k = 0; k < n_gen; ++k) {
+        auto out = s.Eval({toks[k]});
+        if (!out.ok()) return fail(out.status());
+      }
+      double dt = Now() - t0;
+      if (i > 0) r.tps.push_back(n_gen / dt);
+    }
+    // Bytes read per decoded token: every matmul weight once (the embedding
+    // contributes one row) plus the KV cache rows attended over (average
+    // context over the run).
+    const auto& arch = (*model)->arch();
+    for (const auto& w : arch.weights()) bytes_per_token += w->nbytes;
+    if (!hp.tied_embeddings) {
+      bytes_per_token -= arch.token_embd()->nbytes - arch.token_embd()->row_bytes();
+    }
+    const double avg_ctx = depth + n_gen / 2.0;
+    bytes_per_token += 2.0 * hp.n_layer * avg_ctx *
+                       graph::DTypeBytes(s.kv_type(), hp.n_embd_kv());
+    r.gbps = bytes_per_token * r.mean() / 1e9;
+    results.push_back(r);
+  }
+
+  const double size_gib = (*model)->weight_bytes() / double(1ull << 30);
+  int64_t n_params = 0;
+  for (const auto& w : (*model)->arch().weights()) {
+    int64_t n = 1;
+    for (int64_t d : w->dims) n *= d;
+    n_params += n;
+  }
+  const std::string backend_name = (*model)->backends().front()->name();
+  if (output == "json") {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Result& r : results) {
+      j.push_back({{"model", (*model)->name()},
+                   {"size_bytes", (*model)->weight_bytes()},
+                   {"params", n_params},
+                   {"backend", backend_name},
+                   {"test", r.test},
+                   {"tokens_per_second", r.mean()},
+                   {"stddev", r.stddev()},
+                   {"samples", r.tps},
+                   {"gb_per_second", r.gbps}});
+    }
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("| model | size | params | backend | test | t/s | GB/s |\n");
+    std::printf("| --- | ---: | ---: | --- | --- | ---: | ---: |\n");
+    for (const Result& r : results) {
+      std::printf("| %s | %.2f GiB | %.2f B | %s | %s | %.2f ± %.2f | %s |\n",
+                  (*model)->name().c_str(), size_gib, n_params / 1e9, backend_name.c_str(),
+                  r.test.c_str(), r.mean(), r.stddev(),
+                  r.gbps > 0 ? absl::StrFormat("%.1f", r.gbps).c_str() : "");
+    }
+  }
+  return 0;
+}
+
+}  // namespace minfer::tools

