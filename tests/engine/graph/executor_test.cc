@@ -1,0 +1,173 @@
+#include "engine/graph/executor.h"
+
+#include <set>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/models/qwen2/qwen2.h"
+#include "engine/runtime/model.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_models.h"
+
+namespace minfer::graph {
+namespace {
+
+// A CPU backend that declines some ops, to force multi-backend plans.
+class PickyCpu : public cpu::CpuBackend {
+ public:
+  PickyCpu(std::string name, std::set<OpKind> declined) : name_(std::move(name)), declined_(std::move(declined)) {}
+  const std::string& name() const override { return name_; }
+  bool SupportsOp(const Node& n) const override {
+    return !declined_.count(n.op) && CpuBackend::SupportsOp(n);
+  }
+
+ private:
+  std::string name_;
+  std::set<OpKind> declined_;
+};
+
+std::shared_ptr<runtime::Model> Tiny() {
+  auto path = testing::TestModelPath("tiny", "q8_0");
+  EXPECT_TRUE(path.ok()) << path.status();
+  auto m = runtime::Model::Load(*path, {.backend = "cpu"});
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *m;
+}
+
+// No two tensors whose lifetimes overlap share bytes; KV regions belong to
+// the KV cache and no activation is placed in them.
+void CheckNoOverlap(const GraphExec& e, const KvCache& kv) {
+  const Graph& g = e.graph();
+  std::set<std::pair<Backend*, int32_t>> kv_buffers;
+  for (int l = 0; l < kv.n_layers(); ++l) {
+    kv_buffers.insert({kv.layer(l).k.backend, kv.layer(l).k.buffer});
+    kv_buffers.insert({kv.layer(l).v.backend, kv.layer(l).v.buffer});
+  }
+  for (const Node& a : g.nodes()) {
+    const BufferRef& ra = e.storage(a.id);
+    ASSERT_TRUE(ra.valid()) << a.name;
+    if (a.op == OpKind::kKvcacheLoad) {
+      EXPECT_TRUE(kv_buffers.count({ra.backend, ra.buffer})) << a.name;
+      continue;
+    }
+    EXPECT_FALSE(kv_buffers.count({ra.backend, ra.buffer})) << a.name << " placed in a KV region";
+    if (IsAliasOp(a.op)) continue;
+    for (const Node& b : g.nodes()) {
+      if (b.id <= a.id || IsAliasOp(b.op) || b.op == OpKind::kKvcacheLoad) continue;
+      const BufferRef& rb = e.storage(b.id);
+      if (ra.backend != rb.backend || ra.buffer != rb.buffer) continue;
+      auto [a0, a1] = e.lifetime(a.id);
+      auto [b0, b1] = e.lifetime(b.id);
+      bool live_together = a0 <= b1 && b0 <= a1;
+      bool bytes_overlap = ra.offset < rb.offset + rb.bytes && rb.offset < ra.offset + ra.bytes;
+      EXPECT_FALSE(live_together && bytes_overlap)
+          << a.name << " [" << a0 << "," << a1 << "] and " << b.name << " [" << b0 << "," << b1
+          << "] share buffer " << ra.buffer;
+    }
+  }
+}
+
+TEST(ExecutorTest, LivenessAllocationNeverOverlapsLiveTensors) {
+  auto model = Tiny();
+  ASSERT_NE(model, nullptr);
+  for (int64_t nt : {1, 7}) {
+    models::GraphParams p;
+    p.n_tokens = nt;
+    p.n_out = nt;
+    p.n_ctx = 16;
+    auto g = models::BuildQwen2Graph(model->arch(), p);
+    ASSERT_TRUE(g.ok()) << g.status();
+    auto graph = std::make_shared<Graph>(std::move(*g));
+    auto kv = KvCache::Create(model->kv_backend(), 2, {DType::kF32, 16, model->hparams().n_embd_kv()});
+    ASSERT_TRUE(kv.ok());
+    auto e = GraphExec::Create(graph, model->backends(), kv->get());
+    ASSERT_TRUE(e.ok()) << e.status();
+    CheckNoOverlap(**e, **kv);
+    // Reuse pays off: far fewer bytes than one buffer per tensor.
+    int64_t naive = 0;
+    for (const Node& n : graph->nodes()) {
+      if (!IsAliasOp(n.op)) naive += n.bytes();
+    }
+    EXPECT_LT((*e)->activation_bytes(model->kv_backend()), naive);
+  }
+}
+
+TEST(ExecutorTest, KvRegionsPersistAcrossGraphRebuilds) {
+  auto model = Tiny();
+  ASSERT_NE(model, nullptr);
+  auto kv = KvCache::Create(model->kv_backend(), 2, {DType::kF32, 16, model->hparams().n_embd_kv()});
+  ASSERT_TRUE(kv.ok());
+  const BufferRef k0 = (*kv)->layer(0).k;
+  for (int round = 0; round < 3; ++round) {
+    models::GraphParams p;
+    p.n_tokens = 3 + round;
+    p.n_ctx = 16;
+    auto g = models::BuildQwen2Graph(model->arch(), p);
+    auto e = GraphExec::Create(std::make_shared<Graph>(std::move(*g)), model->backends(), kv->get());
+    ASSERT_TRUE(e.ok());
+    // Destroying the exec frees its activation buffers; the KV regions stay.
+  }
+  EXPECT_EQ((*kv)->layer(0).k.buffer, k0.buffer);
+  EXPECT_EQ(model->kv_backend()->HostPtr(k0) != nullptr, true);
+}
+
+// A second backend that declines MatMul: the plan alternates splits, copies
+// tensors only where a split consumes another backend's output, and computes
+// exactly what the single-backend plan computes.
+TEST(ExecutorTest, MultiBackendSplitsMatchSingleBackend) {
+  auto model = Tiny();
+  ASSERT_NE(model, nullptr);
+  PickyCpu picky("picky", {OpKind::kMatMul});
+  cpu::CpuBackend& plain = *static_cast<cpu::CpuBackend*>(model->kv_backend());
+  models::GraphParams p;
+  p.n_tokens = 5;
+  p.n_out = 5;
+  p.n_ctx = 16;
+  auto g = models::BuildQwen2Graph(model->arch(), p);
+  auto graph = std::make_shared<Graph>(std::move(*g));
+  const std::vector<int32_t> tokens = {3, 99, 500, 7, 12}, pos = {0, 1, 2, 3, 4}, rows = {0, 1, 2, 3, 4};
+
+  auto run = [&](std::vector<Backend*> backends, Backend* kv_backend, int* n_splits,
+                 int* n_copies) {
+    auto kv = KvCache::Create(kv_backend, 2, {DType::kF32, 16, model->hparams().n_embd_kv()});
+    auto e = GraphExec::Create(graph, backends, kv->get());
+    EXPECT_TRUE(e.ok()) << e.status();
+    std::vector<float> logits;
+    EXPECT_TRUE((*e)->Run({tokens, pos, rows}, &logits).ok());
+    *n_splits = static_cast<int>((*e)->splits().size());
+    *n_copies = 0;
+    for (const Split& s : (*e)->splits()) {
+      *n_copies += static_cast<int>(s.copies.size());
+      for (const Split::Copy& c : s.copies) {
+        // A copy always crosses backends.
+        EXPECT_NE((*e)->placement(c.node), s.backend);
+      }
+    }
+    return logits;
+  };
+  int s1, c1, s2, c2;
+  auto single = run({&plain}, &plain, &s1, &c1);
+  auto mixed = run({&picky, &plain}, &picky, &s2, &c2);
+  EXPECT_EQ(s1, 1);
+  EXPECT_EQ(c1, 0);
+  EXPECT_GT(s2, 10);  // every MatMul sits in its own CPU split
+  EXPECT_GT(c2, 0);
+  ASSERT_EQ(single.size(), mixed.size());
+  for (size_t i = 0; i < single.size(); ++i) ASSERT_EQ(single[i], mixed[i]) << i;
+}
+
+TEST(ExecutorTest, UnsupportedNodeIsAClearError) {
+  auto model = Tiny();
+  ASSERT_NE(model, nullptr);
+  PickyCpu no_attn("no-attn", {OpKind::kAttn});
+  models::GraphParams p;
+  p.n_ctx = 8;
+  auto g = models::BuildQwen2Graph(model->arch(), p);
+  auto kv = KvCache::Create(&no_attn, 2, {DType::kF32, 8, model->hparams().n_embd_kv()});
+  auto e = GraphExec::Create(std::make_shared<Graph>(std::move(*g)), {&no_attn}, kv->get());
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("Attn"), std::string::npos) << e.status();
+  EXPECT_NE(e.status().message().find("no-attn"), std::string::npos) << e.status();
+}
+
+}  // namespace
+}  // namespace minfer::graph
