@@ -31,3 +31,25 @@ def cuda_kernels(name, srcs, hdrs = [], textual_hdrs = [], deps = [], nvcc_flags
         tags = ["manual"],
         **kwargs
     )
+
+def gpu_test(name, srcs, deps = [], data = [], **kwargs):
+    """A GPU test (tag `gpu`). Under --config=cuda it is the real gtest binary,
+    whose cases skip when no device answers; in plain builds it is a stub
+    that passes and says it was built without CUDA."""
+    native.cc_test(
+        name = name,
+        srcs = select({
+            "//cuda:cuda_enabled": srcs,
+            "//conditions:default": ["//cuda/testing:skip_main.cc"],
+        }),
+        deps = select({
+            "//cuda:cuda_enabled": deps + [
+                "//cuda/testing:gpu_test_util",
+                "//third_party:gtest_main",
+            ],
+            "//conditions:default": [],
+        }),
+        data = data,
+        tags = kwargs.pop("tags", []) + ["gpu"],
+        **kwargs
+    )

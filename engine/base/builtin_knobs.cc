@@ -19,6 +19,31 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
   add({"MINFER_NO_FUSE_FFN", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kGraphRebuild,
        "Disable the decode FFN fusion (FusedFFN): separate gate/up matmuls and SwiGLU."});
+  // CUDA backend (seed §4 escape hatches). Each defaults to the fast path;
+  // setting it restores the simpler mechanism, so every step stays A/B-able.
+  add({"MINFER_DISABLE_CUDA", KnobType::kBool, "0", KnobScope::kGlobal, KnobEffect::kReload,
+       "Never use the GPU: models load on the CPU backend."});
+  add({"MINFER_GPU", KnobType::kInt, "-1", KnobScope::kGlobal, KnobEffect::kReload,
+       "CUDA device index (-1 = the one with the highest compute capability)."});
+  add({"MINFER_NO_CUDA_GRAPH", KnobType::kBool, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture, "Direct kernel launches instead of CUDA Graph capture/replay."});
+  add({"MINFER_NO_PREFILL_CAPTURE", KnobType::kBool, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Capture only decode-shaped graphs (repeated identical-length prefills run direct)."});
+  add({"MINFER_NO_KQ_MMVQ", KnobType::kBool, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "K-quant decode matmuls use the f32-activation kernel instead of MMVQ."});
+  add({"MINFER_NO_DECODE_A_FUSE", KnobType::kBool, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Decode RmsNorm does not write the int8 activation plane; MMVQ quantizes on its own."});
+  add({"MINFER_NO_PINNED_READBACK", KnobType::kBool, "0", KnobScope::kGlobal,
+       KnobEffect::kImmediate, "Read logits back through pageable memory."});
+  add({"MINFER_NO_PREFILL_GEMM", KnobType::kBool, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Prefill matmuls (nt >= 9) run the per-type decode kernels instead of the GEMM."});
+  add({"MINFER_OP_TIMING", KnobType::kBool, "0", KnobScope::kGlobal, KnobEffect::kRecapture,
+       "Time every GPU op (synchronizes after each; disables graph replay); report at exit."});
+  add({"MINFER_TIMING", KnobType::kBool, "0", KnobScope::kGlobal, KnobEffect::kImmediate,
+       "Log the wall time of every forward (prefill or decode step)."});
   add({"MINFER_PREFILL_CHUNK", KnobType::kInt, "512", KnobScope::kPerModel,
        KnobEffect::kGraphRebuild, "Prompt tokens evaluated per prefill step."});
 }

@@ -307,7 +307,12 @@ absl::Status GraphExec::ExecuteSplit(const Split& s) {
       RETURN_IF_ERROR(c.dst.backend->WriteHost(c.dst, staging.data(), c.dst.bytes));
     }
   }
-  ASSIGN_OR_RETURN(bool replayed, s.backend->GraphReplay(uid_, s.begin, s.end, g.NtHint()));
+  absl::StatusOr<bool> replay = s.backend->GraphReplay(uid_, s.begin, s.end, g.NtHint());
+  if (!replay.ok()) {
+    (void)s.backend->Synchronize();  // close the window the hook may have opened
+    return replay.status();
+  }
+  const bool replayed = *replay;
   if (!replayed) {
     ExecArgs args;
     if (kv_ != nullptr) args.kv_layout = kv_->layout();

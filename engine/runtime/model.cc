@@ -9,6 +9,7 @@
 #include "engine/base/logging.h"
 #include "engine/base/status.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/runtime/device_backend.h"
 #include "engine/tokenizer/gguf_tokenizer.h"
 
 namespace minfer::runtime {
@@ -58,13 +59,36 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
     return absl::InvalidArgumentError(
         absl::StrCat("backend '", want, "' is not one of cpu|cuda|auto"));
   }
-  if (want == "cuda") {
-    return absl::UnavailableError(
-        "backend 'cuda' requested, but this build has no CUDA backend (build with --config=cuda)");
-  }
   ThreadPool* pool = options.pool ? options.pool : &DefaultThreadPool();
+  if (want != "cpu") {
+    std::vector<DeviceBackendProvider> providers = DeviceBackendProviders();
+    if (providers.empty() && want == "cuda") {
+      return absl::UnavailableError(
+          "backend 'cuda' requested, but this build has no CUDA backend (build with --config=cuda)");
+    }
+    for (const DeviceBackendProvider& p : providers) {
+      DeviceBackendRequest req;
+      req.model = m->arch_.get();
+      req.knobs = &m->knobs_;
+      req.model_name = m->name_;
+      req.progress = options.progress;
+      auto backend = p.create(req);
+      if (backend.ok()) {
+        m->backends_.push_back(std::move(*backend));
+        m->gpu_ = true;
+        break;
+      }
+      if (want == "cuda") {
+        return absl::UnavailableError(absl::StrCat("model '", path, "' cannot run on ", p.name,
+                                                   ": ", backend.status().message()));
+      }
+      Logger("runtime")->info("{}: staying on the CPU: {}", path, backend.status().message());
+    }
+  }
   m->backends_.push_back(std::make_unique<cpu::CpuBackend>(pool));
-  if (options.prefetch) Prefetch(*m->file_, *pool, options.progress);
+  // Device backends uploaded the weights (reporting progress); the CPU path
+  // touches the mapping instead.
+  if (options.prefetch && !m->gpu_) Prefetch(*m->file_, *pool, options.progress);
   m->load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Logger("runtime")->debug("loaded {}: {}", path, m->Summary());
   return m;
@@ -74,6 +98,21 @@ std::vector<graph::Backend*> Model::backends() const {
   std::vector<graph::Backend*> out;
   for (const auto& b : backends_) out.push_back(b.get());
   return out;
+}
+
+absl::Status Model::SetKnobOverride(const std::string& name, std::optional<std::string> value) {
+  if (value.has_value()) {
+    RETURN_IF_ERROR(KnobRegistry::Global().ValidateOverrides({{name, *value}}));
+    ASSIGN_OR_RETURN(KnobInfo info, KnobRegistry::Global().Get(name));
+    ASSIGN_OR_RETURN(std::string normalized, KnobRegistry::Normalize(info.spec, *value));
+    auto it = knobs_.find(name);
+    if (it != knobs_.end() && it->second == normalized) return absl::OkStatus();
+    knobs_[name] = normalized;
+  } else if (knobs_.erase(name) == 0) {
+    return absl::OkStatus();
+  }
+  ++knob_gen_;
+  return absl::OkStatus();
 }
 
 graph::DType Model::DefaultKvType() const {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,15 @@ class Model {
   // on the CPU and f16 on a GPU when n_layers x n_kv_embd >= 8192.
   graph::DType DefaultKvType() const;
   const KnobOverrides& knobs() const { return knobs_; }
+  // Sets (`value`) or removes (nullopt) one per-model override at run time,
+  // validated like ModelOptions::knobs (INVALID_ARGUMENT names the knob).
+  // Not thread-safe: sessions and backends read the overrides during their
+  // steps without locking, so call it only from the thread that drives this
+  // model's sessions, between steps (the daemon's slot worker does). Sessions
+  // see knob_generation() move at their next Eval and rebuild their graphs.
+  absl::Status SetKnobOverride(const std::string& name, std::optional<std::string> value);
+  // Increments on every change made by SetKnobOverride.
+  uint64_t knob_generation() const { return knob_gen_; }
 
   uint64_t weight_bytes() const { return arch_->weight_bytes(); }
   double load_seconds() const { return load_seconds_; }
@@ -76,6 +86,7 @@ class Model {
   std::string name_;
   bool gpu_ = false;
   KnobOverrides knobs_;
+  uint64_t knob_gen_ = 0;
   double load_seconds_ = 0;
 };
 

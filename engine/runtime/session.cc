@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const M
                                                    layout.n_kv_embd));
   }
   ASSIGN_OR_RETURN(s->kv_, graph::KvCache::Create(kvb, static_cast<int>(hp.n_layer), layout));
-  s->knob_gen_ = KnobRegistry::Global().generation();
+  s->knob_gen_ = KnobRegistry::Global().generation() + s->model_->knob_generation();
   return s;
 }
 
@@ -50,9 +50,11 @@ int64_t Session::graph_bytes() const {
 
 absl::StatusOr<graph::GraphExec*> Session::GetGraph(int64_t n_tokens, int64_t n_out) {
   KnobRegistry& knobs = KnobRegistry::Global();
-  if (knobs.generation() != knob_gen_) {
+  // Both counters only grow, so their sum moves whenever either does.
+  const uint64_t gen = knobs.generation() + model_->knob_generation();
+  if (gen != knob_gen_) {
     graphs_.clear();  // a knob that shapes graphs may have changed
-    knob_gen_ = knobs.generation();
+    knob_gen_ = gen;
   }
   models::GraphParams p;
   p.n_tokens = n_tokens;
@@ -128,6 +130,10 @@ absl::StatusOr<std::vector<float>> Session::Eval(absl::Span<const int32_t> token
     }
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (KnobRegistry::Global().GetBool("MINFER_TIMING")) {
+    Logger("runtime")->info("forward: {} tokens at position {} in {:.3f} ms ({:.1f} t/s)", n, start,
+                            secs * 1e3, n / secs);
+  }
   if (n == 1) {
     stats_.decode_tokens += 1;
     stats_.decode_seconds += secs;

@@ -25,8 +25,7 @@ const LogitKernels* Avx2LogitKernels() {
 
 const LogitKernels* Avx512LogitKernels() {
   const CpuFeatures& cpu = GetCpuFeatures();
-  return cpu.avx512f && cpu.avx512bw ? &Avx512LogitKernelsUnchecked()
-                                     : nullptr;
+  return cpu.avx512f && cpu.avx512bw ? &Avx512LogitKernelsUnchecked() : nullptr;
 }
 
 const LogitKernels& GetLogitKernels() {

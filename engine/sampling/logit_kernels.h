@@ -62,8 +62,7 @@ struct LogitKernels {
   // ids[i] = 0 if p[i] < floor (or NaN), else the histogram bucket of p[i]
   // in [1, kNumBuckets): (bits(p) >> kBucketShift) - kBucketBase + 1,
   // clamped. Requires 0 <= p[i] <= 1. Returns the number of nonzero ids.
-  int64_t (*bucket_ids)(const float* p, int64_t n, float floor,
-                        uint16_t* ids);
+  int64_t (*bucket_ids)(const float* p, int64_t n, float floor, uint16_t* ids);
 
   // Writes the indices i with ids[i] == value, in increasing order, to
   // out[0, count) and returns count; stops once `max_count` are found

@@ -143,8 +143,8 @@ struct KernelImpl {
   // One group of 16: accumulates exp(d) into acc, stores the tempered exp
   // (if p) and accumulates it into pacc.
   template <bool kTempered, bool kStore>
-  static void ExpGroup(const float* l, float* p, F max, float inv_temp,
-                       F* acc, F* pacc) {
+  static void ExpGroup(const float* l, float* p, F max, float inv_temp, F* acc,
+                       F* pacc) {
     for (int k = 0; k < kParts; ++k) {
       const F d = Load(l + k * kW) - max;
       const F e = Exp(d);
@@ -185,9 +185,8 @@ struct KernelImpl {
     int64_t i = 0;
     while (i + kLanes <= n) {
       // Inner loop without the flush check, so it stays tight.
-      const int64_t groups = (n - i) / kLanes < kFlushGroups
-                                 ? (n - i) / kLanes
-                                 : kFlushGroups;
+      const int64_t groups =
+          (n - i) / kLanes < kFlushGroups ? (n - i) / kLanes : kFlushGroups;
       const int64_t end = i + groups * kLanes;
       for (; i < end; i += kLanes) {
         ExpGroup<kTempered, kStore>(l + i, kStore ? p + i : nullptr, max,
@@ -217,7 +216,8 @@ struct KernelImpl {
   static double ExpSum(const float* l, int64_t n, float max, float inv_temp,
                        float* p, double* p_sum) {
     if (p == nullptr) {
-      const double sum = ExpSumT<false, false>(l, n, max, 1.0f, nullptr, nullptr);
+      const double sum =
+          ExpSumT<false, false>(l, n, max, 1.0f, nullptr, nullptr);
       if (p_sum != nullptr) *p_sum = sum;  // never requested; keep it defined
       return sum;
     }
@@ -312,8 +312,8 @@ struct KernelImpl {
     return count;
   }
 
-  static constexpr LogitKernels kTable = {
-      &Max, &FirstAbove, &ExpSum, &KeptBlockMass, &BucketIds, &FindId};
+  static constexpr LogitKernels kTable = {&Max,           &FirstAbove, &ExpSum,
+                                          &KeptBlockMass, &BucketIds,  &FindId};
 };
 
 }  // namespace

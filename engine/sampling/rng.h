@@ -61,9 +61,7 @@ class Xoshiro256StarStar {
 
   // Uniform double in [0, 1) with 53 random bits: the top 53 bits of one
   // output scaled by 2^-53 (exact; never returns 1.0).
-  double NextDouble() {
-    return static_cast<double>(Next() >> 11) * 0x1.0p-53;
-  }
+  double NextDouble() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
  private:
   static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

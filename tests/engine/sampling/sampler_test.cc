@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "engine/sampling/rng.h"
 #include "gtest/gtest.h"
 
 namespace minfer {
@@ -176,7 +177,8 @@ TEST(SamplerTest, RejectsBadLogits) {
   EXPECT_NE(st.message().find("token 4 is NaN"), absl::string_view::npos) << st;
   l[4] = kInf;
   st = s->Sample(l.data(), 6).status();
-  EXPECT_NE(st.message().find("token 4 is +inf"), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("token 4 is +inf"), absl::string_view::npos)
+      << st;
   std::fill(l.begin(), l.end(), -kInf);
   st = s->Sample(l.data(), 6).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
@@ -207,7 +209,8 @@ TEST(SamplerTest, PenaltyOverflowToInfinityIsReported) {
   const std::vector<float> l = {0.0f, 0.0f, 3e38f, 0.0f};
   const absl::Status st = s->Sample(l.data(), 4).status();
   EXPECT_NE(st.message().find("token 2"), absl::string_view::npos) << st;
-  EXPECT_NE(st.message().find("after penalties"), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("after penalties"), absl::string_view::npos)
+      << st;
 }
 
 // ------------------------------------------------------------------ Greedy
@@ -317,6 +320,63 @@ TEST(SamplerTest, SameSeedSameTokensDifferentSeedDifferentTokens) {
   }
 }
 
+// Pins the exact tokens of a seeded run: the determinism promise across
+// CPUs (run it with MINFER_FORCE_SCALAR=1 too: same tokens) and a guard
+// against silent changes of the algorithm. Logits come from SplitMix64, not
+// <random>, whose distributions differ between standard libraries.
+TEST(SamplerTest, GoldenSequenceIsStable) {
+  constexpr int64_t kVocab = 152064;
+  struct Config {
+    const char* name;
+    SamplingParams params;
+    std::vector<int32_t> want;
+  };
+  SamplingParams top_p;
+  top_p.temperature = 0.8f;
+  top_p.top_p = 0.9f;
+  top_p.min_p = 0.001f;
+  top_p.seed = 20240607;
+  SamplingParams top_k = top_p;
+  top_k.top_k = 40;
+  top_k.repetition_penalty = 1.3f;
+  top_k.frequency_penalty = 0.5f;
+  SamplingParams plain;
+  plain.seed = 7;
+  std::vector<Config> configs = {
+      {"top_p",
+       top_p,
+       {80662, 120332, 83156, 17434, 56183, 129198, 132735, 88197, 132534,
+        147881, 142894, 126359}},
+      {"top_k",
+       top_k,
+       {106019, 117046, 83156, 90362, 18006, 115273, 17754, 104895, 37568,
+        84396, 16226, 64286}},
+      {"plain",
+       plain,
+       {106019, 42748, 126716, 149305, 150557, 132649, 9522, 15995, 61372,
+        23717, 81231, 112122}},
+  };
+  std::vector<float> l(kVocab);
+  for (Config& c : configs) {
+    auto s = MakeSampler(c.params, kVocab);
+    SplitMix64 gen(99);
+    std::vector<int32_t> got;
+    for (int step = 0; step < 12; ++step) {
+      // Peaked-ish rows: uniform logits in [-8, 8) plus a few strong ones.
+      for (float& x : l) {
+        x = static_cast<float>(
+            static_cast<double>(gen.Next() >> 11) * 0x1.0p-53 * 16.0 - 8.0);
+      }
+      for (int j = 0; j < 5; ++j) l[gen.Next() % kVocab] += 6.0f;
+      auto t = s->Sample(l.data(), kVocab);
+      ASSERT_TRUE(t.ok()) << t.status();
+      ASSERT_TRUE(s->Accept(t->token).ok());
+      got.push_back(t->token);
+    }
+    EXPECT_EQ(got, c.want) << c.name << ": got " << testing::PrintToString(got);
+  }
+}
+
 TEST(SamplerTest, DistributionDoesNotAdvanceTheStream) {
   SamplingParams p;
   p.seed = 9;
@@ -334,8 +394,8 @@ TEST(SamplerTest, DistributionDoesNotAdvanceTheStream) {
 
 TEST(SamplerTest, PlainSamplingMatchesSoftmax) {
   // Small vocabulary, temperature 1, nothing truncated.
-  const std::vector<float> l = {1.0f, 2.0f, 0.5f, -1.0f, 3.0f,
-                                2.5f, 0.0f, -0.5f, 1.5f, 2.2f};
+  const std::vector<float> l = {1.0f, 2.0f, 0.5f,  -1.0f, 3.0f,
+                                2.5f, 0.0f, -0.5f, 1.5f,  2.2f};
   SamplingParams p;
   p.seed = 77;
   auto s = MakeSampler(p, 10);
@@ -403,8 +463,8 @@ TEST(SamplerTest, TopKKeepsExactlyTheKLargest) {
 // Probabilities {0.5, 0.3, 0.15, 0.05} plus two masked tokens, so the top-k
 // path (top_k = 5 < 6) sees the same candidates as the full path.
 std::vector<float> FourTokenLogits() {
-  return {std::log(0.5f), std::log(0.3f), -kInf,
-          std::log(0.15f), -kInf, std::log(0.05f)};
+  return {std::log(0.5f),  std::log(0.3f), -kInf,
+          std::log(0.15f), -kInf,          std::log(0.05f)};
 }
 
 TEST(SamplerTest, TopPHandComputed) {
@@ -425,7 +485,8 @@ TEST(SamplerTest, TopPHandComputed) {
     for (const Case& c : cases) {
       p.top_p = c.top_p;
       auto s = MakeSampler(p, 6);
-      SCOPED_TRACE(testing::Message() << "top_k=" << top_k << " top_p=" << c.top_p);
+      SCOPED_TRACE(testing::Message()
+                   << "top_k=" << top_k << " top_p=" << c.top_p);
       ExpectSameDistribution(ToMap(*s->Distribution(l.data(), 6)), c.want);
       const auto counts = Draw(*s, l, 4000);
       for (const auto& [token, count] : counts) {
@@ -465,7 +526,8 @@ TEST(SamplerTest, TopPRandomMatchesReference) {
         SamplingParams untruncated = p;
         untruncated.top_p = 1.0f;
         std::vector<double> probs;
-        for (const auto& [token, prob] : ReferenceDistribution(l, untruncated)) {
+        for (const auto& [token, prob] :
+             ReferenceDistribution(l, untruncated)) {
           probs.push_back(prob);
         }
         std::sort(probs.rbegin(), probs.rend());
@@ -506,8 +568,9 @@ TEST(SamplerTest, TopPDrawsFollowTruncatedDistribution) {
 
 TEST(SamplerTest, MinPRemovesTokensBelowFractionOfMax) {
   // Probabilities {0.5, 0.3, 0.1, 0.06, 0.04} at temperature 1.
-  const std::vector<float> l = {std::log(0.5f), std::log(0.3f), std::log(0.1f),
-                                std::log(0.06f), std::log(0.04f), -kInf};
+  const std::vector<float> l = {std::log(0.5f),  std::log(0.3f),
+                                std::log(0.1f),  std::log(0.06f),
+                                std::log(0.04f), -kInf};
   for (int32_t top_k : {0, 5}) {
     SamplingParams p;
     p.top_k = top_k;
@@ -626,13 +689,13 @@ TEST(SamplerTest, PenaltiesHandComputed) {
   EXPECT_EQ(s->history_size(), 5);
   // counts: 0 -> 1, 1 -> 1, 3 -> 2, 6 -> 1.
   const std::vector<double> want_logits = {
-      2.0 / 1.5 - (0.25 + 0.5),        // 0.58333
-      -1.0 * 1.5 - (0.25 + 0.5),       // -2.25
-      0.9,                             //
-      2.5 / 1.5 - (2 * 0.25 + 0.5),    // 0.66667
-      -2.0,                            //
-      0.0,                             //
-      1.0 / 1.5 - (0.25 + 0.5),        // -0.08333
+      2.0 / 1.5 - (0.25 + 0.5),      // 0.58333
+      -1.0 * 1.5 - (0.25 + 0.5),     // -2.25
+      0.9,                           //
+      2.5 / 1.5 - (2 * 0.25 + 0.5),  // 0.66667
+      -2.0,                          //
+      0.0,                           //
+      1.0 / 1.5 - (0.25 + 0.5),      // -0.08333
       -0.5};
   int32_t token = -1;
   const std::vector<double> got = LogprobsOf(*s, kPenaltyLogits, &token);
@@ -680,8 +743,8 @@ TEST(SamplerTest, PenaltyWindowLimitsTheHistory) {
   auto off = MakeSampler(p, 8);
   ASSERT_TRUE(off->SetPrompt({3, 3, 3}).ok());
   got = LogprobsOf(*off, kPenaltyLogits, &token);
-  want = LogSoftmax(std::vector<double>(kPenaltyLogits.begin(),
-                                        kPenaltyLogits.end()));
+  want = LogSoftmax(
+      std::vector<double>(kPenaltyLogits.begin(), kPenaltyLogits.end()));
   for (int i = 0; i < 8; ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
@@ -728,7 +791,9 @@ TEST(SamplerTest, PenaltiesMatchNaiveWindowRecount) {
       const std::vector<float> l = RandomLogits(kVocab, step, 1.0f);
       // Naive reference: count the window from the full history.
       const size_t begin =
-          last_n < 0 ? 0 : history.size() - std::min<size_t>(last_n, history.size());
+          last_n < 0
+              ? 0
+              : history.size() - std::min<size_t>(last_n, history.size());
       std::map<int32_t, int> counts;
       for (size_t i = begin; i < history.size(); ++i) ++counts[history[i]];
       std::vector<float> penalized = l;
@@ -815,8 +880,8 @@ TEST(SamplerTest, LogprobsMatchFloat64LogSoftmax) {
     CheckLogprobs(p, l);
   }
   p.temperature = 0.0f;
-  p.banned_tokens = {static_cast<int32_t>(
-      std::max_element(l.begin(), l.end()) - l.begin())};
+  p.banned_tokens = {
+      static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin())};
   {
     SCOPED_TRACE("greedy with the argmax banned");
     CheckLogprobs(p, l);

@@ -72,7 +72,10 @@ TEST(SamplingParamsTest, EachBadFieldIsNamed) {
       {"penalty_last_n", [](SamplingParams& p) { p.penalty_last_n = -2; }},
       {"n_logprobs", [](SamplingParams& p) { p.n_logprobs = 21; }},
       {"n_logprobs", [](SamplingParams& p) { p.n_logprobs = -1; }},
-      {"banned_tokens[1]", [](SamplingParams& p) { p.banned_tokens = {3, -1}; }},
+      {"banned_tokens[1]",
+       [](SamplingParams& p) {
+         p.banned_tokens = {3, -1};
+       }},
   };
   for (const BadCase& c : cases) {
     SamplingParams p;

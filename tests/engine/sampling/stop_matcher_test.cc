@@ -47,7 +47,8 @@ std::vector<std::string> Bytes(const std::string& s) {
 TEST(StopMatcherTest, EmptyStopIsRejected) {
   const auto m = StopMatcher::Create({"ok", ""});
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(m.status().message().find("stop string 1"), absl::string_view::npos);
+  EXPECT_NE(m.status().message().find("stop string 1"),
+            absl::string_view::npos);
 }
 
 TEST(StopMatcherTest, NoStopsPassesThrough) {
@@ -61,14 +62,16 @@ TEST(StopMatcherTest, NoStopsPassesThrough) {
 TEST(StopMatcherTest, StopSplitAcrossManyFeeds) {
   auto m = Make({"</answer>"});
   EXPECT_EQ(m->Feed("The answer is 42").emit, "The answer is 42");
-  const std::vector<std::string> pieces = {"<", "/", "ans", "w", "er", ">",
-                                           " trailing"};
+  const std::vector<std::string> pieces = {"<",  "/", "ans",      "w",
+                                           "er", ">", " trailing"};
   const size_t held[] = {1, 2, 5, 6, 8};
   for (size_t i = 0; i < pieces.size(); ++i) {
     StopFeedResult r = m->Feed(pieces[i]);
     EXPECT_EQ(r.emit, "") << i;  // nothing of the stop string leaks
     EXPECT_EQ(r.stopped, i >= 5) << i;
-    if (i < 5) EXPECT_EQ(m->held_size(), held[i]) << i;
+    if (i < 5) {
+      EXPECT_EQ(m->held_size(), held[i]) << i;
+    }
   }
   EXPECT_TRUE(m->stopped());
   EXPECT_EQ(m->matched_stop(), 0);
@@ -197,8 +200,11 @@ TEST(StopMatcherTest, EveryEmittedPieceIsValidUtf8) {
     size_t i = 0;
     while (i < s.size()) {
       const unsigned char c = s[i];
-      const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
-                                       : (c >> 3) == 30 ? 4 : 0;
+      const size_t len = c < 0x80         ? 1
+                         : (c >> 5) == 6  ? 2
+                         : (c >> 4) == 14 ? 3
+                         : (c >> 3) == 30 ? 4
+                                          : 0;
       if (len == 0 || i + len > s.size()) return false;
       for (size_t k = 1; k < len; ++k) {
         if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
@@ -221,7 +227,8 @@ TEST(StopMatcherTest, EveryEmittedPieceIsValidUtf8) {
 
 // Reference: the first stop to complete in the whole text (earliest end,
 // then earliest start); the output is everything before it.
-Outcome Reference(const std::vector<std::string>& stops, const std::string& text) {
+Outcome Reference(const std::vector<std::string>& stops,
+                  const std::string& text) {
   Outcome o{text, false, -1};
   size_t best_end = std::string::npos, best_pos = 0;
   for (size_t i = 0; i < stops.size(); ++i) {
@@ -242,11 +249,13 @@ Outcome Reference(const std::vector<std::string>& stops, const std::string& text
 }
 
 // Longest suffix of `s` that is a proper prefix of some stop.
-size_t ReferenceHold(const std::vector<std::string>& stops, const std::string& s) {
+size_t ReferenceHold(const std::vector<std::string>& stops,
+                     const std::string& s) {
   size_t best = 0;
   for (const std::string& stop : stops) {
     for (size_t len = 1; len < stop.size() && len <= s.size(); ++len) {
-      if (s.compare(s.size() - len, len, stop, 0, len) == 0) best = std::max(best, len);
+      if (s.compare(s.size() - len, len, stop, 0, len) == 0)
+        best = std::max(best, len);
     }
   }
   return best;
@@ -264,7 +273,8 @@ TEST(StopMatcherTest, RandomSplitsAgreeWithReference) {
     }
     std::string text;
     const int n = 5 + trial % 30;
-    for (int i = 0; i < n; ++i) text += static_cast<char>('a' + letter(gen) + (i % 7 == 6));
+    for (int i = 0; i < n; ++i)
+      text += static_cast<char>('a' + letter(gen) + (i % 7 == 6));
     // Random split points.
     std::vector<std::string> pieces;
     for (size_t i = 0; i < text.size();) {
@@ -273,7 +283,8 @@ TEST(StopMatcherTest, RandomSplitsAgreeWithReference) {
       i += take;
     }
     const Outcome want = Reference(stops, text);
-    for (const auto& split : {pieces, Bytes(text), std::vector<std::string>{text}}) {
+    for (const auto& split :
+         {pieces, Bytes(text), std::vector<std::string>{text}}) {
       const Outcome got = FeedPieces(stops, split);
       ASSERT_EQ(got.text, want.text) << "trial " << trial << " text " << text;
       ASSERT_EQ(got.stopped, want.stopped) << trial;
@@ -286,7 +297,8 @@ TEST(StopMatcherTest, RandomSplitsAgreeWithReference) {
       for (const std::string& piece : pieces) {
         m->Feed(piece);
         fed += piece;
-        ASSERT_EQ(m->held_size(), ReferenceHold(stops, fed)) << trial << " " << fed;
+        ASSERT_EQ(m->held_size(), ReferenceHold(stops, fed))
+            << trial << " " << fed;
       }
     }
   }

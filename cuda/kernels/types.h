@@ -1,0 +1,68 @@
+// Types shared by the CUDA kernels (device) and their host launchers: plain
+// C++, includable by g++ and nvcc alike. Weight blocks are the GGUF layouts
+// of engine/quant/blocks.h, byte for byte, except Q6_K, which the device
+// registry stores padded to 224 bytes (seed §3.2.2) so kernels can use
+// aligned 16-byte loads.
+#ifndef MINFER_CUDA_KERNELS_TYPES_H_
+#define MINFER_CUDA_KERNELS_TYPES_H_
+
+#include <cstdint>
+
+#include "engine/quant/blocks.h"
+#include "engine/quant/ggml_types.h"
+
+namespace minfer::cuda {
+
+// Bytes of one Q6_K super-block in the device registry's padded layout:
+// the 210 GGUF bytes (ql, qh, scales, d) followed by 14 zero bytes.
+inline constexpr int kQ6KPaddedBytes = 224;
+
+// KV cache element types (graph::DType kF32/kF16/kQ8_0).
+enum class KvType : int32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2 };
+
+// A weight matrix as kernels see it: `rows` rows of `k` elements, row r at
+// data + r * row_bytes. For Q6_K, row_bytes reflects the padded layout
+// (k / 256 * 224) when `q6k_padded`.
+struct WeightView {
+  GgmlType type = GgmlType::kF32;
+  const void* data = nullptr;
+  int64_t k = 0;
+  int64_t rows = 0;
+  int64_t row_bytes = 0;
+  bool q6k_padded = false;
+};
+
+// Bytes of one block of `type` in device memory (Q6_K padded or not).
+inline int64_t DeviceBlockBytes(GgmlType type, bool q6k_padded) {
+  if (type == GgmlType::kQ6_K && q6k_padded) return kQ6KPaddedBytes;
+  return TraitsOf(type).type_size;
+}
+
+// Attention geometry of one layer.
+struct AttnParams {
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;   // <= 128, multiple of 4 (split-KV kernel)
+  float scale = 1.0f;     // softmax scale, 1/sqrt(head_dim)
+  int64_t n_ctx = 0;      // cache rows
+  KvType kv_type = KvType::kF32;
+  int64_t n_kv_embd() const { return static_cast<int64_t>(n_head_kv) * head_dim; }
+};
+
+// Split-KV decode attention: the KV range is cut into this many stripes, one
+// warp each per head, merged by a combine kernel. Frozen: it is baked into
+// captured graphs and changing it changes numerics (seed §2.4).
+inline constexpr int kAttnSplits = 32;
+
+// Device error flag values (CudaState keeps one int on the device; kernels
+// that meet data they cannot handle set it, the backend reports it at the
+// next synchronize).
+enum DeviceError : int32_t {
+  kDeviceOk = 0,
+  kDeviceBadPosition = 1,  // a position outside [0, n_ctx)
+  kDeviceBadTokenId = 2,   // a GetRows id outside the table
+};
+
+}  // namespace minfer::cuda
+
+#endif  // MINFER_CUDA_KERNELS_TYPES_H_

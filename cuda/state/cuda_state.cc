@@ -1,0 +1,247 @@
+#include "cuda/state/cuda_state.h"
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/base/knobs.h"
+#include "engine/base/logging.h"
+
+namespace minfer::cuda {
+
+const char* DeviceTierName(DeviceTier t) {
+  switch (t) {
+    case DeviceTier::kVolta: return "volta";
+    case DeviceTier::kTuring: return "turing";
+    case DeviceTier::kAmpere: return "ampere";
+    case DeviceTier::kHopper: return "hopper";
+    case DeviceTier::kBlackwell: return "blackwell";
+  }
+  return "?";
+}
+
+DeviceTier TierOf(int cc) {
+  if (cc >= 1000) return DeviceTier::kBlackwell;
+  if (cc >= 900) return DeviceTier::kHopper;
+  if (cc >= 800) return DeviceTier::kAmpere;
+  if (cc >= 750) return DeviceTier::kTuring;
+  return DeviceTier::kVolta;
+}
+
+absl::Status CudaStatus(cudaError_t err, const char* what, const char* file, int line) {
+  std::string msg = absl::StrCat("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+                                 ") in ", what, " at ", file, ":", line);
+  if (err == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::StatusOr<CudaState*> CudaState::Get() {
+  static absl::StatusOr<CudaState*>* state = [] {
+    auto* s = new absl::StatusOr<CudaState*>(absl::UnavailableError("uninitialized"));
+    if (KnobRegistry::Global().GetBool("MINFER_DISABLE_CUDA")) {
+      *s = absl::UnavailableError("CUDA disabled (MINFER_DISABLE_CUDA=1)");
+      return s;
+    }
+    auto* st = new CudaState;
+    absl::Status init = st->Init();
+    if (init.ok()) {
+      *s = st;
+    } else {
+      *s = init;
+      Logger("cuda")->info("CUDA: not available, using CPU fallback ({})", init.message());
+    }
+    return s;
+  }();
+  return *state;
+}
+
+absl::Status CudaState::Init() {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    return absl::UnavailableError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(err)));
+  }
+  if (count == 0) return absl::UnavailableError("no CUDA device");
+  const int64_t want = KnobRegistry::Global().GetInt("MINFER_GPU");
+  int best = -1, best_cc = -1;
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, d) != cudaSuccess) continue;
+    int cc = p.major * 100 + p.minor * 10;
+    if (want >= 0 ? d == want : cc > best_cc) {
+      best = d;
+      best_cc = cc;
+    }
+  }
+  if (best < 0) {
+    return absl::UnavailableError(want >= 0 ? absl::StrCat("MINFER_GPU=", want, " is not a device (",
+                                                           count, " present)")
+                                            : "no CUDA device answered");
+  }
+  if (best_cc < 700) {
+    return absl::UnavailableError(absl::StrCat("device ", best, " has compute capability ",
+                                               best_cc / 100, ".", best_cc % 100 / 10,
+                                               "; minfer needs sm_70 or newer"));
+  }
+  device_ = best;
+  MINFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  cudaDeviceProp p;
+  MINFER_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&p, device_));
+  cc_ = best_cc;
+  sm_count_ = p.multiProcessorCount;
+  name_ = p.name;
+  tier_ = TierOf(cc_);
+  total_bytes_ = p.totalGlobalMem;
+  MINFER_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // The error flag lives in mapped pinned host memory: kernels write it
+  // through its device alias (only when something is wrong), and the host
+  // reads it after a synchronize without an extra copy.
+  MINFER_CUDA_RETURN_IF_ERROR(
+      cudaHostAlloc(reinterpret_cast<void**>(&error_host_), sizeof(int32_t), cudaHostAllocMapped));
+  *error_host_ = 0;
+  MINFER_CUDA_RETURN_IF_ERROR(
+      cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_flag_), error_host_, 0));
+  std::fprintf(stderr, "CUDA: using %s (SM %d.%d, %zu MB, %d SMs)\n", name_.c_str(), p.major,
+               p.minor, total_bytes_ >> 20, sm_count_);
+  Logger("cuda")->info("CUDA: using {} (SM {}.{}, {} MB, {} SMs), tier {}", name_, p.major,
+                       p.minor, total_bytes_ >> 20, sm_count_, DeviceTierName(tier_));
+  return absl::OkStatus();
+}
+
+size_t CudaState::FreeBytes() const {
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  return free_b;
+}
+
+absl::StatusOr<void*> CudaState::Malloc(size_t bytes, const std::string& what) {
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+  if (err != cudaSuccess || p == nullptr) {
+    cudaGetLastError();  // allocation failures are not sticky; clear them
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "CUDA: cannot allocate %d bytes for %s (%d bytes free of %d): %s", bytes, what,
+        FreeBytes(), total_bytes_, cudaGetErrorString(err)));
+  }
+  return p;
+}
+
+void CudaState::Free(void* p) {
+  if (p != nullptr) cudaFree(p);
+}
+
+uint64_t CudaState::NewOwnerId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
+namespace {
+
+// Repacks Q6_K super-blocks (210 bytes) into 224-byte slots so every block
+// starts 16-byte aligned (seed §3.2.2: aligned uint4 weight loads).
+std::vector<uint8_t> PadQ6K(const uint8_t* src, uint64_t n_blocks) {
+  std::vector<uint8_t> out(n_blocks * kQ6KPaddedBytes, 0);
+  for (uint64_t b = 0; b < n_blocks; ++b) {
+    std::memcpy(out.data() + b * kQ6KPaddedBytes, src + b * 210, 210);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<WeightView> CudaState::RegisterWeight(uint64_t owner, const graph::Weight& w) {
+  const bool padded = w.type == GgmlType::kQ6_K;
+  const uint64_t blocks = static_cast<uint64_t>(w.ne0() / TraitsOf(w.type).block_size) * w.rows();
+  const uint64_t device_bytes = padded ? blocks * kQ6KPaddedBytes : w.nbytes;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    auto it = weights_.find({owner, w.name});
+    if (it != weights_.end()) {
+      if (it->second.raw_bytes == w.nbytes) return it->second.view;
+      // A different size under the same name: a new upload replaces it. The
+      // old buffer is freed only by ReleaseWeights (a captured graph of the
+      // owner's backend may still reference it until then).
+    }
+  }
+  void* ptr = nullptr;
+  {
+    auto p = Malloc(device_bytes, absl::StrCat("weight '", w.name, "'"));
+    if (!p.ok()) return p.status();
+    ptr = *p;
+  }
+  std::vector<uint8_t> padded_bytes;
+  const void* src = w.data;
+  if (padded) {
+    padded_bytes = PadQ6K(w.data, blocks);
+    src = padded_bytes.data();
+  }
+  {
+    // Stream-ordered copy + a synchronize of that stream (never the legacy
+    // blocking cudaMemcpy, which would break another thread's capture).
+    std::lock_guard<std::recursive_mutex> lock(stream_lock_);
+    cudaError_t err = cudaMemcpyAsync(ptr, src, device_bytes, cudaMemcpyHostToDevice, stream_);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
+    if (err != cudaSuccess) {
+      Free(ptr);
+      return CudaStatus(err, absl::StrCat("upload of '", w.name, "'").c_str(), __FILE__, __LINE__);
+    }
+  }
+  WeightView v;
+  v.type = w.type;
+  v.data = ptr;
+  v.k = w.ne0();
+  v.rows = w.rows();
+  v.row_bytes = static_cast<int64_t>(w.ne0() / TraitsOf(w.type).block_size) *
+                DeviceBlockBytes(w.type, padded);
+  v.q6k_padded = padded;
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  Entry& e = weights_[{owner, w.name}];
+  e.view = v;
+  e.ptr = ptr;  // (a replaced entry's old buffer is leaked until release; see above)
+  e.raw_bytes = w.nbytes;
+  e.device_bytes = device_bytes;
+  return v;
+}
+
+const WeightView* CudaState::FindWeight(uint64_t owner, const std::string& name) const {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  auto it = weights_.find({owner, name});
+  return it == weights_.end() ? nullptr : &it->second.view;
+}
+
+void CudaState::ReleaseWeights(uint64_t owner) {
+  std::lock_guard<std::recursive_mutex> slock(stream_lock_);
+  cudaStreamSynchronize(stream_);  // no kernel may still read them
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  for (auto it = weights_.begin(); it != weights_.end();) {
+    if (it->first.first == owner) {
+      Free(it->second.ptr);
+      it = weights_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+uint64_t CudaState::WeightBytes(uint64_t owner) const {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  uint64_t total = 0;
+  for (const auto& [key, e] : weights_) {
+    if (key.first == owner) total += e.device_bytes;
+  }
+  return total;
+}
+
+int32_t CudaState::TakeDeviceError() {
+  volatile int32_t* flag = error_host_;
+  int32_t v = *flag;
+  if (v != 0) *flag = 0;
+  return v;
+}
+
+}  // namespace minfer::cuda

