@@ -8,9 +8,11 @@
 // Q4_K, Q6_K) produce the same bits as the scalar code.
 //
 // Quantization uses minfer's own algorithms. It is deterministic: the same
-// input gives the same bytes on every x86-64 CPU (it is scalar code built
-// without FP contraction). Input must be finite; NaN/inf give unspecified
-// (memory-safe) codes. Thread-safe, no allocation.
+// input gives the same bytes on every x86-64 CPU (one code path, scalar plus
+// baseline SSE2, built without FP contraction; F16/BF16 use converters that
+// are bit-identical across ISAs). Input must be finite; NaN/inf give
+// unspecified (memory-safe) codes. Thread-safe, no allocation. Source and
+// destination must not overlap.
 //
 // Error bounds (A = max |x| of the block, d = the block's stored scale/step as
 // decoded, eps_h = 2^-10 for the rounding of a scale to f16; "+ t" is float

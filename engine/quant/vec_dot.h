@@ -6,42 +6,58 @@
 //   1. Quantize each activation row once: QuantizeRowQ8A(x_t, a_t, n).
 //   2. Fetch the kernels once, outside the hot loop:
 //        const Q8AKernels* k = GetQ8AKernels(w_type);   // nullptr: unsupported
-//   3. Decode (one token):  k->mat_dot(W, row_bytes, a, 0, y, 0, rows, 1, n)
-//      or per row           y[o] = k->vec_dot(W + o * row_bytes, a, n);
-//      Prefill (T tokens):  k->mat_dot(W + r0 * row_bytes, row_bytes,
-//                                      a, n / 32, y + r0, out_dim,
-//                                      rows, T, n);
-//      mat_dot walks the given rows in tiles of 4 and, per row tile, all the
-//      columns (activation rows) in tiles of up to 4, so give it a slice of
-//      rows small enough that 4 rows of weights stay in L1 (any slice works)
-//      and as many columns as the activations' L2 footprint allows
-//      (n / 32 * 40 bytes each).
+//   3. Give each thread a slice of output rows and all the columns:
+//        k->mat_dot(W + r0 * row_bytes, row_bytes,      // rows [r0, r0 + rows)
+//                   a, n / 32,                          // T activation rows
+//                   y + r0, out_dim,                    // y[t * out_dim + o]
+//                   rows, T, n);
+//      Decode is the same call with T = 1 (a_stride is then unused).
 //
-// Numerics (the contract every ISA implements, which makes them
-// bit-identical to each other, and mat_dot bit-identical to vec_dot for
-// every (row, column) pair, so results never depend on the batch shape):
-//   Within each 32-element activation block the weight codes (with their
-//   integer offset: q-8 for Q4_0, q-16 for Q5_0, q-32 for Q6_K) are
-//   multiplied by the activation codes in exact integer arithmetic, giving
-//   8 partial sums L[k] over elements 4k..4k+3. Eight float lanes then
-//   accumulate, block after block, acc[k] = fma(float(L[k]), f, acc[k]) with
-//   f = d_w * d_a (Q4_K/Q5_K: (d * sc_j) * d_a; Q6_K: (d * sc_i) * d_a with
-//   the scale of elements 0-15 in lanes 0-3 and of 16-31 in lanes 4-7).
-//   Mins use the activation sums s: Q4_1/Q5_1 add fma(m, s) into lane 0
-//   (other lanes get fma(0, s)) after each block; Q4_K/Q5_K subtract
-//   (dmin * m_j) * s_j from lane j after each super-block. The result is
-//   ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
-//   The error against the exact dot of the dequantized weights with the
-//   dequantized activations (qs * d) is that of the float folding only:
-//   a few ulp of the sum of |terms| (see vec_dot_test.cc for the bound).
+// How mat_dot works, and what makes it fast:
+//   * Rows are processed in groups of 8 (the 8 float lanes hold 8 rows); a
+//     last partial group costs as much as a full one, so slices whose size
+//     is a multiple of 8 waste nothing (every Qwen2 dimension is one).
+//   * With 1 or 2 columns it reads the 8 rows once, in order, and reduces
+//     each row's lanes with a horizontal-add tree: the decode path, bound
+//     by memory bandwidth.
+//   * With 3 or more columns it first transposes chunks of 32 blocks of the
+//     8 rows into an L1 scratch (rows into lanes) and then streams every
+//     column through it, so the unpacking is paid once per 8 rows and
+//     chunk, not once per column: the prefill path. Columns are taken 64 at
+//     a time; pass as many as the activations' L2 footprint allows
+//     (n / 32 * 40 bytes each).
+//   * vec_dot (one pair at a time, no 8-row grouping) is several times
+//     slower per byte: for tests and odd cases, not for hot loops.
+//   mat_dot uses about 24 KiB of stack and never allocates.
+//
+// Numerics (the contract every ISA and every path implements, which makes
+// them bit-identical to each other, and mat_dot bit-identical to vec_dot
+// for every (row, column) pair, so results never depend on the batch shape
+// or on the CPU): for each (row, column) pair one float accumulator
+// acc = 0, then for each 32-element activation block b, in order,
+//   Q4_0, Q5_0, Q8_0: acc = fma(float(I_b), d_w * d_a, acc)
+//   Q4_1, Q5_1:       acc = fma(float(I_b), d_w * d_a, acc);
+//                     acc = fma(m, s_a, acc)
+//   Q4_K, Q5_K:       acc = fma(float(I_b), (d * sc_j) * d_a, acc);
+//                     acc = fma(-(dmin * m_j), s_a, acc)     (j = b mod 8)
+//   Q6_K:             acc = fma(float(I_lo), (d * sc_2g) * d_a, acc);
+//                     acc = fma(float(I_hi), (d * sc_2g+1) * d_a, acc)
+// where I is the exact integer dot of the weight codes (with their offsets:
+// q-8 for Q4_0, q-16 for Q5_0, q-32 for Q6_K) and the activation codes over
+// the block (Q6_K: over its first and second 16 elements), every product
+// of floats is rounded to float, and the result is acc. The error against
+// the exact dot of the dequantized weights with the dequantized activations
+// (qs * d) is therefore that of the float folding alone: at most about
+// (n/16 + 8) * 2^-24 of the sum of |terms| (vec_dot_test.cc checks this
+// bound), orders of magnitude below the quantization error.
 //
 // Float dots: four 8-lane accumulators over 32-element chunks, then 8-element
-// chunks into the first, lanes reduced as above after summing
-// (acc0+acc1)+(acc2+acc3), and the last n % 8 elements fma'd into a scalar
-// added last. Identical on every ISA.
+// chunks into the first, lanes reduced as ((a0+a4)+(a2+a6)) + ((a1+a5)+
+// (a3+a7)) after summing (acc0+acc1)+(acc2+acc3), and the last n % 8
+// elements fma'd into a scalar added last. Identical on every ISA.
 //
-// All functions are thread-safe and allocation-free. Pointers need no
-// particular alignment. Weight rows are raw GGUF bytes.
+// All functions are thread-safe. Pointers need no particular alignment.
+// Weight rows are raw GGUF bytes.
 #ifndef MINFER_ENGINE_QUANT_VEC_DOT_H_
 #define MINFER_ENGINE_QUANT_VEC_DOT_H_
 
@@ -54,8 +70,10 @@
 namespace minfer {
 
 // Quantizes n floats (n % 32 == 0, finite) into n / 32 blocks:
-// d = absmax / 127, qs = round-half-to-even(x * (1 / d)) (0 when d == 0),
-// s = d * sum(qs). Identical results on every ISA.
+// d = absmax / 127, qs = round-half-to-even(x * (1 / d)), s = d * sum(qs).
+// A block whose absmax / 127 is below FLT_MIN (all |x| < ~1.5e-36) becomes
+// d = s = 0, qs = 0, so 1 / d never overflows. Identical results on every
+// ISA.
 void QuantizeRowQ8A(const float* x, BlockQ8A* out, int64_t n);
 void QuantizeRowQ8A(CpuIsa isa, const float* x, BlockQ8A* out, int64_t n);
 
@@ -85,6 +103,8 @@ const Q8AKernels* GetQ8AKernels(GgmlType wtype, CpuIsa isa = BestCpuIsa());
 float VecDotQ8A(GgmlType wtype, const void* w_row, const BlockQ8A* a, int64_t n);
 
 // Float weights (F32, F16, BF16; any n >= 0) against f32 activations.
+// (mat_dot here is a plain loop over pairs: float weights are rare in the
+// quantized models this engine targets.)
 using VecDotF32Fn = float (*)(const void* w_row, const float* x, int64_t n);
 // out[c * out_stride + r] = vec_dot(w + r * w_stride, x + c * x_stride, n);
 // w_stride in bytes, x_stride and out_stride in floats.

@@ -20,7 +20,7 @@ namespace vec_dot_internal {
 namespace avx2 {
 
 #define MINFER_VNNI 0
-#define MINFER_TILE_COLS 4
+#define MINFER_TILE_COLS 2
 #include "engine/quant/vec_dot_x86.inc"
 #undef MINFER_TILE_COLS
 #undef MINFER_VNNI

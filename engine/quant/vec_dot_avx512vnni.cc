@@ -21,7 +21,7 @@ namespace vec_dot_internal {
 namespace avx512vnni {
 
 #define MINFER_VNNI 1
-#define MINFER_TILE_COLS 8
+#define MINFER_TILE_COLS 4
 #include "engine/quant/vec_dot_x86.inc"
 #undef MINFER_TILE_COLS
 #undef MINFER_VNNI
