@@ -43,6 +43,7 @@ class CpuBackend : public graph::Backend {
   absl::Status Fill(const graph::BufferRef& dst, uint8_t value) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
   uint8_t* HostPtr(const graph::BufferRef& ref) override;
+  int64_t MemoryBytes() const override { return allocated_bytes_ + static_cast<int64_t>(scratch_.size()); }
 
   // Bytes currently allocated (live + free list).
   int64_t allocated_bytes() const { return allocated_bytes_; }

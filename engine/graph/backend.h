@@ -93,6 +93,10 @@ class Backend {
 
   // Host-memory backends expose their bytes; others return null.
   virtual uint8_t* HostPtr(const BufferRef& ref) { return nullptr; }
+
+  // Memory this backend holds for its model: weights it copied plus its
+  // buffer pool (activations, KV caches) and scratch, in bytes.
+  virtual int64_t MemoryBytes() const { return 0; }
 };
 
 }  // namespace minfer::graph

@@ -142,6 +142,9 @@ int BenchMain(int argc, char** argv) {
     n_params += n;
   }
   const std::string backend_name = (*model)->backends().front()->name();
+  std::fprintf(stderr, "memory held by the %s backend: %.1f MiB (KV cache %.1f MiB, graphs %.1f MiB)\n",
+               backend_name.c_str(), (*model)->backends().front()->MemoryBytes() / 1048576.0,
+               s.kv_bytes() / 1048576.0, s.graph_bytes() / 1048576.0);
   if (output == "json") {
     nlohmann::json j = nlohmann::json::array();
     for (const Result& r : results) {
