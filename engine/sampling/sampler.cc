@@ -392,8 +392,13 @@ absl::StatusOr<Sampler::Plan> Sampler::BuildPlan(const float* logits,
     if (params_.top_p < 1.0f) ComputeTopPCut(plan, scratch);
     return plan;
   }
-  plan.log_norm = std::log(kernels_.exp_sum(plan.logits, n_vocab_, plan.max,
-                                            1.0f, nullptr, nullptr));
+  // Greedy decoding without logprobs needs no normalizer: skip the
+  // full-vocabulary exp pass (~0.1 ms per token at 152k, a few percent of
+  // a GPU decode step).
+  const bool need_norm = temperature != 0.0f || params_.n_logprobs > 0;
+  plan.log_norm = need_norm ? std::log(kernels_.exp_sum(plan.logits, n_vocab_, plan.max,
+                                                        1.0f, nullptr, nullptr))
+                            : std::numeric_limits<double>::quiet_NaN();
   if (temperature == 0.0f) {
     plan.greedy = true;
     // The first maximum (ties go to the lowest id): the first element

@@ -88,6 +88,8 @@ struct TokenLogprob {
 struct SampledToken {
   int32_t token = -1;
   // Log-probability of `token` (see the file comment for its definition).
+  // NaN for greedy sampling (temperature 0) with n_logprobs == 0: that path
+  // skips the full-vocabulary normalization it would need.
   float logprob = 0.0f;
   // The params.n_logprobs most likely tokens (fewer if fewer have a finite
   // logit), by decreasing logprob, ties by increasing id. Independent of
