@@ -12,14 +12,17 @@ out="${OUT:-/tmp/minfer-out}"
 mkdir -p "$out" /tmp/minfer-lib /tmp/minfer-models
 [[ -f /tmp/minfer-lib/.ok ]] || { xz -dc "$here/lib.tar.xz" | tar -C /tmp/minfer-lib -xf - && touch /tmp/minfer-lib/.ok; }
 [[ -f /tmp/tokenizer.json ]] || xz -dc "$here/tokenizer.json.xz" > /tmp/tokenizer.json
+# Binaries: unpacked fresh each time (the bundle may have been rebuilt).
+rm -rf /tmp/minfer-bin && mkdir -p /tmp/minfer-bin && xz -dc "$here/bin.tar.xz" | tar -C /tmp/minfer-bin -xf -
 export LD_LIBRARY_PATH=/tmp/minfer-lib
 export MINFER_TOKENIZER_JSON=/tmp/tokenizer.json
-export PATH="$here/bin:$PATH"
+export PATH="/tmp/minfer-bin:$PATH"
+bin=/tmp/minfer-bin
 mode="${1:-tests}"; shift || true
 
 run_tests() {
   local pass=0 fail=0 summary=""
-  for t in "$here"/bin/*_test; do
+  for t in "$bin"/*_test; do
     local name; name="$(basename "$t")"
     if TEST_TMPDIR=/tmp/minfer-models "$t" "$@" > "$out/$name.log" 2>&1; then
       pass=$((pass + 1)); summary+="PASS $name\n"
@@ -36,7 +39,7 @@ case "$mode" in
   tests) run_tests "$@" ;;
   kbench)
     for b in matmul_bench attention_bench; do
-      [[ -x "$here/bin/$b" ]] && "$here/bin/$b" "$@" 2>&1 | tee "$out/$b.log"
+      [[ -x "$bin/$b" ]] && "$bin/$b" "$@" 2>&1 | tee "$out/$b.log"
     done ;;
   models)
     # The benchmark models of the issues (made here: never sent), with the

@@ -4,6 +4,25 @@
 // graph ops are documented in engine/graph/graph.h). Launchers return the
 // launch error and never synchronize. Positions and ids are int32 device
 // arrays; kernels never read them on the host (replay-safe: seed §2.5).
+//
+// Errors: a shape or parameter a kernel does not handle returns
+// cudaErrorInvalidValue before anything is launched; a pointer without the
+// alignment a kernel needs returns cudaErrorMisalignedAddress (attention;
+// the elementwise and norm kernels fall back to scalar accesses instead).
+// Empty work (n, rows or nt == 0) launches nothing and returns cudaSuccess.
+//
+// Numerics against the CPU backend (each kernel file says why):
+//   add, mul, scale, permute, get rows, KV store   bit-identical
+//   silu, swiglu, softmax   exp evaluated in double and rounded: equal to the
+//                           CPU's except where glibc's expf (<= 0.502 ulp)
+//                           rounds the other way; then within 1-3 ulp
+//   RmsNorm                 bit-identical except ~1e-8 of rows (double sum
+//                           order); the q8 plane is QuantizeRowQ8A of y, bit
+//                           for bit
+//   RoPE, QkvBiasRopeStore  bit-identical except ~1e-8 of angles, where
+//                           cos/sin are 1 float ulp off
+//   attention               float accumulation in a different order than the
+//                           CPU: ~1e-6 relative
 #ifndef MINFER_CUDA_KERNELS_OPS_H_
 #define MINFER_CUDA_KERNELS_OPS_H_
 
@@ -16,6 +35,8 @@
 namespace minfer::cuda {
 
 // --- elementwise (n elements; b repeats with period nb when nb < n) ---------
+// y may equal a (or g) for in-place use. Bad GetRows ids give a zero row and
+// set *error_flag to kDeviceBadTokenId.
 cudaError_t LaunchAdd(const float* a, const float* b, int64_t nb, float* y, int64_t n,
                       cudaStream_t stream);
 cudaError_t LaunchMul(const float* a, const float* b, int64_t nb, float* y, int64_t n,
@@ -43,7 +64,9 @@ cudaError_t LaunchRmsNorm(const float* x, const float* w, float eps, float* y, B
 // --- RoPE ---------------------------------------------------------------------
 // x [head_dim, n_heads, nt] -> y (may equal x). style 0 = NeoX (pairs i,
 // i + n_rot/2), 1 = interleaved (pairs 2i, 2i+1). Angles are computed as the
-// CPU does: theta = float(pos) * powf(base, -2i/n_rot) rounded to float.
+// CPU does: theta = float(pos) * powf(base, -2i/n_rot) rounded to float, then
+// cos/sin of that float (in double, rounded). n_rot == 0 means head_dim;
+// n_rot must be even, <= head_dim and <= 256. Dims past n_rot pass through.
 cudaError_t LaunchRope(const float* x, const int32_t* pos, float* y, int64_t head_dim,
                        int64_t n_heads, int64_t nt, int n_rot, int style, float base,
                        cudaStream_t stream);
@@ -51,15 +74,20 @@ cudaError_t LaunchRope(const float* x, const int32_t* pos, float* y, int64_t hea
 // --- KV cache -----------------------------------------------------------------
 // Writes k/v rows (n_kv_embd floats per token) of nt tokens to cache row
 // pos[t] (f32, f16 or q8_0 blocks). Out-of-range positions are skipped and
-// set *error_flag to kDeviceBadPosition.
+// set *error_flag to kDeviceBadPosition. n_kv_embd % 4 == 0 (f32, f16) or
+// % 32 == 0 (q8_0); caches 8-byte aligned. f16 rounds to nearest-even; q8_0
+// blocks are byte-identical to engine/quant QuantizeRow(kQ8_0).
 cudaError_t LaunchKvStore(const float* k, const float* v, const int32_t* pos, int64_t nt,
                           void* k_cache, void* v_cache, KvType type, int64_t n_kv_embd,
                           int64_t n_ctx, int32_t* error_flag, cudaStream_t stream);
 
 // Decode epilogue (QkvBiasRopeStore): adds the biases (each may be null),
-// ropes q and k (NeoX/interleaved), writes roped q to q_out [head_dim,
-// n_head] and stores k, v at cache row pos[0]. q, k, v may point into one
-// buffer (the FusedQKV output).
+// ropes q and k (NeoX/interleaved; all head_dim dims, the graph op's n_rot),
+// writes roped q to q_out [head_dim, n_head] and stores k, v at cache row
+// pos[0] (a bad position is skipped and flagged as in LaunchKvStore). q, k, v
+// may point into one buffer (the FusedQKV output). Bit-identical to LaunchAdd
+// + LaunchRope + LaunchKvStore. head_dim even and <= 256; q8_0 caches need
+// head_dim % 32 == 0.
 cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* v,
                                    const float* bq, const float* bk, const float* bv,
                                    const int32_t* pos, float* q_out, void* k_cache, void* v_cache,
@@ -71,14 +99,36 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
 // stripes x n_head warps into `partial` (AttnDecodePartialFloats(p) floats),
 // then the combine kernel writes out [head_dim * n_head]. Static grids: the
 // causal bound pos[0] + 1 is read on the device, so a captured launch is
-// valid at any context length. head_dim <= 128 and % 4 == 0.
+// valid at any context length. head_dim <= 128 and % 4 == 0; n_head a
+// multiple of n_head_kv; q, partial, out 16-byte aligned. A position outside
+// [0, n_ctx) is clamped into the cache (the store flagged it).
+//
+// Two bodies share the partials (attention_decode.cu): contexts shorter than
+// kAttnLongMinRows run the seed's one-warp-per-(stripe, head) body, longer
+// ones a GQA body (8 warps per (stripe, group of heads sharing a KV head)).
+// Both are launched; each checks the device-side length and the other exits.
+inline constexpr int32_t kAttnLongMinRows = 512;
 int64_t AttnDecodePartialFloats(const AttnParams& p);
 cudaError_t LaunchAttnDecode(const float* q, const int32_t* pos, const void* k_cache,
                              const void* v_cache, float* partial, float* out,
                              const AttnParams& p, cudaStream_t stream);
 
+// Tests and benchmarks: LaunchAttnDecode with an explicit stripe count
+// (1..kAttnSplits; 1 with long_min_rows = INT32_MAX is the serial one-warp
+// reference) and switch-over length (0: always the GQA body, INT32_MAX:
+// always the one-warp body; a body that cannot run is not launched).
+struct AttnDecodeConfig {
+  int n_splits = kAttnSplits;
+  int32_t long_min_rows = kAttnLongMinRows;
+};
+cudaError_t LaunchAttnDecodeConfigured(const float* q, const int32_t* pos, const void* k_cache,
+                                       const void* v_cache, float* partial, float* out,
+                                       const AttnParams& p, const AttnDecodeConfig& cfg,
+                                       cudaStream_t stream);
+
 // Prefill (nt tokens, token t attends to cache rows 0..pos[t]): q
-// [head_dim, n_head, nt] -> out [head_dim * n_head, nt]. Causal, GQA.
+// [head_dim, n_head, nt] -> out [head_dim * n_head, nt]. Causal, GQA; any nt
+// and any positions (read on the device). Same limits as decode.
 cudaError_t LaunchAttnPrefill(const float* q, const int32_t* pos, int64_t nt, const void* k_cache,
                               const void* v_cache, float* out, const AttnParams& p,
                               cudaStream_t stream);

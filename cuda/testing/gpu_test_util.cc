@@ -7,7 +7,7 @@
 namespace minfer::cuda::testing {
 
 uint64_t TestSeed() {
-  static const uint64_t seed = [] {
+  static const uint64_t seed = []() -> uint64_t {
     if (const char* s = std::getenv("MINFER_TEST_SEED")) return std::strtoull(s, nullptr, 10);
     uint64_t t = static_cast<uint64_t>(
         std::chrono::steady_clock::now().time_since_epoch().count());

@@ -23,6 +23,10 @@ using DeviceProgressFn = std::function<void(uint64_t, uint64_t)>;
 struct DeviceBackendRequest {
   const models::Qwen2Model* model = nullptr;  // outlives the backend
   const KnobOverrides* knobs = nullptr;
+  // Moves whenever `knobs` changes (Model::knob_generation); the backend
+  // re-reads its switches between steps when it or the global registry's
+  // generation moved. Both pointers outlive the backend.
+  const uint64_t* knob_generation = nullptr;
   std::string model_name;
   DeviceProgressFn progress;  // upload progress (bytes done, bytes total)
 };

@@ -70,6 +70,7 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
       DeviceBackendRequest req;
       req.model = m->arch_.get();
       req.knobs = &m->knobs_;
+      req.knob_generation = &m->knob_gen_;
       req.model_name = m->name_;
       req.progress = options.progress;
       auto backend = p.create(req);

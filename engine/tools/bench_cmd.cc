@@ -7,6 +7,7 @@
 #include <random>
 
 #include "CLI/CLI.hpp"
+#include "engine/base/knobs.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/runtime/model.h"
@@ -51,7 +52,10 @@ int BenchMain(int argc, char** argv) {
   app.add_option("-d,--depth", depth, "tokens already in the context")->capture_default_str();
   app.add_option("-o,--output", output, "md or json")->capture_default_str();
   app.add_option("--backend", backend, "cpu, cuda or auto")->capture_default_str();
+  int gpu = -1;
+  app.add_option("--gpu", gpu, "CUDA device index (default: highest compute capability)");
   CLI11_PARSE(app, argc, argv);
+  if (gpu >= 0) (void)KnobRegistry::Global().Set("MINFER_GPU", std::to_string(gpu));
 
   runtime::ModelOptions mopt;
   mopt.backend = backend;

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "engine/base/knobs.h"
 #include "absl/strings/str_format.h"
 #include "engine/runtime/generation.h"
 #include "engine/runtime/model.h"
@@ -54,10 +55,13 @@ int RunMain(int argc, char** argv) {
   app.add_flag("--no-special", no_special, "treat control tokens in the prompt as plain text");
   app.add_option("-c,--ctx", n_ctx, "context size")->capture_default_str();
   app.add_option("--backend", backend, "cpu, cuda or auto")->capture_default_str();
+  int gpu = -1;
+  app.add_option("--gpu", gpu, "CUDA device index (default: highest compute capability)");
   app.add_flag("--json", json, "print one JSON object with ids, text, finish reason, timings");
   app.add_flag("-q,--quiet", quiet, "no load progress or summary on stderr");
   AddSamplingFlags(app, &req.sampling);
   CLI11_PARSE(app, argc, argv);
+  if (gpu >= 0) (void)KnobRegistry::Global().Set("MINFER_GPU", std::to_string(gpu));
   req.ignore_eos = ignore_eos;
 
   runtime::ModelOptions mopt;

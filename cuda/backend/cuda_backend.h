@@ -1,0 +1,174 @@
+// CudaBackend: the engine's Backend on an NVIDIA GPU (seed §3.2.3-§3.2.9).
+//
+// One instance per loaded model (slot); all share the process-wide
+// CudaState (device, stream, stream lock, weight registry). Its job is
+// translation: each graph node becomes one or two kernel launches on the
+// shared stream, after its structural invariants are checked — a violation
+// is an error carrying the actual values, never a silent CPU detour.
+//
+// Execution windows: from the first launch of a split (GraphReplay or
+// ExecuteNode) to the Synchronize that closes it, the backend holds the
+// process-wide stream lock, so another slot's work can neither interleave
+// with it nor be recorded into a capture.
+//
+// CUDA Graphs: a split (graph uid, node range) runs directly twice, is
+// captured on its third execution (the window is closed, instantiated and
+// launched by Synchronize) and replayed from then on; a pool_gen change
+// (any buffer allocation or reuse) invalidates the recording. Prefill-shaped
+// splits capture too unless MINFER_NO_PREFILL_CAPTURE=1; MINFER_NO_CUDA_GRAPH=1
+// forces direct launches. A failed capture or replay disables graphs for
+// this backend, loudly.
+//
+// A sticky CUDA error (e.g. an illegal address) fails this backend's
+// requests from then on with a status naming the original error.
+//
+// Driven by one thread at a time (the slot's worker).
+#ifndef MINFER_CUDA_BACKEND_CUDA_BACKEND_H_
+#define MINFER_CUDA_BACKEND_CUDA_BACKEND_H_
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cuda/state/cuda_state.h"
+#include "engine/base/knobs.h"
+#include "engine/graph/backend.h"
+#include "engine/models/qwen2/qwen2.h"
+
+namespace minfer::cuda {
+
+class CudaBackend : public graph::Backend {
+ public:
+  // Uploads every weight of `model` (the all-or-nothing participation gate:
+  // a weight whose type has no kernel keeps the model off the GPU, and the
+  // error names the first such tensor).
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
+      CudaState* state, const models::Qwen2Model& model, const KnobOverrides* knobs,
+      const std::function<void(uint64_t, uint64_t)>& progress,
+      const uint64_t* knob_generation = nullptr);
+  // The same for an explicit list of weights (tests).
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
+      CudaState* state, const std::vector<const graph::Weight*>& weights,
+      const KnobOverrides* knobs, const std::function<void(uint64_t, uint64_t)>& progress);
+  ~CudaBackend() override;
+
+  const std::string& name() const override { return name_; }
+  bool SupportsOp(const graph::Node& node) const override;
+  bool SupportsKvType(graph::DType t) const override;
+
+  absl::StatusOr<int32_t> AllocBuffer(int64_t bytes) override;
+  void FreeBuffer(int32_t buffer) override;
+  uint64_t pool_gen() const override { return pool_gen_; }
+
+  absl::Status ExecuteNode(const graph::Node& node, const graph::ExecArgs& args) override;
+  absl::Status WriteHost(const graph::BufferRef& dst, const void* src, int64_t bytes) override;
+  absl::Status ReadHost(const graph::BufferRef& src, void* dst, int64_t bytes) override;
+  absl::Status Fill(const graph::BufferRef& dst, uint8_t value) override;
+  absl::Status Synchronize() override;
+  absl::StatusOr<bool> GraphReplay(uint64_t graph_uid, int begin, int end,
+                                   int64_t nt_hint) override;
+  int64_t MemoryBytes() const override;
+
+  // Introspection (tests, status reports).
+  struct Stats {
+    int64_t captures = 0;
+    int64_t replays = 0;
+    int64_t direct_splits = 0;
+    int64_t recaptures = 0;  // recordings dropped for a pool_gen change
+    int64_t quantize_launches = 0;
+    int64_t quantize_skipped = 0;  // the norm epilogue already wrote the int8 plane
+  };
+  const Stats& stats() const { return stats_; }
+  bool graphs_enabled() const { return graphs_enabled_; }
+  uint64_t weight_bytes() const;
+  int64_t pool_bytes() const { return pool_bytes_; }
+  // Per-op-kind wall time when MINFER_OP_TIMING=1 (op name -> seconds, calls).
+  std::map<std::string, std::pair<double, int64_t>> op_timing() const { return op_timing_; }
+
+ private:
+  CudaBackend(CudaState* state, const KnobOverrides* knobs, const uint64_t* knob_generation);
+
+  struct Buf {
+    void* ptr = nullptr;
+    int64_t bytes = 0;
+    bool free = false;
+  };
+  struct Knobs {
+    bool graphs = true;
+    bool prefill_capture = true;
+    bool kq_mmvq = true;
+    bool decode_a_fuse = true;
+    bool pinned_readback = true;
+    bool prefill_gemm = true;
+    bool op_timing = false;
+  };
+  using Key = std::tuple<int32_t, int64_t>;  // (buffer, offset) of an activation
+
+  void BeginWindow();
+  void RefreshKnobs();
+  absl::Status Failed() const;
+  absl::Status Check(cudaError_t err, const char* what);
+  absl::StatusOr<uint8_t*> Ptr(const graph::BufferRef& ref, int64_t need) const;
+  absl::StatusOr<const WeightView*> Weight(const graph::Weight* w) const;
+  absl::StatusOr<void*> Scratch(const std::string& tag, int64_t bytes);
+  // The int8 plane of activation `x` (k floats x nt rows): quantized here
+  // unless a producer already wrote it in this window.
+  absl::StatusOr<const BlockQ8A*> Quantized(const graph::BufferRef& x, int64_t k, int64_t nt);
+  absl::StatusOr<BlockQ8A*> Q8Plane(const graph::BufferRef& x, int64_t k, int64_t nt);
+  absl::Status MatMul(const graph::Node& n, const graph::BufferRef& x, float* y);
+  absl::Status Dispatch(const graph::Node& n, const graph::ExecArgs& a);
+  void AbortCapture(const absl::Status& why);
+  void DropGraphs();
+
+  std::string name_ = "cuda";
+  CudaState* state_;
+  const KnobOverrides* knob_overrides_;
+  const uint64_t* model_knob_gen_;  // may be null
+  uint64_t owner_;
+  uint64_t knob_gen_ = ~0ull;
+  Knobs knobs_;
+
+  std::vector<Buf> pool_;
+  uint64_t pool_gen_ = 0;
+  int64_t pool_bytes_ = 0;
+
+  std::unique_lock<std::recursive_mutex> window_;
+  absl::Status sticky_;
+
+  // Pinned staging for input fills (bump-allocated, reset at Synchronize)
+  // and for logits readback.
+  uint8_t* pinned_in_ = nullptr;
+  int64_t pinned_in_cap_ = 0;
+  int64_t pinned_in_used_ = 0;
+  uint8_t* pinned_out_ = nullptr;
+  int64_t pinned_out_cap_ = 0;
+
+  std::map<std::string, std::pair<void*, int64_t>> scratch_;  // tag -> (ptr, bytes)
+  std::map<Key, bool> q8_valid_;  // execution-window memo
+
+  struct Recorded {
+    uint64_t uid;
+    int begin, end;
+    cudaGraphExec_t exec;
+    uint64_t pool_gen;
+  };
+  std::vector<Recorded> graph_execs_;
+  std::map<std::tuple<uint64_t, int, int>, int> graph_runs_;
+  std::optional<std::tuple<uint64_t, int, int>> capturing_;
+  bool capture_aborted_ = false;
+  bool graphs_enabled_ = true;
+
+  Stats stats_;
+  std::map<std::string, std::pair<double, int64_t>> op_timing_;
+};
+
+}  // namespace minfer::cuda
+
+#endif  // MINFER_CUDA_BACKEND_CUDA_BACKEND_H_

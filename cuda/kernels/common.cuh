@@ -1,0 +1,274 @@
+// Device helpers shared by the kernel translation units (nvcc only): warp
+// reductions, f16 conversion, the device error flag, and the KV-cache element
+// access the store and attention kernels share. Block-format decoding for
+// weights lives in quant_dev.cuh.
+//
+// Numerics: every helper here is exact or IEEE-rounded as stated; kernels that
+// must match the CPU bit for bit (quantizers, RoPE) use explicit __f*_rn
+// intrinsics where nvcc could otherwise contract a multiply and an add into
+// one FMA.
+#ifndef MINFER_CUDA_KERNELS_COMMON_CUH_
+#define MINFER_CUDA_KERNELS_COMMON_CUH_
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/kernels/types.h"
+
+namespace minfer::cuda {
+
+inline constexpr unsigned kFullWarpMask = 0xFFFFFFFFu;
+inline constexpr int kWarpSize = 32;
+
+// --- warp reductions (every lane gets the result; all 32 lanes must call) ---
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullWarpMask, v, off);
+  return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullWarpMask, v, off);
+  return v;
+}
+
+__device__ __forceinline__ int warp_sum(int v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullWarpMask, v, off);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullWarpMask, v, off));
+  return v;
+}
+
+// c ? a : b for a lane-varying c, written with bit masks: nvcc turns a plain
+// `c ? p[i] : p[j]` on a register array into a dynamically indexed load and
+// moves the array to local memory; this form keeps it in registers.
+__device__ __forceinline__ float select_bits(uint32_t mask, float a, float b) {
+  return __uint_as_float((__float_as_uint(a) & mask) | (__float_as_uint(b) & ~mask));
+}
+
+// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024);
+// every thread gets the result. `scratch` holds >= 32 values and must not be
+// in use by the caller around the call (the function synchronizes twice).
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T total = lane < n_warps ? scratch[lane] : T(0);
+  total = warp_sum(total);
+  __syncthreads();  // scratch may be reused right after
+  return total;
+}
+
+template <typename T>
+__device__ __forceinline__ T block_max(T v, T* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_warps = blockDim.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T total = lane < n_warps ? scratch[lane] : T(-INFINITY);
+  total = warp_max(total);
+  __syncthreads();
+  return total;
+}
+
+// --- f16 ------------------------------------------------------------------------
+
+// Exact (every half is a float).
+__device__ __forceinline__ float half_bits_to_float(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+
+// Round to nearest, ties to even; overflow gives inf, subnormals are kept:
+// the CPU's FloatToFp16 for every finite input.
+__device__ __forceinline__ uint16_t float_to_half_bits(float f) {
+  return __half_as_ushort(__float2half_rn(f));
+}
+
+// Four consecutive halves (8 bytes, 8-byte aligned) to floats.
+__device__ __forceinline__ float4 half4_to_float4(uint2 raw) {
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+// --- device error flag ------------------------------------------------------------
+
+// Records `code` unless an earlier error is already recorded (the first error
+// is the one worth reporting). `flag` may be null.
+__device__ __forceinline__ void set_device_error(int32_t* flag, int32_t code) {
+  if (flag != nullptr) atomicCAS(flag, static_cast<int32_t>(kDeviceOk), code);
+}
+
+// --- q8_0 (ggml BlockQ8_0: f16 d, int8 qs[32]; 34 bytes, 2-byte aligned) ------------
+
+inline constexpr int kQ8_0Bytes = 34;
+
+// Smallest half >= x for x > 0 (0 for x <= 0 or NaN), saturating at 65504:
+// engine/quant/quantize.cc HalfUp.
+__device__ __forceinline__ uint16_t half_up_bits(float x) {
+  if (!(x > 0.0f)) return 0;
+  if (x >= 65504.0f) return 0x7BFF;
+  uint16_t h = float_to_half_bits(x);
+  if (half_bits_to_float(h) < x) ++h;  // next larger positive half
+  return h;
+}
+
+// Quantizes 32 floats into one BlockQ8_0 at dst (2-byte aligned), byte for
+// byte what engine/quant QuantizeRow(kQ8_0) writes: d = HalfUp(absmax / 127),
+// q = round-half-even(clamp(x * (1/d), -127, 127)) (0 when d == 0).
+__device__ __forceinline__ void quantize_q8_0_block(const float* x, uint8_t* dst) {
+  float mn = x[0], mx = x[0];
+#pragma unroll
+  for (int j = 1; j < 32; ++j) {
+    mn = x[j] < mn ? x[j] : mn;
+    mx = x[j] > mx ? x[j] : mx;
+  }
+  const float amax = -mn > mx ? -mn : mx;
+  const uint16_t h = half_up_bits(__fdiv_rn(amax, 127.0f));
+  const float d = half_bits_to_float(h);
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  uint16_t* out16 = reinterpret_cast<uint16_t*>(dst);
+  out16[0] = h;
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) {
+    float v0 = __fmul_rn(x[j], id), v1 = __fmul_rn(x[j + 1], id);
+    // Clamp as the CPU does (NaN -> -127), then round half to even.
+    v0 = v0 > -127.0f ? v0 : -127.0f;
+    v0 = v0 < 127.0f ? v0 : 127.0f;
+    v1 = v1 > -127.0f ? v1 : -127.0f;
+    v1 = v1 < 127.0f ? v1 : 127.0f;
+    const uint32_t q0 = static_cast<uint8_t>(static_cast<int8_t>(__float2int_rn(v0)));
+    const uint32_t q1 = static_cast<uint8_t>(static_cast<int8_t>(__float2int_rn(v1)));
+    out16[1 + j / 2] = static_cast<uint16_t>(q0 | (q1 << 8));
+  }
+}
+
+// --- KV cache rows --------------------------------------------------------------
+//
+// A cache row holds n_kv_embd elements of one position: f32, f16, or q8_0
+// blocks (which may span heads). Kernels read 4 consecutive elements starting
+// at an element index that is a multiple of 4, so a group never crosses a
+// q8_0 block. KvRaw<KV> is the raw register form of such a group, so loads can
+// be issued early and converted late.
+
+template <KvType KV>
+struct KvRaw;
+template <>
+struct KvRaw<KvType::kF32> {
+  float4 v;
+};
+template <>
+struct KvRaw<KvType::kF16> {
+  uint2 v;
+};
+template <>
+struct KvRaw<KvType::kQ8_0> {
+  uint32_t d;   // f16 bits of the block scale (low 16 bits)
+  uint32_t qs;  // 4 int8 codes, little-endian
+};
+
+// Bytes of a cache row of n elements.
+__host__ __device__ inline int64_t KvRowBytes(KvType t, int64_t n) {
+  return t == KvType::kF32 ? 4 * n : t == KvType::kF16 ? 2 * n : n / 32 * kQ8_0Bytes;
+}
+
+template <KvType KV>
+__device__ __forceinline__ KvRaw<KV> kv_zero() {
+  KvRaw<KV> r;
+  if constexpr (KV == KvType::kF32) {
+    r.v = make_float4(0.f, 0.f, 0.f, 0.f);
+  } else if constexpr (KV == KvType::kF16) {
+    r.v = make_uint2(0u, 0u);
+  } else {
+    r.d = 0u;
+    r.qs = 0u;
+  }
+  return r;
+}
+
+// Loads elements e..e+3 (e % 4 == 0) of the row at `row`.
+template <KvType KV>
+__device__ __forceinline__ KvRaw<KV> kv_load(const uint8_t* __restrict__ row, int e) {
+  KvRaw<KV> r;
+  if constexpr (KV == KvType::kF32) {
+    r.v = __ldg(reinterpret_cast<const float4*>(row) + (e >> 2));
+  } else if constexpr (KV == KvType::kF16) {
+    r.v = __ldg(reinterpret_cast<const uint2*>(row) + (e >> 2));
+  } else {
+    // Blocks are 34 bytes, so only 2-byte alignment is guaranteed.
+    const uint16_t* b = reinterpret_cast<const uint16_t*>(row + (e >> 5) * kQ8_0Bytes);
+    const int off = (e & 31) >> 1;  // in uint16 units after the 2-byte scale
+    r.d = __ldg(b);
+    r.qs = static_cast<uint32_t>(__ldg(b + 1 + off)) |
+           (static_cast<uint32_t>(__ldg(b + 2 + off)) << 16);
+  }
+  return r;
+}
+
+// Exact conversion (q8_0: q * d is exact in float, as the CPU dequantizer).
+template <KvType KV>
+__device__ __forceinline__ float4 kv_to_float4(const KvRaw<KV>& r) {
+  if constexpr (KV == KvType::kF32) {
+    return r.v;
+  } else if constexpr (KV == KvType::kF16) {
+    return half4_to_float4(r.v);
+  } else {
+    const float d = half_bits_to_float(static_cast<uint16_t>(r.d));
+    return make_float4(static_cast<float>(static_cast<int8_t>(r.qs & 0xFF)) * d,
+                       static_cast<float>(static_cast<int8_t>((r.qs >> 8) & 0xFF)) * d,
+                       static_cast<float>(static_cast<int8_t>((r.qs >> 16) & 0xFF)) * d,
+                       static_cast<float>(static_cast<int8_t>(r.qs >> 24)) * d);
+  }
+}
+
+// --- RoPE -----------------------------------------------------------------------
+
+// Rotation frequencies freq[i] = powf(base, -2i/n_rot), computed on the host
+// with the same float expression as the CPU backend (so both rotate by the
+// same angles) and passed by value (a graph constant).
+inline constexpr int kRopeMaxPairs = 128;  // n_rot <= 256
+struct RopeFreqs {
+  float f[kRopeMaxPairs];
+};
+
+// Fills freq[0, n_rot/2) on the host (defined in rope.cu); false when n_rot
+// is not even, positive and <= 2 * kRopeMaxPairs.
+bool MakeRopeFreqs(int n_rot, float base, RopeFreqs* out);
+
+// cos/sin of theta = float(pos) * freq rounded to float, evaluated in double
+// and rounded to float — what the CPU computes (std::cos/std::sin of the
+// float angle in double). CUDA's double sin/cos are within 2 double ulps, so
+// the float results equal the CPU's except when the exact value lies within
+// ~2^-51 (relative) of a float rounding boundary (~1e-8 of angles); then they
+// differ by one float ulp.
+__device__ __forceinline__ void rope_cos_sin(int32_t pos, float freq, float* c, float* s) {
+  const float theta = __fmul_rn(static_cast<float>(pos), freq);
+  double sd, cd;
+  sincos(static_cast<double>(theta), &sd, &cd);
+  *c = static_cast<float>(cd);
+  *s = static_cast<float>(sd);
+}
+
+// The CPU's rotation, without FMA contraction: y0 = x0 c - x1 s, y1 = x0 s + x1 c.
+__device__ __forceinline__ void rope_rotate(float x0, float x1, float c, float s, float* y0,
+                                            float* y1) {
+  *y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+  *y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
+}  // namespace minfer::cuda
+
+#endif  // MINFER_CUDA_KERNELS_COMMON_CUH_

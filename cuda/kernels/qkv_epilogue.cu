@@ -1,0 +1,136 @@
+// QkvBiasRopeStore, the decode epilogue of FusedQKV: q/k/v biases, RoPE of q
+// and k (n_rot = head_dim, as the graph op defines), roped q to q_out, k and
+// v stored at cache row pos[0]. One launch replaces bias x3 + rope x2 +
+// store; every value is computed with the same operations as the unfused
+// kernels (LaunchAdd, LaunchRope, LaunchKvStore), so the results are
+// bit-identical to that composition.
+//
+// One block per head of q, k and v (n_head + 2 n_head_kv blocks): the head's
+// row is biased into shared memory, rotated there, and written out.
+#include <cstdint>
+
+#include "cuda/kernels/common.cuh"
+#include "cuda/kernels/ops.h"
+
+namespace minfer::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxHeadDim = 2 * kRopeMaxPairs;
+
+struct QkvArgs {
+  const float* src[3];   // q, k, v
+  const float* bias[3];  // each may be null
+  const int32_t* pos;
+  float* q_out;
+  uint8_t* cache[3];  // [1] = k cache, [2] = v cache
+  int32_t* error_flag;
+  int n_head, n_head_kv, head_dim, style;
+  int64_t n_ctx;
+};
+
+template <KvType KV>
+__global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a, RopeFreqs freqs) {
+  __shared__ float row[kMaxHeadDim];
+  const int b = blockIdx.x;
+  const int part = b < a.n_head ? 0 : b < a.n_head + a.n_head_kv ? 1 : 2;
+  const int h = part == 0 ? b : part == 1 ? b - a.n_head : b - a.n_head - a.n_head_kv;
+  const int hd = a.head_dim;
+  const float* src = a.src[part] + static_cast<int64_t>(h) * hd;
+  const float* bias =
+      a.bias[part] != nullptr ? a.bias[part] + static_cast<int64_t>(h) * hd : nullptr;
+  for (int i = threadIdx.x; i < hd; i += blockDim.x)
+    row[i] = bias != nullptr ? src[i] + bias[i] : src[i];
+  __syncthreads();
+  const int32_t p = a.pos[0];
+  if (part < 2) {
+    const int half = hd / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      float c, s;
+      rope_cos_sin(p, freqs.f[i], &c, &s);
+      const int i0 = a.style == 0 ? i : 2 * i;
+      const int i1 = a.style == 0 ? i + half : 2 * i + 1;
+      float y0, y1;
+      rope_rotate(row[i0], row[i1], c, s, &y0, &y1);
+      row[i0] = y0;  // this thread alone owns the pair
+      row[i1] = y1;
+    }
+    __syncthreads();
+  }
+  if (part == 0) {
+    float* dst = a.q_out + static_cast<int64_t>(h) * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) dst[i] = row[i];
+    return;
+  }
+  if (p < 0 || p >= a.n_ctx) {
+    if (threadIdx.x == 0) set_device_error(a.error_flag, kDeviceBadPosition);
+    return;
+  }
+  const int64_t n_kv_embd = static_cast<int64_t>(a.n_head_kv) * hd;
+  uint8_t* cache_row = a.cache[part] + p * KvRowBytes(KV, n_kv_embd);
+  const int64_t e0 = static_cast<int64_t>(h) * hd;  // first element of this head
+  if constexpr (KV == KvType::kF32) {
+    float* dst = reinterpret_cast<float*>(cache_row) + e0;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) dst[i] = row[i];
+  } else if constexpr (KV == KvType::kF16) {
+    uint16_t* dst = reinterpret_cast<uint16_t*>(cache_row) + e0;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) dst[i] = float_to_half_bits(row[i]);
+  } else {
+    // head_dim % 32 == 0 (checked by the launcher): whole blocks per head.
+    for (int j = threadIdx.x; j < hd / 32; j += blockDim.x) {
+      quantize_q8_0_block(row + 32 * j, cache_row + (e0 / 32 + j) * kQ8_0Bytes);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* v, const float* bq,
+                                   const float* bk, const float* bv, const int32_t* pos,
+                                   float* q_out, void* k_cache, void* v_cache, const AttnParams& p,
+                                   int rope_style, float rope_base, int32_t* error_flag,
+                                   cudaStream_t stream) {
+  if (p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
+      p.head_dim > kMaxHeadDim || p.n_ctx <= 0 || (rope_style != 0 && rope_style != 1)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.kv_type == KvType::kQ8_0 && p.head_dim % 32 != 0) return cudaErrorInvalidValue;
+  if (p.kv_type == KvType::kF16 && p.head_dim % 4 != 0) return cudaErrorInvalidValue;
+  RopeFreqs freqs;
+  if (!MakeRopeFreqs(p.head_dim, rope_base, &freqs)) return cudaErrorInvalidValue;
+  QkvArgs a;
+  a.src[0] = q;
+  a.src[1] = k;
+  a.src[2] = v;
+  a.bias[0] = bq;
+  a.bias[1] = bk;
+  a.bias[2] = bv;
+  a.pos = pos;
+  a.q_out = q_out;
+  a.cache[0] = nullptr;
+  a.cache[1] = static_cast<uint8_t*>(k_cache);
+  a.cache[2] = static_cast<uint8_t*>(v_cache);
+  a.error_flag = error_flag;
+  a.n_head = p.n_head;
+  a.n_head_kv = p.n_head_kv;
+  a.head_dim = p.head_dim;
+  a.style = rope_style;
+  a.n_ctx = p.n_ctx;
+  const int blocks = p.n_head + 2 * p.n_head_kv;
+  switch (p.kv_type) {
+    case KvType::kF32:
+      qkv_bias_rope_store_kernel<KvType::kF32><<<blocks, kThreads, 0, stream>>>(a, freqs);
+      break;
+    case KvType::kF16:
+      qkv_bias_rope_store_kernel<KvType::kF16><<<blocks, kThreads, 0, stream>>>(a, freqs);
+      break;
+    case KvType::kQ8_0:
+      qkv_bias_rope_store_kernel<KvType::kQ8_0><<<blocks, kThreads, 0, stream>>>(a, freqs);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,451 @@
+#include "daemon/admin_service.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "daemon/grpc_status.h"
+#include "daemon/memory.h"
+#include "daemon/stream_reactor.h"
+#include "daemon/version.h"
+#include "engine/base/knobs.h"
+#include "engine/base/logging.h"
+#include "engine/base/status.h"
+
+namespace minfer::daemon {
+namespace {
+
+v1::ModelState StateToProto(SlotState s) {
+  switch (s) {
+    case SlotState::kLoading:
+      return v1::MODEL_STATE_LOADING;
+    case SlotState::kReady:
+      return v1::MODEL_STATE_READY;
+    case SlotState::kUnloading:
+    case SlotState::kStopped:
+      return v1::MODEL_STATE_UNLOADING;
+    case SlotState::kFailed:
+      return v1::MODEL_STATE_FAILED;
+  }
+  return v1::MODEL_STATE_UNSPECIFIED;
+}
+
+// Compares without an early exit, so the time taken does not tell how much
+// of a guessed token was right.
+bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  const size_t n = std::min(given.size(), expected.size());
+  for (size_t i = 0; i < n; ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
+  return diff == 0;
+}
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+      }
+    }
+  }
+  return "cpu";
+}
+
+// Streams a load's progress until the slot is READY or FAILED.
+class LoadReactor final : public PullStreamReactor<v1::LoadModelResponse> {
+ public:
+  LoadReactor(SlotManager* slots, Metrics* metrics, std::string name)
+      : slots_(slots), metrics_(metrics), name_(std::move(name)) {}
+
+  void Attach(std::shared_ptr<Slot> slot) {
+    slot_ = std::move(slot);
+    sub_ = slot_->state_notifier().Subscribe([this] { Pump(); });
+    Pump();
+  }
+
+ private:
+  bool Next(v1::LoadModelResponse* msg, std::optional<grpc::Status>* final) override {
+    if (slot_ == nullptr) return false;
+    const SlotStatus st = slot_->Status();
+    switch (st.state) {
+      case SlotState::kLoading:
+        if (sent_any_ && st.load_bytes_done == last_done_) return false;
+        sent_any_ = true;
+        last_done_ = st.load_bytes_done;
+        msg->set_state(v1::MODEL_STATE_LOADING);
+        msg->set_bytes_done(st.load_bytes_done);
+        msg->set_bytes_total(st.load_bytes_total);
+        return true;
+      case SlotState::kReady:
+        msg->set_state(v1::MODEL_STATE_READY);
+        msg->set_bytes_done(st.load_bytes_total);
+        msg->set_bytes_total(st.load_bytes_total);
+        ModelStatusToProto(st, slots_->AliasesOf(st.config.name), msg->mutable_status());
+        *final = grpc::Status::OK;
+        return true;
+      case SlotState::kFailed:
+        *final = ToGrpcStatus(st.error);
+        return false;
+      case SlotState::kUnloading:
+      case SlotState::kStopped:
+        *final = grpc::Status(grpc::StatusCode::ABORTED,
+                              absl::StrCat("model '", name_, "' was unloaded while loading"));
+        return false;
+    }
+    return false;
+  }
+
+  void Cleanup(const grpc::Status& final) override {
+    if (slot_ != nullptr) slot_->state_notifier().Unsubscribe(sub_);
+    if (metrics_ != nullptr) {
+      metrics_->RecordRequest("LoadModel", name_, GrpcCodeName(final.error_code()));
+    }
+  }
+
+  SlotManager* const slots_;
+  Metrics* const metrics_;
+  const std::string name_;
+  std::shared_ptr<Slot> slot_;
+  Notifier::Id sub_ = 0;
+  bool sent_any_ = false;
+  uint64_t last_done_ = 0;
+};
+
+}  // namespace
+
+void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& aliases,
+                        v1::ModelStatus* out) {
+  out->set_name(st.config.name);
+  out->set_path(st.config.path);
+  out->set_state(StateToProto(st.state));
+  if (!st.error.ok()) out->set_reason(st.error.ToString());
+  out->set_backend(st.backend.empty() ? st.config.backend : st.backend);
+  out->set_n_ctx(st.n_ctx > 0 ? st.n_ctx : st.config.n_ctx);
+  out->set_parallel(st.config.parallel);
+  out->set_kv_type(st.kv_type.empty() ? st.config.kv_type : st.kv_type);
+  for (const auto& [k, v] : st.knobs) (*out->mutable_knobs())[k] = v;
+  v1::MemoryUsage* mem = out->mutable_memory();
+  mem->set_weights_bytes(st.weights_bytes);
+  mem->set_kv_bytes(st.kv_bytes);
+  mem->set_scratch_bytes(st.scratch_bytes);
+  mem->set_total_bytes(st.weights_bytes + st.kv_bytes + st.scratch_bytes);
+  mem->set_reserved_bytes(st.estimate.total());
+  out->set_active_sequences(st.active);
+  out->set_queued_sequences(st.queued);
+  out->set_queue_size(st.config.queue_size);
+  v1::ModelCounters* c = out->mutable_counters();
+  c->set_requests(st.counters.requests);
+  c->set_completed(st.counters.completed);
+  c->set_cancelled(st.counters.cancelled);
+  c->set_failed(st.counters.failed);
+  c->set_rejected_queue_full(st.counters.rejected_queue_full);
+  c->set_prompt_tokens(st.counters.prompt_tokens);
+  c->set_completion_tokens(st.counters.completion_tokens);
+  out->set_load_bytes_done(st.load_bytes_done);
+  out->set_load_bytes_total(st.load_bytes_total);
+  out->set_load_seconds(st.load_seconds);
+  out->set_summary(st.summary);
+  for (const auto& a : aliases) out->add_aliases(a);
+}
+
+AdminServiceImpl::AdminServiceImpl(SlotManager* slots, ServingState* state, Metrics* metrics,
+                                   std::string admin_token)
+    : slots_(slots), state_(state), metrics_(metrics), admin_token_(std::move(admin_token)),
+      started_(std::chrono::steady_clock::now()) {}
+
+absl::Status AdminServiceImpl::CheckAuth(const grpc::CallbackServerContext* context) const {
+  if (admin_token_.empty()) return absl::OkStatus();
+  const auto& md = context->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) {
+    return absl::UnauthenticatedError(
+        "admin methods need the metadata 'authorization: Bearer <token>' (minferctl --token)");
+  }
+  absl::string_view value(it->second.data(), it->second.size());
+  if (!absl::ConsumePrefix(&value, "Bearer ") || !ConstantTimeEquals(value, admin_token_)) {
+    return absl::UnauthenticatedError("the admin bearer token is not valid");
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::Done(grpc::CallbackServerContext* context,
+                                                 const char* method, const std::string& model,
+                                                 const absl::Status& status) {
+  grpc::Status g = ToGrpcStatus(status);
+  if (metrics_ != nullptr) metrics_->RecordRequest(method, model, GrpcCodeName(g.error_code()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(std::move(g));
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(
+    grpc::CallbackServerContext* context, const v1::LoadModelRequest* request) {
+  auto* reactor = new LoadReactor(slots_, metrics_, request->name());
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) {
+    reactor->FinishWith(ToGrpcStatus(auth));
+    return reactor;
+  }
+  if (state_->draining()) {
+    reactor->FinishWith(ToGrpcStatus(absl::UnavailableError("the server is draining")));
+    return reactor;
+  }
+  SlotConfig config;
+  config.name = request->name();
+  config.path = request->path();
+  config.backend = request->backend();
+  config.n_ctx = request->n_ctx();
+  config.parallel = request->parallel();
+  config.kv_type = request->kv_type();
+  config.knobs = KnobOverrides(request->knobs().begin(), request->knobs().end());
+  config.queue_size = request->queue_size();
+  absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Load(std::move(config));
+  if (!slot.ok()) {
+    reactor->FinishWith(ToGrpcStatus(slot.status()));
+    return reactor;
+  }
+  reactor->Attach(*std::move(slot));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::UnloadModel(grpc::CallbackServerContext* context,
+                                                        const v1::UnloadModelRequest* request,
+                                                        v1::UnloadModelResponse* response) {
+  const std::string& name = request->name();
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) {
+    return Done(context, "UnloadModel", "", auth);
+  }
+  std::optional<std::chrono::duration<double>> timeout;
+  if (request->has_drain_timeout_seconds()) {
+    const double t = request->drain_timeout_seconds();
+    if (!(t >= 0 && std::isfinite(t))) {
+      return Done(context, "UnloadModel", "",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "drain_timeout_seconds must be finite and >= 0, got ", t)));
+    }
+    timeout = std::chrono::duration<double>(t);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status s = slots_->Unload(
+      name, timeout, request->cancel(),
+      [this, reactor, response, name](const UnloadResult& r) {
+        response->set_completed_sequences(r.completed);
+        response->set_cancelled_sequences(r.cancelled);
+        response->set_seconds(r.seconds);
+        if (metrics_ != nullptr) metrics_->RecordRequest("UnloadModel", name, "OK");
+        reactor->Finish(grpc::Status::OK);
+      });
+  if (!s.ok()) {
+    grpc::Status g = ToGrpcStatus(s);
+    if (metrics_ != nullptr) metrics_->RecordRequest("UnloadModel", "", GrpcCodeName(g.error_code()));
+    reactor->Finish(std::move(g));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListModels(grpc::CallbackServerContext* context,
+                                                       const v1::ListModelsRequest*,
+                                                       v1::ListModelsResponse* response) {
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) {
+    return Done(context, "ListModels", "", auth);
+  }
+  for (const auto& slot : slots_->List()) {
+    ModelStatusToProto(slot->Status(), slots_->AliasesOf(slot->name()), response->add_models());
+  }
+  return Done(context, "ListModels", "", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetModelStatus(grpc::CallbackServerContext* context,
+                                                           const v1::GetModelStatusRequest* request,
+                                                           v1::ModelStatus* response) {
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) {
+    return Done(context, "GetModelStatus", "", auth);
+  }
+  std::string model;
+  absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Find(request->name(), &model);
+  if (!slot.ok()) return Done(context, "GetModelStatus", "", slot.status());
+  ModelStatusToProto((*slot)->Status(), slots_->AliasesOf(model), response);
+  return Done(context, "GetModelStatus", model, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetServerStatus(grpc::CallbackServerContext* context,
+                                                            const v1::GetServerStatusRequest*,
+                                                            v1::ServerStatus* response) {
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) {
+    return Done(context, "GetServerStatus", "", auth);
+  }
+  response->set_version(kMinferVersion);
+  v1::Device* cpu = response->add_devices();
+  cpu->set_kind("cpu");
+  cpu->set_name(CpuModelName());
+  cpu->set_cores(static_cast<int32_t>(std::thread::hardware_concurrency()));
+  if (absl::StatusOr<HostMemory> host = ReadHostMemory(); host.ok()) {
+    cpu->set_memory_total_bytes(host->total);
+    cpu->set_memory_free_bytes(host->available);
+  }
+  response->set_uptime_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  response->set_draining(state_->draining());
+  response->set_memory_limit_bytes(slots_->budget().limit());
+  response->set_memory_reserved_bytes(slots_->budget().reserved());
+  int32_t active = 0, queued = 0, models = 0;
+  for (const auto& slot : slots_->List()) {
+    SlotStatus st = slot->Status();
+    active += st.active;
+    queued += st.queued;
+    ++models;
+  }
+  response->set_models(models);
+  response->set_active_sequences(active);
+  response->set_queued_sequences(queued);
+  return Done(context, "GetServerStatus", "", absl::OkStatus());
+}
+
+absl::Status AdminServiceImpl::DescribeKnob(const std::string& name, const std::string& model,
+                                            v1::Knob* out) {
+  ASSIGN_OR_RETURN(KnobInfo info, KnobRegistry::Global().Get(name));
+  out->set_name(info.spec.name);
+  out->set_type(std::string(KnobTypeName(info.spec.type)));
+  out->set_default_value(info.spec.default_value);
+  out->set_value(info.value);
+  out->set_scope(std::string(KnobScopeName(info.spec.scope)));
+  out->set_effect(std::string(KnobEffectName(info.spec.effect)));
+  out->set_help(info.spec.help);
+  for (const auto& a : info.spec.allowed) out->add_allowed(a);
+  out->set_from_environment(info.from_environment);
+  if (!model.empty()) {
+    std::string resolved;
+    ASSIGN_OR_RETURN(std::shared_ptr<Slot> slot, slots_->Find(model, &resolved));
+    out->set_model(resolved);
+    const KnobOverrides knobs = slot->Status().knobs;
+    if (auto it = knobs.find(name); it != knobs.end()) {
+      out->set_value(it->second);
+      out->set_overridden(true);
+    }
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListKnobs(grpc::CallbackServerContext* context,
+                                                      const v1::ListKnobsRequest* request,
+                                                      v1::ListKnobsResponse* response) {
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) return Done(context, "ListKnobs", "", auth);
+  for (const KnobInfo& info : KnobRegistry::Global().List()) {
+    absl::Status s = DescribeKnob(info.spec.name, request->model(), response->add_knobs());
+    if (!s.ok()) return Done(context, "ListKnobs", "", s);
+  }
+  return Done(context, "ListKnobs", "", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetKnob(grpc::CallbackServerContext* context,
+                                                    const v1::GetKnobRequest* request,
+                                                    v1::Knob* response) {
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) return Done(context, "GetKnob", "", auth);
+  return Done(context, "GetKnob", "", DescribeKnob(request->name(), request->model(), response));
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::SetKnob(grpc::CallbackServerContext* context,
+                                                    const v1::SetKnobRequest* request,
+                                                    v1::Knob* response) {
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) return Done(context, "SetKnob", "", auth);
+  const std::string& name = request->name();
+  absl::StatusOr<KnobInfo> info = KnobRegistry::Global().Get(name);
+  if (!info.ok()) return Done(context, "SetKnob", "", info.status());
+  if (request->model().empty()) {
+    // Global: the registry is thread-safe, and sessions compare its
+    // generation before each step, so graphs are rebuilt between steps.
+    absl::Status s = request->reset() ? KnobRegistry::Global().Reset(name)
+                                      : KnobRegistry::Global().Set(name, request->value());
+    if (s.ok()) {
+      Logger("daemon")->info("knob {} = '{}' (global{})", name,
+                             KnobRegistry::Global().GetString(name),
+                             request->reset() ? ", reset" : "");
+      s = DescribeKnob(name, "", response);
+    }
+    return Done(context, "SetKnob", "", s);
+  }
+  if (info->spec.scope != KnobScope::kPerModel) {
+    return Done(context, "SetKnob", "",
+                absl::InvalidArgumentError(absl::StrCat(
+                    "knob ", name, " is global; set it without a model")));
+  }
+  if (info->spec.effect == KnobEffect::kReload) {
+    return Done(context, "SetKnob", "",
+                absl::FailedPreconditionError(absl::StrCat(
+                    "knob ", name, " takes effect when a model loads; pass it in LoadModel's "
+                    "knobs (minferctl load --knob)")));
+  }
+  std::optional<std::string> value;
+  if (!request->reset()) {
+    if (absl::Status v = KnobRegistry::Global().ValidateOverrides({{name, request->value()}});
+        !v.ok()) {
+      return Done(context, "SetKnob", "", v);
+    }
+    value = request->value();
+  }
+  std::string model;
+  absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Find(request->model(), &model);
+  if (!slot.ok()) return Done(context, "SetKnob", "", slot.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Applied by the slot's worker between two steps; answered from there.
+  absl::Status posted = (*slot)->PostKnobChange(
+      name, value, [this, reactor, response, name, model](absl::Status s) {
+        if (s.ok()) {
+          Logger("daemon")->info("knob {} for model '{}' changed", name, model);
+          s = DescribeKnob(name, model, response);
+        }
+        grpc::Status g = ToGrpcStatus(s);
+        if (metrics_ != nullptr) metrics_->RecordRequest("SetKnob", model, GrpcCodeName(g.error_code()));
+        reactor->Finish(std::move(g));
+      });
+  if (!posted.ok()) {
+    grpc::Status g = ToGrpcStatus(posted);
+    if (metrics_ != nullptr) metrics_->RecordRequest("SetKnob", model, GrpcCodeName(g.error_code()));
+    reactor->Finish(std::move(g));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::SetAlias(grpc::CallbackServerContext* context,
+                                                     const v1::SetAliasRequest* request,
+                                                     v1::SetAliasResponse* response) {
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) return Done(context, "SetAlias", "", auth);
+  absl::StatusOr<std::optional<std::string>> previous =
+      slots_->SetAlias(request->alias(), request->model());
+  if (!previous.ok()) return Done(context, "SetAlias", "", previous.status());
+  response->mutable_alias()->set_name(request->alias());
+  response->mutable_alias()->set_model(request->model());
+  if (previous->has_value()) response->set_previous_model(**previous);
+  return Done(context, "SetAlias", request->model(), absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::DeleteAlias(grpc::CallbackServerContext* context,
+                                                        const v1::DeleteAliasRequest* request,
+                                                        v1::DeleteAliasResponse*) {
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) {
+    return Done(context, "DeleteAlias", "", auth);
+  }
+  return Done(context, "DeleteAlias", "", slots_->DeleteAlias(request->alias()));
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListAliases(grpc::CallbackServerContext* context,
+                                                        const v1::ListAliasesRequest*,
+                                                        v1::ListAliasesResponse* response) {
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) {
+    return Done(context, "ListAliases", "", auth);
+  }
+  for (const auto& [alias, model] : slots_->ListAliases()) {
+    v1::Alias* a = response->add_aliases();
+    a->set_name(alias);
+    a->set_model(model);
+  }
+  return Done(context, "ListAliases", "", absl::OkStatus());
+}
+
+}  // namespace minfer::daemon

@@ -1,0 +1,264 @@
+#include "daemon/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "engine/base/status.h"
+#include "nlohmann/json.hpp"
+
+namespace minfer::daemon {
+namespace {
+
+using Json = nlohmann::json;
+
+// Reads typed values out of a JSON object, naming the key path in errors and
+// rejecting keys nobody asked for.
+class ObjectReader {
+ public:
+  ObjectReader(const Json& obj, std::string path, std::string source)
+      : obj_(obj), path_(std::move(path)), source_(std::move(source)) {}
+
+  absl::Status Check() const {
+    if (!obj_.is_object()) return Error(path_.empty() ? "the document" : path_, "an object");
+    return absl::OkStatus();
+  }
+
+  const Json* Get(const std::string& key) {
+    seen_.insert(key);
+    auto it = obj_.find(key);
+    return it == obj_.end() ? nullptr : &*it;
+  }
+
+  absl::Status String(const std::string& key, std::string* out) {
+    const Json* v = Get(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (!v->is_string()) return Error(Key(key), "a string");
+    *out = v->get<std::string>();
+    return absl::OkStatus();
+  }
+
+  template <typename Int>
+  absl::Status Integer(const std::string& key, Int* out, int64_t min_value) {
+    const Json* v = Get(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (!v->is_number_integer() || v->get<int64_t>() < min_value ||
+        v->get<int64_t>() > static_cast<int64_t>(std::numeric_limits<Int>::max())) {
+      return Error(Key(key), absl::StrCat("an integer >= ", min_value));
+    }
+    *out = static_cast<Int>(v->get<int64_t>());
+    return absl::OkStatus();
+  }
+
+  absl::Status Number(const std::string& key, double* out) {
+    const Json* v = Get(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (!v->is_number() || !(v->get<double>() >= 0) || !std::isfinite(v->get<double>())) {
+      return Error(Key(key), "a number >= 0");
+    }
+    *out = v->get<double>();
+    return absl::OkStatus();
+  }
+
+  absl::Status StringMap(const std::string& key, std::map<std::string, std::string>* out) {
+    const Json* v = Get(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (!v->is_object()) return Error(Key(key), "an object of strings");
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      if (!it->is_string()) return Error(Key(key) + "." + it.key(), "a string");
+      (*out)[it.key()] = it->get<std::string>();
+    }
+    return absl::OkStatus();
+  }
+
+  // INVALID_ARGUMENT naming the first key that was not read.
+  absl::Status Done() const {
+    for (auto it = obj_.begin(); it != obj_.end(); ++it) {
+      if (seen_.count(it.key()) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source_, ": unknown key '", Key(it.key()), "'"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::string Key(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  absl::Status Error(const std::string& key, const std::string& want) const {
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", key, " must be ", want));
+  }
+
+ private:
+  const Json& obj_;
+  const std::string path_;
+  const std::string source_;
+  std::set<std::string> seen_;
+};
+
+absl::Status ReadModel(const Json& j, const std::string& path, const std::string& source,
+                       SlotConfig* m) {
+  ObjectReader r(j, path, source);
+  RETURN_IF_ERROR(r.Check());
+  RETURN_IF_ERROR(r.String("name", &m->name));
+  RETURN_IF_ERROR(r.String("path", &m->path));
+  RETURN_IF_ERROR(r.String("backend", &m->backend));
+  m->n_ctx = 0;
+  m->parallel = 0;
+  m->queue_size = 0;
+  RETURN_IF_ERROR(r.Integer("n_ctx", &m->n_ctx, 1));
+  RETURN_IF_ERROR(r.Integer("parallel", &m->parallel, 1));
+  RETURN_IF_ERROR(r.Integer("queue_size", &m->queue_size, 1));
+  RETURN_IF_ERROR(r.String("kv_type", &m->kv_type));
+  RETURN_IF_ERROR(r.StringMap("knobs", &m->knobs));
+  RETURN_IF_ERROR(r.Done());
+  if (m->name.empty() || m->path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", path, " needs a name and a path"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
+  absl::string_view s = absl::StripAsciiWhitespace(text);
+  std::string lower = absl::AsciiStrToLower(s);
+  absl::string_view v = lower;
+  uint64_t mult = 1;
+  // Longest suffixes first; all binary (a "G" of RAM is a GiB).
+  const std::pair<const char*, uint64_t> kUnits[] = {
+      {"kib", 1ull << 10}, {"mib", 1ull << 20}, {"gib", 1ull << 30}, {"tib", 1ull << 40},
+      {"kb", 1ull << 10},  {"mb", 1ull << 20},  {"gb", 1ull << 30},  {"tb", 1ull << 40},
+      {"k", 1ull << 10},   {"m", 1ull << 20},   {"g", 1ull << 30},   {"t", 1ull << 40},
+      {"b", 1}};
+  for (const auto& [suffix, m] : kUnits) {
+    if (absl::ConsumeSuffix(&v, suffix)) {
+      mult = m;
+      break;
+    }
+  }
+  double number = 0;
+  if (v.empty() || !absl::SimpleAtod(v, &number) || !(number >= 0) || !std::isfinite(number) ||
+      number * static_cast<double>(mult) > 1.8e19) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is not a byte size (e.g. 1073741824, 512M, 8G, 1.5GiB)"));
+  }
+  return static_cast<uint64_t>(std::llround(number * static_cast<double>(mult)));
+}
+
+absl::Status ApplyConfigJson(const std::string& text, const std::string& source,
+                             DaemonConfig* c) {
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  if (j.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON"));
+  }
+  ObjectReader r(j, "", source);
+  RETURN_IF_ERROR(r.Check());
+  RETURN_IF_ERROR(r.String("listen", &c->listen));
+  RETURN_IF_ERROR(r.String("metrics_listen", &c->metrics_listen));
+  if (const Json* v = r.Get("memory_limit")) {
+    if (v->is_number_unsigned()) {
+      c->memory_limit = v->get<uint64_t>();
+    } else if (v->is_string()) {
+      absl::StatusOr<uint64_t> bytes = ParseByteSize(v->get<std::string>());
+      if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(source, ": memory_limit"));
+      c->memory_limit = *bytes;
+    } else {
+      return r.Error("memory_limit", "a byte count or a size string like \"8G\"");
+    }
+  }
+  RETURN_IF_ERROR(r.Number("drain_timeout_seconds", &c->drain_timeout_seconds));
+  if (const Json* tls = r.Get("tls")) {
+    ObjectReader t(*tls, "tls", source);
+    RETURN_IF_ERROR(t.Check());
+    RETURN_IF_ERROR(t.String("cert", &c->tls_cert_file));
+    RETURN_IF_ERROR(t.String("key", &c->tls_key_file));
+    RETURN_IF_ERROR(t.Done());
+  }
+  RETURN_IF_ERROR(r.String("admin_token", &c->admin_token));
+  RETURN_IF_ERROR(r.String("admin_token_file", &c->admin_token_file));
+  if (const Json* limits = r.Get("limits")) {
+    ObjectReader l(*limits, "limits", source);
+    RETURN_IF_ERROR(l.Check());
+    RETURN_IF_ERROR(l.Integer("max_prompt_tokens", &c->limits.max_prompt_tokens, 1));
+    RETURN_IF_ERROR(l.Integer("max_tokens", &c->limits.max_tokens, 1));
+    RETURN_IF_ERROR(l.Integer("default_max_tokens", &c->limits.default_max_tokens, 1));
+    RETURN_IF_ERROR(l.Done());
+  }
+  if (const Json* defaults = r.Get("defaults")) {
+    ObjectReader d(*defaults, "defaults", source);
+    RETURN_IF_ERROR(d.Check());
+    RETURN_IF_ERROR(d.Integer("n_ctx", &c->default_n_ctx, 1));
+    RETURN_IF_ERROR(d.Integer("parallel", &c->default_parallel, 1));
+    RETURN_IF_ERROR(d.Integer("queue_size", &c->default_queue_size, 0));
+    RETURN_IF_ERROR(d.Done());
+  }
+  if (const Json* models = r.Get("models")) {
+    if (!models->is_array()) return r.Error("models", "an array");
+    for (size_t i = 0; i < models->size(); ++i) {
+      SlotConfig m;
+      RETURN_IF_ERROR(ReadModel((*models)[i], absl::StrCat("models[", i, "]"), source, &m));
+      c->models.push_back(std::move(m));
+    }
+  }
+  std::map<std::string, std::string> aliases;
+  RETURN_IF_ERROR(r.StringMap("aliases", &aliases));
+  for (auto& [alias, model] : aliases) c->aliases.emplace_back(alias, model);
+  RETURN_IF_ERROR(r.String("log_level", &c->log_level));
+  return r.Done();
+}
+
+absl::Status ApplyConfigFile(const std::string& path, DaemonConfig* config) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file '", path, "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ApplyConfigJson(ss.str(), path, config);
+}
+
+absl::Status FinalizeConfig(DaemonConfig* c) {
+  if (!c->admin_token_file.empty()) {
+    std::ifstream in(c->admin_token_file);
+    if (!in) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot read admin token file '", c->admin_token_file, "'"));
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    c->admin_token = std::string(absl::StripTrailingAsciiWhitespace(ss.str()));
+    if (c->admin_token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("admin token file '", c->admin_token_file, "' is empty"));
+    }
+  }
+  if (c->tls_cert_file.empty() != c->tls_key_file.empty()) {
+    return absl::InvalidArgumentError("TLS needs both a certificate and a key file");
+  }
+  if (c->listen.empty()) return absl::InvalidArgumentError("listen: an address is required");
+  if (c->limits.max_prompt_tokens < 1 || c->limits.max_tokens < 1 ||
+      c->limits.default_max_tokens < 1) {
+    return absl::InvalidArgumentError("limits must be positive");
+  }
+  std::set<std::string> names;
+  for (const SlotConfig& m : c->models) {
+    if (!names.insert(m.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", m.name, "' is listed twice"));
+    }
+  }
+  for (const auto& [alias, model] : c->aliases) {
+    if (names.count(model) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "aliases: '", alias, "' points at '", model, "', which is not among the models"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace minfer::daemon

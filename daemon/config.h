@@ -1,0 +1,75 @@
+// minferd's configuration: a JSON file (every key optional), overridden by
+// command-line flags (main.cc). Example:
+//
+//   {
+//     "listen": "127.0.0.1:50051",
+//     "metrics_listen": "127.0.0.1:9464",      // "" turns metrics off
+//     "memory_limit": "8G",                    // bytes, or K/M/G/T (binary)
+//     "drain_timeout_seconds": 30,
+//     "tls": {"cert": "/etc/minfer/tls.crt", "key": "/etc/minfer/tls.key"},
+//     "admin_token_file": "/etc/minfer/admin-token",
+//     "limits": {"max_prompt_tokens": 32768, "max_tokens": 4096,
+//                "default_max_tokens": 256},     // (capped by max_tokens)
+//     "defaults": {"n_ctx": 4096, "parallel": 1, "queue_size": 16},
+//     "models": [{"name": "default", "path": "models/default.gguf",
+//                 "n_ctx": 4096, "parallel": 4, "kv_type": "f16",
+//                 "backend": "auto", "queue_size": 16,
+//                 "knobs": {"MINFER_PREFILL_CHUNK": "256"}}],
+//     "aliases": {"prod": "default"},
+//     "log_level": "info"
+//   }
+//
+// Unknown keys are errors (a typo must not silently fall back to a
+// default); errors name the key ("config.json: limits.max_tokens must be a
+// positive integer").
+#ifndef MINFER_DAEMON_CONFIG_H_
+#define MINFER_DAEMON_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/limits.h"
+#include "daemon/slot.h"
+
+namespace minfer::daemon {
+
+struct DaemonConfig {
+  std::string listen = "127.0.0.1:50051";
+  std::string metrics_listen = "127.0.0.1:9464";  // empty: no metrics
+  uint64_t memory_limit = 0;                      // 0: the host's available memory
+  double drain_timeout_seconds = 30;
+  std::string tls_cert_file;  // both or neither
+  std::string tls_key_file;
+  std::string admin_token;       // empty: admin API open
+  std::string admin_token_file;  // read into admin_token by Finalize
+  GenerationLimits limits;
+  int64_t default_n_ctx = 4096;
+  int32_t default_parallel = 1;
+  int32_t default_queue_size = 16;
+  std::vector<SlotConfig> models;  // loaded at start (fields 0 = defaults)
+  std::vector<std::pair<std::string, std::string>> aliases;  // set once ready
+  std::string log_level;  // empty: MINFER_LOG_LEVEL / info
+};
+
+// Applies the JSON document `text` on top of `config`. `source` names the
+// file in errors.
+absl::Status ApplyConfigJson(const std::string& text, const std::string& source,
+                             DaemonConfig* config);
+// Reads and applies the file at `path`.
+absl::Status ApplyConfigFile(const std::string& path, DaemonConfig* config);
+
+// Reads admin_token_file into admin_token (trailing whitespace stripped) and
+// checks cross-field rules: limits positive, TLS cert and key together,
+// model names unique, aliases pointing at listed models.
+absl::Status FinalizeConfig(DaemonConfig* config);
+
+// "1073741824", "512M", "8G", "1.5GiB", "64KiB" -> bytes (binary units).
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
+
+}  // namespace minfer::daemon
+
+#endif  // MINFER_DAEMON_CONFIG_H_

@@ -1,0 +1,104 @@
+// Daemon: minferd assembled — the slot manager, the gRPC server with the
+// generation and admin services, standard health checking and reflection,
+// and the metrics exposer — with the shutdown sequence. main.cc adds flags
+// and signals; tests run it in-process on loopback ports.
+//
+// Health (grpc.health.v1): "" (overall) and the two API services are
+// SERVING from start until the drain; each model name and alias is SERVING
+// while its model is READY and NOT_SERVING otherwise; everything turns
+// NOT_SERVING when the drain begins.
+//
+// Thread-safe.
+#ifndef MINFER_DAEMON_DAEMON_H_
+#define MINFER_DAEMON_DAEMON_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/admin_service.h"
+#include "daemon/config.h"
+#include "daemon/generation_service.h"
+#include "daemon/metrics.h"
+#include "daemon/serving_state.h"
+#include "daemon/slot_manager.h"
+#include "grpcpp/grpcpp.h"
+
+namespace minfer::daemon {
+
+// Seams for tests.
+struct DaemonTestHooks {
+  // SlotManagerOptions::before_load.
+  std::function<void(const std::string& name)> before_model_load;
+};
+
+struct DrainResult {
+  int64_t streams_at_start = 0;  // Generate streams open when the drain began
+  int64_t cancelled = 0;         // still open at the timeout, then cancelled
+  double seconds = 0;
+};
+
+class Daemon {
+ public:
+  // Binds the gRPC and metrics addresses (port 0 picks a free port), starts
+  // serving, and starts loading the configured models in the background.
+  // Errors: the config is invalid, an address cannot be bound, a TLS file
+  // is unreadable.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(DaemonConfig config,
+                                                       DaemonTestHooks hooks = {});
+  // Shutdown().
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // "host:port" actually bound.
+  const std::string& address() const { return address_; }
+  // "" when metrics are off.
+  std::string metrics_address() const { return metrics_->exposer_address(); }
+  const DaemonConfig& config() const { return config_; }
+  SlotManager& slots() { return *slots_; }
+  Metrics& metrics() { return *metrics_; }
+
+  // Stops accepting generations and loads (UNAVAILABLE), turns health
+  // NOT_SERVING, waits up to `timeout` for open Generate streams to finish,
+  // then cancels the rest (they end with UNAVAILABLE after a last message
+  // whose finish reason is "cancelled").
+  DrainResult Drain(std::chrono::duration<double> timeout);
+
+  // Stops every slot, then the gRPC server and the metrics exposer.
+  // Idempotent.
+  void Shutdown();
+
+ private:
+  Daemon(DaemonConfig config, DaemonTestHooks hooks);
+  absl::Status Init();
+  // After any slot or alias change: health statuses, and aliases from the
+  // config whose model just became ready.
+  void OnChange();
+
+  DaemonConfig config_;
+  const DaemonTestHooks hooks_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<SlotManager> slots_;
+  ServingState state_;
+  std::unique_ptr<GenerationServiceImpl> generation_;
+  std::unique_ptr<AdminServiceImpl> admin_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+
+  std::mutex mu_;
+  bool draining_ = false;      // guarded by mu_ (health frozen)
+  bool shut_down_ = false;     // guarded by mu_
+  std::set<std::string> health_names_;  // guarded by mu_: names ever reported
+  std::vector<std::pair<std::string, std::string>> pending_aliases_;  // guarded by mu_
+};
+
+}  // namespace minfer::daemon
+
+#endif  // MINFER_DAEMON_DAEMON_H_

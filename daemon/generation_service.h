@@ -1,0 +1,63 @@
+// minfer.v1.GenerationService over the SlotManager (gRPC callback API).
+//
+// The service only translates: it validates and tokenizes a request
+// (errors name the proto field), submits a Sequence to the model's slot and
+// streams what the slot's worker publishes. It never runs the model. A
+// client that disconnects, or whose deadline passes, cancels its sequence;
+// the worker stops it before its next step.
+//
+// Thread-safe (gRPC calls the handlers concurrently).
+#ifndef MINFER_DAEMON_GENERATION_SERVICE_H_
+#define MINFER_DAEMON_GENERATION_SERVICE_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "daemon/limits.h"
+#include "daemon/metrics.h"
+#include "daemon/serving_state.h"
+#include "daemon/slot_manager.h"
+#include "engine/runtime/generation.h"
+#include "engine/runtime/model.h"
+#include "minfer/v1/generation.grpc.pb.h"
+
+namespace minfer::daemon {
+
+// Validates `request` against the limits and the model and builds the
+// engine request (tokenizing text or chat input). INVALID_ARGUMENT names the
+// proto field ("sampling.top_p must be in (0, 1] ..."). An unset seed is
+// drawn at random.
+absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
+                                                              const runtime::Model& model,
+                                                              int64_t n_ctx,
+                                                              const GenerationLimits& limits);
+
+class GenerationServiceImpl final : public v1::GenerationService::CallbackService {
+ public:
+  // Pointers must outlive the service; `metrics` may be null.
+  GenerationServiceImpl(SlotManager* slots, GenerationLimits limits, ServingState* state,
+                        Metrics* metrics);
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
+                                       const v1::DetokenizeRequest* request,
+                                       v1::DetokenizeResponse* response) override;
+
+ private:
+  // Finishes a unary call, counting it in the metrics.
+  grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const char* method,
+                                 const std::string& model, const absl::Status& status);
+
+  SlotManager* const slots_;
+  const GenerationLimits limits_;
+  ServingState* const state_;
+  Metrics* const metrics_;
+};
+
+}  // namespace minfer::daemon
+
+#endif  // MINFER_DAEMON_GENERATION_SERVICE_H_

@@ -1,0 +1,183 @@
+// minferd: serves GGUF models over gRPC (see daemon.h and the README).
+//
+// Signals: SIGTERM or SIGINT starts the drain — new generations are refused
+// (UNAVAILABLE), health turns NOT_SERVING, open streams get up to
+// --drain-timeout seconds to finish and are then cancelled — and the
+// process exits 0. The signals are blocked in every thread and taken by
+// sigwait() on the main thread, so no work happens in a signal handler.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/version.h"
+#include "engine/base/knobs.h"
+#include "engine/base/logging.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using minfer::daemon::DaemonConfig;
+
+int Fail(const std::string& message) {
+  std::cerr << "minferd: " << message << "\n";
+  return 1;
+}
+
+// NAME=VALUE -> (NAME, VALUE).
+bool SplitPair(const std::string& s, std::pair<std::string, std::string>* out) {
+  size_t eq = s.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size()) return false;
+  *out = {s.substr(0, eq), s.substr(eq + 1)};
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before any thread exists, so that every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  CLI::App app{"minferd: serves GGUF language models over gRPC (minfer.v1)", "minferd"};
+  std::string config_file, listen, metrics_listen, memory_limit, tls_cert, tls_key;
+  std::string admin_token, admin_token_file, ready_file, log_level;
+  double drain_timeout = 0;
+  int64_t ctx = 0;
+  int32_t parallel = 0, queue_size = 0, max_prompt_tokens = 0, max_tokens = 0,
+          default_max_tokens = 0;
+  std::vector<std::string> models, aliases;
+  bool version = false;
+  app.add_option("--config", config_file, "JSON config file (flags override it)");
+  auto* o_listen = app.add_option("--listen", listen, "gRPC address (default 127.0.0.1:50051)");
+  auto* o_metrics = app.add_option("--metrics-listen", metrics_listen,
+                                   "Prometheus /metrics address (default 127.0.0.1:9464; \"\" = off)");
+  auto* o_mem = app.add_option("--memory-limit", memory_limit,
+                               "memory budget for models, e.g. 8G (default: host available memory)");
+  auto* o_drain = app.add_option("--drain-timeout", drain_timeout,
+                                 "seconds streams may run after SIGTERM (default 30)");
+  auto* o_cert = app.add_option("--tls-cert", tls_cert, "TLS certificate (PEM)");
+  auto* o_key = app.add_option("--tls-key", tls_key, "TLS private key (PEM)");
+  auto* o_token = app.add_option("--admin-token", admin_token,
+                                 "bearer token required by the admin API")
+                      ->envname("MINFER_ADMIN_TOKEN");
+  auto* o_token_file =
+      app.add_option("--admin-token-file", admin_token_file, "file holding the admin token");
+  app.add_option("--model", models, "NAME=PATH: load a model at start (repeatable)");
+  app.add_option("--alias", aliases, "ALIAS=MODEL: set once MODEL is ready (repeatable)");
+  auto* o_ctx = app.add_option("--ctx", ctx, "default context size per sequence (4096)");
+  auto* o_parallel = app.add_option("--parallel", parallel, "default concurrent sequences (1)");
+  auto* o_queue = app.add_option("--queue-size", queue_size, "default queue beyond parallel (16)");
+  auto* o_mpt = app.add_option("--max-prompt-tokens", max_prompt_tokens, "limit (32768)");
+  auto* o_mt = app.add_option("--max-tokens", max_tokens, "limit on a request's max_tokens (4096)");
+  auto* o_dmt = app.add_option("--default-max-tokens", default_max_tokens,
+                               "max_tokens when a request does not say (256)");
+  app.add_option("--ready-file", ready_file,
+                 "write {\"address\",\"metrics_address\",\"pid\"} as JSON here once serving");
+  auto* o_log = app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
+  app.add_flag("--version", version, "print the version and exit");
+  // CLI11 reports usage errors by throwing; this is the one place minferd
+  // catches, and only CLI11's own exception type.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (version) {
+    std::cout << "minferd " << minfer::kMinferVersion << "\n";
+    return 0;
+  }
+
+  DaemonConfig config;
+  if (!config_file.empty()) {
+    if (absl::Status s = minfer::daemon::ApplyConfigFile(config_file, &config); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+  }
+  if (*o_listen) config.listen = listen;
+  if (*o_metrics) config.metrics_listen = metrics_listen;
+  if (*o_mem) {
+    absl::StatusOr<uint64_t> bytes = minfer::daemon::ParseByteSize(memory_limit);
+    if (!bytes.ok()) return Fail(absl::StrCat("--memory-limit: ", bytes.status().message()));
+    config.memory_limit = *bytes;
+  }
+  if (*o_drain) config.drain_timeout_seconds = drain_timeout;
+  if (*o_cert) config.tls_cert_file = tls_cert;
+  if (*o_key) config.tls_key_file = tls_key;
+  if (*o_token) config.admin_token = admin_token;
+  if (*o_token_file) config.admin_token_file = admin_token_file;
+  if (*o_ctx) config.default_n_ctx = ctx;
+  if (*o_parallel) config.default_parallel = parallel;
+  if (*o_queue) config.default_queue_size = queue_size;
+  if (*o_mpt) config.limits.max_prompt_tokens = max_prompt_tokens;
+  if (*o_mt) config.limits.max_tokens = max_tokens;
+  if (*o_dmt) config.limits.default_max_tokens = default_max_tokens;
+  if (*o_log) config.log_level = log_level;
+  for (const std::string& m : models) {
+    std::pair<std::string, std::string> kv;
+    if (!SplitPair(m, &kv)) return Fail(absl::StrCat("--model wants NAME=PATH, got '", m, "'"));
+    std::erase_if(config.models, [&](const auto& c) { return c.name == kv.first; });
+    minfer::daemon::SlotConfig c;
+    c.name = kv.first;
+    c.path = kv.second;
+    c.n_ctx = 0;  // the defaults, resolved by the slot manager
+    c.parallel = 0;
+    c.queue_size = 0;
+    config.models.push_back(std::move(c));
+  }
+  for (const std::string& a : aliases) {
+    std::pair<std::string, std::string> kv;
+    if (!SplitPair(a, &kv)) return Fail(absl::StrCat("--alias wants ALIAS=MODEL, got '", a, "'"));
+    config.aliases.push_back(kv);
+  }
+  if (!config.log_level.empty()) {
+    if (absl::Status s = minfer::SetLogLevel(config.log_level); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+  }
+  if (absl::Status s = minfer::KnobRegistry::Global().LoadFromEnvironment(); !s.ok()) {
+    minfer::Logger("daemon")->warn("environment knobs: {}", s);
+  }
+
+  absl::StatusOr<std::unique_ptr<minfer::daemon::Daemon>> daemon =
+      minfer::daemon::Daemon::Start(config);
+  if (!daemon.ok()) return Fail(std::string(daemon.status().message()));
+
+  if (!ready_file.empty()) {
+    nlohmann::json j = {{"address", (*daemon)->address()},
+                        {"metrics_address", (*daemon)->metrics_address()},
+                        {"pid", static_cast<int64_t>(getpid())}};
+    // Written whole under a temporary name, then renamed: a watcher never
+    // sees half a file.
+    const std::string tmp = ready_file + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << j.dump() << "\n";
+    }
+    if (std::rename(tmp.c_str(), ready_file.c_str()) != 0) {
+      return Fail(absl::StrCat("cannot write --ready-file '", ready_file, "'"));
+    }
+  }
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  minfer::Logger("daemon")->info("received {}: draining for up to {:.1f} s",
+                                 sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                                 config.drain_timeout_seconds);
+  (*daemon)->Drain(std::chrono::duration<double>(config.drain_timeout_seconds));
+  (*daemon)->Shutdown();
+  return 0;
+}

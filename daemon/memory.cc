@@ -1,0 +1,111 @@
+#include "daemon/memory.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace minfer::daemon {
+namespace {
+
+std::string Bytes(uint64_t b) {
+  return absl::StrFormat("%.1f MiB (%d B)", b / 1048576.0, b);
+}
+
+}  // namespace
+
+std::string MemoryEstimate::ToString() const {
+  return absl::StrCat("weights ", Bytes(weights), " + KV ", Bytes(kv), " + scratch ",
+                      Bytes(scratch), " = ", Bytes(total()));
+}
+
+uint64_t GraphScratchBound(const models::Qwen2Hparams& hp, int64_t n_tokens) {
+  const uint64_t t = static_cast<uint64_t>(std::max<int64_t>(n_tokens, 1));
+  const uint64_t per_token = 6 * hp.n_embd + 4 * hp.n_embd_kv() + 3 * hp.n_ff;
+  return 4 * t * per_token + 4 * static_cast<uint64_t>(hp.n_vocab) + 2 * t * hp.n_ff;
+}
+
+MemoryEstimate EstimateMemory(const gguf::GgufFile& file, const models::Qwen2Hparams& hp,
+                              const EstimateParams& params) {
+  MemoryEstimate e;
+  for (const gguf::TensorInfo& t : file.tensors()) e.weights += t.nbytes;
+  const int64_t n_ctx = std::clamp<int64_t>(params.n_ctx, 1, std::max<int64_t>(hp.context_length, 1));
+  const graph::DType kv_type = params.kv_type.value_or(graph::DType::kF32);
+  const uint64_t parallel = static_cast<uint64_t>(std::max(params.parallel, 1));
+  e.kv = parallel * static_cast<uint64_t>(n_ctx) * 2 * static_cast<uint64_t>(hp.n_layer) *
+         static_cast<uint64_t>(graph::DTypeBytes(kv_type, hp.n_embd_kv()));
+  const int64_t chunk = std::max<int64_t>(params.prefill_chunk, 1);
+  e.scratch = parallel * (3 * GraphScratchBound(hp, chunk) + GraphScratchBound(hp, 1));
+  return e;
+}
+
+absl::StatusOr<HostMemory> ReadHostMemory() {
+  std::ifstream in("/proc/meminfo");
+  if (!in) return absl::UnavailableError("cannot read /proc/meminfo");
+  HostMemory m;
+  std::string line;
+  bool have_total = false, have_available = false;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string key;
+    uint64_t kib = 0;
+    ls >> key >> kib;
+    if (key == "MemTotal:") {
+      m.total = kib * 1024;
+      have_total = true;
+    } else if (key == "MemAvailable:") {
+      m.available = kib * 1024;
+      have_available = true;
+    }
+  }
+  if (!have_total || !have_available) {
+    return absl::UnavailableError("/proc/meminfo lacks MemTotal or MemAvailable");
+  }
+  return m;
+}
+
+MemoryBudget::MemoryBudget(uint64_t limit) : limit_(limit) {}
+
+absl::Status MemoryBudget::Reserve(const std::string& name, const MemoryEstimate& estimate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t others = 0;
+  for (const auto& [n, bytes] : reserved_) {
+    if (n != name) others += bytes;
+  }
+  uint64_t free_bytes = 0;
+  std::string budget;
+  if (limit_ > 0) {
+    free_bytes = limit_ > others ? limit_ - others : 0;
+    budget = absl::StrCat("the memory limit is ", Bytes(limit_), " with ", Bytes(others),
+                          " reserved by other models, leaving ", Bytes(free_bytes));
+  } else {
+    absl::StatusOr<HostMemory> host = ReadHostMemory();
+    if (!host.ok()) return host.status();
+    free_bytes = host->available;
+    budget = absl::StrCat("the host has ", Bytes(host->available), " available of ",
+                          Bytes(host->total), " (no --memory-limit set)");
+  }
+  if (estimate.total() > free_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("model '", name, "' does not fit in memory: it needs ", estimate.ToString(),
+                     ", but ", budget));
+  }
+  reserved_[name] = estimate.total();
+  return absl::OkStatus();
+}
+
+void MemoryBudget::Release(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reserved_.erase(name);
+}
+
+uint64_t MemoryBudget::reserved() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t total = 0;
+  for (const auto& [n, bytes] : reserved_) total += bytes;
+  return total;
+}
+
+}  // namespace minfer::daemon

@@ -1,0 +1,92 @@
+// Memory admission: what a model will need before it is loaded, and the
+// budget that loads reserve against, so a load that cannot fit is refused
+// up front (RESOURCE_EXHAUSTED with the figures) instead of failing halfway
+// or pushing the host into swap.
+//
+// The estimate, per slot (every figure in bytes):
+//   weights = sum of the GGUF file's tensor bytes (the mmap'ed or uploaded
+//             weights)
+//   kv      = parallel x n_ctx x 2 (K and V) x n_layer x row(n_embd_kv),
+//             row() in the KV element type; "auto" counts as f32 (the
+//             largest), so the figure is an upper bound; n_ctx is clamped
+//             to the model's context length like Session does
+//   scratch = parallel x (3 x A(prefill_chunk) + A(1)): a session caches up
+//             to four graphs (the decode graph, the full-chunk prefill graph
+//             and two of other lengths), each with its own activation
+//             buffers; A(T) bounds one graph's buffers for T tokens:
+//             4 x T x (6 n_embd + 4 n_embd_kv + 3 n_ff) + 4 x n_vocab
+//             + 2 x T x n_ff (the CPU backend's int8 activation scratch)
+// For CPU models the budget is the --memory-limit, or else the host's
+// available memory (MemAvailable) at the time of the load.
+#ifndef MINFER_DAEMON_MEMORY_H_
+#define MINFER_DAEMON_MEMORY_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/gguf/gguf.h"
+#include "engine/graph/tensor.h"
+#include "engine/models/qwen2/qwen2.h"
+
+namespace minfer::daemon {
+
+struct MemoryEstimate {
+  uint64_t weights = 0;
+  uint64_t kv = 0;
+  uint64_t scratch = 0;
+  uint64_t total() const { return weights + kv + scratch; }
+  // "weights 1.5 MiB (1572864 B) + KV ... = total ..."
+  std::string ToString() const;
+};
+
+struct EstimateParams {
+  int64_t n_ctx = 4096;
+  int32_t parallel = 1;
+  // Unset: the model's default (counted as f32).
+  std::optional<graph::DType> kv_type;
+  int64_t prefill_chunk = 512;
+};
+
+// Estimates from the file's tensor table and hyperparameters (no weights are
+// read).
+MemoryEstimate EstimateMemory(const gguf::GgufFile& file, const models::Qwen2Hparams& hp,
+                              const EstimateParams& params);
+// Bytes of activation buffers the estimate allows one graph of `n_tokens`.
+uint64_t GraphScratchBound(const models::Qwen2Hparams& hp, int64_t n_tokens);
+
+struct HostMemory {
+  uint64_t total = 0;
+  uint64_t available = 0;
+};
+// /proc/meminfo's MemTotal and MemAvailable.
+absl::StatusOr<HostMemory> ReadHostMemory();
+
+// Reservations of the loaded slots against the admission limit.
+// Thread-safe.
+class MemoryBudget {
+ public:
+  // `limit` 0: admit each load against the host's available memory at that
+  // moment (memory already taken by loaded slots is no longer available).
+  explicit MemoryBudget(uint64_t limit = 0);
+
+  // Reserves `estimate` for `name`, or RESOURCE_EXHAUSTED with the estimate
+  // by kind, what is free and the limit (in bytes).
+  absl::Status Reserve(const std::string& name, const MemoryEstimate& estimate);
+  void Release(const std::string& name);
+  uint64_t reserved() const;
+  uint64_t limit() const { return limit_; }
+
+ private:
+  const uint64_t limit_;
+  mutable std::mutex mu_;
+  std::map<std::string, uint64_t> reserved_;  // guarded by mu_
+};
+
+}  // namespace minfer::daemon
+
+#endif  // MINFER_DAEMON_MEMORY_H_

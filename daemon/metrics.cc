@@ -1,0 +1,144 @@
+#include "daemon/metrics.h"
+
+#include <exception>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
+
+namespace minfer::daemon {
+namespace {
+
+constexpr const char* kStates[] = {"loading", "ready", "unloading", "failed"};
+
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  // 0.5 ms ... ~16 s, doubling: covers a GPU decode step through a long
+  // CPU prefill.
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 0.0005; v < 20; v *= 2) b.push_back(v);
+  return b;
+}
+
+}  // namespace
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& r = *registry_;
+  requests_ = &prometheus::BuildCounter()
+                   .Name("minfer_requests_total")
+                   .Help("RPCs by method, model and final gRPC status code.")
+                   .Register(r);
+  prompt_tokens_ = &prometheus::BuildCounter()
+                        .Name("minfer_prompt_tokens_total")
+                        .Help("Prompt tokens of admitted generation requests.")
+                        .Register(r);
+  completion_tokens_ = &prometheus::BuildCounter()
+                            .Name("minfer_completion_tokens_total")
+                            .Help("Generated tokens.")
+                            .Register(r);
+  ttft_ = &prometheus::BuildHistogram()
+               .Name("minfer_time_to_first_token_seconds")
+               .Help("From the request's arrival to its first token (queueing included).")
+               .Register(r);
+  itl_ = &prometheus::BuildHistogram()
+              .Name("minfer_inter_token_latency_seconds")
+              .Help("Time between consecutive tokens of a stream.")
+              .Register(r);
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("minfer_queue_depth")
+                      .Help("Generation requests waiting for a free sequence.")
+                      .Register(r);
+  active_ = &prometheus::BuildGauge()
+                 .Name("minfer_active_sequences")
+                 .Help("Sequences being generated.")
+                 .Register(r);
+  slot_state_ = &prometheus::BuildGauge()
+                     .Name("minfer_slot_state")
+                     .Help("1 for the model slot's current state.")
+                     .Register(r);
+  slot_memory_ = &prometheus::BuildGauge()
+                      .Name("minfer_slot_memory_bytes")
+                      .Help("Memory of a model slot by kind (weights, kv, scratch).")
+                      .Register(r);
+  draining_ = &prometheus::BuildGauge()
+                   .Name("minfer_draining")
+                   .Help("1 while the server drains before exiting.")
+                   .Register(r)
+                   .Add({});
+}
+
+Metrics::~Metrics() = default;
+
+absl::Status Metrics::StartExposer(const std::string& address) {
+  // prometheus-cpp (civetweb) reports a failure to bind by throwing; this is
+  // the boundary where that becomes a Status.
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on '", address, "': ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  std::vector<int> ports = exposer_->GetListeningPorts();
+  const std::string host = address.substr(0, address.rfind(':'));
+  exposer_address_ = absl::StrCat(host, ":", ports.empty() ? 0 : ports.front());
+  return absl::OkStatus();
+}
+
+void Metrics::RecordRequest(const std::string& method, const std::string& model,
+                            const std::string& code) {
+  requests_->Add({{"method", method}, {"model", model}, {"code", code}}).Increment();
+}
+
+ModelMetrics* Metrics::ForModel(const std::string& model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = models_[model];
+  if (slot == nullptr) {
+    slot = std::make_unique<ModelMetrics>();
+    const prometheus::Labels l = {{"model", model}};
+    slot->prompt_tokens = &prompt_tokens_->Add(l);
+    slot->completion_tokens = &completion_tokens_->Add(l);
+    slot->ttft = &ttft_->Add(l, LatencyBuckets());
+    slot->itl = &itl_->Add(l, LatencyBuckets());
+    slot->queue_depth = &queue_depth_->Add(l);
+    slot->active = &active_->Add(l);
+    slot->weights_bytes = &slot_memory_->Add({{"model", model}, {"kind", "weights"}});
+    slot->kv_bytes = &slot_memory_->Add({{"model", model}, {"kind", "kv"}});
+    slot->scratch_bytes = &slot_memory_->Add({{"model", model}, {"kind", "scratch"}});
+  }
+  return slot.get();
+}
+
+void Metrics::SetSlotState(const std::string& model, const std::string& state) {
+  for (const char* s : kStates) {
+    slot_state_->Add({{"model", model}, {"state", s}}).Set(state == s ? 1 : 0);
+  }
+}
+
+void Metrics::RemoveModel(const std::string& model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(model);
+  if (it != models_.end()) {
+    ModelMetrics& m = *it->second;
+    queue_depth_->Remove(m.queue_depth);
+    active_->Remove(m.active);
+    slot_memory_->Remove(m.weights_bytes);
+    slot_memory_->Remove(m.kv_bytes);
+    slot_memory_->Remove(m.scratch_bytes);
+    // Counters and histograms stay registered; forget only our pointers to
+    // the removed gauges by dropping the entry (a reload re-adds them).
+    models_.erase(it);
+  }
+  for (const char* s : kStates) {
+    slot_state_->Remove(&slot_state_->Add({{"model", model}, {"state", s}}));
+  }
+}
+
+void Metrics::SetDraining(bool draining) { draining_->Set(draining ? 1 : 0); }
+
+std::string Metrics::Serialize() const {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+}  // namespace minfer::daemon

@@ -1,0 +1,97 @@
+// Prometheus metrics of the daemon (prometheus-cpp), served by an HTTP
+// exposer on their own address so scraping never competes with gRPC.
+//
+//   minfer_requests_total{method,model,code}         RPCs by final status
+//   minfer_prompt_tokens_total{model}                tokens in
+//   minfer_completion_tokens_total{model}            tokens out
+//   minfer_time_to_first_token_seconds{model}        arrival -> first token
+//   minfer_inter_token_latency_seconds{model}        between streamed tokens
+//   minfer_queue_depth{model}                        requests waiting
+//   minfer_active_sequences{model}                   sequences running
+//   minfer_slot_state{model,state}                   1 for the slot's state
+//   minfer_slot_memory_bytes{model,kind}             weights / kv / scratch
+//   minfer_draining                                  1 while draining
+//
+// Per-model series of a slot are handed out as a ModelMetrics (stable
+// pointers); the slot's gauges are removed when the slot goes away, the
+// counters and histograms stay (Prometheus expects counters to persist).
+//
+// Thread-safe.
+#ifndef MINFER_DAEMON_METRICS_H_
+#define MINFER_DAEMON_METRICS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace minfer::daemon {
+
+// The series of one model. Pointers stay valid until Metrics::RemoveModel.
+struct ModelMetrics {
+  prometheus::Counter* prompt_tokens = nullptr;
+  prometheus::Counter* completion_tokens = nullptr;
+  prometheus::Histogram* ttft = nullptr;
+  prometheus::Histogram* itl = nullptr;
+  prometheus::Gauge* queue_depth = nullptr;
+  prometheus::Gauge* active = nullptr;
+  prometheus::Gauge* weights_bytes = nullptr;
+  prometheus::Gauge* kv_bytes = nullptr;
+  prometheus::Gauge* scratch_bytes = nullptr;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+
+  // Serves /metrics on `address` ("host:port"; port 0 picks a free one).
+  absl::Status StartExposer(const std::string& address);
+  // "host:port" actually bound, empty when not serving.
+  std::string exposer_address() const { return exposer_address_; }
+
+  void RecordRequest(const std::string& method, const std::string& model,
+                     const std::string& code);
+  ModelMetrics* ForModel(const std::string& model);
+  // "loading", "ready", "unloading", "failed"; the other states read 0.
+  void SetSlotState(const std::string& model, const std::string& state);
+  // Drops the model's gauges (its counters and histograms stay).
+  void RemoveModel(const std::string& model);
+  void SetDraining(bool draining);
+
+  // The text exposition of every series (what /metrics serves).
+  std::string Serialize() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string exposer_address_;
+
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Counter>* prompt_tokens_;
+  prometheus::Family<prometheus::Counter>* completion_tokens_;
+  prometheus::Family<prometheus::Histogram>* ttft_;
+  prometheus::Family<prometheus::Histogram>* itl_;
+  prometheus::Family<prometheus::Gauge>* queue_depth_;
+  prometheus::Family<prometheus::Gauge>* active_;
+  prometheus::Family<prometheus::Gauge>* slot_state_;
+  prometheus::Family<prometheus::Gauge>* slot_memory_;
+  prometheus::Gauge* draining_;
+
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<ModelMetrics>> models_;  // guarded by mu_
+};
+
+}  // namespace minfer::daemon
+
+#endif  // MINFER_DAEMON_METRICS_H_

@@ -1,0 +1,586 @@
+#include "daemon/slot.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/logging.h"
+#include "engine/base/status.h"
+#include "engine/gguf/gguf.h"
+#include "engine/models/qwen2/qwen2.h"
+
+namespace minfer::daemon {
+
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+// A sequence running on one of the slot's sessions (worker-owned).
+struct Slot::Active {
+  std::shared_ptr<Sequence> seq;
+  std::unique_ptr<runtime::Generation> gen;
+  int session = -1;
+  uint64_t seed = 0;
+  Clock::time_point admitted;
+  Clock::time_point last_token;
+  double ttft_seconds = 0;
+  bool got_token = false;
+};
+
+absl::StatusOr<std::optional<graph::DType>> ParseKvType(const std::string& kv_type) {
+  if (kv_type.empty() || kv_type == "auto") return std::optional<graph::DType>();
+  if (kv_type == "f32") return std::optional<graph::DType>(graph::DType::kF32);
+  if (kv_type == "f16") return std::optional<graph::DType>(graph::DType::kF16);
+  if (kv_type == "q8_0") return std::optional<graph::DType>(graph::DType::kQ8_0);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "kv_type must be f32, f16 or q8_0 (empty for the model's default), got '", kv_type, "'"));
+}
+
+const char* SlotStateName(SlotState state) {
+  switch (state) {
+    case SlotState::kLoading:
+      return "loading";
+    case SlotState::kReady:
+      return "ready";
+    case SlotState::kUnloading:
+      return "unloading";
+    case SlotState::kFailed:
+      return "failed";
+    case SlotState::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
+Slot::Slot(SlotConfig config, Hooks hooks) : config_(std::move(config)), hooks_(std::move(hooks)) {
+  knobs_ = config_.knobs;
+  if (hooks_.metrics != nullptr) {
+    metrics_ = hooks_.metrics->ForModel(config_.name);
+    hooks_.metrics->SetSlotState(config_.name, "loading");
+  }
+}
+
+std::shared_ptr<Slot> Slot::Start(SlotConfig config, Hooks hooks) {
+  std::shared_ptr<Slot> slot(new Slot(std::move(config), std::move(hooks)));
+  slot->thread_ = std::thread([s = slot.get()] { s->ThreadMain(); });
+  return slot;
+}
+
+Slot::~Slot() { Stop(); }
+
+void Slot::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_requested_ = true;
+    if (!unloading_) {
+      unloading_ = true;
+      cancel_reason_ = absl::UnavailableError(absl::StrCat("model '", config_.name, "' was stopped"));
+      unload_started_ = Clock::now();
+      counters_at_unload_ = counters_;
+    }
+    // A drain in progress ends now.
+    drain_deadline_ = Clock::now();
+  }
+  cv_.notify_all();
+  Join();
+}
+
+void Slot::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+SlotState Slot::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+std::shared_ptr<const runtime::Model> Slot::model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return model_;
+}
+
+int64_t Slot::n_ctx() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return n_ctx_;
+}
+
+int32_t Slot::InFlight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int32_t>(live_.size());
+}
+
+SlotStatus Slot::Status() const {
+  SlotStatus s;
+  s.config = config_;
+  s.load_bytes_done = load_done_.load(std::memory_order_relaxed);
+  s.load_bytes_total = load_total_.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu_);
+  s.state = state_;
+  s.error = error_;
+  s.n_ctx = n_ctx_;
+  s.kv_type = kv_type_;
+  s.knobs = knobs_;
+  s.estimate = estimate_;
+  if (model_ != nullptr) {
+    s.backend = model_->kv_backend()->name();
+    s.summary = summary_;
+    s.weights_bytes = model_->weight_bytes();
+  }
+  s.kv_bytes = kv_bytes_;
+  s.scratch_bytes = scratch_bytes_;
+  s.active = in_use_;
+  s.queued = static_cast<int32_t>(queue_.size());
+  s.counters = counters_;
+  s.load_seconds = load_seconds_;
+  return s;
+}
+
+std::string Slot::StateError() const {
+  if (unloading_ && state_ != SlotState::kFailed) {
+    return absl::StrCat("model '", config_.name, "' is being unloaded");
+  }
+  switch (state_) {
+    case SlotState::kLoading:
+      return absl::StrCat("model '", config_.name, "' is still loading");
+    case SlotState::kUnloading:
+    case SlotState::kStopped:
+      return absl::StrCat("model '", config_.name, "' is being unloaded");
+    case SlotState::kFailed:
+      return absl::StrCat("model '", config_.name, "' failed to load: ", error_.message());
+    case SlotState::kReady:
+      break;
+  }
+  return absl::StrCat("model '", config_.name, "' is ready");
+}
+
+absl::Status Slot::Submit(std::shared_ptr<Sequence> seq) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != SlotState::kReady || unloading_) {
+      return absl::FailedPreconditionError(StateError());
+    }
+    const size_t capacity = static_cast<size_t>(config_.parallel) + config_.queue_size;
+    if (queue_.size() + in_use_ >= capacity) {
+      counters_.rejected_queue_full++;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "model '", config_.name, "' is at capacity: ", in_use_, " sequences running and ",
+          queue_.size(), " queued (parallel ", config_.parallel, ", queue_size ",
+          config_.queue_size, ")"));
+    }
+    counters_.requests++;
+    live_.insert(seq);
+    queue_.push_back(std::move(seq));
+    if (metrics_ != nullptr) metrics_->queue_depth->Set(static_cast<double>(queue_.size()));
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void Slot::CancelAll(const absl::Status& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& seq : live_) seq->Cancel(reason);
+  }
+  cv_.notify_all();
+}
+
+absl::Status Slot::BeginUnload(Clock::time_point drain_deadline, absl::Status cancel_reason,
+                               std::function<void(const UnloadResult&)> done) {
+  bool failed_slot = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == SlotState::kLoading) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model '", config_.name, "' is still loading; unload it once it is ready or failed"));
+    }
+    if (unloading_ || state_ == SlotState::kUnloading || state_ == SlotState::kStopped) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("model '", config_.name, "' is already being unloaded"));
+    }
+    unloading_ = true;
+    unload_started_ = Clock::now();
+    counters_at_unload_ = counters_;
+    if (state_ == SlotState::kFailed) {
+      // Nothing runs and the thread has ended: there is nothing to free.
+      state_ = SlotState::kStopped;
+      failed_slot = true;
+    } else {
+      state_ = SlotState::kUnloading;
+      drain_deadline_ = drain_deadline;
+      cancel_reason_ = std::move(cancel_reason);
+      unload_done_ = std::move(done);
+    }
+  }
+  cv_.notify_all();
+  if (hooks_.metrics != nullptr) {
+    if (failed_slot) {
+      hooks_.metrics->RemoveModel(config_.name);
+    } else {
+      hooks_.metrics->SetSlotState(config_.name, "unloading");
+    }
+  }
+  Logger("daemon")->info("model '{}': {}", config_.name,
+                         failed_slot ? "removed (it had failed to load)" : "unloading");
+  if (hooks_.on_state_change) hooks_.on_state_change(*this);
+  state_notifier_.Notify();
+  if (failed_slot && done) done(UnloadResult{});
+  return absl::OkStatus();
+}
+
+absl::Status Slot::PostKnobChange(const std::string& name, std::optional<std::string> value,
+                                  std::function<void(absl::Status)> done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != SlotState::kReady || unloading_) {
+      return absl::FailedPreconditionError(StateError());
+    }
+    tasks_.push_back([this, name, value = std::move(value), done = std::move(done)]() mutable {
+      absl::Status s = model_mut_->SetKnobOverride(name, value);
+      if (s.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        knobs_ = model_mut_->knobs();
+      }
+      done(std::move(s));
+    });
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void Slot::SetState(SlotState state, absl::Status error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = state;
+    error_ = std::move(error);
+  }
+  if (hooks_.metrics != nullptr && state != SlotState::kStopped) {
+    hooks_.metrics->SetSlotState(config_.name, std::string(SlotStateName(state)));
+  }
+  if (hooks_.on_state_change) hooks_.on_state_change(*this);
+  state_notifier_.Notify();
+}
+
+void Slot::ThreadMain() {
+  auto t0 = Clock::now();
+  absl::Status loaded = Load();
+  if (!loaded.ok()) {
+    hooks_.budget->Release(config_.name);
+    sessions_.clear();
+    model_mut_.reset();
+    Logger("daemon")->error("model '{}': load failed: {}", config_.name, loaded);
+    SetState(SlotState::kFailed, loaded);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    load_seconds_ = Seconds(Clock::now() - t0);
+  }
+  const SlotStatus st = Status();
+  Logger("daemon")->info("model '{}': ready in {:.2f} s ({} sequences x n_ctx {}, KV {}): {}",
+                         config_.name, st.load_seconds, config_.parallel, st.n_ctx, st.kv_type,
+                         st.summary);
+  bool stop;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop = stop_requested_;
+  }
+  if (!stop) {
+    SetState(SlotState::kReady);
+    Serve();
+  }
+  Teardown();
+}
+
+absl::Status Slot::Load() {
+  const std::string where = absl::StrCat("model '", config_.name, "' (", config_.path, ")");
+  ASSIGN_OR_RETURN(std::optional<graph::DType> kv_type, ParseKvType(config_.kv_type));
+  // Admission first: the tensor table and hyperparameters are enough to
+  // estimate, and reading them touches no weight pages.
+  {
+    absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(config_.path);
+    if (!file.ok()) return Annotate(file.status(), where);
+    auto arch = models::Qwen2Model::FromGguf(**file);
+    if (!arch.ok()) return Annotate(arch.status(), where);
+    EstimateParams ep;
+    ep.n_ctx = config_.n_ctx;
+    ep.parallel = config_.parallel;
+    ep.kv_type = kv_type;
+    ep.prefill_chunk = KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK", &config_.knobs);
+    MemoryEstimate estimate = EstimateMemory(**file, (*arch)->hparams(), ep);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      estimate_ = estimate;
+      scratch_bytes_ = estimate.scratch;
+    }
+    RETURN_IF_ERROR(hooks_.budget->Reserve(config_.name, estimate));
+    load_total_.store(file.value()->file_size() - file.value()->data_offset());
+  }
+  if (hooks_.before_load) hooks_.before_load(config_.name);
+  runtime::ModelOptions mo;
+  mo.backend = config_.backend;
+  mo.knobs = config_.knobs;
+  mo.progress = [this](uint64_t done, uint64_t total) {
+    load_done_.store(done, std::memory_order_relaxed);
+    load_total_.store(total, std::memory_order_relaxed);
+    state_notifier_.Notify();
+  };
+  absl::StatusOr<std::shared_ptr<runtime::Model>> model = runtime::Model::Load(config_.path, mo);
+  if (!model.ok()) return Annotate(model.status(), where);
+  model_mut_ = *model;
+  runtime::SessionOptions so;
+  so.n_ctx = config_.n_ctx;
+  so.kv_type = kv_type;
+  uint64_t kv_bytes = 0;
+  for (int i = 0; i < config_.parallel; ++i) {
+    absl::StatusOr<std::unique_ptr<runtime::Session>> s = runtime::Session::Create(model_mut_, so);
+    if (!s.ok()) return Annotate(s.status(), where);
+    kv_bytes += (*s)->kv_bytes();
+    sessions_.push_back(std::move(*s));
+  }
+  session_busy_.assign(sessions_.size(), false);
+  // Computed here, on the slot's thread: Summary() reads the model's knob
+  // overrides, which only this thread may touch once sessions run.
+  std::string summary = model_mut_->Summary();
+  std::lock_guard<std::mutex> lock(mu_);
+  model_ = model_mut_;
+  summary_ = std::move(summary);
+  n_ctx_ = sessions_.front()->n_ctx();
+  kv_type_ = graph::DTypeName(sessions_.front()->kv_type());
+  kv_bytes_ = kv_bytes;
+  if (metrics_ != nullptr) {
+    metrics_->weights_bytes->Set(static_cast<double>(model_->weight_bytes()));
+    metrics_->kv_bytes->Set(static_cast<double>(kv_bytes));
+    metrics_->scratch_bytes->Set(static_cast<double>(scratch_bytes_));
+  }
+  return absl::OkStatus();
+}
+
+void Slot::Serve() {
+  std::vector<Active> active;
+  for (;;) {
+    std::vector<std::shared_ptr<Sequence>> admit;
+    std::vector<std::shared_ptr<Sequence>> dropped;
+    std::vector<Task> tasks;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (;;) {
+        const Clock::time_point now = Clock::now();
+        if (unloading_ && !drain_cancelled_ && now >= drain_deadline_) {
+          for (const auto& seq : live_) seq->Cancel(cancel_reason_);
+          drain_cancelled_ = true;
+        }
+        // Queued sequences that were cancelled or expired leave the queue
+        // now, so they stop counting against its capacity.
+        for (auto it = queue_.begin(); it != queue_.end();) {
+          if ((*it)->cancel_requested() || now >= (*it)->deadline()) {
+            dropped.push_back(std::move(*it));
+            it = queue_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        if (!active.empty() || !queue_.empty() || !tasks_.empty() || !dropped.empty()) break;
+        if (unloading_) return;
+        cv_.wait(lock);
+      }
+      tasks.swap(tasks_);
+      while (!queue_.empty() && in_use_ < config_.parallel) {
+        admit.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+        ++in_use_;
+      }
+    }
+    for (auto& seq : dropped) {
+      FinishUnstarted(seq, seq->cancel_requested()
+                               ? seq->cancel_reason()
+                               : absl::DeadlineExceededError("deadline exceeded while queued"));
+    }
+    // Knob changes run here, between two steps of every session.
+    for (Task& t : tasks) t();
+
+    for (auto& seq : admit) {
+      const Clock::time_point now = Clock::now();
+      absl::Status refuse;
+      if (seq->cancel_requested()) {
+        refuse = seq->cancel_reason();
+      } else if (now >= seq->deadline()) {
+        refuse = absl::DeadlineExceededError("deadline exceeded while queued");
+      }
+      Active a;
+      a.seq = seq;
+      a.admitted = now;
+      a.seed = seq->seed();
+      if (refuse.ok()) {
+        a.session = static_cast<int>(
+            std::find(session_busy_.begin(), session_busy_.end(), false) - session_busy_.begin());
+        absl::StatusOr<std::unique_ptr<runtime::Generation>> gen =
+            runtime::Generation::Create(sessions_[a.session].get(), seq->TakeRequest());
+        if (gen.ok()) {
+          a.gen = std::move(*gen);
+          session_busy_[a.session] = true;
+          const int32_t prompt = a.gen->stats().prompt_tokens;
+          if (metrics_ != nullptr) metrics_->prompt_tokens->Increment(prompt);
+          std::lock_guard<std::mutex> lock(mu_);
+          counters_.prompt_tokens += prompt;
+        } else {
+          refuse = gen.status();
+        }
+      }
+      if (!refuse.ok()) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          --in_use_;
+        }
+        FinishUnstarted(seq, refuse);
+        continue;
+      }
+      active.push_back(std::move(a));
+    }
+
+    // One step for every active sequence, in admission order.
+    for (size_t i = 0; i < active.size();) {
+      Active& a = active[i];
+      absl::Status stop;
+      if (a.seq->cancel_requested()) {
+        stop = a.seq->cancel_reason();
+      } else if (Clock::now() >= a.seq->deadline()) {
+        stop = absl::DeadlineExceededError("deadline exceeded");
+      }
+      bool done = false;
+      if (!stop.ok()) {
+        a.gen->Cancel();
+        FinishSequence(a, stop);
+        done = true;
+      } else {
+        absl::StatusOr<runtime::StepOutput> out = a.gen->Step();
+        if (!out.ok()) {
+          FinishSequence(a, out.status());
+          done = true;
+        } else {
+          if (!out->tokens.empty()) {
+            const Clock::time_point now = Clock::now();
+            if (!a.got_token) {
+              a.got_token = true;
+              a.ttft_seconds = Seconds(now - a.seq->arrival());
+              if (metrics_ != nullptr) metrics_->ttft->Observe(a.ttft_seconds);
+            } else if (metrics_ != nullptr) {
+              metrics_->itl->Observe(Seconds(now - a.last_token));
+            }
+            a.last_token = now;
+            if (metrics_ != nullptr) {
+              metrics_->completion_tokens->Increment(static_cast<double>(out->tokens.size()));
+            }
+          }
+          a.seq->Publish(*out);
+          if (a.gen->done()) {
+            FinishSequence(a, absl::OkStatus());
+            done = true;
+          }
+        }
+      }
+      if (done) {
+        active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+    UpdateGauges();
+  }
+}
+
+void Slot::FinishSequence(Active& a, absl::Status status) {
+  const Clock::time_point now = Clock::now();
+  SequenceResult r;
+  r.status = status;
+  r.finish_reason = status.ok() ? a.gen->finish_reason() : FinishReason::kCancelled;
+  r.stats = a.gen->stats();
+  r.queue_seconds = Seconds(a.admitted - a.seq->arrival());
+  r.ttft_seconds = a.ttft_seconds;
+  r.total_seconds = Seconds(now - a.seq->arrival());
+  r.seed = a.seed;
+  session_busy_[a.session] = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_use_;
+    live_.erase(a.seq);
+    counters_.completion_tokens += r.stats.completion_tokens;
+    if (status.ok()) {
+      counters_.completed++;
+    } else if (absl::IsCancelled(status) || absl::IsDeadlineExceeded(status) ||
+               absl::IsUnavailable(status)) {
+      counters_.cancelled++;
+    } else {
+      counters_.failed++;
+    }
+  }
+  Logger("daemon")->info(
+      "generate model={} prompt={} completion={} ttft={:.4f}s decode={:.1f}tok/s queue={:.4f}s "
+      "total={:.3f}s finish={}{}{}",
+      config_.name, r.stats.prompt_tokens, r.stats.completion_tokens, r.ttft_seconds,
+      r.stats.DecodeTokensPerSecond(), r.queue_seconds, r.total_seconds,
+      FinishReasonName(r.finish_reason), status.ok() ? "" : " status=",
+      status.ok() ? std::string() : status.ToString());
+  a.seq->Finish(std::move(r));
+}
+
+void Slot::FinishUnstarted(const std::shared_ptr<Sequence>& seq, absl::Status status) {
+  const Clock::time_point now = Clock::now();
+  SequenceResult r;
+  r.status = status;
+  r.finish_reason = FinishReason::kCancelled;
+  r.stats.prompt_tokens = seq->prompt_tokens();
+  r.queue_seconds = Seconds(now - seq->arrival());
+  r.total_seconds = r.queue_seconds;
+  r.seed = seq->seed();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(seq);
+    if (absl::IsCancelled(status) || absl::IsDeadlineExceeded(status) ||
+        absl::IsUnavailable(status)) {
+      counters_.cancelled++;
+    } else {
+      counters_.failed++;
+    }
+  }
+  Logger("daemon")->info("generate model={} not started: {}", config_.name, status);
+  seq->Finish(std::move(r));
+}
+
+void Slot::UpdateGauges() {
+  uint64_t scratch = 0;
+  for (const auto& s : sessions_) scratch += static_cast<uint64_t>(s->graph_bytes());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (scratch > 0) scratch_bytes_ = scratch;
+  if (metrics_ != nullptr) {
+    metrics_->queue_depth->Set(static_cast<double>(queue_.size()));
+    metrics_->active->Set(in_use_);
+    metrics_->scratch_bytes->Set(static_cast<double>(scratch_bytes_));
+  }
+}
+
+void Slot::Teardown() {
+  sessions_.clear();
+  session_busy_.clear();
+  model_mut_.reset();
+  UnloadResult result;
+  std::function<void(const UnloadResult&)> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    model_.reset();
+    result.completed = static_cast<int32_t>(counters_.completed - counters_at_unload_.completed);
+    result.cancelled = static_cast<int32_t>((counters_.cancelled + counters_.failed) -
+                                            (counters_at_unload_.cancelled + counters_at_unload_.failed));
+    result.seconds = Seconds(Clock::now() - unload_started_);
+    done = std::move(unload_done_);
+  }
+  hooks_.budget->Release(config_.name);
+  if (hooks_.metrics != nullptr) hooks_.metrics->RemoveModel(config_.name);
+  Logger("daemon")->info("model '{}': unloaded in {:.3f} s ({} finished, {} cancelled while draining)",
+                         config_.name, result.seconds, result.completed, result.cancelled);
+  SetState(SlotState::kStopped);
+  if (done) done(result);
+}
+
+}  // namespace minfer::daemon

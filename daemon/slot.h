@@ -1,0 +1,240 @@
+// Slot: one loaded model and the thread that owns it.
+//
+// The slot's thread first loads the model (admission against the memory
+// budget, Model::Load, one Session per parallel sequence, so every KV cache
+// is allocated up front), then becomes the slot's worker: the only thread
+// that ever runs the model's sessions and backends. gRPC handlers only
+// Submit() sequences and read what the worker publishes.
+//
+// Scheduling: up to `parallel` sequences run at once, each on its own
+// session; up to `queue_size` more wait in FIFO order. The worker runs in
+// passes: admit waiting sequences into free sessions, then give every active
+// sequence exactly one step (the first is its prefill, each later one a
+// decode step) in admission order — round-robin, so concurrent streams
+// advance at the same rate. A prefill is a single step (the engine chunks
+// it internally), so a long prompt delays the others' next token by its
+// prefill time. Before each step the worker checks the sequence's cancel
+// flag and deadline, so a cancelled, disconnected or expired sequence runs
+// no further step and its session is free for the next pass. Per-model knob
+// changes also run between passes, on this thread (the model's overrides
+// are only touched here).
+//
+// Lifecycle: LOADING -> READY -> UNLOADING -> STOPPED, or LOADING -> FAILED
+// (-> STOPPED once unloaded). Unloading refuses new requests, lets in-flight
+// and queued sequences run until the drain deadline, cancels what is left,
+// then frees the sessions, the model and the memory reservation.
+//
+// Thread-safe: every public method may be called from any thread (but the
+// destructor not from the slot's own thread, which it joins).
+#ifndef MINFER_DAEMON_SLOT_H_
+#define MINFER_DAEMON_SLOT_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/memory.h"
+#include "daemon/metrics.h"
+#include "daemon/notifier.h"
+#include "daemon/sequence.h"
+#include "engine/base/knobs.h"
+#include "engine/graph/tensor.h"
+#include "engine/runtime/model.h"
+#include "engine/runtime/session.h"
+
+namespace minfer::daemon {
+
+struct SlotConfig {
+  std::string name;
+  std::string path;
+  std::string backend = "auto";  // cpu | cuda | auto
+  int64_t n_ctx = 4096;          // clamped to the model's context length
+  int32_t parallel = 1;
+  std::string kv_type;  // "" (the model's default), "f32", "f16", "q8_0"
+  KnobOverrides knobs;  // per-model knob overrides at load
+  int32_t queue_size = 16;
+};
+
+// "" -> nullopt (the model's default); else the DType, or INVALID_ARGUMENT.
+absl::StatusOr<std::optional<graph::DType>> ParseKvType(const std::string& kv_type);
+
+enum class SlotState { kLoading, kReady, kUnloading, kFailed, kStopped };
+const char* SlotStateName(SlotState state);  // "loading", "ready", ...
+
+struct SlotCounters {
+  uint64_t requests = 0;  // admitted to the queue
+  uint64_t completed = 0;
+  uint64_t cancelled = 0;
+  uint64_t failed = 0;
+  uint64_t rejected_queue_full = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t completion_tokens = 0;
+};
+
+// A consistent snapshot of a slot, for status reports.
+struct SlotStatus {
+  SlotConfig config;  // as requested (n_ctx below is the effective one)
+  SlotState state = SlotState::kLoading;
+  absl::Status error;  // why it FAILED
+  int64_t n_ctx = 0;
+  std::string backend;  // where it runs, once loaded
+  std::string kv_type;  // the sessions' KV type, once loaded
+  std::string summary;
+  KnobOverrides knobs;  // current per-model overrides
+  MemoryEstimate estimate;  // what admission reserved
+  uint64_t weights_bytes = 0;
+  uint64_t kv_bytes = 0;
+  uint64_t scratch_bytes = 0;  // measured once graphs exist, else estimated
+  int32_t active = 0;
+  int32_t queued = 0;
+  SlotCounters counters;
+  uint64_t load_bytes_done = 0;
+  uint64_t load_bytes_total = 0;
+  double load_seconds = 0;
+};
+
+struct UnloadResult {
+  int32_t completed = 0;  // sequences that finished normally while draining
+  int32_t cancelled = 0;  // cancelled by the deadline (or at once)
+  double seconds = 0;
+};
+
+class Slot {
+ public:
+  struct Hooks {
+    MemoryBudget* budget = nullptr;  // required; must outlive the slot
+    Metrics* metrics = nullptr;      // optional; must outlive the slot
+    // Called after every state change, on whichever thread made it (the
+    // slot's thread, or the caller of BeginUnload), with no slot lock held.
+    // Must not block.
+    std::function<void(Slot&)> on_state_change;
+    // Tests: runs on the slot's thread after admission, before the model is
+    // read (a test can hold a load in LOADING with it).
+    std::function<void(const std::string& name)> before_load;
+  };
+
+  // Creates the slot (LOADING) and starts its thread. `config` must be
+  // valid (SlotManager validates requests).
+  static std::shared_ptr<Slot> Start(SlotConfig config, Hooks hooks);
+  // Stop().
+  ~Slot();
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+
+  const std::string& name() const { return config_.name; }
+  SlotState state() const;
+  SlotStatus Status() const;
+  // The model while READY or UNLOADING (e.g. for tokenizing; the Tokenizer
+  // is thread-safe), else null. Never drive its sessions or backends.
+  std::shared_ptr<const runtime::Model> model() const;
+  // Effective context size (0 until loaded).
+  int64_t n_ctx() const;
+
+  // Queues a sequence. FAILED_PRECONDITION unless READY; RESOURCE_EXHAUSTED
+  // when `parallel` sequences run and `queue_size` wait. Once accepted, the
+  // sequence is finished exactly once by the worker.
+  absl::Status Submit(std::shared_ptr<Sequence> seq);
+  // Cancels every queued and running sequence with `reason` (they finish
+  // within one step); the slot keeps serving new ones.
+  void CancelAll(const absl::Status& reason);
+  // Number of sequences queued or running.
+  int32_t InFlight() const;
+
+  // Starts unloading: new requests are refused; queued and running
+  // sequences continue until `drain_deadline` and are then cancelled with
+  // `cancel_reason`; then memory is freed and `done` runs (on the slot's
+  // thread, or before this returns for a FAILED slot).
+  // FAILED_PRECONDITION while LOADING or when already unloading.
+  absl::Status BeginUnload(Clock::time_point drain_deadline, absl::Status cancel_reason,
+                           std::function<void(const UnloadResult&)> done);
+
+  // Sets (value) or removes (nullopt) a per-model knob override between two
+  // steps; `done` gets the outcome on the slot's thread. FAILED_PRECONDITION
+  // unless READY.
+  absl::Status PostKnobChange(const std::string& name, std::optional<std::string> value,
+                              std::function<void(absl::Status)> done);
+
+  // Notified on load progress and on every state change.
+  Notifier& state_notifier() { return state_notifier_; }
+
+  // Waits for the slot's thread to end (after FAILED or STOPPED).
+  void Join();
+  // Cancels whatever runs or waits (UNAVAILABLE), lets a load in progress
+  // complete, frees everything and joins the slot's thread. Idempotent; the
+  // slot stays valid (STOPPED or FAILED) for whoever still holds it. Must
+  // not be called on the slot's own thread.
+  void Stop();
+
+ private:
+  struct Active;
+  using Task = std::function<void()>;
+
+  Slot(SlotConfig config, Hooks hooks);
+  void ThreadMain();
+  absl::Status Load();
+  void Serve();
+  void Teardown();
+  void SetState(SlotState state, absl::Status error = absl::OkStatus());
+  void FinishSequence(Active& a, absl::Status status);
+  void FinishUnstarted(const std::shared_ptr<Sequence>& seq, absl::Status status);
+  void UpdateGauges();
+  std::string StateError() const;  // requires mu_
+
+  const SlotConfig config_;
+  const Hooks hooks_;
+  ModelMetrics* metrics_ = nullptr;  // null without Hooks::metrics
+  Notifier state_notifier_;
+  std::thread thread_;
+
+  // Owned by the slot's thread.
+  std::vector<std::unique_ptr<runtime::Session>> sessions_;
+  std::vector<bool> session_busy_;
+  std::shared_ptr<runtime::Model> model_mut_;  // for knob changes
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  // All guarded by mu_.
+  SlotState state_ = SlotState::kLoading;
+  absl::Status error_;
+  std::shared_ptr<const runtime::Model> model_;
+  int64_t n_ctx_ = 0;
+  std::string kv_type_;
+  std::string summary_;
+  KnobOverrides knobs_;
+  MemoryEstimate estimate_;
+  uint64_t kv_bytes_ = 0;
+  uint64_t scratch_bytes_ = 0;
+  std::deque<std::shared_ptr<Sequence>> queue_;
+  std::set<std::shared_ptr<Sequence>> live_;  // queued or running
+  int32_t in_use_ = 0;                         // sessions running a sequence
+  std::vector<Task> tasks_;
+  SlotCounters counters_;
+  bool stop_requested_ = false;  // the destructor: unload at once
+  bool unloading_ = false;
+  Clock::time_point drain_deadline_;
+  absl::Status cancel_reason_;
+  bool drain_cancelled_ = false;
+  Clock::time_point unload_started_;
+  SlotCounters counters_at_unload_;
+  std::function<void(const UnloadResult&)> unload_done_;
+  double load_seconds_ = 0;
+
+  std::atomic<uint64_t> load_done_{0};
+  std::atomic<uint64_t> load_total_{0};
+};
+
+}  // namespace minfer::daemon
+
+#endif  // MINFER_DAEMON_SLOT_H_

@@ -1,0 +1,212 @@
+// minferctl end to end against a real minferd process: load (with its
+// progress bar), generate (text equal to the engine's), status, list,
+// tokenize, knobs, aliases, health, unload; JSON output; errors as one line
+// with a non-zero exit code.
+#include <signal.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/daemon/test_util.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_models.h"
+
+namespace minfer {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using testing::CommandResult;
+using testing::RunfilePath;
+using testing::Subprocess;
+using Json = nlohmann::json;
+
+class MinferctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // tiny-untied: varied text (tiny only echoes its prompt's last token).
+    auto a = testing::TestModelPath("tiny-untied", "q8_0", 1);
+    ASSERT_TRUE(a.ok()) << a.status();
+    path_ = *a;
+  }
+
+  void StartDaemon(std::vector<std::string> extra = {}) {
+    const std::string ready = absl::StrCat(std::getenv("TEST_TMPDIR"), "/ready.json");
+    std::remove(ready.c_str());
+    std::vector<std::string> argv = {RunfilePath("daemon/minferd"), "--listen", "127.0.0.1:0",
+                                     "--metrics-listen", "", "--ready-file", ready};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = Subprocess::Start(argv);
+    ASSERT_TRUE(p.ok());
+    daemon_ = std::move(*p);
+    ASSERT_TRUE(daemon::testing::WaitFor([&] { return std::ifstream(ready).good(); },
+                                         std::chrono::seconds(20)))
+        << daemon_->ReadStderr();
+    std::ifstream in(ready);
+    addr_ = Json::parse(in)["address"].get<std::string>();
+  }
+
+  CommandResult Ctl(std::vector<std::string> args) {
+    std::vector<std::string> argv = {RunfilePath("client/minferctl"), "--addr", addr_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = testing::RunCommand(argv);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : CommandResult{};
+  }
+
+  void TearDown() override {
+    if (daemon_ != nullptr) {
+      daemon_->Signal(SIGTERM);
+      auto code = daemon_->Wait(std::chrono::seconds(20));
+      EXPECT_TRUE(code.ok() && *code == 0) << daemon_->ReadStderr();
+    }
+  }
+
+  std::string path_, addr_;
+  std::unique_ptr<Subprocess> daemon_;
+};
+
+TEST_F(MinferctlTest, LoadGenerateStatusUnload) {
+  StartDaemon();
+  CommandResult load = Ctl({"load", "tiny", path_, "--ctx", "256", "--parallel", "2", "--knob",
+                            "MINFER_PREFILL_CHUNK=128"});
+  ASSERT_EQ(load.exit_code, 0) << load.err;
+  EXPECT_THAT(load.out, StartsWith("loaded tiny: qwen2 2 layers"));
+  EXPECT_THAT(load.err, HasSubstr("loading tiny ["));
+  EXPECT_THAT(load.err, HasSubstr("] 100% "));
+
+  // generate streams exactly the engine's text (plus a newline).
+  auto req = daemon::testing::TextRequest("tiny", "Hello world", 24);
+  auto ref = daemon::testing::ReferenceGenerate(path_, req, 256);
+  ASSERT_TRUE(ref.ok());
+  CommandResult gen =
+      Ctl({"generate", "tiny", "Hello world", "-n", "24", "--temp", "0", "--ignore-eos"});
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  EXPECT_EQ(gen.out, ref->text + "\n");
+  EXPECT_THAT(gen.err, HasSubstr("[length] tiny: "));
+  EXPECT_THAT(gen.err, HasSubstr(" prompt + 24 completion tokens"));
+
+  CommandResult json = Ctl({"--json", "generate", "tiny", "Hello world", "-n", "24", "--temp",
+                            "0", "--ignore-eos", "--logprobs", "2"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  Json j = Json::parse(json.out);
+  EXPECT_EQ(j["token_ids"].get<std::vector<int32_t>>(), ref->ids);
+  EXPECT_EQ(j["text"].get<std::string>(), ref->text);
+  EXPECT_EQ(j["finish_reason"], "FINISH_REASON_LENGTH");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(j["logprobs"].size(), 24u);
+  EXPECT_EQ(j["model"], "tiny");
+
+  CommandResult list = Ctl({"list"});
+  ASSERT_EQ(list.exit_code, 0);
+  std::vector<std::string> lines = absl::StrSplit(list.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_THAT(lines[0], StartsWith("NAME"));
+  std::vector<std::string> cols = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
+  EXPECT_EQ(cols[0], "tiny");
+  EXPECT_EQ(cols[1], "ready");
+  EXPECT_EQ(cols[2], "cpu");
+  EXPECT_EQ(cols[3], "256");
+  EXPECT_EQ(cols[4], "2");
+
+  CommandResult status = Ctl({"status", "tiny"});
+  ASSERT_EQ(status.exit_code, 0);
+  EXPECT_THAT(status.out, HasSubstr("requests:   2 (2 completed"));
+  EXPECT_THAT(status.out, HasSubstr("knobs:      MINFER_PREFILL_CHUNK=128"));
+  CommandResult sj = Ctl({"--json", "status", "tiny"});
+  Json s = Json::parse(sj.out);
+  EXPECT_EQ(s["state"], "MODEL_STATE_READY");
+  EXPECT_EQ(s["n_ctx"], "256");  // int64 is a JSON string
+  EXPECT_EQ(s["parallel"], 2);
+  EXPECT_EQ(s["counters"]["completion_tokens"], "48");
+  // 2 sequences x 256 x {K,V} x 2 layers x 64 (2 KV heads of 32) x f32.
+  EXPECT_EQ(s["memory"]["kv_bytes"], std::to_string(2 * 256 * 2 * 2 * 64 * 4));
+  CommandResult server = Ctl({"status"});
+  EXPECT_THAT(server.out, HasSubstr("version:"));
+  EXPECT_THAT(server.out, HasSubstr("device:"));
+
+  CommandResult tok = Ctl({"--json", "tokenize", "tiny", "Hello world"});
+  ASSERT_EQ(tok.exit_code, 0);
+  Json t = Json::parse(tok.out);
+  EXPECT_EQ(t["ids"].size(), t["tokens"].size());
+  EXPECT_GE(t["ids"].size(), 2u);
+  std::vector<std::string> detok = {"detokenize", "tiny"};
+  for (const auto& id : t["ids"]) detok.push_back(std::to_string(id.get<int>()));
+  EXPECT_EQ(Ctl(detok).out, "Hello world\n");
+
+  CommandResult unload = Ctl({"unload", "tiny"});
+  ASSERT_EQ(unload.exit_code, 0) << unload.err;
+  EXPECT_THAT(unload.out, StartsWith("unloaded tiny in"));
+  CommandResult gone = Ctl({"generate", "tiny", "x"});
+  EXPECT_EQ(gone.exit_code, 1);
+  EXPECT_EQ(gone.err, "minferctl: NOT_FOUND: no model or alias named 'tiny'\n");
+  EXPECT_EQ(gone.out, "");
+}
+
+TEST_F(MinferctlTest, KnobsAliasesHealthAndErrors) {
+  StartDaemon({"--model", "m=" + path_});
+  ASSERT_TRUE(daemon::testing::WaitFor([&] { return Ctl({"health", "m"}).exit_code == 0; }));
+  EXPECT_EQ(Ctl({"health"}).out, "SERVING\n");
+  CommandResult ghost = Ctl({"health", "ghost"});
+  EXPECT_EQ(ghost.exit_code, 1);
+  EXPECT_THAT(ghost.err, StartsWith("minferctl: NOT_FOUND"));
+
+  CommandResult knobs = Ctl({"knobs", "list"});
+  ASSERT_EQ(knobs.exit_code, 0);
+  EXPECT_THAT(knobs.out, HasSubstr("MINFER_PREFILL_CHUNK"));
+  EXPECT_THAT(knobs.out, HasSubstr("graph-rebuild"));
+  CommandResult set = Ctl({"--json", "knobs", "set", "MINFER_NO_FUSE_FFN", "1", "--model", "m"});
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  Json k = Json::parse(set.out);
+  EXPECT_EQ(k["value"], "1");
+  EXPECT_EQ(k["overridden"], true);
+  EXPECT_THAT(Ctl({"knobs", "get", "MINFER_NO_FUSE_FFN", "--model", "m"}).out,
+              HasSubstr("1 (override of model m)"));
+  EXPECT_THAT(Ctl({"knobs", "get", "MINFER_NO_FUSE_FFN"}).out, HasSubstr("value:    0"));
+  CommandResult bad = Ctl({"knobs", "set", "MINFER_PREFILL_CHUNK", "many"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, StartsWith("minferctl: INVALID_ARGUMENT"));
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1);
+
+  ASSERT_EQ(Ctl({"alias", "set", "prod", "m"}).exit_code, 0);
+  EXPECT_THAT(Ctl({"alias", "list"}).out, HasSubstr("prod   m"));
+  EXPECT_EQ(Ctl({"health", "prod"}).out, "SERVING\n");
+  CommandResult refused = Ctl({"unload", "m"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("FAILED_PRECONDITION: model 'm' is the target of alias prod"));
+  ASSERT_EQ(Ctl({"alias", "delete", "prod"}).exit_code, 0);
+  EXPECT_EQ(Ctl({"unload", "m", "--cancel"}).exit_code, 0);
+
+  CommandResult missing = Ctl({"load", "x", "/no/such.gguf"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("minferctl: NOT_FOUND:"));
+  EXPECT_EQ(Ctl({"frobnicate"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"unload", "m", "--cancel", "--drain-timeout", "3"}).exit_code, 2);
+}
+
+TEST_F(MinferctlTest, AdminTokenFromFlagOrEnvironment) {
+  const std::string token_file = absl::StrCat(std::getenv("TEST_TMPDIR"), "/token");
+  std::ofstream(token_file) << "letmein\n";
+  StartDaemon({"--admin-token-file", token_file});
+  CommandResult no = Ctl({"list"});
+  EXPECT_EQ(no.exit_code, 1);
+  EXPECT_THAT(no.err, StartsWith("minferctl: UNAUTHENTICATED"));
+  EXPECT_EQ(Ctl({"--token", "letmein", "list"}).exit_code, 0);
+  EXPECT_EQ(Ctl({"health"}).exit_code, 0);  // health needs no token
+}
+
+TEST_F(MinferctlTest, UnreachableServerIsAnError) {
+  addr_ = "127.0.0.1:1";
+  CommandResult r = Ctl({"--timeout", "2", "list"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, StartsWith("minferctl: UNAVAILABLE"));
+}
+
+}  // namespace
+}  // namespace minfer

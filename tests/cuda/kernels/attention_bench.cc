@@ -1,0 +1,268 @@
+// Decode-attention micro-benchmark (manual; --config=cuda): Qwen2.5-7B shapes
+// (28 heads, 4 KV heads, head_dim 128, 28 layers) at several context lengths,
+// timed with CUDA events, printing time per layer and the achieved bandwidth
+// of the KV read (2 x context x KV row bytes per layer, each byte once).
+//
+// Every iteration runs all 28 layers, each with its own cache, so the 8 MB a
+// layer reads at 4,096 tokens is not left in the 50 MB L2 by the previous
+// iteration (in a real decode step ~150 MB of weights stream between two
+// layers' attention). Three variants per length: the automatic body choice,
+// the one-warp body forced, the GQA body forced; each launched directly and
+// replayed from a CUDA graph (the production path). Median of --iters runs.
+//
+//   attention_bench [--ctx=512,4096,16384] [--types=f16,f32,q8_0] [--iters=20]
+// Unknown arguments are ignored (the GPU runner passes one list to every
+// benchmark).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/kernels/ops.h"
+
+namespace minfer::cuda {
+namespace {
+
+#define CHECK_CUDA(expr)                                                 \
+  do {                                                                   \
+    const cudaError_t err_ = (expr);                                     \
+    if (err_ != cudaSuccess) {                                           \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, \
+                   cudaGetErrorString(err_));                            \
+      std::exit(1);                                                      \
+    }                                                                    \
+  } while (0)
+
+constexpr int kLayers = 28;
+constexpr int kHeads = 28, kHeadsKv = 4, kHeadDim = 128;
+
+std::vector<int64_t> ParseList(const std::string& s) {
+  std::vector<int64_t> v;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    v.push_back(std::strtoll(s.substr(i, j - i).c_str(), nullptr, 10));
+    i = j + 1;
+  }
+  return v;
+}
+
+int64_t RowBytes(KvType t, int64_t n) {
+  return t == KvType::kF32 ? 4 * n : t == KvType::kF16 ? 2 * n : n / 32 * 34;
+}
+
+const char* Name(KvType t) {
+  return t == KvType::kF32 ? "f32" : t == KvType::kF16 ? "f16" : "q8_0";
+}
+
+// Bytes that decode as small finite values in every cache format (f16 and
+// q8_0 scales get exponent bits that keep them normal and < 1); speed does
+// not depend on the values, but NaN/inf would take different paths in exp.
+std::vector<uint8_t> CacheBytes(KvType t, int64_t bytes, uint64_t seed) {
+  std::vector<uint8_t> b(bytes);
+  uint64_t x = seed;
+  for (int64_t i = 0; i < bytes; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    b[i] = static_cast<uint8_t>(x >> 56);
+  }
+  if (t == KvType::kF32) {
+    for (int64_t i = 3; i < bytes; i += 4) b[i] = (b[i] & 0x80) | 0x3E;  // |x| < 0.5
+  } else if (t == KvType::kF16) {
+    for (int64_t i = 1; i < bytes; i += 2) b[i] = (b[i] & 0x83) | 0x34;  // |x| < 0.5
+  } else {
+    for (int64_t blk = 0; blk + 34 <= bytes; blk += 34) b[blk + 1] = 0x1C;  // d ~ 2^-8
+  }
+  return b;
+}
+
+float Median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Layer {
+  void* k = nullptr;
+  void* v = nullptr;
+};
+
+void Run(KvType type, int64_t ctx, int iters) {
+  AttnParams p;
+  p.n_head = kHeads;
+  p.n_head_kv = kHeadsKv;
+  p.head_dim = kHeadDim;
+  p.scale = 1.0f / 11.3137085f;
+  p.n_ctx = ctx;
+  p.kv_type = type;
+  const int64_t rb = RowBytes(type, p.n_kv_embd());
+  const int64_t cache_bytes = ctx * rb;
+  std::vector<Layer> layers(kLayers);
+  const auto bytes_k = CacheBytes(type, cache_bytes, 1), bytes_v = CacheBytes(type, cache_bytes, 2);
+  for (Layer& l : layers) {
+    CHECK_CUDA(cudaMalloc(&l.k, cache_bytes));
+    CHECK_CUDA(cudaMalloc(&l.v, cache_bytes));
+    CHECK_CUDA(cudaMemcpy(l.k, bytes_k.data(), cache_bytes, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(l.v, bytes_v.data(), cache_bytes, cudaMemcpyHostToDevice));
+  }
+  std::vector<float> hq(int64_t{kHeads} * kHeadDim);
+  for (size_t i = 0; i < hq.size(); ++i) hq[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  float *q, *partial, *out;
+  int32_t* pos;
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&q), hq.size() * 4));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), hq.size() * 4));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&partial), AttnDecodePartialFloats(p) * 4));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&pos), 4));
+  CHECK_CUDA(cudaMemcpy(q, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
+  const int32_t last = static_cast<int32_t>(ctx - 1);
+  CHECK_CUDA(cudaMemcpy(pos, &last, 4, cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+
+  struct Mode {
+    const char* name;
+    int32_t long_min;
+  };
+  const Mode modes[] = {{"auto", kAttnLongMinRows}, {"1warp", INT32_MAX}, {"gqa", 0}};
+  const double kv_bytes_per_layer = 2.0 * static_cast<double>(cache_bytes);
+  for (const Mode& m : modes) {
+    AttnDecodeConfig cfg;
+    cfg.long_min_rows = m.long_min;
+    auto all_layers = [&] {
+      for (const Layer& l : layers) {
+        CHECK_CUDA(LaunchAttnDecodeConfigured(q, pos, l.k, l.v, partial, out, p, cfg, stream));
+      }
+    };
+    // Direct launches.
+    for (int w = 0; w < 3; ++w) all_layers();
+    std::vector<float> direct, graphed;
+    for (int it = 0; it < iters; ++it) {
+      CHECK_CUDA(cudaEventRecord(e0, stream));
+      all_layers();
+      CHECK_CUDA(cudaEventRecord(e1, stream));
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      float ms;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      direct.push_back(ms);
+    }
+    // CUDA graph replay.
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    all_layers();
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int w = 0; w < 3; ++w) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    for (int it = 0; it < iters; ++it) {
+      CHECK_CUDA(cudaEventRecord(e0, stream));
+      CHECK_CUDA(cudaGraphLaunch(exec, stream));
+      CHECK_CUDA(cudaEventRecord(e1, stream));
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      float ms;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      graphed.push_back(ms);
+    }
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+    const double us_direct = Median(direct) * 1e3 / kLayers;
+    const double us_graph = Median(graphed) * 1e3 / kLayers;
+    std::printf(
+        "%-5s ctx %6lld  %-6s  direct %8.2f us/layer %7.0f GB/s   graph %8.2f us/layer "
+        "%7.0f GB/s   (%.1f MB KV/layer, %.3f ms/token)\n",
+        Name(type), static_cast<long long>(ctx), m.name, us_direct,
+        kv_bytes_per_layer / (us_direct * 1e3), us_graph, kv_bytes_per_layer / (us_graph * 1e3),
+        kv_bytes_per_layer / 1e6, us_graph * kLayers / 1e3);
+  }
+  for (Layer& l : layers) {
+    cudaFree(l.k);
+    cudaFree(l.v);
+  }
+  cudaFree(q);
+  cudaFree(out);
+  cudaFree(partial);
+  cudaFree(pos);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(stream);
+}
+
+// Device-to-device copy bandwidth (read + write) as the ceiling to compare to.
+void CopyCeiling() {
+  const size_t bytes = size_t{1} << 30;
+  void *a, *b;
+  CHECK_CUDA(cudaMalloc(&a, bytes));
+  CHECK_CUDA(cudaMalloc(&b, bytes));
+  CHECK_CUDA(cudaMemset(a, 1, bytes));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<float> t;
+  for (int i = 0; i < 7; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0));
+    CHECK_CUDA(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float ms;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms);
+  }
+  std::printf("device copy: %.0f GB/s (read + write)\n", 2.0 * bytes / (Median(t) * 1e6));
+  cudaFree(a);
+  cudaFree(b);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
+}  // namespace
+}  // namespace minfer::cuda
+
+int main(int argc, char** argv) {
+  using namespace minfer::cuda;
+  std::vector<int64_t> ctxs = {512, 4096, 16384};
+  std::vector<KvType> types = {KvType::kF16};
+  int iters = 20;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--ctx=", 0) == 0) {
+      ctxs = ParseList(a.substr(6));
+    } else if (a.rfind("--iters=", 0) == 0) {
+      iters = std::max(1, std::atoi(a.c_str() + 8));
+    } else if (a.rfind("--types=", 0) == 0) {
+      types.clear();
+      const std::string list = a.substr(8) + ",";
+      size_t s = 0;
+      for (size_t j = list.find(','); j != std::string::npos; s = j + 1, j = list.find(',', s)) {
+        const std::string t = list.substr(s, j - s);
+        if (t == "f32") types.push_back(KvType::kF32);
+        if (t == "f16") types.push_back(KvType::kF16);
+        if (t == "q8_0") types.push_back(KvType::kQ8_0);
+      }
+    }
+  }
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("attention_bench: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf(
+      "attention_bench on %s (%d SMs); 7B shapes: %d heads, %d KV heads, head_dim %d, %d "
+      "layers; long-context switch at %d rows\n",
+      prop.name, prop.multiProcessorCount, kHeads, kHeadsKv, kHeadDim, kLayers, kAttnLongMinRows);
+  CopyCeiling();
+  for (KvType t : types) {
+    for (int64_t c : ctxs) {
+      if (c > 0) Run(t, c, iters);
+    }
+  }
+  return 0;
+}

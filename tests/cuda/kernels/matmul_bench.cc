@@ -1,0 +1,450 @@
+// Micro-benchmark of the matrix kernels on Qwen2.5-7B decode/prefill shapes
+// (--config=cuda; run on the GPU machine).
+//
+//   matmul_bench [--sweep] [--quick]
+//
+// MMVQ: each (type, rows x k) is timed on several weight buffers in rotation
+// (together several times the 50 MB L2, so the weights come from HBM as in a
+// real decode step), as CUDA-graph replays of a batch of launches (graph
+// replay is how decode runs, and it keeps host launch overhead out of the
+// numbers); the median over batches gives us per launch and GB/s of weight
+// bytes. --sweep also times every MMVQ geometry (rows per warp, shared or L1
+// activations, k split) and prints the best. Then multi-token MMVQ (the weight
+// bytes are read once for nt tokens), the fused QKV / SwiGLU launches, an
+// estimate of the matmul time of one 7B decode step per model type, and the
+// f16 GEMM in TFLOPS at nt = 512.
+//
+// Weights are random valid blocks (f16 scales finite, codes random): speed
+// does not depend on values, but all-zero data could.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/kernels/matmul.h"
+#include "engine/quant/blocks.h"
+#include "engine/quant/fp16.h"
+#include "engine/quant/ggml_types.h"
+
+namespace minfer::cuda {
+namespace {
+
+#define CHECK_CUDA(expr)                                                                 \
+  do {                                                                                   \
+    const cudaError_t err_ = (expr);                                                     \
+    if (err_ != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                 \
+                   cudaGetErrorString(err_));                                            \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+std::mt19937_64 rng(12345);
+
+// Fills `n` bytes with random blocks of `type` (sane f16 scales).
+std::vector<uint8_t> RandomBlockBytes(GgmlType type, int64_t n_blocks) {
+  const auto& tr = TraitsOf(type);
+  std::vector<uint8_t> v(n_blocks * tr.type_size);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> mag(-8.0f, -2.0f);
+  auto put = [&](uint8_t* p) {
+    const uint16_t h = FloatToFp16(std::exp2(mag(rng)));
+    std::memcpy(p, &h, 2);
+  };
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    uint8_t* p = v.data() + b * tr.type_size;
+    switch (type) {
+      case GgmlType::kQ4_1:
+      case GgmlType::kQ5_1:
+      case GgmlType::kQ4_K:
+      case GgmlType::kQ5_K: put(p), put(p + 2); break;
+      case GgmlType::kQ6_K: put(p + 208); break;
+      case GgmlType::kF16:
+        for (int i = 0; i < 1; ++i) put(p);
+        break;
+      case GgmlType::kF32: {
+        const float f = std::exp2(mag(rng));
+        std::memcpy(p, &f, 4);
+        break;
+      }
+      default: put(p); break;
+    }
+  }
+  return v;
+}
+
+// A device weight matrix (the registry layout: Q6_K padded) filled by tiling
+// a few MB of random blocks.
+struct Matrix {
+  WeightView view;
+  void* base = nullptr;
+  int64_t bytes = 0;
+};
+
+Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t k) {
+  const auto& tr = TraitsOf(type);
+  const bool pad = type == GgmlType::kQ6_K;
+  const int64_t blocks_per_row = k / tr.block_size;
+  const int64_t dev_block = DeviceBlockBytes(type, pad);
+  Matrix m;
+  m.view.type = type;
+  m.view.k = k;
+  m.view.rows = rows;
+  m.view.row_bytes = blocks_per_row * dev_block;
+  m.view.q6k_padded = pad;
+  m.bytes = rows * m.view.row_bytes;
+  CHECK_CUDA(cudaMalloc(&m.base, m.bytes));
+  m.view.data = m.base;
+  // 4 MB of random blocks (in the device layout, made once per type), tiled
+  // over the matrix.
+  static std::vector<uint8_t> tiles[64];
+  std::vector<uint8_t>& tile = tiles[static_cast<int>(type) % 64];
+  if (tile.empty()) {
+    const int64_t tile_blocks = (4 << 20) / dev_block;
+    std::vector<uint8_t> raw = RandomBlockBytes(type, tile_blocks);
+    tile.assign(tile_blocks * dev_block, 0);
+    for (int64_t b = 0; b < tile_blocks; ++b) {
+      std::memcpy(tile.data() + b * dev_block, raw.data() + b * tr.type_size, tr.type_size);
+    }
+  }
+  const int64_t tile_bytes = static_cast<int64_t>(tile.size());
+  CHECK_CUDA(cudaMemcpy(m.base, tile.data(), std::min(tile_bytes, m.bytes), cudaMemcpyHostToDevice));
+  for (int64_t off = tile_bytes; off < m.bytes; off += tile_bytes) {
+    CHECK_CUDA(cudaMemcpy(static_cast<uint8_t*>(m.base) + off, m.base,
+                          std::min(tile_bytes, m.bytes - off), cudaMemcpyDeviceToDevice));
+  }
+  return m;
+}
+
+// Enough copies of a matrix that together they exceed L2 (50 MB) five times;
+// a timed batch launches on each of them in turn.
+std::vector<Matrix> MakeRotation(GgmlType type, int64_t rows, int64_t k) {
+  const int64_t bytes = rows * RowBytes(type, k);
+  const int64_t n = std::clamp<int64_t>(((256ll << 20) + bytes - 1) / std::max<int64_t>(bytes, 1), 2, 512);
+  std::vector<Matrix> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(MakeMatrix(type, rows, k));
+  return v;
+}
+
+void Free(std::vector<Matrix>& v) {
+  for (auto& m : v) cudaFree(m.base);
+  v.clear();
+}
+
+cudaStream_t stream;
+
+// Median microseconds per launch of `launch(i)` (i = launch index), timed as
+// graph replays of batches of `batch` launches.
+double TimeLaunches(const std::function<cudaError_t(int)>& launch, int batch, int reps) {
+  for (int i = 0; i < batch; ++i) CHECK_CUDA(launch(i));  // warm-up, lazy loading
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < batch; ++i) CHECK_CUDA(launch(i));
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) {
+    CHECK_CUDA(cudaEventRecord(a, stream));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaEventRecord(b, stream));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+    us.push_back(1000.0 * ms / batch);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+struct Shape {
+  const char* name;
+  int64_t rows, k;
+};
+constexpr Shape kShapes[] = {
+    {"attn_q/o 3584x3584", 3584, 3584},   {"attn_k/v 512x3584", 512, 3584},
+    {"ffn_gate/up 18944x3584", 18944, 3584}, {"ffn_down 3584x18944", 3584, 18944},
+    {"output 152064x3584", 152064, 3584},
+};
+
+struct Acts {
+  BlockQ8A* q = nullptr;
+  float* x = nullptr;
+  float* y = nullptr;
+};
+
+Acts MakeActs(int64_t k, int64_t nt, int64_t y_elems) {
+  Acts a;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(k * nt);
+  for (auto& v : x) v = nd(rng);
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&a.x), x.size() * 4));
+  CHECK_CUDA(cudaMemcpy(a.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&a.q), k / 32 * nt * sizeof(BlockQ8A)));
+  CHECK_CUDA(LaunchQuantizeQ8A(a.x, a.q, k, nt, stream));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&a.y), y_elems * 4));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  return a;
+}
+
+void FreeActs(Acts& a) {
+  cudaFree(a.q), cudaFree(a.x), cudaFree(a.y);
+  a = Acts{};
+}
+
+double MmvqUs(std::vector<Matrix>& rot, const Acts& a, int64_t nt, const MmvqTuning& tu, int batch,
+              int reps) {
+  batch = std::max<int>(batch, static_cast<int>(rot.size()));
+  return TimeLaunches(
+      [&](int i) {
+        const Matrix& m = rot[i % rot.size()];
+        return LaunchMmvqTuned(m.view, a.q, a.y, m.view.rows, nt, tu, stream);
+      },
+      batch, reps);
+}
+
+// --one TYPE ROWS K [R SMEM KS]: 30 plain launches of one MMVQ (no graph),
+// for a profiler to pick one of.
+int One(int argc, char** argv) {
+  const auto type = ParseGgmlType(argv[2]);
+  if (!type) return 2;
+  const int64_t rows = std::atoll(argv[3]), k = std::atoll(argv[4]);
+  MmvqTuning tu;
+  if (argc >= 8) {
+    tu.rows_per_warp = std::atoi(argv[5]), tu.act_smem = std::atoi(argv[6]);
+    tu.ksplit = std::atoi(argv[7]);
+  }
+  auto rot = MakeRotation(*type, rows, k);
+  Acts a = MakeActs(k, 1, rows);
+  for (int i = 0; i < 30; ++i) {
+    const Matrix& m = rot[i % rot.size()];
+    CHECK_CUDA(LaunchMmvqTuned(m.view, a.q, a.y, rows, 1, tu, stream));
+  }
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::printf("ran 30 launches of %s %lldx%lld\n", argv[2], static_cast<long long>(rows),
+              static_cast<long long>(k));
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  bool sweep = false, quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--sweep")) sweep = true;
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+  }
+  if (argc >= 5 && !std::strcmp(argv[1], "--one")) {
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    return One(argc, argv);
+  }
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20);
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int reps = quick ? 7 : 21, batch = 40;
+
+  const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K,
+                            GgmlType::kQ5_K, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1};
+  // us per launch of the default geometry, per (type, shape).
+  double table[8][5] = {};
+
+  std::printf("\n== MMVQ nt=1 (default geometry; GB/s of weight bytes)\n");
+  for (int ti = 0; ti < 8; ++ti) {
+    const GgmlType type = types[ti];
+    if (quick && ti >= 4) break;
+    for (int si = 0; si < 5; ++si) {
+      const Shape& s = kShapes[si];
+      auto rot = MakeRotation(type, s.rows, s.k);
+      Acts a = MakeActs(s.k, 1, s.rows);
+      const double bytes = static_cast<double>(s.rows) * RowBytes(type, s.k);
+      const double us = MmvqUs(rot, a, 1, MmvqTuning{}, batch, reps);
+      table[ti][si] = us;
+      std::printf("%-5s %-24s %8.2f us %7.0f GB/s", GgmlTypeName(type), s.name, us, bytes / us / 1e3);
+      if (sweep) {
+        double best = us;
+        std::string best_cfg = "default";
+        for (int r : {1, 2, 4}) {
+          for (int sm : {0, 1}) {
+            for (int ks : {1, 2, 4, 8}) {
+              MmvqTuning tu;
+              tu.rows_per_warp = r, tu.act_smem = sm, tu.ksplit = ks;
+              const double t = MmvqUs(rot, a, 1, tu, batch, quick ? 5 : 9);
+              if (t < best) {
+                best = t;
+                best_cfg = "R=" + std::to_string(r) + " smem=" + std::to_string(sm) +
+                           " ks=" + std::to_string(ks);
+              }
+            }
+          }
+        }
+        std::printf("  best %7.2f us %5.0f GB/s (%s)", best, bytes / best / 1e3, best_cfg.c_str());
+      }
+      std::printf("\n");
+      FreeActs(a);
+      Free(rot);
+    }
+  }
+
+  std::printf("\n== multi-token MMVQ (effective GB/s: weights read once for nt tokens)\n");
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ8_0}) {
+    const Shape& s = kShapes[2];
+    auto rot = MakeRotation(type, s.rows, s.k);
+    const double bytes = static_cast<double>(s.rows) * RowBytes(type, s.k);
+    for (int64_t nt : {1, 2, 4, 8}) {
+      Acts a = MakeActs(s.k, nt, s.rows * nt);
+      const double us = MmvqUs(rot, a, nt, MmvqTuning{}, batch, reps);
+      std::printf("%-5s %-24s nt=%lld %8.2f us %7.0f GB/s  (%.2f us/token)", GgmlTypeName(type),
+                  s.name, static_cast<long long>(nt), us, bytes / us / 1e3, us / nt);
+      if (sweep) {
+        for (int sm : {0, 1}) {
+          MmvqTuning tu;
+          tu.act_smem = sm;
+          const double t = MmvqUs(rot, a, nt, tu, batch, quick ? 5 : 9);
+          std::printf(" smem%d=%.0f", sm, bytes / t / 1e3);
+        }
+      }
+      std::printf("\n");
+      FreeActs(a);
+    }
+    Free(rot);
+  }
+
+  std::printf("\n== fused decode launches\n");
+  double fused_us[3][2] = {};  // [Q4_0, Q8_0, Q4_K(+Q6_K v)][qkv, swiglu]
+  const GgmlType fused_types[3] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K};
+  for (int fi = 0; fi < 3; ++fi) {
+    const GgmlType type = fused_types[fi];
+    const GgmlType vtype = type == GgmlType::kQ4_K ? GgmlType::kQ6_K : type;
+    {
+      const int n = 16;
+      std::vector<Matrix> q, k, v;
+      for (int i = 0; i < n; ++i) {
+        q.push_back(MakeMatrix(type, 3584, 3584));
+        k.push_back(MakeMatrix(type, 512, 3584));
+        v.push_back(MakeMatrix(vtype, 512, 3584));
+      }
+      Acts a = MakeActs(3584, 1, 4608);
+      const double bytes = 3584.0 * RowBytes(type, 3584) + 512.0 * RowBytes(type, 3584) +
+                           512.0 * RowBytes(vtype, 3584);
+      const double us = TimeLaunches(
+          [&](int i) {
+            MmvqSegments segs;
+            segs.w[0] = q[i % n].view, segs.w[1] = k[i % n].view, segs.w[2] = v[i % n].view;
+            segs.n = 3;
+            return LaunchMmvqSegments(segs, a.q, a.y, stream);
+          },
+          batch, reps);
+      fused_us[fi][0] = us;
+      std::printf("QKV %s/%s 4608x3584 %8.2f us %7.0f GB/s\n", GgmlTypeName(type), GgmlTypeName(vtype),
+                  us, bytes / us / 1e3);
+      FreeActs(a);
+      Free(q), Free(k), Free(v);
+    }
+    {
+      const int n = 4;
+      std::vector<Matrix> g, u;
+      for (int i = 0; i < n; ++i) {
+        g.push_back(MakeMatrix(type, 18944, 3584));
+        u.push_back(MakeMatrix(type, 18944, 3584));
+      }
+      Acts a = MakeActs(3584, 1, 18944);
+      const double bytes = 2.0 * 18944 * RowBytes(type, 3584);
+      const double us = TimeLaunches(
+          [&](int i) { return LaunchMmvqSwiGlu(g[i % n].view, u[i % n].view, a.q, a.y, stream); },
+          batch, reps);
+      fused_us[fi][1] = us;
+      std::printf("SwiGLU %s 2x18944x3584 %8.2f us %7.0f GB/s\n", GgmlTypeName(type), us,
+                  bytes / us / 1e3);
+      FreeActs(a);
+      Free(g), Free(u);
+    }
+  }
+
+  // One 7B decode step's matmuls: 28 x (fused QKV + attn_o + fused gate/up +
+  // ffn_down) + output head. Q4_K_M: ffn_down Q6_K in about half the layers
+  // (taken as 14 Q6_K + 14 Q4_K), attn_v Q6_K (the fused QKV above), head Q6_K.
+  std::printf("\n== estimated 7B decode matmul time per token (fused launches, no attention)\n");
+  auto est = [&](int fi, int t_main, int t_down_a, int t_down_b, int t_head) {
+    const double layer_a = fused_us[fi][0] + table[t_main][0] + fused_us[fi][1] + table[t_down_a][3];
+    const double layer_b = fused_us[fi][0] + table[t_main][0] + fused_us[fi][1] + table[t_down_b][3];
+    return 14 * layer_a + 14 * layer_b + table[t_head][4];
+  };
+  struct Model {
+    const char* name;
+    int fi, main, down_a, down_b, head;
+    double gb;  // weight GB read per token (matmuls)
+  };
+  // types[] indices: 0 Q4_0, 1 Q8_0, 2 Q4_K, 3 Q6_K.
+  const Model models[] = {{"Q4_0", 0, 0, 0, 0, 3, 0}, {"Q8_0", 1, 1, 1, 1, 1, 0},
+                          {"Q4_K_M", 2, 2, 3, 2, 3, 0}};
+  for (const Model& m : models) {
+    const double us = est(m.fi, m.main, m.down_a, m.down_b, m.head);
+    std::printf("%-7s %8.1f us/token -> %6.0f tokens/s (matmuls only)\n", m.name, us, 1e6 / us);
+  }
+
+  std::printf("\n== GemmF16, nt = 512\n");
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ8_0, GgmlType::kQ6_K, GgmlType::kF16}) {
+    for (int si : {0, 2, 3}) {
+      const Shape& s = kShapes[si];
+      const int64_t nt = 512;
+      std::vector<Matrix> rot;
+      for (int i = 0; i < 2; ++i) rot.push_back(MakeMatrix(type, s.rows, s.k));
+      Acts a = MakeActs(s.k, nt, s.rows * nt);
+      const double us = TimeLaunches(
+          [&](int i) {
+            const Matrix& m = rot[i % rot.size()];
+            return LaunchGemmF16(m.view, a.x, a.y, nt, stream);
+          },
+          4, quick ? 3 : 7);
+      const double flops = 2.0 * s.rows * s.k * nt;
+      std::printf("%-5s %-24s %9.1f us %7.1f TFLOPS (%.0f tokens/s-equivalent per matrix)\n",
+                  GgmlTypeName(type), s.name, us, flops / us / 1e6, nt / us * 1e6);
+      FreeActs(a);
+      Free(rot);
+    }
+  }
+
+  std::printf("\n== MatvecF32 nt=1 (F16 / BF16 weights)\n");
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kBF16}) {
+    for (int si : {0, 2}) {
+      const Shape& s = kShapes[si];
+      auto rot = MakeRotation(type, s.rows, s.k);
+      Acts a = MakeActs(s.k, 1, s.rows);
+      const double bytes = static_cast<double>(s.rows) * RowBytes(type, s.k);
+      const double us = TimeLaunches(
+          [&](int i) {
+            const Matrix& m = rot[i % rot.size()];
+            return LaunchMatvecF32(m.view, a.x, a.y, s.rows, 1, stream);
+          },
+          std::max<int>(batch, static_cast<int>(rot.size())), reps);
+      std::printf("%-5s %-24s %8.2f us %7.0f GB/s\n", GgmlTypeName(type), s.name, us,
+                  bytes / us / 1e3);
+      FreeActs(a);
+      Free(rot);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace minfer::cuda
+
+int main(int argc, char** argv) { return minfer::cuda::Main(argc, argv); }

@@ -1,0 +1,587 @@
+// In-process tests of minferd's admin path over a real gRPC server on a
+// loopback port: loading (progress, errors, memory admission), health
+// transitions, knobs, aliases, auth, reflection and metrics.
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "client/minfer_client.h"
+#include "daemon/daemon.h"
+#include "engine/base/knobs.h"
+#include "engine/gguf/gguf.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/descriptor.pb.h"
+#include "google/protobuf/unknown_field_set.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/daemon/test_util.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_models.h"
+
+namespace minfer::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ClientFor;
+using testing::Load;
+using testing::ReferenceGenerate;
+using testing::TextRequest;
+using testing::WaitFor;
+using Health = grpc::health::v1::HealthCheckResponse;
+
+class AdminServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto a = minfer::testing::TestModelPath("tiny", "q8_0", 1);
+    ASSERT_TRUE(a.ok()) << a.status();
+    path_ = *a;
+  }
+
+  void Start(DaemonConfig config = testing::TestConfig(), DaemonTestHooks hooks = {}) {
+    auto d = Daemon::Start(std::move(config), std::move(hooks));
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+    client_ = ClientFor(*daemon_, config_token_);
+  }
+
+  std::string TempFile(const std::string& name, const std::string& bytes) {
+    std::string p = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+
+  std::string path_;
+  std::string config_token_;
+  std::unique_ptr<Daemon> daemon_;
+  std::unique_ptr<client::MinferClient> client_;
+};
+
+TEST_F(AdminServiceTest, LoadStreamsProgressAndReportsMemory) {
+  Start();
+  v1::LoadModelRequest r;
+  r.set_name("a");
+  r.set_path(path_);
+  r.set_parallel(2);
+  r.set_n_ctx(256);
+  r.set_kv_type("f16");
+  std::vector<v1::LoadModelResponse> progress;
+  auto st = client_->LoadModel(r, [&](const v1::LoadModelResponse& p) { progress.push_back(p); });
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_FALSE(progress.empty());
+  EXPECT_EQ(progress.back().state(), v1::MODEL_STATE_READY);
+  EXPECT_GT(progress.back().bytes_total(), 0u);
+  EXPECT_EQ(progress.back().bytes_done(), progress.back().bytes_total());
+  EXPECT_EQ(st->state(), v1::MODEL_STATE_READY);
+  EXPECT_EQ(st->n_ctx(), 256);
+  EXPECT_EQ(st->parallel(), 2);
+  EXPECT_EQ(st->kv_type(), "f16");
+  EXPECT_EQ(st->backend(), "cpu");
+  // KV: parallel x n_ctx x {K,V} x n_layer x n_kv_embd x 2 bytes (f16); the
+  // tiny shape has 2 layers, 2 KV heads of 64.
+  EXPECT_EQ(st->memory().kv_bytes(), 2u * 256 * 2 * 2 * 128 * 2);
+  auto file = gguf::GgufFile::Open(path_);
+  ASSERT_TRUE(file.ok());
+  uint64_t tensor_bytes = 0;
+  for (const auto& t : (*file)->tensors()) tensor_bytes += t.nbytes;
+  EXPECT_EQ(st->memory().weights_bytes(), tensor_bytes);
+  EXPECT_GE(st->memory().reserved_bytes(), st->memory().total_bytes());
+  auto server = client_->GetServerStatus();
+  ASSERT_TRUE(server.ok());
+  EXPECT_EQ(server->memory_reserved_bytes(), st->memory().reserved_bytes());
+  EXPECT_EQ(server->models(), 1);
+  ASSERT_GE(server->devices_size(), 1);
+  EXPECT_EQ(server->devices(0).kind(), "cpu");
+  EXPECT_GT(server->devices(0).memory_total_bytes(), 0u);
+  EXPECT_FALSE(server->version().empty());
+  // The name is taken now.
+  auto again = client_->LoadModel(r);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(AdminServiceTest, LoadErrorsAndTheDaemonKeepsServing) {
+  Start();
+  ASSERT_TRUE(Load(*client_, "good", path_).ok());
+  // Missing file.
+  auto missing = Load(*client_, "missing", "/nonexistent/model.gguf");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("/nonexistent/model.gguf"));
+  // Not a GGUF file at all.
+  auto garbage = Load(*client_, "garbage", TempFile("garbage.gguf", std::string(4096, 'z')));
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument) << garbage.status();
+  // A real model cut short: its tensors run past the end of the file.
+  std::ifstream in(path_, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto truncated =
+      Load(*client_, "truncated", TempFile("truncated.gguf", bytes.substr(0, bytes.size() / 2)));
+  EXPECT_EQ(truncated.status().code(), absl::StatusCode::kInvalidArgument) << truncated.status();
+  // Bad requests.
+  EXPECT_EQ(Load(*client_, "bad name!", path_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::LoadModelRequest kv;
+  kv.set_name("kv");
+  kv.set_path(path_);
+  kv.set_kv_type("f8");
+  EXPECT_THAT(std::string(client_->LoadModel(kv).status().message()), HasSubstr("kv_type"));
+  v1::LoadModelRequest knob = kv;
+  knob.set_kv_type("");
+  (*knob.mutable_knobs())["MINFER_THREADS"] = "2";  // global: not per model
+  EXPECT_EQ(client_->LoadModel(knob).status().code(), absl::StatusCode::kInvalidArgument);
+
+  // Failed loads stay visible with their reason until replaced.
+  auto failed = client_->GetModelStatus("garbage");
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(failed->state(), v1::MODEL_STATE_FAILED);
+  EXPECT_THAT(failed->reason(), HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_EQ(*client_->Health("garbage"), Health::NOT_SERVING);
+  // The good model never noticed.
+  const auto req = TextRequest("good", "still serving", 20);
+  auto out = client_->Generate(req);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->token_ids, ReferenceGenerate(path_, req)->ids);
+  EXPECT_EQ(*client_->Health(""), Health::SERVING);
+  // Reloading a failed name replaces it.
+  ASSERT_TRUE(Load(*client_, "garbage", path_).ok());
+  v1::UnloadModelRequest u;
+  u.set_name("missing");
+  EXPECT_TRUE(client_->UnloadModel(u).ok());
+  EXPECT_EQ(client_->GetModelStatus("missing").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(AdminServiceTest, MemoryAdmissionRefusesWithTheFigures) {
+  DaemonConfig c = testing::TestConfig();
+  c.memory_limit = 64u << 20;  // 64 MiB
+  Start(c);
+  // n_ctx 4096 x 4 sequences of f32 KV: 4 x 4096 x {K,V} x 2 layers x 128 x
+  // 4 bytes = 32 MiB of KV.
+  v1::LoadModelRequest r;
+  r.set_name("big");
+  r.set_path(path_);
+  r.set_n_ctx(4096);
+  r.set_parallel(4);
+  r.set_kv_type("f32");
+  auto big = client_->LoadModel(r);
+  ASSERT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  auto file = gguf::GgufFile::Open(path_);
+  uint64_t weights = 0;
+  for (const auto& t : (*file)->tensors()) weights += t.nbytes;
+  const uint64_t kv = 4ull * 4096 * 2 * 2 * 128 * 4;
+  // Scratch: per sequence 3 x A(512) + A(1), with (tiny: n_embd 256,
+  // n_embd_kv 128, n_ff 512, vocab 1046)
+  // A(T) = 4T (6 n_embd + 4 n_embd_kv + 3 n_ff) + 4 n_vocab + 2T n_ff.
+  auto a = [](uint64_t t) {
+    return 4 * t * (6 * 256 + 4 * 128 + 3 * 512) + 4 * 1046 + 2 * t * 512;
+  };
+  const uint64_t scratch = 4 * (3 * a(512) + a(1));
+  const uint64_t total = weights + kv + scratch;
+  const std::string msg(big.status().message());
+  EXPECT_THAT(msg, HasSubstr(absl::StrCat("weights 1.5 MiB (", weights, " B)")));
+  EXPECT_THAT(msg, HasSubstr(absl::StrCat("KV 32.0 MiB (", kv, " B)")));
+  EXPECT_THAT(msg, HasSubstr(absl::StrCat("(", scratch, " B)")));
+  EXPECT_THAT(msg, HasSubstr(absl::StrCat("= ", absl::StrFormat("%.1f", total / 1048576.0),
+                                          " MiB (", total, " B)")));
+  EXPECT_THAT(msg, HasSubstr("the memory limit is 64.0 MiB (67108864 B)"));
+  auto failed = client_->GetModelStatus("big");
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(failed->state(), v1::MODEL_STATE_FAILED);
+  EXPECT_THAT(failed->reason(), HasSubstr("RESOURCE_EXHAUSTED"));
+  // A smaller configuration of the same model fits, and serves.
+  auto small = Load(*client_, "small", path_, 1, 256);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->memory().reserved_bytes(), weights + 256ull * 2 * 2 * 128 * 4 + 3 * a(512) + a(1));
+  EXPECT_TRUE(client_->Generate(TextRequest("small", "fits", 5)).ok());
+  // What it reserved counts against the next load.
+  auto server = client_->GetServerStatus();
+  EXPECT_EQ(server->memory_limit_bytes(), 64u << 20);
+  EXPECT_EQ(server->memory_reserved_bytes(), small->memory().reserved_bytes());
+  r.set_name("big2");
+  r.set_n_ctx(256);
+  r.set_parallel(2);
+  auto refused = client_->LoadModel(r);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr(absl::StrCat(small->memory().reserved_bytes(), " B) reserved by other")));
+}
+
+TEST_F(AdminServiceTest, HealthFollowsLoadUnloadAndDrain) {
+  // Hold the load in LOADING until the test lets it go.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false, reached = false;
+  DaemonTestHooks hooks;
+  hooks.before_model_load = [&](const std::string& name) {
+    std::unique_lock<std::mutex> lock(mu);
+    reached = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  };
+  Start(testing::TestConfig(), hooks);
+  EXPECT_EQ(*client_->Health(""), Health::SERVING);
+  EXPECT_EQ(*client_->Health("minfer.v1.GenerationService"), Health::SERVING);
+  EXPECT_EQ(*client_->Health("minfer.v1.AdminService"), Health::SERVING);
+  EXPECT_EQ(client_->Health("a").status().code(), absl::StatusCode::kNotFound);
+
+  absl::StatusOr<v1::ModelStatus> loaded;
+  std::thread load([&] { loaded = Load(*client_, "a", path_); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return reached; });
+  }
+  EXPECT_EQ(*client_->Health("a"), Health::NOT_SERVING);
+  EXPECT_EQ(client_->GetModelStatus("a")->state(), v1::MODEL_STATE_LOADING);
+  auto early = client_->Generate(TextRequest("a", "too early", 5));
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(early.status().message()), HasSubstr("loading"));
+  v1::UnloadModelRequest u;
+  u.set_name("a");
+  EXPECT_EQ(client_->UnloadModel(u).status().code(), absl::StatusCode::kFailedPrecondition);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  load.join();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(*client_->Health("a"), Health::SERVING);
+  ASSERT_TRUE(client_->SetAlias("prod", "a").ok());
+  EXPECT_EQ(*client_->Health("prod"), Health::SERVING);
+  ASSERT_TRUE(client_->DeleteAlias("prod").ok());
+  EXPECT_EQ(*client_->Health("prod"), Health::NOT_SERVING);
+  ASSERT_TRUE(client_->UnloadModel(u).ok());
+  EXPECT_EQ(*client_->Health("a"), Health::NOT_SERVING);
+
+  ASSERT_TRUE(Load(*client_, "b", path_).ok());
+  EXPECT_EQ(*client_->Health("b"), Health::SERVING);
+  daemon_->Drain(std::chrono::seconds(1));
+  EXPECT_EQ(*client_->Health(""), Health::NOT_SERVING);
+  EXPECT_EQ(*client_->Health("b"), Health::NOT_SERVING);
+  EXPECT_EQ(*client_->Health("minfer.v1.GenerationService"), Health::NOT_SERVING);
+  EXPECT_EQ(client_->Generate(TextRequest("b", "x", 2)).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Load(*client_, "c", path_).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(AdminServiceTest, KnobsOverTheApi) {
+  Start();
+  ASSERT_TRUE(Load(*client_, "a", path_).ok());
+  auto list = client_->ListKnobs();
+  ASSERT_TRUE(list.ok());
+  // Exactly the registry.
+  const auto registry = KnobRegistry::Global().List();
+  ASSERT_EQ(list->knobs_size(), static_cast<int>(registry.size()));
+  for (int i = 0; i < list->knobs_size(); ++i) {
+    EXPECT_EQ(list->knobs(i).name(), registry[i].spec.name);
+    EXPECT_EQ(list->knobs(i).default_value(), registry[i].spec.default_value);
+    EXPECT_FALSE(list->knobs(i).help().empty());
+  }
+  // Global set and reset; the registry sees it.
+  v1::SetKnobRequest set;
+  set.set_name("MINFER_PREFILL_CHUNK");
+  set.set_value("64");
+  auto k = client_->SetKnob(set);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->value(), "64");
+  EXPECT_EQ(KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK"), 64);
+  EXPECT_EQ(client_->GetKnob("MINFER_PREFILL_CHUNK")->value(), "64");
+  set.set_reset(true);
+  ASSERT_TRUE(client_->SetKnob(set).ok());
+  EXPECT_EQ(KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK"), 512);
+
+  // Per model: applied by the slot between steps; generation still equals
+  // the engine's (the fusion switch changes the graph, not the math).
+  const auto req = TextRequest("a", "A prompt of some length to prefill", 30);
+  auto before = client_->Generate(req);
+  const uint64_t scratch_before = client_->GetModelStatus("a")->memory().scratch_bytes();
+  v1::SetKnobRequest per;
+  per.set_name("MINFER_PREFILL_CHUNK");
+  per.set_value("2");
+  per.set_model("a");
+  auto pk = client_->SetKnob(per);
+  ASSERT_TRUE(pk.ok()) << pk.status();
+  EXPECT_TRUE(pk->overridden());
+  EXPECT_EQ(pk->value(), "2");
+  EXPECT_EQ(KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK"), 512);  // global untouched
+  EXPECT_EQ(client_->GetModelStatus("a")->knobs().at("MINFER_PREFILL_CHUNK"), "2");
+  EXPECT_EQ(client_->GetKnob("MINFER_PREFILL_CHUNK", "a")->value(), "2");
+  EXPECT_EQ(client_->GetKnob("MINFER_PREFILL_CHUNK")->value(), "512");
+  per.set_name("MINFER_NO_FUSE_QKV");
+  per.set_value("1");
+  ASSERT_TRUE(client_->SetKnob(per).ok());
+  auto after = client_->Generate(req);
+  ASSERT_TRUE(before.ok() && after.ok());
+  EXPECT_EQ(after->token_ids, before->token_ids);
+  EXPECT_EQ(after->token_ids, ReferenceGenerate(path_, req)->ids);
+  // Graphs were rebuilt for 2-token prefill chunks: smaller than before.
+  EXPECT_LT(client_->GetModelStatus("a")->memory().scratch_bytes(), scratch_before);
+
+  // Errors.
+  v1::SetKnobRequest bad;
+  bad.set_name("MINFER_NOPE");
+  bad.set_value("1");
+  EXPECT_EQ(client_->SetKnob(bad).status().code(), absl::StatusCode::kNotFound);
+  bad.set_name("MINFER_PREFILL_CHUNK");
+  bad.set_value("lots");
+  EXPECT_EQ(client_->SetKnob(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad.set_name("MINFER_THREADS");
+  bad.set_value("2");
+  bad.set_model("a");
+  EXPECT_EQ(client_->SetKnob(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad.set_name("MINFER_CACHE_TYPE");
+  bad.set_value("f16");
+  auto reload = client_->SetKnob(bad);
+  EXPECT_EQ(reload.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(reload.status().message()), HasSubstr("LoadModel"));
+  bad.set_name("MINFER_NO_FUSE_FFN");
+  bad.set_value("1");
+  bad.set_model("ghost");
+  EXPECT_EQ(client_->SetKnob(bad).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(AdminServiceTest, AliasRules) {
+  Start();
+  ASSERT_TRUE(Load(*client_, "a", path_).ok());
+  ASSERT_TRUE(Load(*client_, "b", path_).ok());
+  EXPECT_EQ(client_->SetAlias("b", "a").status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(client_->SetAlias("prod", "ghost").status().code(), absl::StatusCode::kNotFound);
+  auto set = client_->SetAlias("prod", "a");
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(set->previous_model(), "");
+  EXPECT_EQ(client_->SetAlias("prod2", "prod").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Load(*client_, "prod", path_).status().code(), absl::StatusCode::kAlreadyExists);
+  auto moved = client_->SetAlias("prod", "b");
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(moved->previous_model(), "a");
+  v1::UnloadModelRequest u;
+  u.set_name("b");
+  auto refused = client_->UnloadModel(u);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("prod"));
+  u.set_name("prod");
+  EXPECT_EQ(client_->UnloadModel(u).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->GetModelStatus("prod")->name(), "b");
+  EXPECT_THAT(client_->GetModelStatus("b")->aliases(), ::testing::ElementsAre("prod"));
+  auto list = client_->ListAliases();
+  ASSERT_EQ(list->aliases_size(), 1);
+  EXPECT_EQ(list->aliases(0).model(), "b");
+  ASSERT_TRUE(client_->DeleteAlias("prod").ok());
+  EXPECT_EQ(client_->DeleteAlias("prod").code(), absl::StatusCode::kNotFound);
+  u.set_name("b");
+  EXPECT_TRUE(client_->UnloadModel(u).ok());
+}
+
+TEST_F(AdminServiceTest, AdminTokenIsRequiredWhenConfigured) {
+  DaemonConfig c = testing::TestConfig();
+  c.admin_token = "s3cret";
+  config_token_ = "s3cret";
+  Start(c);
+  ASSERT_TRUE(Load(*client_, "a", path_).ok());
+  auto anonymous = ClientFor(*daemon_);
+  EXPECT_EQ(anonymous->ListModels().status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(Load(*anonymous, "b", path_).status().code(), absl::StatusCode::kUnauthenticated);
+  auto wrong = ClientFor(*daemon_, "s3cres");
+  EXPECT_EQ(wrong->ListKnobs().status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(client_->ListModels().ok());
+  // Generation and health stay open.
+  EXPECT_TRUE(anonymous->Generate(TextRequest("a", "hi", 3)).ok());
+  EXPECT_EQ(*anonymous->Health("a"), Health::SERVING);
+}
+
+TEST_F(AdminServiceTest, ServesTlsWhenConfigured) {
+  if (access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/openssl to make a certificate";
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
+  auto made = minfer::testing::RunCommand(
+      {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out",
+       cert, "-days", "1", "-subj", "/CN=localhost", "-addext",
+       "subjectAltName=DNS:localhost,IP:127.0.0.1"});
+  ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->err : "");
+  DaemonConfig c = testing::TestConfig();
+  c.tls_cert_file = cert;
+  c.tls_key_file = key;
+  c.admin_token = "t";
+  config_token_ = "t";
+  auto d = Daemon::Start(c);
+  ASSERT_TRUE(d.ok()) << d.status();
+  daemon_ = std::move(*d);
+  client::ClientOptions o;
+  o.address = daemon_->address();
+  o.token = "t";
+  o.tls = true;
+  o.ca_cert_file = cert;
+  o.tls_server_name = "localhost";
+  auto tls = client::MinferClient::Create(o);
+  ASSERT_TRUE(tls.ok());
+  ASSERT_TRUE(Load(**tls, "a", path_).ok());
+  const auto req = TextRequest("a", "over TLS", 12);
+  auto out = (*tls)->Generate(req);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->token_ids, ReferenceGenerate(path_, req)->ids);
+  // A plaintext client gets nowhere.
+  auto plain = ClientFor(*daemon_, "t");
+  EXPECT_EQ(plain->ListModels().status().code(), absl::StatusCode::kUnavailable);
+}
+
+// grpc.reflection.v1alpha by hand: a generic stub and the proto wire format
+// (the reflection messages' C++ classes live inside libgrpc++_reflection).
+std::vector<std::string> ReflectionQuery(const std::shared_ptr<grpc::Channel>& channel,
+                                         int field, const std::string& value, int want_field) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  auto call =
+      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto wait = [&] {
+    void* tag;
+    bool ok = false;
+    cq.Next(&tag, &ok);
+    return ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  EXPECT_TRUE(wait());
+  std::string req;
+  req.push_back(static_cast<char>(field << 3 | 2));
+  req.push_back(static_cast<char>(value.size()));
+  req += value;
+  grpc::Slice slice(req);
+  grpc::ByteBuffer buf(&slice, 1);
+  call->Write(buf, reinterpret_cast<void*>(2));
+  EXPECT_TRUE(wait());
+  grpc::ByteBuffer reply;
+  call->Read(&reply, reinterpret_cast<void*>(3));
+  EXPECT_TRUE(wait());
+  call->WritesDone(reinterpret_cast<void*>(4));
+  wait();
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  wait();
+  std::vector<grpc::Slice> slices;
+  (void)reply.Dump(&slices);
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  google::protobuf::UnknownFieldSet response;
+  EXPECT_TRUE(response.ParseFromString(bytes));
+  std::vector<std::string> out;
+  for (int i = 0; i < response.field_count(); ++i) {
+    if (response.field(i).number() != want_field) continue;
+    google::protobuf::UnknownFieldSet inner;
+    inner.ParseFromString(response.field(i).length_delimited());
+    for (int j = 0; j < inner.field_count(); ++j) {
+      if (inner.field(j).type() == google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) {
+        out.push_back(inner.field(j).length_delimited());
+      }
+    }
+  }
+  return out;
+}
+
+TEST_F(AdminServiceTest, ReflectionDescribesTheApi) {
+  Start();
+  // list_services (field 7) -> list_services_response (6) of ServiceResponse.
+  std::vector<std::string> services;
+  for (const std::string& s : ReflectionQuery(client_->channel(), 7, "*", 6)) {
+    google::protobuf::UnknownFieldSet svc;
+    svc.ParseFromString(s);
+    services.push_back(svc.field(0).length_delimited());
+  }
+  EXPECT_THAT(services, ::testing::IsSupersetOf({"minfer.v1.GenerationService",
+                                                 "minfer.v1.AdminService",
+                                                 "grpc.health.v1.Health"}));
+  // file_containing_symbol (4) -> file_descriptor_response (4).
+  for (const std::string& symbol :
+       {"minfer.v1.GenerationService", "grpc.health.v1.Health"}) {
+    std::vector<std::string> files = ReflectionQuery(client_->channel(), 4, symbol, 4);
+    ASSERT_FALSE(files.empty()) << symbol;
+    bool found = false;
+    for (const std::string& f : files) {
+      google::protobuf::FileDescriptorProto fd;
+      ASSERT_TRUE(fd.ParseFromString(f));
+      for (const auto& svc : fd.service()) {
+        if (absl::StrCat(fd.package(), ".", svc.name()) != symbol) continue;
+        found = true;
+        if (svc.name() == "GenerationService") {
+          EXPECT_EQ(fd.name(), "minfer/v1/generation.proto");
+          EXPECT_EQ(svc.method(0).name(), "Generate");
+          EXPECT_TRUE(svc.method(0).server_streaming());
+        }
+      }
+    }
+    EXPECT_TRUE(found) << symbol;
+  }
+}
+
+std::string HttpGet(const std::string& address, const std::string& path) {
+  std::vector<std::string> hp = absl::StrSplit(address, ':');
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(hp[1])));
+  inet_pton(AF_INET, hp[0].c_str(), &sa.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    close(fd);
+    return "";
+  }
+  std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", address, "\r\n\r\n");
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
+TEST_F(AdminServiceTest, MetricsAreServedOverHttp) {
+  DaemonConfig c = testing::TestConfig();
+  c.metrics_listen = "127.0.0.1:0";
+  Start(c);
+  ASSERT_TRUE(Load(*client_, "a", path_, 1, 256).ok());
+  int completion = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto r = client_->Generate(TextRequest("a", "count me", 10 + i));
+    ASSERT_TRUE(r.ok());
+    completion += r->usage.completion_tokens();
+  }
+  EXPECT_FALSE(client_->Generate(TextRequest("a", "bad", 0)).ok());
+  // The server counts an RPC when its reactor is done, which can come just
+  // after the client saw the final status: poll until both counters landed.
+  std::string body;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    body = HttpGet(daemon_->metrics_address(), "/metrics");
+    if (absl::StrContains(body, "method=\"Generate\",model=\"a\"} 3") &&
+        absl::StrContains(body, "code=\"INVALID_ARGUMENT\",method=\"Generate\"")) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_THAT(body, HasSubstr("200 OK"));
+  EXPECT_THAT(body, HasSubstr(
+      "minfer_requests_total{code=\"OK\",method=\"Generate\",model=\"a\"} 3"));
+  EXPECT_THAT(body, HasSubstr(
+      "minfer_requests_total{code=\"INVALID_ARGUMENT\",method=\"Generate\",model=\"\"} 1"));
+  EXPECT_THAT(body, HasSubstr(absl::StrCat("minfer_completion_tokens_total{model=\"a\"} ",
+                                           completion)));
+  EXPECT_THAT(body, HasSubstr("minfer_time_to_first_token_seconds_count{model=\"a\"} 3"));
+  EXPECT_THAT(body, HasSubstr(absl::StrCat(
+                        "minfer_inter_token_latency_seconds_count{model=\"a\"} ",
+                        completion - 3)));
+  EXPECT_THAT(body, HasSubstr("minfer_slot_state{model=\"a\",state=\"ready\"} 1"));
+  EXPECT_THAT(body, HasSubstr(absl::StrCat("minfer_slot_memory_bytes{kind=\"kv\",model=\"a\"} ",
+                                           256 * 2 * 2 * 128 * 4)));
+  EXPECT_THAT(body, HasSubstr("minfer_queue_depth{model=\"a\"} 0"));
+}
+
+}  // namespace
+}  // namespace minfer::daemon

@@ -1,0 +1,134 @@
+#include "daemon/config.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace minfer::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Status Apply(const std::string& json, DaemonConfig* c) {
+  return ApplyConfigJson(json, "test.json", c);
+}
+
+TEST(ConfigTest, ReadsEveryKey) {
+  DaemonConfig c;
+  ASSERT_TRUE(Apply(R"({
+    "listen": "0.0.0.0:7000",
+    "metrics_listen": "",
+    "memory_limit": "8G",
+    "drain_timeout_seconds": 12.5,
+    "tls": {"cert": "c.pem", "key": "k.pem"},
+    "admin_token": "tok",
+    "limits": {"max_prompt_tokens": 100, "max_tokens": 50, "default_max_tokens": 20},
+    "defaults": {"n_ctx": 1024, "parallel": 3, "queue_size": 0},
+    "models": [{"name": "m", "path": "/m.gguf", "n_ctx": 256, "parallel": 2,
+                "kv_type": "f16", "backend": "cpu", "queue_size": 5,
+                "knobs": {"MINFER_PREFILL_CHUNK": "64"}}],
+    "aliases": {"prod": "m"},
+    "log_level": "debug"
+  })", &c).ok());
+  EXPECT_EQ(c.listen, "0.0.0.0:7000");
+  EXPECT_EQ(c.metrics_listen, "");
+  EXPECT_EQ(c.memory_limit, 8ull << 30);
+  EXPECT_EQ(c.drain_timeout_seconds, 12.5);
+  EXPECT_EQ(c.tls_cert_file, "c.pem");
+  EXPECT_EQ(c.tls_key_file, "k.pem");
+  EXPECT_EQ(c.admin_token, "tok");
+  EXPECT_EQ(c.limits.max_prompt_tokens, 100);
+  EXPECT_EQ(c.limits.max_tokens, 50);
+  EXPECT_EQ(c.limits.default_max_tokens, 20);
+  EXPECT_EQ(c.default_n_ctx, 1024);
+  EXPECT_EQ(c.default_parallel, 3);
+  EXPECT_EQ(c.default_queue_size, 0);
+  ASSERT_EQ(c.models.size(), 1u);
+  EXPECT_EQ(c.models[0].name, "m");
+  EXPECT_EQ(c.models[0].path, "/m.gguf");
+  EXPECT_EQ(c.models[0].n_ctx, 256);
+  EXPECT_EQ(c.models[0].parallel, 2);
+  EXPECT_EQ(c.models[0].kv_type, "f16");
+  EXPECT_EQ(c.models[0].backend, "cpu");
+  EXPECT_EQ(c.models[0].queue_size, 5);
+  EXPECT_EQ(c.models[0].knobs.at("MINFER_PREFILL_CHUNK"), "64");
+  ASSERT_EQ(c.aliases.size(), 1u);
+  EXPECT_EQ(c.aliases[0], std::make_pair(std::string("prod"), std::string("m")));
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_TRUE(FinalizeConfig(&c).ok());
+}
+
+TEST(ConfigTest, DefaultsListenOnLoopback) {
+  DaemonConfig c;
+  EXPECT_EQ(c.listen, "127.0.0.1:50051");
+  EXPECT_EQ(c.metrics_listen.rfind("127.0.0.1:", 0), 0u);
+  ASSERT_TRUE(Apply("{}", &c).ok());
+  EXPECT_TRUE(FinalizeConfig(&c).ok());
+}
+
+TEST(ConfigTest, ErrorsNameTheKey) {
+  struct Case {
+    std::string json, want;
+  };
+  for (const Case& k : std::vector<Case>{
+           {R"({"listne": "x"})", "unknown key 'listne'"},
+           {R"({"limits": {"max_tokenz": 3}})", "unknown key 'limits.max_tokenz'"},
+           {R"({"listen": 5})", "listen must be a string"},
+           {R"({"limits": {"max_tokens": -1}})", "limits.max_tokens must be an integer >= 1"},
+           {R"({"memory_limit": "lots"})", "memory_limit"},
+           {R"({"drain_timeout_seconds": "soon"})", "drain_timeout_seconds must be a number"},
+           {R"({"models": [{"name": "m"}]})", "models[0] needs a name and a path"},
+           {R"({"models": [{"name": "m", "path": "p", "ctx": 3}]})", "unknown key 'models[0].ctx'"},
+           {R"({"aliases": {"a": 1}})", "aliases.a must be a string"},
+           {R"({not json)", "not valid JSON"},
+           {R"([1])", "must be an object"},
+       }) {
+    DaemonConfig c;
+    absl::Status s = Apply(k.json, &c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.json;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(k.want)) << k.json;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("test.json")) << k.json;
+  }
+}
+
+TEST(ConfigTest, FinalizeChecksCrossFieldRules) {
+  DaemonConfig c;
+  c.limits.max_tokens = 0;
+  EXPECT_THAT(std::string(FinalizeConfig(&c).message()), HasSubstr("limits must be positive"));
+  c = DaemonConfig();
+  c.tls_cert_file = "x";
+  EXPECT_THAT(std::string(FinalizeConfig(&c).message()), HasSubstr("TLS"));
+  c = DaemonConfig();
+  c.models.resize(2);
+  c.models[0].name = c.models[1].name = "m";
+  EXPECT_THAT(std::string(FinalizeConfig(&c).message()), HasSubstr("listed twice"));
+  c = DaemonConfig();
+  c.aliases.push_back({"prod", "ghost"});
+  EXPECT_THAT(std::string(FinalizeConfig(&c).message()), HasSubstr("'ghost'"));
+  c = DaemonConfig();
+  std::string token_file = std::string(std::getenv("TEST_TMPDIR")) + "/token";
+  std::ofstream(token_file) << "abc123\n";
+  c.admin_token_file = token_file;
+  ASSERT_TRUE(FinalizeConfig(&c).ok());
+  EXPECT_EQ(c.admin_token, "abc123");
+  c.admin_token_file = token_file + ".missing";
+  EXPECT_EQ(FinalizeConfig(&c).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ConfigTest, ByteSizes) {
+  EXPECT_EQ(*ParseByteSize("1073741824"), 1073741824u);
+  EXPECT_EQ(*ParseByteSize("512M"), 512u << 20);
+  EXPECT_EQ(*ParseByteSize("8G"), 8ull << 30);
+  EXPECT_EQ(*ParseByteSize("1.5GiB"), 3ull << 29);
+  EXPECT_EQ(*ParseByteSize("64kb"), 64u << 10);
+  EXPECT_EQ(*ParseByteSize(" 2T "), 2ull << 40);
+  EXPECT_FALSE(ParseByteSize("").ok());
+  EXPECT_FALSE(ParseByteSize("G").ok());
+  EXPECT_FALSE(ParseByteSize("-1G").ok());
+  EXPECT_FALSE(ParseByteSize("8X").ok());
+}
+
+}  // namespace
+}  // namespace minfer::daemon

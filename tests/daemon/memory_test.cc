@@ -1,0 +1,127 @@
+// The admission estimate against what the engine really allocates.
+#include "daemon/memory.h"
+
+#include <cstdio>
+
+#include "engine/gguf/gguf.h"
+#include "engine/runtime/model.h"
+#include "engine/runtime/session.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_models.h"
+
+namespace minfer::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::shared_ptr<runtime::Model> LoadModel(const std::string& shape) {
+  auto path = minfer::testing::TestModelPath(shape, "q8_0");
+  EXPECT_TRUE(path.ok()) << path.status();
+  runtime::ModelOptions mo;
+  mo.backend = "cpu";
+  auto m = runtime::Model::Load(*path, mo);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *m;
+}
+
+TEST(MemoryTest, KvEstimateIsExact) {
+  auto model = LoadModel("tiny");
+  for (graph::DType t : {graph::DType::kF32, graph::DType::kF16, graph::DType::kQ8_0}) {
+    EstimateParams p;
+    p.n_ctx = 300;
+    p.parallel = 3;
+    p.kv_type = t;
+    MemoryEstimate e = EstimateMemory(model->file(), model->hparams(), p);
+    runtime::SessionOptions so;
+    so.n_ctx = 300;
+    so.kv_type = t;
+    auto s = runtime::Session::Create(model, so);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(e.kv, 3u * static_cast<uint64_t>((*s)->kv_bytes())) << graph::DTypeName(t);
+  }
+  // "auto" counts as f32, the largest; n_ctx is clamped like Session does.
+  EstimateParams p;
+  p.n_ctx = 1 << 30;
+  MemoryEstimate e = EstimateMemory(model->file(), model->hparams(), p);
+  EXPECT_EQ(e.kv, static_cast<uint64_t>(model->hparams().context_length) * 2 *
+                      model->hparams().n_layer * model->hparams().n_embd_kv() * 4);
+}
+
+TEST(MemoryTest, WeightsAreTheFilesTensorBytes) {
+  auto model = LoadModel("tiny");
+  MemoryEstimate e = EstimateMemory(model->file(), model->hparams(), {});
+  uint64_t sum = 0;
+  for (const auto& t : model->file().tensors()) sum += t.nbytes;
+  EXPECT_EQ(e.weights, sum);
+  EXPECT_EQ(e.weights, model->weight_bytes());
+}
+
+// One graph of T tokens never needs more than GraphScratchBound(T), and a
+// session that went through every kind of graph stays within the slot's
+// per-sequence scratch estimate.
+TEST(MemoryTest, ScratchBoundHoldsForRealGraphs) {
+  for (const std::string shape : {"tiny", "tiny-untied"}) {
+    auto model = LoadModel(shape);
+    const auto& hp = model->hparams();
+    for (int64_t t : {1, 7, 64, 300, 512}) {
+      runtime::SessionOptions so;
+      so.n_ctx = 1024;
+      auto s = runtime::Session::Create(model, so);
+      ASSERT_TRUE(s.ok());
+      std::vector<int32_t> ids(t);
+      for (int64_t i = 0; i < t; ++i) ids[i] = static_cast<int32_t>(i % 1000);
+      ASSERT_TRUE((*s)->Eval(ids).ok());
+      const uint64_t used = static_cast<uint64_t>((*s)->graph_bytes());
+      const uint64_t bound = GraphScratchBound(hp, t);
+      EXPECT_LE(used, bound) << shape << " T=" << t;
+      std::printf("%s T=%ld: graph %lu B, bound %lu B (%.2fx)\n", shape.c_str(), t, used, bound,
+                  static_cast<double>(bound) / used);
+    }
+    // Every graph a session caches: full chunk, two partial prefills, decode.
+    runtime::SessionOptions so;
+    so.n_ctx = 2048;
+    auto s = runtime::Session::Create(model, so);
+    std::vector<int32_t> ids(512 + 300);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % 1000);
+    ASSERT_TRUE((*s)->Eval(ids).ok());  // 512 + 300
+    ASSERT_TRUE((*s)->Eval(std::vector<int32_t>(100, 5)).ok());
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE((*s)->Eval({7}).ok());
+    EstimateParams p;
+    p.n_ctx = 2048;
+    MemoryEstimate e = EstimateMemory(model->file(), hp, p);
+    EXPECT_LE(static_cast<uint64_t>((*s)->graph_bytes()), e.scratch) << shape;
+  }
+}
+
+TEST(MemoryTest, BudgetRefusesWithFiguresAndReleases) {
+  MemoryBudget budget(10000);
+  MemoryEstimate a{4000, 2000, 1000};
+  ASSERT_TRUE(budget.Reserve("a", a).ok());
+  EXPECT_EQ(budget.reserved(), 7000u);
+  MemoryEstimate b{2000, 1000, 500};
+  absl::Status s = budget.Reserve("b", b);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("model 'b' does not fit"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("(2000 B) + KV"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("= 0.0 MiB (3500 B)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("limit is 0.0 MiB (10000 B)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("(7000 B) reserved by other models"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("leaving 0.0 MiB (3000 B)"));
+  budget.Release("a");
+  EXPECT_EQ(budget.reserved(), 0u);
+  EXPECT_TRUE(budget.Reserve("b", b).ok());
+  // Without a limit: the host's available memory.
+  MemoryBudget host(0);
+  auto mem = ReadHostMemory();
+  ASSERT_TRUE(mem.ok());
+  EXPECT_GT(mem->total, 0u);
+  EXPECT_LE(mem->available, mem->total);
+  MemoryEstimate huge{mem->total * 4, 0, 0};
+  absl::Status h = host.Reserve("huge", huge);
+  EXPECT_EQ(h.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(h.message()), HasSubstr("available of"));
+}
+
+}  // namespace
+}  // namespace minfer::daemon

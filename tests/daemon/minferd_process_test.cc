@@ -1,0 +1,200 @@
+// minferd as a real process: start-up from flags and a config file, SIGTERM
+// drain (an in-flight stream finishes; health turns NOT_SERVING; exit 0),
+// the drain timeout, and a client killed mid-stream.
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/minfer_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/daemon/test_util.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_models.h"
+
+namespace minfer::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+using minfer::testing::RunfilePath;
+using minfer::testing::Subprocess;
+using testing::ReferenceGenerate;
+using testing::TextRequest;
+using testing::WaitFor;
+using Health = grpc::health::v1::HealthCheckResponse;
+
+class MinferdProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto a = minfer::testing::TestModelPath("tiny-untied", "q8_0", 1);
+    ASSERT_TRUE(a.ok()) << a.status();
+    path_ = *a;
+  }
+
+  // Starts minferd with `args` plus loopback ports and a ready file, and
+  // connects once it is serving.
+  // Metrics off unless asked for: stopping the exposer costs up to 2 s.
+  void Start(std::vector<std::string> args, bool metrics = false) {
+    static int n = 0;
+    ready_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/ready", n++, ".json");
+    std::vector<std::string> argv = {RunfilePath("daemon/minferd"), "--listen", "127.0.0.1:0",
+                                     "--metrics-listen", metrics ? "127.0.0.1:0" : "",
+                                     "--ready-file", ready_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto p = Subprocess::Start(argv);
+    ASSERT_TRUE(p.ok()) << p.status();
+    proc_ = std::move(*p);
+    ASSERT_TRUE(WaitFor([&] { return std::ifstream(ready_).good() || !proc_->running(); },
+                        std::chrono::seconds(20)))
+        << proc_->ReadStderr();
+    ASSERT_TRUE(proc_->running()) << proc_->ReadStderr();
+    std::ifstream in(ready_);
+    nlohmann::json j = nlohmann::json::parse(in);
+    address_ = j["address"].get<std::string>();
+    metrics_address_ = j["metrics_address"].get<std::string>();
+    EXPECT_EQ(metrics_address_.empty(), !metrics);
+    EXPECT_EQ(j["pid"].get<int64_t>(), proc_->pid());
+    client::ClientOptions o;
+    o.address = address_;
+    client_ = *client::MinferClient::Create(o);
+  }
+
+  bool Serving(const std::string& name) {
+    auto h = client_->Health(name);
+    return h.ok() && *h == Health::SERVING;
+  }
+
+  std::string path_, ready_, address_, metrics_address_;
+  std::unique_ptr<Subprocess> proc_;
+  std::unique_ptr<client::MinferClient> client_;
+};
+
+TEST_F(MinferdProcessTest, SigtermDrainsTheInFlightStreamAndExitsZero) {
+  Start({"--model", "a=" + path_, "--ctx", "2048", "--drain-timeout", "60"}, /*metrics=*/true);
+  ASSERT_TRUE(WaitFor([&] { return Serving("a"); })) << proc_->ReadStderr();
+  const auto req = TextRequest("a", "drain me", 1500);
+  absl::StatusOr<client::GenerateResult> result;
+  std::atomic<bool> streaming{false};
+  std::thread stream([&] {
+    result = client_->Generate(req, [&](const v1::GenerateResponse&) {
+      streaming = true;
+      return true;
+    });
+  });
+  ASSERT_TRUE(WaitFor([&] { return streaming.load(); }));
+  proc_->Signal(SIGTERM);
+  // While it drains: NOT_SERVING, and no new generations.
+  ASSERT_TRUE(WaitFor([&] {
+    auto h = client_->Health("");
+    return h.ok() && *h == Health::NOT_SERVING;
+  }));
+  auto late = client_->Generate(TextRequest("a", "late", 3));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable) << late.status();
+  stream.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->token_ids, ReferenceGenerate(path_, req, 2048)->ids);
+  EXPECT_EQ(result->finish_reason, v1::FINISH_REASON_LENGTH);
+  auto code = proc_->Wait(std::chrono::seconds(20));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+  const std::string log = proc_->ReadStderr();
+  EXPECT_THAT(log, HasSubstr("received SIGTERM"));
+  EXPECT_THAT(log, HasSubstr("generate model=a prompt="));
+  EXPECT_THAT(log, HasSubstr("completion=1500"));
+  EXPECT_THAT(log, HasSubstr("drained in"));
+}
+
+TEST_F(MinferdProcessTest, DrainTimeoutCancelsAndStillExitsZero) {
+  Start({"--model", "a=" + path_, "--ctx", "4096", "--drain-timeout", "0.2"});
+  ASSERT_TRUE(WaitFor([&] { return Serving("a"); })) << proc_->ReadStderr();
+  std::atomic<bool> streaming{false};
+  client::GenerateResult partial;
+  absl::StatusOr<client::GenerateResult> result;
+  std::thread stream([&] {
+    result = client_->Generate(
+        TextRequest("a", "endless", 4000),
+        [&](const v1::GenerateResponse&) {
+          streaming = true;
+          return true;
+        },
+        0, &partial);
+  });
+  ASSERT_TRUE(WaitFor([&] { return streaming.load(); }));
+  proc_->Signal(SIGINT);
+  stream.join();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+  EXPECT_EQ(partial.finish_reason, v1::FINISH_REASON_CANCELLED);
+  auto code = proc_->Wait(std::chrono::seconds(20));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+  EXPECT_THAT(proc_->ReadStderr(), HasSubstr("cancelling 1 streams"));
+}
+
+TEST_F(MinferdProcessTest, ClientKilledMidStreamIsCancelledAndTheDaemonServesOn) {
+  Start({"--model", "a=" + path_, "--ctx", "4096"});
+  ASSERT_TRUE(WaitFor([&] { return Serving("a"); }));
+  auto ctl = Subprocess::Start({RunfilePath("client/minferctl"), "--addr", address_, "generate",
+                                "a", "never mind", "-n", "4000", "--ignore-eos", "--temp", "0"});
+  ASSERT_TRUE(ctl.ok());
+  ASSERT_TRUE(WaitFor([&] { return (*ctl)->ReadStdout().size() > 20; })) << (*ctl)->ReadStderr();
+  (*ctl)->Signal(SIGKILL);
+  ASSERT_TRUE((*ctl)->Wait(std::chrono::seconds(5)).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    auto st = client_->GetModelStatus("a");
+    return st.ok() && st->active_sequences() == 0;
+  }, std::chrono::seconds(5)));
+  auto st = client_->GetModelStatus("a");
+  EXPECT_EQ(st->counters().cancelled(), 1u);
+  EXPECT_LT(st->counters().completion_tokens(), 4000u);
+  const auto req = TextRequest("a", "next", 12);
+  auto next = client_->Generate(req);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->token_ids, ReferenceGenerate(path_, req, 4096)->ids);
+  proc_->Signal(SIGTERM);
+  EXPECT_EQ(*proc_->Wait(std::chrono::seconds(20)), 0);
+}
+
+TEST_F(MinferdProcessTest, ConfigFileWithFlagOverrides) {
+  const std::string config = absl::StrCat(std::getenv("TEST_TMPDIR"), "/minferd.json");
+  std::ofstream(config) << R"({
+    "listen": "127.0.0.1:1",
+    "limits": {"max_tokens": 50},  // also caps the default of 256
+    "models": [{"name": "m", "path": ")" << path_ << R"(", "n_ctx": 128, "parallel": 2}],
+    "aliases": {"prod": "m"}
+  })";
+  // --listen (added by Start) overrides the file's unusable port 1.
+  Start({"--config", config});
+  ASSERT_TRUE(WaitFor([&] { return Serving("prod"); })) << proc_->ReadStderr();
+  auto st = client_->GetModelStatus("prod");
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->name(), "m");
+  EXPECT_EQ(st->n_ctx(), 128);
+  EXPECT_EQ(st->parallel(), 2);
+  auto over = client_->Generate(TextRequest("prod", "x", 51));
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(client_->Generate(TextRequest("prod", "x", 50)).ok());
+  proc_->Signal(SIGTERM);
+  EXPECT_EQ(*proc_->Wait(std::chrono::seconds(20)), 0);
+}
+
+TEST_F(MinferdProcessTest, BadStartupExitsNonZeroWithOneLine) {
+  auto r = minfer::testing::RunCommand(
+      {RunfilePath("daemon/minferd"), "--listen", "127.0.0.1:0", "--metrics-listen", "",
+       "--memory-limit", "lots"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("minferd: --memory-limit"));
+  auto c = minfer::testing::RunCommand(
+      {RunfilePath("daemon/minferd"), "--config", "/nonexistent.json"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->exit_code, 1);
+  EXPECT_THAT(c->err, HasSubstr("/nonexistent.json"));
+}
+
+}  // namespace
+}  // namespace minfer::daemon
