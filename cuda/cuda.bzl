@@ -16,8 +16,9 @@ def cuda_kernels(name, srcs, hdrs = [], textual_hdrs = [], deps = [], nvcc_flags
             name = "_%s_%s_nvcc" % (name, base),
             srcs = [src] + hdrs + textual_hdrs,
             outs = [obj],
-            tools = ["//cuda/build:nvcc.sh"],
-            cmd = "$(location //cuda/build:nvcc.sh) '$(cuda_archs)' '$(cuda_ccbin)' $@ $(location %s) %s" % (src, " ".join(nvcc_flags)),
+            tools = ["//cuda/build:nvcc.sh", "@cuda_toolkit//:nvcc_env.sh"],
+            cmd = "source $(location @cuda_toolkit//:nvcc_env.sh); export CUDA_HOME MINFER_CUDA_CCBIN; " +
+                  "$(location //cuda/build:nvcc.sh) '$(cuda_archs)' '$(cuda_ccbin)' $@ $(location %s) %s" % (src, " ".join(nvcc_flags)),
             tags = ["manual"],
             message = "nvcc %s" % src,
         )

@@ -8,6 +8,8 @@ targets fail with a message that says what is missing.
 _PRESENT_BUILD = """
 package(default_visibility = ["//visibility:public"])
 
+exports_files(["nvcc_env.sh"])
+
 cc_library(
     name = "cuda_headers",
     hdrs = glob(["include/**"]),
@@ -24,6 +26,8 @@ cc_library(
 
 _MISSING_BUILD = """
 package(default_visibility = ["//visibility:public"])
+
+exports_files(["nvcc_env.sh"])
 
 genrule(
     name = "missing_toolkit",
@@ -44,6 +48,13 @@ cc_library(
 
 def _cuda_configure_impl(rctx):
     cuda_home = rctx.os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    # What the nvcc genrules need from the environment, captured here (a
+    # change re-runs this rule and rebuilds only the CUDA objects) instead of
+    # --action_env (which would change the key of every action in the build).
+    rctx.file("nvcc_env.sh", "CUDA_HOME='%s'\nMINFER_CUDA_CCBIN='%s'\n" % (
+        cuda_home,
+        rctx.os.environ.get("MINFER_CUDA_CCBIN", ""),
+    ))
     needed = [
         cuda_home + "/include/cuda_runtime.h",
         cuda_home + "/lib64/libcudart_static.a",
@@ -58,6 +69,6 @@ def _cuda_configure_impl(rctx):
 
 cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,
-    environ = ["CUDA_HOME"],
+    environ = ["CUDA_HOME", "MINFER_CUDA_CCBIN"],
     local = True,
 )
