@@ -271,7 +271,7 @@ int main(int argc, char** argv) {
   CLI::App* c_alias_set = c_alias->add_subcommand("set", "point ALIAS at MODEL");
   c_alias_set->add_option("alias", alias_name)->required();
   c_alias_set->add_option("model", alias_model)->required();
-  CLI::App* c_alias_list = c_alias->add_subcommand("list", "every alias");
+  c_alias->add_subcommand("list", "every alias");  // handled as the default below
   CLI::App* c_alias_delete = c_alias->add_subcommand("delete", "remove an alias");
   c_alias_delete->add_option("alias", alias_name)->required();
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "daemon/grpc_status.h"
+#include "daemon/unary.h"
 #include "daemon/memory.h"
 #include "daemon/stream_reactor.h"
 #include "daemon/version.h"
@@ -178,11 +179,7 @@ absl::Status AdminServiceImpl::CheckAuth(const grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* AdminServiceImpl::Done(grpc::CallbackServerContext* context,
                                                  const char* method, const std::string& model,
                                                  const absl::Status& status) {
-  grpc::Status g = ToGrpcStatus(status);
-  if (metrics_ != nullptr) metrics_->RecordRequest(method, model, GrpcCodeName(g.error_code()));
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(std::move(g));
-  return reactor;
+  return FinishUnary(context, metrics_, method, model, status);
 }
 
 grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(

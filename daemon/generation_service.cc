@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/grpc_status.h"
+#include "daemon/unary.h"
 #include "daemon/sequence.h"
 #include "daemon/stream_reactor.h"
 #include "engine/base/logging.h"
@@ -256,11 +257,7 @@ GenerationServiceImpl::GenerationServiceImpl(SlotManager* slots, GenerationLimit
 grpc::ServerUnaryReactor* GenerationServiceImpl::Done(grpc::CallbackServerContext* context,
                                                       const char* method, const std::string& model,
                                                       const absl::Status& status) {
-  grpc::Status g = ToGrpcStatus(status);
-  if (metrics_ != nullptr) metrics_->RecordRequest(method, model, GrpcCodeName(g.error_code()));
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(std::move(g));
-  return reactor;
+  return FinishUnary(context, metrics_, method, model, status);
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(

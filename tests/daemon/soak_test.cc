@@ -4,8 +4,8 @@
 // for the model that served it, and a stable RSS; prints its figures.
 //
 // CI runs a short one; longer runs:
-//   bazel test //tests/daemon:soak_test --test_output=all \
-//     --test_env=MINFER_SOAK_SECONDS=600 --test_env=MINFER_SOAK_STREAMS=16
+//   bazel test //tests/daemon:soak_test --test_output=all
+//       --test_env=MINFER_SOAK_SECONDS=600 --test_env=MINFER_SOAK_STREAMS=16
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>

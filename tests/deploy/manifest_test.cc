@@ -74,7 +74,9 @@ TEST(ManifestTest, ConfigParsesAndFlagsExist) {
   for (absl::string_view a : absl::StrSplit(args[1].str(), ',')) {
     std::string arg(absl::StripAsciiWhitespace(a));
     arg = std::string(absl::StripSuffix(absl::StripPrefix(arg, "\""), "\""));
-    if (absl::StartsWith(arg, "--")) EXPECT_THAT(help->out, ::testing::HasSubstr(arg)) << arg;
+    if (absl::StartsWith(arg, "--")) {
+      EXPECT_THAT(help->out, ::testing::HasSubstr(arg)) << arg;
+    }
   }
 }
 
