@@ -118,7 +118,7 @@ CudaBackend::~CudaBackend() {
     }
     cudaStreamSynchronize(state_->stream());
     DropGraphs();
-    for (Buf& b : pool_) state_->Free(b.ptr);
+    pool_.ReleaseAll([this](void* p) { state_->Free(p); });
     for (auto& [tag, s] : scratch_) state_->Free(s.first);
     if (pinned_in_) cudaFreeHost(pinned_in_);
     if (pinned_out_) cudaFreeHost(pinned_out_);
@@ -138,7 +138,7 @@ uint64_t CudaBackend::weight_bytes() const { return state_->WeightBytes(owner_);
 int64_t CudaBackend::MemoryBytes() const {
   int64_t scratch = 0;
   for (const auto& [tag, s] : scratch_) scratch += s.second;
-  return static_cast<int64_t>(weight_bytes()) + pool_bytes_ + scratch;
+  return static_cast<int64_t>(weight_bytes()) + pool_.bytes() + scratch;
 }
 
 void CudaBackend::RefreshKnobs() {
@@ -187,38 +187,13 @@ absl::Status CudaBackend::Check(cudaError_t err, const char* what) {
 absl::StatusOr<int32_t> CudaBackend::AllocBuffer(int64_t bytes) {
   if (!sticky_.ok()) return Failed();
   std::lock_guard<std::recursive_mutex> lock(state_->stream_lock());  // cudaMalloc may sync
-  if (bytes <= 0) bytes = 1;
-  for (size_t i = 0; i < pool_.size(); ++i) {
-    if (pool_[i].free && pool_[i].bytes == bytes) {
-      pool_[i].free = false;
-      ++pool_gen_;
-      return static_cast<int32_t>(i);
-    }
-  }
   // On OOM the error carries the sizes; nothing is half-allocated.
-  ASSIGN_OR_RETURN(void* p, state_->Malloc(bytes, "a graph buffer"));
-  pool_.push_back({p, bytes, false});
-  pool_bytes_ += bytes;
-  ++pool_gen_;
-  return static_cast<int32_t>(pool_.size() - 1);
+  return pool_.Acquire(bytes, [this](int64_t n) { return state_->Malloc(n, "a graph buffer"); });
 }
 
 void CudaBackend::FreeBuffer(int32_t buffer) {
   // Recycled, never cudaFree'd: a live recording may hold the address.
-  if (buffer >= 0 && buffer < static_cast<int32_t>(pool_.size())) pool_[buffer].free = true;
-}
-
-absl::StatusOr<uint8_t*> CudaBackend::Ptr(const BufferRef& ref, int64_t need) const {
-  if (ref.backend != this || ref.buffer < 0 || ref.buffer >= static_cast<int32_t>(pool_.size())) {
-    return absl::InternalError(absl::StrCat("cuda: buffer ", ref.buffer, " is not this backend's"));
-  }
-  const Buf& b = pool_[ref.buffer];
-  if (ref.offset < 0 || need < 0 || ref.offset + need > b.bytes) {
-    return absl::InternalError(absl::StrCat("cuda: buffer size mismatch: range [", ref.offset, ", +",
-                                            need, ") exceeds buffer ", ref.buffer, " of ", b.bytes,
-                                            " bytes"));
-  }
-  return static_cast<uint8_t*>(b.ptr) + ref.offset;
+  pool_.Release(buffer);
 }
 
 absl::StatusOr<const WeightView*> CudaBackend::Weight(const graph::Weight* w) const {
@@ -247,7 +222,7 @@ absl::StatusOr<void*> CudaBackend::Scratch(const std::string& tag, int64_t bytes
   }
   ASSIGN_OR_RETURN(void* p, state_->Malloc(bytes, absl::StrCat("scratch ", tag)));
   scratch_[tag] = {p, bytes};
-  ++pool_gen_;
+  ++scratch_gen_;
   return p;
 }
 
@@ -405,7 +380,7 @@ absl::StatusOr<bool> CudaBackend::GraphReplay(uint64_t uid, int begin, int end, 
   for (size_t i = 0; i < graph_execs_.size(); ++i) {
     Recorded& r = graph_execs_[i];
     if (r.uid != uid || r.begin != begin || r.end != end) continue;
-    if (r.pool_gen != pool_gen_) {
+    if (r.pool_gen != pool_gen()) {
       // Pointers may have moved since the recording: drop it, re-warm and
       // re-capture.
       cudaGraphExecDestroy(r.exec);
@@ -480,7 +455,7 @@ absl::Status CudaBackend::Synchronize() {
     // Launch once so this step still produces its outputs.
     if (err == cudaSuccess) err = cudaGraphLaunch(exec, state_->stream());
     if (err == cudaSuccess) {
-      graph_execs_.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), exec, pool_gen_});
+      graph_execs_.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), exec, pool_gen()});
       stats_.captures++;
     } else {
       if (exec) cudaGraphExecDestroy(exec);

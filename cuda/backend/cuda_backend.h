@@ -40,6 +40,7 @@
 #include "cuda/state/cuda_state.h"
 #include "engine/base/knobs.h"
 #include "engine/graph/backend.h"
+#include "engine/graph/buffer_pool.h"
 #include "engine/models/qwen2/qwen2.h"
 
 namespace minfer::cuda {
@@ -65,7 +66,7 @@ class CudaBackend : public graph::Backend {
 
   absl::StatusOr<int32_t> AllocBuffer(int64_t bytes) override;
   void FreeBuffer(int32_t buffer) override;
-  uint64_t pool_gen() const override { return pool_gen_; }
+  uint64_t pool_gen() const override { return pool_.gen() + scratch_gen_; }
 
   absl::Status ExecuteNode(const graph::Node& node, const graph::ExecArgs& args) override;
   absl::Status WriteHost(const graph::BufferRef& dst, const void* src, int64_t bytes) override;
@@ -88,18 +89,13 @@ class CudaBackend : public graph::Backend {
   const Stats& stats() const { return stats_; }
   bool graphs_enabled() const { return graphs_enabled_; }
   uint64_t weight_bytes() const;
-  int64_t pool_bytes() const { return pool_bytes_; }
+  int64_t pool_bytes() const { return pool_.bytes(); }
   // Per-op-kind wall time when MINFER_OP_TIMING=1 (op name -> seconds, calls).
   std::map<std::string, std::pair<double, int64_t>> op_timing() const { return op_timing_; }
 
  private:
   CudaBackend(CudaState* state, const KnobOverrides* knobs, const uint64_t* knob_generation);
 
-  struct Buf {
-    void* ptr = nullptr;
-    int64_t bytes = 0;
-    bool free = false;
-  };
   struct Knobs {
     bool graphs = true;
     bool prefill_capture = true;
@@ -115,7 +111,9 @@ class CudaBackend : public graph::Backend {
   void RefreshKnobs();
   absl::Status Failed() const;
   absl::Status Check(cudaError_t err, const char* what);
-  absl::StatusOr<uint8_t*> Ptr(const graph::BufferRef& ref, int64_t need) const;
+  absl::StatusOr<uint8_t*> Ptr(const graph::BufferRef& ref, int64_t need) const {
+    return pool_.Resolve(ref, need);
+  }
   absl::StatusOr<const WeightView*> Weight(const graph::Weight* w) const;
   absl::StatusOr<void*> Scratch(const std::string& tag, int64_t bytes);
   // The int8 plane of activation `x` (k floats x nt rows): quantized here
@@ -135,9 +133,8 @@ class CudaBackend : public graph::Backend {
   uint64_t knob_gen_ = ~0ull;
   Knobs knobs_;
 
-  std::vector<Buf> pool_;
-  uint64_t pool_gen_ = 0;
-  int64_t pool_bytes_ = 0;
+  graph::BufferPool pool_{this, "cuda"};
+  uint64_t scratch_gen_ = 0;  // scratch (re)allocations also move pool_gen()
 
   std::unique_lock<std::recursive_mutex> window_;
   absl::Status sticky_;

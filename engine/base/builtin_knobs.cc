@@ -8,6 +8,9 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
   auto add = [&r](KnobSpec s) { (void)r.Register(std::move(s)); };
   add({"MINFER_THREADS", KnobType::kInt, "0", KnobScope::kGlobal, KnobEffect::kReload,
        "CPU worker threads for the CPU backend and model writing (0 = one per core)."});
+  add({"MINFER_POOL_SPIN_US", KnobType::kInt, "200", KnobScope::kGlobal, KnobEffect::kReload,
+       "Microseconds an idle CPU worker thread polls for the next parallel job before it "
+       "sleeps (0 = sleep at once: saves CPU on a shared machine, costs a wake-up per node)."});
   add({"MINFER_CACHE_TYPE", KnobType::kEnum, "auto", KnobScope::kPerModel, KnobEffect::kReload,
        "KV cache element type for new sessions: auto (f32 on the CPU; f16 on a GPU when "
        "n_layers x n_kv_embd >= 8192), f32, f16 or q8_0.",

@@ -1,13 +1,29 @@
 #include "engine/base/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "engine/base/cpu_features.h"
 #include "engine/base/knobs.h"
 
-namespace minfer {
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
-ThreadPool::ThreadPool(int num_threads) {
+namespace minfer {
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+inline uint64_t Gen(uint64_t state) { return state >> 32; }
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads, int spin_us) : spin_us_(std::max(0, spin_us)) {
   if (num_threads <= 0) num_threads = NumCpus();
   for (int i = 1; i < num_threads; ++i) {
     workers_.emplace_back([this, i] { WorkerLoop(i); });
@@ -17,7 +33,7 @@ ThreadPool::ThreadPool(int num_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -25,23 +41,83 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::RunTasks(int thread_index) {
   for (;;) {
-    int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed);
     if (t >= num_tasks_) break;
     (*fn_)(t, thread_index);
   }
 }
 
-void ThreadPool::WorkerLoop(int index) {
-  uint64_t seen = 0;
+int64_t ThreadPool::NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+template <typename Done>
+bool ThreadPool::SpinUntil(const Done& done) const {
+  if (spin_us_ == 0) return false;
+  int64_t last = NowNs();
+  const int64_t deadline = last + int64_t{1000} * spin_us_;
+  bool yield = last < contended_until_ns_.load(std::memory_order_relaxed);
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || job_gen_ != seen; });
-      if (stop_) return;
-      seen = job_gen_;
+    // Reading the clock costs ~20 ns; check it every 32 pauses (~2-5 us).
+    for (int i = 0; i < 32; ++i) {
+      if (done()) return true;
+      CpuRelax();
     }
+    const int64_t now = NowNs();
+    if (now >= deadline) return false;
+    if (now - last > kPreemptedGapNs) {
+      // This thread lost its CPU in the middle of polling: the machine has
+      // more runnable threads than cores. Plain polling then burns CPU time
+      // that runnable threads (ours among them) are waiting for, so poll
+      // politely for a while: yield the CPU between polls (sched_yield runs
+      // whoever waits, or returns at once). Measured on the 2-vCPU machine
+      // under load ~4: decode 16 t/s yielding vs 12.5 polling or blocking;
+      // unloaded, plain polling is ~10% faster than yielding.
+      contended_until_ns_.store(now + kContendedBackoffNs, std::memory_order_relaxed);
+      yield = true;
+    }
+    if (yield) std::this_thread::yield();
+    last = NowNs();
+  }
+}
+
+void ThreadPool::WorkerLoop(int index) {
+  uint64_t seen_gen = 0;
+  for (;;) {
+    const bool woke = SpinUntil([&] {
+      return Gen(job_state_.load(std::memory_order_acquire)) != seen_gen ||
+             stop_.load(std::memory_order_relaxed);
+    });
+    if (!woke) {
+      std::unique_lock<std::mutex> lock(mu_);
+      // seq_cst pairs with ParallelFor's publish-then-check of sleepers_:
+      // either it sees this worker asleep and notifies, or this predicate
+      // sees the new generation.
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      wake_.wait(lock, [&] {
+        return stop_.load(std::memory_order_seq_cst) ||
+               Gen(job_state_.load(std::memory_order_seq_cst)) != seen_gen;
+      });
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    if (stop_.load()) return;
+    // Join the current job unless the caller has closed it (it ran out of
+    // tasks without us) or a newer one replaced it while we looked.
+    uint64_t s = job_state_.load(std::memory_order_acquire);
+    seen_gen = Gen(s);
+    bool joined = false;
+    while (Gen(s) == seen_gen && (s & kClosed) == 0) {
+      if (job_state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) {
+        joined = true;
+        break;
+      }
+    }
+    if (!joined) continue;
     RunTasks(index);
-    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    finished_.fetch_add(1, std::memory_order_seq_cst);
+    if (caller_sleeping_.load(std::memory_order_seq_cst)) {
       std::lock_guard<std::mutex> lock(mu_);
       done_cv_.notify_all();
     }
@@ -55,20 +131,31 @@ void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mu_);
-  {
+  // No worker is inside the previous job any more (we waited for every one
+  // that joined), so these plain writes race with nothing.
+  fn_ = &fn;
+  num_tasks_ = num_tasks;
+  next_task_.store(0, std::memory_order_relaxed);
+  finished_.store(0, std::memory_order_relaxed);
+  const uint64_t gen = Gen(job_state_.load(std::memory_order_relaxed)) + 1;
+  job_state_.store(gen << 32, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    num_tasks_ = num_tasks;
-    next_task_.store(0, std::memory_order_relaxed);
-    active_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-    ++job_gen_;
+    wake_.notify_all();
   }
-  wake_.notify_all();
   RunTasks(0);
-  // Every worker must check in before fn_ can be retargeted by the next call.
+  // Out of tasks: close the job so that late workers skip it, then wait for
+  // those that joined (they may still be running their last task).
+  const int joined =
+      static_cast<int>(job_state_.fetch_or(kClosed, std::memory_order_acq_rel) & kJoinedMask);
+  auto all_done = [&] { return finished_.load(std::memory_order_seq_cst) == joined; };
+  if (all_done()) return;
+  // Joined workers are mid-task; poll briefly, then block.
+  if (SpinUntil(all_done)) return;
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
-  fn_ = nullptr;
+  caller_sleeping_.store(true, std::memory_order_seq_cst);
+  done_cv_.wait(lock, all_done);
+  caller_sleeping_.store(false, std::memory_order_relaxed);
 }
 
 void ThreadPool::ParallelRange(int64_t n, int64_t grain,
@@ -77,6 +164,7 @@ void ThreadPool::ParallelRange(int64_t n, int64_t grain,
   grain = std::max<int64_t>(grain, 1);
   int64_t chunks = std::min<int64_t>(num_threads(), (n + grain - 1) / grain);
   int64_t per = (n + chunks - 1) / chunks;
+  if (chunks == 1) return fn(0, n);
   ParallelFor(chunks, [&](int64_t c, int) {
     int64_t b = c * per;
     int64_t e = std::min(n, b + per);
@@ -86,7 +174,8 @@ void ThreadPool::ParallelRange(int64_t n, int64_t grain,
 
 ThreadPool& DefaultThreadPool() {
   static ThreadPool* pool =
-      new ThreadPool(static_cast<int>(KnobRegistry::Global().GetInt("MINFER_THREADS")));
+      new ThreadPool(static_cast<int>(KnobRegistry::Global().GetInt("MINFER_THREADS")),
+                     static_cast<int>(KnobRegistry::Global().GetInt("MINFER_POOL_SPIN_US")));
   return *pool;
 }
 

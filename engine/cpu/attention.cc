@@ -1,8 +1,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/cpu_features.h"
+#include "engine/cpu/attention_internal.h"
 #include "engine/cpu/kernels.h"
 #include "engine/quant/fp16.h"
 #include "engine/quant/quantize.h"
@@ -63,64 +66,136 @@ absl::Status KvStore(const float* k, const float* v, const int32_t* pos, int64_t
   return absl::OkStatus();
 }
 
+namespace {
+
+// Query tokens per tile: a tile's rows (tokens x group) fill whole 8-lane row
+// vectors as far as possible, up to 64 rows. Bigger tiles read each K/V row
+// (and convert it, for f16/q8_0) for more queries; 64 rows keep the tile's
+// transposed Q, scores and accumulators (3 x 16 KiB at head_dim 64) in L1/L2.
+int TileTokens(int group, int64_t nt) {
+  const int max_tokens = std::max(1, 64 / group);
+  int best = 1;
+  double best_use = 0;
+  for (int t = max_tokens; t >= 1; --t) {
+    const int rows = t * group;
+    const double use = static_cast<double>(rows) / ((rows + 7) / 8 * 8);
+    if (use > best_use + 1e-9) {
+      best = t;
+      best_use = use;
+    }
+  }
+  return static_cast<int>(std::min<int64_t>(best, nt));
+}
+
+// Scalar fallback (no AVX2): per (token, kv head), all scores of the group
+// first, then one exp per score and the weighted V sum. Same semantics as the
+// SIMD path, not the same rounding.
+void AttendScalar(const attn_internal::AttnArgs& a, int64_t t, int hk, std::vector<float>& row,
+                  std::vector<float>& sc, std::vector<float>& acc) {
+  const int group = a.n_head / a.n_head_kv, hd = a.head_dim;
+  const int64_t n_kv = static_cast<int64_t>(a.pos[t]) + 1;
+  row.resize(a.n_kv_embd);
+  sc.resize(static_cast<size_t>(group) * n_kv);
+  acc.assign(static_cast<size_t>(group) * hd, 0.0f);
+  auto load = [&](const uint8_t* cache, int64_t p) -> const float* {
+    const uint8_t* src = cache + p * a.row_bytes;
+    if (a.dtype == graph::DType::kF32) {
+      return reinterpret_cast<const float*>(src) + static_cast<int64_t>(hk) * hd;
+    }
+    LoadRow(a.dtype, src, row.data(), a.n_kv_embd);
+    return row.data() + static_cast<int64_t>(hk) * hd;
+  };
+  for (int64_t p = 0; p < n_kv; ++p) {
+    const float* k = load(a.k_cache, p);
+    for (int g = 0; g < group; ++g) {
+      const float* qh = a.q + (t * a.n_head + hk * group + g) * hd;
+      float s = 0.0f;
+      for (int i = 0; i < hd; ++i) s += qh[i] * k[i];
+      sc[g * n_kv + p] = s * a.scale;
+    }
+  }
+  std::vector<float> sum(group, 0.0f);
+  for (int g = 0; g < group; ++g) {
+    float* s = sc.data() + g * n_kv;
+    float mx = -INFINITY;
+    for (int64_t p = 0; p < n_kv; ++p) mx = std::max(mx, s[p]);
+    for (int64_t p = 0; p < n_kv; ++p) {
+      s[p] = std::exp(s[p] - mx);
+      sum[g] += s[p];
+    }
+  }
+  for (int64_t p = 0; p < n_kv; ++p) {
+    const float* v = load(a.v_cache, p);
+    for (int g = 0; g < group; ++g) {
+      const float w = sc[g * n_kv + p];
+      float* o = acc.data() + g * hd;
+      for (int i = 0; i < hd; ++i) o[i] += w * v[i];
+    }
+  }
+  for (int g = 0; g < group; ++g) {
+    float* yh = a.y + (t * a.n_head + hk * group + g) * hd;
+    for (int i = 0; i < hd; ++i) yh[i] = acc[g * hd + i] / sum[g];
+  }
+}
+
+}  // namespace
+
 absl::Status Attention(ThreadPool& pool, const float* q, const int32_t* pos, int64_t nt,
                        int n_head, int n_head_kv, int head_dim, float scale,
                        const graph::KvLayout& layout, const uint8_t* k_cache,
-                       const uint8_t* v_cache, float* y) {
+                       const uint8_t* v_cache, float* y, KernelImpl impl) {
   for (int64_t t = 0; t < nt; ++t) {
     if (pos[t] < 0 || pos[t] >= layout.n_ctx) {
       return absl::OutOfRangeError(absl::StrCat("attention: position ", pos[t],
                                                 " outside the context of ", layout.n_ctx));
     }
   }
+  if (n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0 || head_dim <= 0 ||
+      static_cast<int64_t>(n_head_kv) * head_dim != layout.n_kv_embd) {
+    return absl::InvalidArgumentError(absl::StrCat("attention: n_head ", n_head, ", n_head_kv ",
+                                                   n_head_kv, ", head_dim ", head_dim,
+                                                   " do not fit cache rows of ", layout.n_kv_embd));
+  }
+  if (layout.dtype != graph::DType::kF32 && layout.dtype != graph::DType::kF16 &&
+      layout.dtype != graph::DType::kQ8_0) {
+    return absl::InvalidArgumentError("attention: unsupported cache type");
+  }
+  const attn_internal::AttnArgs a{.q = q,
+                                  .pos = pos,
+                                  .nt = nt,
+                                  .n_head = n_head,
+                                  .n_head_kv = n_head_kv,
+                                  .head_dim = head_dim,
+                                  .scale = scale,
+                                  .dtype = layout.dtype,
+                                  .n_kv_embd = layout.n_kv_embd,
+                                  .row_bytes = layout.row_bytes(),
+                                  .k_cache = k_cache,
+                                  .v_cache = v_cache,
+                                  .y = y};
   const int group = n_head / n_head_kv;
-  const int64_t row = layout.row_bytes();
-  const bool f32 = layout.dtype == graph::DType::kF32;
-  // One task per (token, kv head): the group's query heads share each K/V
-  // row conversion.
-  pool.ParallelFor(nt * n_head_kv, [&](int64_t task, int) {
-    const int64_t t = task / n_head_kv;
-    const int hk = static_cast<int>(task % n_head_kv);
-    const int64_t n_kv = pos[t] + 1;
-    std::vector<float> kbuf(f32 ? 0 : layout.n_kv_embd), vbuf(f32 ? 0 : layout.n_kv_embd);
-    std::vector<float> acc(static_cast<size_t>(group) * head_dim, 0.0f);
-    std::vector<float> mx(group, -INFINITY), sum(group, 0.0f);
-    for (int64_t p = 0; p < n_kv; ++p) {
-      const float* krow;
-      const float* vrow;
-      if (f32) {
-        krow = reinterpret_cast<const float*>(k_cache + p * row) + hk * head_dim;
-        vrow = reinterpret_cast<const float*>(v_cache + p * row) + hk * head_dim;
-      } else {
-        // Quantized rows are converted whole (q8_0 blocks span heads).
-        LoadRow(layout.dtype, k_cache + p * row, kbuf.data(), layout.n_kv_embd);
-        LoadRow(layout.dtype, v_cache + p * row, vbuf.data(), layout.n_kv_embd);
-        krow = kbuf.data() + hk * head_dim;
-        vrow = vbuf.data() + hk * head_dim;
-      }
-      for (int g = 0; g < group; ++g) {
-        const int h = hk * group + g;
-        const float* qh = q + (t * n_head + h) * head_dim;
-        float s = 0.0f;
-        for (int i = 0; i < head_dim; ++i) s += qh[i] * krow[i];
-        s *= scale;
-        // Online softmax: rescale what was accumulated when the max moves.
-        const float m_new = std::max(mx[g], s);
-        const float corr = std::exp(mx[g] - m_new);
-        const float e = std::exp(s - m_new);
-        sum[g] = sum[g] * corr + e;
-        mx[g] = m_new;
-        float* a = acc.data() + static_cast<size_t>(g) * head_dim;
-        for (int i = 0; i < head_dim; ++i) a[i] = a[i] * corr + e * vrow[i];
-      }
-    }
-    for (int g = 0; g < group; ++g) {
-      const int h = hk * group + g;
-      float* yh = y + (t * n_head + h) * head_dim;
-      const float inv = 1.0f / sum[g];
-      const float* a = acc.data() + static_cast<size_t>(g) * head_dim;
-      for (int i = 0; i < head_dim; ++i) yh[i] = a[i] * inv;
-    }
+  if (impl == KernelImpl::kScalar || !GetCpuFeatures().HasAvx2Set()) {
+    pool.ParallelFor(nt * n_head_kv, [&](int64_t task, int) {
+      thread_local std::vector<float> row, sc, acc;
+      AttendScalar(a, task / n_head_kv, static_cast<int>(task % n_head_kv), row, sc, acc);
+    });
+    return absl::OkStatus();
+  }
+  const CpuFeatures& cpu = GetCpuFeatures();
+  auto* tile_fn = cpu.avx512f && cpu.avx512vl && impl == KernelImpl::kAuto
+                      ? attn_internal::AttendTileAvx512Vl
+                      : attn_internal::AttendTileAvx2;
+  // Tasks are (kv head, tile of query tokens): each K/V row a task reads
+  // (and converts) serves the tile's tokens x group query rows at once.
+  const int tile = TileTokens(group, nt);
+  const int64_t n_tiles = (nt + tile - 1) / tile;
+  // Later tiles attend over more keys (positions usually ascend): hand them
+  // out first so the short ones fill in at the end.
+  pool.ParallelFor(n_tiles * n_head_kv, [&](int64_t task, int) {
+    const int64_t ti = n_tiles - 1 - task / n_head_kv;
+    const int64_t t0 = ti * tile;
+    tile_fn(a, static_cast<int>(task % n_head_kv), t0,
+            static_cast<int>(std::min<int64_t>(tile, nt - t0)));
   });
   return absl::OkStatus();
 }

@@ -24,7 +24,7 @@ constexpr int64_t kBufferAlign = 64;
 CpuBackend::CpuBackend(ThreadPool* pool) : pool_(pool ? pool : &DefaultThreadPool()) {}
 
 CpuBackend::~CpuBackend() {
-  for (Buffer& b : buffers_) std::free(b.data);
+  buffers_.ReleaseAll([](void* p) { std::free(p); });
 }
 
 bool CpuBackend::SupportsKvType(DType t) const {
@@ -53,43 +53,18 @@ bool CpuBackend::SupportsOp(const Node& node) const {
 }
 
 absl::StatusOr<int32_t> CpuBackend::AllocBuffer(int64_t bytes) {
-  if (bytes <= 0) bytes = 1;
-  // Byte-matched reuse of freed buffers (the free list never shrinks).
-  for (size_t i = 0; i < buffers_.size(); ++i) {
-    if (buffers_[i].free && buffers_[i].bytes == bytes) {
-      buffers_[i].free = false;
-      ++pool_gen_;
-      return static_cast<int32_t>(i);
+  return buffers_.Acquire(bytes, [](int64_t n) -> absl::StatusOr<void*> {
+    int64_t rounded = (n + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
+    void* p = std::aligned_alloc(kBufferAlign, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cpu: cannot allocate ", n, " bytes of host memory"));
     }
-  }
-  int64_t rounded = (bytes + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
-  void* p = std::aligned_alloc(kBufferAlign, rounded);
-  if (p == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cpu: cannot allocate ", bytes, " bytes of host memory"));
-  }
-  buffers_.push_back({static_cast<uint8_t*>(p), bytes, false});
-  allocated_bytes_ += bytes;
-  ++pool_gen_;
-  return static_cast<int32_t>(buffers_.size() - 1);
+    return p;
+  });
 }
 
-void CpuBackend::FreeBuffer(int32_t buffer) {
-  if (buffer >= 0 && buffer < static_cast<int32_t>(buffers_.size())) buffers_[buffer].free = true;
-}
-
-absl::StatusOr<uint8_t*> CpuBackend::Ptr(const BufferRef& ref, int64_t need) const {
-  if (ref.backend != this || ref.buffer < 0 || ref.buffer >= static_cast<int32_t>(buffers_.size())) {
-    return absl::InternalError(absl::StrCat("cpu: buffer ", ref.buffer, " is not this backend's"));
-  }
-  const Buffer& b = buffers_[ref.buffer];
-  if (ref.offset < 0 || need < 0 || ref.offset + need > b.bytes) {
-    return absl::InternalError(absl::StrCat("cpu: range [", ref.offset, ", +", need,
-                                            ") exceeds buffer ", ref.buffer, " of ", b.bytes,
-                                            " bytes"));
-  }
-  return b.data + ref.offset;
-}
+void CpuBackend::FreeBuffer(int32_t buffer) { buffers_.Release(buffer); }
 
 uint8_t* CpuBackend::HostPtr(const BufferRef& ref) {
   auto p = Ptr(ref, ref.bytes);

@@ -20,6 +20,7 @@
 
 #include "engine/base/thread_pool.h"
 #include "engine/graph/backend.h"
+#include "engine/graph/buffer_pool.h"
 
 namespace minfer::cpu {
 
@@ -35,7 +36,7 @@ class CpuBackend : public graph::Backend {
 
   absl::StatusOr<int32_t> AllocBuffer(int64_t bytes) override;
   void FreeBuffer(int32_t buffer) override;
-  uint64_t pool_gen() const override { return pool_gen_; }
+  uint64_t pool_gen() const override { return buffers_.gen(); }
 
   absl::Status ExecuteNode(const graph::Node& node, const graph::ExecArgs& args) override;
   absl::Status WriteHost(const graph::BufferRef& dst, const void* src, int64_t bytes) override;
@@ -43,25 +44,20 @@ class CpuBackend : public graph::Backend {
   absl::Status Fill(const graph::BufferRef& dst, uint8_t value) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
   uint8_t* HostPtr(const graph::BufferRef& ref) override;
-  int64_t MemoryBytes() const override { return allocated_bytes_ + static_cast<int64_t>(scratch_.size()); }
+  int64_t MemoryBytes() const override { return buffers_.bytes() + static_cast<int64_t>(scratch_.size()); }
 
   // Bytes currently allocated (live + free list).
-  int64_t allocated_bytes() const { return allocated_bytes_; }
+  int64_t allocated_bytes() const { return buffers_.bytes(); }
   ThreadPool& pool() { return *pool_; }
 
  private:
-  struct Buffer {
-    uint8_t* data = nullptr;
-    int64_t bytes = 0;
-    bool free = false;
-  };
-  absl::StatusOr<uint8_t*> Ptr(const graph::BufferRef& ref, int64_t need) const;
+  absl::StatusOr<uint8_t*> Ptr(const graph::BufferRef& ref, int64_t need) const {
+    return buffers_.Resolve(ref, need);
+  }
 
   std::string name_ = "cpu";
   ThreadPool* pool_;
-  std::vector<Buffer> buffers_;
-  uint64_t pool_gen_ = 0;
-  int64_t allocated_bytes_ = 0;
+  graph::BufferPool buffers_{this, "cpu"};
   // Scratch for quantized activations and fused intermediates; grows on demand.
   std::vector<uint8_t> scratch_;
 };

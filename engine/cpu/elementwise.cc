@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/vec_math.h"
 #include "engine/quant/quantize.h"
 
 namespace minfer::cpu {
@@ -12,14 +13,16 @@ namespace {
 // Below this many elements a parallel dispatch costs more than it saves.
 constexpr int64_t kParallelGrain = 1 << 14;
 
-template <typename F>
+// y = op(a, b) with b repeating every nb elements (a bias row) when nb < n.
+template <typename RowFn>
 void Binary(ThreadPool& pool, const float* a, const float* b, int64_t nb, float* y, int64_t n,
-            F f) {
+            RowFn row_fn) {
   pool.ParallelRange(n, kParallelGrain, [&](int64_t begin, int64_t end) {
-    if (nb >= n) {
-      for (int64_t i = begin; i < end; ++i) y[i] = f(a[i], b[i]);
-    } else {
-      for (int64_t i = begin; i < end; ++i) y[i] = f(a[i], b[i % nb]);
+    if (nb >= n) return row_fn(a + begin, b + begin, y + begin, end - begin);
+    for (int64_t i = begin; i < end;) {
+      const int64_t j = i % nb, len = std::min(end - i, nb - j);
+      row_fn(a + i, b + j, y + i, len);
+      i += len;
     }
   });
 }
@@ -27,11 +30,11 @@ void Binary(ThreadPool& pool, const float* a, const float* b, int64_t nb, float*
 }  // namespace
 
 void AddF32(ThreadPool& pool, const float* a, const float* b, int64_t nb, float* y, int64_t n) {
-  Binary(pool, a, b, nb, y, n, [](float x, float z) { return x + z; });
+  Binary(pool, a, b, nb, y, n, AddF32Row);
 }
 
 void MulF32(ThreadPool& pool, const float* a, const float* b, int64_t nb, float* y, int64_t n) {
-  Binary(pool, a, b, nb, y, n, [](float x, float z) { return x * z; });
+  Binary(pool, a, b, nb, y, n, MulF32Row);
 }
 
 void ScaleF32(const float* a, float s, float* y, int64_t n) {
@@ -43,8 +46,10 @@ void SiluF32(const float* a, float* y, int64_t n) {
 }
 
 void SwiGluF32(ThreadPool& pool, const float* g, const float* u, float* y, int64_t n) {
+  // SwiGluF32Row gives every element the same value wherever a range starts,
+  // so the split does not change results (FusedFfn uses the same function).
   pool.ParallelRange(n, kParallelGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    SwiGluF32Row(g + begin, u + begin, y + begin, end - begin);
   });
 }
 
@@ -67,18 +72,7 @@ void SoftmaxRows(const float* a, float* y, int64_t ne0, int64_t rows) {
 void RmsNormRows(ThreadPool& pool, const float* x, const float* w, float eps, float* y,
                  int64_t ne0, int64_t rows) {
   pool.ParallelRange(rows, std::max<int64_t>(1, kParallelGrain / ne0), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const float* xr = x + r * ne0;
-      float* yr = y + r * ne0;
-      double ss = 0;
-      for (int64_t i = 0; i < ne0; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-      float inv = static_cast<float>(1.0 / std::sqrt(ss / ne0 + eps));
-      if (w != nullptr) {
-        for (int64_t i = 0; i < ne0; ++i) yr[i] = xr[i] * inv * w[i];
-      } else {
-        for (int64_t i = 0; i < ne0; ++i) yr[i] = xr[i] * inv;
-      }
-    }
+    for (int64_t r = b; r < e; ++r) RmsNormF32Row(x + r * ne0, w, eps, y + r * ne0, ne0);
   });
 }
 

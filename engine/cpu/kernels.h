@@ -54,12 +54,20 @@ absl::Status FusedFfn(ThreadPool& pool, const graph::Weight& wg, const graph::We
 absl::Status KvStore(const float* k, const float* v, const int32_t* pos, int64_t nt,
                      const graph::KvLayout& layout, uint8_t* k_cache, uint8_t* v_cache);
 
+// Which implementation a kernel with SIMD paths runs. kAuto takes the best
+// the CPU has; tests pin the others (each falls back to a lesser one the CPU
+// lacks).
+enum class KernelImpl { kAuto, kScalar, kAvx2 };
+
 // Causal GQA attention over the cache: q [head_dim, n_head, nt] at positions
-// pos -> y [head_dim * n_head, nt].
+// pos -> y [head_dim * n_head, nt]. Query t attends to cache rows
+// [0, pos[t]]; those rows must have been stored. Each query's result depends
+// only on its own row and position, not on the other queries of the call
+// (decode and prefill agree bit for bit).
 absl::Status Attention(ThreadPool& pool, const float* q, const int32_t* pos, int64_t nt,
                        int n_head, int n_head_kv, int head_dim, float scale,
                        const graph::KvLayout& layout, const uint8_t* k_cache,
-                       const uint8_t* v_cache, float* y);
+                       const uint8_t* v_cache, float* y, KernelImpl impl = KernelImpl::kAuto);
 
 }  // namespace minfer::cpu
 

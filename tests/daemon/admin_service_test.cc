@@ -500,7 +500,7 @@ TEST_F(AdminServiceTest, ReflectionDescribesTheApi) {
                                                  "minfer.v1.AdminService",
                                                  "grpc.health.v1.Health"}));
   // file_containing_symbol (4) -> file_descriptor_response (4).
-  for (const std::string& symbol :
+  for (const char* symbol :
        {"minfer.v1.GenerationService", "grpc.health.v1.Health"}) {
     std::vector<std::string> files = ReflectionQuery(client_->channel(), 4, symbol, 4);
     ASSERT_FALSE(files.empty()) << symbol;

@@ -1,0 +1,42 @@
+// Shared between attention.cc (planning, threading, scalar path) and
+// attention_avx2.cc (the SIMD tile kernels, attention_kernel.inc). Not part
+// of the backend's API.
+#ifndef MINFER_ENGINE_CPU_ATTENTION_INTERNAL_H_
+#define MINFER_ENGINE_CPU_ATTENTION_INTERNAL_H_
+
+#include <cstdint>
+
+#include "engine/graph/graph.h"
+
+namespace minfer::cpu::attn_internal {
+
+// Keys per online-softmax step. Block boundaries sit at multiples of this
+// from key 0 for every query, which (with masked keys contributing exact
+// zeros) makes a query's result independent of the tile it is computed in:
+// decode and prefill give bit-identical attention outputs.
+inline constexpr int kKeyBlock = 64;
+
+struct AttnArgs {
+  const float* q;        // [head_dim, n_head, nt]
+  const int32_t* pos;    // [nt], each in [0, n_ctx)
+  int64_t nt;
+  int n_head, n_head_kv, head_dim;
+  float scale;
+  graph::DType dtype;    // cache element type: kF32, kF16 or kQ8_0
+  int64_t n_kv_embd;     // cache row length (elements) = n_head_kv * head_dim
+  int64_t row_bytes;     // cache row stride
+  const uint8_t* k_cache;
+  const uint8_t* v_cache;
+  float* y;              // [head_dim * n_head, nt]
+};
+
+// Attention of query tokens [t0, t0 + n_tokens) for every query head of kv
+// head `hk`, written to a.y. Uses thread-local scratch; thread-safe for
+// disjoint (hk, token range) pairs.
+void AttendTileAvx2(const AttnArgs& a, int hk, int64_t t0, int n_tokens);
+// The same kernel with AVX512-F/VL (32 ymm registers); identical results.
+void AttendTileAvx512Vl(const AttnArgs& a, int hk, int64_t t0, int n_tokens);
+
+}  // namespace minfer::cpu::attn_internal
+
+#endif  // MINFER_ENGINE_CPU_ATTENTION_INTERNAL_H_
