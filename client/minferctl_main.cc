@@ -9,6 +9,7 @@
 //     knobs list | knobs get K | knobs set K V | knobs reset K   [--model NAME]
 //     alias set ALIAS MODEL | alias list | alias delete ALIAS
 //     health [NAME]
+//     bench MODEL... [-c STREAMS] [-n TOKENS] [-p PROMPT]   (a load test)
 //
 // Tables by default, JSON (the API messages, proto field names) with --json.
 // Errors print one line, "minferctl: CODE: message", and exit 1 (usage
@@ -16,10 +17,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -154,6 +157,64 @@ void ProgressBar(const std::string& name, const v1::LoadModelResponse& p) {
   std::fflush(stderr);
 }
 
+
+// One stream of `minferctl bench`.
+struct BenchStream {
+  std::string model;
+  absl::Status status;
+  minfer::client::GenerateResult result;
+  double ttft = 0;        // client-side: request sent -> first token
+  double decode_tps = 0;  // client-side: tokens after the first / their span
+};
+
+// Runs every stream at once (one thread each), greedy with ignore_eos so
+// each produces exactly `max_tokens`; returns the streams and the wall time.
+std::vector<BenchStream> RunBench(MinferClient& client, const std::vector<std::string>& models,
+                                  int streams_per_model, int max_tokens, const std::string& prompt,
+                                  double* wall_seconds) {
+  std::vector<BenchStream> out;
+  for (const std::string& m : models) {
+    for (int i = 0; i < streams_per_model; ++i) out.push_back({m});
+  }
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
+  std::vector<std::thread> threads;
+  for (BenchStream& bs : out) {
+    threads.emplace_back([&client, &bs, max_tokens, &prompt] {
+      v1::GenerateRequest req;
+      req.set_model(bs.model);
+      req.set_text(prompt);
+      req.mutable_sampling()->set_temperature(0);
+      req.mutable_stopping()->set_max_tokens(max_tokens);
+      req.mutable_stopping()->set_ignore_eos(true);
+      const Clock::time_point start = Clock::now();
+      Clock::time_point first, last;
+      int64_t tokens = 0, first_tokens = 0;
+      auto r = client.Generate(req, [&](const v1::GenerateResponse& chunk) {
+        if (chunk.token_ids_size() == 0) return true;
+        last = Clock::now();
+        if (tokens == 0) {
+          first = last;
+          first_tokens = chunk.token_ids_size();
+        }
+        tokens += chunk.token_ids_size();
+        return true;
+      });
+      if (!r.ok()) {
+        bs.status = r.status();
+        return;
+      }
+      bs.result = std::move(*r);
+      bs.ttft = std::chrono::duration<double>(first - start).count();
+      const double span = std::chrono::duration<double>(last - first).count();
+      if (span > 0) bs.decode_tps = static_cast<double>(tokens - first_tokens) / span;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  *wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -274,6 +335,18 @@ int main(int argc, char** argv) {
   c_alias->add_subcommand("list", "every alias");  // handled as the default below
   CLI::App* c_alias_delete = c_alias->add_subcommand("delete", "remove an alias");
   c_alias_delete->add_option("alias", alias_name)->required();
+
+  std::vector<std::string> bench_models;
+  int bench_streams = 1, bench_tokens = 128;
+  std::string bench_prompt = "The quick brown fox jumps over the lazy dog. Once upon a time";
+  CLI::App* c_bench = app.add_subcommand(
+      "bench", "load test: concurrent greedy streams; per-stream and aggregate tokens/s");
+  c_bench->add_option("models", bench_models, "models (or aliases) to stream from")->required();
+  c_bench->add_option("-c,--streams", bench_streams, "concurrent streams per model")
+      ->capture_default_str();
+  c_bench->add_option("-n,--max-tokens", bench_tokens, "tokens per stream (ignore_eos)")
+      ->capture_default_str();
+  c_bench->add_option("-p,--prompt", bench_prompt, "prompt text")->capture_default_str();
 
   std::string health_name;
   CLI::App* c_health = app.add_subcommand("health", "grpc.health.v1 check (server or model)");
@@ -562,6 +635,63 @@ int main(int argc, char** argv) {
     for (const v1::Alias& a : r->aliases()) rows.push_back({a.name(), a.model()});
     PrintTable(rows);
     return 0;
+  }
+
+  if (*c_bench) {
+    if (bench_streams < 1 || bench_tokens < 2) {
+      return Fail(absl::InvalidArgumentError("bench wants --streams >= 1 and --max-tokens >= 2"));
+    }
+    double wall = 0;
+    std::vector<BenchStream> runs =
+        RunBench(client, bench_models, bench_streams, bench_tokens, bench_prompt, &wall);
+    int failed = 0;
+    int64_t total_tokens = 0;
+    // Greedy streams of one model must agree token for token.
+    std::map<std::string, std::vector<int32_t>> first_ids;
+    int mismatched = 0;
+    for (const BenchStream& b : runs) {
+      if (!b.status.ok()) {
+        ++failed;
+        continue;
+      }
+      total_tokens += static_cast<int64_t>(b.result.token_ids.size());
+      auto [it, inserted] = first_ids.emplace(b.model, b.result.token_ids);
+      if (!inserted && it->second != b.result.token_ids) ++mismatched;
+    }
+    if (g.json) {
+      std::cout << "{\"streams\": [";
+      for (size_t i = 0; i < runs.size(); ++i) {
+        const BenchStream& b = runs[i];
+        std::cout << (i ? ", " : "") << "{\"model\": \"" << b.model << "\", \"ok\": "
+                  << (b.status.ok() ? "true" : "false")
+                  << absl::StrFormat(", \"ttft_s\": %.4f, \"decode_tps\": %.2f, "
+                                     "\"server_decode_tps\": %.2f, \"ids\": [",
+                                     b.ttft, b.decode_tps, b.result.usage.decode_tokens_per_second())
+                  << absl::StrJoin(b.result.token_ids, ", ") << "]}";
+      }
+      std::cout << absl::StrFormat("], \"wall_s\": %.3f, \"tokens\": %d, \"aggregate_tps\": %.2f, "
+                                   "\"failed\": %d, \"mismatched\": %d}\n",
+                                   wall, total_tokens, total_tokens / wall, failed, mismatched);
+    } else {
+      std::vector<std::vector<std::string>> rows = {
+          {"MODEL", "STATUS", "TOKENS", "TTFT", "DECODE TOK/S", "SERVER TOK/S"}};
+      for (const BenchStream& b : runs) {
+        rows.push_back({b.model,
+                        b.status.ok() ? "ok" : absl::StatusCodeToString(b.status.code()),
+                        absl::StrCat(b.result.token_ids.size()),
+                        absl::StrFormat("%.3f s", b.ttft), absl::StrFormat("%.1f", b.decode_tps),
+                        absl::StrFormat("%.1f", b.result.usage.decode_tokens_per_second())});
+      }
+      PrintTable(rows);
+      std::cout << absl::StrFormat(
+          "%d streams, %d failed, %d greedy mismatches; %d tokens in %.2f s = %.1f tok/s "
+          "aggregate\n",
+          runs.size(), failed, mismatched, total_tokens, wall, total_tokens / wall);
+    }
+    for (const BenchStream& b : runs) {
+      if (!b.status.ok()) return Fail(b.status);
+    }
+    return mismatched == 0 ? 0 : 1;
   }
 
   if (*c_health) {

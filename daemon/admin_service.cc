@@ -17,6 +17,7 @@
 #include "engine/base/knobs.h"
 #include "engine/base/logging.h"
 #include "engine/base/status.h"
+#include "engine/runtime/device_backend.h"
 
 namespace minfer::daemon {
 namespace {
@@ -285,6 +286,19 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetServerStatus(grpc::CallbackServer
   if (absl::StatusOr<HostMemory> host = ReadHostMemory(); host.ok()) {
     cpu->set_memory_total_bytes(host->total);
     cpu->set_memory_free_bytes(host->available);
+  }
+  // Devices of the linked device backends; asking may initialize the
+  // device (it would be on the first load anyway).
+  for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {
+    if (!p.info) continue;
+    absl::StatusOr<runtime::DeviceInfo> info = p.info();
+    if (!info.ok()) continue;
+    v1::Device* dev = response->add_devices();
+    dev->set_kind(p.name);
+    dev->set_name(info->name);
+    dev->set_cores(info->multiprocessors);
+    dev->set_memory_total_bytes(info->total_bytes);
+    dev->set_memory_free_bytes(info->free_bytes);
   }
   response->set_uptime_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());

@@ -108,4 +108,37 @@ uint64_t MemoryBudget::reserved() const {
   return total;
 }
 
+absl::Status DeviceBudget::Reserve(const std::string& name, const std::string& device,
+                                   const MemoryEstimate& estimate, uint64_t free_bytes,
+                                   uint64_t total_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t others = 0;
+  for (const auto& [n, bytes] : pending_) {
+    if (n != name) others += bytes;
+  }
+  const uint64_t taken = others + kHeadroom;
+  const uint64_t usable = free_bytes > taken ? free_bytes - taken : 0;
+  if (estimate.total() > usable) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model '", name, "' does not fit in the memory of ", device, ": it needs ",
+        estimate.ToString(), ", but the device has ", Bytes(free_bytes), " free of ",
+        Bytes(total_bytes), ", less ", Bytes(others), " reserved by loads in progress and ",
+        Bytes(kHeadroom), " kept for the CUDA context and graphs, leaving ", Bytes(usable)));
+  }
+  pending_[name] = estimate.total();
+  return absl::OkStatus();
+}
+
+void DeviceBudget::Release(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.erase(name);
+}
+
+uint64_t DeviceBudget::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t total = 0;
+  for (const auto& [n, bytes] : pending_) total += bytes;
+  return total;
+}
+
 }  // namespace minfer::daemon

@@ -17,7 +17,9 @@
 //             4 x T x (6 n_embd + 4 n_embd_kv + 3 n_ff) + 4 x n_vocab
 //             + 2 x T x n_ff (the CPU backend's int8 activation scratch)
 // For CPU models the budget is the --memory-limit, or else the host's
-// available memory (MemAvailable) at the time of the load.
+// available memory (MemAvailable) at the time of the load. Models offered to
+// a GPU are also admitted against its free memory (DeviceBudget), with the
+// weights in their device layout.
 #ifndef MINFER_DAEMON_MEMORY_H_
 #define MINFER_DAEMON_MEMORY_H_
 
@@ -85,6 +87,30 @@ class MemoryBudget {
   const uint64_t limit_;
   mutable std::mutex mu_;
   std::map<std::string, uint64_t> reserved_;  // guarded by mu_
+};
+
+// Admission against a GPU's memory. The free memory a device reports already
+// excludes what loaded models hold, but not what loads still in progress
+// are about to upload: those are reserved here from admission until the
+// load ends (Release), so two concurrent loads cannot both count the same
+// free bytes. kHeadroom stays free for the CUDA context, captured graphs and
+// allocator slack. Thread-safe.
+class DeviceBudget {
+ public:
+  static constexpr uint64_t kHeadroom = uint64_t{512} << 20;
+
+  // Reserves `estimate` (device bytes by kind) for `name` on a device with
+  // `free_bytes` free of `total_bytes`, or RESOURCE_EXHAUSTED naming the
+  // model, the device and every figure.
+  absl::Status Reserve(const std::string& name, const std::string& device,
+                       const MemoryEstimate& estimate, uint64_t free_bytes,
+                       uint64_t total_bytes);
+  void Release(const std::string& name);
+  uint64_t pending() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, uint64_t> pending_;  // guarded by mu_
 };
 
 }  // namespace minfer::daemon

@@ -8,6 +8,7 @@
 #include "engine/base/status.h"
 #include "engine/gguf/gguf.h"
 #include "engine/models/qwen2/qwen2.h"
+#include "engine/runtime/device_backend.h"
 
 namespace minfer::daemon {
 
@@ -293,8 +294,35 @@ void Slot::ThreadMain() {
   Teardown();
 }
 
+absl::StatusOr<std::string> Slot::AdmitOnDevice(const gguf::GgufFile& file,
+                                                 const MemoryEstimate& host_estimate) {
+  if (config_.backend == "cpu" || hooks_.device_budget == nullptr) return config_.backend;
+  for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {
+    if (!p.info) continue;
+    absl::StatusOr<runtime::DeviceInfo> info = p.info();
+    if (!info.ok()) continue;  // Model::Load reports (cuda) or logs (auto) why
+    MemoryEstimate dev = host_estimate;
+    if (p.weight_bytes) {
+      dev.weights = 0;
+      for (const gguf::TensorInfo& t : file.tensors()) {
+        dev.weights += p.weight_bytes(static_cast<int>(t.type), t.nbytes);
+      }
+    }
+    absl::Status st = hooks_.device_budget->Reserve(
+        config_.name, absl::StrCat(p.name, " device ", info->name), dev, info->free_bytes,
+        info->total_bytes);
+    if (st.ok()) return config_.backend;
+    if (config_.backend == "cuda") return st;
+    // "auto": the model still runs, on the CPU.
+    Logger("daemon")->warn("model '{}': placed on the CPU: {}", config_.name, st.message());
+    return std::string("cpu");
+  }
+  return config_.backend;
+}
+
 absl::Status Slot::Load() {
   const std::string where = absl::StrCat("model '", config_.name, "' (", config_.path, ")");
+  std::string backend = config_.backend;
   ASSIGN_OR_RETURN(std::optional<graph::DType> kv_type, ParseKvType(config_.kv_type));
   // Admission first: the tensor table and hyperparameters are enough to
   // estimate, and reading them touches no weight pages.
@@ -316,10 +344,20 @@ absl::Status Slot::Load() {
     }
     RETURN_IF_ERROR(hooks_.budget->Reserve(config_.name, estimate));
     load_total_.store(file.value()->file_size() - file.value()->data_offset());
+    ASSIGN_OR_RETURN(backend, AdmitOnDevice(**file, estimate));
   }
+  // The device reservation covers the upload; once the load ends (either
+  // way) the device's own free figure accounts for what was allocated.
+  struct ReleaseDevice {
+    DeviceBudget* budget;
+    const std::string& name;
+    ~ReleaseDevice() {
+      if (budget != nullptr) budget->Release(name);
+    }
+  } release_device{hooks_.device_budget, config_.name};
   if (hooks_.before_load) hooks_.before_load(config_.name);
   runtime::ModelOptions mo;
-  mo.backend = config_.backend;
+  mo.backend = backend;
   mo.knobs = config_.knobs;
   mo.progress = [this](uint64_t done, uint64_t total) {
     load_done_.store(done, std::memory_order_relaxed);

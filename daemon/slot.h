@@ -115,6 +115,9 @@ class Slot {
  public:
   struct Hooks {
     MemoryBudget* budget = nullptr;  // required; must outlive the slot
+    // GPU admission (models whose backend is not "cpu"); optional; must
+    // outlive the slot.
+    DeviceBudget* device_budget = nullptr;
     Metrics* metrics = nullptr;      // optional; must outlive the slot
     // Called after every state change, on whichever thread made it (the
     // slot's thread, or the caller of BeginUnload), with no slot lock held.
@@ -183,6 +186,11 @@ class Slot {
 
   Slot(SlotConfig config, Hooks hooks);
   void ThreadMain();
+  // Admits the model on the device its backend would use: the backend to
+  // load with ("cpu" when "auto" does not fit the device), or
+  // RESOURCE_EXHAUSTED when "cuda" was asked for and does not fit.
+  absl::StatusOr<std::string> AdmitOnDevice(const gguf::GgufFile& file,
+                                            const MemoryEstimate& host_estimate);
   absl::Status Load();
   void Serve();
   void Teardown();

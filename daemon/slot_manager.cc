@@ -129,6 +129,7 @@ absl::StatusOr<std::shared_ptr<Slot>> SlotManager::Load(SlotConfig config) {
                            config.n_ctx, config.queue_size);
     Slot::Hooks hooks;
     hooks.budget = &budget_;
+    hooks.device_budget = &device_budget_;
     hooks.metrics = metrics_;
     hooks.on_state_change = [this](Slot&) { NotifyChange(); };
     hooks.before_load = options_.before_load;

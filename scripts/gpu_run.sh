@@ -4,6 +4,10 @@
 #   bash .gpu/gpu_run.sh kbench [ARGS]   kernel micro-benchmarks
 #   bash .gpu/gpu_run.sh models          write the synthetic benchmark models to /tmp/minfer-models
 #   bash .gpu/gpu_run.sh bench [SPEC..]  minfer bench per SPEC "shape:type[:minfer bench flags]"
+#   bash .gpu/gpu_run.sh daemon [SPEC..] minferd with several models on the GPU: greedy
+#                                        references from `minfer run`, single-stream
+#                                        `minfer bench`, then `minferctl bench` alone
+#                                        and concurrently (SPEC "name:shape:type")
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
 # Logs go to $OUT (when set) so they come back with the device tool.
 set -uo pipefail
@@ -64,6 +68,42 @@ case "$mode" in
       kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
       echo "peak VRAM during $shape $type ${flags:-}: $(sort -n /tmp/smi.log | tail -1) MiB (nvidia-smi)" | tee -a "$out/bench.log"
     done ;;
+  daemon)
+    specs=("${@:-m05:0.5b:q4_k_m m15:1.5b:q8_0 m7:7b:q4_k_m}")
+    read -r -a specs <<< "${specs[*]}"
+    prompt="The quick brown fox jumps over the lazy dog. Once upon a time"
+    names=()
+    for spec in "${specs[@]}"; do
+      IFS=: read -r name shape type <<< "$spec"
+      f="/tmp/minfer-models/$shape-$type.gguf"
+      [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tee -a "$out/mkmodel.log"
+      # The single-model references: greedy ids, and decode speed alone.
+      minfer run -m "$f" --backend cuda -p "$prompt" -n 128 --temp 0 --ignore-eos --json \
+        > "$out/run-$name.json" 2> "$out/run-$name.err" || tail -5 "$out/run-$name.err"
+      minfer bench -m "$f" -p 16 -n 128 -r 3 2>&1 | tail -1 | tee -a "$out/daemon-bench.log"
+      names+=("$name")
+    done
+    minferd --listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9464 --ready-file /tmp/ready.json \
+      > "$out/minferd.log" 2>&1 &
+    d=$!
+    for _ in $(seq 100); do [[ -f /tmp/ready.json ]] && break; sleep 0.1; done
+    for spec in "${specs[@]}"; do
+      IFS=: read -r name shape type <<< "$spec"
+      minferctl load "$name" "/tmp/minfer-models/$shape-$type.gguf" --backend cuda --ctx 4096 \
+        --parallel 4 -q | tee -a "$out/daemon-bench.log"
+    done
+    minferctl status | tee -a "$out/daemon-bench.log"
+    minferctl list | tee -a "$out/daemon-bench.log"
+    for n in "${names[@]}"; do
+      minferctl bench "$n" -n 128 -p "$prompt" | tail -1 | sed "s/^/alone $n: /" | tee -a "$out/daemon-bench.log"
+      minferctl --json bench "$n" -n 128 -p "$prompt" > "$out/alone-$n.json"
+    done
+    minferctl --json bench "${names[@]}" -c 1 -n 128 -p "$prompt" > "$out/concurrent-1.json"
+    minferctl bench "${names[@]}" -c 1 -n 128 -p "$prompt" | tee -a "$out/daemon-bench.log"
+    minferctl bench "${names[@]}" -c 4 -n 128 -p "$prompt" | tee -a "$out/daemon-bench.log"
+    curl -s 127.0.0.1:9464/metrics > "$out/metrics.txt" 2>/dev/null || true
+    kill -TERM "$d"; wait "$d"; echo "minferd exit: $?" | tee -a "$out/daemon-bench.log"
+    ;;
   cmd) "$@" ;;
   *) echo "usage: gpu_run.sh tests|bench|cmd ..." >&2; exit 2 ;;
 esac

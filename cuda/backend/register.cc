@@ -8,16 +8,32 @@ namespace minfer::cuda {
 namespace {
 
 const bool kRegistered = [] {
-  runtime::RegisterDeviceBackendProvider(
-      {"cuda", [](const runtime::DeviceBackendRequest& req)
-                   -> absl::StatusOr<std::unique_ptr<graph::Backend>> {
-         auto state = CudaState::Get();
-         if (!state.ok()) return state.status();
-         auto b = CudaBackend::Create(*state, *req.model, req.knobs, req.progress,
-                                      req.knob_generation);
-         if (!b.ok()) return b.status();
-         return std::unique_ptr<graph::Backend>(std::move(*b));
-       }});
+  runtime::DeviceBackendProvider p;
+  p.name = "cuda";
+  p.info = []() -> absl::StatusOr<runtime::DeviceInfo> {
+    auto state = CudaState::Get();
+    if (!state.ok()) return state.status();
+    runtime::DeviceInfo info;
+    info.name = (*state)->name();
+    info.multiprocessors = (*state)->sm_count();
+    info.total_bytes = (*state)->total_bytes();
+    info.free_bytes = (*state)->FreeBytes();
+    return info;
+  };
+  p.weight_bytes = [](int ggml_type, uint64_t file_bytes) -> uint64_t {
+    // RegisterWeight repacks Q6_K's 210-byte blocks into 224-byte ones.
+    if (ggml_type == static_cast<int>(GgmlType::kQ6_K)) return file_bytes / 210 * 224;
+    return file_bytes;
+  };
+  p.create = [](const runtime::DeviceBackendRequest& req)
+      -> absl::StatusOr<std::unique_ptr<graph::Backend>> {
+    auto state = CudaState::Get();
+    if (!state.ok()) return state.status();
+    auto b = CudaBackend::Create(*state, *req.model, req.knobs, req.progress, req.knob_generation);
+    if (!b.ok()) return b.status();
+    return std::unique_ptr<graph::Backend>(std::move(*b));
+  };
+  runtime::RegisterDeviceBackendProvider(std::move(p));
   return true;
 }();
 

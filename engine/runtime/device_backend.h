@@ -6,6 +6,7 @@
 #ifndef MINFER_ENGINE_RUNTIME_DEVICE_BACKEND_H_
 #define MINFER_ENGINE_RUNTIME_DEVICE_BACKEND_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,8 +32,22 @@ struct DeviceBackendRequest {
   DeviceProgressFn progress;  // upload progress (bytes done, bytes total)
 };
 
+// What a device offers, for admission and status reports.
+struct DeviceInfo {
+  std::string name;              // "NVIDIA H200"
+  int32_t multiprocessors = 0;
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;       // now (other processes' use included)
+};
+
 struct DeviceBackendProvider {
   std::string name;  // "cuda"
+  // The device this provider would use, or why there is none (no device,
+  // MINFER_DISABLE_CUDA=1, ...). May initialize the device.
+  std::function<absl::StatusOr<DeviceInfo>()> info;
+  // Device bytes a weight of `ggml_type` taking `file_bytes` in the GGUF
+  // occupies once uploaded (layouts may pad blocks, e.g. Q6_K).
+  std::function<uint64_t(int ggml_type, uint64_t file_bytes)> weight_bytes;
   // A backend with every weight of the model resident, or an error saying
   // why the model cannot run on this device (no device, a weight type
   // without a kernel — naming the first such tensor —, out of memory...).

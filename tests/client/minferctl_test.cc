@@ -149,6 +149,38 @@ TEST_F(MinferctlTest, LoadGenerateStatusUnload) {
   EXPECT_EQ(gone.out, "");
 }
 
+TEST_F(MinferctlTest, BenchStreamsConcurrentlyAndMatchesTheEngine) {
+  StartDaemon();
+  ASSERT_EQ(Ctl({"load", "a", path_, "--ctx", "256", "--parallel", "2", "-q"}).exit_code, 0);
+  ASSERT_EQ(Ctl({"load", "b", path_, "--ctx", "256", "--parallel", "1", "-q"}).exit_code, 0);
+  const std::string prompt = "Once upon a time";
+  auto ref = daemon::testing::ReferenceGenerate(
+      path_, daemon::testing::TextRequest("a", prompt, 16), 256);
+  ASSERT_TRUE(ref.ok());
+  // 2 streams per model: "b" has one sequence, so its second stream queues.
+  CommandResult r =
+      Ctl({"--json", "bench", "a", "b", "-c", "2", "-n", "16", "-p", prompt});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Json j = Json::parse(r.out);
+  ASSERT_EQ(j["streams"].size(), 4u);
+  for (const Json& st : j["streams"]) {
+    EXPECT_TRUE(st["ok"].get<bool>());
+    EXPECT_EQ(st["ids"].get<std::vector<int32_t>>(), ref->ids) << st["model"];
+    EXPECT_GT(st["decode_tps"].get<double>(), 0);
+    EXPECT_GT(st["ttft_s"].get<double>(), 0);
+  }
+  EXPECT_EQ(j["tokens"], 64);
+  EXPECT_EQ(j["failed"], 0);
+  EXPECT_EQ(j["mismatched"], 0);
+  EXPECT_GT(j["aggregate_tps"].get<double>(), 0);
+  CommandResult table = Ctl({"bench", "a", "-n", "4"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("1 streams, 0 failed, 0 greedy mismatches; 4 tokens in"));
+  CommandResult missing = Ctl({"bench", "nope", "-n", "4"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("NOT_FOUND"));
+}
+
 TEST_F(MinferctlTest, KnobsAliasesHealthAndErrors) {
   StartDaemon({"--model", "m=" + path_});
   ASSERT_TRUE(daemon::testing::WaitFor([&] { return Ctl({"health", "m"}).exit_code == 0; }));

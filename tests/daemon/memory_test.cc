@@ -123,5 +123,33 @@ TEST(MemoryTest, BudgetRefusesWithFiguresAndReleases) {
   EXPECT_THAT(std::string(h.message()), HasSubstr("available of"));
 }
 
+TEST(MemoryTest, DeviceBudgetCountsLoadsInProgressAndHeadroom) {
+  DeviceBudget budget;
+  const uint64_t mib = 1 << 20;
+  const uint64_t free_bytes = 2048 * mib, total = 4096 * mib;
+  // 2048 free - 512 headroom = 1536 usable.
+  MemoryEstimate a{1000 * mib, 200 * mib, 100 * mib};  // 1300
+  ASSERT_TRUE(budget.Reserve("a", "gpu0", a, free_bytes, total).ok());
+  EXPECT_EQ(budget.pending(), 1300 * mib);
+  // While "a" uploads, the device still reports 2048 free: "b" must not
+  // count a's bytes as free.
+  MemoryEstimate b{300 * mib, 0, 0};
+  absl::Status s = budget.Reserve("b", "gpu0", b, free_bytes, total);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("model 'b' does not fit in the memory of gpu0"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("2048.0 MiB"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("1300.0 MiB"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("reserved by loads in progress"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("leaving 236.0 MiB"));
+  // A smaller one fits beside it.
+  EXPECT_TRUE(budget.Reserve("c", "gpu0", MemoryEstimate{200 * mib, 0, 0}, free_bytes, total).ok());
+  budget.Release("a");
+  budget.Release("c");
+  EXPECT_EQ(budget.pending(), 0u);
+  EXPECT_TRUE(budget.Reserve("b", "gpu0", b, free_bytes, total).ok());
+  // Less free than the headroom: nothing fits.
+  EXPECT_FALSE(budget.Reserve("d", "gpu0", MemoryEstimate{1, 0, 0}, 100 * mib, total).ok());
+}
+
 }  // namespace
 }  // namespace minfer::daemon

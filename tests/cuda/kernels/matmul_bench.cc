@@ -2,6 +2,9 @@
 // (--config=cuda; run on the GPU machine).
 //
 //   matmul_bench [--sweep] [--quick]
+//   matmul_bench --mmq [--quick]
+//   matmul_bench --gates [--quick]   MMVQ vs the f32-activation matvec on
+//                                    0.5B/1.5B/7B decode shapes
 //
 // MMVQ: each (type, rows x k) is timed on several weight buffers in rotation
 // (together several times the 50 MB L2, so the weights come from HBM as in a
@@ -13,6 +16,14 @@
 // bytes are read once for nt tokens), the fused QKV / SwiGLU launches, an
 // estimate of the matmul time of one 7B decode step per model type, and the
 // f16 GEMM in TFLOPS at nt = 512.
+//
+// --mmq: the int8 tensor-core prefill GEMM (mmq.h) against GemmF16 on the 7B
+// prefill shapes (q/o 3584x3584, k/v 512x3584, gate/up 18944x3584, down
+// 3584x18944) at nt = 512 and 2048, every quantized type: us per call of
+// LaunchMmq (its activation quantize prepass included), effective int8 TOPS
+// (2 rows k nt / time), the 128-token-tile fast variant, the prepass alone,
+// GemmF16, the speedup, which rung ran (and why kFast was skipped), and an
+// estimate of the 7B Q4_K_M prefill matmul time per token.
 //
 // Weights are random valid blocks (f16 scales finite, codes random): speed
 // does not depend on values, but all-zero data could.
@@ -30,6 +41,7 @@
 #include <vector>
 
 #include "cuda/kernels/matmul.h"
+#include "cuda/kernels/mmq.h"
 #include "engine/quant/blocks.h"
 #include "engine/quant/fp16.h"
 #include "engine/quant/ggml_types.h"
@@ -244,11 +256,159 @@ int One(int argc, char** argv) {
   return 0;
 }
 
+// --gates: the MMVQ shape gates (seed §3.2.5), re-measured: for each type
+// and the decode shapes of the 0.5B, 1.5B and 7B models, MMVQ (plus the
+// activation quantize it needs when no fused producer wrote the int8 plane)
+// against the f32-activation matvec, nt = 1, weights from HBM.
+int Gates(int reps) {
+  struct GShape {
+    const char* name;
+    int64_t rows, k;
+  };
+  const GShape shapes[] = {
+      {"0.5b k/v 128x896", 128, 896},      {"0.5b q/o 896x896", 896, 896},
+      {"0.5b gate 4864x896", 4864, 896},   {"0.5b down 896x4864", 896, 4864},
+      {"1.5b k/v 256x1536", 256, 1536},    {"1.5b q/o 1536x1536", 1536, 1536},
+      {"1.5b gate 8960x1536", 8960, 1536}, {"1.5b down 1536x8960", 1536, 8960},
+      {"7b k/v 512x3584", 512, 3584},      {"7b q/o 3584x3584", 3584, 3584},
+      {"7b down 3584x18944", 3584, 18944},
+  };
+  const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                            GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+  std::printf("\n== MMVQ vs f32-activation matvec, nt=1 (us per launch; quantize separately)\n");
+  std::printf("%-5s %-22s %9s %9s %9s %9s  %s\n", "type", "shape", "mmvq", "+quant", "f32",
+              "ratio", "winner");
+  for (GgmlType type : types) {
+    const int64_t bs = TraitsOf(type).block_size;
+    for (const GShape& s : shapes) {
+      if (s.k % bs != 0) continue;
+      auto rot = MakeRotation(type, s.rows, s.k);
+      Acts a = MakeActs(s.k, 1, s.rows);
+      const int batch = std::max<int>(40, static_cast<int>(rot.size()));
+      const double mmvq = MmvqUs(rot, a, 1, MmvqTuning{}, batch, reps);
+      const double quant = TimeLaunches(
+          [&](int) { return LaunchQuantizeQ8A(a.x, a.q, s.k, 1, stream); }, batch, reps);
+      const double f32 = TimeLaunches(
+          [&](int i) {
+            const Matrix& m = rot[i % rot.size()];
+            return LaunchMatvecF32(m.view, a.x, a.y, m.view.rows, 1, stream);
+          },
+          batch, reps);
+      const double with_q = mmvq + quant;
+      std::printf("%-5s %-22s %9.2f %9.2f %9.2f %9.2f  %s\n", GgmlTypeName(type), s.name, mmvq,
+                  with_q, f32, f32 / with_q,
+                  f32 < mmvq ? "f32" : (f32 < with_q ? "mmvq (f32 if unfused)" : "mmvq"));
+      FreeActs(a);
+      Free(rot);
+    }
+  }
+  return 0;
+}
+
+// --mmq: MMQ vs GemmF16 on the prefill shapes.
+int MmqMain(bool quick) {
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20);
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int reps = quick ? 3 : 7, batch = 4;
+  const GgmlType types[] = {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kQ4_0,
+                            GgmlType::kQ5_K, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1};
+  const int64_t nts[] = {512, 2048};
+  // us of LaunchMmq per [type index][shape][nt index], for the estimate.
+  double table[8][4][2] = {};
+  std::printf(
+      "\n== MMQ (LaunchMmq incl. quantize prepass) vs GemmF16; TOPS = 2 rows k nt / time\n"
+      "%-5s %-24s %5s | %9s %7s | %9s %7s | %8s | %9s %7s | %6s | %s\n",
+      "type", "shape", "nt", "mmq us", "TOPS", "bn128 us", "TOPS", "quant us", "f16 us", "TFLOPS",
+      "f16/mmq", "rung");
+  for (int ti = 0; ti < 8; ++ti) {
+    const GgmlType type = types[ti];
+    if (quick && ti >= 3) break;
+    for (int si = 0; si < 4; ++si) {
+      const Shape& s = kShapes[si];
+      std::vector<Matrix> rot;
+      for (int i = 0; i < 2; ++i) rot.push_back(MakeMatrix(type, s.rows, s.k));
+      for (int ni = 0; ni < 2; ++ni) {
+        const int64_t nt = nts[ni];
+        float* x = nullptr;
+        float* y = nullptr;
+        void* act = nullptr;
+        {
+          std::normal_distribution<float> nd(0.0f, 1.0f);
+          std::vector<float> hx(s.k * nt);
+          for (auto& v : hx) v = nd(rng);
+          CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&x), hx.size() * 4));
+          CHECK_CUDA(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+        }
+        CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&y), s.rows * nt * 4));
+        CHECK_CUDA(cudaMalloc(&act, MmqActivationBytes(s.k, nt)));
+        MmqReport rep;
+        CHECK_CUDA(LaunchMmq(rot[0].view, x, act, y, nt, stream, &rep));
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+        const double ops = 2.0 * s.rows * s.k * nt;
+        const double us = TimeLaunches(
+            [&](int i) { return LaunchMmq(rot[i % 2].view, x, act, y, nt, stream); }, batch, reps);
+        table[ti][si][ni] = us;
+        // The fast variant with 128-token tiles (one CTA per SM), prepass included.
+        double us128 = -1;
+        MmqTuning tu;
+        tu.tokens_per_cta = 128;
+        if (LaunchMmqFast(rot[0].view, act, y, nt, tu, stream) == cudaSuccess) {
+          us128 = TimeLaunches(
+              [&](int i) {
+                const cudaError_t e = LaunchQuantizeMmq(x, act, s.k, nt, stream);
+                return e != cudaSuccess ? e : LaunchMmqFast(rot[i % 2].view, act, y, nt, tu, stream);
+              },
+              batch, reps);
+        } else {
+          (void)cudaGetLastError();
+        }
+        const double usq = TimeLaunches(
+            [&](int) { return LaunchQuantizeMmq(x, act, s.k, nt, stream); }, batch, reps);
+        const double usf = TimeLaunches(
+            [&](int i) { return LaunchGemmF16(rot[i % 2].view, x, y, nt, stream); }, batch, reps);
+        char rung[160];
+        std::snprintf(rung, sizeof(rung), "%s/%d%s%s", MmqVariantName(rep.variant),
+                      rep.tokens_per_cta, rep.fast_skipped ? " (fast skipped: " : "",
+                      rep.fast_skipped ? rep.fast_skipped : "");
+        std::printf("%-5s %-24s %5lld | %9.1f %7.1f | %9.1f %7.1f | %8.1f | %9.1f %7.1f | %6.2fx | %s%s\n",
+                    GgmlTypeName(type), s.name, static_cast<long long>(nt), us, ops / us / 1e6,
+                    us128, us128 > 0 ? ops / us128 / 1e6 : 0.0, usq, usf, ops / usf / 1e6,
+                    usf / us, rung, rep.fast_skipped ? ")" : "");
+        cudaFree(x), cudaFree(y), cudaFree(act);
+      }
+      Free(rot);
+    }
+  }
+  // 7B Q4_K_M prefill matmuls per layer: q, k, o, gate, up Q4_K; v Q6_K;
+  // down Q6_K in about half the layers (14 Q6_K + 14 Q4_K). Head excluded
+  // (prefill computes logits for the last token only).
+  std::printf("\n== estimated 7B Q4_K_M prefill matmul time (28 layers, no attention/head)\n");
+  for (int ni = 0; ni < 2; ++ni) {
+    // types[] indices: 0 Q4_K, 1 Q6_K.
+    const double common = table[0][0][ni] * 2 + table[0][1][ni] + table[1][1][ni] +
+                          table[0][2][ni] * 2;
+    const double us = 14 * (common + table[1][3][ni]) + 14 * (common + table[0][3][ni]);
+    std::printf("nt=%-5lld %9.0f us per %lld tokens -> %7.0f tokens/s (matmuls only)\n",
+                static_cast<long long>(nts[ni]), us, static_cast<long long>(nts[ni]),
+                nts[ni] / us * 1e6);
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
-  bool sweep = false, quick = false;
+  bool sweep = false, quick = false, mmq = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--mmq")) mmq = true;
+  }
+  if (mmq) return MmqMain(quick);
+  if (argc >= 2 && !std::strcmp(argv[1], "--gates")) {
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    return Gates(quick ? 7 : 15);
   }
   if (argc >= 5 && !std::strcmp(argv[1], "--one")) {
     CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

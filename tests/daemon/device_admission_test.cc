@@ -1,0 +1,122 @@
+// GPU memory admission and device reporting, on a GPU-less machine: a fake
+// device backend provider (registered in this test binary only) reports a
+// small device and refuses to run models, so the test sees exactly what the
+// daemon decides before any upload.
+#include <string>
+
+#include "client/minfer_client.h"
+#include "daemon/daemon.h"
+#include "engine/runtime/device_backend.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/daemon/test_util.h"
+#include "tests/support/test_models.h"
+
+namespace minfer::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ClientFor;
+using testing::TextRequest;
+
+constexpr uint64_t kMiB = 1 << 20;
+constexpr uint64_t kDeviceTotal = 1024 * kMiB;
+constexpr uint64_t kDeviceFree = 600 * kMiB;  // 88 MiB usable after the headroom
+
+const bool kFakeRegistered = [] {
+  runtime::DeviceBackendProvider p;
+  p.name = "cuda";
+  p.info = []() -> absl::StatusOr<runtime::DeviceInfo> {
+    return runtime::DeviceInfo{"FakeGPU", 7, kDeviceTotal, kDeviceFree};
+  };
+  p.weight_bytes = [](int, uint64_t file_bytes) { return 2 * file_bytes; };
+  p.create = [](const runtime::DeviceBackendRequest&)
+      -> absl::StatusOr<std::unique_ptr<graph::Backend>> {
+    return absl::UnavailableError("the fake device runs no models");
+  };
+  runtime::RegisterDeviceBackendProvider(std::move(p));
+  return true;
+}();
+
+class DeviceAdmissionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(kFakeRegistered);
+    auto a = minfer::testing::TestModelPath("tiny", "q8_0", 1);
+    ASSERT_TRUE(a.ok()) << a.status();
+    path_ = *a;
+    auto d = Daemon::Start(testing::TestConfig());
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+    client_ = ClientFor(*daemon_);
+  }
+
+  v1::LoadModelRequest Request(const std::string& name, const std::string& backend,
+                               int32_t parallel, int64_t n_ctx) {
+    v1::LoadModelRequest r;
+    r.set_name(name);
+    r.set_path(path_);
+    r.set_backend(backend);
+    r.set_parallel(parallel);
+    r.set_n_ctx(n_ctx);
+    r.set_kv_type("f32");
+    return r;
+  }
+
+  std::string path_;
+  std::unique_ptr<Daemon> daemon_;
+  std::unique_ptr<client::MinferClient> client_;
+};
+
+TEST_F(DeviceAdmissionTest, CudaThatDoesNotFitIsRefusedWithTheFigures) {
+  // 4 x 4096 f32 KV = 32 MiB plus ~95 MiB of graph scratch > 88 MiB usable.
+  auto r = client_->LoadModel(Request("big", "cuda", 4, 4096));
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  const std::string msg(r.status().message());
+  EXPECT_THAT(msg, HasSubstr("model 'big' does not fit in the memory of cuda device FakeGPU"));
+  // Weights in the device layout (the provider doubles them).
+  auto file = gguf::GgufFile::Open(path_);
+  ASSERT_TRUE(file.ok());
+  uint64_t weights = 0;
+  for (const auto& t : (*file)->tensors()) weights += 2 * t.nbytes;
+  EXPECT_THAT(msg, HasSubstr(absl::StrCat("(", weights, " B) + KV")));
+  EXPECT_THAT(msg, HasSubstr("600.0 MiB"));
+  EXPECT_THAT(msg, HasSubstr("leaving 88.0 MiB"));
+}
+
+TEST_F(DeviceAdmissionTest, AutoThatDoesNotFitRunsOnTheCpu) {
+  auto r = testing::Load(*client_, "big", path_, 4, 4096);  // backend "auto"
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->backend(), "cpu");
+  auto out = client_->Generate(TextRequest("big", "still serves", 4));
+  ASSERT_TRUE(out.ok()) << out.status();
+}
+
+TEST_F(DeviceAdmissionTest, CudaThatFitsReachesTheDeviceAndReleasesItsReservation) {
+  // Fits the device budget, so the load reaches the provider (which fails
+  // it); the reservation ends with the load, so the same figures fit again.
+  for (const char* name : {"a", "b"}) {
+    auto r = client_->LoadModel(Request(name, "cuda", 1, 256));
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("the fake device runs no models"));
+  }
+}
+
+TEST_F(DeviceAdmissionTest, ServerStatusListsTheDevice) {
+  auto s = client_->GetServerStatus();
+  ASSERT_TRUE(s.ok()) << s.status();
+  bool found = false;
+  for (const v1::Device& d : s->devices()) {
+    if (d.kind() != "cuda") continue;
+    found = true;
+    EXPECT_EQ(d.name(), "FakeGPU");
+    EXPECT_EQ(d.cores(), 7);
+    EXPECT_EQ(d.memory_total_bytes(), kDeviceTotal);
+    EXPECT_EQ(d.memory_free_bytes(), kDeviceFree);
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(s->devices(0).kind(), "cpu");
+}
+
+}  // namespace
+}  // namespace minfer::daemon
