@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cuda/kernels/matmul.h"
+#include "cuda/kernels/mmq.h"
 #include "cuda/kernels/ops.h"
 #include "engine/base/logging.h"
 #include "engine/base/status.h"
@@ -153,6 +154,8 @@ void CudaBackend::RefreshKnobs() {
   k.decode_a_fuse = !r.GetBool("MINFER_NO_DECODE_A_FUSE", knob_overrides_);
   k.pinned_readback = !r.GetBool("MINFER_NO_PINNED_READBACK", knob_overrides_);
   k.prefill_gemm = !r.GetBool("MINFER_NO_PREFILL_GEMM", knob_overrides_);
+  k.mmq = r.GetBool("MINFER_MMQ", knob_overrides_);
+  k.mmq_debug = r.GetBool("MINFER_MMQ_RAW_NB_DEBUG", knob_overrides_);
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
   bool changed = std::memcmp(&k, &knobs_, sizeof(k)) != 0;
   knobs_ = k;
@@ -267,6 +270,35 @@ absl::Status CudaBackend::MatMul(const Node& n, const BufferRef& x, float* y) {
   // The decision tree (seed §2.2, §3.2.5): prefill-shaped batches go to the
   // tiled GEMM, decode shapes to MMVQ, float weights to the f32 kernels.
   if (nt >= 9 && knobs_.prefill_gemm) {
+    if (knobs_.mmq && MmqSupports(w->type)) {
+      // One activation scratch shared by every prefill matmul: they run in
+      // stream order, each quantizing its input into it first.
+      ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(k, nt)));
+      MmqReport report;
+      const cudaError_t err = LaunchMmq(*w, xf, act, y, nt, state_->stream(), &report);
+      if (err != cudaErrorNotSupported) {
+        RETURN_IF_ERROR(Check(err, "MMQ"));
+        (report.variant == MmqVariant::kFast ? stats_.mmq_fast : stats_.mmq_generic)++;
+        if (knobs_.mmq_debug &&
+            mmq_logged_.insert({static_cast<int>(w->type), w->rows, k,
+                                static_cast<int>(report.variant)})
+                .second) {
+          Logger("cuda")->info("MMQ {} {}x{} nt {}: {} variant, {} tokens per CTA{}{}",
+                               GgmlTypeName(w->type), w->rows, k, nt,
+                               MmqVariantName(report.variant), report.tokens_per_cta,
+                               report.fast_skipped ? "; fast variant skipped: " : "",
+                               report.fast_skipped ? report.fast_skipped : "");
+        }
+        return absl::OkStatus();
+      }
+      // No MMQ on this GPU (pre-sm_80): the f16 GEMM below.
+      cudaGetLastError();
+      if (knobs_.mmq_debug && mmq_logged_.insert({static_cast<int>(w->type), -1, -1, 0}).second) {
+        Logger("cuda")->info("MMQ {}: not supported on this device; f16 GEMM",
+                             GgmlTypeName(w->type));
+      }
+    }
+    stats_.gemm_f16++;
     return Check(LaunchGemmF16(*w, xf, y, nt, state_->stream()), "GEMM f16");
   }
   const bool mmvq = MmvqSupports(w->type) && nt <= 8 && !(IsKQuant(w->type) && !knobs_.kq_mmvq);

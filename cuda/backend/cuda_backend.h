@@ -29,6 +29,7 @@
 #include <cuda_runtime_api.h>
 
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -85,6 +86,9 @@ class CudaBackend : public graph::Backend {
     int64_t recaptures = 0;  // recordings dropped for a pool_gen change
     int64_t quantize_launches = 0;
     int64_t quantize_skipped = 0;  // the norm epilogue already wrote the int8 plane
+    int64_t mmq_fast = 0;          // MMQ launches by variant
+    int64_t mmq_generic = 0;
+    int64_t gemm_f16 = 0;          // prefill matmuls on the f16 GEMM
   };
   const Stats& stats() const { return stats_; }
   bool graphs_enabled() const { return graphs_enabled_; }
@@ -103,6 +107,8 @@ class CudaBackend : public graph::Backend {
     bool decode_a_fuse = true;
     bool pinned_readback = true;
     bool prefill_gemm = true;
+    bool mmq = false;
+    bool mmq_debug = false;
     bool op_timing = false;
   };
   using Key = std::tuple<int32_t, int64_t>;  // (buffer, offset) of an activation
@@ -149,6 +155,9 @@ class CudaBackend : public graph::Backend {
 
   std::map<std::string, std::pair<void*, int64_t>> scratch_;  // tag -> (ptr, bytes)
   std::map<Key, bool> q8_valid_;  // execution-window memo
+  // MINFER_MMQ_RAW_NB_DEBUG: launch classes (type, rows, k, variant) already
+  // logged.
+  std::set<std::tuple<int, int64_t, int64_t, int>> mmq_logged_;
 
   struct Recorded {
     uint64_t uid;

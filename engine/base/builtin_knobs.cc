@@ -43,6 +43,13 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
   add({"MINFER_NO_PREFILL_GEMM", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Prefill matmuls (nt >= 9) run the per-type decode kernels instead of the GEMM."});
+  add({"MINFER_MMQ", KnobType::kBool, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "Prefill matmuls (nt >= 9) of quantized weights run the int8 tensor-core MMQ GEMM "
+       "instead of the f16 GEMM (opt-in until its H200 validation and benchmark)."});
+  add({"MINFER_MMQ_RAW_NB_DEBUG", KnobType::kBool, "0", KnobScope::kGlobal,
+       KnobEffect::kRecapture,
+       "Log which MMQ variant ran for each (weight type, shape) class the first time, and why a "
+       "faster one was skipped."});
   add({"MINFER_OP_TIMING", KnobType::kBool, "0", KnobScope::kGlobal, KnobEffect::kRecapture,
        "Time every GPU op (synchronizes after each; disables graph replay); report at exit."});
   add({"MINFER_TIMING", KnobType::kBool, "0", KnobScope::kGlobal, KnobEffect::kImmediate,

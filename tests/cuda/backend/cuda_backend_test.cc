@@ -101,8 +101,12 @@ class OpHarness {
           *r = BufferRef{b, *id, 0, bytes};
           ASSERT_TRUE(b->Fill(*r, 0).ok());
         }
-        if (kv_init_k) ASSERT_TRUE(b->WriteHost(layer.k, kv_init_k->data(), bytes).ok());
-        if (kv_init_v) ASSERT_TRUE(b->WriteHost(layer.v, kv_init_v->data(), bytes).ok());
+        if (kv_init_k) {
+          ASSERT_TRUE(b->WriteHost(layer.k, kv_init_k->data(), bytes).ok());
+        }
+        if (kv_init_v) {
+          ASSERT_TRUE(b->WriteHost(layer.v, kv_init_v->data(), bytes).ok());
+        }
         a.kv = &layer;
         a.kv_layout = *kv;
         // Attn reads the cache through its K/V inputs.
@@ -255,6 +259,45 @@ TEST_F(CudaBackendOpTest, MatMulEveryTypeAndTokenCount) {
       double bound = nt >= 9 ? 1e-2 : (t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16 ? 1e-5 : 1e-5);
       EXPECT_LT(RelErr(g, c), bound) << "nt " << nt;
     }
+  }
+}
+
+// A global knob set for the scope of a test (knobs are read between steps).
+class ScopedKnob {
+ public:
+  ScopedKnob(const char* name, const char* value) : name_(name) {
+    EXPECT_TRUE(KnobRegistry::Global().Set(name, value).ok());
+  }
+  ~ScopedKnob() { (void)KnobRegistry::Global().Reset(name_); }
+
+ private:
+  const char* name_;
+};
+
+// MINFER_MMQ=1: prefill-shaped matmuls of the eight quantized types run the
+// int8 MMQ GEMM, which reproduces the CPU's integer math (so the MMVQ bound,
+// not the f16 GEMM's), on both rungs of its ladder (k 512 takes the fast
+// variant; Q6_K is padded on the device).
+TEST_F(CudaBackendOpTest, MatMulMmqEveryQuantType) {
+  ScopedKnob mmq("MINFER_MMQ", "1");
+  const GgmlType quant[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                            GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+  for (GgmlType t : quant) {
+    SCOPED_TRACE(GgmlTypeName(t));
+    const int64_t k = 512, rows = 300;
+    auto w = MakeWeight("w", t, k, rows);
+    OpHarness h({&w->w});
+    ASSERT_NE(h.gpu(), nullptr);
+    for (int64_t nt : {9, 17, 100, 511}) {
+      Node mm = MakeNode(OpKind::kMatMul, Shape(rows, nt), {&w->w});
+      mm.inputs = {0};
+      auto x = RandomFloats(k * nt);
+      std::vector<float> c, g;
+      h.Run(mm, {Bytes(x)}, &c, &g);
+      EXPECT_LT(RelErr(g, c), 1e-5) << "nt " << nt;
+    }
+    EXPECT_EQ(h.gpu()->stats().mmq_fast + h.gpu()->stats().mmq_generic, 4);
+    EXPECT_EQ(h.gpu()->stats().gemm_f16, 0);
   }
 }
 
@@ -415,6 +458,22 @@ TEST_P(CudaModelTest, GreedyEqualsCpu) {
     ASSERT_TRUE(cpu && gpu);
     EXPECT_TRUE(gpu->gpu());
     std::vector<int32_t> prompt = {100, 200, 300, 17, 18, 19, 999, 5, 6, 7, 8, 1000};
+    EXPECT_EQ(Greedy(gpu, prompt, 32), Greedy(cpu, prompt, 32));
+  }
+}
+
+// The same with the int8 MMQ prefill GEMM (MINFER_MMQ=1) for every
+// quantized type: its integer math is the CPU's, so greedy output is equal.
+TEST_P(CudaModelTest, GreedyEqualsCpuWithMmq) {
+  if (GetParam() == "f32" || GetParam() == "f16" || GetParam() == "bf16") GTEST_SKIP();
+  ScopedKnob mmq("MINFER_MMQ", "1");
+  for (const std::string shape : {"tiny", "tiny-untied"}) {
+    SCOPED_TRACE(shape);
+    auto cpu = Load(shape, GetParam(), "cpu");
+    auto gpu = Load(shape, GetParam(), "cuda");
+    ASSERT_TRUE(cpu && gpu);
+    std::vector<int32_t> prompt = {100, 200, 300, 17, 18, 19, 999, 5, 6, 7, 8, 1000,
+                                   1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
     EXPECT_EQ(Greedy(gpu, prompt, 32), Greedy(cpu, prompt, 32));
   }
 }

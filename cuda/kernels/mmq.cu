@@ -1,0 +1,629 @@
+// MMQ (mmq.h): the activation quantize prepass, the int8 tensor-core GEMM in
+// its two variants (fast: raw cp.async weight staging; generic: 2-byte
+// loads), and the ladder that picks one.
+//
+// Tiling. A CTA computes 128 weight rows x BN tokens of y (BN = 64 by
+// default; 128 as a tuning for the fast variant, 32 for the generic one on
+// GPUs with less than ~110 KB of opt-in shared memory). Its 8 warps are 4
+// along rows x 2 along tokens: a warp owns 32 rows (two 16-row m-tiles) x
+// BN/2 tokens (BN/16 8-token n-tiles) and keeps their f32 sums in
+// registers. k advances in chunks of 256 (one K-quant super-block, eight
+// legacy blocks), double-buffered in shared memory:
+//
+//   top of chunk c: wait for chunk c's copies; __syncthreads (chunk c is
+//     visible, and every warp has finished chunk c-1, so its buffers are
+//     free); start the copies of chunk c+1 into them.
+//   scale table: the two warps sharing 32 rows decode the per-block float
+//     weight scales of chunk c (d, d * sc, mins; the K-quant 6-bit scale
+//     unpacking happens here, once per row and block, not once per mma)
+//     into shared memory and meet at a 64-thread named barrier.
+//   integer work: per 32-element block, each warp decodes its A fragments
+//     (2 m-tiles) from the raw bytes once and reuses them for all its
+//     n-tiles; B fragments come from the int8 activation codes with
+//     ldmatrix.x4 (two n-tiles per instruction). One m16n8k32 (Q6_K: two
+//     m16n8k16) per (m-tile, n-tile) gives the exact int32 dots of one
+//     block for 16 rows x 8 tokens, which are folded into the f32 sums right
+//     away: acc = fma(float(I), f_w * d_a, acc) [+ fma(m_w, s_a, acc)].
+//
+// The grid runs token tiles fastest, so the CTAs that share a weight tile
+// are adjacent and read it from L2. Edges: rows past the end are zero-filled
+// (fast: cp.async with src-size 0) and never stored; tokens past nt are the
+// zero padding of the activation layout and never stored; k past the end
+// (legacy types, generic variant only) is skipped block by block.
+//
+// Cost model (why the fold is written as it is). Per (row, token, block)
+// the fold needs float(I), one product and one fma (a second fma for the
+// mins): ~4 issue slots per C element, 16 per mma, so the kernel is bound
+// by the FP32/issue rate rather than the tensor cores, as llama.cpp's is.
+// float(I) uses the exact 1.5 * 2^23 trick (mmq_impl.cuh exact_i2f).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/kernels/common.cuh"
+#include "cuda/kernels/mmq.h"
+#include "cuda/kernels/mmq_impl.cuh"
+
+namespace minfer::cuda {
+namespace mmq {
+namespace {
+
+// ------------------------------------------------------ quantize prepass
+
+constexpr int kQThreads = 256;
+constexpr float kMinScale = 1.17549435e-38f;  // FLT_MIN (vec_dot_internal.h kQ8AMinScale)
+
+// Eight threads per 32-value block, four values each, exactly the float
+// operations of quantize.cu (the CPU's QuantizeRowQ8A): d = absmax / 127
+// (0 below FLT_MIN), id = 1 / d, q = round-half-even(x * id), s = d *
+// float(sum q), each rounded and never fused. Blocks of padding tokens (t >=
+// nt) read nothing and come out as zeros.
+template <bool kVec>
+__global__ void __launch_bounds__(kQThreads) quantize_mmq_kernel(const float* __restrict__ x,
+                                                                 int8_t* __restrict__ aq,
+                                                                 float* __restrict__ ad,
+                                                                 float* __restrict__ as,
+                                                                 int64_t k, int64_t nt,
+                                                                 int64_t ntp) {
+  const int64_t nb = k / 32;
+  const int64_t gid = static_cast<int64_t>(blockIdx.x) * kQThreads + threadIdx.x;
+  const int64_t blk = gid >> 3;
+  const int sub = static_cast<int>(gid & 7);
+  const bool active = blk < nb * ntp;  // whole 8-lane groups are active or not
+  const int64_t t = active ? blk / nb : 0;
+  const int64_t b = active ? blk - t * nb : 0;
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (active && t < nt) {
+    const float* p = x + t * k + b * 32 + sub * 4;
+    if constexpr (kVec) {
+      v = __ldg(reinterpret_cast<const float4*>(p));
+    } else {
+      v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+    }
+  }
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int off = 4; off > 0; off >>= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(kFullWarpMask, amax, off));
+  }
+  float d = __fdiv_rn(amax, 127.0f);
+  if (!(d >= kMinScale)) d = 0.0f;
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  const int q0 = __float2int_rn(__fmul_rn(v.x, id));
+  const int q1 = __float2int_rn(__fmul_rn(v.y, id));
+  const int q2 = __float2int_rn(__fmul_rn(v.z, id));
+  const int q3 = __float2int_rn(__fmul_rn(v.w, id));
+  int sum = q0 + q1 + q2 + q3;
+#pragma unroll
+  for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullWarpMask, sum, off);
+  if (!active) return;
+  const uint32_t packed = (static_cast<uint32_t>(q0) & 0xFF) |
+                          ((static_cast<uint32_t>(q1) & 0xFF) << 8) |
+                          ((static_cast<uint32_t>(q2) & 0xFF) << 16) |
+                          (static_cast<uint32_t>(q3) << 24);
+  *reinterpret_cast<uint32_t*>(aq + t * k + b * 32 + sub * 4) = packed;
+  if (sub == 0) {
+    ad[b * ntp + t] = d;
+    as[b * ntp + t] = __fmul_rn(d, static_cast<float>(sum));
+  }
+}
+
+// ---------------------------------------------------------------- GEMM
+
+// Two CTAs per SM (<= 128 registers) where the shared memory allows it
+// (BN <= 64: 78..110 KB); a 128-token tile needs 130+ KB, so one CTA and
+// the registers for its 64 accumulators.
+constexpr int MinBlocks(int bn) { return bn >= 128 ? 1 : 2; }
+
+template <GgmlType T, int BN, bool kFast>
+__global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using X = Tr<T>;
+  using SM = Smem<T, BN>;
+  constexpr int kNT = BN / 16;  // 8-token n-tiles per warp
+  static_assert(kNT % 2 == 0, "ldmatrix.x4 loads n-tiles in pairs");
+  constexpr int kTW = SM::kTW;
+
+  extern __shared__ __align__(16) uint8_t smem[];
+  // Stage buffer `buf` (0/1) by arithmetic: an array of pointers indexed by
+  // a run-time buf would live in local memory.
+  auto s_w = [&](int buf) { return smem + buf * SM::kStage; };
+  auto s_a = [&](int buf) { return smem + buf * SM::kStage + SM::kW; };
+  auto s_d = [&](int buf) {
+    return reinterpret_cast<float*>(smem + buf * SM::kStage + SM::kW + SM::kA);
+  };
+  auto s_s = [&](int buf) {
+    return reinterpret_cast<float*>(smem + buf * SM::kStage + SM::kW + SM::kA + SM::kD);
+  };
+  float* const s_tbl = reinterpret_cast<float*>(smem + 2 * SM::kStage);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wr = warp & 3, wc = warp >> 2;  // 32-row group, token half
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kBM;
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * BN;
+
+  // Copies chunk c into stage buffer `buf` (commit is the caller's). Each
+  // thread owns fixed rows / tokens / scale pieces, so what stays live
+  // across the chunk loop is one base pointer per role (a flat "piece i of
+  // the tile" loop let the compiler hoist a 64-bit address per iteration and
+  // spill).
+  //  * weights, fast: thread -> row tid / 2, 16-byte pieces tid % 2, +2, ...
+  //  * weights, generic: warp w -> rows 16w..16w+15, lanes over 2-byte words
+  //  * codes: thread -> token tid / kTpt, pieces tid % kTpt, + kTpt, ...
+  //  * d, s: thread tid < 2 BN -> block row tid / (BN / 4), piece tid % (BN / 4)
+  constexpr int kTpt = kThreads / BN;  // threads per token row of codes
+  // Fast: byte offset of this thread's row within the row tile, 32-bit (the
+  // launcher guarantees kBM * row_bytes < 2^31): it stays live across the
+  // whole loop, and a 64-bit pointer cost Q6_K a spill.
+  const bool my_row_ok = row0 + (tid >> 1) < p.rows;
+  const uint32_t w_row_off = my_row_ok ? static_cast<uint32_t>(tid >> 1) * static_cast<uint32_t>(p.row_bytes) : 0u;
+  const int8_t* const a_src = p.aq + (tok0 + tid / kTpt) * p.k + 16 * (tid % kTpt);
+  const int ds_kb = tid / (BN / 4), ds_q = tid % (BN / 4);
+  const float* const d_src = p.ad + static_cast<int64_t>(ds_kb) * p.ntp + tok0 + 4 * ds_q;
+  const float* const s_src = p.as + static_cast<int64_t>(ds_kb) * p.ntp + tok0 + 4 * ds_q;
+  auto stage = [&](int c, int buf) {
+    const int nkb = kFast ? kKB : min(kKB, p.nb - c * kKB);
+    if constexpr (kFast) {
+      constexpr int kPieces = X::kCB / 16;
+      const uint32_t dst = smem_addr(s_w(buf) + (tid >> 1) * X::kWS);
+      const uint8_t* src = p.w + row0 * p.row_bytes + w_row_off + static_cast<int64_t>(c) * p.src_cb;
+#pragma unroll
+      for (int q = tid & 1; q < kPieces; q += 2) {
+        cp_async16(dst + 16 * q, my_row_ok ? src + 16 * q : p.w, my_row_ok ? 16 : 0);
+      }
+    } else {
+      // Any 2-byte aligned base and stride; the last legacy chunk may be
+      // partial.
+      const int hw = (X::kBPC == 1 ? X::kCopyCB : nkb * X::kBS) / 2;
+#pragma unroll 2
+      for (int r = 0; r < 16; ++r) {
+        const int row = 16 * warp + r;
+        const int64_t grow = row0 + row;
+        uint16_t* dst = reinterpret_cast<uint16_t*>(s_w(buf) + row * X::kWS);
+        if (grow < p.rows) {
+          const uint16_t* src = reinterpret_cast<const uint16_t*>(
+              p.w + grow * p.row_bytes + static_cast<int64_t>(c) * p.src_cb);
+          for (int h = lane; h < hw; h += 32) dst[h] = __ldg(src + h);
+        } else {
+          for (int h = lane; h < hw; h += 32) dst[h] = 0;
+        }
+      }
+    }
+    {
+      const uint32_t dst = smem_addr(s_a(buf) + (tid / kTpt) * kAS + 16 * (tid % kTpt));
+      const int8_t* src = a_src + static_cast<int64_t>(c) * kKC;
+#pragma unroll
+      for (int j = 0; j < 16 / kTpt; ++j) {
+        const int q = tid % kTpt + kTpt * j;  // 16-byte piece: block q / 2
+        if (kFast || q < 2 * nkb) cp_async16(dst + 16 * kTpt * j, src + 16 * kTpt * j, 16);
+      }
+    }
+    if (tid < 2 * BN && (kFast || ds_kb < nkb)) {
+      const int64_t off = static_cast<int64_t>(c) * kKB * p.ntp;
+      cp_async16(smem_addr(s_d(buf) + ds_kb * BN + 4 * ds_q), d_src + off, 16);
+      if constexpr (X::kMin) cp_async16(smem_addr(s_s(buf) + ds_kb * BN + 4 * ds_q), s_src + off, 16);
+    }
+  };
+
+  float acc[2][kNT][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+    }
+  }
+
+  // ldmatrix row address of this lane: matrix q = lane / 8 is (n-tile
+  // q / 2 of the pair, k bytes 16 (q % 2)..+15), row lane % 8 = its token.
+  const int lm_tok = wc * (BN / 2) + 8 * (lane >> 4) + (lane & 7);
+  const uint32_t lm_off = lm_tok * kAS + 16 * ((lane >> 3) & 1);
+  // This lane's tokens within the CTA tile (n-tile nt adds 8 nt): 2t, 2t+1.
+  const int tk_base = wc * (BN / 2) + 2 * t;
+  const int wrow = 32 * wr + g;  // m-tile mt adds 16 mt, the second row 8
+
+  stage(0, 0);
+  cp_async_commit();
+  for (int c = 0; c < p.n_chunks; ++c) {
+    const int buf = c & 1;
+    cp_async_wait_all();
+    __syncthreads();
+    if (c + 1 < p.n_chunks) stage(c + 1, buf ^ 1);
+    cp_async_commit();
+    const int nkb = kFast ? kKB : min(kKB, p.nb - c * kKB);
+
+    // Scale table of this warp pair's 32 rows: 64 threads x 4 blocks.
+    {
+      const int idx = wc * 32 + lane;
+      const int row = 32 * wr + (idx >> 1);
+      const uint8_t* wrow_p = s_w(buf) + row * X::kWS;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int kb = 4 * (idx & 1) + q;
+        if (kFast || kb < nkb) {
+          const float2 e = X::table(wrow_p, kb);
+          if constexpr (kTW == 2) {
+            reinterpret_cast<float2*>(s_tbl)[kb * kBM + row] = e;
+          } else {
+            s_tbl[kb * kBM + row] = e.x;
+          }
+        }
+      }
+      // Constant ids (a run-time id makes ptxas reserve all 16 barriers).
+      switch (wr) {
+        case 0: named_barrier<1>(64); break;
+        case 1: named_barrier<2>(64); break;
+        case 2: named_barrier<3>(64); break;
+        default: named_barrier<4>(64); break;
+      }
+    }
+
+    const uint8_t* const w_lo = s_w(buf) + wrow * X::kWS;  // row g of m-tile 0
+    const uint32_t a_base = smem_addr(s_a(buf)) + lm_off;
+    const float* const dk = s_d(buf);
+    const float* const sk = s_s(buf);
+#pragma unroll
+    for (int kb = 0; kb < kKB; ++kb) {
+      if (!kFast && kb >= nkb) break;  // block-uniform
+      // m-tiles per pass: both (A decoded once, B fragments loaded once),
+      // or for Q6_K (a heavier decode, two mma per tile) one at a time with
+      // the B fragments reloaded, which keeps it within 128 registers.
+      constexpr int kMG = X::kSplit ? 1 : 2;
+#pragma unroll
+      for (int m0 = 0; m0 < 2; m0 += kMG) {
+        uint32_t a[kMG][4];
+        float2 fw[kMG][2];  // [m-tile][row g / g+8]
+#pragma unroll
+        for (int i = 0; i < kMG; ++i) {
+          const int mt = m0 + i;
+          X::frag(w_lo + (16 * mt) * X::kWS, kb, t, &a[i][0], &a[i][2]);
+          X::frag(w_lo + (16 * mt + 8) * X::kWS, kb, t, &a[i][1], &a[i][3]);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = wrow + 16 * mt + 8 * h;
+            if constexpr (kTW == 2) {
+              fw[i][h] = reinterpret_cast<const float2*>(s_tbl)[kb * kBM + r];
+            } else {
+              fw[i][h] = make_float2(s_tbl[kb * kBM + r], 0.0f);
+            }
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4(b, a_base + np * 16 * kAS + kb * 32);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int nt = 2 * np + j;
+            const int tk = tk_base + 8 * nt;
+            const float2 da = *reinterpret_cast<const float2*>(dk + kb * BN + tk);
+            float2 sa = make_float2(0.0f, 0.0f);
+            if constexpr (X::kMin) sa = *reinterpret_cast<const float2*>(sk + kb * BN + tk);
+#pragma unroll
+            for (int i = 0; i < kMG; ++i) {
+              float* const ac = acc[m0 + i][nt];
+              if constexpr (X::kSplit) {
+                // Elements 0-15 then 16-31 of the block: every output still
+                // gets its lo term before its hi term (the CPU's order).
+                int c16[4];
+                mma_k16(c16, a[i][0], a[i][1], b[2 * j]);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  ac[e] = fmaf(exact_i2f(c16[e]), __fmul_rn(fw[i][e >> 1].x, (e & 1) ? da.y : da.x),
+                               ac[e]);
+                }
+                mma_k16(c16, a[i][2], a[i][3], b[2 * j + 1]);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  ac[e] = fmaf(exact_i2f(c16[e]), __fmul_rn(fw[i][e >> 1].y, (e & 1) ? da.y : da.x),
+                               ac[e]);
+                }
+              } else {
+                int cc[4];
+                mma_k32(cc, a[i], b[2 * j], b[2 * j + 1]);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  const float2 f = fw[i][e >> 1];
+                  float v = fmaf(exact_i2f(cc[e]), __fmul_rn(f.x, (e & 1) ? da.y : da.x), ac[e]);
+                  if constexpr (X::kMin) v = fmaf(f.y, (e & 1) ? sa.y : sa.x, v);
+                  ac[e] = v;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // y[tok * rows + row]: per store instruction 8 consecutive rows of 4
+  // tokens (full 32-byte sectors).
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + wrow + 16 * mt + 8 * h;
+      if (row >= p.rows) continue;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t tok = tok0 + tk_base + 8 * nt + e;
+          if (tok < p.nt) p.y[tok * p.rows + row] = acc[mt][nt][2 * h + e];
+        }
+      }
+    }
+  }
+#endif  // __CUDA_ARCH__ >= 800
+}
+
+// ------------------------------------------------------------ launching
+
+struct DeviceInfo {
+  int major = 0;
+  int smem_optin = 0;
+};
+
+cudaError_t QueryDevice(DeviceInfo* info) {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info->major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err == cudaSuccess) {
+    err = cudaDeviceGetAttribute(&info->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  }
+  return err;
+}
+
+// Launches one instantiation. The dynamic shared-memory limit is raised once
+// per kernel (first call; not a stream operation). Returns
+// cudaErrorNotSupported when the device refuses that much shared memory.
+template <GgmlType T, int BN, bool kFast>
+cudaError_t LaunchKernel(const Params& p, cudaStream_t stream) {
+  constexpr int kBytes = Smem<T, BN>::kBytes;
+  static const cudaError_t attr = [] {
+    const cudaError_t e = cudaFuncSetAttribute(mmq_kernel<T, BN, kFast>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+    if (e != cudaSuccess) (void)cudaGetLastError();  // not sticky: clear it
+    return e;
+  }();
+  if (attr != cudaSuccess) return cudaErrorNotSupported;
+  const dim3 grid(static_cast<unsigned>((p.nt + BN - 1) / BN),
+                  static_cast<unsigned>((p.rows + kBM - 1) / kBM));
+  mmq_kernel<T, BN, kFast><<<grid, kThreads, kBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <GgmlType T>
+int SmemBytes(int bn) {
+  return bn == 32 ? Smem<T, 32>::kBytes : bn == 64 ? Smem<T, 64>::kBytes : Smem<T, 128>::kBytes;
+}
+
+int SmemBytesOf(GgmlType type, int bn) {
+  switch (type) {
+    case GgmlType::kQ4_0: return SmemBytes<GgmlType::kQ4_0>(bn);
+    case GgmlType::kQ4_1: return SmemBytes<GgmlType::kQ4_1>(bn);
+    case GgmlType::kQ5_0: return SmemBytes<GgmlType::kQ5_0>(bn);
+    case GgmlType::kQ5_1: return SmemBytes<GgmlType::kQ5_1>(bn);
+    case GgmlType::kQ8_0: return SmemBytes<GgmlType::kQ8_0>(bn);
+    case GgmlType::kQ4_K: return SmemBytes<GgmlType::kQ4_K>(bn);
+    case GgmlType::kQ5_K: return SmemBytes<GgmlType::kQ5_K>(bn);
+    case GgmlType::kQ6_K: return SmemBytes<GgmlType::kQ6_K>(bn);
+    default: return 1 << 30;
+  }
+}
+
+template <GgmlType T>
+cudaError_t LaunchTyped(const Params& p, int bn, bool fast, cudaStream_t stream) {
+  if (fast) {
+    return bn == 128 ? LaunchKernel<T, 128, true>(p, stream) : LaunchKernel<T, 64, true>(p, stream);
+  }
+  return bn == 32 ? LaunchKernel<T, 32, false>(p, stream) : LaunchKernel<T, 64, false>(p, stream);
+}
+
+cudaError_t Dispatch(GgmlType type, const Params& p, int bn, bool fast, cudaStream_t stream) {
+  switch (type) {
+    case GgmlType::kQ4_0: return LaunchTyped<GgmlType::kQ4_0>(p, bn, fast, stream);
+    case GgmlType::kQ4_1: return LaunchTyped<GgmlType::kQ4_1>(p, bn, fast, stream);
+    case GgmlType::kQ5_0: return LaunchTyped<GgmlType::kQ5_0>(p, bn, fast, stream);
+    case GgmlType::kQ5_1: return LaunchTyped<GgmlType::kQ5_1>(p, bn, fast, stream);
+    case GgmlType::kQ8_0: return LaunchTyped<GgmlType::kQ8_0>(p, bn, fast, stream);
+    case GgmlType::kQ4_K: return LaunchTyped<GgmlType::kQ4_K>(p, bn, fast, stream);
+    case GgmlType::kQ5_K: return LaunchTyped<GgmlType::kQ5_K>(p, bn, fast, stream);
+    case GgmlType::kQ6_K: return LaunchTyped<GgmlType::kQ6_K>(p, bn, fast, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+int64_t TokensPadded(int64_t nt) { return (nt + kMmqTokenPad - 1) / kMmqTokenPad * kMmqTokenPad; }
+
+// Checks a GEMM call (cudaErrorInvalidValue on a violated precondition) and
+// fills the parameters. *empty: nothing to do.
+cudaError_t Prepare(const WeightView& w, const void* act, float* y, int64_t nt, Params* p,
+                    bool* empty) {
+  *empty = false;
+  if (!MmqSupports(w.type) || nt < 0 || w.rows < 0 || w.k <= 0) return cudaErrorInvalidValue;
+  if (w.q6k_padded && w.type != GgmlType::kQ6_K) return cudaErrorInvalidValue;
+  const int64_t bs = TraitsOf(w.type).block_size;
+  if (w.k % bs != 0) return cudaErrorInvalidValue;
+  if (nt == 0 || w.rows == 0) {
+    *empty = true;
+    return cudaSuccess;
+  }
+  if (w.data == nullptr || act == nullptr || y == nullptr) return cudaErrorInvalidValue;
+  const int64_t block_bytes = DeviceBlockBytes(w.type, w.q6k_padded);
+  if (w.row_bytes < w.k / bs * block_bytes || w.row_bytes % 2 != 0 ||
+      reinterpret_cast<uintptr_t>(w.data) % 2 != 0 || reinterpret_cast<uintptr_t>(act) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(y) % 4 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  // Grid and 32-bit index limits: y grid dimension, int block counts.
+  if ((w.rows + kBM - 1) / kBM > 65535 || (nt + 31) / 32 > 0x7FFFFFFF || w.k > (int64_t{1} << 30)) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t ntp = TokensPadded(nt);
+  p->w = static_cast<const uint8_t*>(w.data);
+  p->row_bytes = w.row_bytes;
+  p->rows = w.rows;
+  p->k = w.k;
+  p->nb = static_cast<int>(w.k / 32);
+  p->n_chunks = (p->nb + kKB - 1) / kKB;
+  // Bytes between chunks of a global row: 8 legacy blocks or 1 super-block.
+  p->src_cb = static_cast<int>(bs == 32 ? 8 * block_bytes : block_bytes);
+  p->aq = static_cast<const int8_t*>(act);
+  p->ad = reinterpret_cast<const float*>(static_cast<const uint8_t*>(act) + ntp * w.k);
+  p->as = p->ad + ntp * (w.k / 32);
+  p->ntp = ntp;
+  p->y = y;
+  p->nt = nt;
+  return cudaSuccess;
+}
+
+}  // namespace
+}  // namespace mmq
+
+bool MmqSupports(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K: return true;
+    default: return false;
+  }
+}
+
+int64_t MmqActivationBytes(int64_t k, int64_t nt) {
+  if (k <= 0 || nt <= 0 || k % 32 != 0) return 0;
+  return mmq::TokensPadded(nt) * (k / 32) * 40;
+}
+
+const char* MmqVariantName(MmqVariant v) {
+  switch (v) {
+    case MmqVariant::kFast: return "fast";
+    case MmqVariant::kGeneric: return "generic";
+    default: return "none";
+  }
+}
+
+cudaError_t LaunchQuantizeMmq(const float* x, void* act, int64_t k, int64_t nt,
+                              cudaStream_t stream) {
+  if (k < 0 || nt < 0 || k % 32 != 0) return cudaErrorInvalidValue;
+  if (k == 0 || nt == 0) return cudaSuccess;
+  if (x == nullptr || act == nullptr || reinterpret_cast<uintptr_t>(act) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(x) % 4 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t ntp = mmq::TokensPadded(nt);
+  const int64_t threads = ntp * (k / 32) * 8;
+  const int64_t grid = (threads + mmq::kQThreads - 1) / mmq::kQThreads;
+  if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
+  int8_t* aq = static_cast<int8_t*>(act);
+  float* ad = reinterpret_cast<float*>(aq + ntp * k);
+  float* as = ad + ntp * (k / 32);
+  if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    mmq::quantize_mmq_kernel<true><<<static_cast<unsigned>(grid), mmq::kQThreads, 0, stream>>>(
+        x, aq, ad, as, k, nt, ntp);
+  } else {
+    mmq::quantize_mmq_kernel<false><<<static_cast<unsigned>(grid), mmq::kQThreads, 0, stream>>>(
+        x, aq, ad, as, k, nt, ntp);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMmqFast(const WeightView& w, const void* act, float* y, int64_t nt,
+                          const MmqTuning& tuning, cudaStream_t stream, const char** why_not) {
+  const char* unused;
+  if (why_not == nullptr) why_not = &unused;
+  *why_not = nullptr;
+  mmq::Params p{};
+  bool empty = false;
+  cudaError_t err = mmq::Prepare(w, act, y, nt, &p, &empty);
+  if (err != cudaSuccess || empty) return err;
+  const int bn = tuning.tokens_per_cta == 0 ? 64 : tuning.tokens_per_cta;
+  if (bn != 64 && bn != 128) return cudaErrorInvalidValue;
+  mmq::DeviceInfo dev;
+  if ((err = mmq::QueryDevice(&dev)) != cudaSuccess) return err;
+  if (dev.major < 8) {
+    *why_not = "GPU older than sm_80 (no int8 mma.m16n8k32)";
+  } else if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || w.row_bytes % 16 != 0) {
+    *why_not = "weight base or row stride not 16-byte aligned";
+  } else if (w.row_bytes * mmq::kBM >= (int64_t{1} << 31)) {
+    *why_not = "weight rows too long for 32-bit tile offsets";
+  } else if (w.k % mmq::kKC != 0) {
+    *why_not = "k not a multiple of 256 (partial chunk)";
+  } else if (w.type == GgmlType::kQ6_K && !w.q6k_padded) {
+    *why_not = "raw 210-byte Q6_K blocks";
+  } else if (mmq::SmemBytesOf(w.type, bn) > dev.smem_optin) {
+    *why_not = "tile needs more shared memory than the device allows";
+  }
+  if (*why_not != nullptr) return cudaErrorNotSupported;
+  err = mmq::Dispatch(w.type, p, bn, /*fast=*/true, stream);
+  if (err == cudaErrorNotSupported) *why_not = "cudaFuncSetAttribute refused the shared memory";
+  return err;
+}
+
+cudaError_t LaunchMmqGeneric(const WeightView& w, const void* act, float* y, int64_t nt,
+                             cudaStream_t stream) {
+  mmq::Params p{};
+  bool empty = false;
+  cudaError_t err = mmq::Prepare(w, act, y, nt, &p, &empty);
+  if (err != cudaSuccess || empty) return err;
+  mmq::DeviceInfo dev;
+  if ((err = mmq::QueryDevice(&dev)) != cudaSuccess) return err;
+  if (dev.major < 8) return cudaErrorNotSupported;
+  const int bn = mmq::SmemBytesOf(w.type, 64) <= dev.smem_optin ? 64 : 32;
+  return mmq::Dispatch(w.type, p, bn, /*fast=*/false, stream);
+}
+
+namespace {
+int GenericTokensPerCta(GgmlType type) {
+  mmq::DeviceInfo dev;
+  if (mmq::QueryDevice(&dev) != cudaSuccess) return 0;
+  return mmq::SmemBytesOf(type, 64) <= dev.smem_optin ? 64 : 32;
+}
+}  // namespace
+
+cudaError_t LaunchMmqQuantized(const WeightView& w, const void* act, float* y, int64_t nt,
+                               cudaStream_t stream, MmqReport* report) {
+  MmqReport local;
+  if (report == nullptr) report = &local;
+  *report = MmqReport{};
+  const char* why_not = nullptr;
+  cudaError_t err = LaunchMmqFast(w, act, y, nt, MmqTuning{}, stream, &why_not);
+  if (err == cudaSuccess) {
+    if (nt > 0 && w.rows > 0) report->variant = MmqVariant::kFast, report->tokens_per_cta = 64;
+    return err;
+  }
+  if (err != cudaErrorNotSupported) return err;
+  report->fast_skipped = why_not;
+  err = LaunchMmqGeneric(w, act, y, nt, stream);
+  if (err == cudaSuccess) {
+    report->variant = MmqVariant::kGeneric;
+    report->tokens_per_cta = GenericTokensPerCta(w.type);
+  }
+  return err;
+}
+
+cudaError_t LaunchMmq(const WeightView& w, const float* x, void* act_scratch, float* y,
+                      int64_t nt, cudaStream_t stream, MmqReport* report) {
+  if (report != nullptr) *report = MmqReport{};
+  // Validate the whole call before launching anything (the prepass alone
+  // would accept shapes the GEMM rejects).
+  mmq::Params p{};
+  bool empty = false;
+  cudaError_t err = mmq::Prepare(w, act_scratch, y, nt, &p, &empty);
+  if (err != cudaSuccess || empty) return err;
+  if (x == nullptr) return cudaErrorInvalidValue;
+  mmq::DeviceInfo dev;
+  if ((err = mmq::QueryDevice(&dev)) != cudaSuccess) return err;
+  if (dev.major < 8) return cudaErrorNotSupported;  // before the prepass writes anything
+  if ((err = LaunchQuantizeMmq(x, act_scratch, w.k, nt, stream)) != cudaSuccess) return err;
+  return LaunchMmqQuantized(w, act_scratch, y, nt, stream, report);
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,133 @@
+// MMQ: the int8 tensor-core prefill GEMM (seed §2.3, §3.2.6). Quantized
+// weight bytes feed `mma.sync.m16n8k32.s8` directly: the raw GGUF blocks are
+// staged into shared memory and decoded to int8 in registers, the f32
+// activations are quantized once per matmul into the padded int8 layout
+// below, products accumulate exactly in int32 per 32-element block (Q6_K:
+// per 16 elements), and the float scales are folded in outside the integer
+// work. Host-side launchers, same conventions as matmul.h: each returns the
+// launch error (cudaGetLastError) and never synchronizes; a violated
+// precondition returns cudaErrorInvalidValue before anything is launched;
+// launchers allocate nothing, are thread-safe, and are legal inside a stream
+// capture once each kernel has been launched outside one (the first launch
+// of each kernel sets its shared-memory attribute).
+//
+// Shapes: W has `rows` output rows of `k` inputs (WeightView), x holds nt
+// activation rows of k floats, y[t * rows + r] receives row r of token t.
+// Types: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K (raw 210-byte or padded
+// 224-byte Q6_K blocks); k a positive multiple of the block size (32, K-quants
+// 256); any rows >= 0 and nt >= 0 (the dispatcher uses it for nt >= 9).
+//
+// Activation layout (what LaunchQuantizeMmq writes and the GEMM stages with
+// 16-byte cp.async; one buffer of MmqActivationBytes(k, nt) bytes, 16-byte
+// aligned). ntp = nt rounded up to kMmqTokenPad, nb = k / 32:
+//   codes  int8  [ntp][k]   at byte 0           (block b of token t: bytes
+//                                                t*k + 32b .. +31, as qs)
+//   d      float [nb][ntp]  at byte ntp*k       (block scale, "transposed":
+//   s      float [nb][ntp]  after d              consecutive tokens adjacent)
+// Tokens nt..ntp-1 are written as zeros (codes 0, d = s = 0), so the GEMM
+// stages whole token tiles without bounds checks. Per block this is the
+// CPU's BlockQ8A (d, s, qs[32]) — 40 bytes per 32 values — just
+// de-interleaved.
+//
+// Numerics (tests/cuda/kernels/mmq_test.cc checks each bound):
+//  * LaunchQuantizeMmq is bit-exact with the CPU's QuantizeRowQ8A (and so
+//    with LaunchQuantizeQ8A): d = absmax/127 (0 below FLT_MIN), qs =
+//    round-half-to-even(x * (1/d)), s = d * float(sum qs).
+//  * The GEMM computes the CPU's VecDotQ8A terms (engine/quant/vec_dot.h):
+//    per activation block b an exact int32 dot I_b (int8 mma, no overflow:
+//    |I_b| <= 32 * 128 * 127), folded as fma(float(I_b), (d * sc) * d_a,
+//    acc) (Q6_K: per 16 elements), mins as fma(m, s_a, acc). Contract: the
+//    same bound as MMVQ, |y - exact| <= 2^-24 (k/16 + 8) * sum|terms|, so
+//    |y - VecDotQ8A| <= twice that (terms as in matmul.h). Implementation
+//    note, not a promise: today every output folds its terms in the CPU's
+//    order (blocks ascending, the min after the block's term), which makes
+//    it bit-identical to VecDotQ8A and makes the fast and generic variants
+//    bit-identical to each other; the test reports (but does not require)
+//    the bit-exact count against the CPU.
+//
+// Variants (the "ladder"; LaunchMmq walks it). Both compute the same
+// 128-row x {32,64,128}-token CTA tiles with the same numerics:
+//  * kFast: weight chunks copied raw with 16-byte cp.async, double-buffered
+//    behind the tensor-core work. Needs sm_80+, weight base and row_bytes
+//    16-byte aligned, k % 256 == 0, Q6_K padded, and the device's opt-in
+//    shared memory (~80..130 KB). Returns cudaErrorNotSupported, launching
+//    nothing, when a precondition fails.
+//  * kGeneric: weights copied with 2-byte loads (any 2-byte aligned base and
+//    stride, raw Q6_K, legacy k not a multiple of 256); activations still by
+//    cp.async. Needs sm_80+ only (MMQ needs mma.m16n8k32: on older GPUs
+//    every launcher here returns cudaErrorNotSupported and the caller uses
+//    LaunchGemmF16).
+#ifndef MINFER_CUDA_KERNELS_MMQ_H_
+#define MINFER_CUDA_KERNELS_MMQ_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/kernels/types.h"
+
+namespace minfer::cuda {
+
+// Token padding of the activation layout (a multiple of every token tile).
+inline constexpr int64_t kMmqTokenPad = 128;
+
+// Whether the MMQ kernels handle `type` (the eight quantized types above).
+bool MmqSupports(GgmlType type);
+
+// Bytes of the activation buffer for nt tokens of k (k % 32 == 0):
+// round_up(nt, kMmqTokenPad) * k / 32 * 40. 0 when nt == 0.
+int64_t MmqActivationBytes(int64_t k, int64_t nt);
+
+// x [nt][k] f32 (4-byte aligned; 16-byte aligned is faster) -> the
+// activation layout above at `act` (16-byte aligned, MmqActivationBytes(k,
+// nt) bytes; padding tokens included). k % 32 == 0.
+cudaError_t LaunchQuantizeMmq(const float* x, void* act, int64_t k, int64_t nt,
+                              cudaStream_t stream);
+
+enum class MmqVariant : int32_t {
+  kNone = 0,     // nothing launched (empty shape or error)
+  kFast = 1,     // raw cp.async weight staging
+  kGeneric = 2,  // 2-byte-load weight staging
+};
+const char* MmqVariantName(MmqVariant v);
+
+// What LaunchMmq / LaunchMmqQuantized did (for a MINFER_MMQ_RAW_NB_DEBUG
+// print by the caller).
+struct MmqReport {
+  MmqVariant variant = MmqVariant::kNone;
+  int tokens_per_cta = 0;
+  // Why kFast was skipped (a static string), or null when it ran.
+  const char* fast_skipped = nullptr;
+};
+
+// Explicit geometry for benchmarks and tests. 0 = default (64).
+struct MmqTuning {
+  int tokens_per_cta = 0;  // kFast: 64 or 128 (128 halves the weight re-reads
+                           // but allows one CTA per SM)
+};
+
+// One rung: y = W act with the fast variant. cudaErrorNotSupported (and
+// *why_not set to a static string, when non-null) if a kFast precondition
+// fails; cudaErrorInvalidValue for an invalid call (as matmul.h).
+cudaError_t LaunchMmqFast(const WeightView& w, const void* act, float* y, int64_t nt,
+                          const MmqTuning& tuning, cudaStream_t stream,
+                          const char** why_not = nullptr);
+
+// The generic rung: any valid call on sm_80+.
+cudaError_t LaunchMmqGeneric(const WeightView& w, const void* act, float* y, int64_t nt,
+                             cudaStream_t stream);
+
+// The ladder on already-quantized activations: kFast, else kGeneric.
+cudaError_t LaunchMmqQuantized(const WeightView& w, const void* act, float* y, int64_t nt,
+                               cudaStream_t stream, MmqReport* report = nullptr);
+
+// The whole prefill matmul: LaunchQuantizeMmq(x -> act_scratch) then the
+// ladder. act_scratch: MmqActivationBytes(w.k, nt) bytes, 16-byte aligned,
+// owned by the caller (it is overwritten; nothing else may use it until the
+// GEMM has run on `stream`).
+cudaError_t LaunchMmq(const WeightView& w, const float* x, void* act_scratch, float* y,
+                      int64_t nt, cudaStream_t stream, MmqReport* report = nullptr);
+
+}  // namespace minfer::cuda
+
+#endif  // MINFER_CUDA_KERNELS_MMQ_H_

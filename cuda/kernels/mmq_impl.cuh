@@ -1,0 +1,371 @@
+// Device side of MMQ (mmq.h): PTX wrappers (cp.async, ldmatrix, int8 mma)
+// and, per weight type, how one k-chunk of raw weight bytes in shared memory
+// becomes mma A fragments and per-block float scales. nvcc only; internal to
+// cuda/kernels (included by mmq.cu).
+//
+// Chunks. The GEMM walks k in chunks of 256 elements = 8 activation blocks:
+// one super-block of a K-quant, eight blocks of a legacy type. A chunk of
+// one weight row is copied into shared memory byte for byte (the GGUF block
+// bytes; Q6_K always in the padded 224-byte layout, the raw 210 bytes
+// followed by unused bytes), at a row stride kWS that is an odd multiple of
+// 16 bytes: the 8 rows a warp's fragment load touches then start in 8
+// different 4-bank groups, so the loads are conflict-free.
+//
+// Fragments. mma.m16n8k32 (A 16x32 row-major, B 32x8 column-major, PTX ISA
+// "Matrix Fragments for mma.m16n8k32"): lane (g = lane / 4, t = lane % 4)
+// holds A words a0 = (row g, k 4t..4t+3), a1 = (row g+8, k 4t..), a2 = (row
+// g, k 16+4t..), a3 = (row g+8, k 16+4t..); B words b0 = (k 4t..4t+3, col
+// g), b1 = (k 16+4t.., col g); C c0..c3 = (g, 2t), (g, 2t+1), (g+8, 2t),
+// (g+8, 2t+1). The k index of the mma is the element index within the
+// 32-element block in its natural GGUF order: for every type, the 4
+// elements 4t..4t+3 (and 16+4t..16+4t+3) of a block come from one aligned
+// 32-bit word of nibbles/bytes (plus one word of high bits), so the decode
+// of a fragment word is a handful of bit operations (Frag below), and the
+// activations need no permutation. m16n8k32 is exactly two m16n8k16 side by
+// side ((a0, a1, b0) and (a2, a3, b1)); Q6_K, whose scales change every 16
+// elements, issues those two halves separately to keep their integer dots
+// apart.
+//
+// Offsets. The integer codes must reach the mma as signed bytes: Q4_0 (q -
+// 8), Q5_0 (q - 16), Q6_K (q - 32) use int8(x - o) = (x + (128 - o)) ^ 0x80
+// per byte, exact for x in [0, 2o) and free of cross-byte carries (max
+// x + 128 - o < 256).
+#ifndef MINFER_CUDA_KERNELS_MMQ_IMPL_CUH_
+#define MINFER_CUDA_KERNELS_MMQ_IMPL_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/kernels/common.cuh"
+#include "cuda/kernels/quant_dev.cuh"
+#include "cuda/kernels/types.h"
+
+namespace minfer::cuda::mmq {
+
+inline constexpr int kThreads = 256;  // 8 warps: 4 along rows x 2 along tokens
+inline constexpr int kBM = 128;       // weight rows per CTA
+inline constexpr int kKC = 256;       // k elements per chunk
+inline constexpr int kKB = kKC / 32;  // activation blocks per chunk
+// Shared-memory bytes per token row of activation codes: 256 + 16, an odd
+// multiple of 16, so ldmatrix's 8 row addresses hit 8 different bank groups.
+inline constexpr int kAS = kKC + 16;
+
+// ------------------------------------------------------------------ PTX
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1 (each byte is used once per CTA);
+// src_bytes 0 zero-fills the destination without reading `src`.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// Barrier over `count` threads (whole warps) with id 1..15 (0 is
+// __syncthreads).
+template <int kId>
+__device__ __forceinline__ void named_barrier(int count) {
+  static_assert(kId >= 1 && kId < 16, "barrier 0 is __syncthreads");
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "r"(count) : "memory");
+}
+
+// Four 8x8 b16 matrices; lane L supplies the address of row L % 8 of matrix
+// L / 8; lane l receives, from each matrix, the 4 bytes at row l / 4, bytes
+// 4 (l % 4)..+3 — an mma B word when a matrix row is 16 k-bytes of one token.
+// volatile: shared memory written by cp.async between calls at the same
+// address must be re-read.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// C = A(16x32 s8) * B(32x8 s8), integer, exact.
+__device__ __forceinline__ void mma_k32(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+// C = A(16x16 s8) * B(16x8 s8).
+__device__ __forceinline__ void mma_k16(int c[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%7,%7,%7,%7};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+}
+
+// float(i), exact, for |i| < 2^22 (every block dot: |I| <= 32*128*127).
+// Default: the 1.5 * 2^23 trick (an integer add and a float subtract, both
+// full-rate pipes) instead of I2F, which issues at a fraction of that rate
+// on recent SMs. Both are exact, so the choice never changes results.
+#ifndef MINFER_MMQ_USE_I2F
+#define MINFER_MMQ_USE_I2F 0
+#endif
+__device__ __forceinline__ float exact_i2f(int i) {
+#if MINFER_MMQ_USE_I2F
+  return __int2float_rn(i);
+#else
+  return __fsub_rn(__int_as_float(0x4B400000 + i), 12582912.0f);
+#endif
+}
+
+// --------------------------------------------------------- shared loads
+
+__device__ __forceinline__ uint32_t lds_u16(const uint8_t* p) {
+  return *reinterpret_cast<const uint16_t*>(p);
+}
+// The 32-bit word at p4 + off, p4 4-byte aligned and off even. `off` is a
+// compile-time constant after unrolling, so the branch folds: one 32-bit
+// load, or two 16-bit loads for the legacy blocks that sit at odd multiples
+// of 2 (Q4_0, Q5_0, Q8_0).
+__device__ __forceinline__ uint32_t lds_w32(const uint8_t* p4, int off) {
+  if ((off & 3) == 0) return *reinterpret_cast<const uint32_t*>(p4 + off);
+  return __byte_perm(lds_u16(p4 + off), lds_u16(p4 + off + 2), 0x5410);
+}
+__device__ __forceinline__ float lds_half(const uint8_t* p) {
+  return half_bits_to_float(static_cast<uint16_t>(lds_u16(p)));
+}
+
+__device__ __forceinline__ uint32_t nib_lo(uint32_t q) { return q & 0x0F0F0F0Fu; }
+__device__ __forceinline__ uint32_t nib_hi(uint32_t q) { return (q >> 4) & 0x0F0F0F0Fu; }
+// int8(x - o) per byte for x in [0, 2o), o in {8, 16, 32}.
+template <int kO>
+__device__ __forceinline__ uint32_t sub_offset(uint32_t x) {
+  constexpr uint32_t kAdd = (128u - kO) * 0x01010101u;
+  return (x + kAdd) ^ 0x80808080u;
+}
+
+// ------------------------------------------------------------- per type
+//
+// Tr<T>:
+//   kBS      bytes of one weight block in shared memory (Q6_K: 224)
+//   kBPC     weight blocks per chunk (legacy 8, K-quants 1)
+//   kCB      bytes of one chunk in shared memory (kBS * kBPC)
+//   kWS      shared-memory row stride (kCB or kCB + 16: an odd multiple of 16)
+//   kCopyCB  bytes of a chunk the generic variant copies (Q6_K: the 210 real
+//            bytes; others kCB)
+//   kMin     the CPU adds a min term per block (fma(m, s_a, acc))
+//   kSplit   Q6_K: two 16-element halves with their own scales
+//   table(row, kb) -> float2: (f, m) with f = the weight scale of block kb
+//            (d or d * sc, rounded as the CPU rounds it) and m the min term
+//            (Q4_1/Q5_1: the block min; Q4_K/Q5_K: -(dmin * m_kb)); Q6_K:
+//            (f_lo, f_hi) = d * scales[2kb], d * scales[2kb + 1].
+//   frag(row, kb, t, &lo, &hi): the int8 codes of block kb at elements
+//            4t..4t+3 (lo) and 16+4t..16+4t+3 (hi) of weight row `row`
+//            (its shared-memory chunk).
+template <GgmlType T>
+struct Tr;
+
+template <int kBlockBytes, int kBlocks>
+struct Geometry {
+  static constexpr int kBS = kBlockBytes;
+  static constexpr int kBPC = kBlocks;
+  static constexpr int kCB = kBS * kBPC;
+  static_assert(kCB % 16 == 0, "a chunk must be whole 16-byte pieces");
+  static constexpr int kWS = (kCB / 16) % 2 == 1 ? kCB : kCB + 16;
+};
+
+template <>
+struct Tr<GgmlType::kQ4_0> : Geometry<18, 8> {
+  static constexpr int kCopyCB = kCB;
+  static constexpr bool kMin = false, kSplit = false;
+  __device__ __forceinline__ static float2 table(const uint8_t* row, int kb) {
+    return make_float2(lds_half(row + 18 * kb), 0.0f);
+  }
+  __device__ __forceinline__ static void frag(const uint8_t* row, int kb, int t, uint32_t* lo,
+                                              uint32_t* hi) {
+    const uint32_t q = lds_w32(row + 4 * t, 18 * kb + 2);
+    *lo = sub_offset<8>(nib_lo(q));
+    *hi = sub_offset<8>(nib_hi(q));
+  }
+};
+
+template <>
+struct Tr<GgmlType::kQ4_1> : Geometry<20, 8> {
+  static constexpr int kCopyCB = kCB;
+  static constexpr bool kMin = true, kSplit = false;
+  __device__ __forceinline__ static float2 table(const uint8_t* row, int kb) {
+    return make_float2(lds_half(row + 20 * kb), lds_half(row + 20 * kb + 2));
+  }
+  __device__ __forceinline__ static void frag(const uint8_t* row, int kb, int t, uint32_t* lo,
+                                              uint32_t* hi) {
+    const uint32_t q = lds_w32(row + 4 * t, 20 * kb + 4);
+    *lo = nib_lo(q);
+    *hi = nib_hi(q);
+  }
+};
+
+template <>
+struct Tr<GgmlType::kQ5_0> : Geometry<22, 8> {
+  static constexpr int kCopyCB = kCB;
+  static constexpr bool kMin = false, kSplit = false;
+  __device__ __forceinline__ static float2 table(const uint8_t* row, int kb) {
+    return make_float2(lds_half(row + 22 * kb), 0.0f);
+  }
+  __device__ __forceinline__ static void frag(const uint8_t* row, int kb, int t, uint32_t* lo,
+                                              uint32_t* hi) {
+    // Bit 4 of element j is bit j of qh.
+    const uint32_t qh = lds_w32(row, 22 * kb + 2);
+    const uint32_t q = lds_w32(row + 4 * t, 22 * kb + 6);
+    *lo = sub_offset<16>(nib_lo(q) | qdev::spread4_to_bit4((qh >> (4 * t)) & 0xF));
+    *hi = sub_offset<16>(nib_hi(q) | qdev::spread4_to_bit4((qh >> (16 + 4 * t)) & 0xF));
+  }
+};
+
+template <>
+struct Tr<GgmlType::kQ5_1> : Geometry<24, 8> {
+  static constexpr int kCopyCB = kCB;
+  static constexpr bool kMin = true, kSplit = false;
+  __device__ __forceinline__ static float2 table(const uint8_t* row, int kb) {
+    return make_float2(lds_half(row + 24 * kb), lds_half(row + 24 * kb + 2));
+  }
+  __device__ __forceinline__ static void frag(const uint8_t* row, int kb, int t, uint32_t* lo,
+                                              uint32_t* hi) {
+    const uint32_t qh = lds_w32(row, 24 * kb + 4);
+    const uint32_t q = lds_w32(row + 4 * t, 24 * kb + 8);
+    *lo = nib_lo(q) | qdev::spread4_to_bit4((qh >> (4 * t)) & 0xF);
+    *hi = nib_hi(q) | qdev::spread4_to_bit4((qh >> (16 + 4 * t)) & 0xF);
+  }
+};
+
+template <>
+struct Tr<GgmlType::kQ8_0> : Geometry<34, 8> {
+  static constexpr int kCopyCB = kCB;
+  static constexpr bool kMin = false, kSplit = false;
+  __device__ __forceinline__ static float2 table(const uint8_t* row, int kb) {
+    return make_float2(lds_half(row + 34 * kb), 0.0f);
+  }
+  __device__ __forceinline__ static void frag(const uint8_t* row, int kb, int t, uint32_t* lo,
+                                              uint32_t* hi) {
+    *lo = lds_w32(row + 4 * t, 34 * kb + 2);
+    *hi = lds_w32(row + 4 * t, 34 * kb + 18);
+  }
+};
+
+// Q4_K/Q5_K scale and min of sub-block kb (engine/quant Q4KScaleMin, via
+// quant_dev's pair decode), folded as the CPU folds them.
+__device__ __forceinline__ float2 k45_table(const uint8_t* row, int kb) {
+  const float d = lds_half(row), dmin = lds_half(row + 2);
+  const uint32_t A = *reinterpret_cast<const uint32_t*>(row + 4);
+  const uint32_t B = *reinterpret_cast<const uint32_t*>(row + 8);
+  const uint32_t C = *reinterpret_cast<const uint32_t*>(row + 12);
+  uint32_t sc[2], mn[2];
+  qdev::k_scale_min_pair(A, B, C, kb >> 1, sc, mn);
+  const uint32_t s = (kb & 1) ? sc[1] : sc[0];
+  const uint32_t m = (kb & 1) ? mn[1] : mn[0];
+  return make_float2(__fmul_rn(d, static_cast<float>(s)), -__fmul_rn(dmin, static_cast<float>(m)));
+}
+
+// Q4_K (d, dmin, scales[12], qs[128]): sub-block kb = low (kb even) or high
+// nibbles of qs[32 (kb/2) .. +31].
+template <>
+struct Tr<GgmlType::kQ4_K> : Geometry<144, 1> {
+  static constexpr int kCopyCB = kCB;
+  static constexpr bool kMin = true, kSplit = false;
+  __device__ __forceinline__ static float2 table(const uint8_t* row, int kb) {
+    return k45_table(row, kb);
+  }
+  __device__ __forceinline__ static void frag(const uint8_t* row, int kb, int t, uint32_t* lo,
+                                              uint32_t* hi) {
+    const int off = 16 + 32 * (kb >> 1), sh = 4 * (kb & 1);
+    *lo = (lds_w32(row + 4 * t, off) >> sh) & 0x0F0F0F0Fu;
+    *hi = (lds_w32(row + 4 * t, off + 16) >> sh) & 0x0F0F0F0Fu;
+  }
+};
+
+// Q5_K (d, dmin, scales[12], qh[32], qs[128]): as Q4_K, bit 4 of element l
+// of sub-block kb is bit kb of qh[l].
+template <>
+struct Tr<GgmlType::kQ5_K> : Geometry<176, 1> {
+  static constexpr int kCopyCB = kCB;
+  static constexpr bool kMin = true, kSplit = false;
+  __device__ __forceinline__ static float2 table(const uint8_t* row, int kb) {
+    return k45_table(row, kb);
+  }
+  __device__ __forceinline__ static void frag(const uint8_t* row, int kb, int t, uint32_t* lo,
+                                              uint32_t* hi) {
+    const int off = 48 + 32 * (kb >> 1), sh = 4 * (kb & 1);
+    const uint32_t h0 = lds_w32(row + 4 * t, 16), h1 = lds_w32(row + 4 * t, 32);
+    *lo = ((lds_w32(row + 4 * t, off) >> sh) & 0x0F0F0F0Fu) | (((h0 >> kb) & 0x01010101u) << 4);
+    *hi = ((lds_w32(row + 4 * t, off + 16) >> sh) & 0x0F0F0F0Fu) |
+          (((h1 >> kb) & 0x01010101u) << 4);
+  }
+};
+
+// Q6_K (ql[128], qh[64], scales[16], d; 224 bytes in shared memory): block
+// kb = group g = kb % 4 of 128-element half hf = kb / 4; element l takes the
+// low (g < 2) or high nibble of ql[64hf + 32(g & 1) + l] and bits 2g..2g+1
+// of qh[32hf + l]; elements 0-15 have scale scales[2kb], 16-31 scales[2kb+1].
+template <>
+struct Tr<GgmlType::kQ6_K> : Geometry<kQ6KPaddedBytes, 1> {
+  static constexpr int kCopyCB = 210;
+  static constexpr bool kMin = false, kSplit = true;
+  __device__ __forceinline__ static float2 table(const uint8_t* row, int kb) {
+    const float d = lds_half(row + 208);
+    const uint32_t sc = lds_u16(row + 192 + 2 * kb);
+    const int s0 = static_cast<int8_t>(sc & 0xFF), s1 = static_cast<int8_t>(sc >> 8);
+    return make_float2(__fmul_rn(d, static_cast<float>(s0)), __fmul_rn(d, static_cast<float>(s1)));
+  }
+  __device__ __forceinline__ static void frag(const uint8_t* row, int kb, int t, uint32_t* lo,
+                                              uint32_t* hi) {
+    const int hf = kb >> 2, g = kb & 3;
+    const int ql = 64 * hf + 32 * (g & 1), qh = 128 + 32 * hf;
+    const int sh = 4 * (g >> 1), hs = 2 * g;
+    const uint8_t* p = row + 4 * t;
+    *lo = sub_offset<32>(((lds_w32(p, ql) >> sh) & 0x0F0F0F0Fu) |
+                         (((lds_w32(p, qh) >> hs) & 0x03030303u) << 4));
+    *hi = sub_offset<32>(((lds_w32(p, ql + 16) >> sh) & 0x0F0F0F0Fu) |
+                         (((lds_w32(p, qh + 16) >> hs) & 0x03030303u) << 4));
+  }
+};
+
+// ------------------------------------------------------ shared-memory plan
+
+// Per stage: weights kBM x kWS, activation codes BN x kAS, d [kKB][BN], and
+// s [kKB][BN] for the types with mins; once: the scale table [kKB][kBM] of
+// float2 (types with mins, Q6_K) or float.
+template <GgmlType T, int BN>
+struct Smem {
+  using X = Tr<T>;
+  static constexpr int kTW = (X::kMin || X::kSplit) ? 2 : 1;  // floats per table entry
+  static constexpr int kW = kBM * X::kWS;
+  static constexpr int kA = BN * kAS;
+  static constexpr int kD = kKB * BN * 4;
+  static constexpr int kS = X::kMin ? kKB * BN * 4 : 0;
+  static constexpr int kStage = kW + kA + kD + kS;
+  static constexpr int kTable = kKB * kBM * kTW * 4;
+  static constexpr int kBytes = 2 * kStage + kTable;
+  static_assert(kW % 16 == 0 && kA % 16 == 0 && kD % 16 == 0 && kS % 16 == 0, "alignment");
+};
+
+struct Params {
+  const uint8_t* w;
+  int64_t row_bytes;
+  int64_t rows;
+  int64_t k;
+  int nb;        // k / 32
+  int n_chunks;  // ceil(nb / kKB)
+  int src_cb;    // bytes between consecutive chunks of a global weight row
+  const int8_t* aq;
+  const float* ad;
+  const float* as;
+  int64_t ntp;
+  float* y;
+  int64_t nt;
+};
+
+}  // namespace minfer::cuda::mmq
+
+#endif  // MINFER_CUDA_KERNELS_MMQ_IMPL_CUH_

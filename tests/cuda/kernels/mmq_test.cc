@@ -1,0 +1,631 @@
+// GPU tests of the int8 tensor-core prefill GEMM (cuda/kernels/mmq.h)
+// against engine/quant: weights are QuantizeRow outputs or random block
+// bytes (every code and scale bit), the reference is the CPU's VecDotQ8A on
+// the CPU's QuantizeRowQ8A activations. Fresh random inputs each run
+// (MINFER_TEST_SEED repeats one); outputs are poisoned with NaN bytes before
+// every launch, so a skipped write fails, and a guard after y catches writes
+// past the end.
+//
+// Bounds (mmq.h). magnitude = sum |w_i a_i| over the dequantized operands
+// (+ 2 |m s| per min term), u = 2^-24:
+//  * every variant vs VecDotQ8A: 2 u (k/16 + 8) * magnitude (both are within
+//    u (k/16 + 8) magnitude of the exact dot of the same terms);
+//  * the variants (fast 64/128 tokens per CTA, generic, the LaunchMmq
+//    ladder with the GPU prepass) fold the same terms in the same order, so
+//    they must agree bit for bit; likewise Q6_K raw vs padded blocks;
+//  * LaunchQuantizeMmq: bit-exact with QuantizeRowQ8A, padding tokens zero.
+// The number of outputs bit-identical to VecDotQ8A is printed (the
+// implementation is expected to match the CPU exactly; the contract does not
+// promise it).
+//
+// Large shapes check every row for a sample of tokens (both ends, the tile
+// edges, a stride) against the CPU; every output is still checked for being
+// written and for agreeing across variants.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/kernels/mmq.h"
+#include "cuda/testing/gpu_test_util.h"
+#include "engine/quant/blocks.h"
+#include "engine/quant/fp16.h"
+#include "engine/quant/quantize.h"
+#include "engine/quant/vec_dot.h"
+#include "gtest/gtest.h"
+
+namespace minfer::cuda {
+namespace {
+
+using ::minfer::cuda::testing::DeviceBuffer;
+using ::minfer::cuda::testing::RandomFloats;
+using ::minfer::cuda::testing::TestSeed;
+
+#define ASSERT_CUDA(expr)                                                      \
+  do {                                                                         \
+    const cudaError_t err_ = (expr);                                           \
+    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
+  } while (0)
+#define SYNC() ASSERT_CUDA(cudaDeviceSynchronize())
+
+// MMQ needs int8 mma.m16n8k32 (sm_80+); older GPUs get cudaErrorNotSupported.
+#define REQUIRE_MMQ_GPU()                                          \
+  do {                                                             \
+    MINFER_REQUIRE_GPU();                                          \
+    int dev_ = 0, major_ = 0;                                      \
+    cudaGetDevice(&dev_);                                          \
+    cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, dev_); \
+    if (major_ < 8) GTEST_SKIP() << "MMQ needs sm_80+";            \
+  } while (0)
+
+constexpr GgmlType kQuantTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                                    GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
+                                    GgmlType::kQ5_K, GgmlType::kQ6_K};
+constexpr double kU = 1.0 / (1 << 24);
+constexpr int64_t kGuard = 64;  // poisoned floats after y
+
+std::mt19937_64& Rng() {
+  static std::mt19937_64 rng(TestSeed() ^ 0x3C6EF372FE94F82Bull);
+  return rng;
+}
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// ------------------------------------------------------------ host weights
+
+struct HostWeight {
+  GgmlType type;
+  int64_t rows = 0, k = 0;
+  int64_t row_bytes = 0;  // GGUF bytes per row
+  std::vector<uint8_t> bytes;
+  std::vector<float> deq;  // rows x k, DequantizeRow
+  const uint8_t* row(int64_t r) const { return bytes.data() + r * row_bytes; }
+};
+
+// Random block bytes with sane f16 fields: every code pattern (Q8_0's -128
+// too) and every scale/min bit of the K-quants.
+void RandomBlocks(GgmlType type, int64_t k, uint8_t* row) {
+  auto& rng = Rng();
+  const auto& tr = TraitsOf(type);
+  for (int64_t i = 0; i < RowBytes(type, k); ++i) row[i] = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> mag(-6.0f, 2.0f);
+  auto put = [&](uint8_t* p, bool neg) {
+    float v = std::exp2(mag(rng));
+    if (neg && (rng() & 1)) v = -v;
+    const uint16_t h = FloatToFp16(v);
+    std::memcpy(p, &h, 2);
+  };
+  for (int64_t b = 0; b < k / tr.block_size; ++b) {
+    uint8_t* p = row + b * tr.type_size;
+    switch (type) {
+      case GgmlType::kQ4_1:
+      case GgmlType::kQ5_1: put(p, true), put(p + 2, true); break;
+      case GgmlType::kQ4_K:
+      case GgmlType::kQ5_K: put(p, false), put(p + 2, false); break;
+      case GgmlType::kQ6_K: put(p + 208, true); break;
+      default: put(p, true); break;
+    }
+  }
+}
+
+// variant 0: quantized Gaussian rows with a per-row offset (mins matter);
+// variant 1: random block bytes.
+HostWeight MakeWeight(GgmlType type, int64_t rows, int64_t k, int variant) {
+  HostWeight w;
+  w.type = type, w.rows = rows, w.k = k;
+  w.row_bytes = RowBytes(type, k);
+  w.bytes.resize(rows * w.row_bytes);
+  w.deq.resize(rows * k);
+  std::normal_distribution<float> offset(0.0f, 0.02f);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* dst = w.bytes.data() + r * w.row_bytes;
+    if (variant == 1) {
+      RandomBlocks(type, k, dst);
+    } else {
+      std::vector<float> f = RandomFloats(k, 0.05f);
+      const float off = offset(Rng());
+      for (auto& v : f) v += off;
+      EXPECT_TRUE(QuantizeRow(type, f.data(), dst, k).ok());
+    }
+    EXPECT_TRUE(DequantizeRow(type, dst, w.deq.data() + r * k, k).ok());
+  }
+  return w;
+}
+
+// The min term of 32-element block b of row r (0 for types without).
+double BlockMin(const HostWeight& w, int64_t r, int64_t b) {
+  const uint8_t* row = w.row(r);
+  const auto& tr = TraitsOf(w.type);
+  uint16_t h;
+  if (w.type == GgmlType::kQ4_1 || w.type == GgmlType::kQ5_1) {
+    std::memcpy(&h, row + b * tr.type_size + 2, 2);
+    return Fp16ToFloat(h);
+  }
+  if (w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ5_K) {
+    const uint8_t* blk = row + (b / 8) * tr.type_size;
+    std::memcpy(&h, blk + 2, 2);
+    uint8_t sc, m;
+    Q4KScaleMin(blk + 4, static_cast<int>(b % 8), &sc, &m);
+    return static_cast<double>(Fp16ToFloat(h)) * m;
+  }
+  return 0.0;
+}
+
+// A weight on the device in the registry's layout (Q6_K optionally padded to
+// 224-byte blocks), optionally misaligned by `shift` bytes and with `extra`
+// bytes after each row.
+struct DeviceWeight {
+  explicit DeviceWeight(const std::vector<uint8_t>& img) : buf(img) {}
+  DeviceBuffer<uint8_t> buf;
+  WeightView view;
+};
+
+std::unique_ptr<DeviceWeight> Upload(const HostWeight& w, bool q6k_padded, int64_t shift = 0,
+                                     int64_t extra = 0) {
+  const bool pad = q6k_padded && w.type == GgmlType::kQ6_K;
+  const int64_t base = pad ? w.k / 256 * kQ6KPaddedBytes : w.row_bytes;
+  const int64_t stride = base + extra;
+  std::vector<uint8_t> img(shift + w.rows * stride + 64, 0xA5);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    uint8_t* dst = img.data() + shift + r * stride;
+    if (pad) {
+      for (int64_t b = 0; b < w.k / 256; ++b) {
+        std::memcpy(dst + b * kQ6KPaddedBytes, w.row(r) + b * 210, 210);
+        std::memset(dst + b * kQ6KPaddedBytes + 210, 0, kQ6KPaddedBytes - 210);
+      }
+    } else {
+      std::memcpy(dst, w.row(r), w.row_bytes);
+    }
+  }
+  auto d = std::make_unique<DeviceWeight>(img);
+  d->view.type = w.type;
+  d->view.data = d->buf.get() + shift;
+  d->view.k = w.k;
+  d->view.rows = w.rows;
+  d->view.row_bytes = stride;
+  d->view.q6k_padded = pad;
+  return d;
+}
+
+// -------------------------------------------------------------- activations
+
+struct Acts {
+  int64_t k = 0, nt = 0;
+  std::vector<float> x;       // nt x k
+  std::vector<BlockQ8A> q;    // QuantizeRowQ8A
+  std::vector<double> deq;    // qs * d
+  std::vector<uint8_t> layout;  // q in the MMQ activation layout (host-built)
+};
+
+int64_t TokensPadded(int64_t nt) { return (nt + kMmqTokenPad - 1) / kMmqTokenPad * kMmqTokenPad; }
+
+// The documented layout (mmq.h), built on the host from BlockQ8A blocks.
+std::vector<uint8_t> BuildLayout(const std::vector<BlockQ8A>& q, int64_t k, int64_t nt) {
+  const int64_t ntp = TokensPadded(nt), nb = k / 32;
+  std::vector<uint8_t> out(MmqActivationBytes(k, nt), 0);
+  EXPECT_EQ(static_cast<int64_t>(out.size()), ntp * nb * 40);
+  float* d = reinterpret_cast<float*>(out.data() + ntp * k);
+  float* s = d + nb * ntp;
+  for (int64_t t = 0; t < nt; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8A& blk = q[t * nb + b];
+      std::memcpy(out.data() + t * k + 32 * b, blk.qs, 32);
+      d[b * ntp + t] = blk.d;
+      s[b * ntp + t] = blk.s;
+    }
+  }
+  return out;
+}
+
+Acts MakeActs(int64_t k, int64_t nt) {
+  Acts a;
+  a.k = k, a.nt = nt;
+  a.x = RandomFloats(k * nt, 2.0f);
+  a.q.resize(k / 32 * nt);
+  for (int64_t t = 0; t < nt; ++t) QuantizeRowQ8A(a.x.data() + t * k, a.q.data() + t * (k / 32), k);
+  a.deq.resize(k * nt);
+  for (int64_t i = 0; i < k * nt; ++i) a.deq[i] = static_cast<double>(a.q[i / 32].qs[i % 32]) * a.q[i / 32].d;
+  a.layout = BuildLayout(a.q, k, nt);
+  return a;
+}
+
+// Tokens checked against the CPU: all for small nt, else both ends, the
+// 32/64/128-token tile edges and a stride.
+std::vector<int64_t> CheckedTokens(int64_t nt) {
+  std::set<int64_t> s;
+  if (nt <= 24) {
+    for (int64_t t = 0; t < nt; ++t) s.insert(t);
+  } else {
+    for (int64_t t : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{31}, int64_t{32},
+                      int64_t{63}, int64_t{64}, int64_t{127}, int64_t{128}, nt / 2, nt - 2,
+                      nt - 1}) {
+      if (t >= 0 && t < nt) s.insert(t);
+    }
+    for (int64_t t = 3; t < nt; t += 37) s.insert(t);
+  }
+  return {s.begin(), s.end()};
+}
+
+struct Ref {
+  float cpu;
+  double mag;
+};
+
+Ref RefDot(const HostWeight& w, int64_t r, const Acts& a, int64_t t) {
+  Ref ref{0, 0};
+  const float* wr = w.deq.data() + r * w.k;
+  const double* x = a.deq.data() + t * w.k;
+  for (int64_t i = 0; i < w.k; ++i) ref.mag += std::fabs(static_cast<double>(wr[i]) * x[i]);
+  const BlockQ8A* q = a.q.data() + t * (w.k / 32);
+  for (int64_t b = 0; b < w.k / 32; ++b) ref.mag += 2 * std::fabs(BlockMin(w, r, b) * q[b].s);
+  ref.cpu = VecDotQ8A(w.type, w.row(r), q, w.k);
+  return ref;
+}
+
+double MmqTol(int64_t k) { return 2 * kU * (k / 16.0 + 8); }
+
+// Counts failures and reports the first few in detail.
+class Checker {
+ public:
+  explicit Checker(std::string what) : what_(std::move(what)) {}
+  ~Checker() {
+    if (failures_ > 0) {
+      ADD_FAILURE() << what_ << ": " << failures_ << " of " << checks_ << " checks failed"
+                    << first_;
+    }
+    std::cout << "[mmq] " << what_ << ": " << checks_ << " checks";
+    if (cpu_checks_ > 0) {
+      std::cout << ", " << exact_ << " of " << cpu_checks_ << " outputs bit-identical to VecDotQ8A";
+    }
+    std::cout << "\n";
+  }
+  void Check(bool ok, const std::string& detail) {
+    ++checks_;
+    if (ok) return;
+    if (failures_ < 5) first_ += "\n  " + detail;
+    ++failures_;
+  }
+  void CountExact(bool exact) {
+    ++cpu_checks_;
+    exact_ += exact;
+  }
+  int failures() const { return failures_; }
+
+ private:
+  std::string what_;
+  std::string first_;
+  int64_t checks_ = 0, cpu_checks_ = 0, exact_ = 0;
+  int failures_ = 0;
+};
+
+std::string Describe(GgmlType type, bool padded, int64_t rows, int64_t k, int64_t nt) {
+  std::ostringstream s;
+  s << GgmlTypeName(type) << (padded ? "(padded)" : "") << " rows=" << rows << " k=" << k
+    << " nt=" << nt;
+  return s.str();
+}
+
+// y of rows x nt plus a poisoned guard; runs `launch(y)` and returns y
+// (guard included).
+template <typename F>
+std::vector<float> RunPoisoned(int64_t rows, int64_t nt, F launch, cudaError_t* err) {
+  DeviceBuffer<float> dy(rows * nt + kGuard);
+  dy.Poison();
+  *err = launch(dy.get());
+  if (*err == cudaSuccess) *err = cudaDeviceSynchronize();
+  return dy.ToHost();
+}
+
+// Checks y (rows x nt + guard) against the CPU for the checked tokens, and
+// that every output was written and the guard was not.
+void CheckAgainstCpu(const HostWeight& w, const Acts& a, const std::vector<float>& y,
+                     const std::string& what, Checker* c) {
+  const int64_t n = w.rows * a.nt;
+  int64_t unwritten = 0;
+  for (int64_t i = 0; i < n; ++i) unwritten += Bits(y[i]) == 0xFFFFFFFFu;
+  c->Check(unwritten == 0, what + ": " + std::to_string(unwritten) + " outputs not written");
+  bool guard_ok = true;
+  for (int64_t i = n; i < n + kGuard; ++i) guard_ok &= Bits(y[i]) == 0xFFFFFFFFu;
+  c->Check(guard_ok, what + ": wrote past the end of y");
+  const double tol = MmqTol(w.k);
+  for (int64_t t : CheckedTokens(a.nt)) {
+    for (int64_t r = 0; r < w.rows; ++r) {
+      const Ref ref = RefDot(w, r, a, t);
+      const float g = y[t * w.rows + r];
+      const double err = std::fabs(static_cast<double>(g) - ref.cpu);
+      c->CountExact(Bits(g) == Bits(ref.cpu));
+      std::ostringstream d;
+      d << what << " row " << r << " token " << t << ": gpu " << g << " cpu " << ref.cpu
+        << " (err/mag " << err / ref.mag << ", bound " << tol << ")";
+      c->Check(err <= tol * ref.mag, d.str());
+    }
+  }
+}
+
+void CheckIdentical(const std::vector<float>& a, const std::vector<float>& b, int64_t n,
+                    const std::string& what, Checker* c) {
+  int64_t diff = 0, first = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (Bits(a[i]) != Bits(b[i])) {
+      if (first < 0) first = i;
+      ++diff;
+    }
+  }
+  std::ostringstream d;
+  d << what << ": " << diff << " outputs differ";
+  if (first >= 0) d << " (first at " << first << ": " << a[first] << " vs " << b[first] << ")";
+  c->Check(diff == 0, d.str());
+}
+
+// ------------------------------------------------------------------ prepass
+
+TEST(QuantizeMmqTest, BitIdenticalToCpuQ8A) {
+  REQUIRE_MMQ_GPU();
+  for (int64_t k : {32, 256, 896, 3584}) {
+    for (int64_t nt : {1, 9, 130}) {
+      std::vector<float> x = RandomFloats(k * nt, 3.0f);
+      // Special blocks: all zero, below FLT_MIN * 127 (flushed), an exact
+      // grid (d = 1, ties), a mixed-sign block with a large outlier.
+      if (k >= 128) {
+        for (int i = 0; i < 32; ++i) x[i] = 0.0f;
+        for (int i = 0; i < 32; ++i) x[32 + i] = 1e-39f * (i - 16);
+        for (int i = 0; i < 32; ++i) x[64 + i] = i * 8.0f - 127.0f;
+        for (int i = 0; i < 32; ++i) x[96 + i] = (i % 2 ? 0.5f : -2.5f) * (i == 7 ? 1000.0f : 1.0f);
+      }
+      std::vector<BlockQ8A> ref(k / 32 * nt);
+      for (int64_t t = 0; t < nt; ++t) QuantizeRowQ8A(x.data() + t * k, ref.data() + t * (k / 32), k);
+      const std::vector<uint8_t> want = BuildLayout(ref, k, nt);
+      for (int shift : {0, 1}) {  // 16-byte aligned and misaligned x: both paths
+        std::vector<float> xs(shift + x.size());
+        std::copy(x.begin(), x.end(), xs.begin() + shift);
+        DeviceBuffer<float> dx(xs);
+        DeviceBuffer<uint8_t> da(MmqActivationBytes(k, nt));
+        da.Poison();
+        ASSERT_CUDA(LaunchQuantizeMmq(dx.get() + shift, da.get(), k, nt, nullptr));
+        SYNC();
+        const std::vector<uint8_t> got = da.ToHost();
+        ASSERT_EQ(got.size(), want.size());
+        // Decode the layout back and compare field by field (padding tokens
+        // must be zero codes and d = s = +0).
+        const int64_t ntp = TokensPadded(nt), nb = k / 32;
+        const float* gd = reinterpret_cast<const float*>(got.data() + ntp * k);
+        const float* gs = gd + nb * ntp;
+        int bad = 0;
+        for (int64_t t = 0; t < ntp && bad < 5; ++t) {
+          for (int64_t b = 0; b < nb && bad < 5; ++b) {
+            BlockQ8A e{};
+            if (t < nt) e = ref[t * nb + b];
+            const bool ok = std::memcmp(got.data() + t * k + 32 * b, e.qs, 32) == 0 &&
+                            Bits(gd[b * ntp + t]) == Bits(e.d) && Bits(gs[b * ntp + t]) == Bits(e.s);
+            if (!ok) {
+              ++bad;
+              ADD_FAILURE() << "k=" << k << " nt=" << nt << " shift=" << shift << " token " << t
+                            << " block " << b << ": d " << gd[b * ntp + t] << " vs " << e.d
+                            << ", s " << gs[b * ntp + t] << " vs " << e.s;
+            }
+          }
+        }
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0)
+            << "k=" << k << " nt=" << nt << " shift=" << shift;
+      }
+    }
+  }
+}
+
+TEST(QuantizeMmqTest, RejectsBadShapes) {
+  REQUIRE_MMQ_GPU();
+  DeviceBuffer<float> dx(64);
+  DeviceBuffer<uint8_t> da(MmqActivationBytes(64, 1));
+  EXPECT_EQ(MmqActivationBytes(64, 1), 128 * 2 * 40);
+  EXPECT_EQ(MmqActivationBytes(64, 0), 0);
+  EXPECT_EQ(LaunchQuantizeMmq(dx.get(), da.get(), 48, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchQuantizeMmq(dx.get(), da.get() + 8, 64, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchQuantizeMmq(dx.get(), da.get(), 64, 0, nullptr), cudaSuccess);
+}
+
+// --------------------------------------------------------------------- GEMM
+
+class MmqTest : public ::testing::TestWithParam<GgmlType> {};
+
+// Every variant against the CPU and against each other.
+TEST_P(MmqTest, MatchesCpuAllVariants) {
+  REQUIRE_MMQ_GPU();
+  const GgmlType type = GetParam();
+  const int64_t bs = TraitsOf(type).block_size;
+  std::vector<int64_t> ks = {256, 512, 3584};
+  if (bs == 32) ks.push_back(928);  // 29 blocks: a partial last chunk (generic only)
+  Checker c("MMQ " + std::string(GgmlTypeName(type)));
+  for (int64_t k : ks) {
+    for (int64_t rows : {1, 77, 300}) {
+      const int variant = rows == 77 ? 0 : 1;
+      const HostWeight w = MakeWeight(type, rows, k, variant);
+      for (bool padded : {true, false}) {
+        if (!padded && type != GgmlType::kQ6_K) continue;
+        auto dw = Upload(w, padded);
+        for (int64_t nt : {1, 9, 17, 100, 511}) {
+          const Acts a = MakeActs(k, nt);
+          DeviceBuffer<uint8_t> dact(a.layout);
+          DeviceBuffer<float> dx(a.x);
+          DeviceBuffer<uint8_t> scratch(MmqActivationBytes(k, nt));
+          const std::string what = Describe(type, dw->view.q6k_padded, rows, k, nt);
+          const bool fast_ok = k % 256 == 0 && (type != GgmlType::kQ6_K || padded);
+          cudaError_t err;
+
+          // Generic: always applicable; the reference run.
+          const std::vector<float> yg = RunPoisoned(
+              rows, nt, [&](float* y) { return LaunchMmqGeneric(dw->view, dact.get(), y, nt, nullptr); },
+              &err);
+          ASSERT_EQ(err, cudaSuccess) << what << " generic: " << cudaGetErrorString(err);
+          CheckAgainstCpu(w, a, yg, what + " generic", &c);
+
+          for (int bn : {64, 128}) {
+            const char* why = nullptr;
+            MmqTuning tu;
+            tu.tokens_per_cta = bn;
+            const std::vector<float> yf = RunPoisoned(
+                rows, nt,
+                [&](float* y) { return LaunchMmqFast(dw->view, dact.get(), y, nt, tu, nullptr, &why); },
+                &err);
+            const std::string fw = what + " fast/" + std::to_string(bn);
+            if (!fast_ok) {
+              c.Check(err == cudaErrorNotSupported && why != nullptr,
+                      fw + ": expected cudaErrorNotSupported, got " + cudaGetErrorString(err));
+              continue;
+            }
+            ASSERT_EQ(err, cudaSuccess) << fw << ": " << cudaGetErrorString(err)
+                                        << (why ? why : "");
+            CheckIdentical(yf, yg, rows * nt, fw + " vs generic", &c);
+            if (bn == 64 && rows != 77) CheckAgainstCpu(w, a, yf, fw, &c);
+          }
+
+          // The ladder with the GPU prepass: same bits, the expected rung.
+          MmqReport rep;
+          const std::vector<float> yl = RunPoisoned(
+              rows, nt,
+              [&](float* y) {
+                return LaunchMmq(dw->view, dx.get(), scratch.get(), y, nt, nullptr, &rep);
+              },
+              &err);
+          ASSERT_EQ(err, cudaSuccess) << what << " LaunchMmq: " << cudaGetErrorString(err);
+          CheckIdentical(yl, yg, rows * nt, what + " LaunchMmq vs generic", &c);
+          c.Check(rep.variant == (fast_ok ? MmqVariant::kFast : MmqVariant::kGeneric),
+                  what + ": LaunchMmq ran " + MmqVariantName(rep.variant));
+          c.Check((rep.fast_skipped == nullptr) == fast_ok,
+                  what + ": fast_skipped " + (rep.fast_skipped ? rep.fast_skipped : "(null)"));
+          if (c.failures() > 20) return;
+        }
+      }
+    }
+  }
+}
+
+// Weights at a 2-byte aligned base with padded rows: the ladder must skip
+// kFast (and say why) and the generic rung must still match the CPU.
+TEST_P(MmqTest, MisalignedAndStridedWeights) {
+  REQUIRE_MMQ_GPU();
+  const GgmlType type = GetParam();
+  const int64_t k = TraitsOf(type).block_size == 256 ? 768 : 544;
+  const int64_t rows = 131, nt = 70;
+  Checker c("MMQ layouts " + std::string(GgmlTypeName(type)));
+  const HostWeight w = MakeWeight(type, rows, k, 1);
+  const Acts a = MakeActs(k, nt);
+  DeviceBuffer<float> dx(a.x);
+  DeviceBuffer<uint8_t> scratch(MmqActivationBytes(k, nt));
+  struct Layout {
+    bool padded;
+    int64_t shift, extra;
+  };
+  for (const Layout& l : {Layout{false, 2, 0}, Layout{false, 0, 6}, Layout{true, 6, 16},
+                          Layout{false, 0, 32}}) {
+    auto dw = Upload(w, l.padded, l.shift, l.extra);
+    std::ostringstream what;
+    what << Describe(type, dw->view.q6k_padded, rows, k, nt) << " shift " << l.shift << " extra "
+         << l.extra;
+    MmqReport rep;
+    cudaError_t err;
+    const std::vector<float> y = RunPoisoned(
+        rows, nt,
+        [&](float* yy) { return LaunchMmq(dw->view, dx.get(), scratch.get(), yy, nt, nullptr, &rep); },
+        &err);
+    ASSERT_EQ(err, cudaSuccess) << what.str() << ": " << cudaGetErrorString(err);
+    const bool aligned = l.shift % 16 == 0 && dw->view.row_bytes % 16 == 0 && k % 256 == 0 &&
+                         (type != GgmlType::kQ6_K || dw->view.q6k_padded);
+    c.Check(rep.variant == (aligned ? MmqVariant::kFast : MmqVariant::kGeneric),
+            what.str() + ": ran " + MmqVariantName(rep.variant));
+    c.Check(aligned || rep.fast_skipped != nullptr, what.str() + ": no skip reason");
+    CheckAgainstCpu(w, a, y, what.str(), &c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MmqTest, ::testing::ValuesIn(kQuantTypes),
+                         [](const ::testing::TestParamInfo<GgmlType>& info) {
+                           return std::string(GgmlTypeName(info.param));
+                         });
+
+// The registry's padded 224-byte Q6_K and the raw 210-byte GGUF layout must
+// give the same bits (they take different rungs: fast vs generic).
+TEST(MmqQ6KTest, PaddedAndRawStridesAgree) {
+  REQUIRE_MMQ_GPU();
+  Checker c("Q6_K padded vs raw");
+  for (int64_t k : {256, 3584}) {
+    for (int64_t rows : {77, 300}) {
+      const HostWeight w = MakeWeight(GgmlType::kQ6_K, rows, k, 1);
+      auto raw = Upload(w, false);
+      auto pad = Upload(w, true);
+      for (int64_t nt : {9, 100}) {
+        const Acts a = MakeActs(k, nt);
+        DeviceBuffer<float> dx(a.x);
+        DeviceBuffer<uint8_t> scratch(MmqActivationBytes(k, nt));
+        MmqReport rr, rp;
+        cudaError_t err;
+        const std::vector<float> yr = RunPoisoned(
+            rows, nt,
+            [&](float* y) { return LaunchMmq(raw->view, dx.get(), scratch.get(), y, nt, nullptr, &rr); },
+            &err);
+        ASSERT_EQ(err, cudaSuccess);
+        const std::vector<float> yp = RunPoisoned(
+            rows, nt,
+            [&](float* y) { return LaunchMmq(pad->view, dx.get(), scratch.get(), y, nt, nullptr, &rp); },
+            &err);
+        ASSERT_EQ(err, cudaSuccess);
+        const std::string what = Describe(GgmlType::kQ6_K, false, rows, k, nt);
+        c.Check(rr.variant == MmqVariant::kGeneric && rp.variant == MmqVariant::kFast,
+                what + ": rungs " + MmqVariantName(rr.variant) + "/" + MmqVariantName(rp.variant));
+        CheckIdentical(yr, yp, rows * nt, what + " raw vs padded", &c);
+        CheckAgainstCpu(w, a, yp, what + " padded", &c);
+      }
+    }
+  }
+}
+
+TEST(MmqApiTest, RejectsBadCalls) {
+  REQUIRE_MMQ_GPU();
+  const int64_t k = 256, rows = 8, nt = 9;
+  DeviceBuffer<uint8_t> wbuf(rows * RowBytes(GgmlType::kQ4_K, k) + 64);
+  DeviceBuffer<uint8_t> act(MmqActivationBytes(k, nt) + 64);
+  DeviceBuffer<float> x(k * nt), y(rows * nt + 16);
+  WeightView w;
+  w.type = GgmlType::kQ4_K, w.data = wbuf.get(), w.k = k, w.rows = rows;
+  w.row_bytes = RowBytes(GgmlType::kQ4_K, k);
+  auto bad = [&](WeightView v, const void* a, float* yy, int64_t n) {
+    return LaunchMmqQuantized(v, a, yy, n, nullptr);
+  };
+  EXPECT_EQ(bad(w, act.get(), y.get(), -1), cudaErrorInvalidValue);
+  WeightView v = w;
+  v.k = 128;  // not a multiple of 256
+  EXPECT_EQ(bad(v, act.get(), y.get(), nt), cudaErrorInvalidValue);
+  v = w, v.type = GgmlType::kF16;
+  EXPECT_EQ(bad(v, act.get(), y.get(), nt), cudaErrorInvalidValue);
+  v = w, v.row_bytes = w.row_bytes - 2;  // shorter than a row
+  EXPECT_EQ(bad(v, act.get(), y.get(), nt), cudaErrorInvalidValue);
+  v = w, v.q6k_padded = true;  // not Q6_K
+  EXPECT_EQ(bad(v, act.get(), y.get(), nt), cudaErrorInvalidValue);
+  EXPECT_EQ(bad(w, act.get() + 8, y.get(), nt), cudaErrorInvalidValue);  // act misaligned
+  EXPECT_EQ(LaunchMmq(w, nullptr, act.get(), y.get(), nt, nullptr), cudaErrorInvalidValue);
+  MmqTuning tu;
+  tu.tokens_per_cta = 96;
+  EXPECT_EQ(LaunchMmqFast(w, act.get(), y.get(), nt, tu, nullptr), cudaErrorInvalidValue);
+  // Empty shapes launch nothing and succeed.
+  MmqReport rep;
+  EXPECT_EQ(LaunchMmqQuantized(w, act.get(), y.get(), 0, nullptr, &rep), cudaSuccess);
+  EXPECT_EQ(rep.variant, MmqVariant::kNone);
+  v = w, v.rows = 0;
+  EXPECT_EQ(LaunchMmq(v, x.get(), act.get(), y.get(), nt, nullptr), cudaSuccess);
+  EXPECT_FALSE(MmqSupports(GgmlType::kF32));
+  EXPECT_TRUE(MmqSupports(GgmlType::kQ6_K));
+  SYNC();
+}
+
+}  // namespace
+}  // namespace minfer::cuda
