@@ -2,7 +2,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -240,7 +242,8 @@ absl::StatusOr<BlockQ8A*> CudaBackend::Q8Plane(const BufferRef& x, int64_t k, in
 absl::StatusOr<const BlockQ8A*> CudaBackend::Quantized(const BufferRef& x, int64_t k, int64_t nt) {
   ASSIGN_OR_RETURN(BlockQ8A * q, Q8Plane(x, k, nt));
   Key key{x.buffer, x.offset};
-  if (q8_valid_.count(key)) {
+  auto it = q8_valid_.find(key);
+  if (it != q8_valid_.end() && it->second >= k * nt * 4) {
     stats_.quantize_skipped++;
     return q;
   }
@@ -249,8 +252,19 @@ absl::StatusOr<const BlockQ8A*> CudaBackend::Quantized(const BufferRef& x, int64
                                           state_->stream()),
                         "quantize activations"));
   stats_.quantize_launches++;
-  q8_valid_[key] = true;
+  q8_valid_[key] = k * nt * 4;
   return q;
+}
+
+void CudaBackend::InvalidateMemos(const BufferRef& written, int64_t bytes) {
+  auto overlaps = [&](const Key& key, int64_t len) {
+    return std::get<0>(key) == written.buffer && std::get<1>(key) < written.offset + bytes &&
+           written.offset < std::get<1>(key) + len;
+  };
+  for (auto it = q8_valid_.begin(); it != q8_valid_.end();) {
+    it = overlaps(it->first, it->second) ? q8_valid_.erase(it) : std::next(it);
+  }
+  if (mmq_act_.valid && overlaps(mmq_act_.key, mmq_act_.bytes)) mmq_act_.valid = false;
 }
 
 absl::Status CudaBackend::MatMul(const Node& n, const BufferRef& x, float* y) {
@@ -271,11 +285,26 @@ absl::Status CudaBackend::MatMul(const Node& n, const BufferRef& x, float* y) {
   // tiled GEMM, decode shapes to MMVQ, float weights to the f32 kernels.
   if (nt >= 9 && knobs_.prefill_gemm) {
     if (knobs_.mmq && MmqSupports(w->type)) {
-      // One activation scratch shared by every prefill matmul: they run in
-      // stream order, each quantizing its input into it first.
+      // One activation scratch shared by every prefill matmul (they run in
+      // stream order); consecutive matmuls of the same input (Q/K/V,
+      // gate/up) quantize it once.
       ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(k, nt)));
+      const Key key{x.buffer, x.offset};
+      cudaError_t err = cudaSuccess;
+      if (!(mmq_act_.valid && mmq_act_.key == key && mmq_act_.k == k && mmq_act_.nt == nt &&
+            mmq_act_.scratch == act)) {
+        err = LaunchQuantizeMmq(xf, act, k, nt, state_->stream());
+        if (err == cudaSuccess) {
+          stats_.quantize_launches++;
+          mmq_act_ = {true, key, k * nt * 4, k, nt, act};
+        } else {
+          mmq_act_.valid = false;
+        }
+      } else {
+        stats_.quantize_skipped++;
+      }
       MmqReport report;
-      const cudaError_t err = LaunchMmq(*w, xf, act, y, nt, state_->stream(), &report);
+      if (err == cudaSuccess) err = LaunchMmqQuantized(*w, act, y, nt, state_->stream(), &report);
       if (err != cudaErrorNotSupported) {
         RETURN_IF_ERROR(Check(err, "MMQ"));
         (report.variant == MmqVariant::kFast ? stats_.mmq_fast : stats_.mmq_generic)++;
@@ -347,6 +376,7 @@ bool CudaBackend::SupportsOp(const Node& n) const {
 absl::Status CudaBackend::WriteHost(const BufferRef& dst, const void* src, int64_t bytes) {
   if (!sticky_.ok()) return Failed();
   std::lock_guard<std::recursive_mutex> lock(state_->stream_lock());
+  InvalidateMemos(dst, bytes);
   ASSIGN_OR_RETURN(uint8_t * d, Ptr(dst, bytes));
   if (pinned_in_used_ + bytes > pinned_in_cap_) {
     if (capturing_) return absl::FailedPreconditionError("cuda: input fill inside a capture window");
@@ -390,6 +420,7 @@ absl::Status CudaBackend::Fill(const BufferRef& dst, uint8_t value) {
   if (!sticky_.ok()) return Failed();
   std::lock_guard<std::recursive_mutex> lock(state_->stream_lock());
   ASSIGN_OR_RETURN(uint8_t * d, Ptr(dst, dst.bytes));
+  InvalidateMemos(dst, dst.bytes);
   RETURN_IF_ERROR(Check(cudaMemsetAsync(d, value, dst.bytes, state_->stream()), "fill"));
   if (window_.owns_lock()) return absl::OkStatus();
   return Check(cudaStreamSynchronize(state_->stream()), "fill sync");
@@ -516,6 +547,7 @@ absl::Status CudaBackend::Synchronize() {
   }
   // Execution-window memos end here: buffer contents change meaning.
   q8_valid_.clear();
+  mmq_act_.valid = false;
   pinned_in_used_ = 0;
   capture_aborted_ = false;
   window_.unlock();
@@ -526,6 +558,13 @@ absl::Status CudaBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
   if (!sticky_.ok()) return Failed();
   BeginWindow();
   auto t0 = std::chrono::steady_clock::now();
+  // What this node writes invalidates the memos of its previous contents
+  // (the liveness allocator reuses buffers within one window). Views and
+  // cache loads write nothing.
+  if (node.op != OpKind::kView && node.op != OpKind::kReshape &&
+      node.op != OpKind::kKvcacheLoad) {
+    InvalidateMemos(args.output, std::max<int64_t>(args.output.bytes, node.bytes()));
+  }
   absl::Status s = Dispatch(node, args);
   if (s.ok() && knobs_.op_timing) {
     s = Check(cudaStreamSynchronize(state_->stream()), "op timing sync");
@@ -599,7 +638,7 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
         ASSIGN_OR_RETURN(q8, Q8Plane(a.output, ne0, 1));
       }
       RETURN_IF_ERROR(Check(LaunchRmsNorm(f(0), w, n.p.eps, out, q8, ne0, rows, st), "RmsNorm"));
-      if (q8 != nullptr) q8_valid_[Key{a.output.buffer, a.output.offset}] = true;
+      if (q8 != nullptr) q8_valid_[Key{a.output.buffer, a.output.offset}] = ne0 * 4;
       return absl::OkStatus();
     }
     case OpKind::kMatMul:

@@ -127,6 +127,8 @@ class CudaBackend : public graph::Backend {
   absl::StatusOr<const BlockQ8A*> Quantized(const graph::BufferRef& x, int64_t k, int64_t nt);
   absl::StatusOr<BlockQ8A*> Q8Plane(const graph::BufferRef& x, int64_t k, int64_t nt);
   absl::Status MatMul(const graph::Node& n, const graph::BufferRef& x, float* y);
+  // Drops the memos whose source overlaps `written`.
+  void InvalidateMemos(const graph::BufferRef& written, int64_t bytes);
   absl::Status Dispatch(const graph::Node& n, const graph::ExecArgs& a);
   void AbortCapture(const absl::Status& why);
   void DropGraphs();
@@ -154,7 +156,21 @@ class CudaBackend : public graph::Backend {
   int64_t pinned_out_cap_ = 0;
 
   std::map<std::string, std::pair<void*, int64_t>> scratch_;  // tag -> (ptr, bytes)
-  std::map<Key, bool> q8_valid_;  // execution-window memo
+  // Execution-window memos of quantized activations, each valid until a
+  // node (or a host write) writes over its source range or the window ends:
+  //   q8_valid_: activation (buffer, offset) -> source bytes, whose BlockQ8A
+  //              plane (Q8Plane) holds its current contents;
+  //   mmq_act_:  which activation the shared MMQ scratch holds (Q/K/V, and
+  //              gate/up, read the same input back to back).
+  std::map<Key, int64_t> q8_valid_;
+  struct MmqAct {
+    bool valid = false;
+    Key key{};
+    int64_t bytes = 0;  // source range
+    int64_t k = 0, nt = 0;
+    void* scratch = nullptr;
+  };
+  MmqAct mmq_act_;
   // MINFER_MMQ_RAW_NB_DEBUG: launch classes (type, rows, k, variant) already
   // logged.
   std::set<std::tuple<int, int64_t, int64_t, int>> mmq_logged_;

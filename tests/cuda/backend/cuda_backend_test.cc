@@ -301,6 +301,57 @@ TEST_F(CudaBackendOpTest, MatMulMmqEveryQuantType) {
   }
 }
 
+// The quantized-activation memos live for one execution window, but the
+// liveness allocator reuses buffers inside a window: a matmul whose input
+// buffer was rewritten since the last quantize (by a node or a host write)
+// must quantize again. Two matmuls over the same buffer with different
+// contents in one window, decode (MMVQ plane) and prefill (MMQ scratch).
+TEST_F(CudaBackendOpTest, RewrittenActivationIsQuantizedAgain) {
+  for (const char* mmq : {"0", "1"}) {
+    ScopedKnob knob("MINFER_MMQ", mmq);
+    const int64_t k = 256, rows = 64;
+    auto w = MakeWeight("w", GgmlType::kQ4_K, k, rows);
+    OpHarness h({&w->w});
+    ASSERT_NE(h.gpu(), nullptr);
+    CudaBackend* b = h.gpu();
+    for (int64_t nt : {1, 16}) {
+      SCOPED_TRACE(absl::StrCat("MINFER_MMQ=", mmq, " nt ", nt));
+      Node mm = MakeNode(OpKind::kMatMul, Shape(rows, nt), {&w->w});
+      mm.inputs = {0};
+      Node cp = MakeNode(OpKind::kScale, Shape(k, nt));
+      cp.inputs = {0};
+      cp.p.scale = 1.0f;
+      auto x1 = RandomFloats(k * nt), x2 = RandomFloats(k * nt);
+      auto in = b->AllocBuffer(k * nt * 4), src = b->AllocBuffer(k * nt * 4);
+      auto y1 = b->AllocBuffer(rows * nt * 4), y2 = b->AllocBuffer(rows * nt * 4);
+      ASSERT_TRUE(in.ok() && src.ok() && y1.ok() && y2.ok());
+      BufferRef xin{b, *in, 0, k * nt * 4}, xsrc{b, *src, 0, k * nt * 4};
+      ASSERT_TRUE(b->WriteHost(xin, x1.data(), xin.bytes).ok());
+      ASSERT_TRUE(b->WriteHost(xsrc, x2.data(), xsrc.bytes).ok());
+      ExecArgs a1;
+      a1.inputs = {xin};
+      a1.output = BufferRef{b, *y1, 0, rows * nt * 4};
+      ASSERT_TRUE(b->ExecuteNode(mm, a1).ok());
+      // A node overwrites the input buffer with x2 inside the same window.
+      ExecArgs ac;
+      ac.inputs = {xsrc};
+      ac.output = xin;
+      ASSERT_TRUE(b->ExecuteNode(cp, ac).ok());
+      ExecArgs a2 = a1;
+      a2.output = BufferRef{b, *y2, 0, rows * nt * 4};
+      ASSERT_TRUE(b->ExecuteNode(mm, a2).ok());
+      ASSERT_TRUE(b->Synchronize().ok());
+      std::vector<float> g1(rows * nt), g2(rows * nt), c1, c2, unused;
+      ASSERT_TRUE(b->ReadHost(a1.output, g1.data(), a1.output.bytes).ok());
+      ASSERT_TRUE(b->ReadHost(a2.output, g2.data(), a2.output.bytes).ok());
+      h.Run(mm, {Bytes(x1)}, &c1, &unused);
+      h.Run(mm, {Bytes(x2)}, &c2, &unused);
+      EXPECT_LT(RelErr(g1, c1), nt >= 9 && mmq[0] == '0' ? 1e-2 : 1e-5);
+      EXPECT_LT(RelErr(g2, c2), nt >= 9 && mmq[0] == '0' ? 1e-2 : 1e-5);
+    }
+  }
+}
+
 TEST_F(CudaBackendOpTest, GetRowsEveryType) {
   for (GgmlType t : kAllTypes) {
     SCOPED_TRACE(GgmlTypeName(t));
