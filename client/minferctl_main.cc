@@ -665,8 +665,9 @@ int main(int argc, char** argv) {
         std::cout << (i ? ", " : "") << "{\"model\": \"" << b.model << "\", \"ok\": "
                   << (b.status.ok() ? "true" : "false")
                   << absl::StrFormat(", \"ttft_s\": %.4f, \"decode_tps\": %.2f, "
-                                     "\"server_decode_tps\": %.2f, \"ids\": [",
-                                     b.ttft, b.decode_tps, b.result.usage.decode_tokens_per_second())
+                                     "\"server_decode_tps\": %.2f, \"step_tps\": %.2f, \"ids\": [",
+                                     b.ttft, b.decode_tps, b.result.usage.decode_tokens_per_second(),
+                                     b.result.usage.decode_step_tokens_per_second())
                   << absl::StrJoin(b.result.token_ids, ", ") << "]}";
       }
       std::cout << absl::StrFormat("], \"wall_s\": %.3f, \"tokens\": %d, \"aggregate_tps\": %.2f, "
@@ -674,13 +675,14 @@ int main(int argc, char** argv) {
                                    wall, total_tokens, total_tokens / wall, failed, mismatched);
     } else {
       std::vector<std::vector<std::string>> rows = {
-          {"MODEL", "STATUS", "TOKENS", "TTFT", "DECODE TOK/S", "SERVER TOK/S"}};
+          {"MODEL", "STATUS", "TOKENS", "TTFT", "DECODE TOK/S", "SERVER TOK/S", "STEP TOK/S"}};
       for (const BenchStream& b : runs) {
         rows.push_back({b.model,
                         b.status.ok() ? "ok" : absl::StatusCodeToString(b.status.code()),
                         absl::StrCat(b.result.token_ids.size()),
                         absl::StrFormat("%.3f s", b.ttft), absl::StrFormat("%.1f", b.decode_tps),
-                        absl::StrFormat("%.1f", b.result.usage.decode_tokens_per_second())});
+                        absl::StrFormat("%.1f", b.result.usage.decode_tokens_per_second()),
+                        absl::StrFormat("%.1f", b.result.usage.decode_step_tokens_per_second())});
       }
       PrintTable(rows);
       std::cout << absl::StrFormat(

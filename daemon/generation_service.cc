@@ -106,7 +106,8 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
       u->set_prompt_tokens(r.stats.prompt_tokens);
       u->set_completion_tokens(r.stats.completion_tokens);
       u->set_time_to_first_token_seconds(r.ttft_seconds);
-      u->set_decode_tokens_per_second(r.stats.DecodeTokensPerSecond());
+      u->set_decode_tokens_per_second(r.DecodeTokensPerSecond());
+      u->set_decode_step_tokens_per_second(r.stats.DecodeTokensPerSecond());
       u->set_queue_seconds(r.queue_seconds);
       u->set_total_seconds(r.total_seconds);
       u->set_seed(r.seed);

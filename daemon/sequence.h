@@ -44,6 +44,14 @@ struct SequenceResult {
   double ttft_seconds = 0;         // arrival -> first token (0 if none)
   double total_seconds = 0;        // arrival -> finished
   uint64_t seed = 0;
+
+  // Completion tokens after the first per second of wall time from the
+  // first token to the end: the rate the stream saw (with other sequences
+  // interleaved, below the model's own step rate, stats.DecodeTokensPerSecond()).
+  double DecodeTokensPerSecond() const {
+    const double span = total_seconds - ttft_seconds;
+    return stats.completion_tokens > 1 && span > 0 ? (stats.completion_tokens - 1) / span : 0;
+  }
 };
 
 // What the stream sends next: everything published since the last take.

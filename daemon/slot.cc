@@ -554,10 +554,10 @@ void Slot::FinishSequence(Active& a, absl::Status status) {
     }
   }
   Logger("daemon")->info(
-      "generate model={} prompt={} completion={} ttft={:.4f}s decode={:.1f}tok/s queue={:.4f}s "
-      "total={:.3f}s finish={}{}{}",
+      "generate model={} prompt={} completion={} ttft={:.4f}s decode={:.1f}tok/s "
+      "(steps {:.1f}tok/s) queue={:.4f}s total={:.3f}s finish={}{}{}",
       config_.name, r.stats.prompt_tokens, r.stats.completion_tokens, r.ttft_seconds,
-      r.stats.DecodeTokensPerSecond(), r.queue_seconds, r.total_seconds,
+      r.DecodeTokensPerSecond(), r.stats.DecodeTokensPerSecond(), r.queue_seconds, r.total_seconds,
       FinishReasonName(r.finish_reason), status.ok() ? "" : " status=",
       status.ok() ? std::string() : status.ToString());
   a.seq->Finish(std::move(r));

@@ -111,7 +111,31 @@ TEST_F(GenerationServiceTest, StreamMatchesInProcessGeneration) {
     EXPECT_EQ(r->model, "a");
     EXPECT_GT(r->usage.time_to_first_token_seconds(), 0);
     EXPECT_GE(r->usage.total_seconds(), r->usage.time_to_first_token_seconds());
-    EXPECT_GT(chunks, 1);  // streamed, not one final blob
+    // The stream's rate is wall time from its first token to its end; the
+    // step rate counts only its own decode steps, so it is never lower.
+    const v1::Usage& u = r->usage;
+    EXPECT_NEAR(u.decode_tokens_per_second(),
+                (u.completion_tokens() - 1) /
+                    (u.total_seconds() - u.time_to_first_token_seconds()),
+                1e-6 * u.decode_tokens_per_second());
+    EXPECT_GT(u.decode_tokens_per_second(), 0);
+    EXPECT_GE(u.decode_step_tokens_per_second(), u.decode_tokens_per_second());
+    EXPECT_GE(chunks, 1);
+  }
+  {
+    // Streamed, not one final blob: the first token is written as soon as
+    // it exists, and the tokens produced while a write is in flight follow
+    // in later messages. (A short generation of this tiny model can finish
+    // before the first write starts on a loaded machine, so this uses a
+    // long one.)
+    int chunks = 0;
+    auto r = client_->Generate(TextRequest("a", "Hello world", 400), [&](const auto&) {
+      ++chunks;
+      return true;
+    });
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->token_ids.size(), 400u);
+    EXPECT_GT(chunks, 1);
   }
   // Chat and token-id input.
   v1::GenerateRequest chat = TextRequest("a", "", 24);
