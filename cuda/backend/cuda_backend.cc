@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <iterator>
 #include <cstring>
 
@@ -157,9 +158,11 @@ void CudaBackend::RefreshKnobs() {
   k.pinned_readback = !r.GetBool("MINFER_NO_PINNED_READBACK", knob_overrides_);
   k.prefill_gemm = !r.GetBool("MINFER_NO_PREFILL_GEMM", knob_overrides_);
   k.mmq = r.GetBool("MINFER_MMQ", knob_overrides_);
+  k.mmvq_min_elems = r.GetInt("MINFER_MMVQ_MIN_ELEMS", knob_overrides_);
+  k.attn_prefill_tc = r.GetBool("MINFER_ATTN_PREFILL_TC", knob_overrides_);
   k.mmq_debug = r.GetBool("MINFER_MMQ_RAW_NB_DEBUG", knob_overrides_);
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
-  bool changed = std::memcmp(&k, &knobs_, sizeof(k)) != 0;
+  const bool changed = !(k == knobs_);
   knobs_ = k;
   // Recorded graphs embed the previous choices; re-record them.
   if (changed && !capturing_) DropGraphs();
@@ -330,7 +333,14 @@ absl::Status CudaBackend::MatMul(const Node& n, const BufferRef& x, float* y) {
     stats_.gemm_f16++;
     return Check(LaunchGemmF16(*w, xf, y, nt, state_->stream()), "GEMM f16");
   }
-  const bool mmvq = MmvqSupports(w->type) && nt <= 8 && !(IsKQuant(w->type) && !knobs_.kq_mmvq);
+  bool mmvq = MmvqSupports(w->type) && nt <= 8 && !(IsKQuant(w->type) && !knobs_.kq_mmvq);
+  // The shape gate (seed §3.2.5): a small decode matmul whose input no fused
+  // producer quantized pays a quantize launch before MMVQ; below the gate
+  // the f32-activation matvec (one launch) is the faster choice.
+  if (mmvq && nt == 1 && w->rows * k < knobs_.mmvq_min_elems &&
+      q8_valid_.count(Key{x.buffer, x.offset}) == 0) {
+    mmvq = false;
+  }
   if (mmvq) {
     ASSIGN_OR_RETURN(const BlockQ8A* q, Quantized(x, k, nt));
     return Check(LaunchMmvq(*w, q, y, w->rows, nt, state_->stream()), "MMVQ");
@@ -701,7 +711,11 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
                                       out, ap, st),
                      "attention decode");
       }
-      return Check(LaunchAttnPrefill(f(0), i32(3), nt, in[1], in[2], out, ap, st),
+      // The tensor-core kernel (f16 KV, nt >= 16) is opt-in until it has
+      // been validated on hardware; otherwise the CUDA-core kernel.
+      AttnPrefillConfig cfg;
+      if (!knobs_.attn_prefill_tc) cfg.tc_min_tokens = INT64_MAX;
+      return Check(LaunchAttnPrefillConfigured(f(0), i32(3), nt, in[1], in[2], out, ap, cfg, st),
                    "attention prefill");
     }
     case OpKind::kPermute: {

@@ -109,7 +109,10 @@ class CudaBackend : public graph::Backend {
     bool prefill_gemm = true;
     bool mmq = false;
     bool mmq_debug = false;
+    int64_t mmvq_min_elems = 0;
+    bool attn_prefill_tc = false;
     bool op_timing = false;
+    bool operator==(const Knobs&) const = default;
   };
   using Key = std::tuple<int32_t, int64_t>;  // (buffer, offset) of an activation
 

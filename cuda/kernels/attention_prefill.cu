@@ -1,9 +1,11 @@
 // Prefill attention: causal GQA over the cache, token t (position pos[t])
-// attends to cache rows 0..pos[t]. A tiled CUDA-core kernel (a tensor-core
-// flash-attention kernel is a later issue): one block per (32-query tile,
-// head), K/V tiles of 32 rows converted to f32 in shared memory, an online
-// softmax per query. Nothing about the positions is read on the host, so any
-// nt and any positions work (including gaps and a nonzero start).
+// attends to cache rows 0..pos[t]. A tiled CUDA-core kernel for every cache
+// type: one block per (32-query tile, head), K/V tiles of 32 rows converted
+// to f32 in shared memory, an online softmax per query. Nothing about the
+// positions is read on the host, so any nt and any positions work (including
+// gaps and a nonzero start). LaunchAttnPrefill hands f16 caches with head_dim
+// 64/128 and nt >= kAttnPrefillTcMinTokens to the tensor-core kernel
+// (attention_prefill_tc.cu) where the device can run it (ops.h).
 //
 // Thread layout (128 threads): query qi = tid / 4 of the tile, sub = tid % 4.
 // A thread holds its query's dims {4(4c + sub) .. +3 : c < 8} in registers
@@ -211,6 +213,14 @@ bool AlignedTo(const void* p, uintptr_t n) {
 cudaError_t LaunchAttnPrefill(const float* q, const int32_t* pos, int64_t nt, const void* k_cache,
                               const void* v_cache, float* out, const AttnParams& p,
                               cudaStream_t stream) {
+  return LaunchAttnPrefillConfigured(q, pos, nt, k_cache, v_cache, out, p, AttnPrefillConfig{},
+                                     stream);
+}
+
+cudaError_t LaunchAttnPrefillConfigured(const float* q, const int32_t* pos, int64_t nt,
+                                        const void* k_cache, const void* v_cache, float* out,
+                                        const AttnParams& p, const AttnPrefillConfig& cfg,
+                                        cudaStream_t stream) {
   if (nt <= 0) return cudaSuccess;
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0 || p.head_dim <= 0 ||
       p.head_dim > kMaxHd || p.head_dim % 4 != 0 || p.n_ctx <= 0 || p.n_ctx >= INT_MAX ||
@@ -222,6 +232,13 @@ cudaError_t LaunchAttnPrefill(const float* q, const int32_t* pos, int64_t nt, co
   if (!AlignedTo(q, 16) || !AlignedTo(out, 16) || !AlignedTo(k_cache, kv_align) ||
       !AlignedTo(v_cache, kv_align)) {
     return cudaErrorMisalignedAddress;
+  }
+  // The parameters are valid for both kernels here; the tensor-core one
+  // answers cudaErrorNotSupported (having launched nothing) when it cannot
+  // take them, and the CUDA-core kernel runs instead.
+  if (nt >= cfg.tc_min_tokens) {
+    const cudaError_t err = LaunchAttnPrefillTc(q, pos, nt, k_cache, v_cache, out, p, stream);
+    if (err != cudaErrorNotSupported) return err;
   }
   PrefillArgs a;
   a.q = q;

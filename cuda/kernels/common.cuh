@@ -269,6 +269,47 @@ __device__ __forceinline__ void rope_rotate(float x0, float x1, float c, float s
   *y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
+// Smallest block scale the int8 activation format keeps (FLT_MIN, as
+// engine/quant/vec_dot_internal.h kQ8AMinScale): smaller blocks become 0.
+inline constexpr float kQ8AMinScale = 1.17549435e-38f;
+
+// One 32-value block of int8 activations, as the CPU's QuantizeRowQ8A makes
+// it: codes packed 4 per word, d = absmax / 127, s = d * sum(codes).
+struct Q8Group {
+  uint32_t packed;  // this lane's 4 codes (values 4 * (lane & 7) ...)
+  float d;
+  float s;
+};
+
+// Quantizes the 32 values that 8 adjacent lanes (lane & 7 = position in the
+// block) hold as one float4 each, bit for bit as QuantizeRowQ8A: every lane
+// of the group gets the block's d and s and its own 4 codes. All 32 lanes of
+// the warp must call it (full-mask shuffles); lanes without data pass zeros.
+__device__ __forceinline__ Q8Group QuantizeQ8Group(float4 v) {
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int off = 1; off < 8; off <<= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(kFullWarpMask, amax, off));
+  }
+  float d = __fdiv_rn(amax, 127.0f);
+  if (!(d >= kQ8AMinScale)) d = 0.0f;
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  // |v * id| <= 127 (+ rounding), so the int8 conversion never saturates.
+  const int q0 = __float2int_rn(__fmul_rn(v.x, id));
+  const int q1 = __float2int_rn(__fmul_rn(v.y, id));
+  const int q2 = __float2int_rn(__fmul_rn(v.z, id));
+  const int q3 = __float2int_rn(__fmul_rn(v.w, id));
+  int sum = q0 + q1 + q2 + q3;
+#pragma unroll
+  for (int off = 1; off < 8; off <<= 1) sum += __shfl_xor_sync(kFullWarpMask, sum, off);
+  Q8Group g;
+  g.packed = (static_cast<uint32_t>(q0) & 0xFF) | ((static_cast<uint32_t>(q1) & 0xFF) << 8) |
+             ((static_cast<uint32_t>(q2) & 0xFF) << 16) | (static_cast<uint32_t>(q3) << 24);
+  g.d = d;
+  g.s = __fmul_rn(d, static_cast<float>(sum));
+  return g;
+}
+
 }  // namespace minfer::cuda
 
 #endif  // MINFER_CUDA_KERNELS_COMMON_CUH_

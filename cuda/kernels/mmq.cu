@@ -51,7 +51,6 @@ namespace {
 // ------------------------------------------------------ quantize prepass
 
 constexpr int kQThreads = 256;
-constexpr float kMinScale = 1.17549435e-38f;  // FLT_MIN (vec_dot_internal.h kQ8AMinScale)
 
 // Eight threads per 32-value block, four values each, exactly the float
 // operations of quantize.cu (the CPU's QuantizeRowQ8A): d = absmax / 127
@@ -81,30 +80,12 @@ __global__ void __launch_bounds__(kQThreads) quantize_mmq_kernel(const float* __
       v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
     }
   }
-  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-  for (int off = 4; off > 0; off >>= 1) {
-    amax = fmaxf(amax, __shfl_xor_sync(kFullWarpMask, amax, off));
-  }
-  float d = __fdiv_rn(amax, 127.0f);
-  if (!(d >= kMinScale)) d = 0.0f;
-  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  const int q0 = __float2int_rn(__fmul_rn(v.x, id));
-  const int q1 = __float2int_rn(__fmul_rn(v.y, id));
-  const int q2 = __float2int_rn(__fmul_rn(v.z, id));
-  const int q3 = __float2int_rn(__fmul_rn(v.w, id));
-  int sum = q0 + q1 + q2 + q3;
-#pragma unroll
-  for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullWarpMask, sum, off);
+  const Q8Group g = QuantizeQ8Group(v);
   if (!active) return;
-  const uint32_t packed = (static_cast<uint32_t>(q0) & 0xFF) |
-                          ((static_cast<uint32_t>(q1) & 0xFF) << 8) |
-                          ((static_cast<uint32_t>(q2) & 0xFF) << 16) |
-                          (static_cast<uint32_t>(q3) << 24);
-  *reinterpret_cast<uint32_t*>(aq + t * k + b * 32 + sub * 4) = packed;
+  *reinterpret_cast<uint32_t*>(aq + t * k + b * 32 + sub * 4) = g.packed;
   if (sub == 0) {
-    ad[b * ntp + t] = d;
-    as[b * ntp + t] = __fmul_rn(d, static_cast<float>(sum));
+    ad[b * ntp + t] = g.d;
+    as[b * ntp + t] = g.s;
   }
 }
 
@@ -228,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
   cp_async_commit();
   for (int c = 0; c < p.n_chunks; ++c) {
     const int buf = c & 1;
-    cp_async_wait_all();
+    cp_async_wait<0>();
     __syncthreads();
     if (c + 1 < p.n_chunks) stage(c + 1, buf ^ 1);
     cp_async_commit();

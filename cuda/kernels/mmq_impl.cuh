@@ -38,6 +38,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/ptx_sm80.cuh"
 #include "cuda/kernels/quant_dev.cuh"
 #include "cuda/kernels/types.h"
 
@@ -53,41 +54,12 @@ inline constexpr int kAS = kKC + 16;
 
 // ------------------------------------------------------------------ PTX
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, bypassing L1 (each byte is used once per CTA);
-// src_bytes 0 zero-fills the destination without reading `src`.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
 // Barrier over `count` threads (whole warps) with id 1..15 (0 is
 // __syncthreads).
 template <int kId>
 __device__ __forceinline__ void named_barrier(int count) {
   static_assert(kId >= 1 && kId < 16, "barrier 0 is __syncthreads");
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "r"(count) : "memory");
-}
-
-// Four 8x8 b16 matrices; lane L supplies the address of row L % 8 of matrix
-// L / 8; lane l receives, from each matrix, the 4 bytes at row l / 4, bytes
-// 4 (l % 4)..+3 — an mma B word when a matrix row is 16 k-bytes of one token.
-// volatile: shared memory written by cp.async between calls at the same
-// address must be re-read.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
 }
 
 // C = A(16x32 s8) * B(32x8 s8), integer, exact.

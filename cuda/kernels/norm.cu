@@ -30,7 +30,6 @@ namespace {
 constexpr int kCache = 8;                        // float4 per thread kept in registers
 constexpr int kBlockThreads = 256;               // block-per-row variant
 constexpr int kWarpRowsPerBlock = 4;             // warp-per-row variant: 4 rows per block
-constexpr float kQ8AMinScale = 1.17549435e-38f;  // FLT_MIN, as vec_dot_internal.h
 
 template <bool kAligned>
 __device__ __forceinline__ float4 load4(const float* p, int j) {
@@ -58,30 +57,12 @@ __device__ __forceinline__ void store4(float* p, int j, float4 v) {
 // must call it (full-mask shuffles); `active` lanes write.
 __device__ __forceinline__ void quantize_q8a_group(float4 v, bool active, BlockQ8A* out,
                                                    int pos_in_block) {
-  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-  for (int off = 1; off < 8; off <<= 1) {
-    amax = fmaxf(amax, __shfl_xor_sync(kFullWarpMask, amax, off));
-  }
-  float d = __fdiv_rn(amax, 127.0f);
-  if (!(d >= kQ8AMinScale)) d = 0.0f;
-  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  // |v * id| <= 127 (+ rounding), so the int8 conversion never saturates.
-  const int q0 = __float2int_rn(__fmul_rn(v.x, id));
-  const int q1 = __float2int_rn(__fmul_rn(v.y, id));
-  const int q2 = __float2int_rn(__fmul_rn(v.z, id));
-  const int q3 = __float2int_rn(__fmul_rn(v.w, id));
-  int sum = q0 + q1 + q2 + q3;
-#pragma unroll
-  for (int off = 1; off < 8; off <<= 1) sum += __shfl_xor_sync(kFullWarpMask, sum, off);
+  const Q8Group g = QuantizeQ8Group(v);
   if (active) {
-    const uint32_t packed =
-        (static_cast<uint32_t>(q0) & 0xFF) | ((static_cast<uint32_t>(q1) & 0xFF) << 8) |
-        ((static_cast<uint32_t>(q2) & 0xFF) << 16) | ((static_cast<uint32_t>(q3) & 0xFF) << 24);
-    reinterpret_cast<uint32_t*>(out->qs)[pos_in_block] = packed;
+    reinterpret_cast<uint32_t*>(out->qs)[pos_in_block] = g.packed;
     if (pos_in_block == 0) {
-      out->d = d;
-      out->s = __fmul_rn(d, static_cast<float>(sum));
+      out->d = g.d;
+      out->s = g.s;
     }
   }
 }

@@ -22,7 +22,9 @@
 //   RoPE, QkvBiasRopeStore  bit-identical except ~1e-8 of angles, where
 //                           cos/sin are 1 float ulp off
 //   attention               float accumulation in a different order than the
-//                           CPU: ~1e-6 relative
+//                           CPU: ~1e-6 relative; the tensor-core prefill
+//                           (f16 cache) rounds Q and P to f16: see
+//                           LaunchAttnPrefillTc for its bound
 #ifndef MINFER_CUDA_KERNELS_OPS_H_
 #define MINFER_CUDA_KERNELS_OPS_H_
 
@@ -129,9 +131,63 @@ cudaError_t LaunchAttnDecodeConfigured(const float* q, const int32_t* pos, const
 // Prefill (nt tokens, token t attends to cache rows 0..pos[t]): q
 // [head_dim, n_head, nt] -> out [head_dim * n_head, nt]. Causal, GQA; any nt
 // and any positions (read on the device). Same limits as decode.
+//
+// Two kernels. The tensor-core one (LaunchAttnPrefillTc below) runs when it
+// can — f16 cache, head_dim 64 or 128, an sm_80+ device, 16-byte aligned
+// caches — and nt >= kAttnPrefillTcMinTokens (below that its 64-query tiles
+// are mostly empty); otherwise the tiled CUDA-core kernel
+// (attention_prefill.cu), which takes every cache type and head_dim. The
+// choice depends only on the shapes, pointers and device, never on the
+// positions, so a captured launch stays valid. The two differ in numerics
+// (the tensor-core bound below vs ~1e-6): the f16-cache prefill path is the
+// tensor-core one from this threshold on.
+inline constexpr int64_t kAttnPrefillTcMinTokens = 16;
 cudaError_t LaunchAttnPrefill(const float* q, const int32_t* pos, int64_t nt, const void* k_cache,
                               const void* v_cache, float* out, const AttnParams& p,
                               cudaStream_t stream);
+
+// Tests and benchmarks: LaunchAttnPrefill with an explicit switch-over
+// (tc_min_tokens 0: the tensor-core kernel whenever it can run; INT64_MAX:
+// always the CUDA-core kernel).
+struct AttnPrefillConfig {
+  int64_t tc_min_tokens = kAttnPrefillTcMinTokens;
+};
+cudaError_t LaunchAttnPrefillConfigured(const float* q, const int32_t* pos, int64_t nt,
+                                        const void* k_cache, const void* v_cache, float* out,
+                                        const AttnParams& p, const AttnPrefillConfig& cfg,
+                                        cudaStream_t stream);
+
+// The tensor-core prefill kernel alone (attention_prefill_tc.cu; flash-
+// attention-2 style: 64 queries of one head per block, K/V tiles of 64 rows
+// through shared memory, mma.m16n8k16 f16 -> f32). Same semantics, limits
+// and errors as LaunchAttnPrefill, plus cudaErrorNotSupported (nothing
+// launched) unless kv_type is kF16, head_dim is 64 or 128, k_cache and
+// v_cache are 16-byte aligned, nt <= 65535 * 64 and the device is sm_80+.
+//
+// Numerics: Q is multiplied by scale * log2(e) in float and rounded to f16;
+// the softmax weights P (each <= 1, relative to the running row max) are
+// rounded to f16 for the P V product; K/V are f16 already; every product is
+// exact and every sum (scores, row sums, output) is accumulated in f32. With
+// u = 2^-11 (f16 unit roundoff) and, per (token, head),
+// A = scale * max over visible rows j of sum_i |q_i k_ji|, the result y
+// satisfies, against attention computed exactly (float64) from the same q
+// and cache:
+//   |y_d - exact_d| <= max|V| * ((2 A + 2) u + 1e-5)   (contexts <= 16384 rows)
+// Why: rounding q moves each score by at most u A (natural-log units), so
+// after normalization every weight w_j is off by a factor within
+// exp(+-2 u A); rounding P_j changes the numerator's weight by <= u
+// relative (the sum l uses the unrounded f32 P: the weights then sum to
+// 1 +- u); a subnormal P (< 2^-14) is off by <= 2^-25 absolute, <= u in
+// total over 16384 rows since l >= 1; the f32 sums add ~1e-6 as in the
+// CUDA-core kernel. The bound is a worst case (all rounding errors of a
+// score in one direction); typical errors are far smaller, since the
+// roundings are independent and average out. Against a reference that
+// rounds q the same way only the P term remains: <= max|V| * (u + 1e-4).
+// q * scale * log2(e) must stay below 65504 in magnitude (else the f16
+// overflows to inf and the row to NaN).
+cudaError_t LaunchAttnPrefillTc(const float* q, const int32_t* pos, int64_t nt,
+                                const void* k_cache, const void* v_cache, float* out,
+                                const AttnParams& p, cudaStream_t stream);
 
 }  // namespace minfer::cuda
 

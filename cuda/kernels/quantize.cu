@@ -19,7 +19,6 @@ namespace minfer::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kMinScale = 1.17549435e-38f;  // FLT_MIN (vec_dot_internal.h kQ8AMinScale)
 
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) quantize_q8a_kernel(const float* __restrict__ x,
@@ -38,31 +37,11 @@ __global__ void __launch_bounds__(kThreads) quantize_q8a_kernel(const float* __r
       v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
     }
   }
-  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-  for (int off = 4; off > 0; off >>= 1) {
-    amax = fmaxf(amax, __shfl_xor_sync(kFullWarpMask, amax, off));
-  }
-  float d = __fdiv_rn(amax, 127.0f);
-  if (!(d >= kMinScale)) d = 0.0f;
-  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  const int q0 = __float2int_rn(__fmul_rn(v.x, id));
-  const int q1 = __float2int_rn(__fmul_rn(v.y, id));
-  const int q2 = __float2int_rn(__fmul_rn(v.z, id));
-  const int q3 = __float2int_rn(__fmul_rn(v.w, id));
-  int sum = q0 + q1 + q2 + q3;
-#pragma unroll
-  for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullWarpMask, sum, off);
+  const Q8Group g = QuantizeQ8Group(v);
   if (!active) return;
-  const uint32_t packed = (static_cast<uint32_t>(q0) & 0xFF) |
-                          ((static_cast<uint32_t>(q1) & 0xFF) << 8) |
-                          ((static_cast<uint32_t>(q2) & 0xFF) << 16) |
-                          (static_cast<uint32_t>(q3) << 24);
   BlockQ8A* b = q + blk;
-  *reinterpret_cast<uint32_t*>(b->qs + 4 * sub) = packed;
-  if (sub == 0) {
-    *reinterpret_cast<float2*>(b) = make_float2(d, __fmul_rn(d, static_cast<float>(sum)));
-  }
+  *reinterpret_cast<uint32_t*>(b->qs + 4 * sub) = g.packed;
+  if (sub == 0) *reinterpret_cast<float2*>(b) = make_float2(g.d, g.s);
 }
 
 }  // namespace

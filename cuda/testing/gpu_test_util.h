@@ -31,6 +31,16 @@ inline bool DeviceAvailable() {
 
 #define MINFER_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(expr)
 
+// Asserts that a CUDA call succeeded, naming it and the error.
+#define ASSERT_CUDA(expr)                                                      \
+  do {                                                                         \
+    const cudaError_t err_ = (expr);                                           \
+    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
+  } while (0)
+
+// Waits for the device and fails on any asynchronous error.
+#define SYNC() ASSERT_CUDA(cudaDeviceSynchronize())
+
 // A device buffer holding a copy of `host` (RAII).
 template <typename T>
 class DeviceBuffer {

@@ -43,6 +43,15 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
   add({"MINFER_NO_PREFILL_GEMM", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Prefill matmuls (nt >= 9) run the per-type decode kernels instead of the GEMM."});
+  add({"MINFER_MMVQ_MIN_ELEMS", KnobType::kInt, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Decode matmuls with fewer weights (rows x k) than this whose input was not already "
+       "quantized by a fused producer run the f32-activation matvec instead of quantize + MMVQ "
+       "(the shape gate; 0 = always MMVQ)."});
+  add({"MINFER_ATTN_PREFILL_TC", KnobType::kBool, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Prefill attention over an f16 KV cache (16+ tokens) runs the tensor-core "
+       "flash-attention kernel (opt-in until its H200 validation and benchmark)."});
   add({"MINFER_MMQ", KnobType::kBool, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
        "Prefill matmuls (nt >= 9) of quantized weights run the int8 tensor-core MMQ GEMM "
        "instead of the f16 GEMM (opt-in until its H200 validation and benchmark)."});

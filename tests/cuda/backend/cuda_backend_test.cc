@@ -513,20 +513,35 @@ TEST_P(CudaModelTest, GreedyEqualsCpu) {
   }
 }
 
-// The same with the int8 MMQ prefill GEMM (MINFER_MMQ=1) for every
-// quantized type: its integer math is the CPU's, so greedy output is equal.
-TEST_P(CudaModelTest, GreedyEqualsCpuWithMmq) {
-  if (GetParam() == "f32" || GetParam() == "f16" || GetParam() == "bf16") GTEST_SKIP();
-  ScopedKnob mmq("MINFER_MMQ", "1");
+// Greedy output of the CUDA path equals the CPU path's on both tiny shapes
+// of `type`, for a 25-token prompt (the GEMM/MMQ arm, and >= 16 tokens for
+// the tensor-core prefill attention), with whatever knobs the caller set.
+void ExpectGreedyEqualsCpu(const std::string& type) {
   for (const std::string shape : {"tiny", "tiny-untied"}) {
     SCOPED_TRACE(shape);
-    auto cpu = Load(shape, GetParam(), "cpu");
-    auto gpu = Load(shape, GetParam(), "cuda");
+    auto cpu = Load(shape, type, "cpu");
+    auto gpu = Load(shape, type, "cuda");
     ASSERT_TRUE(cpu && gpu);
     std::vector<int32_t> prompt = {100, 200, 300, 17, 18, 19, 999, 5, 6, 7, 8, 1000,
                                    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
     EXPECT_EQ(Greedy(gpu, prompt, 32), Greedy(cpu, prompt, 32));
   }
+}
+
+// The int8 MMQ prefill GEMM (MINFER_MMQ=1) for every quantized type: its
+// integer math is the CPU's, so greedy output is equal.
+TEST_P(CudaModelTest, GreedyEqualsCpuWithMmq) {
+  if (GetParam() == "f32" || GetParam() == "f16" || GetParam() == "bf16") GTEST_SKIP();
+  ScopedKnob mmq("MINFER_MMQ", "1");
+  ExpectGreedyEqualsCpu(GetParam());
+}
+
+// The tensor-core prefill attention (MINFER_ATTN_PREFILL_TC=1) over an f16
+// KV cache on both sides.
+TEST_P(CudaModelTest, GreedyEqualsCpuWithTensorCorePrefillAttention) {
+  ScopedKnob tc("MINFER_ATTN_PREFILL_TC", "1");
+  ScopedKnob kv("MINFER_CACHE_TYPE", "f16");
+  ExpectGreedyEqualsCpu(GetParam());
 }
 
 // The same gate at a real shape: Qwen2.5-0.5B Q4_K_M (q5_0/q8_0/q4_K/q6_K mix,

@@ -11,12 +11,23 @@
 // replayed from a CUDA graph (the production path). Median of --iters runs.
 //
 //   attention_bench [--ctx=512,4096,16384] [--types=f16,f32,q8_0] [--iters=20]
+//
+// Prefill mode (--prefill): causal prefill attention from position 0 over an
+// f16 cache at Qwen2.5-7B (28/4 heads, head_dim 128) and Qwen2-0.5B (14/2,
+// head_dim 64) shapes, nt from --nt= (default 512,2048): the tensor-core
+// kernel (LaunchAttnPrefillTc) against the CUDA-core kernel, time per launch
+// (median of --iters batches of 10 launches) and effective TFLOPS
+// (4 * head_dim * n_head * nt (nt + 1) / 2: Q K^T and P V over the causal
+// triangle).
+//
+//   attention_bench --prefill [--nt=512,2048] [--iters=20]
 // Unknown arguments are ignored (the GPU runner passes one list to every
 // benchmark).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -194,6 +205,79 @@ void Run(KvType type, int64_t ctx, int iters) {
   cudaStreamDestroy(stream);
 }
 
+// --prefill: one shape at one nt, both prefill kernels.
+void RunPrefill(const char* label, int n_head, int n_head_kv, int hd, int64_t nt, int iters) {
+  AttnParams p;
+  p.n_head = n_head;
+  p.n_head_kv = n_head_kv;
+  p.head_dim = hd;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  p.n_ctx = nt;
+  p.kv_type = KvType::kF16;
+  const int64_t cache_bytes = nt * RowBytes(p.kv_type, p.n_kv_embd());
+  const auto bytes_k = CacheBytes(p.kv_type, cache_bytes, 1);
+  const auto bytes_v = CacheBytes(p.kv_type, cache_bytes, 2);
+  const int64_t nq = nt * n_head * hd;
+  std::vector<float> hq(nq);
+  for (int64_t i = 0; i < nq; ++i) hq[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  std::vector<int32_t> hpos(nt);
+  for (int64_t t = 0; t < nt; ++t) hpos[t] = static_cast<int32_t>(t);
+  void *k, *v;
+  float *q, *out;
+  int32_t* pos;
+  CHECK_CUDA(cudaMalloc(&k, cache_bytes));
+  CHECK_CUDA(cudaMalloc(&v, cache_bytes));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&q), nq * 4));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), nq * 4));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&pos), nt * 4));
+  CHECK_CUDA(cudaMemcpy(k, bytes_k.data(), cache_bytes, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(v, bytes_v.data(), cache_bytes, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(q, hq.data(), nq * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(pos, hpos.data(), nt * 4, cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  const double flops =
+      4.0 * hd * n_head * (static_cast<double>(nt) * static_cast<double>(nt + 1) / 2.0);
+  constexpr int kBatch = 10;
+  auto time_us = [&](auto&& launch) {
+    for (int w = 0; w < 3; ++w) CHECK_CUDA(launch());
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    std::vector<float> t;
+    for (int it = 0; it < iters; ++it) {
+      CHECK_CUDA(cudaEventRecord(e0, stream));
+      for (int b = 0; b < kBatch; ++b) CHECK_CUDA(launch());
+      CHECK_CUDA(cudaEventRecord(e1, stream));
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      float ms;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      t.push_back(ms);
+    }
+    return static_cast<double>(Median(t)) * 1e3 / kBatch;
+  };
+  const double us_tc =
+      time_us([&] { return LaunchAttnPrefillTc(q, pos, nt, k, v, out, p, stream); });
+  AttnPrefillConfig cuda_core;
+  cuda_core.tc_min_tokens = INT64_MAX;
+  const double us_cc = time_us(
+      [&] { return LaunchAttnPrefillConfigured(q, pos, nt, k, v, out, p, cuda_core, stream); });
+  std::printf(
+      "prefill %-4s (%2d/%d heads, hd %3d) nt %5lld   tensor-core %9.1f us %6.1f TFLOPS   "
+      "cuda-core %9.1f us %6.1f TFLOPS   x%.2f\n",
+      label, n_head, n_head_kv, hd, static_cast<long long>(nt), us_tc, flops / (us_tc * 1e6), us_cc,
+      flops / (us_cc * 1e6), us_cc / us_tc);
+  cudaFree(k);
+  cudaFree(v);
+  cudaFree(q);
+  cudaFree(out);
+  cudaFree(pos);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(stream);
+}
+
 // Device-to-device copy bandwidth (read + write) as the ceiling to compare to.
 void CopyCeiling() {
   const size_t bytes = size_t{1} << 30;
@@ -229,9 +313,15 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ctxs = {512, 4096, 16384};
   std::vector<KvType> types = {KvType::kF16};
   int iters = 20;
+  bool prefill = false;
+  std::vector<int64_t> nts = {512, 2048};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--ctx=", 0) == 0) {
+    if (a == "--prefill") {
+      prefill = true;
+    } else if (a.rfind("--nt=", 0) == 0) {
+      nts = ParseList(a.substr(5));
+    } else if (a.rfind("--ctx=", 0) == 0) {
       ctxs = ParseList(a.substr(6));
     } else if (a.rfind("--iters=", 0) == 0) {
       iters = std::max(1, std::atoi(a.c_str() + 8));
@@ -254,6 +344,16 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  if (prefill) {
+    std::printf("attention_bench --prefill on %s (%d SMs), f16 cache, positions 0..nt-1\n",
+                prop.name, prop.multiProcessorCount);
+    for (int64_t nt : nts) {
+      if (nt <= 0) continue;
+      RunPrefill("7B", kHeads, kHeadsKv, kHeadDim, nt, iters);
+      RunPrefill("0.5B", 14, 2, 64, nt, iters);
+    }
+    return 0;
+  }
   std::printf(
       "attention_bench on %s (%d SMs); 7B shapes: %d heads, %d KV heads, head_dim %d, %d "
       "layers; long-context switch at %d rows\n",

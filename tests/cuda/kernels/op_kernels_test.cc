@@ -33,14 +33,6 @@ using ::minfer::cuda::testing::DeviceBuffer;
 using ::minfer::cuda::testing::RandomFloats;
 using ::minfer::cuda::testing::TestSeed;
 
-#define ASSERT_CUDA(expr)                                                      \
-  do {                                                                         \
-    const cudaError_t err_ = (expr);                                           \
-    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
-  } while (0)
-
-// Waits for the device and fails on any asynchronous error.
-#define SYNC() ASSERT_CUDA(cudaDeviceSynchronize())
 
 std::mt19937_64& Rng() {
   static std::mt19937_64 rng(TestSeed() ^ 0x9E3779B97F4A7C15ull);
@@ -876,7 +868,10 @@ TEST(AttnDecodeTest, RejectsUnsupportedShapes) {
       cudaErrorMisalignedAddress);
 }
 
-// Prefill against float64, checking `check` tokens (all when empty).
+// Prefill against float64, checking `check` tokens (all when empty). The
+// CUDA-core kernel is forced (LaunchAttnPrefill would hand f16 caches with
+// nt >= 16 to the tensor-core kernel, whose bound is its own: its tests are
+// the AttnPrefillTcTest cases below).
 void RunPrefill(KvType t, const AttnShape& s, const std::vector<int32_t>& pos,
                 std::vector<int64_t> check, double* worst) {
   const int64_t nt = pos.size();
@@ -895,7 +890,10 @@ void RunPrefill(KvType t, const AttnShape& s, const std::vector<int32_t>& pos,
   DeviceBuffer<float> dq(q), out(nq * nt);
   DeviceBuffer<int32_t> dp(pos);
   out.Poison();
-  ASSERT_CUDA(LaunchAttnPrefill(dq.get(), dp.get(), nt, dk.get(), dv.get(), out.get(), p, nullptr));
+  AttnPrefillConfig cuda_core;
+  cuda_core.tc_min_tokens = INT64_MAX;
+  ASSERT_CUDA(LaunchAttnPrefillConfigured(dq.get(), dp.get(), nt, dk.get(), dv.get(), out.get(), p,
+                                          cuda_core, nullptr));
   SYNC();
   const auto o = out.ToHost();
   const float vmax = MaxAbsValid(c.vf);
@@ -963,6 +961,284 @@ TEST(AttnPrefillTest, Prompt4096Sampled) {
   double worst = 0;
   RunPrefill(KvType::kF16, AttnShape{28, 4, 128}, pos, check, &worst);
   std::printf("attention prefill 4096: worst error %.3g x max|V|\n", worst);
+}
+
+// ============================================================ tensor-core prefill
+//
+// LaunchAttnPrefillTc (f16 cache, head_dim 64/128) rounds Q (pre-scaled by
+// scale * log2 e) and the softmax weights P to f16. Each output is checked
+// three ways (u = 2^-11; the bounds are those of ops.h):
+//   vs exact float64 attention: max|V| * ((2 A + 2) u + 1e-5), A = scale *
+//     max over visible rows of sum |q_i k_i| for that (token, head);
+//   vs float64 attention from the same f16-rounded q: max|V| * (u + 1e-4),
+//     only P's rounding and f32 sums left (a wrong or missing row, a wrong
+//     fragment index or mask is off by far more, or NaN from the poisoned
+//     cache rows and outputs);
+//   vs the CUDA-core kernel (~1e-6 from exact): the first bound + 1e-5.
+
+constexpr double kF16Unit = 1.0 / 2048;  // 2^-11
+
+// float64 references for one query (head h at position p): `exact` as
+// AttnRef, `rounded` from q rounded as the kernel rounds it (q * float(scale
+// * log2 e) in float, then to f16; scores in the exp2 domain), and *a_max =
+// A as above.
+void AttnRefTc(const float* q, int64_t p, int h, int group, int hd, float scale, const HostCache& c,
+               double* exact, double* rounded, double* a_max) {
+  const int hk = h / group;
+  const float qscale = scale * 1.44269504088896340736f;  // the launcher's float product
+  std::vector<double> qr(hd);
+  for (int i = 0; i < hd; ++i) qr[i] = Fp16ToFloat(FloatToFp16(q[i] * qscale));
+  std::vector<double> s(p + 1), s2(p + 1);
+  double mx = -INFINITY, mx2 = -INFINITY, amax = 0;
+  for (int64_t r = 0; r <= p; ++r) {
+    double d = 0, d2 = 0, ab = 0;
+    const float* kr = c.kf.data() + r * c.n_embd + int64_t{hk} * hd;
+    for (int i = 0; i < hd; ++i) {
+      d += static_cast<double>(q[i]) * kr[i];
+      d2 += qr[i] * kr[i];
+      ab += std::fabs(static_cast<double>(q[i]) * kr[i]);
+    }
+    s[r] = d * scale;
+    s2[r] = d2;
+    mx = std::max(mx, s[r]);
+    mx2 = std::max(mx2, s2[r]);
+    amax = std::max(amax, ab * scale);
+  }
+  double sum = 0, sum2 = 0;
+  for (int64_t r = 0; r <= p; ++r) {
+    sum += (s[r] = std::exp(s[r] - mx));
+    sum2 += (s2[r] = std::exp2(s2[r] - mx2));
+  }
+  for (int i = 0; i < hd; ++i) exact[i] = rounded[i] = 0;
+  for (int64_t r = 0; r <= p; ++r) {
+    const float* vr = c.vf.data() + r * c.n_embd + int64_t{hk} * hd;
+    for (int i = 0; i < hd; ++i) {
+      exact[i] += s[r] / sum * vr[i];
+      rounded[i] += s2[r] / sum2 * vr[i];
+    }
+  }
+  *a_max = amax;
+}
+
+struct TcStats {
+  double exact = 0;    // worst |err| / max|V| vs exact float64
+  double rounded = 0;  // ... vs float64 from the f16-rounded q
+  double vs_cc = 0;    // ... vs the CUDA-core kernel
+  double of_bound = 0; // worst |err vs exact| / its bound
+};
+
+// Runs the tensor-core kernel and the CUDA-core kernel on an f16 cache
+// holding rows 0..max(pos) (then 29 NaN rows) and checks `check` tokens
+// (all when empty) as described above.
+void RunPrefillTc(const AttnShape& s, const std::vector<int32_t>& pos, std::vector<int64_t> check,
+                  TcStats* st) {
+  const int64_t nt = pos.size();
+  const int64_t max_pos = *std::max_element(pos.begin(), pos.end());
+  AttnParams p;
+  p.n_head = s.n_head;
+  p.n_head_kv = s.n_head_kv;
+  p.head_dim = s.hd;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+  p.n_ctx = max_pos + 1 + 29;
+  p.kv_type = KvType::kF16;
+  const HostCache c = MakeCache(p.kv_type, p.n_ctx, p.n_kv_embd(), max_pos + 1);
+  DeviceBuffer<uint8_t> dk(c.k), dv(c.v);
+  const int64_t nq = int64_t{s.n_head} * s.hd;
+  const auto q = RandomFloats(nq * nt, 2.0f);
+  DeviceBuffer<float> dq(q), out(nq * nt), out_cc(nq * nt);
+  DeviceBuffer<int32_t> dp(pos);
+  out.Poison();
+  out_cc.Poison();
+  ASSERT_CUDA(
+      LaunchAttnPrefillTc(dq.get(), dp.get(), nt, dk.get(), dv.get(), out.get(), p, nullptr));
+  AttnPrefillConfig cuda_core;
+  cuda_core.tc_min_tokens = INT64_MAX;
+  ASSERT_CUDA(LaunchAttnPrefillConfigured(dq.get(), dp.get(), nt, dk.get(), dv.get(), out_cc.get(),
+                                          p, cuda_core, nullptr));
+  SYNC();
+  const auto o = out.ToHost(), oc = out_cc.ToHost();
+  const double vmax = MaxAbsValid(c.vf);
+  if (check.empty()) {
+    check.resize(nt);
+    std::iota(check.begin(), check.end(), 0);
+  }
+  std::vector<double> exact(s.hd), rounded(s.hd);
+  for (int64_t tok : check) {
+    for (int h = 0; h < s.n_head; ++h) {
+      double a = 0;
+      AttnRefTc(q.data() + (tok * s.n_head + h) * s.hd, pos[tok], h, s.n_head / s.n_head_kv, s.hd,
+                p.scale, c, exact.data(), rounded.data(), &a);
+      const double bound = vmax * ((2 * a + 2) * kF16Unit + 1e-5);
+      const double bound_rounded = vmax * (kF16Unit + 1e-4);
+      for (int i = 0; i < s.hd; ++i) {
+        const int64_t at = (tok * s.n_head + h) * s.hd + i;
+        const double e = std::fabs(o[at] - exact[i]);
+        const double e2 = std::fabs(o[at] - rounded[i]);
+        const double e3 = std::fabs(static_cast<double>(o[at]) - oc[at]);
+        ASSERT_LE(e, bound) << "vs exact: token " << tok << " pos " << pos[tok] << " head " << h
+                            << " dim " << i << " got " << o[at] << " want " << exact[i]
+                            << " (A " << a << ")";
+        ASSERT_LE(e2, bound_rounded) << "vs rounded-q reference: token " << tok << " pos "
+                                     << pos[tok] << " head " << h << " dim " << i << " got "
+                                     << o[at] << " want " << rounded[i];
+        ASSERT_LE(e3, bound + 1e-5 * vmax) << "vs CUDA-core kernel: token " << tok << " pos "
+                                           << pos[tok] << " head " << h << " dim " << i << " got "
+                                           << o[at] << " vs " << oc[at];
+        st->exact = std::max(st->exact, e / vmax);
+        st->rounded = std::max(st->rounded, e2 / vmax);
+        st->vs_cc = std::max(st->vs_cc, e3 / vmax);
+        st->of_bound = std::max(st->of_bound, e / bound);
+      }
+    }
+  }
+}
+
+void PrintTcStats(const char* what, const TcStats& st) {
+  std::printf(
+      "%s: worst error x max|V|: %.3g vs float64, %.3g vs float64 with f16 q, %.3g vs CUDA-core "
+      "kernel; %.3g of the ops.h bound\n",
+      what, st.exact, st.rounded, st.vs_cc, st.of_bound);
+}
+
+// head_dim 64 and 128 at GQA groups 1, 2 and 7 (14/2/64 is Qwen2-0.5B).
+constexpr AttnShape kTcShapes[] = {{2, 2, 64}, {2, 2, 128}, {4, 2, 64},
+                                   {4, 2, 128}, {14, 2, 64}, {7, 1, 128}};
+
+// Contiguous positions from 0 (a fresh prompt) and from 300 (a prefill that
+// continues a cache: tiles straddle the 64-row K tiles), nt 16 (one
+// partly-filled query tile), 17, 100 and 511 (a partial last tile).
+TEST(AttnPrefillTcTest, MatchesFloat64Reference) {
+  MINFER_REQUIRE_GPU();
+  TcStats st;
+  for (const AttnShape& s : kTcShapes) {
+    for (int64_t nt : {16, 17, 100, 511}) {
+      for (int32_t start : {0, 300}) {
+        SCOPED_TRACE(::testing::Message() << "heads " << s.n_head << "/" << s.n_head_kv << " hd "
+                                          << s.hd << " nt " << nt << " start " << start);
+        std::vector<int32_t> pos(nt);
+        std::iota(pos.begin(), pos.end(), start);
+        RunPrefillTc(s, pos, {}, &st);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+  PrintTcStats("tensor-core prefill", st);
+}
+
+// Gaps in the positions (a cache with rows the prompt skips), and unsorted
+// positions with a zero among them: tiles whose queries see very different
+// ranges, warps that sit out whole K tiles, the mask on every tile.
+TEST(AttnPrefillTcTest, PositionGapsAndShuffled) {
+  MINFER_REQUIRE_GPU();
+  TcStats st;
+  std::vector<int32_t> gap(150);
+  for (int i = 0; i < 150; ++i) gap[i] = i < 40 ? i : i < 100 ? 200 + i : 700 + i;
+  std::vector<int32_t> shuffled(77);
+  for (auto& x : shuffled) x = RandInt(0, 500);
+  shuffled[5] = 0;
+  for (const AttnShape& s : {AttnShape{4, 2, 64}, AttnShape{14, 2, 128}}) {
+    SCOPED_TRACE(::testing::Message() << "heads " << s.n_head << "/" << s.n_head_kv << " hd "
+                                      << s.hd);
+    RunPrefillTc(s, gap, {}, &st);
+    if (HasFatalFailure()) return;
+    RunPrefillTc(s, shuffled, {}, &st);
+    if (HasFatalFailure()) return;
+  }
+  PrintTcStats("tensor-core prefill, gaps / shuffled", st);
+}
+
+// A 4,096-token prompt at 7B shapes: 64 K tiles per query tile at the end.
+// A sample of tokens, first and last of a few tiles included.
+TEST(AttnPrefillTcTest, Prompt4096Sampled) {
+  MINFER_REQUIRE_GPU();
+  std::vector<int32_t> pos(4096);
+  std::iota(pos.begin(), pos.end(), 0);
+  std::vector<int64_t> check = {0, 1, 15, 16, 63, 64, 65, 4032, 4095};
+  for (int i = 0; i < 23; ++i) check.push_back(RandInt(0, 4095));
+  TcStats st;
+  RunPrefillTc(AttnShape{28, 4, 128}, pos, check, &st);
+  PrintTcStats("tensor-core prefill 4096", st);
+}
+
+// The dispatch rule of LaunchAttnPrefill (ops.h): the tensor-core kernel for
+// an f16 cache, head_dim 64/128, nt >= kAttnPrefillTcMinTokens; the
+// CUDA-core kernel otherwise. Both kernels are deterministic, so the
+// automatic launch must equal the chosen kernel bit for bit. And
+// LaunchAttnPrefillTc refuses what it cannot run.
+TEST(AttnPrefillTcTest, DispatchRule) {
+  MINFER_REQUIRE_GPU();
+  struct Case {
+    KvType type;
+    int hd;
+    int64_t nt;
+    bool tc;
+  };
+  const Case cases[] = {{KvType::kF16, 128, kAttnPrefillTcMinTokens, true},
+                        {KvType::kF16, 64, 100, true},
+                        {KvType::kF16, 128, kAttnPrefillTcMinTokens - 1, false},
+                        {KvType::kF16, 96, 100, false},
+                        {KvType::kF32, 128, 100, false},
+                        {KvType::kQ8_0, 64, 100, false}};
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(::testing::Message() << Name(cs.type) << " hd " << cs.hd << " nt " << cs.nt);
+    AttnParams p;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.head_dim = cs.hd;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(cs.hd));
+    p.n_ctx = cs.nt + 20 + 7;
+    p.kv_type = cs.type;
+    const HostCache c = MakeCache(cs.type, p.n_ctx, p.n_kv_embd(), cs.nt + 20);
+    DeviceBuffer<uint8_t> dk(c.k), dv(c.v);
+    const int64_t n = int64_t{p.n_head} * cs.hd * cs.nt;
+    const auto q = RandomFloats(n, 2.0f);
+    std::vector<int32_t> pos(cs.nt);
+    std::iota(pos.begin(), pos.end(), 20);
+    DeviceBuffer<float> dq(q), o_auto(n), o_want(n);
+    DeviceBuffer<int32_t> dp(pos);
+    o_auto.Poison();
+    o_want.Poison();
+    ASSERT_CUDA(
+        LaunchAttnPrefill(dq.get(), dp.get(), cs.nt, dk.get(), dv.get(), o_auto.get(), p, nullptr));
+    const cudaError_t tc_err = LaunchAttnPrefillTc(dq.get(), dp.get(), cs.nt, dk.get(), dv.get(),
+                                                   o_want.get(), p, nullptr);
+    const bool tc_runs = cs.type == KvType::kF16 && (cs.hd == 64 || cs.hd == 128);
+    ASSERT_EQ(tc_err, tc_runs ? cudaSuccess : cudaErrorNotSupported) << cudaGetErrorString(tc_err);
+    if (!cs.tc) {
+      AttnPrefillConfig cuda_core;
+      cuda_core.tc_min_tokens = INT64_MAX;
+      ASSERT_CUDA(LaunchAttnPrefillConfigured(dq.get(), dp.get(), cs.nt, dk.get(), dv.get(),
+                                              o_want.get(), p, cuda_core, nullptr));
+    }
+    SYNC();
+    const auto a = o_auto.ToHost(), b = o_want.ToHost();
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0)
+        << "LaunchAttnPrefill did not run the " << (cs.tc ? "tensor-core" : "CUDA-core")
+        << " kernel";
+    for (float x : a) ASSERT_TRUE(std::isfinite(x));
+  }
+  // A cache pointer that is 8- but not 16-byte aligned: the tensor-core
+  // kernel declines, LaunchAttnPrefill falls back to the CUDA-core kernel.
+  AttnParams p;
+  p.n_head = 4;
+  p.n_head_kv = 2;
+  p.head_dim = 64;
+  p.scale = 0.125f;
+  p.n_ctx = 64;
+  p.kv_type = KvType::kF16;
+  DeviceBuffer<uint8_t> cache(64 * 256 + 16);
+  ASSERT_CUDA(cudaMemset(cache.get(), 0, 64 * 256 + 16));
+  DeviceBuffer<float> dq(std::vector<float>(4 * 64 * 32, 0.5f)), out(4 * 64 * 32);
+  DeviceBuffer<int32_t> dp(std::vector<int32_t>(32, 3));
+  out.Poison();
+  EXPECT_EQ(LaunchAttnPrefillTc(dq.get(), dp.get(), 32, cache.get() + 8, cache.get(), out.get(), p,
+                                nullptr),
+            cudaErrorNotSupported);
+  EXPECT_EQ(LaunchAttnPrefill(dq.get(), dp.get(), 32, cache.get() + 8, cache.get() + 8, out.get(),
+                              p, nullptr),
+            cudaSuccess);
+  SYNC();
+  for (float x : out.ToHost()) ASSERT_EQ(x, 0.0f);  // a zero cache: zero output
 }
 
 }  // namespace

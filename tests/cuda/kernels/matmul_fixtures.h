@@ -1,0 +1,63 @@
+// Weight fixtures shared by the matrix-kernel GPU tests (MMVQ, matvec,
+// GEMM, MMQ): host weights in GGUF bytes with their reference
+// dequantization, random block bytes that reach every code and scale bit,
+// the per-block min terms of the bounds, and device copies in the weight
+// registry's layout.
+#ifndef MINFER_TESTS_CUDA_KERNELS_MATMUL_FIXTURES_H_
+#define MINFER_TESTS_CUDA_KERNELS_MATMUL_FIXTURES_H_
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "cuda/kernels/types.h"
+#include "cuda/testing/gpu_test_util.h"
+
+namespace minfer::cuda::testing {
+
+inline constexpr GgmlType kQuantTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                                           GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
+                                           GgmlType::kQ5_K, GgmlType::kQ6_K};
+
+bool IsFloatType(GgmlType t);
+
+// The fixtures' generator, seeded from TestSeed() (MINFER_TEST_SEED repeats
+// a run).
+std::mt19937_64& FixtureRng();
+
+// A weight matrix on the host: GGUF bytes and the reference dequantization.
+struct HostWeight {
+  GgmlType type;
+  int64_t rows = 0, k = 0;
+  int64_t row_bytes = 0;  // GGUF bytes per row
+  std::vector<uint8_t> bytes;
+  std::vector<float> deq;  // rows x k, engine/quant DequantizeRow
+  const uint8_t* row(int64_t r) const { return bytes.data() + r * row_bytes; }
+};
+
+// Random block bytes with sane f16 fields: every code pattern occurs
+// (Q8_0's -128 too), and every scale/min bit of the K-quants.
+void RandomBlocks(GgmlType type, int64_t k, uint8_t* row);
+
+// variant 0: quantized Gaussian rows with a per-row offset (so mins
+// matter); variant 1: random block bytes (quantized types only).
+HostWeight MakeWeight(GgmlType type, int64_t rows, int64_t k, int variant);
+
+// The min term of 32-element block b of row r (0 for types without).
+double BlockMin(const HostWeight& w, int64_t r, int64_t b);
+
+// A weight on the device in the registry's layout (Q6_K optionally padded
+// to 224-byte blocks), optionally misaligned by `shift` bytes and with
+// `extra` bytes after each row.
+struct DeviceWeight {
+  explicit DeviceWeight(const std::vector<uint8_t>& img) : buf(img) {}
+  DeviceBuffer<uint8_t> buf;
+  WeightView view;
+};
+std::unique_ptr<DeviceWeight> Upload(const HostWeight& w, bool q6k_padded, int64_t shift = 0,
+                                     int64_t extra = 0);
+
+}  // namespace minfer::cuda::testing
+
+#endif  // MINFER_TESTS_CUDA_KERNELS_MATMUL_FIXTURES_H_
