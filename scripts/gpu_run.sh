@@ -8,6 +8,7 @@
 #                                        references from `minfer run`, single-stream
 #                                        `minfer bench`, then `minferctl bench` alone
 #                                        and concurrently (SPEC "name:shape:type")
+#   bash .gpu/gpu_run.sh ab KNOB SPEC..  minfer bench per SPEC with KNOB=0 then KNOB=1 (A/B)
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
 # Logs go to $OUT (when set) so they come back with the device tool.
 set -uo pipefail
@@ -39,6 +40,21 @@ run_tests() {
   echo "gpu tests: $pass passed, $fail failed"
 }
 
+run_bench() {
+  for spec in "$@"; do
+    IFS=: read -r shape type flags <<< "$spec"
+    f="/tmp/minfer-models/$shape-$type.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tee -a "$out/mkmodel.log"
+    # Peak device memory of the run, sampled independently of minfer.
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > /tmp/smi.log 2>/dev/null &
+    smi=$!
+    # shellcheck disable=SC2086
+    minfer bench -m "$f" ${flags:--p 512 -n 128 -r 3} 2>&1 | tee -a "$out/bench.log"
+    kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+    echo "peak VRAM during $shape $type ${flags:-}: $(sort -n /tmp/smi.log | tail -1) MiB (nvidia-smi)" | tee -a "$out/bench.log"
+  done
+}
+
 case "$mode" in
   tests) run_tests "$@" ;;
   kbench)
@@ -55,19 +71,7 @@ case "$mode" in
         [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tee -a "$out/mkmodel.log"
       done
     done ;;
-  bench)
-    for spec in "$@"; do
-      IFS=: read -r shape type flags <<< "$spec"
-      f="/tmp/minfer-models/$shape-$type.gguf"
-      [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tee -a "$out/mkmodel.log"
-      # Peak device memory of the run, sampled independently of minfer.
-      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > /tmp/smi.log 2>/dev/null &
-      smi=$!
-      # shellcheck disable=SC2086
-      minfer bench -m "$f" ${flags:--p 512 -n 128 -r 3} 2>&1 | tee -a "$out/bench.log"
-      kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
-      echo "peak VRAM during $shape $type ${flags:-}: $(sort -n /tmp/smi.log | tail -1) MiB (nvidia-smi)" | tee -a "$out/bench.log"
-    done ;;
+  bench) run_bench "$@" ;;
   daemon)
     specs=("${@:-m05:0.5b:q4_k_m m15:1.5b:q8_0 m7:7b:q4_k_m}")
     read -r -a specs <<< "${specs[*]}"
@@ -104,6 +108,14 @@ case "$mode" in
     curl -s 127.0.0.1:9464/metrics > "$out/metrics.txt" 2>/dev/null || true
     kill -TERM "$d"; wait "$d"; echo "minferd exit: $?" | tee -a "$out/daemon-bench.log"
     ;;
+  ab)
+    knob="$1"; shift
+    for spec in "$@"; do
+      for v in 0 1; do
+        echo "== $knob=$v $spec" | tee -a "$out/ab.log"
+        (export "$knob=$v"; run_bench "$spec") 2>&1 | grep -E "^\|.*(pp|tg)[0-9]|peak VRAM" | tee -a "$out/ab.log"
+      done
+    done ;;
   cmd) "$@" ;;
   *) echo "usage: gpu_run.sh tests|bench|cmd ..." >&2; exit 2 ;;
 esac
