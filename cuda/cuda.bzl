@@ -23,6 +23,9 @@ def cuda_kernels(name, srcs, hdrs = [], textual_hdrs = [], deps = [], nvcc_flags
             message = "nvcc %s" % src,
         )
         objs.append(obj)
+    # Static by default: a shared library of these objects would reference
+    # cudart symbols that only the binary's static cudart provides.
+    kwargs.setdefault("linkstatic", True)
     native.cc_library(
         name = name,
         srcs = objs,

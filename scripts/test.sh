@@ -12,6 +12,15 @@ jobs_flag=()
 
 bazel build "${jobs_flag[@]}" //...
 bazel test "${jobs_flag[@]}" //...
+# Every library that reaches the static cudart must link statically: as a
+# shared library (Bazel's dynamic-mode test builds) it would reference cudart
+# symbols that only the binary's own static cudart provides, and the test
+# would die at load time on a machine with a GPU toolkit.
+not_static=$(bazel query '(attr(linkstatic, 0, kind("cc_library", rdeps(//..., @cuda_toolkit//:cudart_static))) except attr(srcs, "^\[\]$", //...)) intersect //...' 2>/dev/null)
+if [[ -n "$not_static" ]]; then
+  echo "test.sh: these libraries use CUDA and need linkstatic = True: $not_static" >&2
+  exit 1
+fi
 if [[ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]]; then
   echo "test.sh: CUDA toolkit found: building and testing with --config=cuda"
   bazel build "${jobs_flag[@]}" --config=cuda //... //cuda/...
