@@ -4,7 +4,7 @@
 // tokenizer, and continue greedily with the same tokens as minfer's CPU
 // backend. The reference is a prebuilt llama.cpp CPU build run through the
 // npm package node-llama-cpp (installed by scripts/install_deps.sh), driven
-// by llama_cpp_ref.mjs.
+// by llama_cpp_ref.mjs (forward) and llama_cpp_tokenize.mjs (vocabulary).
 #include <fstream>
 #include <string>
 #include <vector>
@@ -83,6 +83,43 @@ TEST_P(LlamaCppTest, LoadsTokenizesAndGeneratesLikeMinfer) {
     EXPECT_EQ(ours, theirs) << "greedy continuation differs";
     EXPECT_EQ(theirs.size(), static_cast<size_t>(kGreedyTokens));
   }
+}
+
+// The tokenizer corpus of tests/engine/tokenizer (325 strings: scripts,
+// emoji, code, whitespace runs, contractions, NFD accents) through the real
+// Qwen2 vocabulary: llama.cpp's ids for NFC(text) equal minfer's for text
+// (minfer normalizes like Hugging Face's Qwen2 tokenizer; llama.cpp leaves
+// NFD input unnormalized, so the reference side normalizes first).
+TEST(LlamaCppTokenizerTest, CorpusMatchesWithTheFullQwenVocabulary) {
+  ASSERT_TRUE(std::ifstream(absl::StrCat(kModules, "/node-llama-cpp/package.json")).good())
+      << "npm packages missing: run scripts/install_deps.sh";
+  auto path = testing::TestModelPath("small", "q8_0");  // the full 151,936-token vocabulary
+  ASSERT_TRUE(path.ok()) << path.status();
+  const std::string corpus = "tests/engine/tokenizer/testdata/corpus.jsonl";
+  auto r = testing::RunCommand({"/usr/bin/env", "node", "tests/compat/llama_cpp_tokenize.mjs",
+                                kModules, *path, corpus},
+                               std::chrono::seconds(120));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  Json ref = Json::parse(r->out);
+  auto model = runtime::Model::Load(*path, {.backend = "cpu"});
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::ifstream in(corpus);
+  std::string line;
+  size_t i = 0, checked = 0;
+  tokenizer::EncodeOptions eo;
+  eo.parse_special = false;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    ASSERT_LT(i, ref.size());
+    const std::string text = Json::parse(line).get<std::string>();
+    EXPECT_EQ((*model)->tokenizer().Encode(text, eo), ref[i].get<std::vector<int32_t>>())
+        << "corpus line " << i + 1 << ": " << text.substr(0, 80);
+    ++i;
+    ++checked;
+  }
+  EXPECT_EQ(i, ref.size());
+  EXPECT_GE(checked, 300u);
 }
 
 INSTANTIATE_TEST_SUITE_P(
