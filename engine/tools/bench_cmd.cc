@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/session.h"
+#include "engine/tools/bench_ops.h"
 #include "engine/tools/commands.h"
 #include "nlohmann/json.hpp"
 
@@ -22,6 +23,7 @@ struct Result {
   std::string test;
   std::vector<double> tps;
   double gbps = 0;  // decode only: bytes streamed per token / time
+  double tops = 0;  // prefill only: operations per token (bench_ops.h) x t/s / 1e12
   double mean() const {
     double s = 0;
     for (double v : tps) s += v;
@@ -107,6 +109,7 @@ int BenchMain(int argc, char** argv) {
       if (!out.ok()) return fail(out.status());
       if (i > 0) r.tps.push_back(n_prompt / dt);
     }
+    r.tops = PrefillOps((*model)->arch(), n_prompt, depth) / n_prompt * r.mean() / 1e12;
     results.push_back(r);
   }
   if (n_gen > 0) {
@@ -160,17 +163,22 @@ int BenchMain(int argc, char** argv) {
                    {"tokens_per_second", r.mean()},
                    {"stddev", r.stddev()},
                    {"samples", r.tps},
-                   {"gb_per_second", r.gbps}});
+                   {"gb_per_second", r.gbps},
+                   {"tera_ops_per_second", r.tops}});
     }
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("| model | size | params | backend | test | t/s | GB/s |\n");
-    std::printf("| --- | ---: | ---: | --- | --- | ---: | ---: |\n");
+    // GB/s (decode: weights + KV read per token) and TOPS (prefill: matmul
+    // and attention operations, bench_ops.h) set the speed against the
+    // hardware's bandwidth and compute peaks.
+    std::printf("| model | size | params | backend | test | t/s | GB/s | TOPS |\n");
+    std::printf("| --- | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
     for (const Result& r : results) {
-      std::printf("| %s | %.2f GiB | %.2f B | %s | %s | %.2f ± %.2f | %s |\n",
+      std::printf("| %s | %.2f GiB | %.2f B | %s | %s | %.2f ± %.2f | %s | %s |\n",
                   (*model)->name().c_str(), size_gib, n_params / 1e9, backend_name.c_str(),
                   r.test.c_str(), r.mean(), r.stddev(),
-                  r.gbps > 0 ? absl::StrFormat("%.1f", r.gbps).c_str() : "");
+                  r.gbps > 0 ? absl::StrFormat("%.1f", r.gbps).c_str() : "",
+                  r.tops > 0 ? absl::StrFormat("%.3f", r.tops).c_str() : "");
     }
   }
   return 0;
