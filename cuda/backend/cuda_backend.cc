@@ -29,22 +29,8 @@ namespace {
 // Types with device kernels for every role a weight can have here: matmul
 // (MMVQ / f32 matvec / f16 GEMM) and the embedding gather.
 bool WeightTypeSupported(GgmlType t) {
-  switch (t) {
-    case GgmlType::kF32:
-    case GgmlType::kF16:
-    case GgmlType::kBF16:
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ5_1:
-    case GgmlType::kQ8_0:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
+  return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16 ||
+         IsIntegerDotType(t);
 }
 
 bool IsKQuant(GgmlType t) {

@@ -464,19 +464,7 @@ cudaError_t Prepare(const WeightView& w, const void* act, float* y, int64_t nt, 
 }  // namespace
 }  // namespace mmq
 
-bool MmqSupports(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ5_1:
-    case GgmlType::kQ8_0:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K: return true;
-    default: return false;
-  }
-}
+bool MmqSupports(GgmlType type) { return IsIntegerDotType(type); }
 
 int64_t MmqActivationBytes(int64_t k, int64_t nt) {
   if (k <= 0 || nt <= 0 || k % 32 != 0) return 0;

@@ -190,21 +190,7 @@ cudaError_t LaunchPlan(GgmlType type, const Plan& plan, cudaStream_t stream) {
 }  // namespace
 }  // namespace mmvq
 
-bool MmvqSupports(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ5_1:
-    case GgmlType::kQ8_0:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
-}
+bool MmvqSupports(GgmlType type) { return IsIntegerDotType(type); }
 
 cudaError_t LaunchMmvqTuned(const WeightView& w, const BlockQ8A* q, float* y, int64_t y_stride,
                             int64_t nt, const MmvqTuning& tuning, cudaStream_t stream) {

@@ -33,6 +33,24 @@ struct WeightView {
 };
 
 // Bytes of one block of `type` in device memory (Q6_K padded or not).
+// The eight block-quantized types whose codes the integer kernels (MMVQ,
+// MMQ) consume directly: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K.
+inline bool IsIntegerDotType(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
 inline int64_t DeviceBlockBytes(GgmlType type, bool q6k_padded) {
   if (type == GgmlType::kQ6_K && q6k_padded) return kQ6KPaddedBytes;
   return TraitsOf(type).type_size;

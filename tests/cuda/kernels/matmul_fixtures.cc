@@ -115,4 +115,15 @@ std::unique_ptr<DeviceWeight> Upload(const HostWeight& w, bool q6k_padded, int64
   return d;
 }
 
+std::vector<float> ActivationsWithSpecialBlocks(int64_t k, int64_t nt) {
+  std::vector<float> x = RandomFloats(k * nt, 3.0f);
+  if (k >= 128) {
+    for (int i = 0; i < 32; ++i) x[i] = 0.0f;
+    for (int i = 0; i < 32; ++i) x[32 + i] = 1e-39f * (i - 16);
+    for (int i = 0; i < 32; ++i) x[64 + i] = i * 8.0f - 127.0f;
+    for (int i = 0; i < 32; ++i) x[96 + i] = (i % 2 ? 0.5f : -2.5f) * (i == 7 ? 1000.0f : 1.0f);
+  }
+  return x;
+}
+
 }  // namespace minfer::cuda::testing

@@ -47,6 +47,12 @@ HostWeight MakeWeight(GgmlType type, int64_t rows, int64_t k, int variant);
 // The min term of 32-element block b of row r (0 for types without).
 double BlockMin(const HostWeight& w, int64_t r, int64_t b);
 
+// nt rows of k random activations (scale 3) whose first four 32-value
+// blocks (when k >= 128) are the quantizer's special cases: all zero,
+// below FLT_MIN * 127 (flushed to 0), an exact grid (d = 1, ties), and a
+// mixed-sign block with a large outlier.
+std::vector<float> ActivationsWithSpecialBlocks(int64_t k, int64_t nt);
+
 // A weight on the device in the registry's layout (Q6_K optionally padded
 // to 224-byte blocks), optionally misaligned by `shift` bytes and with
 // `extra` bytes after each row.

@@ -134,15 +134,7 @@ TEST(QuantizeQ8ATest, BitIdenticalToCpu) {
   MINFER_REQUIRE_GPU();
   for (int64_t k : {32, 896, 3584, 18944}) {
     for (int64_t nt : {1, 3, 8}) {
-      std::vector<float> x = RandomFloats(k * nt, 3.0f);
-      // Special blocks: all zero, below FLT_MIN * 127 (flushed), an exact
-      // grid (d = 1, ties), and a mixed-sign block with a large outlier.
-      if (k >= 128) {
-        for (int i = 0; i < 32; ++i) x[i] = 0.0f;
-        for (int i = 0; i < 32; ++i) x[32 + i] = 1e-39f * (i - 16);
-        for (int i = 0; i < 32; ++i) x[64 + i] = i * 8.0f - 127.0f;
-        for (int i = 0; i < 32; ++i) x[96 + i] = (i % 2 ? 0.5f : -2.5f) * (i == 7 ? 1000.0f : 1.0f);
-      }
+      std::vector<float> x = ActivationsWithSpecialBlocks(k, nt);
       std::vector<BlockQ8A> ref(k / 32 * nt);
       for (int64_t t = 0; t < nt; ++t) QuantizeRowQ8A(x.data() + t * k, ref.data() + t * (k / 32), k);
       // Aligned and (by one float) misaligned input: both kernel paths.
