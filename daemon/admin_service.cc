@@ -368,6 +368,13 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetKnob(grpc::CallbackServerContext*
   const std::string& name = request->name();
   absl::StatusOr<KnobInfo> info = KnobRegistry::Global().Get(name);
   if (!info.ok()) return Done(context, "SetKnob", "", info.status());
+  if (request->model().empty() && info->spec.effect == KnobEffect::kRestart) {
+    // Changing the registry would show a value nothing uses.
+    return Done(context, "SetKnob", "",
+                absl::FailedPreconditionError(absl::StrCat(
+                    "knob ", name, " is read once when minferd starts (",
+                    info->spec.help, "); set it in minferd's environment and restart it")));
+  }
   if (request->model().empty()) {
     // Global: the registry is thread-safe, and sessions compare its
     // generation before each step, so graphs are rebuilt between steps.

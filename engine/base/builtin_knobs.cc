@@ -6,9 +6,9 @@ namespace minfer {
 
 void RegisterBuiltinKnobs(KnobRegistry& r) {
   auto add = [&r](KnobSpec s) { (void)r.Register(std::move(s)); };
-  add({"MINFER_THREADS", KnobType::kInt, "0", KnobScope::kGlobal, KnobEffect::kReload,
+  add({"MINFER_THREADS", KnobType::kInt, "0", KnobScope::kGlobal, KnobEffect::kRestart,
        "CPU worker threads for the CPU backend and model writing (0 = one per core)."});
-  add({"MINFER_POOL_SPIN_US", KnobType::kInt, "200", KnobScope::kGlobal, KnobEffect::kReload,
+  add({"MINFER_POOL_SPIN_US", KnobType::kInt, "200", KnobScope::kGlobal, KnobEffect::kRestart,
        "Microseconds an idle CPU worker thread polls for the next parallel job before it "
        "sleeps (0 = sleep at once: saves CPU on a shared machine, costs a wake-up per node)."});
   add({"MINFER_CACHE_TYPE", KnobType::kEnum, "auto", KnobScope::kPerModel, KnobEffect::kReload,
@@ -24,9 +24,9 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "Disable the decode FFN fusion (FusedFFN): separate gate/up matmuls and SwiGLU."});
   // CUDA backend (seed §4 escape hatches). Each defaults to the fast path;
   // setting it restores the simpler mechanism, so every step stays A/B-able.
-  add({"MINFER_DISABLE_CUDA", KnobType::kBool, "0", KnobScope::kGlobal, KnobEffect::kReload,
+  add({"MINFER_DISABLE_CUDA", KnobType::kBool, "0", KnobScope::kGlobal, KnobEffect::kRestart,
        "Never use the GPU: models load on the CPU backend."});
-  add({"MINFER_GPU", KnobType::kInt, "-1", KnobScope::kGlobal, KnobEffect::kReload,
+  add({"MINFER_GPU", KnobType::kInt, "-1", KnobScope::kGlobal, KnobEffect::kRestart,
        "CUDA device index (-1 = the one with the highest compute capability)."});
   add({"MINFER_NO_CUDA_GRAPH", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture, "Direct kernel launches instead of CUDA Graph capture/replay."});

@@ -30,6 +30,7 @@ absl::string_view KnobEffectName(KnobEffect e) {
     case KnobEffect::kGraphRebuild: return "graph-rebuild";
     case KnobEffect::kRecapture: return "recapture";
     case KnobEffect::kReload: return "reload";
+    case KnobEffect::kRestart: return "restart";
   }
   return "?";
 }

@@ -35,6 +35,7 @@ enum class KnobEffect {
   kGraphRebuild,  // built compute graphs (and their captures) are rebuilt
   kRecapture,     // captured CUDA graphs are dropped and re-captured
   kReload,        // takes effect for models loaded afterwards
+  kRestart,       // read once per process (the thread pool, the CUDA device)
 };
 
 absl::string_view KnobTypeName(KnobType t);

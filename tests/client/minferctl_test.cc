@@ -166,7 +166,12 @@ TEST_F(MinferctlTest, BenchStreamsConcurrentlyAndMatchesTheEngine) {
   for (const Json& st : j["streams"]) {
     EXPECT_TRUE(st["ok"].get<bool>());
     EXPECT_EQ(st["ids"].get<std::vector<int32_t>>(), ref->ids) << st["model"];
-    EXPECT_GT(st["decode_tps"].get<double>(), 0);
+    // The client's own rate needs tokens in two messages or more, which a
+    // loaded machine may coalesce into one for a model this fast; the
+    // server's is always there.
+    EXPECT_GE(st["decode_tps"].get<double>(), 0);
+    EXPECT_GT(st["server_decode_tps"].get<double>(), 0);
+    EXPECT_GE(st["step_tps"].get<double>(), st["server_decode_tps"].get<double>());
     EXPECT_GT(st["ttft_s"].get<double>(), 0);
   }
   EXPECT_EQ(j["tokens"], 64);

@@ -338,6 +338,15 @@ TEST_F(AdminServiceTest, KnobsOverTheApi) {
   bad.set_value("2");
   bad.set_model("a");
   EXPECT_EQ(client_->SetKnob(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  // Read once per process: refused rather than shown changed but unused.
+  v1::SetKnobRequest restart;
+  restart.set_name("MINFER_THREADS");
+  restart.set_value("1");
+  auto rs = client_->SetKnob(restart);
+  EXPECT_EQ(rs.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(rs.status().message()), HasSubstr("restart"));
+  EXPECT_EQ(client_->GetKnob("MINFER_THREADS")->effect(), "restart");
+  EXPECT_EQ(KnobRegistry::Global().GetInt("MINFER_THREADS"), 0);
   bad.set_name("MINFER_CACHE_TYPE");
   bad.set_value("f16");
   auto reload = client_->SetKnob(bad);
