@@ -340,10 +340,6 @@ __global__ void __launch_bounds__(32)
 
 int PartialStride(int hd) { return (4 + hd + 3) & ~3; }
 
-bool AlignedTo(const void* p, uintptr_t n) {
-  return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0;
-}
-
 template <KvType KV, int NG>
 void LaunchGqa(const DecodeArgs& a, int n_head, cudaStream_t stream) {
   attn_decode_gqa_kernel<KV, NG><<<dim3(a.n_splits, n_head / NG), 32 * kLongWarps, 0, stream>>>(a);

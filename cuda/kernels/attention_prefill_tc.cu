@@ -364,10 +364,6 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(TcArgs a) {
 #endif  // __CUDA_ARCH__ >= 800
 }
 
-bool AlignedTo(const void* p, uintptr_t n) {
-  return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0;
-}
-
 // Raises the instantiation's dynamic shared-memory limit once (first call;
 // not a stream operation). Returns cudaErrorNotSupported when refused.
 template <int HD>

@@ -269,6 +269,11 @@ __device__ __forceinline__ void rope_rotate(float x0, float x1, float c, float s
   *y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
+// Host-side launch checks: whether `p` is a multiple of `n` (a power of 2).
+inline bool AlignedTo(const void* p, uintptr_t n) {
+  return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0;
+}
+
 // Smallest block scale the int8 activation format keeps (FLT_MIN, as
 // engine/quant/vec_dot_internal.h kQ8AMinScale): smaller blocks become 0.
 inline constexpr float kQ8AMinScale = 1.17549435e-38f;

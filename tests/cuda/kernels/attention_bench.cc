@@ -35,20 +35,11 @@
 #include <string>
 #include <vector>
 
+#include "cuda/testing/check_cuda.h"
 #include "cuda/kernels/ops.h"
 
 namespace minfer::cuda {
 namespace {
-
-#define CHECK_CUDA(expr)                                                 \
-  do {                                                                   \
-    const cudaError_t err_ = (expr);                                     \
-    if (err_ != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, \
-                   cudaGetErrorString(err_));                            \
-      std::exit(1);                                                      \
-    }                                                                    \
-  } while (0)
 
 constexpr int kLayers = 28;
 constexpr int kHeads = 28, kHeadsKv = 4, kHeadDim = 128;

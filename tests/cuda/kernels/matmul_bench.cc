@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/testing/check_cuda.h"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmq.h"
 #include "engine/quant/blocks.h"
@@ -48,16 +49,6 @@
 
 namespace minfer::cuda {
 namespace {
-
-#define CHECK_CUDA(expr)                                                                 \
-  do {                                                                                   \
-    const cudaError_t err_ = (expr);                                                     \
-    if (err_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                 \
-                   cudaGetErrorString(err_));                                            \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 std::mt19937_64 rng(12345);
 
