@@ -305,7 +305,8 @@ absl::StatusOr<std::string> Slot::AdmitOnDevice(const gguf::GgufFile& file,
     if (p.weight_bytes) {
       dev.weights = 0;
       for (const gguf::TensorInfo& t : file.tensors()) {
-        dev.weights += p.weight_bytes(static_cast<int>(t.type), t.nbytes);
+        dev.weights += p.weight_bytes(static_cast<int>(t.type), t.dims.empty() ? 1 : t.dims[0],
+                                      t.rows(), t.nbytes);
       }
     }
     absl::Status st = hooks_.device_budget->Reserve(

@@ -115,6 +115,15 @@ CudaBackend::~CudaBackend() {
   }
   if (window_.owns_lock()) window_.unlock();
   state_->ReleaseWeights(owner_);
+  // What ran, once per backend lifetime (a model unload, the end of a CLI
+  // run): a benchmark that replays less than expected, or an MMQ that fell
+  // to its generic rung, shows here.
+  Logger("cuda")->debug(
+      "backend stats: graphs {} captured, {} replayed, {} re-captured, {} direct splits; "
+      "quantize {} launched, {} skipped; prefill matmuls {} MMQ fast, {} MMQ generic, {} f16 GEMM",
+      stats_.captures, stats_.replays, stats_.recaptures, stats_.direct_splits,
+      stats_.quantize_launches, stats_.quantize_skipped, stats_.mmq_fast, stats_.mmq_generic,
+      stats_.gemm_f16);
   if (knobs_.op_timing && !op_timing_.empty()) {
     for (const auto& [op, t] : op_timing_) {
       Logger("cuda")->info("op timing: {:<18} {:>8} calls {:>10.3f} ms total {:>8.2f} us/call", op,

@@ -107,10 +107,10 @@ class CudaBackend : public graph::Backend {
     bool decode_a_fuse = true;
     bool pinned_readback = true;
     bool prefill_gemm = true;
-    bool mmq = false;
+    bool mmq = true;
     bool mmq_debug = false;
     int64_t mmvq_min_elems = 0;
-    bool attn_prefill_tc = false;
+    bool attn_prefill_tc = true;
     bool op_timing = false;
     bool operator==(const Knobs&) const = default;
   };

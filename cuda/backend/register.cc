@@ -20,10 +20,11 @@ const bool kRegistered = [] {
     info.free_bytes = (*state)->FreeBytes();
     return info;
   };
-  p.weight_bytes = [](int ggml_type, uint64_t file_bytes) -> uint64_t {
-    // RegisterWeight repacks Q6_K's 210-byte blocks into 224-byte ones.
-    if (ggml_type == static_cast<int>(GgmlType::kQ6_K)) return file_bytes / 210 * 224;
-    return file_bytes;
+  p.weight_bytes = [](int ggml_type, int64_t ne0, int64_t rows, uint64_t file_bytes) -> uint64_t {
+    // RegisterWeight's layout: Q6_K in 224-byte blocks, rows 16-byte aligned.
+    const GgmlType type = static_cast<GgmlType>(ggml_type);
+    if (ne0 <= 0 || rows <= 0 || ne0 % TraitsOf(type).block_size != 0) return file_bytes;
+    return static_cast<uint64_t>(DeviceWeightBytes(type, ne0, rows));
   };
   p.create = [](const runtime::DeviceBackendRequest& req)
       -> absl::StatusOr<std::unique_ptr<graph::Backend>> {

@@ -29,7 +29,7 @@
 // are adjacent and read it from L2. Edges: rows past the end are zero-filled
 // (fast: cp.async with src-size 0) and never stored; tokens past nt are the
 // zero padding of the activation layout and never stored; k past the end
-// (legacy types, generic variant only) is skipped block by block.
+// (a legacy type's last chunk when k % 256 != 0) is skipped block by block.
 //
 // Cost model (why the fold is written as it is). Per (row, token, block)
 // the fold needs float(I), one product and one fma (a second fma for the
@@ -144,14 +144,21 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
   const float* const d_src = p.ad + static_cast<int64_t>(ds_kb) * p.ntp + tok0 + 4 * ds_q;
   const float* const s_src = p.as + static_cast<int64_t>(ds_kb) * p.ntp + tok0 + 4 * ds_q;
   auto stage = [&](int c, int buf) {
-    const int nkb = kFast ? kKB : min(kKB, p.nb - c * kKB);
+    // Blocks in this chunk: kKB, fewer in a legacy type's last chunk when
+    // k % 256 != 0 (K-quant chunks are always whole).
+    const int nkb = min(kKB, p.nb - c * kKB);
     if constexpr (kFast) {
       constexpr int kPieces = X::kCB / 16;
+      // A partial chunk copies only the 16-byte pieces that hold its blocks:
+      // they end inside the row, whose stride is a multiple of 16.
+      const int pieces = X::kBPC == 1 ? kPieces : (nkb * X::kBS + 15) / 16;
       const uint32_t dst = smem_addr(s_w(buf) + (tid >> 1) * X::kWS);
       const uint8_t* src = p.w + row0 * p.row_bytes + w_row_off + static_cast<int64_t>(c) * p.src_cb;
 #pragma unroll
       for (int q = tid & 1; q < kPieces; q += 2) {
-        cp_async16(dst + 16 * q, my_row_ok ? src + 16 * q : p.w, my_row_ok ? 16 : 0);
+        if (X::kBPC == 1 || q < pieces) {
+          cp_async16(dst + 16 * q, my_row_ok ? src + 16 * q : p.w, my_row_ok ? 16 : 0);
+        }
       }
     } else {
       // Any 2-byte aligned base and stride; the last legacy chunk may be
@@ -177,10 +184,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
 #pragma unroll
       for (int j = 0; j < 16 / kTpt; ++j) {
         const int q = tid % kTpt + kTpt * j;  // 16-byte piece: block q / 2
-        if (kFast || q < 2 * nkb) cp_async16(dst + 16 * kTpt * j, src + 16 * kTpt * j, 16);
+        if (q < 2 * nkb) cp_async16(dst + 16 * kTpt * j, src + 16 * kTpt * j, 16);
       }
     }
-    if (tid < 2 * BN && (kFast || ds_kb < nkb)) {
+    if (tid < 2 * BN && ds_kb < nkb) {
       const int64_t off = static_cast<int64_t>(c) * kKB * p.ntp;
       cp_async16(smem_addr(s_d(buf) + ds_kb * BN + 4 * ds_q), d_src + off, 16);
       if constexpr (X::kMin) cp_async16(smem_addr(s_s(buf) + ds_kb * BN + 4 * ds_q), s_src + off, 16);
@@ -213,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
     __syncthreads();
     if (c + 1 < p.n_chunks) stage(c + 1, buf ^ 1);
     cp_async_commit();
-    const int nkb = kFast ? kKB : min(kKB, p.nb - c * kKB);
+    const int nkb = min(kKB, p.nb - c * kKB);  // block-uniform
 
     // Scale table of this warp pair's 32 rows: 64 threads x 4 blocks.
     {
@@ -223,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int kb = 4 * (idx & 1) + q;
-        if (kFast || kb < nkb) {
+        if (kb < nkb) {
           const float2 e = X::table(wrow_p, kb);
           if constexpr (kTW == 2) {
             reinterpret_cast<float2*>(s_tbl)[kb * kBM + row] = e;
@@ -247,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
     const float* const sk = s_s(buf);
 #pragma unroll
     for (int kb = 0; kb < kKB; ++kb) {
-      if (!kFast && kb >= nkb) break;  // block-uniform
+      if (kb >= nkb) break;  // block-uniform (a legacy type's last chunk)
       // m-tiles per pass: both (A decoded once, B fragments loaded once),
       // or for Q6_K (a heavier decode, two mma per tile) one at a time with
       // the B fragments reloaded, which keeps it within 128 registers.
@@ -345,6 +352,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
 struct DeviceInfo {
   int major = 0;
   int smem_optin = 0;
+  int sms = 0;
 };
 
 cudaError_t QueryDevice(DeviceInfo* info) {
@@ -354,6 +362,7 @@ cudaError_t QueryDevice(DeviceInfo* info) {
   if (err == cudaSuccess) {
     err = cudaDeviceGetAttribute(&info->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   }
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info->sms, cudaDevAttrMultiProcessorCount, dev);
   return err;
 }
 
@@ -398,6 +407,7 @@ int SmemBytesOf(GgmlType type, int bn) {
 template <GgmlType T>
 cudaError_t LaunchTyped(const Params& p, int bn, bool fast, cudaStream_t stream) {
   if (fast) {
+    if (bn == 32) return LaunchKernel<T, 32, true>(p, stream);
     return bn == 128 ? LaunchKernel<T, 128, true>(p, stream) : LaunchKernel<T, 64, true>(p, stream);
   }
   return bn == 32 ? LaunchKernel<T, 32, false>(p, stream) : LaunchKernel<T, 64, false>(p, stream);
@@ -415,6 +425,17 @@ cudaError_t Dispatch(GgmlType type, const Params& p, int bn, bool fast, cudaStre
     case GgmlType::kQ6_K: return LaunchTyped<GgmlType::kQ6_K>(p, bn, fast, stream);
     default: return cudaErrorInvalidValue;
   }
+}
+
+// The fast variant's token tile when the caller does not pick one: 64, or
+// 32 when 64-token tiles would leave SMs without a CTA (few weight rows:
+// Qwen2.5-0.5B's 896-row projections at 512 tokens make 56 tiles of 64 for
+// 132 SMs; 7B's 512-row k/v, 32). Halving the tile doubles the CTAs; the
+// cost, twice the weight-tile reads, is small next to idle SMs.
+int AutoTokensPerCta(const Params& p, const DeviceInfo& dev) {
+  const int64_t row_tiles = (p.rows + kBM - 1) / kBM;
+  const int64_t ctas64 = row_tiles * ((p.nt + 63) / 64);
+  return ctas64 < dev.sms ? 32 : 64;
 }
 
 int64_t TokensPadded(int64_t nt) { return (nt + kMmqTokenPad - 1) / kMmqTokenPad * kMmqTokenPad; }
@@ -504,8 +525,11 @@ cudaError_t LaunchQuantizeMmq(const float* x, void* act, int64_t k, int64_t nt,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchMmqFast(const WeightView& w, const void* act, float* y, int64_t nt,
-                          const MmqTuning& tuning, cudaStream_t stream, const char** why_not) {
+namespace {
+// LaunchMmqFast, also saying which token tile it launched (*bn).
+cudaError_t LaunchFastImpl(const WeightView& w, const void* act, float* y, int64_t nt,
+                           const MmqTuning& tuning, cudaStream_t stream, const char** why_not,
+                           int* bn_out) {
   const char* unused;
   if (why_not == nullptr) why_not = &unused;
   *why_not = nullptr;
@@ -513,18 +537,19 @@ cudaError_t LaunchMmqFast(const WeightView& w, const void* act, float* y, int64_
   bool empty = false;
   cudaError_t err = mmq::Prepare(w, act, y, nt, &p, &empty);
   if (err != cudaSuccess || empty) return err;
-  const int bn = tuning.tokens_per_cta == 0 ? 64 : tuning.tokens_per_cta;
-  if (bn != 64 && bn != 128) return cudaErrorInvalidValue;
+  if (tuning.tokens_per_cta != 0 && tuning.tokens_per_cta != 32 && tuning.tokens_per_cta != 64 &&
+      tuning.tokens_per_cta != 128) {
+    return cudaErrorInvalidValue;
+  }
   mmq::DeviceInfo dev;
   if ((err = mmq::QueryDevice(&dev)) != cudaSuccess) return err;
+  const int bn = tuning.tokens_per_cta != 0 ? tuning.tokens_per_cta : mmq::AutoTokensPerCta(p, dev);
   if (dev.major < 8) {
     *why_not = "GPU older than sm_80 (no int8 mma.m16n8k32)";
   } else if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || w.row_bytes % 16 != 0) {
     *why_not = "weight base or row stride not 16-byte aligned";
   } else if (w.row_bytes * mmq::kBM >= (int64_t{1} << 31)) {
     *why_not = "weight rows too long for 32-bit tile offsets";
-  } else if (w.k % mmq::kKC != 0) {
-    *why_not = "k not a multiple of 256 (partial chunk)";
   } else if (w.type == GgmlType::kQ6_K && !w.q6k_padded) {
     *why_not = "raw 210-byte Q6_K blocks";
   } else if (mmq::SmemBytesOf(w.type, bn) > dev.smem_optin) {
@@ -533,7 +558,14 @@ cudaError_t LaunchMmqFast(const WeightView& w, const void* act, float* y, int64_
   if (*why_not != nullptr) return cudaErrorNotSupported;
   err = mmq::Dispatch(w.type, p, bn, /*fast=*/true, stream);
   if (err == cudaErrorNotSupported) *why_not = "cudaFuncSetAttribute refused the shared memory";
+  if (err == cudaSuccess && bn_out != nullptr) *bn_out = bn;
   return err;
+}
+}  // namespace
+
+cudaError_t LaunchMmqFast(const WeightView& w, const void* act, float* y, int64_t nt,
+                          const MmqTuning& tuning, cudaStream_t stream, const char** why_not) {
+  return LaunchFastImpl(w, act, y, nt, tuning, stream, why_not, nullptr);
 }
 
 cudaError_t LaunchMmqGeneric(const WeightView& w, const void* act, float* y, int64_t nt,
@@ -563,9 +595,10 @@ cudaError_t LaunchMmqQuantized(const WeightView& w, const void* act, float* y, i
   if (report == nullptr) report = &local;
   *report = MmqReport{};
   const char* why_not = nullptr;
-  cudaError_t err = LaunchMmqFast(w, act, y, nt, MmqTuning{}, stream, &why_not);
+  int bn = 0;
+  cudaError_t err = LaunchFastImpl(w, act, y, nt, MmqTuning{}, stream, &why_not, &bn);
   if (err == cudaSuccess) {
-    if (nt > 0 && w.rows > 0) report->variant = MmqVariant::kFast, report->tokens_per_cta = 64;
+    if (nt > 0 && w.rows > 0) report->variant = MmqVariant::kFast, report->tokens_per_cta = bn;
     return err;
   }
   if (err != cudaErrorNotSupported) return err;

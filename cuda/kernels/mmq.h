@@ -49,12 +49,12 @@
 // 128-row x {32,64,128}-token CTA tiles with the same numerics:
 //  * kFast: weight chunks copied raw with 16-byte cp.async, double-buffered
 //    behind the tensor-core work. Needs sm_80+, weight base and row_bytes
-//    16-byte aligned, k % 256 == 0, Q6_K padded, and the device's opt-in
-//    shared memory (~80..130 KB). Returns cudaErrorNotSupported, launching
-//    nothing, when a precondition fails.
+//    16-byte aligned (the registry's layout, DeviceRowBytes; a legacy
+//    type's k need not be a multiple of 256), Q6_K padded, and the device's
+//    opt-in shared memory (~60..130 KB). Returns cudaErrorNotSupported,
+//    launching nothing, when a precondition fails.
 //  * kGeneric: weights copied with 2-byte loads (any 2-byte aligned base and
-//    stride, raw Q6_K, legacy k not a multiple of 256); activations still by
-//    cp.async. Needs sm_80+ only (MMQ needs mma.m16n8k32: on older GPUs
+//    stride, raw Q6_K); activations still by cp.async. Needs sm_80+ only (MMQ needs mma.m16n8k32: on older GPUs
 //    every launcher here returns cudaErrorNotSupported and the caller uses
 //    LaunchGemmF16).
 #ifndef MINFER_CUDA_KERNELS_MMQ_H_
@@ -100,10 +100,11 @@ struct MmqReport {
   const char* fast_skipped = nullptr;
 };
 
-// Explicit geometry for benchmarks and tests. 0 = default (64).
+// Explicit geometry for benchmarks and tests. 0 = automatic: 64, or 32
+// when 64-token tiles would leave SMs idle (few weight rows).
 struct MmqTuning {
-  int tokens_per_cta = 0;  // kFast: 64 or 128 (128 halves the weight re-reads
-                           // but allows one CTA per SM)
+  int tokens_per_cta = 0;  // kFast: 32, 64 or 128 (128 halves the weight
+                           // re-reads but allows one CTA per SM)
 };
 
 // One rung: y = W act with the fast variant. cudaErrorNotSupported (and

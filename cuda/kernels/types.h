@@ -2,7 +2,8 @@
 // C++, includable by g++ and nvcc alike. Weight blocks are the GGUF layouts
 // of engine/quant/blocks.h, byte for byte, except Q6_K, which the device
 // registry stores padded to 224 bytes (seed §3.2.2) so kernels can use
-// aligned 16-byte loads.
+// aligned 16-byte loads; for the same reason the registry starts every row
+// on a 16-byte boundary (DeviceRowBytes).
 #ifndef MINFER_CUDA_KERNELS_TYPES_H_
 #define MINFER_CUDA_KERNELS_TYPES_H_
 
@@ -21,8 +22,9 @@ inline constexpr int kQ6KPaddedBytes = 224;
 enum class KvType : int32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2 };
 
 // A weight matrix as kernels see it: `rows` rows of `k` elements, row r at
-// data + r * row_bytes. For Q6_K, row_bytes reflects the padded layout
-// (k / 256 * 224) when `q6k_padded`.
+// data + r * row_bytes. row_bytes is at least the row's blocks (Q6_K: in the
+// padded layout, k / 256 * 224, when `q6k_padded`); the registry rounds it
+// up to 16 (DeviceRowBytes), kernels accept any even stride.
 struct WeightView {
   GgmlType type = GgmlType::kF32;
   const void* data = nullptr;
@@ -54,6 +56,23 @@ inline bool IsIntegerDotType(GgmlType type) {
 inline int64_t DeviceBlockBytes(GgmlType type, bool q6k_padded) {
   if (type == GgmlType::kQ6_K && q6k_padded) return kQ6KPaddedBytes;
   return TraitsOf(type).type_size;
+}
+
+// The registry's row stride for a weight of `type` with rows of k elements
+// (k a multiple of the block size): the row's device blocks (Q6_K padded),
+// rounded up to 16 bytes. Legacy blocks of 18/22/34 bytes give rows that
+// are only 2-byte aligned when k / 32 is not a multiple of 8 (Qwen2.5-0.5B:
+// 896 = 28 blocks, 616 bytes of Q5_0): the pad lets every kernel take its
+// 16-byte-load path (MMQ's cp.async staging, MMVQ's uint4 loads) for a
+// fraction of a percent of memory.
+inline int64_t DeviceRowBytes(GgmlType type, int64_t k) {
+  const int64_t raw = k / TraitsOf(type).block_size * DeviceBlockBytes(type, true);
+  return (raw + 15) / 16 * 16;
+}
+
+// Device bytes of a weight of `type` with `rows` rows of k elements.
+inline int64_t DeviceWeightBytes(GgmlType type, int64_t k, int64_t rows) {
+  return DeviceRowBytes(type, k) * rows;
 }
 
 // Attention geometry of one layer.

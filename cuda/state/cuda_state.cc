@@ -142,12 +142,25 @@ uint64_t CudaState::NewOwnerId() {
 
 namespace {
 
-// Repacks Q6_K super-blocks (210 bytes) into 224-byte slots so every block
-// starts 16-byte aligned (seed §3.2.2: aligned uint4 weight loads).
-std::vector<uint8_t> PadQ6K(const uint8_t* src, uint64_t n_blocks) {
-  std::vector<uint8_t> out(n_blocks * kQ6KPaddedBytes, 0);
-  for (uint64_t b = 0; b < n_blocks; ++b) {
-    std::memcpy(out.data() + b * kQ6KPaddedBytes, src + b * 210, 210);
+// Lays a weight out as the device holds it: each row's blocks (Q6_K
+// super-blocks repacked from 210 into 224-byte slots, seed §3.2.2), the row
+// zero-padded to dst_row bytes (DeviceRowBytes: 16-byte aligned rows).
+std::vector<uint8_t> DeviceLayout(const graph::Weight& w, int64_t dst_row) {
+  const int64_t rows = w.rows();
+  const int64_t src_row = w.row_bytes();
+  std::vector<uint8_t> out(static_cast<size_t>(dst_row * rows), 0);
+  if (w.type == GgmlType::kQ6_K) {
+    const int64_t blocks = src_row / 210;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        std::memcpy(out.data() + r * dst_row + b * kQ6KPaddedBytes, w.data + r * src_row + b * 210,
+                    210);
+      }
+    }
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(out.data() + r * dst_row, w.data + r * src_row, src_row);
+    }
   }
   return out;
 }
@@ -156,8 +169,10 @@ std::vector<uint8_t> PadQ6K(const uint8_t* src, uint64_t n_blocks) {
 
 absl::StatusOr<WeightView> CudaState::RegisterWeight(uint64_t owner, const graph::Weight& w) {
   const bool padded = w.type == GgmlType::kQ6_K;
-  const uint64_t blocks = static_cast<uint64_t>(w.ne0() / TraitsOf(w.type).block_size) * w.rows();
-  const uint64_t device_bytes = padded ? blocks * kQ6KPaddedBytes : w.nbytes;
+  const int64_t row_bytes = DeviceRowBytes(w.type, w.ne0());
+  const uint64_t device_bytes = static_cast<uint64_t>(DeviceWeightBytes(w.type, w.ne0(), w.rows()));
+  // The GGUF bytes go up as they are when the device layout is the file's.
+  const bool repack = padded || row_bytes != w.row_bytes();
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
     auto it = weights_.find({owner, w.name});
@@ -174,11 +189,11 @@ absl::StatusOr<WeightView> CudaState::RegisterWeight(uint64_t owner, const graph
     if (!p.ok()) return p.status();
     ptr = *p;
   }
-  std::vector<uint8_t> padded_bytes;
+  std::vector<uint8_t> laid_out;
   const void* src = w.data;
-  if (padded) {
-    padded_bytes = PadQ6K(w.data, blocks);
-    src = padded_bytes.data();
+  if (repack) {
+    laid_out = DeviceLayout(w, row_bytes);
+    src = laid_out.data();
   }
   {
     // Stream-ordered copy + a synchronize of that stream (never the legacy
@@ -196,8 +211,7 @@ absl::StatusOr<WeightView> CudaState::RegisterWeight(uint64_t owner, const graph
   v.data = ptr;
   v.k = w.ne0();
   v.rows = w.rows();
-  v.row_bytes = static_cast<int64_t>(w.ne0() / TraitsOf(w.type).block_size) *
-                DeviceBlockBytes(w.type, padded);
+  v.row_bytes = row_bytes;
   v.q6k_padded = padded;
   std::lock_guard<std::mutex> lock(registry_mu_);
   Entry& e = weights_[{owner, w.name}];

@@ -48,13 +48,13 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "Decode matmuls with fewer weights (rows x k) than this whose input was not already "
        "quantized by a fused producer run the f32-activation matvec instead of quantize + MMVQ "
        "(the shape gate; 0 = always MMVQ)."});
-  add({"MINFER_ATTN_PREFILL_TC", KnobType::kBool, "0", KnobScope::kPerModel,
+  add({"MINFER_ATTN_PREFILL_TC", KnobType::kBool, "1", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Prefill attention over an f16 KV cache (16+ tokens) runs the tensor-core "
-       "flash-attention kernel (opt-in until its H200 validation and benchmark)."});
-  add({"MINFER_MMQ", KnobType::kBool, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
-       "Prefill matmuls (nt >= 9) of quantized weights run the int8 tensor-core MMQ GEMM "
-       "instead of the f16 GEMM (opt-in until its H200 validation and benchmark)."});
+       "flash-attention kernel; 0 = the CUDA-core kernel."});
+  add({"MINFER_MMQ", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "Prefill matmuls (nt >= 9) of quantized weights run the int8 tensor-core MMQ GEMM; "
+       "0 = the f16 tensor-core GEMM (weights dequantized in its staging loop)."});
   add({"MINFER_MMQ_RAW_NB_DEBUG", KnobType::kBool, "0", KnobScope::kGlobal,
        KnobEffect::kRecapture,
        "Log which MMQ variant ran for each (weight type, shape) class the first time, and why a "

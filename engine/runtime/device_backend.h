@@ -45,9 +45,11 @@ struct DeviceBackendProvider {
   // The device this provider would use, or why there is none (no device,
   // MINFER_DISABLE_CUDA=1, ...). May initialize the device.
   std::function<absl::StatusOr<DeviceInfo>()> info;
-  // Device bytes a weight of `ggml_type` taking `file_bytes` in the GGUF
-  // occupies once uploaded (layouts may pad blocks, e.g. Q6_K).
-  std::function<uint64_t(int ggml_type, uint64_t file_bytes)> weight_bytes;
+  // Device bytes a weight of `ggml_type` with `rows` rows of `ne0` elements
+  // (`file_bytes` in the GGUF) occupies once uploaded (layouts may pad
+  // blocks and rows, e.g. Q6_K's 224-byte blocks).
+  std::function<uint64_t(int ggml_type, int64_t ne0, int64_t rows, uint64_t file_bytes)>
+      weight_bytes;
   // A backend with every weight of the model resident, or an error saying
   // why the model cannot run on this device (no device, a weight type
   // without a kernel — naming the first such tensor —, out of memory...).

@@ -9,7 +9,10 @@
 #include <cstring>
 #include <memory>
 
+#include <cuda_runtime_api.h>
+
 #include "absl/strings/str_cat.h"
+#include "cuda/state/cuda_state.h"
 #include "cuda/testing/gpu_test_util.h"
 #include "engine/base/knobs.h"
 #include "engine/cpu/cpu_backend.h"
@@ -241,7 +244,23 @@ const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
 
 // Every weight type x token counts that hit each arm of the decision tree
 // (MMVQ 1, multi-token MMVQ 2-8, GEMM >= 9), against the CPU's int8 path.
+// A global knob set for the scope of a test (knobs are read between steps).
+class ScopedKnob {
+ public:
+  ScopedKnob(const char* name, const char* value) : name_(name) {
+    EXPECT_TRUE(KnobRegistry::Global().Set(name, value).ok());
+  }
+  ~ScopedKnob() { (void)KnobRegistry::Global().Reset(name_); }
+
+ private:
+  const char* name_;
+};
+
+// Every weight type through the decode kernels (nt <= 8) and the f16
+// tensor-core GEMM (nt >= 9 with MINFER_MMQ=0: the path of pre-sm_80 GPUs
+// and of the f32/f16/bf16 weights).
 TEST_F(CudaBackendOpTest, MatMulEveryTypeAndTokenCount) {
+  ScopedKnob no_mmq("MINFER_MMQ", "0");
   for (GgmlType t : kAllTypes) {
     SCOPED_TRACE(GgmlTypeName(t));
     const int64_t k = 512, rows = 300;
@@ -259,20 +278,11 @@ TEST_F(CudaBackendOpTest, MatMulEveryTypeAndTokenCount) {
       double bound = nt >= 9 ? 1e-2 : (t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16 ? 1e-5 : 1e-5);
       EXPECT_LT(RelErr(g, c), bound) << "nt " << nt;
     }
+    EXPECT_EQ(h.gpu()->stats().gemm_f16, 3);  // nt 9, 17, 100
+    EXPECT_EQ(h.gpu()->stats().mmq_fast + h.gpu()->stats().mmq_generic, 0);
   }
 }
 
-// A global knob set for the scope of a test (knobs are read between steps).
-class ScopedKnob {
- public:
-  ScopedKnob(const char* name, const char* value) : name_(name) {
-    EXPECT_TRUE(KnobRegistry::Global().Set(name, value).ok());
-  }
-  ~ScopedKnob() { (void)KnobRegistry::Global().Reset(name_); }
-
- private:
-  const char* name_;
-};
 
 // MINFER_MMQ=1: prefill-shaped matmuls of the eight quantized types run the
 // int8 MMQ GEMM, which reproduces the CPU's integer math (so the MMVQ bound,
@@ -298,6 +308,77 @@ TEST_F(CudaBackendOpTest, MatMulMmqEveryQuantType) {
     }
     EXPECT_EQ(h.gpu()->stats().mmq_fast + h.gpu()->stats().mmq_generic, 4);
     EXPECT_EQ(h.gpu()->stats().gemm_f16, 0);
+  }
+}
+
+// Rows whose GGUF bytes are not a multiple of 16 (Qwen2.5-0.5B's 896-wide
+// projections: 28 legacy blocks, 504..952 bytes) are laid out by the
+// registry at a 16-byte stride (DeviceRowBytes), so MMQ runs its fast
+// variant (with a partial last 256-element chunk) and every other kernel
+// reads the padded rows correctly: decode (MMVQ), prefill (MMQ) and
+// GetRows against the CPU.
+TEST_F(CudaBackendOpTest, UnalignedRowsArePaddedOnTheDevice) {
+  const GgmlType legacy[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                             GgmlType::kQ8_0};
+  for (GgmlType t : legacy) {
+    SCOPED_TRACE(GgmlTypeName(t));
+    const int64_t k = 896, rows = 300;
+    // 28 blocks of 18/22/34 bytes are unaligned; Q4_1/Q5_1 (20/24) are not
+    // and still take the partial last chunk.
+    if (t == GgmlType::kQ4_0 || t == GgmlType::kQ5_0 || t == GgmlType::kQ8_0) {
+      EXPECT_NE(RowBytes(t, k) % 16, 0) << "the case must be an unaligned one";
+    }
+    auto w = MakeWeight("w", t, k, rows);
+    OpHarness h({&w->w});
+    ASSERT_NE(h.gpu(), nullptr);
+    auto state = CudaState::Get();
+    ASSERT_TRUE(state.ok());
+    for (int64_t nt : {1, 4, 9, 100, 511}) {
+      Node mm = MakeNode(OpKind::kMatMul, Shape(rows, nt), {&w->w});
+      mm.inputs = {0};
+      auto x = RandomFloats(k * nt);
+      std::vector<float> c, g;
+      h.Run(mm, {Bytes(x)}, &c, &g);
+      EXPECT_LT(RelErr(g, c), 1e-5) << "nt " << nt;
+    }
+    EXPECT_EQ(h.gpu()->stats().mmq_fast, 3);
+    EXPECT_EQ(h.gpu()->stats().mmq_generic, 0);
+    std::vector<int32_t> ids = {0, 299, 17, 150};
+    Node gr = MakeNode(OpKind::kGetRows, Shape(k, 4), {&w->w});
+    gr.inputs = {0};
+    std::vector<float> c, g;
+    h.Run(gr, {Bytes(ids)}, &c, &g);
+    EXPECT_LT(RelErr(g, c), 1e-6);
+  }
+}
+
+// The device layout's bytes, as the daemon's admission estimate computes
+// them, are what the registry allocates.
+TEST(CudaWeightLayoutTest, DeviceBytesMatchTheRegistry) {
+  MINFER_REQUIRE_GPU();
+  auto state = CudaState::Get();
+  ASSERT_TRUE(state.ok());
+  for (GgmlType t : {GgmlType::kQ5_0, GgmlType::kQ8_0, GgmlType::kQ6_K, GgmlType::kF32}) {
+    const int64_t k = t == GgmlType::kQ6_K ? 768 : 896, rows = 37;
+    auto w = MakeWeight(absl::StrCat("layout-", GgmlTypeName(t)), t, k, rows);
+    const uint64_t owner = CudaState::NewOwnerId();
+    const uint64_t before = (*state)->WeightBytes(owner);
+    auto v = (*state)->RegisterWeight(owner, w->w);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(v->row_bytes % 16, 0);
+    EXPECT_GE(v->row_bytes, RowBytes(t, k));
+    EXPECT_EQ(v->row_bytes, DeviceRowBytes(t, k));
+    EXPECT_EQ((*state)->WeightBytes(owner) - before,
+              static_cast<uint64_t>(DeviceWeightBytes(t, k, rows)));
+    // Row r's first GGUF bytes are on the device at r * row_bytes.
+    std::vector<uint8_t> dev(v->row_bytes * rows);
+    ASSERT_EQ(cudaMemcpy(dev.data(), v->data, dev.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    const int64_t cmp = t == GgmlType::kQ6_K ? 210 : RowBytes(t, k);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(std::memcmp(dev.data() + r * v->row_bytes, w->w.data + r * RowBytes(t, k), cmp), 0)
+          << "row " << r;
+    }
+    (*state)->ReleaseWeights(owner);
   }
 }
 
