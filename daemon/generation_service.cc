@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/grpc_status.h"
+#include "daemon/pump_queue.h"
 #include "daemon/unary.h"
 #include "daemon/sequence.h"
 #include "daemon/stream_reactor.h"
@@ -69,15 +70,18 @@ v1::FinishReason ToProto(FinishReason r) {
 // Streams one Sequence to the client.
 class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(ServingState* state, Metrics* metrics) : state_(state), metrics_(metrics) {
+  GenerateReactor(ServingState* state, Metrics* metrics, PumpQueue* pumps)
+      : state_(state), metrics_(metrics), pumps_(pumps) {
     state_->StreamStarted();
   }
 
-  // Starts streaming `seq` (which the slot now runs).
+  // Starts streaming `seq` (which the slot now runs). The slot's worker
+  // only posts to the pump queue: the gRPC write runs there, off the
+  // decode loop.
   void Attach(std::shared_ptr<Sequence> seq) {
     seq_ = std::move(seq);
     model_ = seq_->model();
-    sub_ = seq_->notifier().Subscribe([this] { Pump(); });
+    sub_ = seq_->notifier().Subscribe([this] { pumps_->Post(this, [this] { Pump(); }); });
     Pump();  // it may have published before we subscribed
   }
 
@@ -123,6 +127,7 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
   void Cleanup(const grpc::Status& final) override {
     if (seq_ != nullptr) {
       seq_->notifier().Unsubscribe(sub_);
+      pumps_->Remove(this);  // no queued or running Pump() outlives this
       // A stream that ended early (failed write) must not leave its
       // sequence running.
       seq_->Cancel(absl::CancelledError("the stream ended"));
@@ -140,6 +145,7 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
 
   ServingState* const state_;
   Metrics* const metrics_;
+  PumpQueue* const pumps_;
   std::shared_ptr<Sequence> seq_;
   std::string model_;
   Notifier::Id sub_ = 0;
@@ -264,7 +270,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Done(grpc::CallbackServerContex
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   const Clock::time_point arrival = Clock::now();
-  auto* reactor = new GenerateReactor(state_, metrics_);
+  auto* reactor = new GenerateReactor(state_, metrics_, &pumps_);
   if (state_->draining()) {
     reactor->FinishWith(ToGrpcStatus(
         absl::UnavailableError("the server is draining; it accepts no new generations")));

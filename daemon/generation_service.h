@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/limits.h"
 #include "daemon/metrics.h"
+#include "daemon/pump_queue.h"
 #include "daemon/serving_state.h"
 #include "daemon/slot_manager.h"
 #include "engine/runtime/generation.h"
@@ -56,6 +57,8 @@ class GenerationServiceImpl final : public v1::GenerationService::CallbackServic
   const GenerationLimits limits_;
   ServingState* const state_;
   Metrics* const metrics_;
+  // Runs the streams' gRPC writes off the slots' decode loops.
+  PumpQueue pumps_;
 };
 
 }  // namespace minfer::daemon
