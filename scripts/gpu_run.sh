@@ -107,6 +107,24 @@ case "$mode" in
     minferctl bench "${names[@]}" -c 4 -n 128 -p "$prompt" | tee -a "$out/daemon-bench.log"
     curl -s 127.0.0.1:9464/metrics > "$out/metrics.txt" 2>/dev/null || true
     kill -TERM "$d"; wait "$d"; echo "minferd exit: $?" | tee -a "$out/daemon-bench.log"
+    # Greedy ids through gRPC (alone and concurrent) against `minfer run`.
+    if command -v python3 > /dev/null; then
+      python3 - "$out" "${names[@]}" <<'PY' | tee -a "$out/daemon-bench.log"
+import json, sys
+out, names = sys.argv[1], sys.argv[2:]
+conc = json.load(open(f"{out}/concurrent-1.json"))["streams"]
+for n in names:
+    ref = json.load(open(f"{out}/run-{n}.json"))["generated_ids"]
+    alone = json.load(open(f"{out}/alone-{n}.json"))["streams"][0]["ids"]
+    both = [s["ids"] for s in conc if s["model"] == n]
+    ok = alone == ref and all(ids == ref for ids in both)
+    print(f"greedy {n}: minfer run {len(ref)} ids; gRPC alone {'equal' if alone == ref else 'DIFFERENT'}; "
+          f"gRPC concurrent {'equal' if both and all(i == ref for i in both) else 'DIFFERENT'}")
+PY
+    fi
+    # One file for the JSON (the device tool brings back a limited number).
+    (cd "$out" && tar -cf daemon-json.tar run-*.json run-*.err alone-*.json concurrent-1.json &&
+      rm -f run-*.json run-*.err alone-*.json concurrent-1.json)
     ;;
   ab)
     knob="$1"; shift
