@@ -295,13 +295,13 @@ void Slot::ThreadMain() {
 }
 
 absl::StatusOr<std::string> Slot::AdmitOnDevice(const gguf::GgufFile& file,
-                                                 const MemoryEstimate& host_estimate) {
+                                                 const MemoryEstimate& device_estimate) {
   if (config_.backend == "cpu" || hooks_.device_budget == nullptr) return config_.backend;
   for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {
     if (!p.info) continue;
     absl::StatusOr<runtime::DeviceInfo> info = p.info();
     if (!info.ok()) continue;  // Model::Load reports (cuda) or logs (auto) why
-    MemoryEstimate dev = host_estimate;
+    MemoryEstimate dev = device_estimate;
     if (p.weight_bytes) {
       dev.weights = 0;
       for (const gguf::TensorInfo& t : file.tensors()) {
@@ -336,8 +336,12 @@ absl::Status Slot::Load() {
     ep.n_ctx = config_.n_ctx;
     ep.parallel = config_.parallel;
     ep.kv_type = kv_type;
-    ep.prefill_chunk = KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK", &config_.knobs);
+    const int64_t chunk_knob = KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK", &config_.knobs);
+    ep.prefill_chunk = runtime::PrefillChunk(chunk_knob, /*gpu=*/false);
     MemoryEstimate estimate = EstimateMemory(**file, (*arch)->hparams(), ep);
+    // On a device the graphs are those of the device's prefill chunk.
+    ep.prefill_chunk = runtime::PrefillChunk(chunk_knob, /*gpu=*/true);
+    const MemoryEstimate device_estimate = EstimateMemory(**file, (*arch)->hparams(), ep);
     {
       std::lock_guard<std::mutex> lock(mu_);
       estimate_ = estimate;
@@ -345,7 +349,7 @@ absl::Status Slot::Load() {
     }
     RETURN_IF_ERROR(hooks_.budget->Reserve(config_.name, estimate));
     load_total_.store(file.value()->file_size() - file.value()->data_offset());
-    ASSIGN_OR_RETURN(backend, AdmitOnDevice(**file, estimate));
+    ASSIGN_OR_RETURN(backend, AdmitOnDevice(**file, device_estimate));
   }
   // The device reservation covers the upload; once the load ends (either
   // way) the device's own free figure accounts for what was allocated.

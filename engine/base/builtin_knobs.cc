@@ -63,8 +63,10 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "Time every GPU op (synchronizes after each; disables graph replay); report at exit."});
   add({"MINFER_TIMING", KnobType::kBool, "0", KnobScope::kGlobal, KnobEffect::kImmediate,
        "Log the wall time of every forward (prefill or decode step)."});
-  add({"MINFER_PREFILL_CHUNK", KnobType::kInt, "512", KnobScope::kPerModel,
-       KnobEffect::kGraphRebuild, "Prompt tokens evaluated per prefill step."});
+  add({"MINFER_PREFILL_CHUNK", KnobType::kInt, "0", KnobScope::kPerModel,
+       KnobEffect::kGraphRebuild,
+       "Prompt tokens evaluated per prefill step; 0 = by placement: 2048 on a GPU (larger "
+       "GEMMs), 512 on the CPU."});
 }
 
 }  // namespace minfer

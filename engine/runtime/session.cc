@@ -111,8 +111,8 @@ absl::StatusOr<std::vector<float>> Session::Eval(absl::Span<const int32_t> token
           absl::StrCat("token id ", t, " is outside the vocabulary [0, ", n_vocab, ")"));
     }
   }
-  const int64_t chunk = std::max<int64_t>(
-      1, KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK", &model_->knobs()));
+  const int64_t chunk = PrefillChunk(
+      KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK", &model_->knobs()), model_->gpu());
   const int64_t start = n_past_;
   auto t0 = std::chrono::steady_clock::now();
   std::vector<float> logits, part;

@@ -2,8 +2,8 @@
 // the built graphs it reuses.
 //
 // Eval() appends tokens at positions n_past, n_past+1, ...: prompts are
-// evaluated in chunks of MINFER_PREFILL_CHUNK tokens, single tokens by the
-// decode graph. A graph is built once per GraphParams (tokens per step,
+// evaluated in chunks of MINFER_PREFILL_CHUNK tokens (PrefillChunk), single
+// tokens by the decode graph. A graph is built once per GraphParams (tokens per step,
 // rows of logits, n_ctx, KV type, fusion switches, GPU participation) and
 // re-executed with new inputs at the same buffers; a knob change that
 // affects graphs (knob registry generation) rebuilds them between steps.
@@ -25,6 +25,19 @@
 #include "engine/runtime/model.h"
 
 namespace minfer::runtime {
+
+// Prompt tokens per prefill step when MINFER_PREFILL_CHUNK is 0 (its
+// default). On a GPU the int8 GEMMs run ~15% more operations per second at
+// 2,048 tokens than at 512 (7B Q4_K_M pp2048: 9,570 -> 10,730 t/s on the
+// H200) for ~360 MiB more graph buffers at 7B; on the CPU larger steps gain
+// nothing and cost memory.
+inline constexpr int64_t kGpuPrefillChunk = 2048;
+inline constexpr int64_t kCpuPrefillChunk = 512;
+// The chunk for a knob value (> 0: itself) and a placement.
+inline int64_t PrefillChunk(int64_t knob, bool gpu) {
+  if (knob > 0) return knob;
+  return gpu ? kGpuPrefillChunk : kCpuPrefillChunk;
+}
 
 struct SessionOptions {
   int64_t n_ctx = 4096;  // clamped to the model's context length

@@ -297,7 +297,7 @@ TEST_F(AdminServiceTest, KnobsOverTheApi) {
   EXPECT_EQ(client_->GetKnob("MINFER_PREFILL_CHUNK")->value(), "64");
   set.set_reset(true);
   ASSERT_TRUE(client_->SetKnob(set).ok());
-  EXPECT_EQ(KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK"), 512);
+  EXPECT_EQ(KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK"), 0);  // the default: by placement
 
   // Per model: applied by the slot between steps; generation still equals
   // the engine's (the fusion switch changes the graph, not the math).
@@ -312,10 +312,10 @@ TEST_F(AdminServiceTest, KnobsOverTheApi) {
   ASSERT_TRUE(pk.ok()) << pk.status();
   EXPECT_TRUE(pk->overridden());
   EXPECT_EQ(pk->value(), "2");
-  EXPECT_EQ(KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK"), 512);  // global untouched
+  EXPECT_EQ(KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK"), 0);  // global untouched
   EXPECT_EQ(client_->GetModelStatus("a")->knobs().at("MINFER_PREFILL_CHUNK"), "2");
   EXPECT_EQ(client_->GetKnob("MINFER_PREFILL_CHUNK", "a")->value(), "2");
-  EXPECT_EQ(client_->GetKnob("MINFER_PREFILL_CHUNK")->value(), "512");
+  EXPECT_EQ(client_->GetKnob("MINFER_PREFILL_CHUNK")->value(), "0");
   per.set_name("MINFER_NO_FUSE_QKV");
   per.set_value("1");
   ASSERT_TRUE(client_->SetKnob(per).ok());

@@ -6,6 +6,9 @@
 
 #include "client/minfer_client.h"
 #include "daemon/daemon.h"
+#include "daemon/memory.h"
+#include "engine/models/qwen2/qwen2.h"
+#include "engine/runtime/session.h"
 #include "engine/runtime/device_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -69,7 +72,8 @@ class DeviceAdmissionTest : public ::testing::Test {
 };
 
 TEST_F(DeviceAdmissionTest, CudaThatDoesNotFitIsRefusedWithTheFigures) {
-  // 4 x 4096 f32 KV = 32 MiB plus ~95 MiB of graph scratch > 88 MiB usable.
+  // 4 x 4096 f32 KV = 32 MiB plus the graph scratch of 2,048-token prefill
+  // steps (the device default) > 88 MiB usable.
   auto r = client_->LoadModel(Request("big", "cuda", 4, 4096));
   ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
   const std::string msg(r.status().message());
@@ -96,10 +100,35 @@ TEST_F(DeviceAdmissionTest, CudaThatFitsReachesTheDeviceAndReleasesItsReservatio
   // Fits the device budget, so the load reaches the provider (which fails
   // it); the reservation ends with the load, so the same figures fit again.
   for (const char* name : {"a", "b"}) {
-    auto r = client_->LoadModel(Request(name, "cuda", 1, 256));
+    v1::LoadModelRequest req = Request(name, "cuda", 1, 256);
+    // Graph scratch at 512-token prefill steps (the device default, 2,048,
+    // needs more than the fake device's 88 MiB).
+    (*req.mutable_knobs())["MINFER_PREFILL_CHUNK"] = "512";
+    auto r = client_->LoadModel(req);
     ASSERT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
     EXPECT_THAT(std::string(r.status().message()), HasSubstr("the fake device runs no models"));
   }
+}
+
+// The device's graphs are those of its prefill chunk (2,048 tokens by
+// default, runtime::kGpuPrefillChunk), not the CPU's 512: the scratch the
+// refusal names is the estimate at 2,048.
+TEST_F(DeviceAdmissionTest, DeviceEstimateUsesTheDevicePrefillChunk) {
+  auto r = client_->LoadModel(Request("c", "cuda", 1, 256));
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  auto file = gguf::GgufFile::Open(path_);
+  ASSERT_TRUE(file.ok());
+  auto arch = models::Qwen2Model::FromGguf(**file);
+  ASSERT_TRUE(arch.ok());
+  EstimateParams ep;
+  ep.n_ctx = 256;
+  ep.parallel = 1;
+  ep.kv_type = graph::DType::kF32;
+  ep.prefill_chunk = runtime::kGpuPrefillChunk;
+  const uint64_t scratch = EstimateMemory(**file, (*arch)->hparams(), ep).scratch;
+  ep.prefill_chunk = runtime::kCpuPrefillChunk;
+  EXPECT_GT(scratch, EstimateMemory(**file, (*arch)->hparams(), ep).scratch);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr(absl::StrCat("(", scratch, " B) =")));
 }
 
 TEST_F(DeviceAdmissionTest, ServerStatusListsTheDevice) {
