@@ -54,7 +54,8 @@ CudaBackend::CudaBackend(CudaState* state, const KnobOverrides* knobs,
     : state_(state),
       knob_overrides_(knobs),
       model_knob_gen_(knob_generation),
-      owner_(CudaState::NewOwnerId()) {
+      owner_(CudaState::NewOwnerId()),
+      mmq_device_(state->cc() >= 800) {
   RefreshKnobs();
 }
 
@@ -120,10 +121,11 @@ CudaBackend::~CudaBackend() {
   // to its generic rung, shows here.
   Logger("cuda")->debug(
       "backend stats: graphs {} captured, {} replayed, {} re-captured, {} direct splits; "
-      "quantize {} launched, {} skipped; prefill matmuls {} MMQ fast, {} MMQ generic, {} f16 GEMM",
+      "quantize {} launched, {} skipped; prefill matmuls {} MMQ fast, {} MMQ generic, {} f16 GEMM; "
+      "{} int8-only (mode 2) producer writes",
       stats_.captures, stats_.replays, stats_.recaptures, stats_.direct_splits,
       stats_.quantize_launches, stats_.quantize_skipped, stats_.mmq_fast, stats_.mmq_generic,
-      stats_.gemm_f16);
+      stats_.gemm_f16, stats_.int8_only_writes);
   if (knobs_.op_timing && !op_timing_.empty()) {
     for (const auto& [op, t] : op_timing_) {
       Logger("cuda")->info("op timing: {:<18} {:>8} calls {:>10.3f} ms total {:>8.2f} us/call", op,
@@ -155,6 +157,7 @@ void CudaBackend::RefreshKnobs() {
   k.mmq = r.GetBool("MINFER_MMQ", knob_overrides_);
   k.mmvq_min_elems = r.GetInt("MINFER_MMVQ_MIN_ELEMS", knob_overrides_);
   k.attn_prefill_tc = r.GetBool("MINFER_ATTN_PREFILL_TC", knob_overrides_);
+  k.skip_write = !r.GetBool("MINFER_NO_SKIP_WRITE", knob_overrides_);
   k.mmq_debug = r.GetBool("MINFER_MMQ_RAW_NB_DEBUG", knob_overrides_);
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
   const bool changed = !(k == knobs_);
@@ -263,6 +266,38 @@ void CudaBackend::InvalidateMemos(const BufferRef& written, int64_t bytes) {
     it = overlaps(it->first, it->second) ? q8_valid_.erase(it) : std::next(it);
   }
   if (mmq_act_.valid && overlaps(mmq_act_.key, mmq_act_.bytes)) mmq_act_.valid = false;
+  // Written now: no longer a dead range.
+  for (auto it = int8_only_.begin(); it != int8_only_.end();) {
+    it = overlaps(it->first, it->second) ? int8_only_.erase(it) : std::next(it);
+  }
+}
+
+bool CudaBackend::Int8OnlyApplies(const Node& n, int64_t k, int64_t nt) const {
+  // The consumers are MMQ GEMMs exactly when the matmul decision tree sends
+  // them there: nt >= 9, the GEMM arm on, MMQ on and runnable.
+  return n.p.int8_consumers && knobs_.skip_write && knobs_.mmq && knobs_.prefill_gemm &&
+         mmq_device_ && nt >= 9 && k % 32 == 0;
+}
+
+void CudaBackend::MarkInt8Only(const BufferRef& out, int64_t k, int64_t nt, void* act) {
+  const Key key{out.buffer, out.offset};
+  mmq_act_ = {true, key, k * nt * 4, k, nt, act};
+  int8_only_[key] = k * nt * 4;
+  stats_.int8_only_writes++;
+}
+
+absl::Status CudaBackend::CheckNotDead(const Node& n, const BufferRef& in, int64_t bytes) const {
+  for (const auto& [key, len] : int8_only_) {
+    if (std::get<0>(key) == in.buffer && std::get<1>(key) < in.offset + bytes &&
+        in.offset < std::get<1>(key) + len) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cuda ", graph::OpName(n.op), " ", n.name,
+          ": dead-write guard: its input is the output of a mode-2 producer, which wrote only the "
+          "int8 activation plane of the GEMMs the graph said read it, not the f32 values "
+          "(refusing to read the unwritten buffer; MINFER_NO_SKIP_WRITE=1 disables mode 2)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::MatMul(const Node& n, const BufferRef& x, float* y) {
@@ -291,6 +326,9 @@ absl::Status CudaBackend::MatMul(const Node& n, const BufferRef& x, float* y) {
       cudaError_t err = cudaSuccess;
       if (!(mmq_act_.valid && mmq_act_.key == key && mmq_act_.k == k && mmq_act_.nt == nt &&
             mmq_act_.scratch == act)) {
+        // Re-quantizing a mode-2 output would read f32 values that were
+        // never written: a loud error, never garbage.
+        RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
         err = LaunchQuantizeMmq(xf, act, k, nt, state_->stream());
         if (err == cudaSuccess) {
           stats_.quantize_launches++;
@@ -325,9 +363,11 @@ absl::Status CudaBackend::MatMul(const Node& n, const BufferRef& x, float* y) {
                              GgmlTypeName(w->type));
       }
     }
+    RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
     stats_.gemm_f16++;
     return Check(LaunchGemmF16(*w, xf, y, nt, state_->stream()), "GEMM f16");
   }
+  RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
   bool mmvq = MmvqSupports(w->type) && nt <= 8 && !(IsKQuant(w->type) && !knobs_.kq_mmvq);
   // The shape gate (seed §3.2.5): a small decode matmul whose input no fused
   // producer quantized pays a quantize launch before MMVQ; below the gate
@@ -553,6 +593,7 @@ absl::Status CudaBackend::Synchronize() {
   // Execution-window memos end here: buffer contents change meaning.
   q8_valid_.clear();
   mmq_act_.valid = false;
+  int8_only_.clear();
   pinned_in_used_ = 0;
   capture_aborted_ = false;
   window_.unlock();
@@ -570,7 +611,18 @@ absl::Status CudaBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       node.op != OpKind::kKvcacheLoad) {
     InvalidateMemos(args.output, std::max<int64_t>(args.output.bytes, node.bytes()));
   }
-  absl::Status s = Dispatch(node, args);
+  absl::Status s;
+  // The dead-write guard for every reader but MatMul (which checks when it
+  // would quantize or read the f32 values itself) and the ops that read
+  // nothing.
+  if (!int8_only_.empty() && node.op != OpKind::kMatMul && node.op != OpKind::kView &&
+      node.op != OpKind::kReshape && node.op != OpKind::kKvcacheLoad) {
+    for (const BufferRef& in : args.inputs) {
+      s = CheckNotDead(node, in, in.bytes);
+      if (!s.ok()) break;
+    }
+  }
+  if (s.ok()) s = Dispatch(node, args);
   if (s.ok() && knobs_.op_timing) {
     s = Check(cudaStreamSynchronize(state_->stream()), "op timing sync");
     auto& t = op_timing_[graph::OpName(node.op)];
@@ -620,8 +672,16 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
       return Check(LaunchScale(f(0), n.p.scale, out, n_el, st), "Scale");
     case OpKind::kSilu:
       return Check(LaunchSilu(f(0), out, n_el, st), "Silu");
-    case OpKind::kSwiGLU:
+    case OpKind::kSwiGLU: {
+      const int64_t k = n.shape.ne[0], rows = n.shape.rows();
+      if (Int8OnlyApplies(n, k, rows)) {
+        ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(k, rows)));
+        RETURN_IF_ERROR(Check(LaunchSwiGluMmq(f(0), f(1), act, k, rows, st), "SwiGLU (int8 only)"));
+        MarkInt8Only(a.output, k, rows, act);
+        return absl::OkStatus();
+      }
       return Check(LaunchSwiGlu(f(0), f(1), out, n_el, st), "SwiGLU");
+    }
     case OpKind::kSoftmax:
       return Check(LaunchSoftmaxRows(f(0), out, n.shape.ne[0], n.shape.rows(), st), "Softmax");
     case OpKind::kRmsNorm:
@@ -635,6 +695,15 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
       if (ne0 % 4 != 0) {
         return absl::InvalidArgumentError(absl::StrCat("cuda RmsNorm ", n.name, ": row length ",
                                                        ne0, " is not a multiple of 4"));
+      }
+      if (n.op == OpKind::kRmsNorm && Int8OnlyApplies(n, ne0, rows)) {
+        // Mode 2: the GEMMs that read this norm get their activation layout
+        // from it; the f32 output is never written.
+        ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(ne0, rows)));
+        RETURN_IF_ERROR(
+            Check(LaunchRmsNormMmq(f(0), w, n.p.eps, act, ne0, rows, st), "RmsNorm (int8 only)"));
+        MarkInt8Only(a.output, ne0, rows, act);
+        return absl::OkStatus();
       }
       BlockQ8A* q8 = nullptr;
       // Decode producers fuse the int8 quantize epilogue so the MMVQ group

@@ -89,6 +89,8 @@ class CudaBackend : public graph::Backend {
     int64_t mmq_fast = 0;          // MMQ launches by variant
     int64_t mmq_generic = 0;
     int64_t gemm_f16 = 0;          // prefill matmuls on the f16 GEMM
+    int64_t int8_only_writes = 0;  // mode-2 producers (RmsNorm/SwiGLU wrote
+                                   // only MMQ's activation layout)
   };
   const Stats& stats() const { return stats_; }
   bool graphs_enabled() const { return graphs_enabled_; }
@@ -111,6 +113,7 @@ class CudaBackend : public graph::Backend {
     bool mmq_debug = false;
     int64_t mmvq_min_elems = 0;
     bool attn_prefill_tc = true;
+    bool skip_write = true;  // mode 2 (MINFER_NO_SKIP_WRITE=0)
     bool op_timing = false;
     bool operator==(const Knobs&) const = default;
   };
@@ -130,6 +133,14 @@ class CudaBackend : public graph::Backend {
   absl::StatusOr<const BlockQ8A*> Quantized(const graph::BufferRef& x, int64_t k, int64_t nt);
   absl::StatusOr<BlockQ8A*> Q8Plane(const graph::BufferRef& x, int64_t k, int64_t nt);
   absl::Status MatMul(const graph::Node& n, const graph::BufferRef& x, float* y);
+  // Mode 2 (seed §3.2.6): whether a producer marked int8_consumers writes
+  // only MMQ's activation layout for nt rows of k, and the bookkeeping after
+  // it did (the MMQ memo points at the scratch; the f32 range is dead).
+  bool Int8OnlyApplies(const graph::Node& n, int64_t k, int64_t nt) const;
+  void MarkInt8Only(const graph::BufferRef& out, int64_t k, int64_t nt, void* act);
+  // The dead-write guard: an error naming the node if `in` overlaps an f32
+  // range a mode-2 producer did not write in this window.
+  absl::Status CheckNotDead(const graph::Node& n, const graph::BufferRef& in, int64_t bytes) const;
   // Drops the memos whose source overlaps `written`.
   void InvalidateMemos(const graph::BufferRef& written, int64_t bytes);
   absl::Status Dispatch(const graph::Node& n, const graph::ExecArgs& a);
@@ -174,6 +185,11 @@ class CudaBackend : public graph::Backend {
     void* scratch = nullptr;
   };
   MmqAct mmq_act_;
+  // Mode-2 outputs of this window whose f32 contents were never written:
+  // (buffer, offset) -> bytes. Cleared by a write over them and at the end
+  // of the window.
+  std::map<Key, int64_t> int8_only_;
+  bool mmq_device_ = false;  // sm_80+: MMQ (and so mode 2) can run
   // MINFER_MMQ_RAW_NB_DEBUG: launch classes (type, rows, k, variant) already
   // logged.
   std::set<std::tuple<int, int64_t, int64_t, int>> mmq_logged_;

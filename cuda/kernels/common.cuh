@@ -278,6 +278,15 @@ inline bool AlignedTo(const void* p, uintptr_t n) {
 // engine/quant/vec_dot_internal.h kQ8AMinScale): smaller blocks become 0.
 inline constexpr float kQ8AMinScale = 1.17549435e-38f;
 
+// exp(x) rounded to float from a double evaluation (elementwise.cu: the
+// CPU's expf within the rounding of the final float).
+__device__ __forceinline__ float exp_f(float x) {
+  return static_cast<float>(exp(static_cast<double>(x)));
+}
+
+// The CPU's silu: a / (1 + exp(-a)), in float with that operation order.
+__device__ __forceinline__ float silu_f(float a) { return a / (1.0f + exp_f(-a)); }
+
 // One 32-value block of int8 activations, as the CPU's QuantizeRowQ8A makes
 // it: codes packed 4 per word, d = absmax / 127, s = d * sum(codes).
 struct Q8Group {

@@ -80,13 +80,7 @@ cudaError_t LaunchBinary(const float* a, const float* b, int64_t nb, float* y, i
 
 // --- unary ------------------------------------------------------------------------
 
-// exp(x) rounded to float from a double evaluation (see the file comment).
-__device__ __forceinline__ float exp_f(float x) {
-  return static_cast<float>(exp(static_cast<double>(x)));
-}
-
-// The CPU's silu: a / (1 + exp(-a)), in float with that operation order.
-__device__ __forceinline__ float silu_f(float a) { return a / (1.0f + exp_f(-a)); }
+// exp_f, silu_f: common.cuh (shared with MMQ's fused SwiGLU producer).
 
 enum class Unary { kScale, kSilu };
 

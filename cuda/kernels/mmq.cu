@@ -57,8 +57,11 @@ constexpr int kQThreads = 256;
 // (0 below FLT_MIN), id = 1 / d, q = round-half-even(x * id), s = d *
 // float(sum q), each rounded and never fused. Blocks of padding tokens (t >=
 // nt) read nothing and come out as zeros.
-template <bool kVec>
+// kSwiGlu: the values are silu(x) * u (x the gate), computed as
+// LaunchSwiGlu computes them, instead of x itself.
+template <bool kVec, bool kSwiGlu>
 __global__ void __launch_bounds__(kQThreads) quantize_mmq_kernel(const float* __restrict__ x,
+                                                                 const float* __restrict__ u,
                                                                  int8_t* __restrict__ aq,
                                                                  float* __restrict__ ad,
                                                                  float* __restrict__ as,
@@ -72,12 +75,19 @@ __global__ void __launch_bounds__(kQThreads) quantize_mmq_kernel(const float* __
   const int64_t t = active ? blk / nb : 0;
   const int64_t b = active ? blk - t * nb : 0;
   float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (active && t < nt) {
-    const float* p = x + t * k + b * 32 + sub * 4;
+  auto load = [&](const float* p) {
     if constexpr (kVec) {
-      v = __ldg(reinterpret_cast<const float4*>(p));
+      return __ldg(reinterpret_cast<const float4*>(p));
     } else {
-      v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+      return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+    }
+  };
+  if (active && t < nt) {
+    const int64_t off = t * k + b * 32 + sub * 4;
+    v = load(x + off);
+    if constexpr (kSwiGlu) {
+      const float4 w = load(u + off);
+      v = make_float4(silu_f(v.x) * w.x, silu_f(v.y) * w.y, silu_f(v.z) * w.z, silu_f(v.w) * w.w);
     }
   }
   const Q8Group g = QuantizeQ8Group(v);
@@ -500,12 +510,16 @@ const char* MmqVariantName(MmqVariant v) {
   }
 }
 
-cudaError_t LaunchQuantizeMmq(const float* x, void* act, int64_t k, int64_t nt,
-                              cudaStream_t stream) {
+namespace {
+// x (and u for kSwiGlu) -> the activation layout.
+template <bool kSwiGlu>
+cudaError_t LaunchQuantizeMmqImpl(const float* x, const float* u, void* act, int64_t k, int64_t nt,
+                                  cudaStream_t stream) {
   if (k < 0 || nt < 0 || k % 32 != 0) return cudaErrorInvalidValue;
   if (k == 0 || nt == 0) return cudaSuccess;
   if (x == nullptr || act == nullptr || reinterpret_cast<uintptr_t>(act) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(x) % 4 != 0) {
+      reinterpret_cast<uintptr_t>(x) % 4 != 0 ||
+      (kSwiGlu && (u == nullptr || reinterpret_cast<uintptr_t>(u) % 4 != 0))) {
     return cudaErrorInvalidValue;
   }
   const int64_t ntp = mmq::TokensPadded(nt);
@@ -515,14 +529,26 @@ cudaError_t LaunchQuantizeMmq(const float* x, void* act, int64_t k, int64_t nt,
   int8_t* aq = static_cast<int8_t*>(act);
   float* ad = reinterpret_cast<float*>(aq + ntp * k);
   float* as = ad + ntp * (k / 32);
-  if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-    mmq::quantize_mmq_kernel<true><<<static_cast<unsigned>(grid), mmq::kQThreads, 0, stream>>>(
-        x, aq, ad, as, k, nt, ntp);
+  if (reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+      (!kSwiGlu || reinterpret_cast<uintptr_t>(u) % 16 == 0)) {
+    mmq::quantize_mmq_kernel<true, kSwiGlu>
+        <<<static_cast<unsigned>(grid), mmq::kQThreads, 0, stream>>>(x, u, aq, ad, as, k, nt, ntp);
   } else {
-    mmq::quantize_mmq_kernel<false><<<static_cast<unsigned>(grid), mmq::kQThreads, 0, stream>>>(
-        x, aq, ad, as, k, nt, ntp);
+    mmq::quantize_mmq_kernel<false, kSwiGlu>
+        <<<static_cast<unsigned>(grid), mmq::kQThreads, 0, stream>>>(x, u, aq, ad, as, k, nt, ntp);
   }
   return cudaGetLastError();
+}
+}  // namespace
+
+cudaError_t LaunchQuantizeMmq(const float* x, void* act, int64_t k, int64_t nt,
+                              cudaStream_t stream) {
+  return LaunchQuantizeMmqImpl<false>(x, nullptr, act, k, nt, stream);
+}
+
+cudaError_t LaunchSwiGluMmq(const float* g, const float* u, void* act, int64_t k, int64_t nt,
+                            cudaStream_t stream) {
+  return LaunchQuantizeMmqImpl<true>(g, u, act, k, nt, stream);
 }
 
 namespace {

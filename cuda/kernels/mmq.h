@@ -68,8 +68,9 @@
 
 namespace minfer::cuda {
 
-// Token padding of the activation layout (a multiple of every token tile).
-inline constexpr int64_t kMmqTokenPad = 128;
+// kMmqTokenPad (types.h): token padding of the activation layout. Besides
+// LaunchQuantizeMmq, two producers write this layout directly (the mode-2
+// fusions): LaunchRmsNormMmq (ops.h) and LaunchSwiGluMmq below.
 
 // Whether the MMQ kernels handle `type` (the eight quantized types above).
 bool MmqSupports(GgmlType type);
@@ -83,6 +84,13 @@ int64_t MmqActivationBytes(int64_t k, int64_t nt);
 // nt) bytes; padding tokens included). k % 32 == 0.
 cudaError_t LaunchQuantizeMmq(const float* x, void* act, int64_t k, int64_t nt,
                               cudaStream_t stream);
+
+// The activation layout of y = silu(g) * u (g, u [nt][k] f32, the CPU's and
+// LaunchSwiGlu's float operations) without writing y: bit-identical to
+// LaunchSwiGlu then LaunchQuantizeMmq. Same requirements as
+// LaunchQuantizeMmq.
+cudaError_t LaunchSwiGluMmq(const float* g, const float* u, void* act, int64_t k, int64_t nt,
+                            cudaStream_t stream);
 
 enum class MmqVariant : int32_t {
   kNone = 0,     // nothing launched (empty shape or error)

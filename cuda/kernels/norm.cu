@@ -52,20 +52,46 @@ __device__ __forceinline__ void store4(float* p, int j, float4 v) {
   }
 }
 
-// Quantizes the 32 values held as one float4 by each of 8 adjacent lanes
-// (lane & 7 == position in the block) into `out`. All 32 lanes of the warp
-// must call it (full-mask shuffles); `active` lanes write.
-__device__ __forceinline__ void quantize_q8a_group(float4 v, bool active, BlockQ8A* out,
-                                                   int pos_in_block) {
-  const Q8Group g = QuantizeQ8Group(v);
-  if (active) {
-    reinterpret_cast<uint32_t*>(out->qs)[pos_in_block] = g.packed;
-    if (pos_in_block == 0) {
-      out->d = g.d;
-      out->s = g.s;
+// Where the quantized rows go. put(v, active, j) quantizes float4 j of the
+// row, held with its block's other seven float4s by 8 adjacent lanes (j & 7
+// = position in the block); all 32 lanes of the warp must call it
+// (full-mask shuffles), `active` lanes write.
+//  * Q8ASink: BlockQ8A rows (the decode epilogue, the MMVQ layout).
+//  * MmqSink: MMQ's activation layout (mmq.h): codes [ntp][k], d and s
+//    [k/32][ntp]; one sink per row (token).
+struct Q8ASink {
+  BlockQ8A* q8;  // this row's blocks, or null (no quantized output)
+  __device__ __forceinline__ bool on() const { return q8 != nullptr; }
+  __device__ __forceinline__ void put(float4 v, bool active, int j) const {
+    const Q8Group g = QuantizeQ8Group(v);
+    if (active) {
+      BlockQ8A* out = q8 + (j >> 3);
+      reinterpret_cast<uint32_t*>(out->qs)[j & 7] = g.packed;
+      if ((j & 7) == 0) {
+        out->d = g.d;
+        out->s = g.s;
+      }
     }
   }
-}
+};
+
+struct MmqSink {
+  int8_t* codes;  // this token's codes (k bytes)
+  float* d;       // d plane + token; block b at d[b * ntp]
+  float* s;
+  int64_t ntp;
+  __device__ __forceinline__ bool on() const { return true; }
+  __device__ __forceinline__ void put(float4 v, bool active, int j) const {
+    const Q8Group g = QuantizeQ8Group(v);
+    if (active) {
+      reinterpret_cast<uint32_t*>(codes)[j] = g.packed;
+      if ((j & 7) == 0) {
+        d[(j >> 3) * ntp] = g.d;
+        s[(j >> 3) * ntp] = g.s;
+      }
+    }
+  }
+};
 
 // x may equal y: every element is read and written by the same thread, and
 // all reads of an element precede its write.
@@ -73,9 +99,9 @@ __device__ __forceinline__ void quantize_q8a_group(float4 v, bool active, BlockQ
 // Normalizes row `r` with `kGroup` threads (index `t` in the group). kGroup is
 // 32 (the caller's warp) or kBlockThreads (the whole block, which then shares
 // `scratch` for the reduction).
-template <int kGroup, bool kAligned>
+template <int kGroup, bool kAligned, class Sink>
 __device__ __forceinline__ void rms_row(const float* x, const float* __restrict__ w, float eps,
-                                        float* y, BlockQ8A* __restrict__ q8, int ne0, int t,
+                                        float* y, const Sink& sink, int ne0, int t,
                                         double* scratch) {
   const int n4 = ne0 >> 2;
   float4 cache[kCache];
@@ -125,7 +151,7 @@ __device__ __forceinline__ void rms_row(const float* x, const float* __restrict_
     const bool active = j < n4;
     const float4 o = normalize(cache[k], active ? j : 0);
     if (active && y != nullptr) store4<kAligned>(y, j, o);
-    if (q8 != nullptr) quantize_q8a_group(o, active, q8 + (j >> 3), j & 7);
+    if (sink.on()) sink.put(o, active, j);
   }
   const int lane_base = t & ~31;  // first t of this warp
   for (int jb = kCache * kGroup + lane_base; jb < n4; jb += kGroup) {
@@ -133,35 +159,80 @@ __device__ __forceinline__ void rms_row(const float* x, const float* __restrict_
     const bool active = j < n4;
     const float4 o = active ? normalize(load4<kAligned>(x, j), j) : make_float4(0.f, 0.f, 0.f, 0.f);
     if (active && y != nullptr) store4<kAligned>(y, j, o);
-    if (q8 != nullptr) quantize_q8a_group(o, active, q8 + (j >> 3), j & 7);
+    if (sink.on()) sink.put(o, active, j);
   }
 }
 
-template <bool kAligned>
+// The sink of row r: BlockQ8A rows (q8 may be null), or the MMQ layout.
+struct Q8ASinks {
+  BlockQ8A* q8;
+  __device__ __forceinline__ Q8ASink row(int64_t r, int ne0) const {
+    return Q8ASink{q8 != nullptr ? q8 + r * (ne0 / 32) : nullptr};
+  }
+};
+struct MmqSinks {
+  int8_t* codes;
+  float* d;
+  float* s;
+  int64_t ntp;
+  __device__ __forceinline__ MmqSink row(int64_t r, int ne0) const {
+    return MmqSink{codes + r * ne0, d + r, s + r, ntp};
+  }
+};
+
+template <bool kAligned, class Sinks>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
     rms_norm_warp_kernel(const float* x, const float* __restrict__ w, float eps, float* y,
-                         BlockQ8A* __restrict__ q8, int ne0, int64_t rows) {
+                         Sinks sinks, int ne0, int64_t rows) {
   const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpRowsPerBlock) + (threadIdx.x >> 5);
   if (r >= rows) return;  // whole warps exit together
-  const int64_t q8_row = ne0 / 32;
   rms_row<32, kAligned>(x + r * ne0, w, eps, y != nullptr ? y + r * ne0 : nullptr,
-                        q8 != nullptr ? q8 + r * q8_row : nullptr, ne0, threadIdx.x & 31, nullptr);
+                        sinks.row(r, ne0), ne0, threadIdx.x & 31, nullptr);
 }
 
-template <bool kAligned>
+template <bool kAligned, class Sinks>
 __global__ void __launch_bounds__(kBlockThreads)
     rms_norm_block_kernel(const float* x, const float* __restrict__ w, float eps, float* y,
-                          BlockQ8A* __restrict__ q8, int ne0, int64_t rows) {
+                          Sinks sinks, int ne0, int64_t rows) {
   __shared__ double scratch[32];
-  const int64_t q8_row = ne0 / 32;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     rms_row<kBlockThreads, kAligned>(x + r * ne0, w, eps, y != nullptr ? y + r * ne0 : nullptr,
-                                     q8 != nullptr ? q8 + r * q8_row : nullptr, ne0, threadIdx.x,
-                                     scratch);
+                                     sinks.row(r, ne0), ne0, threadIdx.x, scratch);
   }
 }
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <class Sinks>
+cudaError_t LaunchRms(const float* x, const float* w, float eps, float* y, Sinks sinks,
+                      int64_t ne0, int64_t rows, cudaStream_t stream) {
+  // Rows start at multiples of ne0 floats (16 bytes), so checking the bases
+  // suffices for every row.
+  const bool aligned =
+      Aligned16(x) && (w == nullptr || Aligned16(w)) && (y == nullptr || Aligned16(y));
+  const int n = static_cast<int>(ne0);
+  if (ne0 <= 4 * 32 * kCache) {
+    const int64_t blocks = (rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
+    if (blocks > 0x7FFFFFFF) return cudaErrorInvalidValue;
+    const unsigned b = static_cast<unsigned>(blocks);
+    if (aligned) {
+      rms_norm_warp_kernel<true><<<b, 32 * kWarpRowsPerBlock, 0, stream>>>(x, w, eps, y, sinks, n,
+                                                                          rows);
+    } else {
+      rms_norm_warp_kernel<false><<<b, 32 * kWarpRowsPerBlock, 0, stream>>>(x, w, eps, y, sinks, n,
+                                                                           rows);
+    }
+  } else {
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
+    if (aligned) {
+      rms_norm_block_kernel<true><<<blocks, kBlockThreads, 0, stream>>>(x, w, eps, y, sinks, n, rows);
+    } else {
+      rms_norm_block_kernel<false><<<blocks, kBlockThreads, 0, stream>>>(x, w, eps, y, sinks, n,
+                                                                         rows);
+    }
+  }
+  return cudaGetLastError();
+}
 
 }  // namespace
 
@@ -171,32 +242,30 @@ cudaError_t LaunchRmsNorm(const float* x, const float* w, float eps, float* y, B
   if (ne0 <= 0 || ne0 % 4 != 0 || ne0 > (int64_t{1} << 30)) return cudaErrorInvalidValue;
   if (q8 != nullptr && ne0 % 32 != 0) return cudaErrorInvalidValue;
   if (y == nullptr && q8 == nullptr) return cudaErrorInvalidValue;
-  // Rows start at multiples of ne0 floats (16 bytes), so checking the bases
-  // suffices for every row.
-  const bool aligned =
-      Aligned16(x) && (w == nullptr || Aligned16(w)) && (y == nullptr || Aligned16(y));
-  const int n = static_cast<int>(ne0);
-  if (ne0 <= 4 * 32 * kCache) {
-    const int64_t blocks = (rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
-    if (blocks > 0x7FFFFFFF) return cudaErrorInvalidValue;
-    if (aligned) {
-      rms_norm_warp_kernel<true>
-          <<<static_cast<unsigned>(blocks), 32 * kWarpRowsPerBlock, 0, stream>>>(x, w, eps, y, q8,
-                                                                                 n, rows);
-    } else {
-      rms_norm_warp_kernel<false>
-          <<<static_cast<unsigned>(blocks), 32 * kWarpRowsPerBlock, 0, stream>>>(x, w, eps, y, q8,
-                                                                                 n, rows);
-    }
-  } else {
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
-    if (aligned) {
-      rms_norm_block_kernel<true><<<blocks, kBlockThreads, 0, stream>>>(x, w, eps, y, q8, n, rows);
-    } else {
-      rms_norm_block_kernel<false><<<blocks, kBlockThreads, 0, stream>>>(x, w, eps, y, q8, n, rows);
-    }
+  return LaunchRms(x, w, eps, y, Q8ASinks{q8}, ne0, rows, stream);
+}
+
+cudaError_t LaunchRmsNormMmq(const float* x, const float* w, float eps, void* act, int64_t ne0,
+                             int64_t nt, cudaStream_t stream) {
+  if (nt <= 0) return cudaSuccess;
+  if (ne0 <= 0 || ne0 % 32 != 0 || ne0 > (int64_t{1} << 30) || x == nullptr || act == nullptr ||
+      reinterpret_cast<uintptr_t>(act) % 16 != 0) {
+    return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
+  const int64_t ntp = (nt + kMmqTokenPad - 1) / kMmqTokenPad * kMmqTokenPad;
+  const int64_t nb = ne0 / 32;
+  int8_t* codes = static_cast<int8_t*>(act);
+  float* d = reinterpret_cast<float*>(codes + ntp * ne0);
+  float* s = d + ntp * nb;
+  cudaError_t err = LaunchRms(x, w, eps, nullptr, MmqSinks{codes, d, s, ntp}, ne0, nt, stream);
+  if (err != cudaSuccess || ntp == nt) return err;
+  // Padding tokens: zero codes, d and s, as LaunchQuantizeMmq writes them
+  // (the d and s planes are 2 nb rows of ntp floats).
+  err = cudaMemsetAsync(codes + nt * ne0, 0, static_cast<size_t>((ntp - nt) * ne0), stream);
+  if (err != cudaSuccess) return err;
+  return cudaMemset2DAsync(d + nt, static_cast<size_t>(ntp * 4), 0,
+                           static_cast<size_t>((ntp - nt) * 4), static_cast<size_t>(2 * nb),
+                           stream);
 }
 
 }  // namespace minfer::cuda

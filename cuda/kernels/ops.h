@@ -62,6 +62,12 @@ cudaError_t LaunchGetRowsF32(const float* src, int64_t ne0, int64_t rows, const 
 // null (only the int8 plane is written). ne0 % 4 == 0; with q8, ne0 % 32 == 0.
 cudaError_t LaunchRmsNorm(const float* x, const float* w, float eps, float* y, BlockQ8A* q8,
                           int64_t ne0, int64_t rows, cudaStream_t stream);
+// RmsNorm of nt rows of ne0 written only as MMQ's int8 activation layout
+// (mmq.h; `act` 16-byte aligned, padding tokens zeroed), for the GEMMs
+// that read it (the mode-2 fusion): bit-identical to LaunchRmsNorm into an
+// f32 buffer then LaunchQuantizeMmq of it. ne0 % 32 == 0.
+cudaError_t LaunchRmsNormMmq(const float* x, const float* w, float eps, void* act, int64_t ne0,
+                             int64_t nt, cudaStream_t stream);
 
 // --- RoPE ---------------------------------------------------------------------
 // x [head_dim, n_heads, nt] -> y (may equal x). style 0 = NeoX (pairs i,

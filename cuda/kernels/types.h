@@ -18,6 +18,10 @@ namespace minfer::cuda {
 // the 210 GGUF bytes (ql, qh, scales, d) followed by 14 zero bytes.
 inline constexpr int kQ6KPaddedBytes = 224;
 
+// Token padding of MMQ's int8 activation layout (mmq.h): a multiple of
+// every token tile of the GEMM.
+inline constexpr int64_t kMmqTokenPad = 128;
+
 // KV cache element types (graph::DType kF32/kF16/kQ8_0).
 enum class KvType : int32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2 };
 
@@ -37,21 +41,7 @@ struct WeightView {
 // Bytes of one block of `type` in device memory (Q6_K padded or not).
 // The eight block-quantized types whose codes the integer kernels (MMVQ,
 // MMQ) consume directly: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K.
-inline bool IsIntegerDotType(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ5_1:
-    case GgmlType::kQ8_0:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
-}
+inline bool IsIntegerDotType(GgmlType type) { return IsInt8DotType(type); }
 
 inline int64_t DeviceBlockBytes(GgmlType type, bool q6k_padded) {
   if (type == GgmlType::kQ6_K && q6k_padded) return kQ6KPaddedBytes;

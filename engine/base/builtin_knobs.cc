@@ -55,6 +55,10 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
   add({"MINFER_MMQ", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
        "Prefill matmuls (nt >= 9) of quantized weights run the int8 tensor-core MMQ GEMM; "
        "0 = the f16 tensor-core GEMM (weights dequantized in its staging loop)."});
+  add({"MINFER_NO_SKIP_WRITE", KnobType::kBool, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Prefill RmsNorm/SwiGLU outputs read only by MMQ GEMMs are written as f32 and quantized "
+       "by the GEMM, instead of written only as the GEMM's int8 activations (mode 2)."});
   add({"MINFER_MMQ_RAW_NB_DEBUG", KnobType::kBool, "0", KnobScope::kGlobal,
        KnobEffect::kRecapture,
        "Log which MMQ variant ran for each (weight type, shape) class the first time, and why a "

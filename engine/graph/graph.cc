@@ -1,5 +1,7 @@
 #include "engine/graph/graph.h"
 
+#include <algorithm>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -474,7 +476,27 @@ absl::StatusOr<Graph> GraphBuilder::Finish(GraphIO io, int n_layers) {
   if (!status_.ok()) return status_;
   g_.io = io;
   g_.n_layers = n_layers;
+  MarkInt8Consumers();
   return std::move(g_);
+}
+
+void GraphBuilder::MarkInt8Consumers() {
+  std::vector<int> readers(g_.nodes_.size(), 0), int8_readers(g_.nodes_.size(), 0);
+  for (const Node& n : g_.nodes_) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      readers[n.inputs[i]]++;
+      if (n.op == OpKind::kMatMul && i == 0 && !n.weights.empty() && n.weights[0] != nullptr &&
+          IsInt8DotType(n.weights[0]->type)) {
+        int8_readers[n.inputs[i]]++;
+      }
+    }
+  }
+  const NodeId outputs[] = {g_.io.tokens, g_.io.positions, g_.io.out_rows, g_.io.logits};
+  for (Node& n : g_.nodes_) {
+    if (n.op != OpKind::kRmsNorm && n.op != OpKind::kSwiGLU) continue;
+    const bool is_output = std::find(std::begin(outputs), std::end(outputs), n.id) != std::end(outputs);
+    n.p.int8_consumers = !is_output && readers[n.id] > 0 && readers[n.id] == int8_readers[n.id];
+  }
 }
 
 }  // namespace minfer::graph

@@ -103,6 +103,13 @@ struct OpParams {
   int32_t head_dim = 0;
   int64_t view_offset = 0;   // View: byte offset into the input
   std::array<int8_t, 4> perm = {0, 1, 2, 3};  // Permute
+  // RmsNorm, SwiGLU: every consumer of the output is a MatMul that takes it
+  // as its activations and whose weight has an int8 dot (IsInt8DotType).
+  // Set by GraphBuilder::Finish. A backend may then write only the int8
+  // activation plane those MatMuls read and skip the f32 output (the CUDA
+  // backend's mode 2 at prefill); a model whose quant mix gives any
+  // consumer an f32/f16 weight keeps the f32 write (the safe mode).
+  bool int8_consumers = false;
 };
 
 struct Node {
@@ -200,6 +207,8 @@ class GraphBuilder {
 
  private:
   NodeId Push(Node n);
+  // Sets OpParams::int8_consumers on every RmsNorm / SwiGLU node.
+  void MarkInt8Consumers();
   bool Check(bool cond, const std::string& op_name, const std::string& what);
   bool Valid(NodeId id);
   NodeId Binary(OpKind op, NodeId a, NodeId b, const Weight* w, std::string name);

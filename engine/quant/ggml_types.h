@@ -62,6 +62,25 @@ const char* GgmlTypeName(GgmlType t);
 // Parses a name ("q4_K", "Q4_K", "f16", ...); case-insensitive.
 std::optional<GgmlType> ParseGgmlType(absl::string_view name);
 
+// The eight block-quantized types with an int8 dot product against
+// quantized activations (engine/quant/vec_dot.h VecDotQ8A; the GPU's MMVQ
+// and MMQ): Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K.
+inline bool IsInt8DotType(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Bytes of a row of `n` elements; requires n % block_size == 0.
 inline int64_t RowBytes(GgmlType t, int64_t n) {
   const GgmlTypeTraits& tr = TraitsOf(t);

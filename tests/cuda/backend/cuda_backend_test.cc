@@ -766,6 +766,102 @@ TEST(CudaGraphTest, CaptureAbortsOnNodeError) {
   EXPECT_TRUE(cb.Synchronize().ok());
 }
 
+// Mode 2: prefill RmsNorm/SwiGLU outputs read only by MMQ GEMMs are written
+// only as the GEMMs' int8 activations. Same logits, bit for bit, as writing
+// the f32 outputs and quantizing them in the GEMM (MINFER_NO_SKIP_WRITE=1),
+// on a tiny Q4_K_M model and on the 0.5B mix (q5_0/q8_0/q4_K/q6_K), and the
+// producers really took the int8-only path.
+TEST(CudaMode2Test, Int8OnlyProducersGiveTheSameLogits) {
+  MINFER_REQUIRE_GPU();
+  for (const char* shape : {"tiny", "0.5b"}) {
+    SCOPED_TRACE(shape);
+    std::vector<int32_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + (37 * i) % 900);
+    std::vector<float> logits[2];
+    int64_t int8_only[2] = {0, 0};
+    for (int off = 0; off < 2; ++off) {
+      ScopedKnob knob("MINFER_NO_SKIP_WRITE", off ? "1" : "0");
+      auto m = Load(shape, "q4_k_m", "cuda");
+      ASSERT_TRUE(m);
+      auto s = runtime::Session::Create(m, {.n_ctx = 128});
+      ASSERT_TRUE(s.ok());
+      auto l = (*s)->Eval(prompt);
+      ASSERT_TRUE(l.ok()) << l.status();
+      logits[off] = *l;
+      int8_only[off] = dynamic_cast<CudaBackend*>(m->kv_backend())->stats().int8_only_writes;
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+    const int64_t layers = std::string(shape) == "tiny" ? 2 : 24;
+    EXPECT_EQ(int8_only[0], 3 * layers);  // attn_norm, ffn_norm, swiglu per layer
+    EXPECT_EQ(int8_only[1], 0);
+  }
+}
+
+// The dead-write guard: after a mode-2 RmsNorm, reading its f32 output
+// (an elementwise op, or a GEMM that would have to quantize it again
+// because the MMQ scratch moved on) is a loud error, not garbage.
+TEST_F(CudaBackendOpTest, DeadWriteGuardFires) {
+  const int64_t k = 256, nt = 16, rows = 64;
+  auto gain = MakeWeight("gain", GgmlType::kF32, k, 1, 1.0f);
+  auto w = MakeWeight("w", GgmlType::kQ8_0, k, rows);
+  auto state = CudaState::Get();
+  ASSERT_TRUE(state.ok());
+  auto created = CudaBackend::Create(*state, std::vector<const graph::Weight*>{&gain->w, &w->w},
+                                     nullptr, nullptr);
+  ASSERT_TRUE(created.ok()) << created.status();
+  CudaBackend& b = **created;
+  Node norm = MakeNode(OpKind::kRmsNorm, Shape(k, nt), {&gain->w});
+  norm.inputs = {0};
+  norm.p.eps = 1e-6f;
+  norm.p.int8_consumers = true;
+  norm.name = "blk.0.attn_norm";
+  Node mm = MakeNode(OpKind::kMatMul, Shape(rows, nt), {&w->w});
+  mm.inputs = {0};
+  mm.name = "blk.0.q";
+  Node scale = MakeNode(OpKind::kScale, Shape(k, nt));
+  scale.inputs = {0};
+  scale.name = "reader";
+  auto alloc = [&](int64_t bytes) {
+    auto id = b.AllocBuffer(bytes);
+    EXPECT_TRUE(id.ok());
+    return BufferRef{&b, id.ok() ? *id : -1, 0, bytes};
+  };
+  const BufferRef x = alloc(k * nt * 4), other = alloc(k * nt * 4), n_out = alloc(k * nt * 4),
+                  y = alloc(rows * nt * 4), s_out = alloc(k * nt * 4);
+  auto xs = RandomFloats(k * nt);
+  ASSERT_TRUE(b.WriteHost(x, xs.data(), x.bytes).ok());
+  ASSERT_TRUE(b.WriteHost(other, xs.data(), other.bytes).ok());
+  auto run = [&](const Node& n, BufferRef in, BufferRef out) {
+    ExecArgs a;
+    a.inputs = {in};
+    a.output = out;
+    return b.ExecuteNode(n, a);
+  };
+  // The GEMM right after its producer reads the int8 plane: fine.
+  ASSERT_TRUE(run(norm, x, n_out).ok());
+  EXPECT_EQ(b.stats().int8_only_writes, 1);
+  EXPECT_TRUE(run(mm, n_out, y).ok());
+  // An elementwise reader of the dead f32 range: refused.
+  absl::Status st = run(scale, n_out, s_out);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("dead-write guard"), std::string::npos) << st;
+  // A GEMM over another input takes the MMQ scratch; the norm's output would
+  // have to be quantized again from f32 it never wrote: refused.
+  EXPECT_TRUE(run(mm, other, y).ok());
+  st = run(mm, n_out, y);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("blk.0.q"), std::string::npos) << st;
+  // A real write over the range revives it; the window's end clears all.
+  ASSERT_TRUE(run(scale, x, n_out).ok());
+  EXPECT_TRUE(run(mm, n_out, y).ok());
+  EXPECT_TRUE(b.Synchronize().ok());
+  ASSERT_TRUE(run(norm, x, n_out).ok());
+  EXPECT_TRUE(b.Synchronize().ok());
+  EXPECT_TRUE(run(scale, n_out, s_out).ok()) << "the mark must not outlive its window";
+  EXPECT_TRUE(b.Synchronize().ok());
+}
+
 TEST(CudaKvPolicyTest, F16CacheAutoSelectedForLargeModels) {
   MINFER_REQUIRE_GPU();
   auto small = Load("tiny", "q8_0", "cuda");  // 2 layers x 128 < 8192

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "cuda/kernels/mmq.h"
+#include "cuda/kernels/ops.h"
 #include "cuda/testing/gpu_test_util.h"
 #include "tests/cuda/kernels/matmul_fixtures.h"
 #include "engine/quant/blocks.h"
@@ -287,6 +288,55 @@ TEST(QuantizeMmqTest, BitIdenticalToCpuQ8A) {
   }
 }
 
+// The mode-2 producers write the same activation bytes as their f32 op
+// followed by the prepass: RmsNorm (warp-per-row <= 1,024 floats and
+// block-per-row variants, with and without gains) and SwiGLU (16-byte
+// aligned and misaligned inputs), whole buffers including padding tokens.
+TEST(QuantizeMmqTest, FusedProducersEqualOpThenPrepass) {
+  REQUIRE_MMQ_GPU();
+  for (int64_t k : {256, 896, 3584}) {
+    for (int64_t nt : {9, 100, 300}) {
+      const std::vector<float> x = ActivationsWithSpecialBlocks(k, nt);
+      std::vector<float> gain(k);
+      for (int64_t i = 0; i < k; ++i) gain[i] = 0.5f + static_cast<float>(i % 7) * 0.25f;
+      DeviceBuffer<float> dx(x), dw(gain), dy(k * nt);
+      for (bool with_gain : {true, false}) {
+        DeviceBuffer<uint8_t> want(MmqActivationBytes(k, nt)), got(MmqActivationBytes(k, nt));
+        want.Poison();
+        got.Poison();
+        const float* w = with_gain ? dw.get() : nullptr;
+        ASSERT_CUDA(LaunchRmsNorm(dx.get(), w, 1e-6f, dy.get(), nullptr, k, nt, nullptr));
+        ASSERT_CUDA(LaunchQuantizeMmq(dy.get(), want.get(), k, nt, nullptr));
+        ASSERT_CUDA(LaunchRmsNormMmq(dx.get(), w, 1e-6f, got.get(), k, nt, nullptr));
+        SYNC();
+        EXPECT_EQ(want.ToHost(), got.ToHost())
+            << "RmsNorm k=" << k << " nt=" << nt << " gain=" << with_gain;
+      }
+    }
+  }
+  for (int64_t k : {896, 4864, 18944}) {
+    for (int64_t nt : {9, 130}) {
+      const std::vector<float> g = ActivationsWithSpecialBlocks(k, nt);
+      std::vector<float> u = ActivationsWithSpecialBlocks(k, nt);
+      std::reverse(u.begin(), u.end());
+      for (int shift : {0, 1}) {
+        std::vector<float> gs(shift + g.size()), us(shift + u.size());
+        std::copy(g.begin(), g.end(), gs.begin() + shift);
+        std::copy(u.begin(), u.end(), us.begin() + shift);
+        DeviceBuffer<float> dg(gs), du(us), dy(k * nt);
+        DeviceBuffer<uint8_t> want(MmqActivationBytes(k, nt)), got(MmqActivationBytes(k, nt));
+        want.Poison();
+        got.Poison();
+        ASSERT_CUDA(LaunchSwiGlu(dg.get() + shift, du.get() + shift, dy.get(), k * nt, nullptr));
+        ASSERT_CUDA(LaunchQuantizeMmq(dy.get(), want.get(), k, nt, nullptr));
+        ASSERT_CUDA(LaunchSwiGluMmq(dg.get() + shift, du.get() + shift, got.get(), k, nt, nullptr));
+        SYNC();
+        EXPECT_EQ(want.ToHost(), got.ToHost()) << "SwiGLU k=" << k << " nt=" << nt << " shift=" << shift;
+      }
+    }
+  }
+}
+
 TEST(QuantizeMmqTest, RejectsBadShapes) {
   REQUIRE_MMQ_GPU();
   DeviceBuffer<float> dx(64);
@@ -323,7 +373,9 @@ TEST_P(MmqTest, MatchesCpuAllVariants) {
                                 ? DeviceRowBytes(type, k) - k / bs * DeviceBlockBytes(type, padded)
                                 : 0;
         auto dw = Upload(w, padded, /*shift=*/0, pad);
-        if (padded || type != GgmlType::kQ6_K) ASSERT_EQ(dw->view.row_bytes % 16, 0);
+        if (padded || type != GgmlType::kQ6_K) {
+          ASSERT_EQ(dw->view.row_bytes % 16, 0);
+        }
         for (int64_t nt : {1, 9, 17, 100, 511}) {
           const Acts a = MakeActs(k, nt);
           DeviceBuffer<uint8_t> dact(a.layout);

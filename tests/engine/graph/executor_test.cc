@@ -169,5 +169,37 @@ TEST(ExecutorTest, UnsupportedNodeIsAClearError) {
   EXPECT_NE(e.status().message().find("no-attn"), std::string::npos) << e.status();
 }
 
+// Qwen2's prefill graph marks each layer's attn_norm, ffn_norm and SwiGLU,
+// and the output norm (read only by the quantized head), as read only by
+// int8-dot GEMMs when every projection is block-quantized (a Q4_K_M mix);
+// none when the projections are f16.
+TEST(ExecutorTest, Qwen2MarksInt8OnlyProducersByQuantMix) {
+  for (const char* type : {"q4_k_m", "f16"}) {
+    SCOPED_TRACE(type);
+    auto path = testing::TestModelPath("tiny", type);
+    ASSERT_TRUE(path.ok()) << path.status();
+    auto model = runtime::Model::Load(*path, {.backend = "cpu"});
+    ASSERT_TRUE(model.ok()) << model.status();
+    models::GraphParams p;
+    p.n_tokens = 16;
+    p.n_out = 1;
+    p.n_ctx = 32;
+    auto g = models::BuildQwen2Graph((*model)->arch(), p);
+    ASSERT_TRUE(g.ok()) << g.status();
+    int marked = 0;
+    for (const Node& n : g->nodes()) {
+      if (n.p.int8_consumers) {
+        ++marked;
+        EXPECT_TRUE(n.name.find("attn_norm") != std::string::npos ||
+                    n.name.find("ffn_norm") != std::string::npos ||
+                    n.name.find("swiglu") != std::string::npos || n.name == "output_norm")
+            << n.name;
+      }
+    }
+    const int layers = static_cast<int>((*model)->hparams().n_layer);
+    EXPECT_EQ(marked, std::string(type) == "f16" ? 0 : 3 * layers + 1);
+  }
+}
+
 }  // namespace
 }  // namespace minfer::graph

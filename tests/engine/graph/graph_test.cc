@@ -1,0 +1,78 @@
+// GraphBuilder::Finish marks the RmsNorm / SwiGLU nodes whose every reader is
+// a MatMul over an int8-dot weight (OpParams::int8_consumers): the precondition
+// for a backend to write only their int8 activation plane (the CUDA
+// backend's mode 2). Any other reader — a MatMul over an f16/f32 weight (a
+// mixed-quant model), an elementwise op, a graph output — keeps the f32
+// write (the safe mode).
+#include "engine/graph/graph.h"
+
+#include "gtest/gtest.h"
+
+namespace minfer::graph {
+namespace {
+
+Weight MakeWeight(const char* name, GgmlType type, std::vector<int64_t> dims) {
+  Weight w;
+  w.name = name;
+  w.type = type;
+  w.dims = std::move(dims);
+  return w;
+}
+
+TEST(GraphBuilderTest, MarksProducersReadOnlyByInt8DotMatMuls) {
+  const int64_t k = 256, nt = 16, ff = 512;
+  const Weight norm = MakeWeight("norm", GgmlType::kF32, {k});
+  const Weight q8 = MakeWeight("q8", GgmlType::kQ8_0, {k, 64});
+  const Weight q4k = MakeWeight("q4k", GgmlType::kQ4_K, {k, 64});
+  const Weight f16 = MakeWeight("f16", GgmlType::kF16, {k, 64});
+  const Weight gate = MakeWeight("gate", GgmlType::kQ4_K, {k, ff});
+  const Weight up = MakeWeight("up", GgmlType::kQ4_K, {k, ff});
+  const Weight down_q6 = MakeWeight("down_q6", GgmlType::kQ6_K, {ff, k});
+  const Weight down_f32 = MakeWeight("down_f32", GgmlType::kF32, {ff, k});
+  const Weight head = MakeWeight("head", GgmlType::kQ8_0, {k, 100});
+
+  GraphBuilder b;
+  GraphIO io;
+  io.tokens = b.Input(DType::kI32, Shape(nt), "tokens");
+  const NodeId x = b.Input(DType::kF32, Shape(k, nt), "x");
+  // Two quantized readers (q8_0 and q4_K): marked.
+  const NodeId all_int8 = b.RmsNorm(x, &norm, 1e-6f, "all_int8");
+  const NodeId m1 = b.MatMul(all_int8, &q8, "m1");
+  const NodeId m2 = b.MatMul(all_int8, &q4k, "m2");
+  // A mixed-quant reader (f16): not marked.
+  const NodeId mixed = b.RmsNorm(x, &norm, 1e-6f, "mixed");
+  const NodeId m3 = b.MatMul(mixed, &q8, "m3");
+  const NodeId m4 = b.MatMul(mixed, &f16, "m4");
+  // An elementwise reader: not marked.
+  const NodeId elementwise = b.RmsNorm(x, &norm, 1e-6f, "elementwise");
+  const NodeId m5 = b.MatMul(elementwise, &q8, "m5");
+  const NodeId sum = b.Add(elementwise, x, "sum");
+  // SwiGLU read by a q6_K down projection: marked; by an f32 one: not.
+  const NodeId g = b.MatMul(all_int8, &gate, "g");
+  const NodeId u = b.MatMul(all_int8, &up, "u");
+  const NodeId s_int8 = b.SwiGLU(g, u, "s_int8");
+  const NodeId d1 = b.MatMul(s_int8, &down_q6, "d1");
+  const NodeId s_f32 = b.SwiGLU(g, u, "s_f32");
+  const NodeId d2 = b.MatMul(s_f32, &down_f32, "d2");
+  // A norm nobody reads, and one that is the graph's output: not marked.
+  const NodeId unread = b.RmsNorm(x, &norm, 1e-6f, "unread");
+  const NodeId out = b.RmsNorm(sum, &norm, 1e-6f, "out");
+  (void)m1, (void)m2, (void)m3, (void)m4, (void)m5, (void)d1, (void)d2, (void)head;
+  io.logits = out;
+  absl::StatusOr<Graph> graph = b.Finish(io, 0);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_TRUE(graph->node(all_int8).p.int8_consumers);
+  EXPECT_FALSE(graph->node(mixed).p.int8_consumers);
+  EXPECT_FALSE(graph->node(elementwise).p.int8_consumers);
+  EXPECT_TRUE(graph->node(s_int8).p.int8_consumers);
+  EXPECT_FALSE(graph->node(s_f32).p.int8_consumers);
+  EXPECT_FALSE(graph->node(unread).p.int8_consumers);
+  EXPECT_FALSE(graph->node(out).p.int8_consumers);
+  // Only the two producer kinds are ever marked.
+  for (const Node& n : graph->nodes()) {
+    if (n.op != OpKind::kRmsNorm && n.op != OpKind::kSwiGLU) EXPECT_FALSE(n.p.int8_consumers);
+  }
+}
+
+}  // namespace
+}  // namespace minfer::graph
