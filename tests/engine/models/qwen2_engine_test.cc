@@ -137,6 +137,27 @@ TEST(Qwen2EngineTest, DecodeEqualsPrefill) {
   }
 }
 
+// The same at Qwen2.5-0.5B's shapes (GQA 14/2, head_dim 64, 896-wide
+// q5_0/q8_0 rows, tied q8_0 head).
+TEST(Qwen2EngineTest, DecodeEqualsPrefillOn05B) {
+  auto model = LoadModel("0.5b", "q4_k_m");
+  ASSERT_NE(model, nullptr);
+  std::vector<int32_t> tokens = {100, 200, 300, 17, 18, 19, 999, 5, 6, 7, 8, 1000};
+  auto a = Session::Create(model, {.n_ctx = 32});
+  ASSERT_TRUE(a.ok());
+  auto all = (*a)->Eval(tokens, true);
+  ASSERT_TRUE(all.ok());
+  auto b = Session::Create(model, {.n_ctx = 32});
+  ASSERT_TRUE(b.ok());
+  const int64_t V = model->hparams().n_vocab;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    auto step = (*b)->Eval({tokens[t]});
+    ASSERT_TRUE(step.ok());
+    std::vector<double> want(all->begin() + t * V, all->begin() + (t + 1) * V);
+    EXPECT_LT(RelErr(step->data(), want), 1e-6) << "position " << t;
+  }
+}
+
 TEST(Qwen2EngineTest, FusionOnOffComputesTheSame) {
   auto model = LoadModel("tiny", "q4_k_m");  // mixed types: attn_v is q6_k in some layers
   ASSERT_NE(model, nullptr);
