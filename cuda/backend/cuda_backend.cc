@@ -257,11 +257,17 @@ absl::StatusOr<const BlockQ8A*> CudaBackend::Quantized(const BufferRef& x, int64
   return q;
 }
 
+namespace {
+// Whether the memo range (key, len) shares a byte with `bytes` at `r`.
+bool Overlaps(const std::tuple<int32_t, int64_t>& key, int64_t len, const BufferRef& r,
+              int64_t bytes) {
+  return std::get<0>(key) == r.buffer && std::get<1>(key) < r.offset + bytes &&
+         r.offset < std::get<1>(key) + len;
+}
+}  // namespace
+
 void CudaBackend::InvalidateMemos(const BufferRef& written, int64_t bytes) {
-  auto overlaps = [&](const Key& key, int64_t len) {
-    return std::get<0>(key) == written.buffer && std::get<1>(key) < written.offset + bytes &&
-           written.offset < std::get<1>(key) + len;
-  };
+  auto overlaps = [&](const Key& key, int64_t len) { return Overlaps(key, len, written, bytes); };
   for (auto it = q8_valid_.begin(); it != q8_valid_.end();) {
     it = overlaps(it->first, it->second) ? q8_valid_.erase(it) : std::next(it);
   }
@@ -288,8 +294,7 @@ void CudaBackend::MarkInt8Only(const BufferRef& out, int64_t k, int64_t nt, void
 
 absl::Status CudaBackend::CheckNotDead(const Node& n, const BufferRef& in, int64_t bytes) const {
   for (const auto& [key, len] : int8_only_) {
-    if (std::get<0>(key) == in.buffer && std::get<1>(key) < in.offset + bytes &&
-        in.offset < std::get<1>(key) + len) {
+    if (Overlaps(key, len, in, bytes)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "cuda ", graph::OpName(n.op), " ", n.name,
           ": dead-write guard: its input is the output of a mode-2 producer, which wrote only the "

@@ -1,7 +1,5 @@
 #include "engine/graph/graph.h"
 
-#include <algorithm>
-#include <iterator>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -491,11 +489,11 @@ void GraphBuilder::MarkInt8Consumers() {
       }
     }
   }
-  const NodeId outputs[] = {g_.io.tokens, g_.io.positions, g_.io.out_rows, g_.io.logits};
   for (Node& n : g_.nodes_) {
     if (n.op != OpKind::kRmsNorm && n.op != OpKind::kSwiGLU) continue;
-    const bool is_output = std::find(std::begin(outputs), std::end(outputs), n.id) != std::end(outputs);
-    n.p.int8_consumers = !is_output && readers[n.id] > 0 && readers[n.id] == int8_readers[n.id];
+    // The graph's output is read by the runtime, as f32.
+    n.p.int8_consumers =
+        n.id != g_.io.logits && readers[n.id] > 0 && readers[n.id] == int8_readers[n.id];
   }
 }
 

@@ -111,29 +111,35 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, PerTypeTest,
 // Token-by-token decode reproduces one-shot prefill: this exercises the KV
 // cache, positions and graph reuse. On the CPU both paths run the same
 // per-token arithmetic, so they agree to float rounding of nothing at all;
-// the bound allows 1e-6 relative.
+// the bound allows 1e-6 relative. Returns the decode session's graph builds.
+int64_t ExpectDecodeEqualsPrefill(const std::shared_ptr<Model>& model,
+                                  const std::vector<int32_t>& tokens) {
+  auto a = Session::Create(model, {.n_ctx = 32});
+  EXPECT_TRUE(a.ok());
+  auto all = (*a)->Eval(tokens, true);
+  EXPECT_TRUE(all.ok());
+  auto b = Session::Create(model, {.n_ctx = 32});
+  EXPECT_TRUE(b.ok());
+  if (!a.ok() || !all.ok() || !b.ok()) return -1;
+  const int64_t V = model->hparams().n_vocab;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    auto step = (*b)->Eval({tokens[t]});
+    EXPECT_TRUE(step.ok());
+    if (!step.ok()) return -1;
+    std::vector<double> want(all->begin() + t * V, all->begin() + (t + 1) * V);
+    EXPECT_LT(RelErr(step->data(), want), 1e-6) << "position " << t;
+  }
+  EXPECT_EQ((*b)->n_past(), static_cast<int64_t>(tokens.size()));
+  return (*b)->stats().graph_builds;
+}
+
 TEST(Qwen2EngineTest, DecodeEqualsPrefill) {
   for (const std::string type : {"q4_k_m", "f16"}) {
     SCOPED_TRACE(type);
     auto model = LoadModel("tiny", type);
     ASSERT_NE(model, nullptr);
-    std::vector<int32_t> tokens = {5, 900, 42, 77, 1000, 3, 250, 251, 9, 600};
-    auto a = Session::Create(model, {.n_ctx = 32});
-    ASSERT_TRUE(a.ok());
-    auto all = (*a)->Eval(tokens, true);
-    ASSERT_TRUE(all.ok());
-    auto b = Session::Create(model, {.n_ctx = 32});
-    ASSERT_TRUE(b.ok());
-    const int64_t V = model->hparams().n_vocab;
-    for (size_t t = 0; t < tokens.size(); ++t) {
-      auto step = (*b)->Eval({tokens[t]});
-      ASSERT_TRUE(step.ok());
-      std::vector<double> want(all->begin() + t * V, all->begin() + (t + 1) * V);
-      EXPECT_LT(RelErr(step->data(), want), 1e-6) << "position " << t;
-    }
-    EXPECT_EQ((*b)->n_past(), 10);
     // The decode graph was built once and reused for all ten steps.
-    EXPECT_EQ((*b)->stats().graph_builds, 1);
+    EXPECT_EQ(ExpectDecodeEqualsPrefill(model, {5, 900, 42, 77, 1000, 3, 250, 251, 9, 600}), 1);
   }
 }
 
@@ -142,20 +148,8 @@ TEST(Qwen2EngineTest, DecodeEqualsPrefill) {
 TEST(Qwen2EngineTest, DecodeEqualsPrefillOn05B) {
   auto model = LoadModel("0.5b", "q4_k_m");
   ASSERT_NE(model, nullptr);
-  std::vector<int32_t> tokens = {100, 200, 300, 17, 18, 19, 999, 5, 6, 7, 8, 1000};
-  auto a = Session::Create(model, {.n_ctx = 32});
-  ASSERT_TRUE(a.ok());
-  auto all = (*a)->Eval(tokens, true);
-  ASSERT_TRUE(all.ok());
-  auto b = Session::Create(model, {.n_ctx = 32});
-  ASSERT_TRUE(b.ok());
-  const int64_t V = model->hparams().n_vocab;
-  for (size_t t = 0; t < tokens.size(); ++t) {
-    auto step = (*b)->Eval({tokens[t]});
-    ASSERT_TRUE(step.ok());
-    std::vector<double> want(all->begin() + t * V, all->begin() + (t + 1) * V);
-    EXPECT_LT(RelErr(step->data(), want), 1e-6) << "position " << t;
-  }
+  EXPECT_EQ(ExpectDecodeEqualsPrefill(model, {100, 200, 300, 17, 18, 19, 999, 5, 6, 7, 8, 1000}),
+            1);
 }
 
 TEST(Qwen2EngineTest, FusionOnOffComputesTheSame) {
