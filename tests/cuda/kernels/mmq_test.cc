@@ -346,6 +346,16 @@ TEST(QuantizeMmqTest, RejectsBadShapes) {
   EXPECT_EQ(LaunchQuantizeMmq(dx.get(), da.get(), 48, 1, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(LaunchQuantizeMmq(dx.get(), da.get() + 8, 64, 1, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(LaunchQuantizeMmq(dx.get(), da.get(), 64, 0, nullptr), cudaSuccess);
+  // The mode-2 producers refuse the same shapes, and a missing up input,
+  // before launching anything.
+  EXPECT_EQ(LaunchSwiGluMmq(dx.get(), dx.get(), da.get(), 48, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchSwiGluMmq(dx.get(), nullptr, da.get(), 64, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchSwiGluMmq(dx.get(), dx.get(), da.get() + 8, 64, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchRmsNormMmq(dx.get(), nullptr, 1e-6f, da.get(), 48, 1, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchRmsNormMmq(dx.get(), nullptr, 1e-6f, da.get() + 8, 64, 1, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchRmsNormMmq(dx.get(), nullptr, 1e-6f, da.get(), 64, 0, nullptr), cudaSuccess);
 }
 
 // --------------------------------------------------------------------- GEMM
