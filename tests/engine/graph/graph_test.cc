@@ -70,7 +70,9 @@ TEST(GraphBuilderTest, MarksProducersReadOnlyByInt8DotMatMuls) {
   EXPECT_FALSE(graph->node(out).p.int8_consumers);
   // Only the two producer kinds are ever marked.
   for (const Node& n : graph->nodes()) {
-    if (n.op != OpKind::kRmsNorm && n.op != OpKind::kSwiGLU) EXPECT_FALSE(n.p.int8_consumers);
+    if (n.op != OpKind::kRmsNorm && n.op != OpKind::kSwiGLU) {
+      EXPECT_FALSE(n.p.int8_consumers) << n.name;
+    }
   }
 }
 
