@@ -306,7 +306,7 @@ absl::StatusOr<std::string> Slot::AdmitOnDevice(const gguf::GgufFile& file,
       dev.weights = 0;
       for (const gguf::TensorInfo& t : file.tensors()) {
         dev.weights += p.weight_bytes(static_cast<int>(t.type), t.dims.empty() ? 1 : t.dims[0],
-                                      t.rows(), t.nbytes);
+                                      t.rows(), t.nbytes, &config_.knobs);
       }
     }
     absl::Status st = hooks_.device_budget->Reserve(

@@ -96,7 +96,47 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   }
   Logger("cuda")->info("uploaded {} weights, {:.1f} MiB", weights.size(),
                        state->WeightBytes(b->owner_) / 1048576.0);
+  RETURN_IF_ERROR(b->BuildScalePlanes(weights, knobs));
   return b;
+}
+
+absl::Status CudaBackend::BuildScalePlanes(const std::vector<const graph::Weight*>& weights,
+                                           const KnobOverrides* knobs) {
+  if (!mmq_device_) return absl::OkStatus();  // no MMQ on this GPU: planes would be unused
+  KnobRegistry& r = KnobRegistry::Global();
+  const bool q4k = r.GetBool("MINFER_MMQ_Q4K_DSC", knobs);
+  const bool q6k = r.GetBool("MINFER_MMQ_Q6K_EXP", knobs);
+  for (const graph::Weight* gw : weights) {
+    if (!(gw->type == GgmlType::kQ4_K ? q4k : gw->type == GgmlType::kQ6_K ? q6k : false)) continue;
+    const WeightView* w = state_->FindWeight(owner_, gw->name);
+    if (w == nullptr || w->scale_plane != nullptr) continue;
+    const int64_t bytes = MmqScalePlaneBytes(w->type, w->k, w->rows);
+    if (bytes == 0) continue;
+    ASSIGN_OR_RETURN(void* plane, state_->Malloc(static_cast<size_t>(bytes),
+                                                 absl::StrCat("scale plane of '", gw->name, "'")));
+    std::lock_guard<std::recursive_mutex> lock(state_->stream_lock());
+    cudaError_t err = LaunchMmqScalePlane(*w, plane, state_->stream());
+    if (err == cudaSuccess) err = cudaStreamSynchronize(state_->stream());
+    absl::Status st = err == cudaSuccess
+                          ? state_->AttachScalePlane(owner_, gw->name, plane, bytes)
+                          : CudaStatus(err, "LaunchMmqScalePlane", __FILE__, __LINE__);
+    if (!st.ok()) {
+      state_->Free(plane);
+      return st;
+    }
+  }
+  const auto planes = state_->ScalePlaneBytes(owner_);
+  for (const auto& [type, bytes] : planes) {
+    Logger("cuda")->info("MMQ scale plane {} for {}: {:.1f} MiB", type == GgmlType::kQ4_K ? "W_dsc" : "W_exp",
+                         GgmlTypeName(type), bytes / 1048576.0);
+  }
+  return absl::OkStatus();
+}
+
+uint64_t CudaBackend::scale_plane_bytes() const {
+  uint64_t total = 0;
+  for (const auto& [type, bytes] : state_->ScalePlaneBytes(owner_)) total += bytes;
+  return total;
 }
 
 CudaBackend::~CudaBackend() {
@@ -121,10 +161,12 @@ CudaBackend::~CudaBackend() {
   // to its generic rung, shows here.
   Logger("cuda")->debug(
       "backend stats: graphs {} captured, {} replayed, {} re-captured, {} direct splits; "
-      "quantize {} launched, {} skipped; prefill matmuls {} MMQ fast, {} MMQ generic, {} f16 GEMM; "
+      "quantize {} launched, {} skipped; prefill matmuls {} MMQ fast ({} with a scale plane), "
+      "{} MMQ generic, {} f16 GEMM; "
       "{} int8-only (mode 2) producer writes",
       stats_.captures, stats_.replays, stats_.recaptures, stats_.direct_splits,
-      stats_.quantize_launches, stats_.quantize_skipped, stats_.mmq_fast, stats_.mmq_generic,
+      stats_.quantize_launches, stats_.quantize_skipped, stats_.mmq_fast, stats_.mmq_plane,
+      stats_.mmq_generic,
       stats_.gemm_f16, stats_.int8_only_writes);
   if (knobs_.op_timing && !op_timing_.empty()) {
     for (const auto& [op, t] : op_timing_) {
@@ -139,7 +181,7 @@ uint64_t CudaBackend::weight_bytes() const { return state_->WeightBytes(owner_);
 int64_t CudaBackend::MemoryBytes() const {
   int64_t scratch = 0;
   for (const auto& [tag, s] : scratch_) scratch += s.second;
-  return static_cast<int64_t>(weight_bytes()) + pool_.bytes() + scratch;
+  return static_cast<int64_t>(weight_bytes() + scale_plane_bytes()) + pool_.bytes() + scratch;
 }
 
 void CudaBackend::RefreshKnobs() {
@@ -307,85 +349,118 @@ absl::Status CudaBackend::CheckNotDead(const Node& n, const BufferRef& in, int64
 
 absl::Status CudaBackend::MatMul(const Node& n, const BufferRef& x, float* y) {
   ASSIGN_OR_RETURN(const WeightView* w, Weight(n.weights[0]));
-  const int64_t nt = n.shape.ne[1], k = w->k;
-  if (k % 32 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda MatMul ", n.name, ": weight '",
-                                                   n.weights[0]->name, "' has k = ", k,
-                                                   ", not a multiple of 32"));
+  return MatMulWeights(n, {w}, x, {y});
+}
+
+absl::StatusOr<void*> CudaBackend::MmqActivations(const Node& n, const BufferRef& x,
+                                                  const float* xf, int64_t k, int64_t nt) {
+  // One activation scratch shared by every prefill matmul (they run in
+  // stream order); consecutive matmuls of the same input (Q/K/V, gate/up)
+  // quantize it once.
+  ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(k, nt)));
+  const Key key{x.buffer, x.offset};
+  if (mmq_act_.valid && mmq_act_.key == key && mmq_act_.k == k && mmq_act_.nt == nt &&
+      mmq_act_.scratch == act) {
+    stats_.quantize_skipped++;
+    return act;
+  }
+  // Re-quantizing a mode-2 output would read f32 values that were never
+  // written: a loud error, never garbage.
+  RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
+  mmq_act_.valid = false;
+  RETURN_IF_ERROR(Check(LaunchQuantizeMmq(xf, act, k, nt, state_->stream()), "MMQ quantize"));
+  stats_.quantize_launches++;
+  mmq_act_ = {true, key, k * nt * 4, k, nt, act};
+  return act;
+}
+
+absl::Status CudaBackend::MatMulWeights(const Node& n, const std::vector<const WeightView*>& ws,
+                                        const BufferRef& x, const std::vector<float*>& ys) {
+  const int64_t nt = n.shape.ne[1], k = ws[0]->k;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (ws[i]->k != k || k % 32 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda ", graph::OpName(n.op), " ", n.name,
+                                                     ": weight '", n.weights[i]->name, "' has k = ",
+                                                     ws[i]->k, " (input rows ", k,
+                                                     "; must match and be a multiple of 32)"));
+    }
   }
   if (x.bytes < k * nt * 4) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda MatMul ", n.name, ": buffer size mismatch: input holds ",
+    return absl::InvalidArgumentError(absl::StrCat("cuda ", graph::OpName(n.op), " ", n.name,
+                                                   ": buffer size mismatch: input holds ",
                                                    x.bytes / 4, " floats, needs ", k * nt));
   }
   ASSIGN_OR_RETURN(uint8_t * xp, Ptr(x, k * nt * 4));
   const float* xf = reinterpret_cast<const float*>(xp);
+  cudaStream_t st = state_->stream();
   // The decision tree (seed §2.2, §3.2.5): prefill-shaped batches go to the
   // tiled GEMM, decode shapes to MMVQ, float weights to the f32 kernels.
   if (nt >= 9 && knobs_.prefill_gemm) {
-    if (knobs_.mmq && MmqSupports(w->type)) {
-      // One activation scratch shared by every prefill matmul (they run in
-      // stream order); consecutive matmuls of the same input (Q/K/V,
-      // gate/up) quantize it once.
-      ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(k, nt)));
-      const Key key{x.buffer, x.offset};
-      cudaError_t err = cudaSuccess;
-      if (!(mmq_act_.valid && mmq_act_.key == key && mmq_act_.k == k && mmq_act_.nt == nt &&
-            mmq_act_.scratch == act)) {
-        // Re-quantizing a mode-2 output would read f32 values that were
-        // never written: a loud error, never garbage.
-        RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
-        err = LaunchQuantizeMmq(xf, act, k, nt, state_->stream());
-        if (err == cudaSuccess) {
-          stats_.quantize_launches++;
-          mmq_act_ = {true, key, k * nt * 4, k, nt, act};
-        } else {
-          mmq_act_.valid = false;
+    bool all_mmq = knobs_.mmq;
+    for (const WeightView* w : ws) all_mmq = all_mmq && MmqSupports(w->type);
+    if (all_mmq && mmq_device_) {
+      ASSIGN_OR_RETURN(void* act, MmqActivations(n, x, xf, k, nt));
+      // Runs of consecutive weights of one type share a launch (FusedQKV:
+      // q and k, often v too).
+      for (size_t i = 0; i < ws.size();) {
+        MmqSegments seg;
+        while (i < ws.size() && seg.n < kMmqMaxSegments &&
+               (seg.n == 0 || ws[i]->type == seg.w[0].type)) {
+          seg.w[seg.n] = *ws[i];
+          seg.y[seg.n++] = ys[i++];
         }
-      } else {
-        stats_.quantize_skipped++;
-      }
-      MmqReport report;
-      if (err == cudaSuccess) err = LaunchMmqQuantized(*w, act, y, nt, state_->stream(), &report);
-      if (err != cudaErrorNotSupported) {
-        RETURN_IF_ERROR(Check(err, "MMQ"));
+        MmqReport report;
+        RETURN_IF_ERROR(Check(LaunchMmqSegments(seg, act, nt, st, &report), "MMQ"));
         (report.variant == MmqVariant::kFast ? stats_.mmq_fast : stats_.mmq_generic)++;
+        if (report.scale_plane) stats_.mmq_plane++;
+        if (seg.n > 1) stats_.mmq_segmented++;
         if (knobs_.mmq_debug &&
-            mmq_logged_.insert({static_cast<int>(w->type), w->rows, k,
-                                static_cast<int>(report.variant)})
+            mmq_logged_.insert({static_cast<int>(seg.w[0].type), seg.w[0].rows, k,
+                                static_cast<int>(report.variant) + 8 * seg.n})
                 .second) {
-          Logger("cuda")->info("MMQ {} {}x{} nt {}: {} variant, {} tokens per CTA{}{}",
-                               GgmlTypeName(w->type), w->rows, k, nt,
+          std::string rows = absl::StrCat(seg.w[0].rows);
+          for (int j = 1; j < seg.n; ++j) absl::StrAppend(&rows, "+", seg.w[j].rows);
+          Logger("cuda")->info("MMQ {} {}x{} nt {}: {} variant, {} tokens per CTA{}{}{}",
+                               GgmlTypeName(seg.w[0].type), rows, k, nt,
                                MmqVariantName(report.variant), report.tokens_per_cta,
+                               report.scale_plane ? ", scale plane" : "",
                                report.fast_skipped ? "; fast variant skipped: " : "",
                                report.fast_skipped ? report.fast_skipped : "");
         }
-        return absl::OkStatus();
       }
+      return absl::OkStatus();
+    }
+    if (all_mmq && knobs_.mmq_debug && mmq_logged_.insert({-1, -1, -1, 0}).second) {
       // No MMQ on this GPU (pre-sm_80): the f16 GEMM below.
-      cudaGetLastError();
-      if (knobs_.mmq_debug && mmq_logged_.insert({static_cast<int>(w->type), -1, -1, 0}).second) {
-        Logger("cuda")->info("MMQ {}: not supported on this device; f16 GEMM",
-                             GgmlTypeName(w->type));
-      }
+      Logger("cuda")->info("MMQ: not supported on this device (sm_80+ needed); f16 GEMM");
     }
     RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
-    stats_.gemm_f16++;
-    return Check(LaunchGemmF16(*w, xf, y, nt, state_->stream()), "GEMM f16");
+    for (size_t i = 0; i < ws.size(); ++i) {
+      stats_.gemm_f16++;
+      RETURN_IF_ERROR(Check(LaunchGemmF16(*ws[i], xf, ys[i], nt, st), "GEMM f16"));
+    }
+    return absl::OkStatus();
   }
   RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
-  bool mmvq = MmvqSupports(w->type) && nt <= 8 && !(IsKQuant(w->type) && !knobs_.kq_mmvq);
-  // The shape gate (seed §3.2.5): a small decode matmul whose input no fused
-  // producer quantized pays a quantize launch before MMVQ; below the gate
-  // the f32-activation matvec (one launch) is the faster choice.
-  if (mmvq && nt == 1 && w->rows * k < knobs_.mmvq_min_elems &&
-      q8_valid_.count(Key{x.buffer, x.offset}) == 0) {
-    mmvq = false;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const WeightView* w = ws[i];
+    float* y = ys[i];
+    bool mmvq = MmvqSupports(w->type) && nt <= 8 && !(IsKQuant(w->type) && !knobs_.kq_mmvq);
+    // The shape gate (seed §3.2.5): a small decode matmul whose input no
+    // fused producer quantized pays a quantize launch before MMVQ; below the
+    // gate the f32-activation matvec (one launch) is the faster choice.
+    if (mmvq && nt == 1 && w->rows * k < knobs_.mmvq_min_elems &&
+        q8_valid_.count(Key{x.buffer, x.offset}) == 0) {
+      mmvq = false;
+    }
+    if (mmvq) {
+      ASSIGN_OR_RETURN(const BlockQ8A* q, Quantized(x, k, nt));
+      RETURN_IF_ERROR(Check(LaunchMmvq(*w, q, y, w->rows, nt, st), "MMVQ"));
+    } else {
+      RETURN_IF_ERROR(Check(LaunchMatvecF32(*w, xf, y, w->rows, nt, st), "matvec f32"));
+    }
   }
-  if (mmvq) {
-    ASSIGN_OR_RETURN(const BlockQ8A* q, Quantized(x, k, nt));
-    return Check(LaunchMmvq(*w, q, y, w->rows, nt, state_->stream()), "MMVQ");
-  }
-  return Check(LaunchMatvecF32(*w, xf, y, w->rows, nt, state_->stream()), "matvec f32");
+  return absl::OkStatus();
 }
 
 bool CudaBackend::SupportsKvType(DType t) const {
@@ -620,7 +695,8 @@ absl::Status CudaBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
   // The dead-write guard for every reader but MatMul (which checks when it
   // would quantize or read the f32 values itself) and the ops that read
   // nothing.
-  if (!int8_only_.empty() && node.op != OpKind::kMatMul && node.op != OpKind::kView &&
+  if (!int8_only_.empty() && node.op != OpKind::kMatMul && node.op != OpKind::kFusedQKV &&
+      node.op != OpKind::kView &&
       node.op != OpKind::kReshape && node.op != OpKind::kKvcacheLoad) {
     for (const BufferRef& in : args.inputs) {
       s = CheckNotDead(node, in, in.bytes);
@@ -805,9 +881,22 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
                    "GetRows");
     }
     case OpKind::kFusedQKV: {
-      if (n.shape.ne[1] != 1) {
-        return absl::InvalidArgumentError(absl::StrCat("cuda FusedQKV ", n.name,
-                                                       ": decode only, got nt = ", n.shape.ne[1]));
+      if (n.shape.ne[1] > 1) {
+        // Prefill: the planar [q | k | v] output (graph.h).
+        std::vector<const WeightView*> ws;
+        std::vector<float*> ys;
+        float* y = out;
+        for (const graph::Weight* gw : n.weights) {
+          ASSIGN_OR_RETURN(const WeightView* w, Weight(gw));
+          ws.push_back(w);
+          ys.push_back(y);
+          y += w->rows * n.shape.ne[1];
+        }
+        if (y - out != n_el) {
+          return absl::InvalidArgumentError(absl::StrCat("cuda FusedQKV ", n.name, ": weights give ",
+                                                         y - out, " outputs, node holds ", n_el));
+        }
+        return MatMulWeights(n, ws, a.inputs[0], ys);
       }
       MmvqSegments segs;
       bool all_mmvq = true;

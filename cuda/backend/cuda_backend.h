@@ -88,6 +88,8 @@ class CudaBackend : public graph::Backend {
     int64_t quantize_skipped = 0;  // the norm epilogue already wrote the int8 plane
     int64_t mmq_fast = 0;          // MMQ launches by variant
     int64_t mmq_generic = 0;
+    int64_t mmq_plane = 0;         // fast launches that read a scale plane
+    int64_t mmq_segmented = 0;     // launches over several weights (FusedQKV)
     int64_t gemm_f16 = 0;          // prefill matmuls on the f16 GEMM
     int64_t int8_only_writes = 0;  // mode-2 producers (RmsNorm/SwiGLU wrote
                                    // only MMQ's activation layout)
@@ -95,6 +97,9 @@ class CudaBackend : public graph::Backend {
   const Stats& stats() const { return stats_; }
   bool graphs_enabled() const { return graphs_enabled_; }
   uint64_t weight_bytes() const;
+  // VRAM of the MMQ scale planes built at load (MINFER_MMQ_Q4K_DSC /
+  // MINFER_MMQ_Q6K_EXP); not part of weight_bytes, part of MemoryBytes.
+  uint64_t scale_plane_bytes() const;
   int64_t pool_bytes() const { return pool_.bytes(); }
   // Per-op-kind wall time when MINFER_OP_TIMING=1 (op name -> seconds, calls).
   std::map<std::string, std::pair<double, int64_t>> op_timing() const { return op_timing_; }
@@ -119,6 +124,10 @@ class CudaBackend : public graph::Backend {
   };
   using Key = std::tuple<int32_t, int64_t>;  // (buffer, offset) of an activation
 
+  // Builds the scale planes the plane knobs (with the model's overrides)
+  // ask for, after the upload; the VRAM they take is logged per type.
+  absl::Status BuildScalePlanes(const std::vector<const graph::Weight*>& weights,
+                                const KnobOverrides* knobs);
   void BeginWindow();
   void RefreshKnobs();
   absl::Status Failed() const;
@@ -133,6 +142,15 @@ class CudaBackend : public graph::Backend {
   absl::StatusOr<const BlockQ8A*> Quantized(const graph::BufferRef& x, int64_t k, int64_t nt);
   absl::StatusOr<BlockQ8A*> Q8Plane(const graph::BufferRef& x, int64_t k, int64_t nt);
   absl::Status MatMul(const graph::Node& n, const graph::BufferRef& x, float* y);
+  // Weights ws[i] applied to the same input x [k, nt], product i to ys[i]
+  // ([nt][rows_i]): MatMul, and FusedQKV at nt > 1 (its planar output),
+  // where runs of one weight type share one MMQ launch.
+  absl::Status MatMulWeights(const graph::Node& n, const std::vector<const WeightView*>& ws,
+                             const graph::BufferRef& x, const std::vector<float*>& ys);
+  // x quantized into MMQ's activation layout (the "mmq_act" scratch),
+  // memoized per input range until something overwrites it.
+  absl::StatusOr<void*> MmqActivations(const graph::Node& n, const graph::BufferRef& x,
+                                       const float* xf, int64_t k, int64_t nt);
   // Mode 2 (seed §3.2.6): whether a producer marked int8_consumers writes
   // only MMQ's activation layout for nt rows of k, and the bookkeeping after
   // it did (the MMQ memo points at the scratch; the f32 range is dead).

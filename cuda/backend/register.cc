@@ -2,6 +2,8 @@
 // (binaries built with --config=cuda): Model::Load then offers each model to
 // the GPU first.
 #include "cuda/backend/cuda_backend.h"
+#include "cuda/kernels/mmq.h"
+#include "engine/base/knobs.h"
 #include "engine/runtime/device_backend.h"
 
 namespace minfer::cuda {
@@ -20,11 +22,22 @@ const bool kRegistered = [] {
     info.free_bytes = (*state)->FreeBytes();
     return info;
   };
-  p.weight_bytes = [](int ggml_type, int64_t ne0, int64_t rows, uint64_t file_bytes) -> uint64_t {
+  p.weight_bytes = [](int ggml_type, int64_t ne0, int64_t rows, uint64_t file_bytes,
+                      const KnobOverrides* knobs) -> uint64_t {
     // RegisterWeight's layout: Q6_K in 224-byte blocks, rows 16-byte aligned.
     const GgmlType type = static_cast<GgmlType>(ggml_type);
     if (ne0 <= 0 || rows <= 0 || ne0 % TraitsOf(type).block_size != 0) return file_bytes;
-    return static_cast<uint64_t>(DeviceWeightBytes(type, ne0, rows));
+    uint64_t bytes = static_cast<uint64_t>(DeviceWeightBytes(type, ne0, rows));
+    // CudaBackend::BuildScalePlanes' planes (on GPUs with MMQ).
+    auto state = CudaState::Get();
+    const char* knob = type == GgmlType::kQ4_K   ? "MINFER_MMQ_Q4K_DSC"
+                       : type == GgmlType::kQ6_K ? "MINFER_MMQ_Q6K_EXP"
+                                                 : nullptr;
+    if (knob != nullptr && state.ok() && (*state)->cc() >= 800 &&
+        KnobRegistry::Global().GetBool(knob, knobs)) {
+      bytes += static_cast<uint64_t>(MmqScalePlaneBytes(type, ne0, rows));
+    }
+    return bytes;
   };
   p.create = [](const runtime::DeviceBackendRequest& req)
       -> absl::StatusOr<std::unique_ptr<graph::Backend>> {

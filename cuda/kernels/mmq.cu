@@ -39,6 +39,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
 
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/mmq.h"
@@ -106,11 +107,15 @@ __global__ void __launch_bounds__(kQThreads) quantize_mmq_kernel(const float* __
 // the registers for its 64 accumulators.
 constexpr int MinBlocks(int bn) { return bn >= 128 ? 1 : 2; }
 
-template <GgmlType T, int BN, bool kFast>
+// kPlane: the chunk's scale entries come from the W_dsc/W_exp plane
+// (p.plane, staged with the weights) instead of the scale-table phase.
+template <GgmlType T, int BN, bool kFast, bool kPlane>
 __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  static_assert(kFast || !kPlane, "the generic variant decodes its scales");
   using X = Tr<T>;
-  using SM = Smem<T, BN>;
+  using SM = Smem<T, BN, kPlane>;
+  constexpr int kWS = SM::kWS;  // weight row stride in shared memory
   constexpr int kNT = BN / 16;  // 8-token n-tiles per warp
   static_assert(kNT % 2 == 0, "ldmatrix.x4 loads n-tiles in pairs");
   constexpr int kTW = SM::kTW;
@@ -126,12 +131,20 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
   auto s_s = [&](int buf) {
     return reinterpret_cast<float*>(smem + buf * SM::kStage + SM::kW + SM::kA + SM::kD);
   };
+  auto s_p = [&](int buf) { return smem + buf * SM::kStage + SM::kW + SM::kA + SM::kD + SM::kS; };
   float* const s_tbl = reinterpret_cast<float*>(smem + 2 * SM::kStage);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wr = warp & 3, wc = warp >> 2;  // 32-row group, token half
   const int g = lane >> 2, t = lane & 3;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kBM;
+  // This CTA's segment (a field-by-field select: indexing the parameter
+  // array with a run-time index would copy it to local memory).
+  const int by = blockIdx.y;
+  const int sg = p.n_seg > 1 && by >= p.tile_begin[1] ? (p.n_seg > 2 && by >= p.tile_begin[2] ? 2 : 1) : 0;
+  auto pick = [&](auto field) { return sg == 0 ? p.seg[0].*field : sg == 1 ? p.seg[1].*field : p.seg[2].*field; };
+  const Segment S{pick(&Segment::w), pick(&Segment::row_bytes), pick(&Segment::rows),
+                  pick(&Segment::plane), pick(&Segment::y)};
+  const int64_t row0 = static_cast<int64_t>(by - (sg == 0 ? 0 : sg == 1 ? p.tile_begin[1] : p.tile_begin[2])) * kBM;
   const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * BN;
 
   // Copies chunk c into stage buffer `buf` (commit is the caller's). Each
@@ -147,8 +160,11 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
   // Fast: byte offset of this thread's row within the row tile, 32-bit (the
   // launcher guarantees kBM * row_bytes < 2^31): it stays live across the
   // whole loop, and a 64-bit pointer cost Q6_K a spill.
-  const bool my_row_ok = row0 + (tid >> 1) < p.rows;
-  const uint32_t w_row_off = my_row_ok ? static_cast<uint32_t>(tid >> 1) * static_cast<uint32_t>(p.row_bytes) : 0u;
+  const bool my_row_ok = row0 + (tid >> 1) < S.rows;
+  const uint32_t w_row_off = my_row_ok ? static_cast<uint32_t>(tid >> 1) * static_cast<uint32_t>(S.row_bytes) : 0u;
+  // The same for this thread's row of plane entries (8 bytes per block; the
+  // launcher guarantees kBM * nb * 8 < 2^31).
+  const uint32_t p_row_off = kPlane && my_row_ok ? static_cast<uint32_t>(tid >> 1) * static_cast<uint32_t>(p.nb) * 8u : 0u;
   const int8_t* const a_src = p.aq + (tok0 + tid / kTpt) * p.k + 16 * (tid % kTpt);
   const int ds_kb = tid / (BN / 4), ds_q = tid % (BN / 4);
   const float* const d_src = p.ad + static_cast<int64_t>(ds_kb) * p.ntp + tok0 + 4 * ds_q;
@@ -158,16 +174,30 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
     // k % 256 != 0 (K-quant chunks are always whole).
     const int nkb = min(kKB, p.nb - c * kKB);
     if constexpr (kFast) {
-      constexpr int kPieces = X::kCB / 16;
+      // With a plane only a K-quant block's code bytes are copied.
+      constexpr int kPieces = kPlane ? Plane<T>::kPieces : X::kCB / 16;
+      constexpr int kSkip = kPlane ? Plane<T>::kSkip : 0;
       // A partial chunk copies only the 16-byte pieces that hold its blocks:
       // they end inside the row, whose stride is a multiple of 16.
       const int pieces = X::kBPC == 1 ? kPieces : (nkb * X::kBS + 15) / 16;
-      const uint32_t dst = smem_addr(s_w(buf) + (tid >> 1) * X::kWS);
-      const uint8_t* src = p.w + row0 * p.row_bytes + w_row_off + static_cast<int64_t>(c) * p.src_cb;
+      const uint32_t dst = smem_addr(s_w(buf) + (tid >> 1) * kWS);
+      const uint8_t* src =
+          S.w + row0 * S.row_bytes + w_row_off + static_cast<int64_t>(c) * p.src_cb + kSkip;
+      if constexpr (kPlane) {
+        // This row's 8 entries of the chunk: 64 bytes, pieces 2 (tid % 2), +1.
+        const uint8_t* psrc = reinterpret_cast<const uint8_t*>(S.plane + row0 * p.nb) +
+                              p_row_off + static_cast<uint32_t>(c) * (kKB * 8);
+        const uint32_t pdst = smem_addr(s_p(buf) + (tid >> 1) * kPS);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int q = 2 * (tid & 1) + j;
+          cp_async16(pdst + 16 * q, psrc + 16 * q, my_row_ok ? 16 : 0);
+        }
+      }
 #pragma unroll
       for (int q = tid & 1; q < kPieces; q += 2) {
         if (X::kBPC == 1 || q < pieces) {
-          cp_async16(dst + 16 * q, my_row_ok ? src + 16 * q : p.w, my_row_ok ? 16 : 0);
+          cp_async16(dst + 16 * q, my_row_ok ? src + 16 * q : S.w, my_row_ok ? 16 : 0);
         }
       }
     } else {
@@ -178,10 +208,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
       for (int r = 0; r < 16; ++r) {
         const int row = 16 * warp + r;
         const int64_t grow = row0 + row;
-        uint16_t* dst = reinterpret_cast<uint16_t*>(s_w(buf) + row * X::kWS);
-        if (grow < p.rows) {
+        uint16_t* dst = reinterpret_cast<uint16_t*>(s_w(buf) + row * kWS);
+        if (grow < S.rows) {
           const uint16_t* src = reinterpret_cast<const uint16_t*>(
-              p.w + grow * p.row_bytes + static_cast<int64_t>(c) * p.src_cb);
+              S.w + grow * S.row_bytes + static_cast<int64_t>(c) * p.src_cb);
           for (int h = lane; h < hw; h += 32) dst[h] = __ldg(src + h);
         } else {
           for (int h = lane; h < hw; h += 32) dst[h] = 0;
@@ -233,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
     const int nkb = min(kKB, p.nb - c * kKB);  // block-uniform
 
     // Scale table of this warp pair's 32 rows: 64 threads x 4 blocks.
-    {
+    if constexpr (!kPlane) {
       const int idx = wc * 32 + lane;
       const int row = 32 * wr + (idx >> 1);
       const uint8_t* wrow_p = s_w(buf) + row * X::kWS;
@@ -258,7 +288,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
       }
     }
 
-    const uint8_t* const w_lo = s_w(buf) + wrow * X::kWS;  // row g of m-tile 0
+    // Row g of m-tile 0, at the address its block would have had with the
+    // skipped header bytes (the frag offsets count from the block start).
+    const uint8_t* const w_lo = s_w(buf) + wrow * kWS - (kPlane ? Plane<T>::kSkip : 0);
+    const uint8_t* const p_lo = s_p(buf) + wrow * kPS;
     const uint32_t a_base = smem_addr(s_a(buf)) + lm_off;
     const float* const dk = s_d(buf);
     const float* const sk = s_s(buf);
@@ -276,12 +309,14 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
 #pragma unroll
         for (int i = 0; i < kMG; ++i) {
           const int mt = m0 + i;
-          X::frag(w_lo + (16 * mt) * X::kWS, kb, t, &a[i][0], &a[i][2]);
-          X::frag(w_lo + (16 * mt + 8) * X::kWS, kb, t, &a[i][1], &a[i][3]);
+          X::frag(w_lo + (16 * mt) * kWS, kb, t, &a[i][0], &a[i][2]);
+          X::frag(w_lo + (16 * mt + 8) * kWS, kb, t, &a[i][1], &a[i][3]);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = wrow + 16 * mt + 8 * h;
-            if constexpr (kTW == 2) {
+            if constexpr (kPlane) {
+              fw[i][h] = *reinterpret_cast<const float2*>(p_lo + (16 * mt + 8 * h) * kPS + 8 * kb);
+            } else if constexpr (kTW == 2) {
               fw[i][h] = reinterpret_cast<const float2*>(s_tbl)[kb * kBM + r];
             } else {
               fw[i][h] = make_float2(s_tbl[kb * kBM + r], 0.0f);
@@ -343,13 +378,13 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t row = row0 + wrow + 16 * mt + 8 * h;
-      if (row >= p.rows) continue;
+      if (row >= S.rows) continue;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int64_t tok = tok0 + tk_base + 8 * nt + e;
-          if (tok < p.nt) p.y[tok * p.rows + row] = acc[mt][nt][2 * h + e];
+          if (tok < p.nt) S.y[tok * S.rows + row] = acc[mt][nt][2 * h + e];
         }
       }
     }
@@ -365,62 +400,95 @@ struct DeviceInfo {
   int sms = 0;
 };
 
-cudaError_t QueryDevice(DeviceInfo* info) {
+// The current device's attributes, queried once per device (launchers run
+// per matmul; attributes never change).
+cudaError_t QueryDevice(const DeviceInfo** out) {
+  constexpr int kMaxDevices = 64;
+  static DeviceInfo infos[kMaxDevices];
+  static std::once_flag once[kMaxDevices];
+  static cudaError_t errs[kMaxDevices];
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info->major, cudaDevAttrComputeCapabilityMajor, dev);
-  if (err == cudaSuccess) {
-    err = cudaDeviceGetAttribute(&info->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  }
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info->sms, cudaDevAttrMultiProcessorCount, dev);
-  return err;
+  if (err != cudaSuccess) return err;
+  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  std::call_once(once[dev], [dev] {
+    DeviceInfo& info = infos[dev];
+    cudaError_t e = cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e == cudaSuccess) {
+      e = cudaDeviceGetAttribute(&info.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    }
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, dev);
+    errs[dev] = e;
+  });
+  *out = &infos[dev];
+  return errs[dev];
 }
 
 // Launches one instantiation. The dynamic shared-memory limit is raised once
 // per kernel (first call; not a stream operation). Returns
 // cudaErrorNotSupported when the device refuses that much shared memory.
-template <GgmlType T, int BN, bool kFast>
+template <GgmlType T, int BN, bool kFast, bool kPlane>
 cudaError_t LaunchKernel(const Params& p, cudaStream_t stream) {
-  constexpr int kBytes = Smem<T, BN>::kBytes;
+  constexpr int kBytes = Smem<T, BN, kPlane>::kBytes;
   static const cudaError_t attr = [] {
-    const cudaError_t e = cudaFuncSetAttribute(mmq_kernel<T, BN, kFast>,
+    const cudaError_t e = cudaFuncSetAttribute(mmq_kernel<T, BN, kFast, kPlane>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     if (e != cudaSuccess) (void)cudaGetLastError();  // not sticky: clear it
     return e;
   }();
   if (attr != cudaSuccess) return cudaErrorNotSupported;
   const dim3 grid(static_cast<unsigned>((p.nt + BN - 1) / BN),
-                  static_cast<unsigned>((p.rows + kBM - 1) / kBM));
-  mmq_kernel<T, BN, kFast><<<grid, kThreads, kBytes, stream>>>(p);
+                  static_cast<unsigned>(p.row_tiles));
+  mmq_kernel<T, BN, kFast, kPlane><<<grid, kThreads, kBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
-template <GgmlType T>
+template <GgmlType T, bool kPlane = false>
 int SmemBytes(int bn) {
-  return bn == 32 ? Smem<T, 32>::kBytes : bn == 64 ? Smem<T, 64>::kBytes : Smem<T, 128>::kBytes;
+  if constexpr (kPlane && !Plane<T>::kHas) {
+    return 1 << 30;
+  } else {
+    return bn == 32   ? Smem<T, 32, kPlane>::kBytes
+           : bn == 64 ? Smem<T, 64, kPlane>::kBytes
+                      : Smem<T, 128, kPlane>::kBytes;
+  }
 }
 
-int SmemBytesOf(GgmlType type, int bn) {
+int SmemBytesOf(GgmlType type, int bn, bool plane = false) {
   switch (type) {
     case GgmlType::kQ4_0: return SmemBytes<GgmlType::kQ4_0>(bn);
     case GgmlType::kQ4_1: return SmemBytes<GgmlType::kQ4_1>(bn);
     case GgmlType::kQ5_0: return SmemBytes<GgmlType::kQ5_0>(bn);
     case GgmlType::kQ5_1: return SmemBytes<GgmlType::kQ5_1>(bn);
     case GgmlType::kQ8_0: return SmemBytes<GgmlType::kQ8_0>(bn);
-    case GgmlType::kQ4_K: return SmemBytes<GgmlType::kQ4_K>(bn);
+    case GgmlType::kQ4_K:
+      return plane ? SmemBytes<GgmlType::kQ4_K, true>(bn) : SmemBytes<GgmlType::kQ4_K>(bn);
     case GgmlType::kQ5_K: return SmemBytes<GgmlType::kQ5_K>(bn);
-    case GgmlType::kQ6_K: return SmemBytes<GgmlType::kQ6_K>(bn);
+    case GgmlType::kQ6_K:
+      return plane ? SmemBytes<GgmlType::kQ6_K, true>(bn) : SmemBytes<GgmlType::kQ6_K>(bn);
     default: return 1 << 30;
   }
 }
 
+// p.plane != null selects the plane instantiations (fast variant, the
+// plane types only: the caller checked both).
 template <GgmlType T>
 cudaError_t LaunchTyped(const Params& p, int bn, bool fast, cudaStream_t stream) {
   if (fast) {
-    if (bn == 32) return LaunchKernel<T, 32, true>(p, stream);
-    return bn == 128 ? LaunchKernel<T, 128, true>(p, stream) : LaunchKernel<T, 64, true>(p, stream);
+    if constexpr (Plane<T>::kHas) {
+      if (p.seg[0].plane != nullptr) {
+        if (bn == 32) return LaunchKernel<T, 32, true, true>(p, stream);
+        return bn == 128 ? LaunchKernel<T, 128, true, true>(p, stream)
+                         : LaunchKernel<T, 64, true, true>(p, stream);
+      }
+    }
+    if (bn == 32) return LaunchKernel<T, 32, true, false>(p, stream);
+    return bn == 128 ? LaunchKernel<T, 128, true, false>(p, stream)
+                     : LaunchKernel<T, 64, true, false>(p, stream);
   }
-  return bn == 32 ? LaunchKernel<T, 32, false>(p, stream) : LaunchKernel<T, 64, false>(p, stream);
+  if (p.seg[0].plane != nullptr) return cudaErrorInvalidValue;
+  return bn == 32 ? LaunchKernel<T, 32, false, false>(p, stream)
+                  : LaunchKernel<T, 64, false, false>(p, stream);
 }
 
 cudaError_t Dispatch(GgmlType type, const Params& p, int bn, bool fast, cudaStream_t stream) {
@@ -443,8 +511,7 @@ cudaError_t Dispatch(GgmlType type, const Params& p, int bn, bool fast, cudaStre
 // 132 SMs; 7B's 512-row k/v, 32). Halving the tile doubles the CTAs; the
 // cost, twice the weight-tile reads, is small next to idle SMs.
 int AutoTokensPerCta(const Params& p, const DeviceInfo& dev) {
-  const int64_t row_tiles = (p.rows + kBM - 1) / kBM;
-  const int64_t ctas64 = row_tiles * ((p.nt + 63) / 64);
+  const int64_t ctas64 = int64_t{p.row_tiles} * ((p.nt + 63) / 64);
   return ctas64 < dev.sms ? 32 : 64;
 }
 
@@ -475,9 +542,10 @@ cudaError_t Prepare(const WeightView& w, const void* act, float* y, int64_t nt, 
     return cudaErrorInvalidValue;
   }
   const int64_t ntp = TokensPadded(nt);
-  p->w = static_cast<const uint8_t*>(w.data);
-  p->row_bytes = w.row_bytes;
-  p->rows = w.rows;
+  p->seg[0] = Segment{static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, nullptr, y};
+  p->tile_begin[0] = 0;
+  p->n_seg = 1;
+  p->row_tiles = static_cast<int>((w.rows + kBM - 1) / kBM);
   p->k = w.k;
   p->nb = static_cast<int>(w.k / 32);
   p->n_chunks = (p->nb + kKB - 1) / kKB;
@@ -487,13 +555,65 @@ cudaError_t Prepare(const WeightView& w, const void* act, float* y, int64_t nt, 
   p->ad = reinterpret_cast<const float*>(static_cast<const uint8_t*>(act) + ntp * w.k);
   p->as = p->ad + ntp * (w.k / 32);
   p->ntp = ntp;
-  p->y = y;
   p->nt = nt;
   return cudaSuccess;
 }
 
+// ------------------------------------------------------------ scale planes
+
+// One thread per (row, 32-element block): the entry the kernel's
+// scale-table phase would decode from the same bytes (Tr<T>::table, the
+// same code on a global pointer), so plane and no-plane runs fold identical
+// floats.
+template <GgmlType T>
+__global__ void scale_plane_kernel(const uint8_t* __restrict__ w, int64_t row_bytes,
+                                   int64_t block_bytes, int64_t rows, int64_t nb,
+                                   float2* __restrict__ plane) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * nb) return;
+  const int64_t row = i / nb, b = i - row * nb;
+  plane[i] = Tr<T>::table(w + row * row_bytes + (b / kKB) * block_bytes, static_cast<int>(b % kKB));
+}
+
 }  // namespace
 }  // namespace mmq
+
+bool MmqScalePlaneType(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
+}
+
+int64_t MmqScalePlaneBytes(GgmlType type, int64_t k, int64_t rows) {
+  if (!MmqScalePlaneType(type) || k <= 0 || rows <= 0 || k % 256 != 0) return 0;
+  return rows * (k / 32) * static_cast<int64_t>(sizeof(float2));
+}
+
+cudaError_t LaunchMmqScalePlane(const WeightView& w, void* plane, cudaStream_t stream) {
+  if (!MmqScalePlaneType(w.type) || w.k <= 0 || w.k % 256 != 0 || w.rows < 0 ||
+      (w.q6k_padded && w.type != GgmlType::kQ6_K)) {
+    return cudaErrorInvalidValue;
+  }
+  if (w.rows == 0) return cudaSuccess;
+  const int64_t block_bytes = DeviceBlockBytes(w.type, w.q6k_padded);
+  // Q4_K's scales are read as 32-bit words: 4-byte aligned blocks.
+  if (w.data == nullptr || plane == nullptr || w.row_bytes < w.k / 256 * block_bytes ||
+      w.row_bytes % 4 != 0 || reinterpret_cast<uintptr_t>(w.data) % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(plane) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t n = w.rows * (w.k / 32);
+  const int64_t grid = (n + 255) / 256;
+  if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  auto* dst = static_cast<float2*>(plane);
+  if (w.type == GgmlType::kQ4_K) {
+    mmq::scale_plane_kernel<GgmlType::kQ4_K><<<static_cast<unsigned>(grid), 256, 0, stream>>>(
+        src, w.row_bytes, block_bytes, w.rows, w.k / 32, dst);
+  } else {
+    mmq::scale_plane_kernel<GgmlType::kQ6_K><<<static_cast<unsigned>(grid), 256, 0, stream>>>(
+        src, w.row_bytes, block_bytes, w.rows, w.k / 32, dst);
+  }
+  return cudaGetLastError();
+}
 
 bool MmqSupports(GgmlType type) { return IsIntegerDotType(type); }
 
@@ -552,46 +672,87 @@ cudaError_t LaunchSwiGluMmq(const float* g, const float* u, void* act, int64_t k
 }
 
 namespace {
-// LaunchMmqFast, also saying which token tile it launched (*bn).
-cudaError_t LaunchFastImpl(const WeightView& w, const void* act, float* y, int64_t nt,
-                           const MmqTuning& tuning, cudaStream_t stream, const char** why_not,
-                           int* bn_out) {
+// The fast variant over n segments (one weight each; the same type and k,
+// one activation buffer), also saying which token tile it launched (*bn).
+// Planes are used only when every segment has one (they change no result).
+cudaError_t LaunchFastImpl(const WeightView* ws, float* const* ys, int n, const void* act,
+                           int64_t nt, const MmqTuning& tuning, cudaStream_t stream,
+                           const char** why_not, int* bn_out, bool* plane_out) {
   const char* unused;
   if (why_not == nullptr) why_not = &unused;
   *why_not = nullptr;
+  if (n < 1 || n > mmq::kMaxSegments) return cudaErrorInvalidValue;
   mmq::Params p{};
-  bool empty = false;
-  cudaError_t err = mmq::Prepare(w, act, y, nt, &p, &empty);
-  if (err != cudaSuccess || empty) return err;
+  bool all_empty = true;
+  bool all_planes = true;
+  for (int i = 0; i < n; ++i) {
+    const WeightView& w = ws[i];
+    if (w.type != ws[0].type || w.k != ws[0].k) return cudaErrorInvalidValue;
+    mmq::Params pi{};
+    bool empty = false;
+    const cudaError_t err = mmq::Prepare(w, act, ys[i], nt, &pi, &empty);
+    if (err != cudaSuccess) return err;
+    if (w.scale_plane != nullptr &&
+        (!MmqScalePlaneType(w.type) || reinterpret_cast<uintptr_t>(w.scale_plane) % 16 != 0)) {
+      return cudaErrorInvalidValue;
+    }
+    if (empty) continue;  // nt == 0 or no rows: no tiles
+    all_planes = all_planes && w.scale_plane != nullptr;
+    if (all_empty) {
+      p = pi;
+      p.n_seg = 0;
+      p.row_tiles = 0;
+      all_empty = false;
+    }
+    p.seg[p.n_seg] = pi.seg[0];
+    p.tile_begin[p.n_seg] = p.row_tiles;
+    p.row_tiles += pi.row_tiles;
+    ++p.n_seg;
+  }
+  if (all_empty) return cudaSuccess;
+  if (p.row_tiles > 65535) return cudaErrorInvalidValue;
   if (tuning.tokens_per_cta != 0 && tuning.tokens_per_cta != 32 && tuning.tokens_per_cta != 64 &&
       tuning.tokens_per_cta != 128) {
     return cudaErrorInvalidValue;
   }
-  mmq::DeviceInfo dev;
-  if ((err = mmq::QueryDevice(&dev)) != cudaSuccess) return err;
-  const int bn = tuning.tokens_per_cta != 0 ? tuning.tokens_per_cta : mmq::AutoTokensPerCta(p, dev);
-  if (dev.major < 8) {
-    *why_not = "GPU older than sm_80 (no int8 mma.m16n8k32)";
-  } else if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || w.row_bytes % 16 != 0) {
-    *why_not = "weight base or row stride not 16-byte aligned";
-  } else if (w.row_bytes * mmq::kBM >= (int64_t{1} << 31)) {
-    *why_not = "weight rows too long for 32-bit tile offsets";
-  } else if (w.type == GgmlType::kQ6_K && !w.q6k_padded) {
-    *why_not = "raw 210-byte Q6_K blocks";
-  } else if (mmq::SmemBytesOf(w.type, bn) > dev.smem_optin) {
+  const bool plane = all_planes && int64_t{mmq::kBM} * p.nb * 8 < (int64_t{1} << 31);
+  // Segment j of p is the j-th weight with rows (empty ones were skipped).
+  for (int i = 0, j = 0; i < n; ++i) {
+    if (ws[i].rows > 0) p.seg[j++].plane = plane ? static_cast<const float2*>(ws[i].scale_plane) : nullptr;
+  }
+  const mmq::DeviceInfo* dev = nullptr;
+  cudaError_t err = mmq::QueryDevice(&dev);
+  if (err != cudaSuccess) return err;
+  const int bn = tuning.tokens_per_cta != 0 ? tuning.tokens_per_cta : mmq::AutoTokensPerCta(p, *dev);
+  const GgmlType type = ws[0].type;
+  if (dev->major < 8) *why_not = "GPU older than sm_80 (no int8 mma.m16n8k32)";
+  for (int i = 0; i < n && *why_not == nullptr; ++i) {
+    const WeightView& w = ws[i];
+    if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || w.row_bytes % 16 != 0) {
+      *why_not = "weight base or row stride not 16-byte aligned";
+    } else if (w.row_bytes * mmq::kBM >= (int64_t{1} << 31)) {
+      *why_not = "weight rows too long for 32-bit tile offsets";
+    } else if (w.type == GgmlType::kQ6_K && !w.q6k_padded) {
+      *why_not = "raw 210-byte Q6_K blocks";
+    }
+  }
+  if (*why_not == nullptr && mmq::SmemBytesOf(type, bn, plane) > dev->smem_optin) {
     *why_not = "tile needs more shared memory than the device allows";
   }
   if (*why_not != nullptr) return cudaErrorNotSupported;
-  err = mmq::Dispatch(w.type, p, bn, /*fast=*/true, stream);
+  err = mmq::Dispatch(type, p, bn, /*fast=*/true, stream);
   if (err == cudaErrorNotSupported) *why_not = "cudaFuncSetAttribute refused the shared memory";
-  if (err == cudaSuccess && bn_out != nullptr) *bn_out = bn;
+  if (err == cudaSuccess) {
+    if (bn_out != nullptr) *bn_out = bn;
+    if (plane_out != nullptr) *plane_out = plane;
+  }
   return err;
 }
 }  // namespace
 
 cudaError_t LaunchMmqFast(const WeightView& w, const void* act, float* y, int64_t nt,
                           const MmqTuning& tuning, cudaStream_t stream, const char** why_not) {
-  return LaunchFastImpl(w, act, y, nt, tuning, stream, why_not, nullptr);
+  return LaunchFastImpl(&w, &y, 1, act, nt, tuning, stream, why_not, nullptr, nullptr);
 }
 
 cudaError_t LaunchMmqGeneric(const WeightView& w, const void* act, float* y, int64_t nt,
@@ -600,18 +761,18 @@ cudaError_t LaunchMmqGeneric(const WeightView& w, const void* act, float* y, int
   bool empty = false;
   cudaError_t err = mmq::Prepare(w, act, y, nt, &p, &empty);
   if (err != cudaSuccess || empty) return err;
-  mmq::DeviceInfo dev;
+  const mmq::DeviceInfo* dev = nullptr;
   if ((err = mmq::QueryDevice(&dev)) != cudaSuccess) return err;
-  if (dev.major < 8) return cudaErrorNotSupported;
-  const int bn = mmq::SmemBytesOf(w.type, 64) <= dev.smem_optin ? 64 : 32;
+  if (dev->major < 8) return cudaErrorNotSupported;
+  const int bn = mmq::SmemBytesOf(w.type, 64) <= dev->smem_optin ? 64 : 32;
   return mmq::Dispatch(w.type, p, bn, /*fast=*/false, stream);
 }
 
 namespace {
 int GenericTokensPerCta(GgmlType type) {
-  mmq::DeviceInfo dev;
+  const mmq::DeviceInfo* dev = nullptr;
   if (mmq::QueryDevice(&dev) != cudaSuccess) return 0;
-  return mmq::SmemBytesOf(type, 64) <= dev.smem_optin ? 64 : 32;
+  return mmq::SmemBytesOf(type, 64) <= dev->smem_optin ? 64 : 32;
 }
 }  // namespace
 
@@ -620,21 +781,46 @@ cudaError_t LaunchMmqQuantized(const WeightView& w, const void* act, float* y, i
   MmqReport local;
   if (report == nullptr) report = &local;
   *report = MmqReport{};
+  MmqSegments one;
+  one.n = 1;
+  one.w[0] = w;
+  one.y[0] = y;
+  return LaunchMmqSegments(one, act, nt, stream, report);
+}
+
+static_assert(kMmqMaxSegments == mmq::kMaxSegments, "one segment limit");
+
+cudaError_t LaunchMmqSegments(const MmqSegments& s, const void* act, int64_t nt,
+                              cudaStream_t stream, MmqReport* report) {
+  MmqReport local;
+  if (report == nullptr) report = &local;
+  *report = MmqReport{};
+  if (s.n < 1 || s.n > kMmqMaxSegments) return cudaErrorInvalidValue;
   const char* why_not = nullptr;
   int bn = 0;
-  cudaError_t err = LaunchFastImpl(w, act, y, nt, MmqTuning{}, stream, &why_not, &bn);
+  bool plane = false;
+  cudaError_t err = LaunchFastImpl(s.w, s.y, s.n, act, nt, MmqTuning{}, stream, &why_not, &bn, &plane);
+  bool any_rows = false;
+  for (int i = 0; i < s.n; ++i) any_rows = any_rows || s.w[i].rows > 0;
   if (err == cudaSuccess) {
-    if (nt > 0 && w.rows > 0) report->variant = MmqVariant::kFast, report->tokens_per_cta = bn;
+    if (nt > 0 && any_rows) {
+      report->variant = MmqVariant::kFast;
+      report->tokens_per_cta = bn;
+      report->scale_plane = plane;
+    }
     return err;
   }
   if (err != cudaErrorNotSupported) return err;
+  // The generic rung, one launch per weight (validated by the fast attempt).
   report->fast_skipped = why_not;
-  err = LaunchMmqGeneric(w, act, y, nt, stream);
-  if (err == cudaSuccess) {
-    report->variant = MmqVariant::kGeneric;
-    report->tokens_per_cta = GenericTokensPerCta(w.type);
+  for (int i = 0; i < s.n; ++i) {
+    if ((err = LaunchMmqGeneric(s.w[i], act, s.y[i], nt, stream)) != cudaSuccess) return err;
   }
-  return err;
+  if (nt > 0 && any_rows) {
+    report->variant = MmqVariant::kGeneric;
+    report->tokens_per_cta = GenericTokensPerCta(s.w[0].type);
+  }
+  return cudaSuccess;
 }
 
 cudaError_t LaunchMmq(const WeightView& w, const float* x, void* act_scratch, float* y,
@@ -647,9 +833,9 @@ cudaError_t LaunchMmq(const WeightView& w, const float* x, void* act_scratch, fl
   cudaError_t err = mmq::Prepare(w, act_scratch, y, nt, &p, &empty);
   if (err != cudaSuccess || empty) return err;
   if (x == nullptr) return cudaErrorInvalidValue;
-  mmq::DeviceInfo dev;
+  const mmq::DeviceInfo* dev = nullptr;
   if ((err = mmq::QueryDevice(&dev)) != cudaSuccess) return err;
-  if (dev.major < 8) return cudaErrorNotSupported;  // before the prepass writes anything
+  if (dev->major < 8) return cudaErrorNotSupported;  // before the prepass writes anything
   if ((err = LaunchQuantizeMmq(x, act_scratch, w.k, nt, stream)) != cudaSuccess) return err;
   return LaunchMmqQuantized(w, act_scratch, y, nt, stream, report);
 }

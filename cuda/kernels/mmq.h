@@ -45,6 +45,15 @@
 //    bit-identical to each other; the test reports (but does not require)
 //    the bit-exact count against the CPU.
 //
+// Scale planes (W_dsc for Q4_K, W_exp for Q6_K; seed §2.3). A K-quant
+// block's per-32-element float scales (Q4_K: d * sc and -(dmin * m); Q6_K:
+// d * scales[2j], d * scales[2j + 1]) can be precomputed once at load time
+// into a plane of float2 [rows][k / 32] (8 bytes per 32 weights: +44% of
+// Q4_K's bytes, +29% of padded Q6_K's). A WeightView whose scale_plane
+// points at one makes the fast variant stage the plane entries with the
+// codes instead of decoding the packed scales per chunk; the entries are
+// the same floats, so results are bit-identical with and without it.
+//
 // Variants (the "ladder"; LaunchMmq walks it). Both compute the same
 // 128-row x {32,64,128}-token CTA tiles with the same numerics:
 //  * kFast: weight chunks copied raw with 16-byte cp.async, double-buffered
@@ -54,7 +63,7 @@
 //    opt-in shared memory (~60..130 KB). Returns cudaErrorNotSupported,
 //    launching nothing, when a precondition fails.
 //  * kGeneric: weights copied with 2-byte loads (any 2-byte aligned base and
-//    stride, raw Q6_K); activations still by cp.async. Needs sm_80+ only (MMQ needs mma.m16n8k32: on older GPUs
+//    stride, raw Q6_K); activations still by cp.async; ignores scale_plane. Needs sm_80+ only (MMQ needs mma.m16n8k32: on older GPUs
 //    every launcher here returns cudaErrorNotSupported and the caller uses
 //    LaunchGemmF16).
 #ifndef MINFER_CUDA_KERNELS_MMQ_H_
@@ -74,6 +83,15 @@ namespace minfer::cuda {
 
 // Whether the MMQ kernels handle `type` (the eight quantized types above).
 bool MmqSupports(GgmlType type);
+
+// Whether `type` has a scale plane (Q4_K, Q6_K), and its size for a weight
+// of rows x k (0 when it has none or k % 256 != 0).
+bool MmqScalePlaneType(GgmlType type);
+int64_t MmqScalePlaneBytes(GgmlType type, int64_t k, int64_t rows);
+
+// Writes w's scale plane (MmqScalePlaneBytes bytes at `plane`, 16-byte
+// aligned). w: Q4_K (4-byte aligned blocks) or Q6_K (raw or padded).
+cudaError_t LaunchMmqScalePlane(const WeightView& w, void* plane, cudaStream_t stream);
 
 // Bytes of the activation buffer for nt tokens of k (k % 32 == 0):
 // round_up(nt, kMmqTokenPad) * k / 32 * 40. 0 when nt == 0.
@@ -104,6 +122,7 @@ const char* MmqVariantName(MmqVariant v);
 struct MmqReport {
   MmqVariant variant = MmqVariant::kNone;
   int tokens_per_cta = 0;
+  bool scale_plane = false;  // kFast read the weight's scale plane
   // Why kFast was skipped (a static string), or null when it ran.
   const char* fast_skipped = nullptr;
 };
@@ -129,6 +148,22 @@ cudaError_t LaunchMmqGeneric(const WeightView& w, const void* act, float* y, int
 // The ladder on already-quantized activations: kFast, else kGeneric.
 cudaError_t LaunchMmqQuantized(const WeightView& w, const void* act, float* y, int64_t nt,
                                cudaStream_t stream, MmqReport* report = nullptr);
+
+// Up to kMmqMaxSegments weights of one type and k applied to the same
+// activations, weight i's product to its own y[i] ([nt][w[i].rows]): one
+// launch whose grid spans every weight's row tiles (FusedQKV at prefill:
+// 7B's 512-row k and v alone fill a third of the SMs). Outputs are
+// bit-identical to one LaunchMmqQuantized per weight. Scale planes are read
+// only when every weight has one. The ladder as LaunchMmqQuantized; the
+// generic rung launches once per weight.
+inline constexpr int kMmqMaxSegments = 3;
+struct MmqSegments {
+  int n = 0;
+  WeightView w[kMmqMaxSegments];
+  float* y[kMmqMaxSegments] = {};
+};
+cudaError_t LaunchMmqSegments(const MmqSegments& segments, const void* act, int64_t nt,
+                              cudaStream_t stream, MmqReport* report = nullptr);
 
 // The whole prefill matmul: LaunchQuantizeMmq(x -> act_scratch) then the
 // ladder. act_scratch: MmqActivationBytes(w.k, nt) bytes, 16-byte aligned,

@@ -303,29 +303,78 @@ struct Tr<GgmlType::kQ6_K> : Geometry<kQ6KPaddedBytes, 1> {
   }
 };
 
+// ------------------------------------------------------------ scale planes
+//
+// W_dsc (Q4_K) and W_exp (Q6_K): the Tr<T>::table entries of a whole weight
+// precomputed once at load time (mmq.h LaunchMmqScalePlane), float2
+// [rows][k / 32] row-major, 8 bytes per 32-element block. With a plane the
+// fast variant stages each chunk's 8 entries per row (64 bytes) by cp.async
+// next to the weight bytes, instead of decoding them at the top of every
+// chunk (the scale-table phase and its named barrier disappear), and copies
+// only the code bytes of each block: Q4_K skips its 16 header bytes (d,
+// dmin, scales), Q6_K copies ql/qh (192 bytes) and skips scales and d.
+// Plane<T>: kHas (a plane exists for T), kSkip (header bytes not copied),
+// kPieces (16-byte pieces copied per row and chunk), kWS (the shared-memory
+// row stride then: an odd multiple of 16).
+template <GgmlType T>
+struct Plane {
+  static constexpr bool kHas = false;
+  static constexpr int kSkip = 0, kPieces = 0, kWS = 16;
+};
+template <>
+struct Plane<GgmlType::kQ4_K> {
+  static constexpr bool kHas = true;
+  static constexpr int kSkip = 16, kPieces = 8, kWS = 144;
+};
+template <>
+struct Plane<GgmlType::kQ6_K> {
+  static constexpr bool kHas = true;
+  static constexpr int kSkip = 0, kPieces = 12, kWS = 208;
+};
+inline constexpr int kPS = 80;  // shared bytes per row of plane entries: 64 + 16
+                                // (20 words: 8 rows hit 8 different bank pairs)
+
 // ------------------------------------------------------ shared-memory plan
 
-// Per stage: weights kBM x kWS, activation codes BN x kAS, d [kKB][BN], and
-// s [kKB][BN] for the types with mins; once: the scale table [kKB][kBM] of
-// float2 (types with mins, Q6_K) or float.
-template <GgmlType T, int BN>
+// Per stage: weights kBM x kWS, activation codes BN x kAS, d [kKB][BN],
+// s [kKB][BN] for the types with mins, and with a plane its entries kBM x
+// kPS; once, without a plane: the scale table [kKB][kBM] of float2 (types
+// with mins, Q6_K) or float.
+template <GgmlType T, int BN, bool kPlane = false>
 struct Smem {
   using X = Tr<T>;
+  static_assert(!kPlane || Plane<T>::kHas, "no scale plane for this type");
   static constexpr int kTW = (X::kMin || X::kSplit) ? 2 : 1;  // floats per table entry
-  static constexpr int kW = kBM * X::kWS;
+  static constexpr int kWS = kPlane ? Plane<T>::kWS : X::kWS;  // weight row stride
+  static constexpr int kW = kBM * kWS;
   static constexpr int kA = BN * kAS;
   static constexpr int kD = kKB * BN * 4;
   static constexpr int kS = X::kMin ? kKB * BN * 4 : 0;
-  static constexpr int kStage = kW + kA + kD + kS;
-  static constexpr int kTable = kKB * kBM * kTW * 4;
+  static constexpr int kP = kPlane ? kBM * kPS : 0;
+  static constexpr int kStage = kW + kA + kD + kS + kP;
+  static constexpr int kTable = kPlane ? 0 : kKB * kBM * kTW * 4;
   static constexpr int kBytes = 2 * kStage + kTable;
   static_assert(kW % 16 == 0 && kA % 16 == 0 && kD % 16 == 0 && kS % 16 == 0, "alignment");
 };
 
-struct Params {
+// One weight of a launch: its rows go to their own output y [nt][rows].
+struct Segment {
   const uint8_t* w;
   int64_t row_bytes;
   int64_t rows;
+  const float2* plane;  // W_dsc / W_exp, or null (the kPlane instantiations only)
+  float* y;
+};
+inline constexpr int kMaxSegments = 3;
+
+// A launch: seg[0..n_seg) share the type, k and the activations (FusedQKV
+// at prefill runs q, k and v as one grid); row tile blockIdx.y belongs to
+// the last segment s with tile_begin[s] <= blockIdx.y.
+struct Params {
+  Segment seg[kMaxSegments];
+  int tile_begin[kMaxSegments];
+  int n_seg;
+  int row_tiles;  // the grid's y dimension: all segments' 128-row tiles
   int64_t k;
   int nb;        // k / 32
   int n_chunks;  // ceil(nb / kKB)
@@ -334,7 +383,6 @@ struct Params {
   const float* ad;
   const float* as;
   int64_t ntp;
-  float* y;
   int64_t nt;
 };
 

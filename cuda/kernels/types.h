@@ -36,6 +36,8 @@ struct WeightView {
   int64_t rows = 0;
   int64_t row_bytes = 0;
   bool q6k_padded = false;
+  // MMQ's precomputed scale plane of a Q4_K/Q6_K weight (mmq.h), or null.
+  const void* scale_plane = nullptr;
 };
 
 // Bytes of one block of `type` in device memory (Q6_K padded or not).

@@ -219,6 +219,8 @@ absl::StatusOr<WeightView> CudaState::RegisterWeight(uint64_t owner, const graph
   e.ptr = ptr;  // (a replaced entry's old buffer is leaked until release; see above)
   e.raw_bytes = w.nbytes;
   e.device_bytes = device_bytes;
+  e.plane = nullptr;  // (a replaced entry's plane is leaked with its buffer)
+  e.plane_bytes = 0;
   return v;
 }
 
@@ -235,6 +237,7 @@ void CudaState::ReleaseWeights(uint64_t owner) {
   for (auto it = weights_.begin(); it != weights_.end();) {
     if (it->first.first == owner) {
       Free(it->second.ptr);
+      Free(it->second.plane);
       it = weights_.erase(it);
     } else {
       ++it;
@@ -249,6 +252,31 @@ uint64_t CudaState::WeightBytes(uint64_t owner) const {
     if (key.first == owner) total += e.device_bytes;
   }
   return total;
+}
+
+absl::Status CudaState::AttachScalePlane(uint64_t owner, const std::string& name, void* plane,
+                                         uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  auto it = weights_.find({owner, name});
+  if (it == weights_.end()) {
+    return absl::NotFoundError(absl::StrCat("scale plane for '", name, "': no such weight"));
+  }
+  if (it->second.plane != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("weight '", name, "' already has a scale plane"));
+  }
+  it->second.plane = plane;
+  it->second.plane_bytes = bytes;
+  it->second.view.scale_plane = plane;
+  return absl::OkStatus();
+}
+
+std::map<GgmlType, uint64_t> CudaState::ScalePlaneBytes(uint64_t owner) const {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  std::map<GgmlType, uint64_t> out;
+  for (const auto& [key, e] : weights_) {
+    if (key.first == owner && e.plane != nullptr) out[e.view.type] += e.plane_bytes;
+  }
+  return out;
 }
 
 int32_t CudaState::TakeDeviceError() {

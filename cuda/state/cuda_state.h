@@ -82,6 +82,15 @@ class CudaState {
   // captured graphs are already gone).
   void ReleaseWeights(uint64_t owner);
   uint64_t WeightBytes(uint64_t owner) const;
+  // Gives a registered weight its MMQ scale plane (cuda/kernels/mmq.h; the
+  // caller built it in memory from Malloc): the weight's view then points at
+  // it, and ReleaseWeights frees it. NotFound (the caller still owns
+  // `plane`) when the owner has no such weight; FailedPrecondition when the
+  // weight already has a plane.
+  absl::Status AttachScalePlane(uint64_t owner, const std::string& name, void* plane,
+                                uint64_t bytes);
+  // Bytes of the owner's scale planes, per weight type (the VRAM they cost).
+  std::map<GgmlType, uint64_t> ScalePlaneBytes(uint64_t owner) const;
   static uint64_t NewOwnerId();
 
   // The device error flag kernels set (types.h DeviceError). Call
@@ -113,6 +122,8 @@ class CudaState {
     void* ptr = nullptr;
     uint64_t raw_bytes = 0;
     uint64_t device_bytes = 0;
+    void* plane = nullptr;  // view.scale_plane, owned
+    uint64_t plane_bytes = 0;
   };
   mutable std::mutex registry_mu_;
   std::map<std::pair<uint64_t, std::string>, Entry> weights_;

@@ -19,6 +19,10 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        KnobEffect::kGraphRebuild,
        "Disable the decode QKV fusion (FusedQKV + QkvBiasRopeStore): separate q/k/v "
        "matmuls, bias adds, RoPE and KV store."});
+  add({"MINFER_NO_FUSE_QKV_PREFILL", KnobType::kBool, "0", KnobScope::kPerModel,
+       KnobEffect::kGraphRebuild,
+       "Disable the prefill QKV fusion (one FusedQKV node over the q, k and v weights, read "
+       "back through views; one GEMM launch on a GPU): three separate matmuls."});
   add({"MINFER_NO_FUSE_FFN", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kGraphRebuild,
        "Disable the decode FFN fusion (FusedFFN): separate gate/up matmuls and SwiGLU."});
@@ -59,6 +63,14 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        KnobEffect::kRecapture,
        "Prefill RmsNorm/SwiGLU outputs read only by MMQ GEMMs are written as f32 and quantized "
        "by the GEMM, instead of written only as the GEMM's int8 activations (mode 2)."});
+  add({"MINFER_MMQ_Q4K_DSC", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kReload,
+       "Q4_K weights get MMQ's W_dsc plane at load: their per-32 scale and min as f32 pairs "
+       "(+44% of the Q4_K bytes in VRAM), staged by the prefill GEMM instead of decoded per "
+       "chunk; 0 = no plane."});
+  add({"MINFER_MMQ_Q6K_EXP", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kReload,
+       "Q6_K weights get MMQ's W_exp plane at load: their per-16 scales as f32 (+29% of the "
+       "Q6_K bytes in VRAM), staged by the prefill GEMM instead of decoded per chunk; 0 = no "
+       "plane."});
   add({"MINFER_MMQ_RAW_NB_DEBUG", KnobType::kBool, "0", KnobScope::kGlobal,
        KnobEffect::kRecapture,
        "Log which MMQ variant ran for each (weight type, shape) class the first time, and why a "

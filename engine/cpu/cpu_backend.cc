@@ -193,6 +193,17 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       return GetRowsF32(f(0), ne0, args.inputs[0].bytes / 4 / ne0, i32(1), node.shape.ne[1], out);
     }
     case OpKind::kFusedQKV: {
+      const int64_t nt = node.shape.ne[1];
+      if (nt > 1) {
+        // Planar: each weight's [rows, nt] product after the previous one
+        // (graph.h), exactly the unfused MatMuls' values.
+        float* y = out;
+        for (const graph::Weight* w : node.weights) {
+          RETURN_IF_ERROR(MatMul(pool, *w, f(0), nt, y, scratch_));
+          y += w->rows() * nt;
+        }
+        return absl::OkStatus();
+      }
       std::vector<const graph::Weight*> ws(node.weights.begin(), node.weights.end());
       return MatMulConcat(pool, ws, f(0), out, scratch_);
     }

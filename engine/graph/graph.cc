@@ -391,10 +391,12 @@ NodeId GraphBuilder::FusedQKV(NodeId x, const Weight* wq, const Weight* wk, cons
                "weights must be [n_in, n_out] matching the input"))
       return kNoNode;
   }
-  if (!Check(nx.shape.ne[1] == 1, label, "decode only (nt must be 1)")) return kNoNode;
+  if (!Check(nx.shape.ne[2] == 1 && nx.shape.ne[3] == 1 && nx.shape.ne[1] >= 1, label,
+             "input must be [n_in, nt]"))
+    return kNoNode;
   Node n;
   n.op = OpKind::kFusedQKV;
-  n.shape = Shape(wq->dims[1] + wk->dims[1] + wv->dims[1], 1);
+  n.shape = Shape(wq->dims[1] + wk->dims[1] + wv->dims[1], nx.shape.ne[1]);
   n.inputs = {x};
   n.weights = {wq, wk, wv};
   n.name = std::move(name);
@@ -483,10 +485,11 @@ void GraphBuilder::MarkInt8Consumers() {
   for (const Node& n : g_.nodes_) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       readers[n.inputs[i]]++;
-      if (n.op == OpKind::kMatMul && i == 0 && !n.weights.empty() && n.weights[0] != nullptr &&
-          IsInt8DotType(n.weights[0]->type)) {
-        int8_readers[n.inputs[i]]++;
-      }
+      // A MatMul's or a FusedQKV's activations, every weight int8-dot.
+      bool int8 = (n.op == OpKind::kMatMul || n.op == OpKind::kFusedQKV) && i == 0 &&
+                  !n.weights.empty();
+      for (const Weight* w : n.weights) int8 = int8 && w != nullptr && IsInt8DotType(w->type);
+      if (int8) int8_readers[n.inputs[i]]++;
     }
   }
   for (Node& n : g_.nodes_) {

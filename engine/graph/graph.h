@@ -28,8 +28,10 @@
 //   Permute x        copy of x with axes permuted (out.ne[perm[i]] = x.ne[i])
 //   GetRows src, ids gathers rows ids[i] of src (a node, or the node's weight,
 //                    dequantized) into [ne0, n_ids]
-//   FusedQKV x       [q; k; v] = (Wq, Wk, Wv) x, one output [n_q + 2 n_kv, 1]
-//                    (decode only: nt == 1)
+//   FusedQKV x       (Wq, Wk, Wv) x into one output [n_q + 2 n_kv, nt],
+//                    planar: the [n_q, nt] product Wq x, then Wk x [n_kv,
+//                    nt], then Wv x (for nt == 1 simply [q; k; v]); the
+//                    prefill graph reads q, k, v back through Views
 //   QkvBiasRopeStore qkv, pos   adds the q/k/v biases, ropes q and k, stores
 //                    k and v into the KV cache; output is the roped q
 //                    (decode only)

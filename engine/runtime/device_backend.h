@@ -47,8 +47,10 @@ struct DeviceBackendProvider {
   std::function<absl::StatusOr<DeviceInfo>()> info;
   // Device bytes a weight of `ggml_type` with `rows` rows of `ne0` elements
   // (`file_bytes` in the GGUF) occupies once uploaded (layouts may pad
-  // blocks and rows, e.g. Q6_K's 224-byte blocks).
-  std::function<uint64_t(int ggml_type, int64_t ne0, int64_t rows, uint64_t file_bytes)>
+  // blocks and rows, e.g. Q6_K's 224-byte blocks), with what the model's
+  // knobs (its overrides, or null) add at load (MMQ's scale planes).
+  std::function<uint64_t(int ggml_type, int64_t ne0, int64_t rows, uint64_t file_bytes,
+                         const KnobOverrides* knobs)>
       weight_bytes;
   // A backend with every weight of the model resident, or an error saying
   // why the model cannot run on this device (no device, a weight type

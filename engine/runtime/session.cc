@@ -63,6 +63,7 @@ absl::StatusOr<graph::GraphExec*> Session::GetGraph(int64_t n_tokens, int64_t n_
   p.kv_type = kv_->layout().dtype;
   p.fuse_qkv = !knobs.GetBool("MINFER_NO_FUSE_QKV", &model_->knobs());
   p.fuse_ffn = !knobs.GetBool("MINFER_NO_FUSE_FFN", &model_->knobs());
+  p.fuse_qkv_prefill = !knobs.GetBool("MINFER_NO_FUSE_QKV_PREFILL", &model_->knobs());
   p.gpu = model_->gpu();
   for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
     if (it->params == p) {

@@ -32,7 +32,9 @@ const bool kFakeRegistered = [] {
   p.info = []() -> absl::StatusOr<runtime::DeviceInfo> {
     return runtime::DeviceInfo{"FakeGPU", 7, kDeviceTotal, kDeviceFree};
   };
-  p.weight_bytes = [](int, int64_t, int64_t, uint64_t file_bytes) { return 2 * file_bytes; };
+  p.weight_bytes = [](int, int64_t, int64_t, uint64_t file_bytes, const KnobOverrides*) {
+    return 2 * file_bytes;
+  };
   p.create = [](const runtime::DeviceBackendRequest&)
       -> absl::StatusOr<std::unique_ptr<graph::Backend>> {
     return absl::UnavailableError("the fake device runs no models");

@@ -19,7 +19,8 @@ using graph::Weight;
 std::string GraphParams::ToString() const {
   return absl::StrCat("nt=", n_tokens, " n_out=", n_out, " n_ctx=", n_ctx,
                       " kv=", graph::DTypeName(kv_type), " fuse_qkv=", fuse_qkv,
-                      " fuse_ffn=", fuse_ffn, " gpu=", gpu);
+                      " fuse_ffn=", fuse_ffn, " fuse_qkv_prefill=", fuse_qkv_prefill,
+                      " gpu=", gpu);
 }
 
 uint64_t Qwen2Model::weight_bytes() const {
@@ -161,9 +162,19 @@ absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const Grap
     const std::string p = absl::StrCat("blk.", l, ".");
     // Attention block.
     NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
-    NodeId q = b.MatMul(n, L.wq, p + "q");
-    NodeId k = b.MatMul(n, L.wk, p + "k");
-    NodeId v = b.MatMul(n, L.wv, p + "v");
+    NodeId q, k, v;
+    if (nt > 1 && gp.fuse_qkv_prefill) {
+      // One node, planar output: q [nq, nt], then k and v [nkv, nt].
+      const int64_t nq = L.wq->rows(), nkv = L.wk->rows();
+      NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
+      q = b.View(qkv, Shape(nq, nt), 0, p + "q");
+      k = b.View(qkv, Shape(nkv, nt), nq * nt * 4, p + "k");
+      v = b.View(qkv, Shape(L.wv->rows(), nt), (nq + nkv) * nt * 4, p + "v");
+    } else {
+      q = b.MatMul(n, L.wq, p + "q");
+      k = b.MatMul(n, L.wk, p + "k");
+      v = b.MatMul(n, L.wv, p + "v");
+    }
     if (L.bq) q = b.Add(q, L.bq, p + "q_bias");
     if (L.bk) k = b.Add(k, L.bk, p + "k_bias");
     if (L.bv) v = b.Add(v, L.bv, p + "v_bias");

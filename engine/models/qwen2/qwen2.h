@@ -91,12 +91,16 @@ struct GraphParams {
   graph::DType kv_type = graph::DType::kF32;
   bool fuse_qkv = true;     // decode fusions (only applied when n_tokens == 1)
   bool fuse_ffn = true;
+  // Prefill (n_tokens > 1): each layer's q/k/v projections as one FusedQKV
+  // (one GEMM launch over all three weights on a GPU; on the CPU the same
+  // three matmuls as unfused) read back through Views.
+  bool fuse_qkv_prefill = true;
   bool gpu = false;         // whether a GPU backend participates
 
   bool operator==(const GraphParams& o) const {
     return n_tokens == o.n_tokens && n_out == o.n_out && n_ctx == o.n_ctx &&
            kv_type == o.kv_type && fuse_qkv == o.fuse_qkv && fuse_ffn == o.fuse_ffn &&
-           gpu == o.gpu;
+           fuse_qkv_prefill == o.fuse_qkv_prefill && gpu == o.gpu;
   }
   std::string ToString() const;
 };

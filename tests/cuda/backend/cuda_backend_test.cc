@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
+#include "cuda/kernels/mmq.h"
 #include "cuda/state/cuda_state.h"
 #include "cuda/testing/gpu_test_util.h"
 #include "engine/base/knobs.h"
@@ -308,6 +309,57 @@ TEST_F(CudaBackendOpTest, MatMulMmqEveryQuantType) {
     }
     EXPECT_EQ(h.gpu()->stats().mmq_fast + h.gpu()->stats().mmq_generic, 4);
     EXPECT_EQ(h.gpu()->stats().gemm_f16, 0);
+  }
+}
+
+// FusedQKV at prefill (nt > 1): the planar [q | k | v] output equals the
+// three separate MatMuls bit for bit on the GPU (runs of one weight type
+// share one segmented MMQ launch; mixed types split the run; float weights
+// and nt <= 8 take the per-weight kernels) and the CPU within MatMul's
+// bounds.
+TEST_F(CudaBackendOpTest, FusedQkvPrefillEqualsSeparateMatMuls) {
+  const int64_t k = 512;
+  struct Set {
+    GgmlType q, kv_k, v;
+    int64_t segmented_launches;  // per nt >= 9 evaluation
+  };
+  for (const Set& set : {Set{GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K, 1},
+                         Set{GgmlType::kQ8_0, GgmlType::kQ8_0, GgmlType::kQ8_0, 1},
+                         Set{GgmlType::kQ5_0, GgmlType::kQ6_K, GgmlType::kQ5_0, 0},
+                         Set{GgmlType::kF16, GgmlType::kF16, GgmlType::kF16, 0}}) {
+    SCOPED_TRACE(absl::StrCat(GgmlTypeName(set.q), "/", GgmlTypeName(set.kv_k), "/",
+                              GgmlTypeName(set.v)));
+    auto wq = MakeWeight("wq", set.q, k, 300);
+    auto wk = MakeWeight("wk", set.kv_k, k, 64);
+    auto wv = MakeWeight("wv", set.v, k, 64);
+    OpHarness h({&wq->w, &wk->w, &wv->w});
+    ASSERT_NE(h.gpu(), nullptr);
+    int64_t expected_segmented = 0;
+    for (int64_t nt : {2, 9, 100}) {
+      SCOPED_TRACE(nt);
+      Node qkv = MakeNode(OpKind::kFusedQKV, Shape(300 + 64 + 64, nt), {&wq->w, &wk->w, &wv->w});
+      qkv.inputs = {0};
+      auto x = RandomFloats(k * nt);
+      std::vector<float> c, g;
+      h.Run(qkv, {Bytes(x)}, &c, &g);
+      int64_t off = 0;
+      for (const TestWeight* w : {wq.get(), wk.get(), wv.get()}) {
+        const int64_t rows = w->w.rows();
+        Node mm = MakeNode(OpKind::kMatMul, Shape(rows, nt), {&w->w});
+        mm.inputs = {0};
+        std::vector<float> c1, g1;
+        h.Run(mm, {Bytes(x)}, &c1, &g1);
+        const std::vector<float> gs(g.begin() + off, g.begin() + off + rows * nt);
+        const std::vector<float> cs(c.begin() + off, c.begin() + off + rows * nt);
+        EXPECT_EQ(std::memcmp(gs.data(), g1.data(), gs.size() * 4), 0) << w->w.name;
+        EXPECT_EQ(cs, c1) << w->w.name << " (CPU)";
+        const bool f16_gemm = nt >= 9 && set.q == GgmlType::kF16;
+        EXPECT_LT(RelErr(gs, cs), f16_gemm ? 1e-2 : 1e-5) << w->w.name;
+        off += rows * nt;
+      }
+      if (nt >= 9) expected_segmented += set.segmented_launches;
+    }
+    EXPECT_EQ(h.gpu()->stats().mmq_segmented, expected_segmented);
   }
 }
 
@@ -793,6 +845,55 @@ TEST(CudaMode2Test, Int8OnlyProducersGiveTheSameLogits) {
     const int64_t layers = std::string(shape) == "tiny" ? 2 : 24;
     EXPECT_EQ(int8_only[0], 3 * layers);  // attn_norm, ffn_norm, swiglu per layer
     EXPECT_EQ(int8_only[1], 0);
+  }
+}
+
+// Two prefill levers that must not change a bit: the QKV fusion (one
+// segmented MMQ launch per layer) and the W_dsc/W_exp scale planes built at
+// load. Logits of a 40-token prefill are bit-identical with each lever off,
+// on the tiny Q4_K_M model and the 0.5B mix; the levers really ran (or
+// not), and the planes' VRAM is what their formula says.
+TEST(CudaPrefillLeversTest, QkvFusionAndScalePlanesKeepLogitsBitIdentical) {
+  MINFER_REQUIRE_GPU();
+  for (const char* shape : {"tiny", "0.5b"}) {
+    SCOPED_TRACE(shape);
+    std::vector<int32_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + (37 * i) % 900);
+    struct Config {
+      const char* no_fuse;
+      const char* planes;
+    };
+    std::vector<float> logits[3];
+    const Config configs[3] = {{"0", "1"}, {"1", "1"}, {"0", "0"}};
+    for (int c = 0; c < 3; ++c) {
+      SCOPED_TRACE(c);
+      ScopedKnob fuse("MINFER_NO_FUSE_QKV_PREFILL", configs[c].no_fuse);
+      ScopedKnob q4k("MINFER_MMQ_Q4K_DSC", configs[c].planes);
+      ScopedKnob q6k("MINFER_MMQ_Q6K_EXP", configs[c].planes);
+      auto m = Load(shape, "q4_k_m", "cuda");
+      ASSERT_TRUE(m);
+      auto s = runtime::Session::Create(m, {.n_ctx = 128});
+      ASSERT_TRUE(s.ok());
+      auto l = (*s)->Eval(prompt);
+      ASSERT_TRUE(l.ok()) << l.status();
+      logits[c] = *l;
+      const auto* b = dynamic_cast<CudaBackend*>(m->kv_backend());
+      ASSERT_NE(b, nullptr);
+      const bool fused = configs[c].no_fuse[0] == '0', planes = configs[c].planes[0] == '1';
+      EXPECT_EQ(b->stats().mmq_segmented > 0, fused);
+      EXPECT_EQ(b->stats().mmq_plane > 0, planes);
+      uint64_t want = 0;
+      for (const auto& w : m->arch().weights()) {
+        if (w->dims.size() == 2) want += MmqScalePlaneBytes(w->type, w->ne0(), w->rows());
+      }
+      EXPECT_GT(want, 0u);
+      EXPECT_EQ(b->scale_plane_bytes(), planes ? want : 0u);
+    }
+    for (int c = 1; c < 3; ++c) {
+      ASSERT_EQ(logits[0].size(), logits[c].size());
+      EXPECT_EQ(std::memcmp(logits[0].data(), logits[c].data(), logits[0].size() * 4), 0)
+          << "config " << c;
+    }
   }
 }
 

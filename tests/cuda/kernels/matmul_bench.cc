@@ -309,10 +309,11 @@ int MmqMain(bool quick) {
   const int64_t nts[] = {512, 2048};
   // us of LaunchMmq per [type index][shape][nt index], for the estimate.
   double table[8][4][2] = {};
+  double table_plane[8][4][2] = {};  // with scale planes (Q4_K, Q6_K)
   std::printf(
       "\n== MMQ (LaunchMmq incl. quantize prepass) vs GemmF16; TOPS = 2 rows k nt / time\n"
       "%-5s %-24s %5s | %9s %7s | %9s %7s | %8s | %9s %7s | %6s | %s\n",
-      "type", "shape", "nt", "mmq us", "TOPS", "bn128 us", "TOPS", "quant us", "f16 us", "TFLOPS",
+      "type", "shape", "nt", "mmq us", "TOPS", "plane us", "TOPS", "quant us", "f16 us", "TFLOPS",
       "f16/mmq", "rung");
   for (int ti = 0; ti < 8; ++ti) {
     const GgmlType type = types[ti];
@@ -342,19 +343,25 @@ int MmqMain(bool quick) {
         const double us = TimeLaunches(
             [&](int i) { return LaunchMmq(rot[i % 2].view, x, act, y, nt, stream); }, batch, reps);
         table[ti][si][ni] = us;
-        // The fast variant with 128-token tiles (one CTA per SM), prepass included.
-        double us128 = -1;
-        MmqTuning tu;
-        tu.tokens_per_cta = 128;
-        if (LaunchMmqFast(rot[0].view, act, y, nt, tu, stream) == cudaSuccess) {
-          us128 = TimeLaunches(
-              [&](int i) {
-                const cudaError_t e = LaunchQuantizeMmq(x, act, s.k, nt, stream);
-                return e != cudaSuccess ? e : LaunchMmqFast(rot[i % 2].view, act, y, nt, tu, stream);
-              },
-              batch, reps);
-        } else {
-          (void)cudaGetLastError();
+        // With the W_dsc / W_exp scale plane (Q4_K, Q6_K), prepass included.
+        double us_plane = -1;
+        if (MmqScalePlaneType(type)) {
+          WeightView pv[2];
+          void* planes[2];
+          for (int i = 0; i < 2; ++i) {
+            pv[i] = rot[i].view;
+            CHECK_CUDA(cudaMalloc(&planes[i], MmqScalePlaneBytes(type, s.k, s.rows)));
+            CHECK_CUDA(LaunchMmqScalePlane(pv[i], planes[i], stream));
+            pv[i].scale_plane = planes[i];
+          }
+          MmqReport prep;
+          CHECK_CUDA(LaunchMmq(pv[0], x, act, y, nt, stream, &prep));
+          if (!prep.scale_plane) std::printf("(plane not used)\n");
+          us_plane = TimeLaunches(
+              [&](int i) { return LaunchMmq(pv[i % 2], x, act, y, nt, stream); }, batch, reps);
+          CHECK_CUDA(cudaStreamSynchronize(stream));
+          for (void* pl : planes) cudaFree(pl);
+          table_plane[ti][si][ni] = us_plane;
         }
         const double usq = TimeLaunches(
             [&](int) { return LaunchQuantizeMmq(x, act, s.k, nt, stream); }, batch, reps);
@@ -366,7 +373,7 @@ int MmqMain(bool quick) {
                       rep.fast_skipped ? rep.fast_skipped : "");
         std::printf("%-5s %-24s %5lld | %9.1f %7.1f | %9.1f %7.1f | %8.1f | %9.1f %7.1f | %6.2fx | %s%s\n",
                     GgmlTypeName(type), s.name, static_cast<long long>(nt), us, ops / us / 1e6,
-                    us128, us128 > 0 ? ops / us128 / 1e6 : 0.0, usq, usf, ops / usf / 1e6,
+                    us_plane, us_plane > 0 ? ops / us_plane / 1e6 : 0.0, usq, usf, ops / usf / 1e6,
                     usf / us, rung, rep.fast_skipped ? ")" : "");
         cudaFree(x), cudaFree(y), cudaFree(act);
       }
@@ -377,14 +384,16 @@ int MmqMain(bool quick) {
   // down Q6_K in about half the layers (14 Q6_K + 14 Q4_K). Head excluded
   // (prefill computes logits for the last token only).
   std::printf("\n== estimated 7B Q4_K_M prefill matmul time (28 layers, no attention/head)\n");
-  for (int ni = 0; ni < 2; ++ni) {
-    // types[] indices: 0 Q4_K, 1 Q6_K.
-    const double common = table[0][0][ni] * 2 + table[0][1][ni] + table[1][1][ni] +
-                          table[0][2][ni] * 2;
-    const double us = 14 * (common + table[1][3][ni]) + 14 * (common + table[0][3][ni]);
-    std::printf("nt=%-5lld %9.0f us per %lld tokens -> %7.0f tokens/s (matmuls only)\n",
-                static_cast<long long>(nts[ni]), us, static_cast<long long>(nts[ni]),
-                nts[ni] / us * 1e6);
+  for (int plane = 0; plane < 2; ++plane) {
+    auto& t = plane ? table_plane : table;
+    for (int ni = 0; ni < 2; ++ni) {
+      // types[] indices: 0 Q4_K, 1 Q6_K.
+      const double common = t[0][0][ni] * 2 + t[0][1][ni] + t[1][1][ni] + t[0][2][ni] * 2;
+      const double us = 14 * (common + t[1][3][ni]) + 14 * (common + t[0][3][ni]);
+      std::printf("%s nt=%-5lld %9.0f us per %lld tokens -> %7.0f tokens/s (matmuls only)\n",
+                  plane ? "planes   " : "no planes", static_cast<long long>(nts[ni]), us,
+                  static_cast<long long>(nts[ni]), nts[ni] / us * 1e6);
+    }
   }
   return 0;
 }

@@ -522,6 +522,189 @@ TEST(MmqQ6KTest, PaddedAndRawStridesAgree) {
   }
 }
 
+// The W_dsc (Q4_K) / W_exp (Q6_K) scale planes: each entry is the float
+// the CPU folds (computed here from the block bytes with engine/quant), and
+// the fast variant reading a plane gives the same bits as decoding the
+// scales itself, at every token tile, through the ladder too.
+TEST(MmqScalePlaneTest, EntriesMatchCpuAndPlaneOnOffAgree) {
+  REQUIRE_MMQ_GPU();
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    Checker c(std::string("scale plane ") + GgmlTypeName(type));
+    for (int64_t k : {256, 3584}) {
+      for (int64_t rows : {77, 300}) {
+        const HostWeight w = MakeWeight(type, rows, k, 1);
+        auto dw = Upload(w, /*q6k_padded=*/type == GgmlType::kQ6_K);
+        ASSERT_EQ(dw->view.row_bytes % 16, 0);
+        const int64_t nb = k / 32;
+        ASSERT_EQ(MmqScalePlaneBytes(type, k, rows), rows * nb * 8);
+        DeviceBuffer<float> plane(rows * nb * 2);
+        ASSERT_EQ(LaunchMmqScalePlane(dw->view, plane.get(), nullptr), cudaSuccess);
+        SYNC();
+        const std::vector<float> hp = plane.ToHost();
+        int64_t bad = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* blk = w.row(r) + (b / 8) * TraitsOf(type).type_size;
+            const int j = static_cast<int>(b % 8);
+            float e0, e1;
+            if (type == GgmlType::kQ4_K) {
+              const auto* q = reinterpret_cast<const BlockQ4_K*>(blk);
+              uint8_t sc, m;
+              Q4KScaleMin(q->scales, j, &sc, &m);
+              e0 = Fp16ToFloat(q->d) * static_cast<float>(sc);
+              e1 = -(Fp16ToFloat(q->dmin) * static_cast<float>(m));
+            } else {
+              const auto* q = reinterpret_cast<const BlockQ6_K*>(blk);
+              e0 = Fp16ToFloat(q->d) * static_cast<float>(q->scales[2 * j]);
+              e1 = Fp16ToFloat(q->d) * static_cast<float>(q->scales[2 * j + 1]);
+            }
+            const int64_t i = 2 * (r * nb + b);
+            bad += Bits(hp[i]) != Bits(e0) || Bits(hp[i + 1]) != Bits(e1);
+          }
+        }
+        c.Check(bad == 0, Describe(type, false, rows, k, 0) + ": " + std::to_string(bad) +
+                              " plane entries differ from the CPU's scales");
+        WeightView with = dw->view;
+        with.scale_plane = plane.get();
+        for (int64_t nt : {9, 100, 511}) {
+          const Acts a = MakeActs(k, nt);
+          DeviceBuffer<uint8_t> dact(a.layout);
+          const std::string what = Describe(type, with.q6k_padded, rows, k, nt);
+          cudaError_t err;
+          for (int bn : {32, 64, 128}) {
+            MmqTuning tu;
+            tu.tokens_per_cta = bn;
+            const std::vector<float> off = RunPoisoned(
+                rows, nt,
+                [&](float* y) { return LaunchMmqFast(dw->view, dact.get(), y, nt, tu, nullptr); },
+                &err);
+            ASSERT_EQ(err, cudaSuccess) << what;
+            const std::vector<float> on = RunPoisoned(
+                rows, nt, [&](float* y) { return LaunchMmqFast(with, dact.get(), y, nt, tu, nullptr); },
+                &err);
+            ASSERT_EQ(err, cudaSuccess) << what << " plane/" << bn;
+            CheckIdentical(on, off, rows * nt, what + " plane vs none, tile " + std::to_string(bn), &c);
+            if (bn == 64) CheckAgainstCpu(w, a, on, what + " plane", &c);
+          }
+          MmqReport rep;
+          const std::vector<float> yl = RunPoisoned(
+              rows, nt, [&](float* y) { return LaunchMmqQuantized(with, dact.get(), y, nt, nullptr, &rep); },
+              &err);
+          ASSERT_EQ(err, cudaSuccess) << what;
+          c.Check(rep.variant == MmqVariant::kFast && rep.scale_plane,
+                  what + ": the ladder did not use the plane");
+          CheckAgainstCpu(w, a, yl, what + " ladder with plane", &c);
+        }
+      }
+    }
+  }
+  // Misuse: a plane on a type without one, a misaligned plane, a plane for
+  // a legacy type.
+  const HostWeight w = MakeWeight(GgmlType::kQ8_0, 8, 256, 1);
+  auto dw = Upload(w, false);
+  DeviceBuffer<float> plane(1024);
+  DeviceBuffer<uint8_t> act(MmqActivationBytes(256, 9));
+  DeviceBuffer<float> y(8 * 9);
+  EXPECT_EQ(LaunchMmqScalePlane(dw->view, plane.get(), nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(MmqScalePlaneBytes(GgmlType::kQ8_0, 256, 8), 0);
+  WeightView v = dw->view;
+  v.scale_plane = plane.get();
+  EXPECT_EQ(LaunchMmqFast(v, act.get(), y.get(), 9, MmqTuning{}, nullptr), cudaErrorInvalidValue);
+  const HostWeight w4 = MakeWeight(GgmlType::kQ4_K, 8, 256, 1);
+  auto dw4 = Upload(w4, false);
+  v = dw4->view;
+  v.scale_plane = reinterpret_cast<const uint8_t*>(plane.get()) + 8;
+  EXPECT_EQ(LaunchMmqFast(v, act.get(), y.get(), 9, MmqTuning{}, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchMmqScalePlane(dw4->view, reinterpret_cast<uint8_t*>(plane.get()) + 8, nullptr),
+            cudaErrorInvalidValue);
+  SYNC();
+}
+
+// One launch over several weights (FusedQKV at prefill) equals one launch
+// per weight, bit for bit: the fast rung with segments of different row
+// counts (tile edges inside a segment), with and without scale planes, an
+// empty segment among them, and the generic rung (a misaligned weight makes
+// the whole launch fall back, one generic launch per weight).
+TEST(MmqSegmentsTest, EqualsOneLaunchPerWeight) {
+  REQUIRE_MMQ_GPU();
+  const int64_t k = 512;
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ8_0}) {
+    Checker c(std::string("segments ") + GgmlTypeName(type));
+    const int64_t rows[3] = {300, 0, 77};
+    std::vector<HostWeight> hw;
+    std::vector<std::unique_ptr<DeviceWeight>> dw;
+    for (int i = 0; i < 3; ++i) {
+      hw.push_back(MakeWeight(type, std::max<int64_t>(rows[i], 1), k, 1));
+      hw.back().rows = rows[i];
+      dw.push_back(Upload(hw.back(), false, /*shift=*/0, DeviceRowBytes(type, k) - RowBytes(type, k)));
+      dw.back()->view.rows = rows[i];
+    }
+    for (int64_t nt : {9, 100}) {
+      const Acts a = MakeActs(k, nt);
+      DeviceBuffer<uint8_t> dact(a.layout);
+      for (int variant = 0; variant < 3; ++variant) {  // fast, fast + planes, misaligned
+        std::vector<std::unique_ptr<DeviceBuffer<float>>> planes;
+        MmqSegments seg;
+        seg.n = 3;
+        for (int i = 0; i < 3; ++i) {
+          seg.w[i] = dw[i]->view;
+          if (variant == 1 && MmqScalePlaneType(type) && rows[i] > 0) {
+            planes.push_back(std::make_unique<DeviceBuffer<float>>(rows[i] * (k / 32) * 2));
+            ASSERT_EQ(LaunchMmqScalePlane(seg.w[i], planes.back()->get(), nullptr), cudaSuccess);
+            seg.w[i].scale_plane = planes.back()->get();
+          }
+        }
+        std::unique_ptr<DeviceWeight> shifted;
+        if (variant == 2) {
+          shifted = Upload(hw[2], false, /*shift=*/2, 0);
+          shifted->view.rows = rows[2];
+          seg.w[2] = shifted->view;
+        }
+        const std::string what = Describe(type, false, 300, k, nt) + " variant " + std::to_string(variant);
+        DeviceBuffer<float> out((300 + 77) * nt + kGuard);
+        out.Poison();
+        seg.y[0] = out.get();
+        seg.y[1] = out.get() + 300 * nt;  // empty: nothing written
+        seg.y[2] = out.get() + 300 * nt;
+        MmqReport rep;
+        ASSERT_EQ(LaunchMmqSegments(seg, dact.get(), nt, nullptr, &rep), cudaSuccess) << what;
+        SYNC();
+        const std::vector<float> y = out.ToHost();
+        c.Check(rep.variant == (variant == 2 ? MmqVariant::kGeneric : MmqVariant::kFast),
+                what + ": ran " + MmqVariantName(rep.variant));
+        c.Check(rep.scale_plane == (variant == 1 && MmqScalePlaneType(type)), what + ": plane use");
+        int64_t off = 0;
+        for (int i : {0, 2}) {
+          cudaError_t err;
+          const std::vector<float> one = RunPoisoned(
+              rows[i], nt,
+              [&](float* yy) { return LaunchMmqQuantized(dw[i]->view, dact.get(), yy, nt, nullptr); },
+              &err);
+          ASSERT_EQ(err, cudaSuccess);
+          const std::vector<float> part(y.begin() + off, y.begin() + off + rows[i] * nt);
+          CheckIdentical(part, one, rows[i] * nt, what + " segment " + std::to_string(i), &c);
+          off += rows[i] * nt;
+        }
+        bool guard_ok = true;
+        for (int64_t i = off; i < off + kGuard; ++i) guard_ok &= Bits(y[i]) == 0xFFFFFFFFu;
+        c.Check(guard_ok, what + ": wrote past the last segment");
+      }
+    }
+    // Mixed types or k in one launch are invalid calls.
+    MmqSegments bad;
+    bad.n = 2;
+    bad.w[0] = dw[0]->view;
+    bad.w[1] = dw[0]->view;
+    bad.w[1].type = type == GgmlType::kQ8_0 ? GgmlType::kQ4_0 : GgmlType::kQ6_K;
+    DeviceBuffer<uint8_t> act(MmqActivationBytes(k, 9));
+    DeviceBuffer<float> y(300 * 9 * 2);
+    bad.y[0] = y.get(), bad.y[1] = y.get() + 300 * 9;
+    EXPECT_EQ(LaunchMmqSegments(bad, act.get(), 9, nullptr), cudaErrorInvalidValue);
+    bad.n = 4;
+    EXPECT_EQ(LaunchMmqSegments(bad, act.get(), 9, nullptr), cudaErrorInvalidValue);
+  }
+}
+
 TEST(MmqApiTest, RejectsBadCalls) {
   REQUIRE_MMQ_GPU();
   const int64_t k = 256, rows = 8, nt = 9;

@@ -3,6 +3,7 @@
 // type, plus the invariants the decode loop relies on.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "engine/base/knobs.h"
 #include "engine/runtime/model.h"
@@ -175,6 +176,33 @@ TEST(Qwen2EngineTest, FusionOnOffComputesTheSame) {
   ASSERT_EQ(fused.size(), unfused.size());
   std::vector<double> ref(unfused.begin(), unfused.end());
   EXPECT_LT(RelErr(fused.data(), ref), 1e-6);
+}
+
+// The prefill QKV fusion (FusedQKV with a planar output read through
+// Views) computes exactly what three MatMuls compute: the same kernels on
+// the same rows, so the logits are bit-identical.
+TEST(Qwen2EngineTest, PrefillQkvFusionOnOffIsBitIdentical) {
+  for (const std::string type : {"q4_k_m", "f16"}) {
+    SCOPED_TRACE(type);
+    auto model = LoadModel("tiny", type);
+    ASSERT_NE(model, nullptr);
+    const std::vector<int32_t> tokens = {5, 900, 42, 77, 1000, 3, 250, 251, 9, 600, 17};
+    auto run = [&](bool fused) {
+      EXPECT_TRUE(KnobRegistry::Global().Set("MINFER_NO_FUSE_QKV_PREFILL", fused ? "0" : "1").ok());
+      auto s = Session::Create(model, {.n_ctx = 16});
+      EXPECT_TRUE(s.ok());
+      auto l = (*s)->Eval(tokens, /*all_logits=*/true);
+      EXPECT_TRUE(l.ok()) << l.status();
+      return l.ok() ? *l : std::vector<float>{};
+    };
+    const std::vector<float> fused = run(true), unfused = run(false);
+    ASSERT_TRUE(KnobRegistry::Global().Reset("MINFER_NO_FUSE_QKV_PREFILL").ok());
+    ASSERT_EQ(fused.size(), unfused.size());
+    ASSERT_FALSE(fused.empty());
+    int64_t differ = 0;
+    for (size_t i = 0; i < fused.size(); ++i) differ += std::memcmp(&fused[i], &unfused[i], 4) != 0;
+    EXPECT_EQ(differ, 0) << "of " << fused.size() << " logits";
+  }
 }
 
 TEST(Qwen2EngineTest, KvCacheTypesStayClose) {
