@@ -347,11 +347,6 @@ absl::Status CudaBackend::CheckNotDead(const Node& n, const BufferRef& in, int64
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::MatMul(const Node& n, const BufferRef& x, float* y) {
-  ASSIGN_OR_RETURN(const WeightView* w, Weight(n.weights[0]));
-  return MatMulWeights(n, {w}, x, {y});
-}
-
 absl::StatusOr<void*> CudaBackend::MmqActivations(const Node& n, const BufferRef& x,
                                                   const float* xf, int64_t k, int64_t nt) {
   // One activation scratch shared by every prefill matmul (they run in
@@ -796,8 +791,10 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
       if (q8 != nullptr) q8_valid_[Key{a.output.buffer, a.output.offset}] = ne0 * 4;
       return absl::OkStatus();
     }
-    case OpKind::kMatMul:
-      return MatMul(n, a.inputs[0], out);
+    case OpKind::kMatMul: {
+      ASSIGN_OR_RETURN(const WeightView* w, Weight(n.weights[0]));
+      return MatMulWeights(n, {w}, a.inputs[0], {out});
+    }
     case OpKind::kRoPE: {
       if (n.p.rope_style != graph::RopeStyle::kNeoX &&
           n.p.rope_style != graph::RopeStyle::kInterleaved) {
@@ -934,12 +931,14 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
         return absl::InvalidArgumentError(absl::StrCat("cuda QkvBiasRopeStore ", n.name, ": n_kv_embd ",
                                                        nkv, " != cache row ", a.kv_layout.n_kv_embd));
       }
+      const int64_t nt = n.shape.ne[2];
       const float *q, *k, *v;
       size_t pos_index;
       if (n.inputs.size() == 2) {
+        // One planar FusedQKV output: q [nq, nt], k [nkv, nt], v [nkv, nt].
         q = f(0);
-        k = q + nq;
-        v = k + nkv;
+        k = q + nq * nt;
+        v = k + nkv * nt;
         pos_index = 1;
       } else {
         q = f(0);
@@ -947,9 +946,10 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
         v = f(2);
         pos_index = 3;
       }
-      if (a.inputs[pos_index].bytes / 4 != 1) {
-        return absl::InvalidArgumentError(absl::StrCat("cuda QkvBiasRopeStore ", n.name,
-                                                       ": decode only (one position)"));
+      if (a.inputs[pos_index].bytes / 4 != nt) {
+        return absl::InvalidArgumentError(absl::StrCat("cuda QkvBiasRopeStore ", n.name, ": ",
+                                                       a.inputs[pos_index].bytes / 4,
+                                                       " positions for ", nt, " tokens"));
       }
       const float* bias[3] = {nullptr, nullptr, nullptr};
       for (int j = 0; j < 3; ++j) {
@@ -964,8 +964,8 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
       ap.head_dim = p.head_dim;
       ap.n_ctx = a.kv_layout.n_ctx;
       ap.kv_type = ToKvType(a.kv_layout.dtype);
-      return Check(LaunchQkvBiasRopeStore(q, k, v, bias[0], bias[1], bias[2], i32(pos_index), out,
-                                          kc, vc, ap,
+      return Check(LaunchQkvBiasRopeStore(q, k, v, bias[0], bias[1], bias[2], i32(pos_index), nt,
+                                          out, kc, vc, ap,
                                           p.rope_style == graph::RopeStyle::kNeoX ? 0 : 1,
                                           p.rope_base, err_flag, st),
                    "QkvBiasRopeStore");

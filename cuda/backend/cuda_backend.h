@@ -141,7 +141,6 @@ class CudaBackend : public graph::Backend {
   // unless a producer already wrote it in this window.
   absl::StatusOr<const BlockQ8A*> Quantized(const graph::BufferRef& x, int64_t k, int64_t nt);
   absl::StatusOr<BlockQ8A*> Q8Plane(const graph::BufferRef& x, int64_t k, int64_t nt);
-  absl::Status MatMul(const graph::Node& n, const graph::BufferRef& x, float* y);
   // Weights ws[i] applied to the same input x [k, nt], product i to ys[i]
   // ([nt][rows_i]): MatMul, and FusedQKV at nt > 1 (its planar output),
   // where runs of one weight type share one MMQ launch.

@@ -89,16 +89,19 @@ cudaError_t LaunchKvStore(const float* k, const float* v, const int32_t* pos, in
                           void* k_cache, void* v_cache, KvType type, int64_t n_kv_embd,
                           int64_t n_ctx, int32_t* error_flag, cudaStream_t stream);
 
-// Decode epilogue (QkvBiasRopeStore): adds the biases (each may be null),
-// ropes q and k (NeoX/interleaved; all head_dim dims, the graph op's n_rot),
-// writes roped q to q_out [head_dim, n_head] and stores k, v at cache row
-// pos[0] (a bad position is skipped and flagged as in LaunchKvStore). q, k, v
-// may point into one buffer (the FusedQKV output). Bit-identical to LaunchAdd
-// + LaunchRope + LaunchKvStore. head_dim even and <= 256; q8_0 caches need
-// head_dim % 32 == 0.
+// FusedQKV's epilogue (QkvBiasRopeStore) for nt tokens (decode: 1): adds
+// the biases (each may be null), ropes q and k (NeoX/interleaved; all
+// head_dim dims, the graph op's n_rot), writes roped q to q_out [head_dim,
+// n_head, nt] and stores k, v of token t at cache row pos[t] (a bad
+// position is skipped and flagged as in LaunchKvStore). q is [n_head *
+// head_dim, nt], k and v [n_head_kv * head_dim, nt]; they may point into one
+// buffer (the FusedQKV output, planar). Bit-identical to LaunchAdd +
+// LaunchRope + LaunchKvStore. head_dim even and <= 256; q8_0 caches need
+// head_dim % 32 == 0; nt <= 65535.
 cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* v,
                                    const float* bq, const float* bk, const float* bv,
-                                   const int32_t* pos, float* q_out, void* k_cache, void* v_cache,
+                                   const int32_t* pos, int64_t nt, float* q_out, void* k_cache,
+                                   void* v_cache,
                                    const AttnParams& p, int rope_style, float rope_base,
                                    int32_t* error_flag, cudaStream_t stream);
 

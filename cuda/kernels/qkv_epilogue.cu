@@ -1,12 +1,13 @@
-// QkvBiasRopeStore, the decode epilogue of FusedQKV: q/k/v biases, RoPE of q
-// and k (n_rot = head_dim, as the graph op defines), roped q to q_out, k and
-// v stored at cache row pos[0]. One launch replaces bias x3 + rope x2 +
-// store; every value is computed with the same operations as the unfused
-// kernels (LaunchAdd, LaunchRope, LaunchKvStore), so the results are
-// bit-identical to that composition.
+// QkvBiasRopeStore, the epilogue of FusedQKV (decode, and prefill's nt
+// tokens): q/k/v biases, RoPE of q and k (n_rot = head_dim, as the graph op
+// defines), roped q to q_out, k and v stored at cache rows pos[t]. One
+// launch replaces bias x3 + rope x2 + store; every value is computed with
+// the same operations as the unfused kernels (LaunchAdd, LaunchRope,
+// LaunchKvStore), so the results are bit-identical to that composition.
 //
-// One block per head of q, k and v (n_head + 2 n_head_kv blocks): the head's
-// row is biased into shared memory, rotated there, and written out.
+// One block per (head of q, k and v; token): n_head + 2 n_head_kv blocks
+// along x, the tokens along y. The head's row is biased into shared memory,
+// rotated there, and written out.
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
@@ -23,6 +24,7 @@ struct QkvArgs {
   const float* bias[3];  // each may be null
   const int32_t* pos;
   float* q_out;
+  int64_t q_stride, kv_stride;  // floats between tokens of src[0] / src[1..2]
   uint8_t* cache[3];  // [1] = k cache, [2] = v cache
   int32_t* error_flag;
   int n_head, n_head_kv, head_dim, style;
@@ -36,13 +38,15 @@ __global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a
   const int part = b < a.n_head ? 0 : b < a.n_head + a.n_head_kv ? 1 : 2;
   const int h = part == 0 ? b : part == 1 ? b - a.n_head : b - a.n_head - a.n_head_kv;
   const int hd = a.head_dim;
-  const float* src = a.src[part] + static_cast<int64_t>(h) * hd;
+  const int64_t t = blockIdx.y;
+  const float* src = a.src[part] + t * (part == 0 ? a.q_stride : a.kv_stride) +
+                     static_cast<int64_t>(h) * hd;
   const float* bias =
       a.bias[part] != nullptr ? a.bias[part] + static_cast<int64_t>(h) * hd : nullptr;
   for (int i = threadIdx.x; i < hd; i += blockDim.x)
     row[i] = bias != nullptr ? src[i] + bias[i] : src[i];
   __syncthreads();
-  const int32_t p = a.pos[0];
+  const int32_t p = a.pos[t];
   if (part < 2) {
     const int half = hd / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -58,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a
     __syncthreads();
   }
   if (part == 0) {
-    float* dst = a.q_out + static_cast<int64_t>(h) * hd;
+    float* dst = a.q_out + t * a.q_stride + static_cast<int64_t>(h) * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) dst[i] = row[i];
     return;
   }
@@ -86,10 +90,12 @@ __global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a
 }  // namespace
 
 cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* v, const float* bq,
-                                   const float* bk, const float* bv, const int32_t* pos,
+                                   const float* bk, const float* bv, const int32_t* pos, int64_t nt,
                                    float* q_out, void* k_cache, void* v_cache, const AttnParams& p,
                                    int rope_style, float rope_base, int32_t* error_flag,
                                    cudaStream_t stream) {
+  if (nt < 0 || nt > 65535) return cudaErrorInvalidValue;
+  if (nt == 0) return cudaSuccess;
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
       p.head_dim > kMaxHeadDim || p.n_ctx <= 0 || (rope_style != 0 && rope_style != 1)) {
     return cudaErrorInvalidValue;
@@ -107,6 +113,8 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
   a.bias[2] = bv;
   a.pos = pos;
   a.q_out = q_out;
+  a.q_stride = static_cast<int64_t>(p.n_head) * p.head_dim;
+  a.kv_stride = static_cast<int64_t>(p.n_head_kv) * p.head_dim;
   a.cache[0] = nullptr;
   a.cache[1] = static_cast<uint8_t*>(k_cache);
   a.cache[2] = static_cast<uint8_t*>(v_cache);
@@ -116,7 +124,7 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
   a.head_dim = p.head_dim;
   a.style = rope_style;
   a.n_ctx = p.n_ctx;
-  const int blocks = p.n_head + 2 * p.n_head_kv;
+  const dim3 blocks(p.n_head + 2 * p.n_head_kv, static_cast<unsigned>(nt));
   switch (p.kv_type) {
     case KvType::kF32:
       qkv_bias_rope_store_kernel<KvType::kF32><<<blocks, kThreads, 0, stream>>>(a, freqs);

@@ -21,8 +21,9 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "matmuls, bias adds, RoPE and KV store."});
   add({"MINFER_NO_FUSE_QKV_PREFILL", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kGraphRebuild,
-       "Disable the prefill QKV fusion (one FusedQKV node over the q, k and v weights, read "
-       "back through views; one GEMM launch on a GPU): three separate matmuls."});
+       "Disable the prefill QKV fusion (FusedQKV over the q, k and v weights, one GEMM launch "
+       "on a GPU, + QkvBiasRopeStore over the prompt's tokens): separate q/k/v matmuls, bias "
+       "adds, RoPE and KV store."});
   add({"MINFER_NO_FUSE_FFN", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kGraphRebuild,
        "Disable the decode FFN fusion (FusedFFN): separate gate/up matmuls and SwiGLU."});

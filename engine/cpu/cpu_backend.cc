@@ -218,31 +218,42 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
         return absl::InvalidArgumentError(absl::StrCat("QkvBiasRopeStore: n_kv_embd ", nkv,
                                                        " != cache row ", args.kv_layout.n_kv_embd));
       }
-      // Gather q | k | v into one scratch row, whether fused or separate.
-      std::vector<float> qkv(nq + 2 * nkv);
-      size_t n_parts = node.inputs.size() - 1;
-      int64_t off = 0;
-      for (size_t i = 0; i < n_parts; ++i) {
-        int64_t cnt = args.inputs[i].bytes / 4;
-        std::memcpy(qkv.data() + off, in[i], cnt * 4);
-        off += cnt;
+      const int64_t nt = node.shape.ne[2];
+      // q [nq, nt], k and v [nkv, nt]: one planar FusedQKV output, or three
+      // inputs.
+      const size_t n_parts = node.inputs.size() - 1;
+      const float* src[3];
+      if (n_parts == 1) {
+        src[0] = f(0);
+        src[1] = src[0] + nq * nt;
+        src[2] = src[1] + nkv * nt;
+      } else {
+        for (int j = 0; j < 3; ++j) src[j] = f(j);
       }
       const int64_t sizes[3] = {nq, nkv, nkv};
-      off = 0;
-      for (int j = 0; j < 3; ++j) {
-        if (const graph::Weight* b = node.weights[j]) {
-          const float* bias = reinterpret_cast<const float*>(b->data);
-          for (int64_t i = 0; i < sizes[j]; ++i) qkv[off + i] += bias[i];
-        }
-        off += sizes[j];
-      }
       const int32_t* pos = i32(n_parts);
-      RopeF32(qkv.data(), pos, out, p.head_dim, p.n_head, 1, p.n_rot, p.rope_style, p.rope_base);
-      RopeF32(qkv.data() + nq, pos, qkv.data() + nq, p.head_dim, p.n_head_kv, 1, p.n_rot,
-              p.rope_style, p.rope_base);
       ASSIGN_OR_RETURN(uint8_t * kc, Ptr(args.kv->k, args.kv->k.bytes));
       ASSIGN_OR_RETURN(uint8_t * vc, Ptr(args.kv->v, args.kv->v.bytes));
-      return KvStore(qkv.data() + nq, qkv.data() + nq + nkv, pos, 1, args.kv_layout, kc, vc);
+      // Token by token, each gathered into one scratch row q | k | v.
+      std::vector<float> qkv(nq + 2 * nkv);
+      for (int64_t t = 0; t < nt; ++t) {
+        int64_t off = 0;
+        for (int j = 0; j < 3; ++j) {
+          std::memcpy(qkv.data() + off, src[j] + t * sizes[j], sizes[j] * 4);
+          if (const graph::Weight* b = node.weights[j]) {
+            const float* bias = reinterpret_cast<const float*>(b->data);
+            for (int64_t i = 0; i < sizes[j]; ++i) qkv[off + i] += bias[i];
+          }
+          off += sizes[j];
+        }
+        RopeF32(qkv.data(), pos + t, out + t * nq, p.head_dim, p.n_head, 1, p.n_rot,
+                p.rope_style, p.rope_base);
+        RopeF32(qkv.data() + nq, pos + t, qkv.data() + nq, p.head_dim, p.n_head_kv, 1, p.n_rot,
+                p.rope_style, p.rope_base);
+        RETURN_IF_ERROR(
+            KvStore(qkv.data() + nq, qkv.data() + nq + nkv, pos + t, 1, args.kv_layout, kc, vc));
+      }
+      return absl::OkStatus();
     }
   }
   return absl::UnimplementedError(absl::StrCat("cpu: op ", graph::OpName(node.op), " has no kernel"));

@@ -417,9 +417,10 @@ NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
   int64_t nkv = static_cast<int64_t>(n_head_kv) * head_dim;
   int64_t total = 0;
   for (NodeId id : qkv) total += node(id).shape.elements();
-  if (!Check(total == nq + 2 * nkv && node(pos).shape.elements() == 1, label,
-             absl::StrCat("decode only: expects ", nq + 2 * nkv, " q/k/v values for one token, got ",
-                          total)))
+  const int64_t nt = node(pos).shape.elements();
+  if (!Check(nt >= 1 && total == (nq + 2 * nkv) * nt, label,
+             absl::StrCat("expects ", nq + 2 * nkv, " q/k/v values for each of ", nt,
+                          " tokens, got ", total)))
     return kNoNode;
   auto bias_ok = [&](const Weight* b, int64_t n) {
     return b == nullptr || (b->type == GgmlType::kF32 && b->ne0() == n);
@@ -429,7 +430,7 @@ NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
     return kNoNode;
   Node n;
   n.op = OpKind::kQkvBiasRopeStore;
-  n.shape = Shape(head_dim, n_head, 1);
+  n.shape = Shape(head_dim, n_head, nt);
   n.inputs = qkv;
   n.inputs.push_back(pos);
   n.weights = {bq, bk, bv};

@@ -33,8 +33,9 @@
 //                    nt], then Wv x (for nt == 1 simply [q; k; v]); the
 //                    prefill graph reads q, k, v back through Views
 //   QkvBiasRopeStore qkv, pos   adds the q/k/v biases, ropes q and k, stores
-//                    k and v into the KV cache; output is the roped q
-//                    (decode only)
+//                    k and v of token t at cache row pos[t]; output is the
+//                    roped q [head_dim, n_head, nt]; qkv is one FusedQKV
+//                    output (planar) or q, k, v given separately
 //   FusedFFN x       silu(Wgate x) * (Wup x)  (decode only)
 //
 // Graphs are immutable once built; executing one never changes it.

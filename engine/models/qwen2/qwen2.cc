@@ -162,27 +162,28 @@ absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const Grap
     const std::string p = absl::StrCat("blk.", l, ".");
     // Attention block.
     NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
-    NodeId q, k, v;
+    NodeId q, store;
     if (nt > 1 && gp.fuse_qkv_prefill) {
-      // One node, planar output: q [nq, nt], then k and v [nkv, nt].
-      const int64_t nq = L.wq->rows(), nkv = L.wk->rows();
+      // Prefill QKV fusion: one FusedQKV (planar q | k | v; one GEMM launch
+      // on a GPU) and one epilogue for the biases, RoPE and the KV store,
+      // whose output is the roped q. The same values as the chain below.
       NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
-      q = b.View(qkv, Shape(nq, nt), 0, p + "q");
-      k = b.View(qkv, Shape(nkv, nt), nq * nt * 4, p + "k");
-      v = b.View(qkv, Shape(L.wv->rows(), nt), (nq + nkv) * nt * 4, p + "v");
+      q = store = b.QkvBiasRopeStore({qkv}, L.bq, L.bk, L.bv, pos, static_cast<int>(nh),
+                                     static_cast<int>(nkv), static_cast<int>(hd),
+                                     RopeStyle::kNeoX, hp.rope_base, l, p + "qkv_bias_rope_store");
     } else {
       q = b.MatMul(n, L.wq, p + "q");
-      k = b.MatMul(n, L.wk, p + "k");
-      v = b.MatMul(n, L.wv, p + "v");
+      NodeId k = b.MatMul(n, L.wk, p + "k");
+      NodeId v = b.MatMul(n, L.wv, p + "v");
+      if (L.bq) q = b.Add(q, L.bq, p + "q_bias");
+      if (L.bk) k = b.Add(k, L.bk, p + "k_bias");
+      if (L.bv) v = b.Add(v, L.bv, p + "v_bias");
+      q = b.Reshape(q, Shape(hd, nh, nt), p + "q_heads");
+      k = b.Reshape(k, Shape(hd, nkv, nt), p + "k_heads");
+      q = b.RoPE(q, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "q_rope");
+      k = b.RoPE(k, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "k_rope");
+      store = b.KvcacheStore(k, v, pos, l, p + "kv_store");
     }
-    if (L.bq) q = b.Add(q, L.bq, p + "q_bias");
-    if (L.bk) k = b.Add(k, L.bk, p + "k_bias");
-    if (L.bv) v = b.Add(v, L.bv, p + "v_bias");
-    q = b.Reshape(q, Shape(hd, nh, nt), p + "q_heads");
-    k = b.Reshape(k, Shape(hd, nkv, nt), p + "k_heads");
-    q = b.RoPE(q, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "q_rope");
-    k = b.RoPE(k, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "k_rope");
-    NodeId store = b.KvcacheStore(k, v, pos, l, p + "kv_store");
     NodeId kc = b.KvcacheLoad(store, l, KvKind::kK, kv_shape, gp.kv_type, p + "k_cache");
     NodeId vc = b.KvcacheLoad(store, l, KvKind::kV, kv_shape, gp.kv_type, p + "v_cache");
     NodeId a = b.Attn(q, kc, vc, pos, nh, nkv, static_cast<int>(hd), attn_scale, l, p + "attn");

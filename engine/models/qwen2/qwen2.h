@@ -93,7 +93,8 @@ struct GraphParams {
   bool fuse_ffn = true;
   // Prefill (n_tokens > 1): each layer's q/k/v projections as one FusedQKV
   // (one GEMM launch over all three weights on a GPU; on the CPU the same
-  // three matmuls as unfused) read back through Views.
+  // three matmuls as unfused) and its biases, RoPE and KV store as one
+  // QkvBiasRopeStore over the nt tokens.
   bool fuse_qkv_prefill = true;
   bool gpu = false;         // whether a GPU backend participates
 

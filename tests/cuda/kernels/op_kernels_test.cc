@@ -572,7 +572,7 @@ TEST(QkvBiasRopeStoreTest, BitIdenticalToUnfusedComposition) {
           const float* v = k + nkv;
           ASSERT_CUDA(LaunchQkvBiasRopeStore(q, k, v, bias ? dbq.get() : nullptr,
                                              bias ? dbk.get() : nullptr, bias ? dbv.get() : nullptr,
-                                             dp.get(), qout.get(), kc.get(), vc.get(), p, style,
+                                             dp.get(), 1, qout.get(), kc.get(), vc.get(), p, style,
                                              base, flag.get(), nullptr));
           // Unfused.
           if (bias) {
@@ -622,7 +622,7 @@ TEST(QkvBiasRopeStoreTest, BadPositionSkippedAndFlagged) {
   kc.Poison(0x11);
   DeviceBuffer<int32_t> flag(FlagInit());
   ASSERT_CUDA(LaunchQkvBiasRopeStore(dqkv.get(), dqkv.get() + 256, dqkv.get() + 384, nullptr,
-                                     nullptr, nullptr, dp.get(), qout.get(), kc.get(), vc.get(), p,
+                                     nullptr, nullptr, dp.get(), 1, qout.get(), kc.get(), vc.get(), p,
                                      0, 10000.0f, flag.get(), nullptr));
   SYNC();
   EXPECT_EQ(flag.ToHost()[0], kDeviceBadPosition);

@@ -178,17 +178,18 @@ TEST(Qwen2EngineTest, FusionOnOffComputesTheSame) {
   EXPECT_LT(RelErr(fused.data(), ref), 1e-6);
 }
 
-// The prefill QKV fusion (FusedQKV with a planar output read through
-// Views) computes exactly what three MatMuls compute: the same kernels on
-// the same rows, so the logits are bit-identical.
+// The prefill QKV fusion (FusedQKV with a planar output + QkvBiasRopeStore
+// over the prompt's tokens) computes exactly what the unfused chain
+// computes: the same kernels on the same rows, the same float operations
+// per element, so the logits are bit-identical.
 TEST(Qwen2EngineTest, PrefillQkvFusionOnOffIsBitIdentical) {
   for (const std::string type : {"q4_k_m", "f16"}) {
     SCOPED_TRACE(type);
     auto model = LoadModel("tiny", type);
     ASSERT_NE(model, nullptr);
     const std::vector<int32_t> tokens = {5, 900, 42, 77, 1000, 3, 250, 251, 9, 600, 17};
-    auto run = [&](bool fused) {
-      EXPECT_TRUE(KnobRegistry::Global().Set("MINFER_NO_FUSE_QKV_PREFILL", fused ? "0" : "1").ok());
+    auto run = [&](bool qkv) {
+      EXPECT_TRUE(KnobRegistry::Global().Set("MINFER_NO_FUSE_QKV_PREFILL", qkv ? "0" : "1").ok());
       auto s = Session::Create(model, {.n_ctx = 16});
       EXPECT_TRUE(s.ok());
       auto l = (*s)->Eval(tokens, /*all_logits=*/true);
@@ -197,8 +198,8 @@ TEST(Qwen2EngineTest, PrefillQkvFusionOnOffIsBitIdentical) {
     };
     const std::vector<float> fused = run(true), unfused = run(false);
     ASSERT_TRUE(KnobRegistry::Global().Reset("MINFER_NO_FUSE_QKV_PREFILL").ok());
-    ASSERT_EQ(fused.size(), unfused.size());
     ASSERT_FALSE(fused.empty());
+    ASSERT_EQ(fused.size(), unfused.size());
     int64_t differ = 0;
     for (size_t i = 0; i < fused.size(); ++i) differ += std::memcmp(&fused[i], &unfused[i], 4) != 0;
     EXPECT_EQ(differ, 0) << "of " << fused.size() << " logits";
