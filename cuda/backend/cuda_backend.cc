@@ -391,48 +391,47 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, const std::vector<const W
   // The decision tree (seed §2.2, §3.2.5): prefill-shaped batches go to the
   // tiled GEMM, decode shapes to MMVQ, float weights to the f32 kernels.
   if (nt >= 9 && knobs_.prefill_gemm) {
-    bool all_mmq = knobs_.mmq;
-    for (const WeightView* w : ws) all_mmq = all_mmq && MmqSupports(w->type);
-    if (all_mmq && mmq_device_) {
-      ASSIGN_OR_RETURN(void* act, MmqActivations(n, x, xf, k, nt));
-      // Runs of consecutive weights of one type share a launch (FusedQKV:
-      // q and k, often v too).
-      for (size_t i = 0; i < ws.size();) {
-        MmqSegments seg;
-        while (i < ws.size() && seg.n < kMmqMaxSegments &&
-               (seg.n == 0 || ws[i]->type == seg.w[0].type)) {
-          seg.w[seg.n] = *ws[i];
-          seg.y[seg.n++] = ys[i++];
-        }
-        MmqReport report;
-        RETURN_IF_ERROR(Check(LaunchMmqSegments(seg, act, nt, st, &report), "MMQ"));
-        (report.variant == MmqVariant::kFast ? stats_.mmq_fast : stats_.mmq_generic)++;
-        if (report.scale_plane) stats_.mmq_plane++;
-        if (seg.n > 1) stats_.mmq_segmented++;
-        if (knobs_.mmq_debug &&
-            mmq_logged_.insert({static_cast<int>(seg.w[0].type), seg.w[0].rows, k,
-                                static_cast<int>(report.variant) + 8 * seg.n})
-                .second) {
-          std::string rows = absl::StrCat(seg.w[0].rows);
-          for (int j = 1; j < seg.n; ++j) absl::StrAppend(&rows, "+", seg.w[j].rows);
-          Logger("cuda")->info("MMQ {} {}x{} nt {}: {} variant, {} tokens per CTA{}{}{}",
-                               GgmlTypeName(seg.w[0].type), rows, k, nt,
-                               MmqVariantName(report.variant), report.tokens_per_cta,
-                               report.scale_plane ? ", scale plane" : "",
-                               report.fast_skipped ? "; fast variant skipped: " : "",
-                               report.fast_skipped ? report.fast_skipped : "");
-        }
-      }
-      return absl::OkStatus();
-    }
-    if (all_mmq && knobs_.mmq_debug && mmq_logged_.insert({-1, -1, -1, 0}).second) {
-      // No MMQ on this GPU (pre-sm_80): the f16 GEMM below.
+    // Each weight as its own MatMul would run it: MMQ for the quantized
+    // types (runs of consecutive weights of one type share a launch:
+    // FusedQKV's q and k, often v too), the f16 GEMM for the rest and on
+    // GPUs without MMQ.
+    const bool mmq = knobs_.mmq && mmq_device_;
+    if (knobs_.mmq && !mmq_device_ && knobs_.mmq_debug && mmq_logged_.insert({-1, -1, -1, 0}).second) {
       Logger("cuda")->info("MMQ: not supported on this device (sm_80+ needed); f16 GEMM");
     }
-    RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
-    for (size_t i = 0; i < ws.size(); ++i) {
-      stats_.gemm_f16++;
-      RETURN_IF_ERROR(Check(LaunchGemmF16(*ws[i], xf, ys[i], nt, st), "GEMM f16"));
+    for (size_t i = 0; i < ws.size();) {
+      if (!(mmq && MmqSupports(ws[i]->type))) {
+        RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
+        stats_.gemm_f16++;
+        RETURN_IF_ERROR(Check(LaunchGemmF16(*ws[i], xf, ys[i], nt, st), "GEMM f16"));
+        ++i;
+        continue;
+      }
+      ASSIGN_OR_RETURN(void* act, MmqActivations(n, x, xf, k, nt));
+      MmqSegments seg;
+      while (i < ws.size() && seg.n < kMmqMaxSegments &&
+             (seg.n == 0 || ws[i]->type == seg.w[0].type)) {
+        seg.w[seg.n] = *ws[i];
+        seg.y[seg.n++] = ys[i++];
+      }
+      MmqReport report;
+      RETURN_IF_ERROR(Check(LaunchMmqSegments(seg, act, nt, st, &report), "MMQ"));
+      (report.variant == MmqVariant::kFast ? stats_.mmq_fast : stats_.mmq_generic)++;
+      if (report.scale_plane) stats_.mmq_plane++;
+      if (seg.n > 1) stats_.mmq_segmented++;
+      if (knobs_.mmq_debug &&
+          mmq_logged_.insert({static_cast<int>(seg.w[0].type), seg.w[0].rows, k,
+                              static_cast<int>(report.variant) + 8 * seg.n})
+              .second) {
+        std::string rows = absl::StrCat(seg.w[0].rows);
+        for (int j = 1; j < seg.n; ++j) absl::StrAppend(&rows, "+", seg.w[j].rows);
+        Logger("cuda")->info("MMQ {} {}x{} nt {}: {} variant, {} tokens per CTA{}{}{}",
+                             GgmlTypeName(seg.w[0].type), rows, k, nt,
+                             MmqVariantName(report.variant), report.tokens_per_cta,
+                             report.scale_plane ? ", scale plane" : "",
+                             report.fast_skipped ? "; fast variant skipped: " : "",
+                             report.fast_skipped ? report.fast_skipped : "");
+      }
     }
     return absl::OkStatus();
   }

@@ -315,8 +315,8 @@ TEST_F(CudaBackendOpTest, MatMulMmqEveryQuantType) {
 // FusedQKV at prefill (nt > 1): the planar [q | k | v] output equals the
 // three separate MatMuls bit for bit on the GPU (runs of one weight type
 // share one segmented MMQ launch; mixed types split the run; float weights
-// and nt <= 8 take the per-weight kernels) and the CPU within MatMul's
-// bounds.
+// take the f16 GEMM beside MMQ ones, and nt <= 8 the per-weight kernels)
+// and the CPU within MatMul's bounds.
 TEST_F(CudaBackendOpTest, FusedQkvPrefillEqualsSeparateMatMuls) {
   const int64_t k = 512;
   struct Set {
@@ -326,7 +326,8 @@ TEST_F(CudaBackendOpTest, FusedQkvPrefillEqualsSeparateMatMuls) {
   for (const Set& set : {Set{GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K, 1},
                          Set{GgmlType::kQ8_0, GgmlType::kQ8_0, GgmlType::kQ8_0, 1},
                          Set{GgmlType::kQ5_0, GgmlType::kQ6_K, GgmlType::kQ5_0, 0},
-                         Set{GgmlType::kF16, GgmlType::kF16, GgmlType::kF16, 0}}) {
+                         Set{GgmlType::kF16, GgmlType::kF16, GgmlType::kF16, 0},
+                         Set{GgmlType::kQ4_K, GgmlType::kF16, GgmlType::kQ4_K, 0}}) {
     SCOPED_TRACE(absl::StrCat(GgmlTypeName(set.q), "/", GgmlTypeName(set.kv_k), "/",
                               GgmlTypeName(set.v)));
     auto wq = MakeWeight("wq", set.q, k, 300);
@@ -353,7 +354,7 @@ TEST_F(CudaBackendOpTest, FusedQkvPrefillEqualsSeparateMatMuls) {
         const std::vector<float> cs(c.begin() + off, c.begin() + off + rows * nt);
         EXPECT_EQ(std::memcmp(gs.data(), g1.data(), gs.size() * 4), 0) << w->w.name;
         EXPECT_EQ(cs, c1) << w->w.name << " (CPU)";
-        const bool f16_gemm = nt >= 9 && set.q == GgmlType::kF16;
+        const bool f16_gemm = nt >= 9 && !MmqSupports(w->w.type);
         EXPECT_LT(RelErr(gs, cs), f16_gemm ? 1e-2 : 1e-5) << w->w.name;
         off += rows * nt;
       }
