@@ -534,18 +534,22 @@ TEST(KvStoreTest, RowsMatchCpuEncodingBytes) {
 // ============================================================ QkvBiasRopeStore
 
 // Fused vs LaunchAdd + LaunchRope + LaunchKvStore: bit-identical q_out and
-// cache bytes (the same operations in the same order).
+// cache bytes (the same operations in the same order), for one token
+// (decode) and for 37 (prefill: q, k, v planar in one buffer, as FusedQKV
+// writes them, at distinct shuffled positions).
 TEST(QkvBiasRopeStoreTest, BitIdenticalToUnfusedComposition) {
   MINFER_REQUIRE_GPU();
   struct Shape {
     int n_head, n_head_kv, hd;
   };
+  for (const int64_t nt : {int64_t{1}, int64_t{37}})
   for (const Shape s : {Shape{14, 2, 64}, Shape{28, 4, 128}}) {
     for (KvType t : kAllKv) {
       for (int style : {0, 1}) {
         for (bool bias : {true, false}) {
           SCOPED_TRACE(::testing::Message()
-                       << Name(t) << " hd " << s.hd << " style " << style << " bias " << bias);
+                       << Name(t) << " hd " << s.hd << " style " << style << " bias " << bias
+                       << " nt " << nt);
           AttnParams p;
           p.n_head = s.n_head;
           p.n_head_kv = s.n_head_kv;
@@ -553,12 +557,18 @@ TEST(QkvBiasRopeStoreTest, BitIdenticalToUnfusedComposition) {
           p.n_ctx = 40;
           p.kv_type = t;
           const int64_t nq = int64_t{s.n_head} * s.hd, nkv = p.n_kv_embd();
-          const auto qkv = RandomFloats(nq + 2 * nkv, 2.0f);
+          const auto qkv = RandomFloats((nq + 2 * nkv) * nt, 2.0f);
           const auto bq = RandomFloats(nq), bk = RandomFloats(nkv), bv = RandomFloats(nkv);
-          const std::vector<int32_t> pos = {RandInt(0, 39)};
+          std::vector<int32_t> pos = {RandInt(0, 39)};
+          if (nt > 1) {
+            std::vector<int32_t> all(40);
+            for (int32_t i = 0; i < 40; ++i) all[i] = i;
+            for (int32_t i = 39; i > 0; --i) std::swap(all[i], all[RandInt(0, i)]);
+            pos.assign(all.begin(), all.begin() + nt);
+          }
           const float base = 1000000.0f;
-          DeviceBuffer<float> dqkv(qkv), dbq(bq), dbk(bk), dbv(bv), qout(nq), qout2(nq);
-          DeviceBuffer<float> tq(nq), tk(nkv), tv(nkv);
+          DeviceBuffer<float> dqkv(qkv), dbq(bq), dbk(bk), dbv(bv), qout(nq * nt), qout2(nq * nt);
+          DeviceBuffer<float> tq(nq * nt), tk(nkv * nt), tv(nkv * nt);
           DeviceBuffer<int32_t> dp(pos);
           const int64_t rb = RowBytes(t, nkv);
           DeviceBuffer<uint8_t> kc(p.n_ctx * rb), vc(p.n_ctx * rb), kc2(p.n_ctx * rb),
@@ -568,32 +578,32 @@ TEST(QkvBiasRopeStoreTest, BitIdenticalToUnfusedComposition) {
           qout2.Poison();
           DeviceBuffer<int32_t> flag(FlagInit());
           const float* q = dqkv.get();
-          const float* k = q + nq;
-          const float* v = k + nkv;
+          const float* k = q + nq * nt;
+          const float* v = k + nkv * nt;
           ASSERT_CUDA(LaunchQkvBiasRopeStore(q, k, v, bias ? dbq.get() : nullptr,
                                              bias ? dbk.get() : nullptr, bias ? dbv.get() : nullptr,
-                                             dp.get(), 1, qout.get(), kc.get(), vc.get(), p, style,
+                                             dp.get(), nt, qout.get(), kc.get(), vc.get(), p, style,
                                              base, flag.get(), nullptr));
           // Unfused.
           if (bias) {
-            ASSERT_CUDA(LaunchAdd(q, dbq.get(), nq, tq.get(), nq, nullptr));
-            ASSERT_CUDA(LaunchAdd(k, dbk.get(), nkv, tk.get(), nkv, nullptr));
-            ASSERT_CUDA(LaunchAdd(v, dbv.get(), nkv, tv.get(), nkv, nullptr));
+            ASSERT_CUDA(LaunchAdd(q, dbq.get(), nq, tq.get(), nq * nt, nullptr));
+            ASSERT_CUDA(LaunchAdd(k, dbk.get(), nkv, tk.get(), nkv * nt, nullptr));
+            ASSERT_CUDA(LaunchAdd(v, dbv.get(), nkv, tv.get(), nkv * nt, nullptr));
           } else {
-            ASSERT_CUDA(cudaMemcpy(tq.get(), q, nq * 4, cudaMemcpyDeviceToDevice));
-            ASSERT_CUDA(cudaMemcpy(tk.get(), k, nkv * 4, cudaMemcpyDeviceToDevice));
-            ASSERT_CUDA(cudaMemcpy(tv.get(), v, nkv * 4, cudaMemcpyDeviceToDevice));
+            ASSERT_CUDA(cudaMemcpy(tq.get(), q, nq * nt * 4, cudaMemcpyDeviceToDevice));
+            ASSERT_CUDA(cudaMemcpy(tk.get(), k, nkv * nt * 4, cudaMemcpyDeviceToDevice));
+            ASSERT_CUDA(cudaMemcpy(tv.get(), v, nkv * nt * 4, cudaMemcpyDeviceToDevice));
           }
-          ASSERT_CUDA(LaunchRope(tq.get(), dp.get(), qout2.get(), s.hd, s.n_head, 1, s.hd, style,
+          ASSERT_CUDA(LaunchRope(tq.get(), dp.get(), qout2.get(), s.hd, s.n_head, nt, s.hd, style,
                                  base, nullptr));
-          ASSERT_CUDA(LaunchRope(tk.get(), dp.get(), tk.get(), s.hd, s.n_head_kv, 1, s.hd, style,
+          ASSERT_CUDA(LaunchRope(tk.get(), dp.get(), tk.get(), s.hd, s.n_head_kv, nt, s.hd, style,
                                  base, nullptr));
-          ASSERT_CUDA(LaunchKvStore(tk.get(), tv.get(), dp.get(), 1, kc2.get(), vc2.get(), t, nkv,
+          ASSERT_CUDA(LaunchKvStore(tk.get(), tv.get(), dp.get(), nt, kc2.get(), vc2.get(), t, nkv,
                                     p.n_ctx, flag.get(), nullptr));
           SYNC();
           EXPECT_EQ(flag.ToHost()[0], kDeviceOk);
           const auto a = qout.ToHost(), b = qout2.ToHost();
-          ASSERT_EQ(std::memcmp(a.data(), b.data(), nq * 4), 0);
+          ASSERT_EQ(std::memcmp(a.data(), b.data(), nq * nt * 4), 0);
           ASSERT_TRUE(kc.ToHost() == kc2.ToHost()) << "k cache bytes differ";
           ASSERT_TRUE(vc.ToHost() == vc2.ToHost()) << "v cache bytes differ";
           // And the store really happened at pos[0] (the poison is gone).
