@@ -369,8 +369,8 @@ absl::StatusOr<void*> CudaBackend::MmqActivations(const Node& n, const BufferRef
   return act;
 }
 
-absl::Status CudaBackend::MatMulWeights(const Node& n, const std::vector<const WeightView*>& ws,
-                                        const BufferRef& x, const std::vector<float*>& ys) {
+absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightView* const> ws,
+                                        const BufferRef& x, absl::Span<float* const> ys) {
   const int64_t nt = n.shape.ne[1], k = ws[0]->k;
   for (size_t i = 0; i < ws.size(); ++i) {
     if (ws[i]->k != k || k % 32 != 0) {

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "cuda/state/cuda_state.h"
 #include "engine/base/knobs.h"
 #include "engine/graph/backend.h"
@@ -144,8 +145,8 @@ class CudaBackend : public graph::Backend {
   // Weights ws[i] applied to the same input x [k, nt], product i to ys[i]
   // ([nt][rows_i]): MatMul, and FusedQKV at nt > 1 (its planar output),
   // where runs of one weight type share one MMQ launch.
-  absl::Status MatMulWeights(const graph::Node& n, const std::vector<const WeightView*>& ws,
-                             const graph::BufferRef& x, const std::vector<float*>& ys);
+  absl::Status MatMulWeights(const graph::Node& n, absl::Span<const WeightView* const> ws,
+                             const graph::BufferRef& x, absl::Span<float* const> ys);
   // x quantized into MMQ's activation layout (the "mmq_act" scratch),
   // memoized per input range until something overwrites it.
   absl::StatusOr<void*> MmqActivations(const graph::Node& n, const graph::BufferRef& x,

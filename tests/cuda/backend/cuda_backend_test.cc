@@ -817,6 +817,38 @@ TEST(CudaGraphTest, CaptureAbortsOnNodeError) {
   EXPECT_TRUE(cb.Synchronize().ok());
 }
 
+// A 40-token prefill of `shape` q4_k_m on the GPU under the knobs the
+// caller set: the logits and the backend's stats and plane bytes.
+struct PrefillRun {
+  std::vector<float> logits;
+  CudaBackend::Stats stats;
+  uint64_t plane_bytes = 0;
+  uint64_t plane_formula = 0;  // MmqScalePlaneBytes summed over the model's weights
+};
+PrefillRun Prefill40(const std::string& shape) {
+  PrefillRun r;
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + (37 * i) % 900);
+  auto m = Load(shape, "q4_k_m", "cuda");
+  EXPECT_TRUE(m);
+  if (!m) return r;
+  auto s = runtime::Session::Create(m, {.n_ctx = 128});
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return r;
+  auto l = (*s)->Eval(prompt);
+  EXPECT_TRUE(l.ok()) << l.status();
+  if (l.ok()) r.logits = *l;
+  const auto* b = dynamic_cast<CudaBackend*>(m->kv_backend());
+  EXPECT_NE(b, nullptr);
+  if (b == nullptr) return r;
+  r.stats = b->stats();
+  r.plane_bytes = b->scale_plane_bytes();
+  for (const auto& w : m->arch().weights()) {
+    if (w->dims.size() == 2) r.plane_formula += MmqScalePlaneBytes(w->type, w->ne0(), w->rows());
+  }
+  return r;
+}
+
 // Mode 2: prefill RmsNorm/SwiGLU outputs read only by MMQ GEMMs are written
 // only as the GEMMs' int8 activations. Same logits, bit for bit, as writing
 // the f32 outputs and quantizing them in the GEMM (MINFER_NO_SKIP_WRITE=1),
@@ -826,20 +858,14 @@ TEST(CudaMode2Test, Int8OnlyProducersGiveTheSameLogits) {
   MINFER_REQUIRE_GPU();
   for (const char* shape : {"tiny", "0.5b"}) {
     SCOPED_TRACE(shape);
-    std::vector<int32_t> prompt(40);
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + (37 * i) % 900);
     std::vector<float> logits[2];
     int64_t int8_only[2] = {0, 0};
     for (int off = 0; off < 2; ++off) {
       ScopedKnob knob("MINFER_NO_SKIP_WRITE", off ? "1" : "0");
-      auto m = Load(shape, "q4_k_m", "cuda");
-      ASSERT_TRUE(m);
-      auto s = runtime::Session::Create(m, {.n_ctx = 128});
-      ASSERT_TRUE(s.ok());
-      auto l = (*s)->Eval(prompt);
-      ASSERT_TRUE(l.ok()) << l.status();
-      logits[off] = *l;
-      int8_only[off] = dynamic_cast<CudaBackend*>(m->kv_backend())->stats().int8_only_writes;
+      const PrefillRun r = Prefill40(shape);
+      ASSERT_FALSE(r.logits.empty());
+      logits[off] = r.logits;
+      int8_only[off] = r.stats.int8_only_writes;
     }
     ASSERT_EQ(logits[0].size(), logits[1].size());
     EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
@@ -858,8 +884,6 @@ TEST(CudaPrefillLeversTest, QkvFusionAndScalePlanesKeepLogitsBitIdentical) {
   MINFER_REQUIRE_GPU();
   for (const char* shape : {"tiny", "0.5b"}) {
     SCOPED_TRACE(shape);
-    std::vector<int32_t> prompt(40);
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + (37 * i) % 900);
     struct Config {
       const char* no_fuse;
       const char* planes;
@@ -871,24 +895,14 @@ TEST(CudaPrefillLeversTest, QkvFusionAndScalePlanesKeepLogitsBitIdentical) {
       ScopedKnob fuse("MINFER_NO_FUSE_QKV_PREFILL", configs[c].no_fuse);
       ScopedKnob q4k("MINFER_MMQ_Q4K_DSC", configs[c].planes);
       ScopedKnob q6k("MINFER_MMQ_Q6K_EXP", configs[c].planes);
-      auto m = Load(shape, "q4_k_m", "cuda");
-      ASSERT_TRUE(m);
-      auto s = runtime::Session::Create(m, {.n_ctx = 128});
-      ASSERT_TRUE(s.ok());
-      auto l = (*s)->Eval(prompt);
-      ASSERT_TRUE(l.ok()) << l.status();
-      logits[c] = *l;
-      const auto* b = dynamic_cast<CudaBackend*>(m->kv_backend());
-      ASSERT_NE(b, nullptr);
+      const PrefillRun r = Prefill40(shape);
+      ASSERT_FALSE(r.logits.empty());
+      logits[c] = r.logits;
       const bool fused = configs[c].no_fuse[0] == '0', planes = configs[c].planes[0] == '1';
-      EXPECT_EQ(b->stats().mmq_segmented > 0, fused);
-      EXPECT_EQ(b->stats().mmq_plane > 0, planes);
-      uint64_t want = 0;
-      for (const auto& w : m->arch().weights()) {
-        if (w->dims.size() == 2) want += MmqScalePlaneBytes(w->type, w->ne0(), w->rows());
-      }
-      EXPECT_GT(want, 0u);
-      EXPECT_EQ(b->scale_plane_bytes(), planes ? want : 0u);
+      EXPECT_EQ(r.stats.mmq_segmented > 0, fused);
+      EXPECT_EQ(r.stats.mmq_plane > 0, planes);
+      EXPECT_GT(r.plane_formula, 0u);
+      EXPECT_EQ(r.plane_bytes, planes ? r.plane_formula : 0u);
     }
     for (int c = 1; c < 3; ++c) {
       ASSERT_EQ(logits[0].size(), logits[c].size());
@@ -896,6 +910,31 @@ TEST(CudaPrefillLeversTest, QkvFusionAndScalePlanesKeepLogitsBitIdentical) {
           << "config " << c;
     }
   }
+}
+
+// CudaState::AttachScalePlane's refusals: an unknown weight (the caller
+// keeps its buffer) and a second plane for the same weight; a released
+// owner's weight is unknown again.
+TEST(CudaStateTest, AttachScalePlaneRefusesUnknownAndDuplicate) {
+  MINFER_REQUIRE_GPU();
+  auto state = CudaState::Get();
+  ASSERT_TRUE(state.ok());
+  auto w = MakeWeight("w", GgmlType::kQ4_K, 256, 8);
+  const uint64_t owner = CudaState::NewOwnerId();
+  ASSERT_TRUE((*state)->RegisterWeight(owner, w->w).ok());
+  const int64_t bytes = MmqScalePlaneBytes(GgmlType::kQ4_K, 256, 8);
+  auto plane = (*state)->Malloc(bytes, "test plane");
+  ASSERT_TRUE(plane.ok());
+  EXPECT_EQ((*state)->AttachScalePlane(owner, "nope", *plane, bytes).code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE((*state)->AttachScalePlane(owner, "w", *plane, bytes).ok());
+  EXPECT_EQ((*state)->FindWeight(owner, "w")->scale_plane, *plane);
+  EXPECT_EQ((*state)->ScalePlaneBytes(owner).at(GgmlType::kQ4_K), static_cast<uint64_t>(bytes));
+  EXPECT_EQ((*state)->AttachScalePlane(owner, "w", *plane, bytes).code(),
+            absl::StatusCode::kFailedPrecondition);
+  (*state)->ReleaseWeights(owner);  // frees the plane with the weight
+  EXPECT_EQ((*state)->FindWeight(owner, "w"), nullptr);
+  EXPECT_TRUE((*state)->ScalePlaneBytes(owner).empty());
 }
 
 // The dead-write guard: after a mode-2 RmsNorm, reading its f32 output
