@@ -161,12 +161,12 @@ CudaBackend::~CudaBackend() {
   // to its generic rung, shows here.
   Logger("cuda")->debug(
       "backend stats: graphs {} captured, {} replayed, {} re-captured, {} direct splits; "
-      "quantize {} launched, {} skipped; prefill matmuls {} MMQ fast ({} with a scale plane), "
-      "{} MMQ generic, {} f16 GEMM; "
+      "quantize {} launched, {} skipped; prefill matmuls {} MMQ fast ({} with a scale plane, "
+      "{} stream-k), {} MMQ generic, {} f16 GEMM; "
       "{} int8-only (mode 2) producer writes",
       stats_.captures, stats_.replays, stats_.recaptures, stats_.direct_splits,
       stats_.quantize_launches, stats_.quantize_skipped, stats_.mmq_fast, stats_.mmq_plane,
-      stats_.mmq_generic,
+      stats_.mmq_stream_k, stats_.mmq_generic,
       stats_.gemm_f16, stats_.int8_only_writes);
   if (knobs_.op_timing && !op_timing_.empty()) {
     for (const auto& [op, t] : op_timing_) {
@@ -201,6 +201,7 @@ void CudaBackend::RefreshKnobs() {
   k.attn_prefill_tc = r.GetBool("MINFER_ATTN_PREFILL_TC", knob_overrides_);
   k.skip_write = !r.GetBool("MINFER_NO_SKIP_WRITE", knob_overrides_);
   k.mmq_debug = r.GetBool("MINFER_MMQ_RAW_NB_DEBUG", knob_overrides_);
+  k.mmq_stream_k = r.GetBool("MINFER_MMQ_STREAM_K", knob_overrides_);
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
   const bool changed = !(k == knobs_);
   knobs_ = k;
@@ -399,6 +400,20 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     if (knobs_.mmq && !mmq_device_ && knobs_.mmq_debug && mmq_logged_.insert({-1, -1, -1, 0}).second) {
       Logger("cuda")->info("MMQ: not supported on this device (sm_80+ needed); f16 GEMM");
     }
+    // Stream-k's workspace: allocated and zeroed once (never inside a
+    // capture window: the first prefill runs directly), then reused by
+    // every launch on this stream.
+    MmqTuning tuning;
+    if (mmq && knobs_.mmq_stream_k) {
+      const int64_t bytes = MmqStreamKBytes();
+      const uint64_t gen = scratch_gen_;
+      ASSIGN_OR_RETURN(void* sk, Scratch("mmq_stream_k", bytes));
+      if (scratch_gen_ != gen) {
+        RETURN_IF_ERROR(Check(cudaMemsetAsync(sk, 0, bytes, st), "MMQ stream-k workspace"));
+      }
+      tuning.stream_k_workspace = sk;
+      tuning.stream_k_bytes = bytes;
+    }
     for (size_t i = 0; i < ws.size();) {
       if (!(mmq && MmqSupports(ws[i]->type))) {
         RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
@@ -415,9 +430,10 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         seg.y[seg.n++] = ys[i++];
       }
       MmqReport report;
-      RETURN_IF_ERROR(Check(LaunchMmqSegments(seg, act, nt, st, &report), "MMQ"));
+      RETURN_IF_ERROR(Check(LaunchMmqSegments(seg, act, nt, st, &report, &tuning), "MMQ"));
       (report.variant == MmqVariant::kFast ? stats_.mmq_fast : stats_.mmq_generic)++;
       if (report.scale_plane) stats_.mmq_plane++;
+      if (report.stream_k) stats_.mmq_stream_k++;
       if (seg.n > 1) stats_.mmq_segmented++;
       if (knobs_.mmq_debug &&
           mmq_logged_.insert({static_cast<int>(seg.w[0].type), seg.w[0].rows, k,
@@ -425,9 +441,10 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
               .second) {
         std::string rows = absl::StrCat(seg.w[0].rows);
         for (int j = 1; j < seg.n; ++j) absl::StrAppend(&rows, "+", seg.w[j].rows);
-        Logger("cuda")->info("MMQ {} {}x{} nt {}: {} variant, {} tokens per CTA{}{}{}",
+        Logger("cuda")->info("MMQ {} {}x{} nt {}: {} variant, {} tokens per CTA, {} CTAs{}{}{}{}",
                              GgmlTypeName(seg.w[0].type), rows, k, nt,
-                             MmqVariantName(report.variant), report.tokens_per_cta,
+                             MmqVariantName(report.variant), report.tokens_per_cta, report.grid,
+                             report.stream_k ? ", stream-k" : "",
                              report.scale_plane ? ", scale plane" : "",
                              report.fast_skipped ? "; fast variant skipped: " : "",
                              report.fast_skipped ? report.fast_skipped : "");

@@ -26,10 +26,12 @@
 //     away: acc = fma(float(I), f_w * d_a, acc) [+ fma(m_w, s_a, acc)].
 //
 // The grid runs token tiles fastest, so the CTAs that share a weight tile
-// are adjacent and read it from L2. Edges: rows past the end are zero-filled
-// (fast: cp.async with src-size 0) and never stored; tokens past nt are the
-// zero padding of the activation layout and never stored; k past the end
-// (a legacy type's last chunk when k % 256 != 0) is skipped block by block.
+// are adjacent and read it from L2. With stream-k (mmq.h) a CTA runs
+// several tiles or parts of tiles in turn (mmq_impl.cuh ItemOf). Edges:
+// rows past the end are zero-filled (fast: cp.async with src-size 0) and
+// never stored; tokens past nt are the zero padding of the activation
+// layout and never stored; k past the end (a legacy type's last chunk when
+// k % 256 != 0) is skipped block by block.
 //
 // Cost model (why the fold is written as it is). Per (row, token, block)
 // the fold needs float(I), one product and one fma (a second fma for the
@@ -38,6 +40,7 @@
 // float(I) uses the exact 1.5 * 2^23 trick (mmq_impl.cuh exact_i2f).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 
@@ -109,10 +112,15 @@ constexpr int MinBlocks(int bn) { return bn >= 128 ? 1 : 2; }
 
 // kPlane: the chunk's scale entries come from the W_dsc/W_exp plane
 // (p.plane, staged with the weights) instead of the scale-table phase.
-template <GgmlType T, int BN, bool kFast, bool kPlane>
+// kSK: the stream-k form (1-D grid, a loop over ItemOf's items); without it
+// a CTA computes the one tile (blockIdx.y, blockIdx.x) of a 2-D grid. Two
+// instantiations because the item loop costs the chunk loop registers it
+// does not have (launches lost 3-11% when every one of them ran it).
+template <GgmlType T, int BN, bool kFast, bool kPlane, bool kSK>
 __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(kFast || !kPlane, "the generic variant decodes its scales");
+  static_assert(kFast || !kSK, "stream-k runs the fast variant only");
   using X = Tr<T>;
   using SM = Smem<T, BN, kPlane>;
   constexpr int kWS = SM::kWS;  // weight row stride in shared memory
@@ -137,113 +145,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wr = warp & 3, wc = warp >> 2;  // 32-row group, token half
   const int g = lane >> 2, t = lane & 3;
-  // This CTA's segment (a field-by-field select: indexing the parameter
-  // array with a run-time index would copy it to local memory).
-  const int by = blockIdx.y;
-  const int sg = p.n_seg > 1 && by >= p.tile_begin[1] ? (p.n_seg > 2 && by >= p.tile_begin[2] ? 2 : 1) : 0;
-  auto pick = [&](auto field) { return sg == 0 ? p.seg[0].*field : sg == 1 ? p.seg[1].*field : p.seg[2].*field; };
-  const Segment S{pick(&Segment::w), pick(&Segment::row_bytes), pick(&Segment::rows),
-                  pick(&Segment::plane), pick(&Segment::y)};
-  const int64_t row0 = static_cast<int64_t>(by - (sg == 0 ? 0 : sg == 1 ? p.tile_begin[1] : p.tile_begin[2])) * kBM;
-  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * BN;
-
-  // Copies chunk c into stage buffer `buf` (commit is the caller's). Each
-  // thread owns fixed rows / tokens / scale pieces, so what stays live
-  // across the chunk loop is one base pointer per role (a flat "piece i of
-  // the tile" loop let the compiler hoist a 64-bit address per iteration and
-  // spill).
-  //  * weights, fast: thread -> row tid / 2, 16-byte pieces tid % 2, +2, ...
-  //  * weights, generic: warp w -> rows 16w..16w+15, lanes over 2-byte words
-  //  * codes: thread -> token tid / kTpt, pieces tid % kTpt, + kTpt, ...
-  //  * d, s: thread tid < 2 BN -> block row tid / (BN / 4), piece tid % (BN / 4)
   constexpr int kTpt = kThreads / BN;  // threads per token row of codes
-  // Fast: byte offset of this thread's row within the row tile, 32-bit (the
-  // launcher guarantees kBM * row_bytes < 2^31): it stays live across the
-  // whole loop, and a 64-bit pointer cost Q6_K a spill.
-  const bool my_row_ok = row0 + (tid >> 1) < S.rows;
-  const uint32_t w_row_off = my_row_ok ? static_cast<uint32_t>(tid >> 1) * static_cast<uint32_t>(S.row_bytes) : 0u;
-  // The same for this thread's row of plane entries (8 bytes per block; the
-  // launcher guarantees kBM * nb * 8 < 2^31).
-  const uint32_t p_row_off = kPlane && my_row_ok ? static_cast<uint32_t>(tid >> 1) * static_cast<uint32_t>(p.nb) * 8u : 0u;
-  const int8_t* const a_src = p.aq + (tok0 + tid / kTpt) * p.k + 16 * (tid % kTpt);
-  const int ds_kb = tid / (BN / 4), ds_q = tid % (BN / 4);
-  const float* const d_src = p.ad + static_cast<int64_t>(ds_kb) * p.ntp + tok0 + 4 * ds_q;
-  const float* const s_src = p.as + static_cast<int64_t>(ds_kb) * p.ntp + tok0 + 4 * ds_q;
-  auto stage = [&](int c, int buf) {
-    // Blocks in this chunk: kKB, fewer in a legacy type's last chunk when
-    // k % 256 != 0 (K-quant chunks are always whole).
-    const int nkb = min(kKB, p.nb - c * kKB);
-    if constexpr (kFast) {
-      // With a plane only a K-quant block's code bytes are copied.
-      constexpr int kPieces = kPlane ? Plane<T>::kPieces : X::kCB / 16;
-      constexpr int kSkip = kPlane ? Plane<T>::kSkip : 0;
-      // A partial chunk copies only the 16-byte pieces that hold its blocks:
-      // they end inside the row, whose stride is a multiple of 16.
-      const int pieces = X::kBPC == 1 ? kPieces : (nkb * X::kBS + 15) / 16;
-      const uint32_t dst = smem_addr(s_w(buf) + (tid >> 1) * kWS);
-      const uint8_t* src =
-          S.w + row0 * S.row_bytes + w_row_off + static_cast<int64_t>(c) * p.src_cb + kSkip;
-      if constexpr (kPlane) {
-        // This row's 8 entries of the chunk: 64 bytes, pieces 2 (tid % 2), +1.
-        const uint8_t* psrc = reinterpret_cast<const uint8_t*>(S.plane + row0 * p.nb) +
-                              p_row_off + static_cast<uint32_t>(c) * (kKB * 8);
-        const uint32_t pdst = smem_addr(s_p(buf) + (tid >> 1) * kPS);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int q = 2 * (tid & 1) + j;
-          cp_async16(pdst + 16 * q, psrc + 16 * q, my_row_ok ? 16 : 0);
-        }
-      }
-#pragma unroll
-      for (int q = tid & 1; q < kPieces; q += 2) {
-        if (X::kBPC == 1 || q < pieces) {
-          cp_async16(dst + 16 * q, my_row_ok ? src + 16 * q : S.w, my_row_ok ? 16 : 0);
-        }
-      }
-    } else {
-      // Any 2-byte aligned base and stride; the last legacy chunk may be
-      // partial.
-      const int hw = (X::kBPC == 1 ? X::kCopyCB : nkb * X::kBS) / 2;
-#pragma unroll 2
-      for (int r = 0; r < 16; ++r) {
-        const int row = 16 * warp + r;
-        const int64_t grow = row0 + row;
-        uint16_t* dst = reinterpret_cast<uint16_t*>(s_w(buf) + row * kWS);
-        if (grow < S.rows) {
-          const uint16_t* src = reinterpret_cast<const uint16_t*>(
-              S.w + grow * S.row_bytes + static_cast<int64_t>(c) * p.src_cb);
-          for (int h = lane; h < hw; h += 32) dst[h] = __ldg(src + h);
-        } else {
-          for (int h = lane; h < hw; h += 32) dst[h] = 0;
-        }
-      }
-    }
-    {
-      const uint32_t dst = smem_addr(s_a(buf) + (tid / kTpt) * kAS + 16 * (tid % kTpt));
-      const int8_t* src = a_src + static_cast<int64_t>(c) * kKC;
-#pragma unroll
-      for (int j = 0; j < 16 / kTpt; ++j) {
-        const int q = tid % kTpt + kTpt * j;  // 16-byte piece: block q / 2
-        if (q < 2 * nkb) cp_async16(dst + 16 * kTpt * j, src + 16 * kTpt * j, 16);
-      }
-    }
-    if (tid < 2 * BN && ds_kb < nkb) {
-      const int64_t off = static_cast<int64_t>(c) * kKB * p.ntp;
-      cp_async16(smem_addr(s_d(buf) + ds_kb * BN + 4 * ds_q), d_src + off, 16);
-      if constexpr (X::kMin) cp_async16(smem_addr(s_s(buf) + ds_kb * BN + 4 * ds_q), s_src + off, 16);
-    }
-  };
-
-  float acc[2][kNT][4];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-    }
-  }
-
   // ldmatrix row address of this lane: matrix q = lane / 8 is (n-tile
   // q / 2 of the pair, k bytes 16 (q % 2)..+15), row lane % 8 = its token.
   const int lm_tok = wc * (BN / 2) + 8 * (lane >> 4) + (lane & 7);
@@ -251,117 +153,290 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
   // This lane's tokens within the CTA tile (n-tile nt adds 8 nt): 2t, 2t+1.
   const int tk_base = wc * (BN / 2) + 2 * t;
   const int wrow = 32 * wr + g;  // m-tile mt adds 16 mt, the second row 8
+  const int cta = blockIdx.x;
+  // kSK: the current item, in shared memory rather than registers (the
+  // chunk loop already uses all 128): thread 0 fills s_item[it % 2] (two,
+  // so the next item never overwrites one a lagging warp still reads) and,
+  // for a head, waits for the hand-off of CTA cta - 1 (dispatched before
+  // this one; it hands its tail on first thing). A lost hand-off would hang
+  // the stream: trap loudly after 10 s instead.
+  __shared__ Item s_item[kSK ? 2 : 1];
+  // A tile's weight (its segment: a field-by-field select, as indexing the
+  // parameter array with a run-time index would copy it to local memory),
+  // first row and first token, from its row tile `by` and token tile `bx`.
+  // The store derives it again instead of keeping it live through the
+  // chunk loop.
+  struct TileAt {
+    Segment S;
+    int64_t row0, tok0;
+  };
+  auto tile_at = [&](int by, int bx) {
+    const int sg = p.n_seg > 1 && by >= p.tile_begin[1] ? (p.n_seg > 2 && by >= p.tile_begin[2] ? 2 : 1) : 0;
+    auto pick = [&](auto field) { return sg == 0 ? p.seg[0].*field : sg == 1 ? p.seg[1].*field : p.seg[2].*field; };
+    return TileAt{Segment{pick(&Segment::w), pick(&Segment::row_bytes), pick(&Segment::rows),
+                          pick(&Segment::plane), pick(&Segment::y)},
+                  static_cast<int64_t>(by - (sg == 0 ? 0 : sg == 1 ? p.tile_begin[1] : p.tile_begin[2])) * kBM,
+                  static_cast<int64_t>(bx) * BN};
+  };
 
-  stage(0, 0);
-  cp_async_commit();
-  for (int c = 0; c < p.n_chunks; ++c) {
-    const int buf = c & 1;
-    cp_async_wait<0>();
-    __syncthreads();
-    if (c + 1 < p.n_chunks) stage(c + 1, buf ^ 1);
-    cp_async_commit();
-    const int nkb = min(kKB, p.nb - c * kKB);  // block-uniform
+  for (int it = 0; kSK || it == 0; ++it) {
+    // The item's fields, read from s_item at each use (kSK), or the whole
+    // k range of the grid's tile.
+    auto item_tile = [&] { return kSK ? s_item[it & 1].tile : 0; };
+    auto item_c0 = [&] { return kSK ? s_item[it & 1].c0 : 0; };
+    auto item_c1 = [&] { return kSK ? s_item[it & 1].c1 : p.n_chunks; };
+    auto item_kind = [&] { return kSK ? s_item[it & 1].kind : static_cast<int>(kWhole); };
+    auto this_tile = [&] {
+      if constexpr (kSK) {
+        const int tile = item_tile(), by = tile / p.ntt;
+        return tile_at(by, tile - by * p.ntt);
+      } else {
+        return tile_at(blockIdx.y, blockIdx.x);
+      }
+    };
+    if constexpr (kSK) {
+      if (tid == 0) {
+        const Item item = ItemOf(p, cta, it);
+        s_item[it & 1] = item;
+        if (item.kind == kHead) {
+          const unsigned* flag = p.sk_flag + cta - 1;
+          const uint64_t t_start = global_timer_ns();
+          while (ld_acquire_gpu(flag) == 0) {
+            __nanosleep(64);
+            if (global_timer_ns() - t_start > 10000000000ull) __trap();
+          }
+          *const_cast<volatile unsigned*>(flag) = 0;  // ready for the next launch
+        }
+      }
+      // s_item is visible; both stage buffers are free (every warp
+      // finished the previous item); a head's hand-off is visible to the
+      // whole CTA.
+      __syncthreads();
+      if (item_tile() < 0) break;
+    }
+    const TileAt at = this_tile();
+    const Segment& S = at.S;
+    const int64_t row0 = at.row0, tok0 = at.tok0;
 
-    // Scale table of this warp pair's 32 rows: 64 threads x 4 blocks.
-    if constexpr (!kPlane) {
-      const int idx = wc * 32 + lane;
-      const int row = 32 * wr + (idx >> 1);
-      const uint8_t* wrow_p = s_w(buf) + row * X::kWS;
+    // Copies chunk c into stage buffer `buf` (commit is the caller's). Each
+    // thread owns fixed rows / tokens / scale pieces, so what stays live
+    // across the chunk loop is one base pointer per role (a flat "piece i of
+    // the tile" loop let the compiler hoist a 64-bit address per iteration and
+    // spill).
+    //  * weights, fast: thread -> row tid / 2, 16-byte pieces tid % 2, +2, ...
+    //  * weights, generic: warp w -> rows 16w..16w+15, lanes over 2-byte words
+    //  * codes: thread -> token tid / kTpt, pieces tid % kTpt, + kTpt, ...
+    //  * d, s: thread tid < 2 BN -> block row tid / (BN / 4), piece tid % (BN / 4)
+    // Fast: byte offset of this thread's row within the row tile, 32-bit (the
+    // launcher guarantees kBM * row_bytes < 2^31): it stays live across the
+    // whole loop, and a 64-bit pointer cost Q6_K a spill.
+    const bool my_row_ok = row0 + (tid >> 1) < S.rows;
+    const uint32_t w_row_off = my_row_ok ? static_cast<uint32_t>(tid >> 1) * static_cast<uint32_t>(S.row_bytes) : 0u;
+    // The same for this thread's row of plane entries (8 bytes per block; the
+    // launcher guarantees kBM * nb * 8 < 2^31).
+    const uint32_t p_row_off = kPlane && my_row_ok ? static_cast<uint32_t>(tid >> 1) * static_cast<uint32_t>(p.nb) * 8u : 0u;
+    // Activation offsets as 32-bit element counts from the parameter
+    // pointers (the launcher guarantees the layout is under 2^31 bytes):
+    // fewer live registers than three 64-bit pointers.
+    const uint32_t a_off = static_cast<uint32_t>((tok0 + tid / kTpt) * p.k + 16 * (tid % kTpt));
+    const int ds_kb = tid / (BN / 4), ds_q = tid % (BN / 4);
+    const uint32_t ds_off = static_cast<uint32_t>(ds_kb * p.ntp + tok0 + 4 * ds_q);
+    auto stage = [&](int c, int buf) {
+      // Blocks in this chunk: kKB, fewer in a legacy type's last chunk when
+      // k % 256 != 0 (K-quant chunks are always whole).
+      const int nkb = min(kKB, p.nb - c * kKB);
+      if constexpr (kFast) {
+        // With a plane only a K-quant block's code bytes are copied.
+        constexpr int kPieces = kPlane ? Plane<T>::kPieces : X::kCB / 16;
+        constexpr int kSkip = kPlane ? Plane<T>::kSkip : 0;
+        // A partial chunk copies only the 16-byte pieces that hold its blocks:
+        // they end inside the row, whose stride is a multiple of 16.
+        const int pieces = X::kBPC == 1 ? kPieces : (nkb * X::kBS + 15) / 16;
+        const uint32_t dst = smem_addr(s_w(buf) + (tid >> 1) * kWS);
+        const uint8_t* src =
+            S.w + row0 * S.row_bytes + w_row_off + static_cast<int64_t>(c) * p.src_cb + kSkip;
+        if constexpr (kPlane) {
+          // This row's 8 entries of the chunk: 64 bytes, pieces 2 (tid % 2), +1.
+          const uint8_t* psrc = reinterpret_cast<const uint8_t*>(S.plane + row0 * p.nb) +
+                                p_row_off + static_cast<uint32_t>(c) * (kKB * 8);
+          const uint32_t pdst = smem_addr(s_p(buf) + (tid >> 1) * kPS);
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int kb = 4 * (idx & 1) + q;
-        if (kb < nkb) {
-          const float2 e = X::table(wrow_p, kb);
-          if constexpr (kTW == 2) {
-            reinterpret_cast<float2*>(s_tbl)[kb * kBM + row] = e;
+          for (int j = 0; j < 2; ++j) {
+            const int q = 2 * (tid & 1) + j;
+            cp_async16(pdst + 16 * q, psrc + 16 * q, my_row_ok ? 16 : 0);
+          }
+        }
+#pragma unroll
+        for (int q = tid & 1; q < kPieces; q += 2) {
+          if (X::kBPC == 1 || q < pieces) {
+            cp_async16(dst + 16 * q, my_row_ok ? src + 16 * q : S.w, my_row_ok ? 16 : 0);
+          }
+        }
+      } else {
+        // Any 2-byte aligned base and stride; the last legacy chunk may be
+        // partial.
+        const int hw = (X::kBPC == 1 ? X::kCopyCB : nkb * X::kBS) / 2;
+#pragma unroll 2
+        for (int r = 0; r < 16; ++r) {
+          const int row = 16 * warp + r;
+          const int64_t grow = row0 + row;
+          uint16_t* dst = reinterpret_cast<uint16_t*>(s_w(buf) + row * kWS);
+          if (grow < S.rows) {
+            const uint16_t* src = reinterpret_cast<const uint16_t*>(
+                S.w + grow * S.row_bytes + static_cast<int64_t>(c) * p.src_cb);
+            for (int h = lane; h < hw; h += 32) dst[h] = __ldg(src + h);
           } else {
-            s_tbl[kb * kBM + row] = e.x;
+            for (int h = lane; h < hw; h += 32) dst[h] = 0;
           }
         }
       }
-      // Constant ids (a run-time id makes ptxas reserve all 16 barriers).
-      switch (wr) {
-        case 0: named_barrier<1>(64); break;
-        case 1: named_barrier<2>(64); break;
-        case 2: named_barrier<3>(64); break;
-        default: named_barrier<4>(64); break;
+      {
+        const uint32_t dst = smem_addr(s_a(buf) + (tid / kTpt) * kAS + 16 * (tid % kTpt));
+        const int8_t* src = p.aq + (a_off + static_cast<uint32_t>(c) * kKC);
+#pragma unroll
+        for (int j = 0; j < 16 / kTpt; ++j) {
+          const int q = tid % kTpt + kTpt * j;  // 16-byte piece: block q / 2
+          if (q < 2 * nkb) cp_async16(dst + 16 * kTpt * j, src + 16 * kTpt * j, 16);
+        }
+      }
+      if (tid < 2 * BN && ds_kb < nkb) {
+        const uint32_t off = ds_off + static_cast<uint32_t>(c * kKB) * static_cast<uint32_t>(p.ntp);
+        cp_async16(smem_addr(s_d(buf) + ds_kb * BN + 4 * ds_q), p.ad + off, 16);
+        if constexpr (X::kMin) cp_async16(smem_addr(s_s(buf) + ds_kb * BN + 4 * ds_q), p.as + off, 16);
+      }
+    };
+
+    // The accumulators: zero, or for a head item what the previous CTA
+    // handed on (its tail of this tile). Per thread, float4 (mt, nt) of the
+    // hand-off buffer at index (mt * kNT + nt) * kThreads + tid (coalesced).
+    float acc[2][kNT][4];
+    stage(item_c0(), item_c0() & 1);
+    cp_async_commit();
+    const float4* const part_in =
+        reinterpret_cast<const float4*>(p.sk_part) + static_cast<int64_t>(cta - 1) * (kBM * BN / 4) + tid;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        if (kSK && item_kind() == kHead) {
+          const float4 v = __ldcg(part_in + (mt * kNT + nt) * kThreads);
+          acc[mt][nt][0] = v.x, acc[mt][nt][1] = v.y, acc[mt][nt][2] = v.z, acc[mt][nt][3] = v.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+        }
       }
     }
 
-    // Row g of m-tile 0, at the address its block would have had with the
-    // skipped header bytes (the frag offsets count from the block start).
-    const uint8_t* const w_lo = s_w(buf) + wrow * kWS - (kPlane ? Plane<T>::kSkip : 0);
-    const uint8_t* const p_lo = s_p(buf) + wrow * kPS;
-    const uint32_t a_base = smem_addr(s_a(buf)) + lm_off;
-    const float* const dk = s_d(buf);
-    const float* const sk = s_s(buf);
+    for (int c = item_c0(); c < item_c1(); ++c) {
+      const int buf = c & 1;
+      cp_async_wait<0>();
+      __syncthreads();
+      if (c + 1 < item_c1()) stage(c + 1, buf ^ 1);
+      cp_async_commit();
+      const int nkb = min(kKB, p.nb - c * kKB);  // block-uniform
+
+      // Scale table of this warp pair's 32 rows: 64 threads x 4 blocks.
+      if constexpr (!kPlane) {
+        const int idx = wc * 32 + lane;
+        const int row = 32 * wr + (idx >> 1);
+        const uint8_t* wrow_p = s_w(buf) + row * X::kWS;
 #pragma unroll
-    for (int kb = 0; kb < kKB; ++kb) {
-      if (kb >= nkb) break;  // block-uniform (a legacy type's last chunk)
-      // m-tiles per pass: both (A decoded once, B fragments loaded once),
-      // or for Q6_K (a heavier decode, two mma per tile) one at a time with
-      // the B fragments reloaded, which keeps it within 128 registers.
-      constexpr int kMG = X::kSplit ? 1 : 2;
-#pragma unroll
-      for (int m0 = 0; m0 < 2; m0 += kMG) {
-        uint32_t a[kMG][4];
-        float2 fw[kMG][2];  // [m-tile][row g / g+8]
-#pragma unroll
-        for (int i = 0; i < kMG; ++i) {
-          const int mt = m0 + i;
-          X::frag(w_lo + (16 * mt) * kWS, kb, t, &a[i][0], &a[i][2]);
-          X::frag(w_lo + (16 * mt + 8) * kWS, kb, t, &a[i][1], &a[i][3]);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = wrow + 16 * mt + 8 * h;
-            if constexpr (kPlane) {
-              fw[i][h] = *reinterpret_cast<const float2*>(p_lo + (16 * mt + 8 * h) * kPS + 8 * kb);
-            } else if constexpr (kTW == 2) {
-              fw[i][h] = reinterpret_cast<const float2*>(s_tbl)[kb * kBM + r];
+        for (int q = 0; q < 4; ++q) {
+          const int kb = 4 * (idx & 1) + q;
+          if (kb < nkb) {
+            const float2 e = X::table(wrow_p, kb);
+            if constexpr (kTW == 2) {
+              reinterpret_cast<float2*>(s_tbl)[kb * kBM + row] = e;
             } else {
-              fw[i][h] = make_float2(s_tbl[kb * kBM + r], 0.0f);
+              s_tbl[kb * kBM + row] = e.x;
             }
           }
         }
+        // Constant ids (a run-time id makes ptxas reserve all 16 barriers).
+        switch (wr) {
+          case 0: named_barrier<1>(64); break;
+          case 1: named_barrier<2>(64); break;
+          case 2: named_barrier<3>(64); break;
+          default: named_barrier<4>(64); break;
+        }
+      }
+
+      // Row g of m-tile 0, at the address its block would have had with the
+      // skipped header bytes (the frag offsets count from the block start).
+      const uint8_t* const w_lo = s_w(buf) + wrow * kWS - (kPlane ? Plane<T>::kSkip : 0);
+      const uint8_t* const p_lo = s_p(buf) + wrow * kPS;
+      const uint32_t a_base = smem_addr(s_a(buf)) + lm_off;
+      const float* const dk = s_d(buf);
+      const float* const sk = s_s(buf);
 #pragma unroll
-        for (int np = 0; np < kNT / 2; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4(b, a_base + np * 16 * kAS + kb * 32);
+      for (int kb = 0; kb < kKB; ++kb) {
+        if (kb >= nkb) break;  // block-uniform (a legacy type's last chunk)
+        // m-tiles per pass: both (A decoded once, B fragments loaded once),
+        // or for Q6_K (a heavier decode, two mma per tile) one at a time with
+        // the B fragments reloaded, which keeps it within 128 registers.
+        constexpr int kMG = X::kSplit ? 1 : 2;
 #pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int nt = 2 * np + j;
-            const int tk = tk_base + 8 * nt;
-            const float2 da = *reinterpret_cast<const float2*>(dk + kb * BN + tk);
-            float2 sa = make_float2(0.0f, 0.0f);
-            if constexpr (X::kMin) sa = *reinterpret_cast<const float2*>(sk + kb * BN + tk);
+        for (int m0 = 0; m0 < 2; m0 += kMG) {
+          uint32_t a[kMG][4];
+          float2 fw[kMG][2];  // [m-tile][row g / g+8]
 #pragma unroll
-            for (int i = 0; i < kMG; ++i) {
-              float* const ac = acc[m0 + i][nt];
-              if constexpr (X::kSplit) {
-                // Elements 0-15 then 16-31 of the block: every output still
-                // gets its lo term before its hi term (the CPU's order).
-                int c16[4];
-                mma_k16(c16, a[i][0], a[i][1], b[2 * j]);
+          for (int i = 0; i < kMG; ++i) {
+            const int mt = m0 + i;
+            X::frag(w_lo + (16 * mt) * kWS, kb, t, &a[i][0], &a[i][2]);
+            X::frag(w_lo + (16 * mt + 8) * kWS, kb, t, &a[i][1], &a[i][3]);
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                  ac[e] = fmaf(exact_i2f(c16[e]), __fmul_rn(fw[i][e >> 1].x, (e & 1) ? da.y : da.x),
-                               ac[e]);
-                }
-                mma_k16(c16, a[i][2], a[i][3], b[2 * j + 1]);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                  ac[e] = fmaf(exact_i2f(c16[e]), __fmul_rn(fw[i][e >> 1].y, (e & 1) ? da.y : da.x),
-                               ac[e]);
-                }
+            for (int h = 0; h < 2; ++h) {
+              const int r = wrow + 16 * mt + 8 * h;
+              if constexpr (kPlane) {
+                fw[i][h] = *reinterpret_cast<const float2*>(p_lo + (16 * mt + 8 * h) * kPS + 8 * kb);
+              } else if constexpr (kTW == 2) {
+                fw[i][h] = reinterpret_cast<const float2*>(s_tbl)[kb * kBM + r];
               } else {
-                int cc[4];
-                mma_k32(cc, a[i], b[2 * j], b[2 * j + 1]);
+                fw[i][h] = make_float2(s_tbl[kb * kBM + r], 0.0f);
+              }
+            }
+          }
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                  const float2 f = fw[i][e >> 1];
-                  float v = fmaf(exact_i2f(cc[e]), __fmul_rn(f.x, (e & 1) ? da.y : da.x), ac[e]);
-                  if constexpr (X::kMin) v = fmaf(f.y, (e & 1) ? sa.y : sa.x, v);
-                  ac[e] = v;
+          for (int np = 0; np < kNT / 2; ++np) {
+            uint32_t b[4];
+            ldmatrix_x4(b, a_base + np * 16 * kAS + kb * 32);
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const int nt = 2 * np + j;
+              const int tk = tk_base + 8 * nt;
+              const float2 da = *reinterpret_cast<const float2*>(dk + kb * BN + tk);
+              float2 sa = make_float2(0.0f, 0.0f);
+              if constexpr (X::kMin) sa = *reinterpret_cast<const float2*>(sk + kb * BN + tk);
+#pragma unroll
+              for (int i = 0; i < kMG; ++i) {
+                float* const ac = acc[m0 + i][nt];
+                if constexpr (X::kSplit) {
+                  // Elements 0-15 then 16-31 of the block: every output still
+                  // gets its lo term before its hi term (the CPU's order).
+                  int c16[4];
+                  mma_k16(c16, a[i][0], a[i][1], b[2 * j]);
+#pragma unroll
+                  for (int e = 0; e < 4; ++e) {
+                    ac[e] = fmaf(exact_i2f(c16[e]), __fmul_rn(fw[i][e >> 1].x, (e & 1) ? da.y : da.x),
+                                 ac[e]);
+                  }
+                  mma_k16(c16, a[i][2], a[i][3], b[2 * j + 1]);
+#pragma unroll
+                  for (int e = 0; e < 4; ++e) {
+                    ac[e] = fmaf(exact_i2f(c16[e]), __fmul_rn(fw[i][e >> 1].y, (e & 1) ? da.y : da.x),
+                                 ac[e]);
+                  }
+                } else {
+                  int cc[4];
+                  mma_k32(cc, a[i], b[2 * j], b[2 * j + 1]);
+#pragma unroll
+                  for (int e = 0; e < 4; ++e) {
+                    const float2 f = fw[i][e >> 1];
+                    float v = fmaf(exact_i2f(cc[e]), __fmul_rn(f.x, (e & 1) ? da.y : da.x), ac[e]);
+                    if constexpr (X::kMin) v = fmaf(f.y, (e & 1) ? sa.y : sa.x, v);
+                    ac[e] = v;
+                  }
                 }
               }
             }
@@ -369,26 +444,46 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
         }
       }
     }
-  }
 
-  // y[tok * rows + row]: per store instruction 8 consecutive rows of 4
-  // tokens (full 32-byte sectors).
+    if (kSK && item_kind() == kTail) {
+      // Hand the accumulators to CTA cta + 1 (L2: it reads them soon).
+      float4* const part_out =
+          reinterpret_cast<float4*>(p.sk_part) + static_cast<int64_t>(cta) * (kBM * BN / 4) + tid;
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
+      for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = row0 + wrow + 16 * mt + 8 * h;
-      if (row >= S.rows) continue;
+        for (int nt = 0; nt < kNT; ++nt) {
+          __stcg(part_out + (mt * kNT + nt) * kThreads,
+                 make_float4(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3]));
+        }
+      }
+      __syncthreads();  // every thread's part is written
+      if (tid == 0) {
+        __threadfence();
+        st_release_gpu(p.sk_flag + cta, 1u);
+      }
+      continue;
+    }
+    // y[tok * rows + row]: per store instruction 8 consecutive rows of 4
+    // tokens (full 32-byte sectors).
+    const TileAt out = this_tile();
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
+    for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int64_t tok = tok0 + tk_base + 8 * nt + e;
-          if (tok < p.nt) S.y[tok * S.rows + row] = acc[mt][nt][2 * h + e];
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = out.row0 + wrow + 16 * mt + 8 * h;
+        if (row >= out.S.rows) continue;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int64_t tok = out.tok0 + tk_base + 8 * nt + e;
+            if (tok < p.nt) out.S.y[tok * out.S.rows + row] = acc[mt][nt][2 * h + e];
+          }
         }
       }
     }
-  }
+  }  // items
 #endif  // __CUDA_ARCH__ >= 800
 }
 
@@ -424,22 +519,96 @@ cudaError_t QueryDevice(const DeviceInfo** out) {
   return errs[dev];
 }
 
-// Launches one instantiation. The dynamic shared-memory limit is raised once
-// per kernel (first call; not a stream operation). Returns
-// cudaErrorNotSupported when the device refuses that much shared memory.
-template <GgmlType T, int BN, bool kFast, bool kPlane>
-cudaError_t LaunchKernel(const Params& p, cudaStream_t stream) {
-  constexpr int kBytes = Smem<T, BN, kPlane>::kBytes;
-  static const cudaError_t attr = [] {
-    const cudaError_t e = cudaFuncSetAttribute(mmq_kernel<T, BN, kFast, kPlane>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-    if (e != cudaSuccess) (void)cudaGetLastError();  // not sticky: clear it
-    return e;
+// Stream-k as the caller asked for it (MmqTuning).
+struct StreamKRequest {
+  MmqStreamK mode = MmqStreamK::kOff;
+  void* workspace = nullptr;
+  int64_t bytes = 0;
+};
+
+// Flags at the start of the workspace (a fixed place: they must stay zero
+// between launches whatever their tile size), the hand-off buffers after.
+constexpr int64_t kSkFlagBytes = 16 << 10;
+constexpr int kSkMaxGrid = kSkFlagBytes / 4;
+
+// The stream-k plan of Params (see ItemOf) for a launch of BN-token tiles:
+// `slots` CTAs (the CTAs resident at once, so the hand-offs never wait on a
+// CTA that is not running) doing dp = waves - 1 whole tiles each and then
+// splitting the rest, between one and two waves of tiles, into equal runs
+// of chunks (each at least a tile, so a tile has at most one hand-off).
+// kAuto plans it only when the tiles make less than two waves: measured on
+// the H200 (docs/benchmarks.md v5), 1.09 waves gain 25-35%, while at 3.4
+// waves the gain is 1-2% and at 4.5 waves the hand-offs cost 1-3%. False
+// (p untouched) when stream-k does not apply.
+bool PlanStreamK(Params* p, int bn, int slots, const StreamKRequest& sk) {
+  const int64_t tiles = int64_t{p->row_tiles} * p->ntt;
+  if (sk.mode == MmqStreamK::kOff || sk.workspace == nullptr || p->n_chunks < 2) return false;
+  const int64_t part_bytes = int64_t{kBM} * bn * 4;
+  const int64_t g = std::min<int64_t>({slots, kSkMaxGrid, (sk.bytes - kSkFlagBytes) / part_bytes});
+  if (g < 2 || tiles <= g || tiles % g == 0) return false;
+  if (sk.mode == MmqStreamK::kAuto && tiles >= 2 * g) return false;
+  const int64_t waves = tiles / g;
+  p->grid = static_cast<int>(g);
+  p->dp = static_cast<int>(waves - 1);
+  p->sk_tile0 = static_cast<int>((waves - 1) * g);
+  p->sk_iters = (tiles - (waves - 1) * g) * p->n_chunks;
+  p->sk_flag = static_cast<unsigned*>(sk.workspace);
+  p->sk_part = reinterpret_cast<float*>(static_cast<uint8_t*>(sk.workspace) + kSkFlagBytes);
+  return true;
+}
+
+// One instantiation's launch attributes: the dynamic shared-memory limit
+// raised once per kernel (first call; not a stream operation) and its
+// occupancy read then.
+struct KernelAttr {
+  cudaError_t err;
+  int per_sm;  // resident CTAs per SM
+};
+template <GgmlType T, int BN, bool kFast, bool kPlane, bool kSK>
+const KernelAttr& AttrOf() {
+  static const KernelAttr attr = [] {
+    constexpr int kBytes = Smem<T, BN, kPlane>::kBytes;
+    KernelAttr a{cudaFuncSetAttribute(mmq_kernel<T, BN, kFast, kPlane, kSK>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes),
+                 0};
+    if (a.err == cudaSuccess) {
+      a.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &a.per_sm, mmq_kernel<T, BN, kFast, kPlane, kSK>, kThreads, kBytes);
+    }
+    if (a.err != cudaSuccess) (void)cudaGetLastError();  // not sticky: clear it
+    return a;
   }();
-  if (attr != cudaSuccess) return cudaErrorNotSupported;
-  const dim3 grid(static_cast<unsigned>((p.nt + BN - 1) / BN),
-                  static_cast<unsigned>(p.row_tiles));
-  mmq_kernel<T, BN, kFast, kPlane><<<grid, kThreads, kBytes, stream>>>(p);
+  return attr;
+}
+
+// Launches one instantiation: the stream-k form when it is asked for and
+// applies (the fast variant with 64-token tiles), else a 2-D grid of
+// whole-tile CTAs. Returns cudaErrorNotSupported when the device refuses
+// the shared memory. *grid_out: the CTAs launched; *sk_out: stream-k ran.
+template <GgmlType T, int BN, bool kFast, bool kPlane>
+cudaError_t LaunchKernel(Params p, const StreamKRequest& sk, cudaStream_t stream, int* grid_out,
+                         bool* sk_out) {
+  constexpr int kBytes = Smem<T, BN, kPlane>::kBytes;
+  p.ntt = static_cast<int>((p.nt + BN - 1) / BN);
+  *sk_out = false;
+  if constexpr (kFast && BN == 64) {
+    if (sk.mode != MmqStreamK::kOff && sk.workspace != nullptr) {
+      const KernelAttr& a = AttrOf<T, BN, kFast, kPlane, true>();
+      const DeviceInfo* dev = nullptr;
+      const cudaError_t err = QueryDevice(&dev);
+      if (err != cudaSuccess) return err;
+      if (a.err == cudaSuccess && PlanStreamK(&p, BN, a.per_sm * dev->sms, sk)) {
+        mmq_kernel<T, BN, kFast, kPlane, true><<<static_cast<unsigned>(p.grid), kThreads, kBytes, stream>>>(p);
+        *grid_out = p.grid;
+        *sk_out = true;
+        return cudaGetLastError();
+      }
+    }
+  }
+  if (AttrOf<T, BN, kFast, kPlane, false>().err != cudaSuccess) return cudaErrorNotSupported;
+  const dim3 grid(static_cast<unsigned>(p.ntt), static_cast<unsigned>(p.row_tiles));
+  mmq_kernel<T, BN, kFast, kPlane, false><<<grid, kThreads, kBytes, stream>>>(p);
+  *grid_out = p.ntt * p.row_tiles;
   return cudaGetLastError();
 }
 
@@ -473,34 +642,36 @@ int SmemBytesOf(GgmlType type, int bn, bool plane = false) {
 // p.plane != null selects the plane instantiations (fast variant, the
 // plane types only: the caller checked both).
 template <GgmlType T>
-cudaError_t LaunchTyped(const Params& p, int bn, bool fast, cudaStream_t stream) {
+cudaError_t LaunchTyped(const Params& p, int bn, bool fast, const StreamKRequest& sk,
+                        cudaStream_t stream, int* grid, bool* used_sk) {
   if (fast) {
     if constexpr (Plane<T>::kHas) {
       if (p.seg[0].plane != nullptr) {
-        if (bn == 32) return LaunchKernel<T, 32, true, true>(p, stream);
-        return bn == 128 ? LaunchKernel<T, 128, true, true>(p, stream)
-                         : LaunchKernel<T, 64, true, true>(p, stream);
+        if (bn == 32) return LaunchKernel<T, 32, true, true>(p, sk, stream, grid, used_sk);
+        return bn == 128 ? LaunchKernel<T, 128, true, true>(p, sk, stream, grid, used_sk)
+                         : LaunchKernel<T, 64, true, true>(p, sk, stream, grid, used_sk);
       }
     }
-    if (bn == 32) return LaunchKernel<T, 32, true, false>(p, stream);
-    return bn == 128 ? LaunchKernel<T, 128, true, false>(p, stream)
-                     : LaunchKernel<T, 64, true, false>(p, stream);
+    if (bn == 32) return LaunchKernel<T, 32, true, false>(p, sk, stream, grid, used_sk);
+    return bn == 128 ? LaunchKernel<T, 128, true, false>(p, sk, stream, grid, used_sk)
+                     : LaunchKernel<T, 64, true, false>(p, sk, stream, grid, used_sk);
   }
   if (p.seg[0].plane != nullptr) return cudaErrorInvalidValue;
-  return bn == 32 ? LaunchKernel<T, 32, false, false>(p, stream)
-                  : LaunchKernel<T, 64, false, false>(p, stream);
+  return bn == 32 ? LaunchKernel<T, 32, false, false>(p, sk, stream, grid, used_sk)
+                  : LaunchKernel<T, 64, false, false>(p, sk, stream, grid, used_sk);
 }
 
-cudaError_t Dispatch(GgmlType type, const Params& p, int bn, bool fast, cudaStream_t stream) {
+cudaError_t Dispatch(GgmlType type, const Params& p, int bn, bool fast, const StreamKRequest& sk,
+                     cudaStream_t stream, int* grid, bool* used_sk) {
   switch (type) {
-    case GgmlType::kQ4_0: return LaunchTyped<GgmlType::kQ4_0>(p, bn, fast, stream);
-    case GgmlType::kQ4_1: return LaunchTyped<GgmlType::kQ4_1>(p, bn, fast, stream);
-    case GgmlType::kQ5_0: return LaunchTyped<GgmlType::kQ5_0>(p, bn, fast, stream);
-    case GgmlType::kQ5_1: return LaunchTyped<GgmlType::kQ5_1>(p, bn, fast, stream);
-    case GgmlType::kQ8_0: return LaunchTyped<GgmlType::kQ8_0>(p, bn, fast, stream);
-    case GgmlType::kQ4_K: return LaunchTyped<GgmlType::kQ4_K>(p, bn, fast, stream);
-    case GgmlType::kQ5_K: return LaunchTyped<GgmlType::kQ5_K>(p, bn, fast, stream);
-    case GgmlType::kQ6_K: return LaunchTyped<GgmlType::kQ6_K>(p, bn, fast, stream);
+    case GgmlType::kQ4_0: return LaunchTyped<GgmlType::kQ4_0>(p, bn, fast, sk, stream, grid, used_sk);
+    case GgmlType::kQ4_1: return LaunchTyped<GgmlType::kQ4_1>(p, bn, fast, sk, stream, grid, used_sk);
+    case GgmlType::kQ5_0: return LaunchTyped<GgmlType::kQ5_0>(p, bn, fast, sk, stream, grid, used_sk);
+    case GgmlType::kQ5_1: return LaunchTyped<GgmlType::kQ5_1>(p, bn, fast, sk, stream, grid, used_sk);
+    case GgmlType::kQ8_0: return LaunchTyped<GgmlType::kQ8_0>(p, bn, fast, sk, stream, grid, used_sk);
+    case GgmlType::kQ4_K: return LaunchTyped<GgmlType::kQ4_K>(p, bn, fast, sk, stream, grid, used_sk);
+    case GgmlType::kQ5_K: return LaunchTyped<GgmlType::kQ5_K>(p, bn, fast, sk, stream, grid, used_sk);
+    case GgmlType::kQ6_K: return LaunchTyped<GgmlType::kQ6_K>(p, bn, fast, sk, stream, grid, used_sk);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -538,10 +709,12 @@ cudaError_t Prepare(const WeightView& w, const void* act, float* y, int64_t nt, 
     return cudaErrorInvalidValue;
   }
   // Grid and 32-bit index limits: y grid dimension, int block counts.
-  if ((w.rows + kBM - 1) / kBM > 65535 || (nt + 31) / 32 > 0x7FFFFFFF || w.k > (int64_t{1} << 30)) {
+  // The kernel addresses the activation codes with 32-bit offsets.
+  const int64_t ntp = TokensPadded(nt);
+  if ((w.rows + kBM - 1) / kBM > 65535 || w.k > (int64_t{1} << 30) ||
+      ntp * w.k >= (int64_t{1} << 31)) {
     return cudaErrorInvalidValue;
   }
-  const int64_t ntp = TokensPadded(nt);
   p->seg[0] = Segment{static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, nullptr, y};
   p->tile_begin[0] = 0;
   p->n_seg = 1;
@@ -617,6 +790,14 @@ cudaError_t LaunchMmqScalePlane(const WeightView& w, void* plane, cudaStream_t s
 
 bool MmqSupports(GgmlType type) { return IsIntegerDotType(type); }
 
+int64_t MmqStreamKBytes() {
+  const mmq::DeviceInfo* dev = nullptr;
+  if (mmq::QueryDevice(&dev) != cudaSuccess || dev->sms <= 0) return 0;
+  // Resident CTAs x tile floats is at most sms x 128 x 128 x 4 bytes: two
+  // CTAs per SM up to 64-token tiles (128 registers per thread), one at 128.
+  return mmq::kSkFlagBytes + int64_t{dev->sms} * mmq::kBM * 128 * 4;
+}
+
 int64_t MmqActivationBytes(int64_t k, int64_t nt) {
   if (k <= 0 || nt <= 0 || k % 32 != 0) return 0;
   return mmq::TokensPadded(nt) * (k / 32) * 40;
@@ -677,7 +858,7 @@ namespace {
 // Planes are used only when every segment has one (they change no result).
 cudaError_t LaunchFastImpl(const WeightView* ws, float* const* ys, int n, const void* act,
                            int64_t nt, const MmqTuning& tuning, cudaStream_t stream,
-                           const char** why_not, int* bn_out, bool* plane_out) {
+                           const char** why_not, MmqReport* report) {
   const char* unused;
   if (why_not == nullptr) why_not = &unused;
   *why_not = nullptr;
@@ -723,6 +904,12 @@ cudaError_t LaunchFastImpl(const WeightView* ws, float* const* ys, int n, const 
   const mmq::DeviceInfo* dev = nullptr;
   cudaError_t err = mmq::QueryDevice(&dev);
   if (err != cudaSuccess) return err;
+  if (tuning.stream_k_workspace != nullptr &&
+      (reinterpret_cast<uintptr_t>(tuning.stream_k_workspace) % 16 != 0 ||
+       tuning.stream_k_bytes < MmqStreamKBytes())) {
+    return cudaErrorInvalidValue;
+  }
+  const mmq::StreamKRequest sk{tuning.stream_k, tuning.stream_k_workspace, tuning.stream_k_bytes};
   const int bn = tuning.tokens_per_cta != 0 ? tuning.tokens_per_cta : mmq::AutoTokensPerCta(p, *dev);
   const GgmlType type = ws[0].type;
   if (dev->major < 8) *why_not = "GPU older than sm_80 (no int8 mma.m16n8k32)";
@@ -740,11 +927,16 @@ cudaError_t LaunchFastImpl(const WeightView* ws, float* const* ys, int n, const 
     *why_not = "tile needs more shared memory than the device allows";
   }
   if (*why_not != nullptr) return cudaErrorNotSupported;
-  err = mmq::Dispatch(type, p, bn, /*fast=*/true, stream);
+  int grid = 0;
+  bool used_sk = false;
+  err = mmq::Dispatch(type, p, bn, /*fast=*/true, sk, stream, &grid, &used_sk);
   if (err == cudaErrorNotSupported) *why_not = "cudaFuncSetAttribute refused the shared memory";
-  if (err == cudaSuccess) {
-    if (bn_out != nullptr) *bn_out = bn;
-    if (plane_out != nullptr) *plane_out = plane;
+  if (err == cudaSuccess && report != nullptr) {
+    report->variant = MmqVariant::kFast;
+    report->tokens_per_cta = bn;
+    report->scale_plane = plane;
+    report->grid = grid;
+    report->stream_k = used_sk;
   }
   return err;
 }
@@ -752,7 +944,7 @@ cudaError_t LaunchFastImpl(const WeightView* ws, float* const* ys, int n, const 
 
 cudaError_t LaunchMmqFast(const WeightView& w, const void* act, float* y, int64_t nt,
                           const MmqTuning& tuning, cudaStream_t stream, const char** why_not) {
-  return LaunchFastImpl(&w, &y, 1, act, nt, tuning, stream, why_not, nullptr, nullptr);
+  return LaunchFastImpl(&w, &y, 1, act, nt, tuning, stream, why_not, nullptr);
 }
 
 cudaError_t LaunchMmqGeneric(const WeightView& w, const void* act, float* y, int64_t nt,
@@ -765,7 +957,9 @@ cudaError_t LaunchMmqGeneric(const WeightView& w, const void* act, float* y, int
   if ((err = mmq::QueryDevice(&dev)) != cudaSuccess) return err;
   if (dev->major < 8) return cudaErrorNotSupported;
   const int bn = mmq::SmemBytesOf(w.type, 64) <= dev->smem_optin ? 64 : 32;
-  return mmq::Dispatch(w.type, p, bn, /*fast=*/false, stream);
+  int grid = 0;
+  bool used_sk = false;
+  return mmq::Dispatch(w.type, p, bn, /*fast=*/false, mmq::StreamKRequest{}, stream, &grid, &used_sk);
 }
 
 namespace {
@@ -777,7 +971,7 @@ int GenericTokensPerCta(GgmlType type) {
 }  // namespace
 
 cudaError_t LaunchMmqQuantized(const WeightView& w, const void* act, float* y, int64_t nt,
-                               cudaStream_t stream, MmqReport* report) {
+                               cudaStream_t stream, MmqReport* report, const MmqTuning* tuning) {
   MmqReport local;
   if (report == nullptr) report = &local;
   *report = MmqReport{};
@@ -785,31 +979,30 @@ cudaError_t LaunchMmqQuantized(const WeightView& w, const void* act, float* y, i
   one.n = 1;
   one.w[0] = w;
   one.y[0] = y;
-  return LaunchMmqSegments(one, act, nt, stream, report);
+  return LaunchMmqSegments(one, act, nt, stream, report, tuning);
 }
 
 static_assert(kMmqMaxSegments == mmq::kMaxSegments, "one segment limit");
 
 cudaError_t LaunchMmqSegments(const MmqSegments& s, const void* act, int64_t nt,
-                              cudaStream_t stream, MmqReport* report) {
+                              cudaStream_t stream, MmqReport* report, const MmqTuning* tuning) {
   MmqReport local;
   if (report == nullptr) report = &local;
   *report = MmqReport{};
   if (s.n < 1 || s.n > kMmqMaxSegments) return cudaErrorInvalidValue;
   const char* why_not = nullptr;
-  int bn = 0;
-  bool plane = false;
-  cudaError_t err = LaunchFastImpl(s.w, s.y, s.n, act, nt, MmqTuning{}, stream, &why_not, &bn, &plane);
+  // Only stream-k is taken from `tuning` here (the token tile stays
+  // automatic: LaunchMmqFast is the explicit-geometry entry).
+  MmqTuning tu;
+  if (tuning != nullptr) {
+    tu.stream_k = tuning->stream_k;
+    tu.stream_k_workspace = tuning->stream_k_workspace;
+    tu.stream_k_bytes = tuning->stream_k_bytes;
+  }
+  cudaError_t err = LaunchFastImpl(s.w, s.y, s.n, act, nt, tu, stream, &why_not, report);
   bool any_rows = false;
   for (int i = 0; i < s.n; ++i) any_rows = any_rows || s.w[i].rows > 0;
-  if (err == cudaSuccess) {
-    if (nt > 0 && any_rows) {
-      report->variant = MmqVariant::kFast;
-      report->tokens_per_cta = bn;
-      report->scale_plane = plane;
-    }
-    return err;
-  }
+  if (err == cudaSuccess) return err;
   if (err != cudaErrorNotSupported) return err;
   // The generic rung, one launch per weight (validated by the fast attempt).
   report->fast_skipped = why_not;
@@ -824,7 +1017,7 @@ cudaError_t LaunchMmqSegments(const MmqSegments& s, const void* act, int64_t nt,
 }
 
 cudaError_t LaunchMmq(const WeightView& w, const float* x, void* act_scratch, float* y,
-                      int64_t nt, cudaStream_t stream, MmqReport* report) {
+                      int64_t nt, cudaStream_t stream, MmqReport* report, const MmqTuning* tuning) {
   if (report != nullptr) *report = MmqReport{};
   // Validate the whole call before launching anything (the prepass alone
   // would accept shapes the GEMM rejects).
@@ -837,7 +1030,7 @@ cudaError_t LaunchMmq(const WeightView& w, const float* x, void* act_scratch, fl
   if ((err = mmq::QueryDevice(&dev)) != cudaSuccess) return err;
   if (dev->major < 8) return cudaErrorNotSupported;  // before the prepass writes anything
   if ((err = LaunchQuantizeMmq(x, act_scratch, w.k, nt, stream)) != cudaSuccess) return err;
-  return LaunchMmqQuantized(w, act_scratch, y, nt, stream, report);
+  return LaunchMmqQuantized(w, act_scratch, y, nt, stream, report, tuning);
 }
 
 }  // namespace minfer::cuda

@@ -15,7 +15,8 @@
 // activation rows of k floats, y[t * rows + r] receives row r of token t.
 // Types: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K (raw 210-byte or padded
 // 224-byte Q6_K blocks); k a positive multiple of the block size (32, K-quants
-// 256); any rows >= 0 and nt >= 0 (the dispatcher uses it for nt >= 9).
+// 256); any rows >= 0 and nt >= 0 (the dispatcher uses it for nt >= 9) with
+// the activation codes under 2 GiB (round_up(nt, kMmqTokenPad) * k < 2^31).
 //
 // Activation layout (what LaunchQuantizeMmq writes and the GEMM stages with
 // 16-byte cp.async; one buffer of MmqActivationBytes(k, nt) bytes, 16-byte
@@ -53,6 +54,21 @@
 // points at one makes the fast variant stage the plane entries with the
 // codes instead of decoding the packed scales per chunk; the entries are
 // the same floats, so results are bit-identical with and without it.
+//
+// Stream-k (MmqTuning::stream_k). A grid of whole-tile CTAs wastes the
+// empty part of its last wave: 7B's fused QKV at 512 tokens is 288 tiles for
+// 264 resident CTA slots (1.09 waves, the second nearly empty). Given a
+// workspace, the fast variant with 64-token tiles can instead run exactly
+// the resident CTAs, each doing whole tiles for all waves but the last two
+// and then an equal run of k-chunks of the remaining tiles (at least one
+// tile's worth); a tile cut between two CTAs is finished by the second,
+// which continues from the accumulators the first handed over (global
+// memory, a flag with release/acquire). The fold of every output stays
+// sequential in k, so stream-k changes no result bit; its cost is one
+// hand-off per CTA and a kernel form with more register pressure, so kAuto
+// uses it only below two waves. It relies on the CTAs of a launch being
+// dispatched in index order (each waits only for the one before it) and
+// traps after 10 s without its hand-off rather than hang.
 //
 // Variants (the "ladder"; LaunchMmq walks it). Both compute the same
 // 128-row x {32,64,128}-token CTA tiles with the same numerics:
@@ -123,15 +139,35 @@ struct MmqReport {
   MmqVariant variant = MmqVariant::kNone;
   int tokens_per_cta = 0;
   bool scale_plane = false;  // kFast read the weight's scale plane
+  int grid = 0;              // kFast: CTAs launched
+  bool stream_k = false;     // kFast: the last waves ran as stream-k
   // Why kFast was skipped (a static string), or null when it ran.
   const char* fast_skipped = nullptr;
 };
 
-// Explicit geometry for benchmarks and tests. 0 = automatic: 64, or 32
-// when 64-token tiles would leave SMs idle (few weight rows).
+// When the fast variant uses stream-k (given a workspace).
+enum class MmqStreamK : int32_t {
+  kOff = 0,
+  kAuto = 1,   // when the tiles make more than one wave and less than two
+  kForce = 2,  // whenever they are more than one wave and not a whole number
+};
+
+// Bytes of the stream-k workspace for the current device (~8.5 MB on 132
+// SMs): hand-off flags and accumulators. The caller allocates it (16-byte
+// aligned) and zeroes it once; it is then reusable by any number of
+// launches, one at a time (stream-ordered: each launch leaves its flags
+// zero). 0 on a device error.
+int64_t MmqStreamKBytes();
+
+// Launch options. tokens_per_cta: explicit geometry for benchmarks and tests
+// (LaunchMmqFast only); 0 = automatic: 64, or 32 when 64-token tiles would
+// leave SMs idle (few weight rows). Stream-k runs with 64-token tiles only.
 struct MmqTuning {
   int tokens_per_cta = 0;  // kFast: 32, 64 or 128 (128 halves the weight
                            // re-reads but allows one CTA per SM)
+  MmqStreamK stream_k = MmqStreamK::kAuto;
+  void* stream_k_workspace = nullptr;  // null: no stream-k
+  int64_t stream_k_bytes = 0;          // at least MmqStreamKBytes()
 };
 
 // One rung: y = W act with the fast variant. cudaErrorNotSupported (and
@@ -146,8 +182,10 @@ cudaError_t LaunchMmqGeneric(const WeightView& w, const void* act, float* y, int
                              cudaStream_t stream);
 
 // The ladder on already-quantized activations: kFast, else kGeneric.
+// `tuning`: its stream-k fields (null: none).
 cudaError_t LaunchMmqQuantized(const WeightView& w, const void* act, float* y, int64_t nt,
-                               cudaStream_t stream, MmqReport* report = nullptr);
+                               cudaStream_t stream, MmqReport* report = nullptr,
+                               const MmqTuning* tuning = nullptr);
 
 // Up to kMmqMaxSegments weights of one type and k applied to the same
 // activations, weight i's product to its own y[i] ([nt][w[i].rows]): one
@@ -163,14 +201,16 @@ struct MmqSegments {
   float* y[kMmqMaxSegments] = {};
 };
 cudaError_t LaunchMmqSegments(const MmqSegments& segments, const void* act, int64_t nt,
-                              cudaStream_t stream, MmqReport* report = nullptr);
+                              cudaStream_t stream, MmqReport* report = nullptr,
+                              const MmqTuning* tuning = nullptr);
 
 // The whole prefill matmul: LaunchQuantizeMmq(x -> act_scratch) then the
 // ladder. act_scratch: MmqActivationBytes(w.k, nt) bytes, 16-byte aligned,
 // owned by the caller (it is overwritten; nothing else may use it until the
 // GEMM has run on `stream`).
 cudaError_t LaunchMmq(const WeightView& w, const float* x, void* act_scratch, float* y,
-                      int64_t nt, cudaStream_t stream, MmqReport* report = nullptr);
+                      int64_t nt, cudaStream_t stream, MmqReport* report = nullptr,
+                      const MmqTuning* tuning = nullptr);
 
 }  // namespace minfer::cuda
 

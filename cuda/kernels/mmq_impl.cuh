@@ -384,7 +384,73 @@ struct Params {
   const float* as;
   int64_t ntp;
   int64_t nt;
+  // Stream-k (the kSK kernels, a 1-D grid; mmq.cu PlanStreamK). Tile i is
+  // row tile i / ntt, token tile i % ntt (token tiles fastest: CTAs that
+  // share a weight tile run side by side and read it from L2). CTA c first
+  // computes the whole tiles c, c + grid, ..., c + (dp - 1) grid, then its
+  // share of the stream-k region: chunks [sk_iters c / grid, sk_iters (c +
+  // 1) / grid) of tiles sk_tile0.. counted tile-major. The other kernels
+  // use only ntt (a 2-D grid of whole tiles).
+  int ntt;           // token tiles of BN tokens
+  int grid;          // CTAs
+  int dp;            // whole tiles per CTA before the stream-k region
+  int sk_tile0;      // first tile of the stream-k region (dp * grid)
+  int64_t sk_iters;  // chunks in the stream-k region; 0 = none
+  float* sk_part;    // [grid][kBM * BN] accumulators handed from CTA c to c + 1
+  unsigned* sk_flag; // [grid] 1 = sk_part[c] is ready (reset by its reader)
 };
+
+// One unit of a CTA's work (ItemOf): chunks [c0, c1) of `tile`.
+//  kWhole: the whole k range, stored to y.
+//  kTail: the tile's first chunks (c0 = 0); the accumulators are handed to
+//    the next CTA (sk_part / sk_flag of this CTA) instead of stored.
+//  kHead: the tile's last chunks, continuing from the accumulators the
+//    previous CTA handed on, stored to y.
+// The hand-off keeps every output's fold sequential in k (the float
+// operations and their order are those of a whole-tile CTA), so stream-k
+// changes no result bit. A CTA does its tail first and its head last: by
+// the time it needs its predecessor's tail, that CTA finished it long ago
+// (each CTA's share is at least one tile, PlanStreamK), and a CTA only ever
+// waits for a lower-numbered one, which the hardware dispatched first.
+enum ItemKind : int { kWhole = 0, kTail = 1, kHead = 2 };
+struct Item {
+  int tile;  // -1: no more work
+  int c0, c1;
+  int kind;
+};
+
+__device__ __forceinline__ Item ItemOf(const Params& p, int cta, int it) {
+  const int nc = p.n_chunks;
+  const int64_t b = p.sk_iters * cta / p.grid, e = p.sk_iters * (cta + 1) / p.grid;
+  if (e % nc != 0) {
+    if (it == 0) return {p.sk_tile0 + static_cast<int>(e / nc), 0, static_cast<int>(e % nc), kTail};
+    --it;
+  }
+  if (it < p.dp) return {cta + it * p.grid, 0, nc, kWhole};
+  it -= p.dp;
+  const int64_t f0 = (b + nc - 1) / nc, f1 = e / nc;  // the whole tiles of the share
+  if (it < f1 - f0) return {p.sk_tile0 + static_cast<int>(f0 + it), 0, nc, kWhole};
+  it -= static_cast<int>(f1 - f0);
+  if (b % nc != 0 && it == 0) {
+    return {p.sk_tile0 + static_cast<int>(b / nc), static_cast<int>(b % nc), nc, kHead};
+  }
+  return {-1, 0, 0, kWhole};
+}
+
+// Release / acquire flag accesses at GPU scope (the hand-off above).
+__device__ __forceinline__ void st_release_gpu(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
 
 }  // namespace minfer::cuda::mmq
 

@@ -72,6 +72,10 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "Q6_K weights get MMQ's W_exp plane at load: their per-16 scales as f32 (+29% of the "
        "Q6_K bytes in VRAM), staged by the prefill GEMM instead of decoded per chunk; 0 = no "
        "plane."});
+  add({"MINFER_MMQ_STREAM_K", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "Prefill MMQ launches whose tiles leave the last wave of CTAs part-empty run as "
+       "stream-k: the resident CTAs share the last waves' k-chunks, handing partial sums on "
+       "(bit-identical results; ~8.5 MB of VRAM per model); 0 = one tile per CTA."});
   add({"MINFER_MMQ_RAW_NB_DEBUG", KnobType::kBool, "0", KnobScope::kGlobal,
        KnobEffect::kRecapture,
        "Log which MMQ variant ran for each (weight type, shape) class the first time, and why a "

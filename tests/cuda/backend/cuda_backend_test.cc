@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <memory>
 
 #include <cuda_runtime_api.h>
@@ -825,14 +826,14 @@ struct PrefillRun {
   uint64_t plane_bytes = 0;
   uint64_t plane_formula = 0;  // MmqScalePlaneBytes summed over the model's weights
 };
-PrefillRun Prefill40(const std::string& shape) {
+PrefillRun PrefillPrompt(const std::string& shape, int n_tokens = 40) {
   PrefillRun r;
-  std::vector<int32_t> prompt(40);
+  std::vector<int32_t> prompt(n_tokens);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + (37 * i) % 900);
   auto m = Load(shape, "q4_k_m", "cuda");
   EXPECT_TRUE(m);
   if (!m) return r;
-  auto s = runtime::Session::Create(m, {.n_ctx = 128});
+  auto s = runtime::Session::Create(m, {.n_ctx = std::max(128, n_tokens + 16)});
   EXPECT_TRUE(s.ok()) << s.status();
   if (!s.ok()) return r;
   auto l = (*s)->Eval(prompt);
@@ -862,7 +863,7 @@ TEST(CudaMode2Test, Int8OnlyProducersGiveTheSameLogits) {
     int64_t int8_only[2] = {0, 0};
     for (int off = 0; off < 2; ++off) {
       ScopedKnob knob("MINFER_NO_SKIP_WRITE", off ? "1" : "0");
-      const PrefillRun r = Prefill40(shape);
+      const PrefillRun r = PrefillPrompt(shape);
       ASSERT_FALSE(r.logits.empty());
       logits[off] = r.logits;
       int8_only[off] = r.stats.int8_only_writes;
@@ -895,7 +896,7 @@ TEST(CudaPrefillLeversTest, QkvFusionAndScalePlanesKeepLogitsBitIdentical) {
       ScopedKnob fuse("MINFER_NO_FUSE_QKV_PREFILL", configs[c].no_fuse);
       ScopedKnob q4k("MINFER_MMQ_Q4K_DSC", configs[c].planes);
       ScopedKnob q6k("MINFER_MMQ_Q6K_EXP", configs[c].planes);
-      const PrefillRun r = Prefill40(shape);
+      const PrefillRun r = PrefillPrompt(shape);
       ASSERT_FALSE(r.logits.empty());
       logits[c] = r.logits;
       const bool fused = configs[c].no_fuse[0] == '0', planes = configs[c].planes[0] == '1';
@@ -910,6 +911,35 @@ TEST(CudaPrefillLeversTest, QkvFusionAndScalePlanesKeepLogitsBitIdentical) {
           << "config " << c;
     }
   }
+}
+
+// Stream-k (MINFER_MMQ_STREAM_K): the 0.5B's 4,864-row FFN projections at
+// 512 tokens are 304 tiles, more than the 264 CTA slots of a 132-SM GPU but
+// far from two waves, so their launches split the last tiles' k-chunks
+// between CTAs. The hand-off keeps every fold sequential: logits
+// bit-identical with stream-k off.
+TEST(CudaPrefillLeversTest, StreamKKeepsLogitsBitIdentical) {
+  MINFER_REQUIRE_GPU();
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  std::vector<float> logits[2];
+  for (int on = 0; on < 2; ++on) {
+    SCOPED_TRACE(on);
+    ScopedKnob sk("MINFER_MMQ_STREAM_K", on ? "1" : "0");
+    const PrefillRun r = PrefillPrompt("0.5b", 512);
+    ASSERT_FALSE(r.logits.empty());
+    logits[on] = r.logits;
+    if (!on) {
+      EXPECT_EQ(r.stats.mmq_stream_k, 0);
+    } else if (sms == 132) {
+      EXPECT_GT(r.stats.mmq_stream_k, 0);
+    }
+    std::cout << "stream-k " << on << ": " << r.stats.mmq_stream_k << " of " << r.stats.mmq_fast
+              << " MMQ launches split\n";
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
 }
 
 // CudaState::AttachScalePlane's refusals: an unknown weight (the caller

@@ -310,11 +310,22 @@ int MmqMain(bool quick) {
   // us of LaunchMmq per [type index][shape][nt index], for the estimate.
   double table[8][4][2] = {};
   double table_plane[8][4][2] = {};  // with scale planes (Q4_K, Q6_K)
+  double table_sk[8][4][2] = {};     // planes where the type has them, and stream-k (forced)
+  void* sk_ws = nullptr;
+  CHECK_CUDA(cudaMalloc(&sk_ws, MmqStreamKBytes()));
+  CHECK_CUDA(cudaMemset(sk_ws, 0, MmqStreamKBytes()));
+  // Forced (not kAuto's "below two waves"), so that the table shows what
+  // stream-k does at every wave count.
+  MmqTuning sk_tuning;
+  sk_tuning.stream_k = MmqStreamK::kForce;
+  sk_tuning.stream_k_workspace = sk_ws;
+  sk_tuning.stream_k_bytes = MmqStreamKBytes();
   std::printf(
       "\n== MMQ (LaunchMmq incl. quantize prepass) vs GemmF16; TOPS = 2 rows k nt / time\n"
-      "%-5s %-24s %5s | %9s %7s | %9s %7s | %8s | %9s %7s | %6s | %s\n",
-      "type", "shape", "nt", "mmq us", "TOPS", "plane us", "TOPS", "quant us", "f16 us", "TFLOPS",
-      "f16/mmq", "rung");
+      "   sk: stream-k (forced) on top of the planes; its grid (CTAs/tile) and whether it split\n"
+      "%-5s %-24s %5s | %9s %7s | %9s %7s | %9s %7s %9s | %8s | %9s %7s | %6s | %s\n",
+      "type", "shape", "nt", "mmq us", "TOPS", "plane us", "TOPS", "sk us", "TOPS", "sk grid",
+      "quant us", "f16 us", "TFLOPS", "f16/mmq", "rung");
   for (int ti = 0; ti < 8; ++ti) {
     const GgmlType type = types[ti];
     if (quick && ti >= 3) break;
@@ -345,11 +356,10 @@ int MmqMain(bool quick) {
         table[ti][si][ni] = us;
         // With the W_dsc / W_exp scale plane (Q4_K, Q6_K), prepass included.
         double us_plane = -1;
+        WeightView pv[2] = {rot[0].view, rot[1].view};
+        void* planes[2] = {};
         if (MmqScalePlaneType(type)) {
-          WeightView pv[2];
-          void* planes[2];
           for (int i = 0; i < 2; ++i) {
-            pv[i] = rot[i].view;
             CHECK_CUDA(cudaMalloc(&planes[i], MmqScalePlaneBytes(type, s.k, s.rows)));
             CHECK_CUDA(LaunchMmqScalePlane(pv[i], planes[i], stream));
             pv[i].scale_plane = planes[i];
@@ -359,10 +369,21 @@ int MmqMain(bool quick) {
           if (!prep.scale_plane) std::printf("(plane not used)\n");
           us_plane = TimeLaunches(
               [&](int i) { return LaunchMmq(pv[i % 2], x, act, y, nt, stream); }, batch, reps);
-          CHECK_CUDA(cudaStreamSynchronize(stream));
-          for (void* pl : planes) cudaFree(pl);
           table_plane[ti][si][ni] = us_plane;
         }
+        // Stream-k on top (forced; the backend's kAuto uses it below two
+        // waves of tiles only).
+        MmqReport srep;
+        CHECK_CUDA(LaunchMmq(pv[0], x, act, y, nt, stream, &srep, &sk_tuning));
+        const double us_sk = TimeLaunches(
+            [&](int i) { return LaunchMmq(pv[i % 2], x, act, y, nt, stream, nullptr, &sk_tuning); },
+            batch, reps);
+        table_sk[ti][si][ni] = us_sk;
+        char sk_grid[32];
+        std::snprintf(sk_grid, sizeof(sk_grid), "%d/%d%s", srep.grid, srep.tokens_per_cta,
+                      srep.stream_k ? "sk" : "");
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+        for (void* pl : planes) cudaFree(pl);
         const double usq = TimeLaunches(
             [&](int) { return LaunchQuantizeMmq(x, act, s.k, nt, stream); }, batch, reps);
         const double usf = TimeLaunches(
@@ -371,27 +392,65 @@ int MmqMain(bool quick) {
         std::snprintf(rung, sizeof(rung), "%s/%d%s%s", MmqVariantName(rep.variant),
                       rep.tokens_per_cta, rep.fast_skipped ? " (fast skipped: " : "",
                       rep.fast_skipped ? rep.fast_skipped : "");
-        std::printf("%-5s %-24s %5lld | %9.1f %7.1f | %9.1f %7.1f | %8.1f | %9.1f %7.1f | %6.2fx | %s%s\n",
-                    GgmlTypeName(type), s.name, static_cast<long long>(nt), us, ops / us / 1e6,
-                    us_plane, us_plane > 0 ? ops / us_plane / 1e6 : 0.0, usq, usf, ops / usf / 1e6,
-                    usf / us, rung, rep.fast_skipped ? ")" : "");
+        std::printf(
+            "%-5s %-24s %5lld | %9.1f %7.1f | %9.1f %7.1f | %9.1f %7.1f %9s | %8.1f | %9.1f %7.1f | "
+            "%6.2fx | %s%s\n",
+            GgmlTypeName(type), s.name, static_cast<long long>(nt), us, ops / us / 1e6, us_plane,
+            us_plane > 0 ? ops / us_plane / 1e6 : 0.0, us_sk, ops / us_sk / 1e6, sk_grid, usq, usf,
+            ops / usf / 1e6, usf / us, rung, rep.fast_skipped ? ")" : "");
         cudaFree(x), cudaFree(y), cudaFree(act);
       }
       Free(rot);
     }
   }
+  // The fused QKV of the Q4_0 / Q8_0 models: q, k and v as one segmented
+  // launch (4,608 rows: 288 tiles of 64 tokens at nt = 512 for 264 CTA
+  // slots), without and with stream-k.
+  std::printf("\n== fused QKV (3584+512+512)x3584 as one segmented launch (activations quantized)\n"
+              "%-5s %5s | %9s %7s | %9s %7s %9s\n", "type", "nt", "us", "TOPS", "sk us", "TOPS",
+              "sk grid");
+  for (const GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K}) {
+    Matrix m[3] = {MakeMatrix(type, 3584, 3584), MakeMatrix(type, 512, 3584),
+                   MakeMatrix(type, 512, 3584)};
+    for (const int64_t nt : nts) {
+      void* act = nullptr;
+      float* y = nullptr;
+      CHECK_CUDA(cudaMalloc(&act, MmqActivationBytes(3584, nt)));
+      CHECK_CUDA(cudaMemset(act, 0, MmqActivationBytes(3584, nt)));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&y), 4608 * nt * 4));
+      MmqSegments seg;
+      seg.n = 3;
+      for (int i = 0; i < 3; ++i) seg.w[i] = m[i].view;
+      seg.y[0] = y, seg.y[1] = y + 3584 * nt, seg.y[2] = y + 4096 * nt;
+      const double ops = 2.0 * 4608 * 3584 * nt;
+      const double us = TimeLaunches([&](int) { return LaunchMmqSegments(seg, act, nt, stream); },
+                                     batch, reps);
+      MmqReport srep;
+      CHECK_CUDA(LaunchMmqSegments(seg, act, nt, stream, &srep, &sk_tuning));
+      const double us_sk = TimeLaunches(
+          [&](int) { return LaunchMmqSegments(seg, act, nt, stream, nullptr, &sk_tuning); }, batch,
+          reps);
+      std::printf("%-5s %5lld | %9.1f %7.1f | %9.1f %7.1f %5d/%d%s\n", GgmlTypeName(type),
+                  static_cast<long long>(nt), us, ops / us / 1e6, us_sk, ops / us_sk / 1e6,
+                  srep.grid, srep.tokens_per_cta, srep.stream_k ? "sk" : "");
+      cudaFree(act), cudaFree(y);
+    }
+    for (Matrix& mm : m) cudaFree(mm.base);
+  }
+  cudaFree(sk_ws);
+
   // 7B Q4_K_M prefill matmuls per layer: q, k, o, gate, up Q4_K; v Q6_K;
   // down Q6_K in about half the layers (14 Q6_K + 14 Q4_K). Head excluded
   // (prefill computes logits for the last token only).
   std::printf("\n== estimated 7B Q4_K_M prefill matmul time (28 layers, no attention/head)\n");
-  for (int plane = 0; plane < 2; ++plane) {
-    auto& t = plane ? table_plane : table;
+  for (int plane = 0; plane < 3; ++plane) {
+    auto& t = plane == 2 ? table_sk : plane ? table_plane : table;
     for (int ni = 0; ni < 2; ++ni) {
       // types[] indices: 0 Q4_K, 1 Q6_K.
       const double common = t[0][0][ni] * 2 + t[0][1][ni] + t[1][1][ni] + t[0][2][ni] * 2;
       const double us = 14 * (common + t[1][3][ni]) + 14 * (common + t[0][3][ni]);
       std::printf("%s nt=%-5lld %9.0f us per %lld tokens -> %7.0f tokens/s (matmuls only)\n",
-                  plane ? "planes   " : "no planes", static_cast<long long>(nts[ni]), us,
+                  plane == 2 ? "planes+sk" : plane ? "planes   " : "no planes", static_cast<long long>(nts[ni]), us,
                   static_cast<long long>(nts[ni]), nts[ni] / us * 1e6);
     }
   }

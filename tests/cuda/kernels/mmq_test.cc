@@ -705,6 +705,118 @@ TEST(MmqSegmentsTest, EqualsOneLaunchPerWeight) {
   }
 }
 
+// Stream-k (mmq.h): the tiles past the whole waves are cut into runs of
+// k-chunks that one CTA hands to the next; the fold stays sequential in k,
+// so outputs must be bit-identical to whole-tile CTAs. Every type (each
+// instantiation has its own copy of the hand-off; legacy k = 416 ends in a
+// partial chunk), with planes; 55 row tiles x 5 token tiles (1.04 waves of
+// a 132-SM GPU's 264 CTA slots: the automatic case) and, forced, 137 x 5
+// (2.6 waves: whole-tile waves before the split ones); and a fused launch
+// of three weights. Each case launches twice with the same workspace (the
+// flags must return to zero) and reads the flags back. On a 132-SM GPU
+// (H100/H200) every case must split.
+TEST(MmqStreamKTest, BitIdenticalToWholeTiles) {
+  REQUIRE_MMQ_GPU();
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int64_t ws_bytes = MmqStreamKBytes();
+  ASSERT_GT(ws_bytes, 0);
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  ASSERT_EQ(cudaMemset(ws.get(), 0, ws_bytes), cudaSuccess);
+  MmqTuning sk;
+  sk.stream_k_workspace = ws.get();
+  sk.stream_k_bytes = ws_bytes;
+  auto flags_zero = [&] {
+    std::vector<uint8_t> host = ws.ToHost();
+    return std::all_of(host.begin(), host.begin() + (16 << 10), [](uint8_t b) { return b == 0; });
+  };
+  const int64_t nt = 300;
+  for (GgmlType type : kQuantTypes) {
+    Checker c(std::string("stream-k ") + GgmlTypeName(type));
+    const int64_t k = TraitsOf(type).block_size == 256 ? 512 : 416;
+    const Acts a = MakeActs(k, nt);
+    DeviceBuffer<uint8_t> dact(a.layout);
+    const bool q6k = type == GgmlType::kQ6_K;
+    for (const auto& [rows, mode] : {std::pair<int64_t, MmqStreamK>{128 * 55, MmqStreamK::kAuto},
+                                     {128 * 137, MmqStreamK::kForce}}) {
+      const HostWeight hw = MakeWeight(type, rows, k, 1);
+      auto dw = Upload(hw, q6k, 0, q6k ? 0 : DeviceRowBytes(type, k) - RowBytes(type, k));
+      std::unique_ptr<DeviceBuffer<float>> plane;
+      for (int with_plane = 0; with_plane < (MmqScalePlaneType(type) ? 2 : 1); ++with_plane) {
+        WeightView v = dw->view;
+        if (with_plane) {
+          plane = std::make_unique<DeviceBuffer<float>>(rows * (k / 32) * 2);
+          ASSERT_EQ(LaunchMmqScalePlane(v, plane->get(), nullptr), cudaSuccess);
+          v.scale_plane = plane->get();
+        }
+        const std::string what = Describe(type, q6k, rows, k, nt) + (with_plane ? " plane" : "");
+        MmqTuning split = sk;
+        split.stream_k = mode;
+        cudaError_t err;
+        auto run = [&](const MmqTuning* tu, MmqReport* rep) {
+          return RunPoisoned(
+              rows, nt, [&](float* y) { return LaunchMmqQuantized(v, dact.get(), y, nt, nullptr, rep, tu); },
+              &err);
+        };
+        MmqReport rw, rs;
+        const std::vector<float> y0 = run(nullptr, &rw);
+        ASSERT_EQ(err, cudaSuccess) << what;
+        for (int rep_i = 0; rep_i < 2; ++rep_i) {
+          const std::vector<float> y1 = run(&split, &rs);
+          ASSERT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
+          CheckIdentical(y1, y0, rows * nt, what + " stream-k vs whole tiles", &c);
+          c.Check(flags_zero(), what + ": hand-off flags left set");
+        }
+        c.Check(rw.variant == MmqVariant::kFast && rs.variant == MmqVariant::kFast, what + ": fast variant");
+        c.Check(!rw.stream_k, what + ": stream-k without a workspace");
+        if (sms == 132) c.Check(rs.stream_k && rs.grid == 264, what + ": stream-k over 264 CTAs");
+      }
+    }
+  }
+  // Three weights in one launch (the prefill FusedQKV): 36 row tiles x 8
+  // token tiles of 64 at 512 tokens (1.09 waves).
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ8_0}) {
+    Checker c(std::string("stream-k segments ") + GgmlTypeName(type));
+    const int64_t k = 512, rows[3] = {3584, 512, 512}, snt = 512;
+    const Acts a = MakeActs(k, snt);
+    DeviceBuffer<uint8_t> dact(a.layout);
+    std::vector<std::unique_ptr<DeviceWeight>> dw;
+    MmqSegments seg;
+    seg.n = 3;
+    for (int i = 0; i < 3; ++i) {
+      dw.push_back(Upload(MakeWeight(type, rows[i], k, 1), false, 0, DeviceRowBytes(type, k) - RowBytes(type, k)));
+      seg.w[i] = dw.back()->view;
+    }
+    auto run = [&](const MmqTuning* tu, MmqReport* rep) {
+      DeviceBuffer<float> out(4608 * snt + kGuard);
+      out.Poison();
+      seg.y[0] = out.get(), seg.y[1] = out.get() + 3584 * snt, seg.y[2] = out.get() + 4096 * snt;
+      EXPECT_EQ(LaunchMmqSegments(seg, dact.get(), snt, nullptr, rep, tu), cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return out.ToHost();
+    };
+    MmqReport rw, rs;
+    const std::vector<float> y0 = run(nullptr, &rw);
+    const std::vector<float> y1 = run(&sk, &rs);
+    CheckIdentical(y1, y0, 4608 * snt + kGuard, "segments stream-k vs whole tiles", &c);
+    c.Check(flags_zero(), "segments: hand-off flags left set");
+    if (sms == 132) c.Check(rs.stream_k && rs.grid == 264, "segments: stream-k over 264 CTAs");
+  }
+  // A workspace that is misaligned or too small is an invalid call.
+  const HostWeight hw = MakeWeight(GgmlType::kQ8_0, 128, 256, 1);
+  auto dw = Upload(hw, false, 0, DeviceRowBytes(GgmlType::kQ8_0, 256) - RowBytes(GgmlType::kQ8_0, 256));
+  DeviceBuffer<uint8_t> act(MmqActivationBytes(256, 9));
+  DeviceBuffer<float> y(128 * 9);
+  MmqTuning bad = sk;
+  bad.stream_k_bytes = ws_bytes - 16;
+  EXPECT_EQ(LaunchMmqQuantized(dw->view, act.get(), y.get(), 9, nullptr, nullptr, &bad), cudaErrorInvalidValue);
+  bad = sk;
+  bad.stream_k_workspace = ws.get() + 8;
+  EXPECT_EQ(LaunchMmqQuantized(dw->view, act.get(), y.get(), 9, nullptr, nullptr, &bad), cudaErrorInvalidValue);
+  SYNC();
+}
+
 TEST(MmqApiTest, RejectsBadCalls) {
   REQUIRE_MMQ_GPU();
   const int64_t k = 256, rows = 8, nt = 9;
