@@ -121,6 +121,11 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(kFast || !kPlane, "the generic variant decodes its scales");
   static_assert(kFast || !kSK, "stream-k runs the fast variant only");
+  // Activation sources as 32-bit element offsets from the parameter
+  // pointers (fewer live registers) or as 64-bit pointers: measured per
+  // form on the H200 (7B pp512, alternating runs in one call), offsets
+  // everywhere cost Q4_K_M 1.0% and gained Q8_0 0.8% over pointers.
+  constexpr bool kOff32 = kSK || T == GgmlType::kQ8_0;
   using X = Tr<T>;
   using SM = Smem<T, BN, kPlane>;
   constexpr int kWS = SM::kWS;  // weight row stride in shared memory
@@ -170,6 +175,8 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
     Segment S;
     int64_t row0, tok0;
   };
+  // kSK: the current item's tile, in shared memory for the same reason.
+  __shared__ TileAt s_at[kSK ? 2 : 1];
   auto tile_at = [&](int by, int bx) {
     const int sg = p.n_seg > 1 && by >= p.tile_begin[1] ? (p.n_seg > 2 && by >= p.tile_begin[2] ? 2 : 1) : 0;
     auto pick = [&](auto field) { return sg == 0 ? p.seg[0].*field : sg == 1 ? p.seg[1].*field : p.seg[2].*field; };
@@ -198,6 +205,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
       if (tid == 0) {
         const Item item = ItemOf(p, cta, it);
         s_item[it & 1] = item;
+        if (item.tile >= 0) {
+          const int by = item.tile / p.ntt;
+          s_at[it & 1] = tile_at(by, item.tile - by * p.ntt);
+        }
         if (item.kind == kHead) {
           const unsigned* flag = p.sk_flag + cta - 1;
           const uint64_t t_start = global_timer_ns();
@@ -214,9 +225,13 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
       __syncthreads();
       if (item_tile() < 0) break;
     }
-    const TileAt at = this_tile();
+    // kSK reads the tile from shared memory at each use (LDS per chunk
+    // instead of registers held across it).
+    const TileAt at_local = kSK ? TileAt{} : this_tile();
+    const TileAt& at = kSK ? s_at[it & 1] : at_local;
     const Segment& S = at.S;
-    const int64_t row0 = at.row0, tok0 = at.tok0;
+    const int64_t& row0 = at.row0;
+    const int64_t& tok0 = at.tok0;
 
     // Copies chunk c into stage buffer `buf` (commit is the caller's). Each
     // thread owns fixed rows / tokens / scale pieces, so what stays live
@@ -235,12 +250,14 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
     // The same for this thread's row of plane entries (8 bytes per block; the
     // launcher guarantees kBM * nb * 8 < 2^31).
     const uint32_t p_row_off = kPlane && my_row_ok ? static_cast<uint32_t>(tid >> 1) * static_cast<uint32_t>(p.nb) * 8u : 0u;
-    // Activation offsets as 32-bit element counts from the parameter
-    // pointers (the launcher guarantees the layout is under 2^31 bytes):
-    // fewer live registers than three 64-bit pointers.
+    // Activation sources (kOff32 above; the launcher guarantees the layout
+    // is under 2^31 bytes). The unused form is dead code.
     const uint32_t a_off = static_cast<uint32_t>((tok0 + tid / kTpt) * p.k + 16 * (tid % kTpt));
+    const int8_t* const a_src = p.aq + (tok0 + tid / kTpt) * p.k + 16 * (tid % kTpt);
     const int ds_kb = tid / (BN / 4), ds_q = tid % (BN / 4);
     const uint32_t ds_off = static_cast<uint32_t>(ds_kb * p.ntp + tok0 + 4 * ds_q);
+    const float* const d_src = p.ad + static_cast<int64_t>(ds_kb) * p.ntp + tok0 + 4 * ds_q;
+    const float* const s_src = p.as + static_cast<int64_t>(ds_kb) * p.ntp + tok0 + 4 * ds_q;
     auto stage = [&](int c, int buf) {
       // Blocks in this chunk: kKB, fewer in a legacy type's last chunk when
       // k % 256 != 0 (K-quant chunks are always whole).
@@ -292,7 +309,8 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
       }
       {
         const uint32_t dst = smem_addr(s_a(buf) + (tid / kTpt) * kAS + 16 * (tid % kTpt));
-        const int8_t* src = p.aq + (a_off + static_cast<uint32_t>(c) * kKC);
+        const int8_t* src = kOff32 ? p.aq + (a_off + static_cast<uint32_t>(c) * kKC)
+                                   : a_src + static_cast<int64_t>(c) * kKC;
 #pragma unroll
         for (int j = 0; j < 16 / kTpt; ++j) {
           const int q = tid % kTpt + kTpt * j;  // 16-byte piece: block q / 2
@@ -300,9 +318,15 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
         }
       }
       if (tid < 2 * BN && ds_kb < nkb) {
-        const uint32_t off = ds_off + static_cast<uint32_t>(c * kKB) * static_cast<uint32_t>(p.ntp);
-        cp_async16(smem_addr(s_d(buf) + ds_kb * BN + 4 * ds_q), p.ad + off, 16);
-        if constexpr (X::kMin) cp_async16(smem_addr(s_s(buf) + ds_kb * BN + 4 * ds_q), p.as + off, 16);
+        if constexpr (kOff32) {
+          const uint32_t off = ds_off + static_cast<uint32_t>(c * kKB) * static_cast<uint32_t>(p.ntp);
+          cp_async16(smem_addr(s_d(buf) + ds_kb * BN + 4 * ds_q), p.ad + off, 16);
+          if constexpr (X::kMin) cp_async16(smem_addr(s_s(buf) + ds_kb * BN + 4 * ds_q), p.as + off, 16);
+        } else {
+          const int64_t off = static_cast<int64_t>(c) * kKB * p.ntp;
+          cp_async16(smem_addr(s_d(buf) + ds_kb * BN + 4 * ds_q), d_src + off, 16);
+          if constexpr (X::kMin) cp_async16(smem_addr(s_s(buf) + ds_kb * BN + 4 * ds_q), s_src + off, 16);
+        }
       }
     };
 
@@ -310,8 +334,6 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
     // handed on (its tail of this tile). Per thread, float4 (mt, nt) of the
     // hand-off buffer at index (mt * kNT + nt) * kThreads + tid (coalesced).
     float acc[2][kNT][4];
-    stage(item_c0(), item_c0() & 1);
-    cp_async_commit();
     const float4* const part_in =
         reinterpret_cast<const float4*>(p.sk_part) + static_cast<int64_t>(cta - 1) * (kBM * BN / 4) + tid;
 #pragma unroll
@@ -327,6 +349,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
         }
       }
     }
+    // (Staged after the hand-off is loaded: with the loads interleaved with
+    // the staging's address arithmetic the stream-k form spilled.)
+    stage(item_c0(), item_c0() & 1);
+    cp_async_commit();
 
     for (int c = item_c0(); c < item_c1(); ++c) {
       const int buf = c & 1;
