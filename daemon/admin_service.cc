@@ -139,6 +139,7 @@ void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& al
   mem->set_scratch_bytes(st.scratch_bytes);
   mem->set_total_bytes(st.weights_bytes + st.kv_bytes + st.scratch_bytes);
   mem->set_reserved_bytes(st.estimate.total());
+  mem->set_backend_bytes(st.backend_bytes);
   out->set_active_sequences(st.active);
   out->set_queued_sequences(st.queued);
   out->set_queue_size(st.config.queue_size);

@@ -59,6 +59,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                       .Name("minfer_slot_memory_bytes")
                       .Help("Memory of a model slot by kind (weights, kv, scratch).")
                       .Register(r);
+  backend_memory_ = &prometheus::BuildGauge()
+                        .Name("minfer_backend_memory_bytes")
+                        .Help("Everything a model's backend holds (on a GPU: weights and the planes "
+                              "derived from them, KV cache, graph buffers, kernel workspaces).")
+                        .Register(r);
   draining_ = &prometheus::BuildGauge()
                    .Name("minfer_draining")
                    .Help("1 while the server drains before exiting.")
@@ -104,6 +109,7 @@ ModelMetrics* Metrics::ForModel(const std::string& model) {
     slot->weights_bytes = &slot_memory_->Add({{"model", model}, {"kind", "weights"}});
     slot->kv_bytes = &slot_memory_->Add({{"model", model}, {"kind", "kv"}});
     slot->scratch_bytes = &slot_memory_->Add({{"model", model}, {"kind", "scratch"}});
+    slot->backend_bytes = &backend_memory_->Add(l);
   }
   return slot.get();
 }
@@ -124,6 +130,7 @@ void Metrics::RemoveModel(const std::string& model) {
     slot_memory_->Remove(m.weights_bytes);
     slot_memory_->Remove(m.kv_bytes);
     slot_memory_->Remove(m.scratch_bytes);
+    backend_memory_->Remove(m.backend_bytes);
     // Counters and histograms stay registered; forget only our pointers to
     // the removed gauges by dropping the entry (a reload re-adds them).
     models_.erase(it);

@@ -10,6 +10,7 @@
 //   minfer_active_sequences{model}                   sequences running
 //   minfer_slot_state{model,state}                   1 for the slot's state
 //   minfer_slot_memory_bytes{model,kind}             weights / kv / scratch
+//   minfer_backend_memory_bytes{model}               all the backend holds
 //   minfer_draining                                  1 while draining
 //
 // Per-model series of a slot are handed out as a ModelMetrics (stable
@@ -48,6 +49,7 @@ struct ModelMetrics {
   prometheus::Gauge* weights_bytes = nullptr;
   prometheus::Gauge* kv_bytes = nullptr;
   prometheus::Gauge* scratch_bytes = nullptr;
+  prometheus::Gauge* backend_bytes = nullptr;
 };
 
 class Metrics {
@@ -86,6 +88,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* active_;
   prometheus::Family<prometheus::Gauge>* slot_state_;
   prometheus::Family<prometheus::Gauge>* slot_memory_;
+  prometheus::Family<prometheus::Gauge>* backend_memory_;
   prometheus::Gauge* draining_;
 
   std::mutex mu_;

@@ -131,6 +131,7 @@ SlotStatus Slot::Status() const {
   }
   s.kv_bytes = kv_bytes_;
   s.scratch_bytes = scratch_bytes_;
+  s.backend_bytes = backend_bytes_;
   s.active = in_use_;
   s.queued = static_cast<int32_t>(queue_.size());
   s.counters = counters_;
@@ -386,7 +387,9 @@ absl::Status Slot::Load() {
   // Computed here, on the slot's thread: Summary() reads the model's knob
   // overrides, which only this thread may touch once sessions run.
   std::string summary = model_mut_->Summary();
+  const int64_t backend_bytes = model_mut_->kv_backend()->MemoryBytes();
   std::lock_guard<std::mutex> lock(mu_);
+  backend_bytes_ = static_cast<uint64_t>(std::max<int64_t>(backend_bytes, 0));
   model_ = model_mut_;
   summary_ = std::move(summary);
   n_ctx_ = sessions_.front()->n_ctx();
@@ -396,6 +399,7 @@ absl::Status Slot::Load() {
     metrics_->weights_bytes->Set(static_cast<double>(model_->weight_bytes()));
     metrics_->kv_bytes->Set(static_cast<double>(kv_bytes));
     metrics_->scratch_bytes->Set(static_cast<double>(scratch_bytes_));
+    metrics_->backend_bytes->Set(static_cast<double>(backend_bytes_));
   }
   return absl::OkStatus();
 }
@@ -594,12 +598,16 @@ void Slot::FinishUnstarted(const std::shared_ptr<Sequence>& seq, absl::Status st
 void Slot::UpdateGauges() {
   uint64_t scratch = 0;
   for (const auto& s : sessions_) scratch += static_cast<uint64_t>(s->graph_bytes());
+  // The backend's bookkeeping belongs to this thread (forwards change it).
+  const int64_t backend_bytes = model_mut_ != nullptr ? model_mut_->kv_backend()->MemoryBytes() : 0;
   std::lock_guard<std::mutex> lock(mu_);
   if (scratch > 0) scratch_bytes_ = scratch;
+  backend_bytes_ = static_cast<uint64_t>(std::max<int64_t>(backend_bytes, 0));
   if (metrics_ != nullptr) {
     metrics_->queue_depth->Set(static_cast<double>(queue_.size()));
     metrics_->active->Set(in_use_);
     metrics_->scratch_bytes->Set(static_cast<double>(scratch_bytes_));
+    metrics_->backend_bytes->Set(static_cast<double>(backend_bytes_));
   }
 }
 

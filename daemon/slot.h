@@ -97,6 +97,7 @@ struct SlotStatus {
   uint64_t weights_bytes = 0;
   uint64_t kv_bytes = 0;
   uint64_t scratch_bytes = 0;  // measured once graphs exist, else estimated
+  uint64_t backend_bytes = 0;  // what the backend holds (Backend::MemoryBytes)
   int32_t active = 0;
   int32_t queued = 0;
   SlotCounters counters;
@@ -226,6 +227,7 @@ class Slot {
   MemoryEstimate estimate_;
   uint64_t kv_bytes_ = 0;
   uint64_t scratch_bytes_ = 0;
+  uint64_t backend_bytes_ = 0;  // read on the slot's thread (load, each step)
   std::deque<std::shared_ptr<Sequence>> queue_;
   std::set<std::shared_ptr<Sequence>> live_;  // queued or running
   int32_t in_use_ = 0;                         // sessions running a sequence

@@ -404,8 +404,9 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     // capture window: the first prefill runs directly), then reused by
     // every launch on this stream.
     MmqTuning tuning;
-    if (mmq && knobs_.mmq_stream_k) {
-      const int64_t bytes = MmqStreamKBytes();
+    const int64_t sk_bytes = mmq && knobs_.mmq_stream_k ? MmqStreamKBytes() : 0;
+    if (sk_bytes > 0) {
+      const int64_t bytes = sk_bytes;
       const uint64_t gen = scratch_gen_;
       ASSIGN_OR_RETURN(void* sk, Scratch("mmq_stream_k", bytes));
       if (scratch_gen_ != gen) {

@@ -98,6 +98,8 @@ TEST_F(AdminServiceTest, LoadStreamsProgressAndReportsMemory) {
   for (const auto& t : (*file)->tensors()) tensor_bytes += t.nbytes;
   EXPECT_EQ(st->memory().weights_bytes(), tensor_bytes);
   EXPECT_GE(st->memory().reserved_bytes(), st->memory().total_bytes());
+  // The CPU backend holds the KV cache (its weights are memory-mapped).
+  EXPECT_GE(st->memory().backend_bytes(), st->memory().kv_bytes());
   auto server = client_->GetServerStatus();
   ASSERT_TRUE(server.ok());
   EXPECT_EQ(server->memory_reserved_bytes(), st->memory().reserved_bytes());
@@ -590,6 +592,7 @@ TEST_F(AdminServiceTest, MetricsAreServedOverHttp) {
   EXPECT_THAT(body, HasSubstr(absl::StrCat("minfer_slot_memory_bytes{kind=\"kv\",model=\"a\"} ",
                                            256 * 2 * 2 * 128 * 4)));
   EXPECT_THAT(body, HasSubstr("minfer_queue_depth{model=\"a\"} 0"));
+  EXPECT_THAT(body, HasSubstr("minfer_backend_memory_bytes{model=\"a\"} "));
 }
 
 }  // namespace
