@@ -20,36 +20,21 @@
 #include <climits>
 #include <cstdint>
 
+#include "cuda/kernels/attention_prefill_args.cuh"
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/ops.h"
 
 namespace minfer::cuda {
 namespace {
 
-constexpr float kLog2e = 1.44269504088896340736f;
 constexpr int kThreads = 128;
 constexpr int kQTile = kThreads / 4;  // 32 queries
 constexpr int kKTile = 32;            // cache rows per shared-memory tile
 constexpr int kMaxHd = 128;
 constexpr int kChunks = kMaxHd / 16;  // float4 chunks per thread
 
-struct PrefillArgs {
-  const float* q;
-  const int32_t* pos;
-  const uint8_t* k;
-  const uint8_t* v;
-  float* out;
-  int64_t nt;
-  int64_t n_ctx;
-  int64_t row_bytes;
-  int n_head;
-  int group;
-  int hd;
-  float qscale;
-};
-
 template <KvType KV>
-__global__ void __launch_bounds__(kThreads) attn_prefill_kernel(PrefillArgs a) {
+__global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs a) {
   __shared__ __align__(16) float ks[kKTile][kMaxHd];
   __shared__ __align__(16) float vs[kKTile][kMaxHd];
   __shared__ int s_end[kThreads / 32];
@@ -236,19 +221,7 @@ cudaError_t LaunchAttnPrefillConfigured(const float* q, const int32_t* pos, int6
     const cudaError_t err = LaunchAttnPrefillTc(q, pos, nt, k_cache, v_cache, out, p, stream);
     if (err != cudaErrorNotSupported) return err;
   }
-  PrefillArgs a;
-  a.q = q;
-  a.pos = pos;
-  a.k = static_cast<const uint8_t*>(k_cache);
-  a.v = static_cast<const uint8_t*>(v_cache);
-  a.out = out;
-  a.nt = nt;
-  a.n_ctx = p.n_ctx;
-  a.row_bytes = KvRowBytes(p.kv_type, p.n_kv_embd());
-  a.n_head = p.n_head;
-  a.group = p.n_head / p.n_head_kv;
-  a.hd = p.head_dim;
-  a.qscale = p.scale * kLog2e;
+  const AttnPrefillArgs a = MakeAttnPrefillArgs(q, pos, nt, k_cache, v_cache, out, p);
   const int64_t tiles = (nt + kQTile - 1) / kQTile;
   if (tiles > INT_MAX) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n_head));

@@ -51,6 +51,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "cuda/kernels/attention_prefill_args.cuh"
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/ptx_sm80.cuh"
 #include "cuda/kernels/ops.h"
@@ -58,7 +59,6 @@
 namespace minfer::cuda {
 namespace {
 
-constexpr float kLog2e = 1.44269504088896340736f;
 constexpr int kTcThreads = 128;  // 4 warps
 constexpr int kTcWarps = kTcThreads / 32;
 constexpr int kBQ = 16 * kTcWarps;  // 64 queries per CTA
@@ -74,20 +74,6 @@ struct TcLayout {
   static constexpr int kRowsPerPass = kTcThreads / kChunksPerRow;
   static_assert((kLd * 2 / 16) % 2 == 1, "row stride must be an odd multiple of 16 bytes");
   static_assert(kBKV % kRowsPerPass == 0, "tile rows split evenly over passes");
-};
-
-struct TcArgs {
-  const float* q;
-  const int32_t* pos;
-  const uint8_t* k;
-  const uint8_t* v;
-  float* out;
-  int64_t nt;
-  int64_t n_ctx;
-  int64_t row_bytes;
-  int n_head;
-  int group;
-  float qscale;
 };
 
 // ------------------------------------------------------------------ PTX
@@ -141,7 +127,7 @@ __device__ __forceinline__ void load_tile(const uint8_t* __restrict__ src_head, 
 #endif  // !__CUDA_ARCH__ || __CUDA_ARCH__ >= 800
 
 template <int HD>
-__global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(TcArgs a) {
+__global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefillArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = TcLayout<HD>;
   constexpr int kKSteps = HD / 16;    // mma k-steps of Q K^T; also n-tile pairs of P V
@@ -367,7 +353,7 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(TcArgs a) {
 // Raises the instantiation's dynamic shared-memory limit once (first call;
 // not a stream operation). Returns cudaErrorNotSupported when refused.
 template <int HD>
-cudaError_t LaunchTc(const TcArgs& a, int64_t tiles, cudaStream_t stream) {
+cudaError_t LaunchTc(const AttnPrefillArgs& a, int64_t tiles, cudaStream_t stream) {
   constexpr int kBytes = TcLayout<HD>::kSmemBytes;
   static const cudaError_t attr = [] {
     if (kBytes <= 48 * 1024) return cudaSuccess;
@@ -409,18 +395,7 @@ cudaError_t LaunchAttnPrefillTc(const float* q, const int32_t* pos, int64_t nt, 
   if (err != cudaSuccess) return err;
   if (major < 8) return cudaErrorNotSupported;
 
-  TcArgs a;
-  a.q = q;
-  a.pos = pos;
-  a.k = static_cast<const uint8_t*>(k_cache);
-  a.v = static_cast<const uint8_t*>(v_cache);
-  a.out = out;
-  a.nt = nt;
-  a.n_ctx = p.n_ctx;
-  a.row_bytes = KvRowBytes(p.kv_type, p.n_kv_embd());
-  a.n_head = p.n_head;
-  a.group = p.n_head / p.n_head_kv;
-  a.qscale = p.scale * kLog2e;
+  const AttnPrefillArgs a = MakeAttnPrefillArgs(q, pos, nt, k_cache, v_cache, out, p);
   return p.head_dim == 64 ? LaunchTc<64>(a, tiles, stream) : LaunchTc<128>(a, tiles, stream);
 }
 
