@@ -388,8 +388,10 @@ absl::Status Slot::Load() {
   // overrides, which only this thread may touch once sessions run.
   std::string summary = model_mut_->Summary();
   const int64_t backend_bytes = model_mut_->kv_backend()->MemoryBytes();
+  const uint64_t backend_gen = model_mut_->kv_backend()->pool_gen();
   std::lock_guard<std::mutex> lock(mu_);
   backend_bytes_ = static_cast<uint64_t>(std::max<int64_t>(backend_bytes, 0));
+  backend_gen_ = backend_gen;
   model_ = model_mut_;
   summary_ = std::move(summary);
   n_ctx_ = sessions_.front()->n_ctx();
@@ -599,10 +601,20 @@ void Slot::UpdateGauges() {
   uint64_t scratch = 0;
   for (const auto& s : sessions_) scratch += static_cast<uint64_t>(s->graph_bytes());
   // The backend's bookkeeping belongs to this thread (forwards change it).
-  const int64_t backend_bytes = model_mut_ != nullptr ? model_mut_->kv_backend()->MemoryBytes() : 0;
+  // MemoryBytes walks the device's weight registry: re-read it only when
+  // the backend's buffers changed (pool_gen), not at every step.
+  int64_t backend_bytes = -1;
+  uint64_t backend_gen = 0;
+  if (model_mut_ != nullptr) {
+    backend_gen = model_mut_->kv_backend()->pool_gen();
+    if (backend_gen != backend_gen_) backend_bytes = model_mut_->kv_backend()->MemoryBytes();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (scratch > 0) scratch_bytes_ = scratch;
-  backend_bytes_ = static_cast<uint64_t>(std::max<int64_t>(backend_bytes, 0));
+  if (backend_bytes >= 0) {
+    backend_bytes_ = static_cast<uint64_t>(backend_bytes);
+    backend_gen_ = backend_gen;
+  }
   if (metrics_ != nullptr) {
     metrics_->queue_depth->Set(static_cast<double>(queue_.size()));
     metrics_->active->Set(in_use_);

@@ -228,6 +228,7 @@ class Slot {
   uint64_t kv_bytes_ = 0;
   uint64_t scratch_bytes_ = 0;
   uint64_t backend_bytes_ = 0;  // read on the slot's thread (load, each step)
+  uint64_t backend_gen_ = 0;    // the backend's pool_gen() when it was read
   std::deque<std::shared_ptr<Sequence>> queue_;
   std::set<std::shared_ptr<Sequence>> live_;  // queued or running
   int32_t in_use_ = 0;                         // sessions running a sequence

@@ -400,20 +400,23 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     if (knobs_.mmq && !mmq_device_ && knobs_.mmq_debug && mmq_logged_.insert({-1, -1, -1, 0}).second) {
       Logger("cuda")->info("MMQ: not supported on this device (sm_80+ needed); f16 GEMM");
     }
-    // Stream-k's workspace: allocated and zeroed once (never inside a
-    // capture window: the first prefill runs directly), then reused by
-    // every launch on this stream.
+    // Stream-k's workspace: allocated and zeroed at the first prefill
+    // matmul (never inside a capture window: the first prefill runs
+    // directly), then reused by every launch on this stream. Its size never
+    // changes, so the scratch entry (and the address) is stable.
     MmqTuning tuning;
-    const int64_t sk_bytes = mmq && knobs_.mmq_stream_k ? MmqStreamKBytes() : 0;
-    if (sk_bytes > 0) {
-      const int64_t bytes = sk_bytes;
-      const uint64_t gen = scratch_gen_;
-      ASSIGN_OR_RETURN(void* sk, Scratch("mmq_stream_k", bytes));
-      if (scratch_gen_ != gen) {
-        RETURN_IF_ERROR(Check(cudaMemsetAsync(sk, 0, bytes, st), "MMQ stream-k workspace"));
+    if (mmq && knobs_.mmq_stream_k) {
+      if (mmq_sk_ws_ == nullptr) {
+        const int64_t bytes = MmqStreamKBytes();
+        if (bytes > 0) {
+          ASSIGN_OR_RETURN(void* sk, Scratch("mmq_stream_k", bytes));
+          RETURN_IF_ERROR(Check(cudaMemsetAsync(sk, 0, bytes, st), "MMQ stream-k workspace"));
+          mmq_sk_ws_ = sk;
+          mmq_sk_bytes_ = bytes;
+        }
       }
-      tuning.stream_k_workspace = sk;
-      tuning.stream_k_bytes = bytes;
+      tuning.stream_k_workspace = mmq_sk_ws_;
+      tuning.stream_k_bytes = mmq_sk_bytes_;
     }
     for (size_t i = 0; i < ws.size();) {
       if (!(mmq && MmqSupports(ws[i]->type))) {

@@ -210,6 +210,9 @@ class CudaBackend : public graph::Backend {
   // of the window.
   std::map<Key, int64_t> int8_only_;
   bool mmq_device_ = false;  // sm_80+: MMQ (and so mode 2) can run
+  // The stream-k workspace (scratch "mmq_stream_k"), once allocated.
+  void* mmq_sk_ws_ = nullptr;
+  int64_t mmq_sk_bytes_ = 0;
   // MINFER_MMQ_RAW_NB_DEBUG: launch classes (type, rows, k, variant) already
   // logged.
   std::set<std::tuple<int, int64_t, int64_t, int>> mmq_logged_;

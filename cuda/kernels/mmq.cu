@@ -550,12 +550,18 @@ struct StreamKRequest {
   MmqStreamK mode = MmqStreamK::kOff;
   void* workspace = nullptr;
   int64_t bytes = 0;
+  int sms = 0;  // the device's SMs (the launcher already queried it)
 };
 
 // Flags at the start of the workspace (a fixed place: they must stay zero
 // between launches whatever their tile size), the hand-off buffers after.
 constexpr int64_t kSkFlagBytes = 16 << 10;
 constexpr int kSkMaxGrid = kSkFlagBytes / 4;
+
+// The workspace for `sms` SMs: resident CTAs x tile floats is at most
+// sms x 128 x 128 x 4 bytes (two CTAs per SM up to 64-token tiles, 128
+// registers per thread; one at 128).
+int64_t StreamKBytes(int sms) { return kSkFlagBytes + int64_t{sms} * kBM * 128 * 4; }
 
 // The stream-k plan of Params (see ItemOf) for a launch of BN-token tiles:
 // `slots` CTAs (the CTAs resident at once, so the hand-offs never wait on a
@@ -620,10 +626,7 @@ cudaError_t LaunchKernel(Params p, const StreamKRequest& sk, cudaStream_t stream
   if constexpr (kFast && BN == 64) {
     if (sk.mode != MmqStreamK::kOff && sk.workspace != nullptr) {
       const KernelAttr& a = AttrOf<T, BN, kFast, kPlane, true>();
-      const DeviceInfo* dev = nullptr;
-      const cudaError_t err = QueryDevice(&dev);
-      if (err != cudaSuccess) return err;
-      if (a.err == cudaSuccess && PlanStreamK(&p, BN, a.per_sm * dev->sms, sk)) {
+      if (a.err == cudaSuccess && PlanStreamK(&p, BN, a.per_sm * sk.sms, sk)) {
         mmq_kernel<T, BN, kFast, kPlane, true><<<static_cast<unsigned>(p.grid), kThreads, kBytes, stream>>>(p);
         *grid_out = p.grid;
         *sk_out = true;
@@ -819,9 +822,7 @@ bool MmqSupports(GgmlType type) { return IsIntegerDotType(type); }
 int64_t MmqStreamKBytes() {
   const mmq::DeviceInfo* dev = nullptr;
   if (mmq::QueryDevice(&dev) != cudaSuccess || dev->sms <= 0) return 0;
-  // Resident CTAs x tile floats is at most sms x 128 x 128 x 4 bytes: two
-  // CTAs per SM up to 64-token tiles (128 registers per thread), one at 128.
-  return mmq::kSkFlagBytes + int64_t{dev->sms} * mmq::kBM * 128 * 4;
+  return mmq::StreamKBytes(dev->sms);
 }
 
 int64_t MmqActivationBytes(int64_t k, int64_t nt) {
@@ -932,10 +933,11 @@ cudaError_t LaunchFastImpl(const WeightView* ws, float* const* ys, int n, const 
   if (err != cudaSuccess) return err;
   if (tuning.stream_k_workspace != nullptr &&
       (reinterpret_cast<uintptr_t>(tuning.stream_k_workspace) % 16 != 0 ||
-       tuning.stream_k_bytes < MmqStreamKBytes())) {
+       tuning.stream_k_bytes < mmq::StreamKBytes(dev->sms))) {
     return cudaErrorInvalidValue;
   }
-  const mmq::StreamKRequest sk{tuning.stream_k, tuning.stream_k_workspace, tuning.stream_k_bytes};
+  const mmq::StreamKRequest sk{tuning.stream_k, tuning.stream_k_workspace, tuning.stream_k_bytes,
+                               dev->sms};
   const int bn = tuning.tokens_per_cta != 0 ? tuning.tokens_per_cta : mmq::AutoTokensPerCta(p, *dev);
   const GgmlType type = ws[0].type;
   if (dev->major < 8) *why_not = "GPU older than sm_80 (no int8 mma.m16n8k32)";

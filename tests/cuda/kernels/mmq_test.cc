@@ -802,6 +802,13 @@ TEST(MmqStreamKTest, BitIdenticalToWholeTiles) {
     CheckIdentical(y1, y0, 4608 * snt + kGuard, "segments stream-k vs whole tiles", &c);
     c.Check(flags_zero(), "segments: hand-off flags left set");
     if (sms == 132) c.Check(rs.stream_k && rs.grid == 264, "segments: stream-k over 264 CTAs");
+    // kOff with a workspace: whole tiles, the same bits.
+    MmqTuning off = sk;
+    off.stream_k = MmqStreamK::kOff;
+    MmqReport ro;
+    const std::vector<float> y2 = run(&off, &ro);
+    CheckIdentical(y2, y0, 4608 * snt + kGuard, "segments stream-k off", &c);
+    c.Check(!ro.stream_k && ro.grid == 36 * 8, "segments: kOff ran whole tiles");
   }
   // A workspace that is misaligned or too small is an invalid call.
   const HostWeight hw = MakeWeight(GgmlType::kQ8_0, 128, 256, 1);
@@ -840,6 +847,9 @@ TEST(MmqApiTest, RejectsBadCalls) {
   v = w, v.q6k_padded = true;  // not Q6_K
   EXPECT_EQ(bad(v, act.get(), y.get(), nt), cudaErrorInvalidValue);
   EXPECT_EQ(bad(w, act.get() + 8, y.get(), nt), cudaErrorInvalidValue);  // act misaligned
+  // Activation codes of 2 GiB (round_up(nt) * k = 2^31): the kernels' 32-bit
+  // offsets would overflow. Rejected before anything is read.
+  EXPECT_EQ(bad(w, act.get(), y.get(), int64_t{1} << 23), cudaErrorInvalidValue);
   EXPECT_EQ(LaunchMmq(w, nullptr, act.get(), y.get(), nt, nullptr), cudaErrorInvalidValue);
   MmqTuning tu;
   tu.tokens_per_cta = 96;
