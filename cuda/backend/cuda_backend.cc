@@ -492,17 +492,21 @@ bool CudaBackend::SupportsOp(const Node& n) const {
     case OpKind::kSilu:
     case OpKind::kSwiGLU:
     case OpKind::kSoftmax:
+    case OpKind::kAttn:
+      return n.p.kv_block == 0;
+    case OpKind::kQkvBiasRopeStore:
+      return !graph::QkvHasRows(n);
+    case OpKind::kTopK:
+      return false;
     case OpKind::kRmsNorm:
     case OpKind::kQkNorm:
     case OpKind::kMatMul:
-    case OpKind::kAttn:
     case OpKind::kKvcacheStore:
     case OpKind::kView:
     case OpKind::kReshape:
     case OpKind::kPermute:
     case OpKind::kGetRows:
     case OpKind::kFusedQKV:
-    case OpKind::kQkvBiasRopeStore:
     case OpKind::kFusedFFN:
     case OpKind::kRoPE:
       // Weight types are gated at the model level (all-or-nothing).

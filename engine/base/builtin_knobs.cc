@@ -88,6 +88,14 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        KnobEffect::kGraphRebuild,
        "Prompt tokens evaluated per prefill step; 0 = by placement: 2048 on a GPU (larger "
        "GEMMs), 512 on the CPU."});
+  // Continuous batching (engine/runtime/engine.h).
+  add({"MINFER_BATCH_TOKENS", KnobType::kInt, "0", KnobScope::kPerModel,
+       KnobEffect::kGraphRebuild,
+       "Tokens per batched step (every running sequence's next token, then prefill chunks of "
+       "new ones); 0 = by placement: 2048 on a GPU, 512 on the CPU. At least the model's "
+       "parallel sequences."});
+  add({"MINFER_KV_BLOCK", KnobType::kInt, "16", KnobScope::kPerModel, KnobEffect::kReload,
+       "Rows (tokens) per block of the paged KV pool: a power of two in [1, 4096]."});
 }
 
 }  // namespace minfer

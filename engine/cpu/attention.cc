@@ -98,7 +98,7 @@ void AttendScalar(const attn_internal::AttnArgs& a, int64_t t, int hk, std::vect
   sc.resize(static_cast<size_t>(group) * n_kv);
   acc.assign(static_cast<size_t>(group) * hd, 0.0f);
   auto load = [&](const uint8_t* cache, int64_t p) -> const float* {
-    const uint8_t* src = cache + p * a.row_bytes;
+    const uint8_t* src = cache + attn_internal::CacheRow(a, p) * a.row_bytes;
     if (a.dtype == graph::DType::kF32) {
       return reinterpret_cast<const float*>(src) + static_cast<int64_t>(hk) * hd;
     }
@@ -196,6 +196,124 @@ absl::Status Attention(ThreadPool& pool, const float* q, const int32_t* pos, int
     const int64_t t0 = ti * tile;
     tile_fn(a, static_cast<int>(task % n_head_kv), t0,
             static_cast<int>(std::min<int64_t>(tile, nt - t0)));
+  });
+  return absl::OkStatus();
+}
+
+absl::Status PagedAttention(ThreadPool& pool, const PagedAttnArgs& pa, KernelImpl impl) {
+  const graph::KvLayout& layout = pa.layout;
+  if (pa.n_head <= 0 || pa.n_head_kv <= 0 || pa.n_head % pa.n_head_kv != 0 || pa.head_dim <= 0 ||
+      static_cast<int64_t>(pa.n_head_kv) * pa.head_dim != layout.n_kv_embd) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention: n_head ", pa.n_head, ", n_head_kv ", pa.n_head_kv, ", head_dim ", pa.head_dim,
+        " do not fit cache rows of ", layout.n_kv_embd));
+  }
+  if (layout.dtype != graph::DType::kF32 && layout.dtype != graph::DType::kF16 &&
+      layout.dtype != graph::DType::kQ8_0) {
+    return absl::InvalidArgumentError("attention: unsupported cache type");
+  }
+  if (pa.kv_block <= 0 || (pa.kv_block & (pa.kv_block - 1)) != 0 ||
+      layout.n_ctx % pa.kv_block != 0 || pa.max_blocks <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("paged attention: block of ", pa.kv_block,
+                                                   " rows, ", pa.max_blocks,
+                                                   " per sequence, cache of ", layout.n_ctx));
+  }
+  int shift = 0;
+  while ((1 << shift) < pa.kv_block) ++shift;
+  const int64_t n_cache_blocks = layout.n_ctx / pa.kv_block;
+  const int64_t max_rows = static_cast<int64_t>(pa.max_blocks) * pa.kv_block;
+  // Validate the batch description: tiles cover every token once, tables
+  // point inside the cache for every row a token can see.
+  std::vector<uint8_t> covered(pa.nt, 0);
+  struct Task {
+    int64_t t0;
+    int n;
+    const int32_t* table;
+  };
+  std::vector<Task> tasks;
+  std::vector<const int32_t*> token_table(pa.nt, nullptr);
+  const int group = pa.n_head / pa.n_head_kv;
+  for (int64_t i = 0; i < pa.n_tiles; ++i) {
+    const int32_t* tile = pa.tiles + 4 * i;
+    const int32_t row = tile[0], t0 = tile[1], n = tile[2];
+    if (n == 0) continue;
+    if (row < 0 || row >= pa.n_table_rows || t0 < 0 || n < 0 || n > graph::kAttnTileTokens ||
+        t0 + static_cast<int64_t>(n) > pa.nt) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "paged attention: tile ", i, " (table row ", row, ", tokens ", t0, "+", n,
+          ") is outside ", pa.n_table_rows, " table rows / ", pa.nt, " tokens"));
+    }
+    const int32_t* table = pa.tables + static_cast<int64_t>(row) * pa.max_blocks;
+    int32_t max_pos = -1;
+    for (int64_t t = t0; t < t0 + n; ++t) {
+      if (covered[t]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("paged attention: token ", t, " is in two tiles"));
+      }
+      covered[t] = 1;
+      if (pa.pos[t] < 0 || pa.pos[t] >= max_rows) {
+        return absl::OutOfRangeError(absl::StrCat("attention: position ", pa.pos[t],
+                                                  " outside the sequence limit of ", max_rows));
+      }
+      max_pos = std::max(max_pos, pa.pos[t]);
+      token_table[t] = table;
+    }
+    for (int64_t b = 0; b <= (max_pos >> shift); ++b) {
+      if (table[b] < 0 || table[b] >= n_cache_blocks) {
+        return absl::OutOfRangeError(absl::StrCat("attention: block table row ", row, " entry ",
+                                                  b, " = ", table[b], " outside the ",
+                                                  n_cache_blocks, " blocks of the cache"));
+      }
+    }
+    const int sub = TileTokens(group, n);
+    for (int64_t s0 = t0; s0 < t0 + n; s0 += sub) {
+      tasks.push_back({s0, static_cast<int>(std::min<int64_t>(sub, t0 + n - s0)), table});
+    }
+  }
+  for (int64_t t = 0; t < pa.nt; ++t) {
+    if (!covered[t]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("paged attention: token ", t, " is in no tile"));
+    }
+  }
+  const attn_internal::AttnArgs base{.q = pa.q,
+                                     .pos = pa.pos,
+                                     .nt = pa.nt,
+                                     .n_head = pa.n_head,
+                                     .n_head_kv = pa.n_head_kv,
+                                     .head_dim = pa.head_dim,
+                                     .scale = pa.scale,
+                                     .dtype = layout.dtype,
+                                     .n_kv_embd = layout.n_kv_embd,
+                                     .row_bytes = layout.row_bytes(),
+                                     .k_cache = pa.k_cache,
+                                     .v_cache = pa.v_cache,
+                                     .y = pa.y,
+                                     .table = nullptr,
+                                     .block_shift = shift};
+  const int n_kv = pa.n_head_kv;
+  if (impl == KernelImpl::kScalar || !GetCpuFeatures().HasAvx2Set()) {
+    pool.ParallelFor(pa.nt * n_kv, [&](int64_t task, int) {
+      thread_local std::vector<float> row, sc, acc;
+      attn_internal::AttnArgs a = base;
+      a.table = token_table[task / n_kv];
+      AttendScalar(a, task / n_kv, static_cast<int>(task % n_kv), row, sc, acc);
+    });
+    return absl::OkStatus();
+  }
+  const CpuFeatures& cpu = GetCpuFeatures();
+  auto* tile_fn = cpu.avx512f && cpu.avx512vl && impl == KernelImpl::kAuto
+                      ? attn_internal::AttendTileAvx512Vl
+                      : attn_internal::AttendTileAvx2;
+  // Longest key ranges first, as in Attention().
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const Task& x, const Task& y) {
+    return pa.pos[x.t0 + x.n - 1] > pa.pos[y.t0 + y.n - 1];
+  });
+  pool.ParallelFor(static_cast<int64_t>(tasks.size()) * n_kv, [&](int64_t i, int) {
+    const Task& t = tasks[i / n_kv];
+    attn_internal::AttnArgs a = base;
+    a.table = t.table;
+    tile_fn(a, static_cast<int>(i % n_kv), t.t0, t.n);
   });
   return absl::OkStatus();
 }

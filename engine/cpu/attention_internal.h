@@ -28,7 +28,25 @@ struct AttnArgs {
   const uint8_t* k_cache;
   const uint8_t* v_cache;
   float* y;              // [head_dim * n_head, nt]
+  // A paged cache: the block table of the sequence the tile's tokens
+  // belong to (logical row j is cache row table[j >> block_shift] <<
+  // block_shift | j % block size); null for a contiguous cache.
+  const int32_t* table = nullptr;
+  int block_shift = 0;
 };
+
+// The cache row holding logical row j of the tile's sequence.
+inline int64_t CacheRow(const AttnArgs& a, int64_t j) {
+  if (a.table == nullptr) return j;
+  return (static_cast<int64_t>(a.table[j >> a.block_shift]) << a.block_shift) |
+         (j & ((int64_t{1} << a.block_shift) - 1));
+}
+
+// Whether rows [j0, j0 + kKeyBlock) (j0 a multiple of kKeyBlock) are
+// contiguous in the cache.
+inline bool KeyBlockContiguous(const AttnArgs& a) {
+  return a.table == nullptr || (int64_t{1} << a.block_shift) >= kKeyBlock;
+}
 
 // Attention of query tokens [t0, t0 + n_tokens) for every query head of kv
 // head `hk`, written to a.y. Uses thread-local scratch; thread-safe for

@@ -176,9 +176,34 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
             absl::StrCat("Attn: cache row ", args.kv_layout.n_kv_embd, " != n_head_kv ",
                          p.n_head_kv, " x head_dim ", p.head_dim));
       }
+      if (p.kv_block > 0) {
+        PagedAttnArgs pa;
+        pa.q = f(0);
+        pa.pos = i32(3);
+        pa.nt = node.shape.ne[1];
+        pa.tiles = i32(4);
+        pa.n_tiles = args.inputs[4].bytes / 16;
+        pa.tables = i32(5);
+        pa.max_blocks = p.max_blocks;
+        pa.n_table_rows = args.inputs[5].bytes / 4 / p.max_blocks;
+        pa.kv_block = p.kv_block;
+        pa.n_head = p.n_head;
+        pa.n_head_kv = p.n_head_kv;
+        pa.head_dim = p.head_dim;
+        pa.scale = p.scale;
+        pa.layout = args.kv_layout;
+        pa.k_cache = in[1];
+        pa.v_cache = in[2];
+        pa.y = out;
+        return PagedAttention(pool, pa);
+      }
       return Attention(pool, f(0), i32(3), node.shape.ne[1], p.n_head, p.n_head_kv, p.head_dim,
                        p.scale, args.kv_layout, in[1], in[2], out);
     }
+    case OpKind::kTopK:
+      TopKRows(pool, f(0), node.inputs.empty() ? 0 : args.inputs[0].bytes / 4 / node.shape.ne[1],
+               node.shape.ne[1], i32(1), node.p.top_k, node.p.vocab_limit, out);
+      return absl::OkStatus();
     case OpKind::kPermute: {
       graph::Shape xs;  // the input's shape: out.ne[perm[i]] = in.ne[i]
       for (int i = 0; i < 4; ++i) xs.ne[i] = node.shape.ne[node.p.perm[i]];
@@ -220,8 +245,8 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       }
       const int64_t nt = node.shape.ne[2];
       // q [nq, nt], k and v [nkv, nt]: one planar FusedQKV output, or three
-      // inputs.
-      const size_t n_parts = node.inputs.size() - 1;
+      // inputs; then the positions and, optionally, the cache rows.
+      const size_t n_parts = graph::QkvParts(node);
       const float* src[3];
       if (n_parts == 1) {
         src[0] = f(0);
@@ -232,6 +257,7 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       }
       const int64_t sizes[3] = {nq, nkv, nkv};
       const int32_t* pos = i32(n_parts);
+      const int32_t* rows = graph::QkvHasRows(node) ? i32(n_parts + 1) : pos;
       ASSIGN_OR_RETURN(uint8_t * kc, Ptr(args.kv->k, args.kv->k.bytes));
       ASSIGN_OR_RETURN(uint8_t * vc, Ptr(args.kv->v, args.kv->v.bytes));
       // Token by token, each gathered into one scratch row q | k | v.
@@ -251,7 +277,7 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
         RopeF32(qkv.data() + nq, pos + t, qkv.data() + nq, p.head_dim, p.n_head_kv, 1, p.n_rot,
                 p.rope_style, p.rope_base);
         RETURN_IF_ERROR(
-            KvStore(qkv.data() + nq, qkv.data() + nq + nkv, pos + t, 1, args.kv_layout, kc, vc));
+            KvStore(qkv.data() + nq, qkv.data() + nq + nkv, rows + t, 1, args.kv_layout, kc, vc));
       }
       return absl::OkStatus();
     }

@@ -69,6 +69,40 @@ absl::Status Attention(ThreadPool& pool, const float* q, const int32_t* pos, int
                        const graph::KvLayout& layout, const uint8_t* k_cache,
                        const uint8_t* v_cache, float* y, KernelImpl impl = KernelImpl::kAuto);
 
+// Attention over a paged cache holding several sequences (graph.h, the
+// paged Attn): token t of tile i attends to logical rows 0..pos[t] of the
+// sequence whose block table is tables[tile row]. Every token must be in
+// exactly one tile; tables must point inside the cache for every row a
+// token sees (else INVALID_ARGUMENT / OUT_OF_RANGE naming the entry). A
+// token's result is that of Attention() on a contiguous cache holding its
+// sequence's rows, bit for bit (blocks of kv_block >= 1 rows only change
+// where rows are read from).
+struct PagedAttnArgs {
+  const float* q;       // [head_dim, n_head, nt]
+  const int32_t* pos;   // [nt] logical positions
+  int64_t nt;
+  const int32_t* tiles;   // [n_tiles][4]
+  int64_t n_tiles;
+  const int32_t* tables;  // [n_table_rows][max_blocks]
+  int64_t n_table_rows;
+  int max_blocks;
+  int kv_block;
+  int n_head, n_head_kv, head_dim;
+  float scale;
+  graph::KvLayout layout;  // n_ctx = the cache's rows
+  const uint8_t* k_cache;
+  const uint8_t* v_cache;
+  float* y;
+};
+absl::Status PagedAttention(ThreadPool& pool, const PagedAttnArgs& args,
+                            KernelImpl impl = KernelImpl::kAuto);
+
+// TopK (graph.h): per output row r with mode[r] != 0, the argmax (mode 1)
+// or the top_k largest logits among ids < vocab_limit and the softmax
+// normalizer (mode 2), into out [2 + 2 top_k, n_out].
+void TopKRows(ThreadPool& pool, const float* logits, int64_t n_vocab, int64_t n_out,
+              const int32_t* mode, int top_k, int64_t vocab_limit, float* out);
+
 }  // namespace minfer::cpu
 
 #endif  // MINFER_ENGINE_CPU_KERNELS_H_

@@ -24,20 +24,49 @@ std::atomic<uint64_t> g_next_uid{1};
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GraphExec>> GraphExec::Create(std::shared_ptr<const Graph> graph,
-                                                             std::vector<Backend*> backends,
-                                                             KvCache* kv) {
+ActivationArena::~ActivationArena() {
+  if (buffer_ >= 0) backend_->FreeBuffer(buffer_);
+}
+
+absl::StatusOr<int32_t> ActivationArena::Acquire(int64_t bytes) {
+  if (bytes > bytes_ || buffer_ < 0) {
+    if (users_ > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("activation arena on ", backend_->name(), " holds ", bytes_,
+                       " bytes and is in use by ", users_, " graphs; ", bytes, " needed"));
+    }
+    // Recycled by the backend's pool, never released: a recording may still
+    // hold the old address (the backend's pool_gen moves).
+    if (buffer_ >= 0) backend_->FreeBuffer(buffer_);
+    buffer_ = -1;
+    const int64_t want = std::max<int64_t>(AlignUp(bytes), kAlign);
+    ASSIGN_OR_RETURN(buffer_, backend_->AllocBuffer(want));
+    bytes_ = want;
+  }
+  ++users_;
+  return buffer_;
+}
+
+void ActivationArena::Release() { --users_; }
+
+absl::StatusOr<std::unique_ptr<GraphExec>> GraphExec::Create(
+    std::shared_ptr<const Graph> graph, std::vector<Backend*> backends, KvCache* kv,
+    const std::vector<ActivationArena*>& arenas) {
   if (backends.empty()) return absl::InvalidArgumentError("graph: no backends given");
   std::unique_ptr<GraphExec> e(new GraphExec);
   e->graph_ = std::move(graph);
   e->kv_ = kv;
   e->uid_ = g_next_uid.fetch_add(1);
+  e->arena_candidates_ = arenas;  // Plan acquires the ones it uses
   RETURN_IF_ERROR(e->Plan(std::move(backends)));
   return e;
 }
 
 GraphExec::~GraphExec() {
-  for (const Owned& o : owned_) o.backend->FreeBuffer(o.buffer);
+  for (const Owned& o : owned_) {
+    if (o.buffer >= 0) o.backend->FreeBuffer(o.buffer);
+  }
+  for (ActivationArena* a : arenas_in_use_) a->Release();
 }
 
 absl::Status GraphExec::Plan(std::vector<Backend*> backends) {
@@ -178,9 +207,11 @@ absl::Status GraphExec::Plan(std::vector<Backend*> backends) {
       lifetime_[node.id].second = std::max(node.id, 0);
     }
   }
-  if (g.io.logits != kNoNode) {
-    NodeId r = root[g.io.logits];
-    if (r == kNoNode) return absl::InvalidArgumentError("graph: logits alias the KV cache");
+  // The outputs are read after the run.
+  for (NodeId out : {g.io.logits, g.io.top}) {
+    if (out == kNoNode) continue;
+    NodeId r = root[out];
+    if (r == kNoNode) return absl::InvalidArgumentError("graph: an output aliases the KV cache");
     lifetime_[r].second = INT_MAX;
   }
 
@@ -232,6 +263,24 @@ absl::Status GraphExec::Plan(std::vector<Backend*> backends) {
       vb.bytes = std::max(vb.bytes, t.bytes);
       vb.busy_until = t.last;
       vb.users.push_back(&t);
+    }
+    ActivationArena* arena = nullptr;
+    for (ActivationArena* a : arena_candidates_) {
+      if (a->backend() == backend) arena = a;
+    }
+    if (arena != nullptr) {
+      // One buffer: the virtual buffers side by side.
+      int64_t total = 0;
+      for (VBuf& vb : vbufs) total += AlignUp(vb.bytes);
+      ASSIGN_OR_RETURN(int32_t id, arena->Acquire(total));
+      arenas_in_use_.push_back(arena);  // released by the destructor
+      owned_.push_back({backend, -1, total});  // accounted, not owned
+      int64_t offset = 0;
+      for (VBuf& vb : vbufs) {
+        for (Tenant* t : vb.users) *t->out = BufferRef{backend, id, offset, t->bytes};
+        offset += AlignUp(vb.bytes);
+      }
+      continue;
     }
     for (VBuf& vb : vbufs) {
       ASSIGN_OR_RETURN(int32_t id, backend->AllocBuffer(vb.bytes));
@@ -295,6 +344,18 @@ absl::Status GraphExec::ReadNode(NodeId id, void* dst, int64_t bytes) const {
   return r.backend->ReadHost(r, dst, bytes);
 }
 
+absl::Status GraphExec::ReadNodeRange(NodeId id, int64_t offset, void* dst, int64_t bytes) const {
+  BufferRef r = storage_[id];
+  if (offset < 0 || bytes < 0 || offset + bytes > r.bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("ReadNodeRange: [", offset, ", +", bytes,
+                                                   ") outside the ", r.bytes, " bytes of node ",
+                                                   graph_->node(id).name));
+  }
+  r.offset += offset;
+  r.bytes = bytes;
+  return r.backend->ReadHost(r, dst, bytes);
+}
+
 absl::Status GraphExec::ExecuteSplit(const Split& s) {
   const Graph& g = *graph_;
   std::vector<uint8_t> staging;
@@ -350,6 +411,10 @@ absl::Status GraphExec::Run(const RunInputs& in, std::vector<float>* logits) {
   RETURN_IF_ERROR(fill(g.io.tokens, in.tokens, "tokens"));
   RETURN_IF_ERROR(fill(g.io.positions, in.positions, "positions"));
   RETURN_IF_ERROR(fill(g.io.out_rows, in.out_rows, "out_rows"));
+  RETURN_IF_ERROR(fill(g.io.kv_rows, in.kv_rows, "kv_rows"));
+  RETURN_IF_ERROR(fill(g.io.attn_tiles, in.attn_tiles, "attn_tiles"));
+  RETURN_IF_ERROR(fill(g.io.block_tables, in.block_tables, "block_tables"));
+  RETURN_IF_ERROR(fill(g.io.top_mode, in.top_mode, "top_mode"));
   for (const Split& s : splits_) RETURN_IF_ERROR(ExecuteSplit(s));
   if (logits != nullptr && g.io.logits != kNoNode) {
     const Node& ln = g.node(g.io.logits);

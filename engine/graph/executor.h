@@ -48,25 +48,62 @@ struct Split {
   std::vector<Copy> copies;
 };
 
-// Host data for one execution.
+// Host data for one execution (the paged inputs only for graphs that have
+// them; see GraphIO).
 struct RunInputs {
   absl::Span<const int32_t> tokens;
   absl::Span<const int32_t> positions;
   absl::Span<const int32_t> out_rows;
+  absl::Span<const int32_t> kv_rows;
+  absl::Span<const int32_t> attn_tiles;
+  absl::Span<const int32_t> block_tables;
+  absl::Span<const int32_t> top_mode;
+};
+
+// Activation memory shared by graphs that never run at the same time (the
+// batched runner's graphs, one per batch size): each graph planned with the
+// arena lays its buffers out inside the arena's one buffer on the backend,
+// so their activations cost the largest graph's, not the sum. The buffer
+// keeps its address while any graph uses it (replay); it grows only when no
+// graph does.
+class ActivationArena {
+ public:
+  explicit ActivationArena(Backend* backend) : backend_(backend) {}
+  ~ActivationArena();
+  ActivationArena(const ActivationArena&) = delete;
+  ActivationArena& operator=(const ActivationArena&) = delete;
+
+  Backend* backend() const { return backend_; }
+  // The buffer, holding at least `bytes`, for one more user. Growing it
+  // while graphs use it is FAILED_PRECONDITION (their addresses would move);
+  // drop them first.
+  absl::StatusOr<int32_t> Acquire(int64_t bytes);
+  void Release();
+  int64_t bytes() const { return bytes_; }
+  int users() const { return users_; }
+
+ private:
+  Backend* backend_;
+  int32_t buffer_ = -1;
+  int64_t bytes_ = 0;
+  int users_ = 0;
 };
 
 class GraphExec {
  public:
   // `backends` in priority order; `kv` may be null for graphs without KV ops.
-  static absl::StatusOr<std::unique_ptr<GraphExec>> Create(std::shared_ptr<const Graph> graph,
-                                                           std::vector<Backend*> backends,
-                                                           KvCache* kv);
+  // `arenas` (optional, one per backend that should use one): activation
+  // buffers of those backends go into the arena instead of buffers of
+  // their own; the arenas must outlive the GraphExec.
+  static absl::StatusOr<std::unique_ptr<GraphExec>> Create(
+      std::shared_ptr<const Graph> graph, std::vector<Backend*> backends, KvCache* kv,
+      const std::vector<ActivationArena*>& arenas = {});
   ~GraphExec();
   GraphExec(const GraphExec&) = delete;
   GraphExec& operator=(const GraphExec&) = delete;
 
-  // Executes the graph; on success `logits` holds [n_vocab x n_out] floats
-  // (row-major by output row).
+  // Executes the graph; on success `logits` (unless null: then nothing is
+  // read back) holds [n_vocab x n_out] floats (row-major by output row).
   absl::Status Run(const RunInputs& in, std::vector<float>* logits);
 
   const Graph& graph() const { return *graph_; }
@@ -82,6 +119,9 @@ class GraphExec {
   int64_t activation_bytes(const Backend* b) const;
   // Reads any node's output to the host (debugging and tests).
   absl::Status ReadNode(NodeId id, void* dst, int64_t bytes) const;
+  // Reads bytes [offset, offset + bytes) of a node's output (e.g. some
+  // rows of the logits after Run(in, nullptr)).
+  absl::Status ReadNodeRange(NodeId id, int64_t offset, void* dst, int64_t bytes) const;
 
  private:
   GraphExec() = default;
@@ -103,6 +143,8 @@ class GraphExec {
     int64_t bytes;
   };
   std::vector<Owned> owned_;
+  std::vector<ActivationArena*> arena_candidates_;
+  std::vector<ActivationArena*> arenas_in_use_;  // acquired by Plan
 };
 
 }  // namespace minfer::graph

@@ -30,6 +30,7 @@ const char* OpName(OpKind op) {
     case OpKind::kFusedQKV: return "FusedQKV";
     case OpKind::kQkvBiasRopeStore: return "QkvBiasRopeStore";
     case OpKind::kFusedFFN: return "FusedFFN";
+    case OpKind::kTopK: return "TopK";
   }
   return "?";
 }
@@ -306,6 +307,32 @@ NodeId GraphBuilder::Attn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId pos, 
   return Push(std::move(n));
 }
 
+NodeId GraphBuilder::PagedAttn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId pos,
+                               NodeId tiles, NodeId tables, int kv_block, int n_head,
+                               int n_head_kv, int head_dim, float scale, int layer,
+                               std::string name) {
+  if (!Valid(tiles) || !Valid(tables)) return kNoNode;
+  const std::string label = "Attn " + name;
+  const Node& nt = node(tiles);
+  const Node& nb = node(tables);
+  if (!Check(nt.dtype == DType::kI32 && nt.shape.ne[0] == 4 && nt.shape.ne[2] == 1 &&
+                 nb.dtype == DType::kI32 && nb.shape.ne[2] == 1 && nb.shape.ne[0] >= 1,
+             label, "tiles must be i32 [4, n_tiles] and tables i32 [max_blocks, n_rows]"))
+    return kNoNode;
+  if (!Check(kv_block > 0 && (kv_block & (kv_block - 1)) == 0, label,
+             absl::StrCat("kv_block ", kv_block, " is not a power of two")))
+    return kNoNode;
+  NodeId id = Attn(q, k_cache, v_cache, pos, n_head, n_head_kv, head_dim, scale, layer,
+                   std::move(name));
+  if (id == kNoNode) return kNoNode;
+  Node& n = g_.nodes_[id];
+  n.inputs.push_back(tiles);
+  n.inputs.push_back(tables);
+  n.p.kv_block = kv_block;
+  n.p.max_blocks = static_cast<int32_t>(nb.shape.ne[0]);
+  return id;
+}
+
 NodeId GraphBuilder::View(NodeId x, Shape shape, int64_t byte_offset, std::string name) {
   if (!Valid(x)) return kNoNode;
   const Node& nx = node(x);
@@ -406,7 +433,7 @@ NodeId GraphBuilder::FusedQKV(NodeId x, const Weight* wq, const Weight* wk, cons
 NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
                                       const Weight* bk, const Weight* bv, NodeId pos, int n_head,
                                       int n_head_kv, int head_dim, RopeStyle style, float base,
-                                      int layer, std::string name) {
+                                      int layer, std::string name, NodeId rows) {
   std::string label = "QkvBiasRopeStore " + name;
   if (!Check(qkv.size() == 1 || qkv.size() == 3, label, "needs qkv or q, k, v")) return kNoNode;
   for (NodeId id : qkv) {
@@ -431,8 +458,15 @@ NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
   Node n;
   n.op = OpKind::kQkvBiasRopeStore;
   n.shape = Shape(head_dim, n_head, nt);
+  if (rows != kNoNode) {
+    if (!Valid(rows)) return kNoNode;
+    if (!Check(node(rows).dtype == DType::kI32 && node(rows).shape.elements() == nt, label,
+               "rows must be i32 [nt]"))
+      return kNoNode;
+  }
   n.inputs = qkv;
   n.inputs.push_back(pos);
+  if (rows != kNoNode) n.inputs.push_back(rows);
   n.weights = {bq, bk, bv};
   n.p.n_head = n_head;
   n.p.n_head_kv = n_head_kv;
@@ -460,6 +494,30 @@ NodeId GraphBuilder::FusedFFN(NodeId x, const Weight* wgate, const Weight* wup, 
   n.shape = Shape(wgate->dims[1], 1);
   n.inputs = {x};
   n.weights = {wgate, wup};
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::TopK(NodeId logits, NodeId mode, int top_k, int vocab_limit,
+                          std::string name) {
+  if (!Valid(logits) || !Valid(mode)) return kNoNode;
+  const Node& nl = node(logits);
+  const std::string label = "TopK " + name;
+  if (!Check(nl.dtype == DType::kF32 && nl.shape.ne[2] == 1 && node(mode).dtype == DType::kI32 &&
+                 node(mode).shape.elements() == nl.shape.ne[1],
+             label, "needs f32 logits [n_vocab, n_out] and i32 modes [n_out]"))
+    return kNoNode;
+  if (!Check(top_k >= 1 && top_k <= 1024 && vocab_limit >= 1 && vocab_limit <= nl.shape.ne[0],
+             label,
+             absl::StrCat("top_k ", top_k, " must be in [1, 1024], vocab_limit ", vocab_limit,
+                          " in [1, ", nl.shape.ne[0], "]")))
+    return kNoNode;
+  Node n;
+  n.op = OpKind::kTopK;
+  n.shape = Shape(2 + 2 * static_cast<int64_t>(top_k), nl.shape.ne[1]);
+  n.inputs = {logits, mode};
+  n.p.top_k = top_k;
+  n.p.vocab_limit = vocab_limit;
   n.name = std::move(name);
   return Push(std::move(n));
 }

@@ -16,13 +16,25 @@
 //                    pos [nt] (i32), NeoX (pairs i, i + n_rot/2) or
 //                    interleaved (pairs 2i, 2i+1) style
 //   KvcacheStore k, v, pos   writes rows k[:, t], v[:, t] into the layer's KV
-//                    cache at positions pos[t]; output is a 1-element token
-//                    that orders later KV reads after the store
+//                    cache at rows pos[t] (a paged cache: the token's
+//                    physical row); output is a 1-element token that orders
+//                    later KV reads after the store
 //   KvcacheLoad s    the layer's K or V cache region [n_kv_embd, n_ctx]
 //                    (a view: no copy); input s is the store it must follow
 //   Attn q, K, V, pos   causal GQA attention: token t (position pos[t]) attends
 //                    to cache positions 0..pos[t]; q [head_dim, n_head, nt],
 //                    output [head_dim * n_head, nt]
+//   Attn q, K, V, pos, tiles, tables   the same over a paged cache (a KV
+//                    pool of fixed-size blocks, p.kv_block rows each) holding
+//                    several sequences: tables [p.max_blocks, n_rows] i32
+//                    holds each sequence's block table (logical row j of
+//                    table row r lives at cache row tables[r][j / kv_block] *
+//                    kv_block + j % kv_block); tiles [4, n_tiles] i32 lists
+//                    (table row, first token, token count, 0) runs of
+//                    consecutive tokens of one sequence (count 0: unused
+//                    entry). Every token belongs to exactly one tile and
+//                    attends to logical rows 0..pos[t] of its sequence. A
+//                    tile has at most kAttnTileTokens tokens.
 //   View x           alias of a contiguous byte range of x (offset, shape)
 //   Reshape x        alias of x with another shape of the same element count
 //   Permute x        copy of x with axes permuted (out.ne[perm[i]] = x.ne[i])
@@ -32,11 +44,21 @@
 //                    planar: the [n_q, nt] product Wq x, then Wk x [n_kv,
 //                    nt], then Wv x (for nt == 1 simply [q; k; v]); the
 //                    prefill graph reads q, k, v back through Views
-//   QkvBiasRopeStore qkv, pos   adds the q/k/v biases, ropes q and k, stores
-//                    k and v of token t at cache row pos[t]; output is the
-//                    roped q [head_dim, n_head, nt]; qkv is one FusedQKV
-//                    output (planar) or q, k, v given separately
+//   QkvBiasRopeStore qkv, pos [, rows]   adds the q/k/v biases, ropes q and k
+//                    at positions pos[t], stores k and v of token t at cache
+//                    row rows[t] (pos[t] without rows); output is the roped q
+//                    [head_dim, n_head, nt]; qkv is one FusedQKV output
+//                    (planar) or q, k, v given separately
 //   FusedFFN x       silu(Wgate x) * (Wup x)  (decode only)
+//   TopK logits, mode   per column r of logits [n_vocab, n_out] (ids >=
+//                    p.vocab_limit excluded): mode[r] 0 = nothing (the row is
+//                    read in full), 1 = the argmax, 2 = the p.top_k largest
+//                    and the softmax normalizer. Output [2 + 2 top_k, n_out]
+//                    f32: [max, sum_i exp(l_i - max) (mode 2 only), then
+//                    (logit, id as int32 bits) pairs by decreasing logit,
+//                    ties by increasing id]; fewer finite logits than top_k
+//                    leave (-inf, -1) pairs. A NaN anywhere in the row makes
+//                    max NaN (the caller then reads the row).
 //
 // Graphs are immutable once built; executing one never changes it.
 #ifndef MINFER_ENGINE_GRAPH_GRAPH_H_
@@ -76,7 +98,11 @@ enum class OpKind : uint8_t {
   kFusedQKV,
   kQkvBiasRopeStore,
   kFusedFFN,
+  kTopK,
 };
+
+// Most tokens one attention tile (graph.h, paged Attn) may hold.
+inline constexpr int32_t kAttnTileTokens = 64;
 
 const char* OpName(OpKind op);
 
@@ -106,6 +132,10 @@ struct OpParams {
   int32_t head_dim = 0;
   int64_t view_offset = 0;   // View: byte offset into the input
   std::array<int8_t, 4> perm = {0, 1, 2, 3};  // Permute
+  int32_t kv_block = 0;      // Attn: rows per block of a paged cache (0: contiguous)
+  int32_t max_blocks = 0;    // Attn: block-table entries per sequence
+  int32_t top_k = 0;         // TopK: candidates per row
+  int32_t vocab_limit = 0;   // TopK: ids at or above are never candidates
   // RmsNorm, SwiGLU: every consumer of the output is a MatMul that takes it
   // as its activations and whose weight has an int8 dot (IsInt8DotType).
   // Set by GraphBuilder::Finish. A backend may then write only the int8
@@ -130,12 +160,23 @@ struct Node {
   int64_t bytes() const { return DTypeBytes(dtype, shape.elements()); }
 };
 
+// QkvBiasRopeStore's inputs: qkv parts (1 planar or 3 separate), the
+// positions, then optionally the cache rows of the store.
+inline int QkvParts(const Node& n) { return n.inputs.size() >= 4 ? 3 : 1; }
+inline bool QkvHasRows(const Node& n) { return n.inputs.size() == 3 || n.inputs.size() == 5; }
+
 // Which tensors of the graph the runtime fills and reads.
 struct GraphIO {
   NodeId tokens = kNoNode;     // Input i32 [nt]
   NodeId positions = kNoNode;  // Input i32 [nt]
   NodeId out_rows = kNoNode;   // Input i32 [n_out]: token rows to produce logits for
   NodeId logits = kNoNode;     // [n_vocab, n_out]
+  // Paged (batched) graphs only:
+  NodeId kv_rows = kNoNode;       // Input i32 [nt]: the cache row each token's K/V goes to
+  NodeId attn_tiles = kNoNode;    // Input i32 [4, n_tiles] (Attn)
+  NodeId block_tables = kNoNode;  // Input i32 [max_blocks, n_rows] (Attn)
+  NodeId top_mode = kNoNode;      // Input i32 [n_out] (TopK)
+  NodeId top = kNoNode;           // TopK output [2 + 2 k, n_out]
 };
 
 class Graph {
@@ -184,6 +225,11 @@ class GraphBuilder {
                      std::string name = "");
   NodeId Attn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId pos, int n_head, int n_head_kv,
               int head_dim, float scale, int layer, std::string name = "");
+  // The paged form (see the op table): tiles [4, n_tiles] and tables
+  // [max_blocks, n_rows] i32 inputs, kv_block rows per block.
+  NodeId PagedAttn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId pos, NodeId tiles,
+                   NodeId tables, int kv_block, int n_head, int n_head_kv, int head_dim,
+                   float scale, int layer, std::string name = "");
   NodeId View(NodeId x, Shape shape, int64_t byte_offset, std::string name = "");
   NodeId Reshape(NodeId x, Shape shape, std::string name = "");
   NodeId Permute(NodeId x, std::array<int8_t, 4> perm, std::string name = "");
@@ -192,11 +238,13 @@ class GraphBuilder {
   NodeId FusedQKV(NodeId x, const Weight* wq, const Weight* wk, const Weight* wv,
                   std::string name = "");
   // qkv: a FusedQKV output, or three inputs q, k, v given separately.
+  // rows: the cache rows of the store (kNoNode: the positions).
   NodeId QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq, const Weight* bk,
                           const Weight* bv, NodeId pos, int n_head, int n_head_kv,
                           int head_dim, RopeStyle style, float base, int layer,
-                          std::string name = "");
+                          std::string name = "", NodeId rows = kNoNode);
   NodeId FusedFFN(NodeId x, const Weight* wgate, const Weight* wup, std::string name = "");
+  NodeId TopK(NodeId logits, NodeId mode, int top_k, int vocab_limit, std::string name = "");
 
   // Re-pushes `n` (from another graph) with its inputs replaced by
   // `inputs`; used by graph rewrite passes. Shapes are taken as given.

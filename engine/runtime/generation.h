@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/runtime/completion.h"
 #include "engine/runtime/session.h"
 #include "engine/sampling/finish_reason.h"
 #include "engine/sampling/sampler.h"
@@ -27,34 +28,6 @@
 #include "engine/tokenizer/streaming_detokenizer.h"
 
 namespace minfer::runtime {
-
-struct GenerateRequest {
-  std::vector<int32_t> prompt;  // token ids (already encoded)
-  SamplingParams sampling;
-  int32_t max_tokens = 256;     // completion tokens at most (>= 1)
-  std::vector<std::string> stop;
-  bool ignore_eos = false;
-  // Render control tokens that are sampled (never EOS) instead of dropping them.
-  bool render_special = false;
-};
-
-// What one Step produced.
-struct StepOutput {
-  std::vector<int32_t> tokens;          // sampled this step (0 or 1)
-  std::string text;                     // text delta (may be empty)
-  std::vector<SampledToken> logprobs;   // per token, when requested
-};
-
-struct GenerationStats {
-  int32_t prompt_tokens = 0;
-  int32_t completion_tokens = 0;
-  double prefill_seconds = 0;   // prompt evaluation
-  double ttft_seconds = 0;      // from the first Step to the first token
-  double decode_seconds = 0;    // evaluating generated tokens
-  double DecodeTokensPerSecond() const {
-    return decode_seconds > 0 ? (completion_tokens - 1) / decode_seconds : 0;
-  }
-};
 
 class Generation {
  public:
@@ -71,28 +44,19 @@ class Generation {
   // Ends the generation with reason `cancelled` (takes effect immediately).
   void Cancel();
 
-  bool done() const { return done_; }
-  FinishReason finish_reason() const { return reason_; }
-  const GenerationStats& stats() const { return stats_; }
-  const std::vector<int32_t>& output_tokens() const { return output_; }
-  const std::string& text() const { return text_; }
+  bool done() const { return c_->done(); }
+  FinishReason finish_reason() const { return c_->finish_reason(); }
+  const GenerationStats& stats() const { return c_->stats(); }
+  const std::vector<int32_t>& output_tokens() const { return c_->output_tokens(); }
+  const std::string& text() const { return c_->text(); }
 
  private:
   Generation() = default;
-  void Finish(FinishReason r, StepOutput* out);
 
   Session* session_ = nullptr;
-  GenerateRequest req_;
-  std::unique_ptr<Sampler> sampler_;
-  std::unique_ptr<StopMatcher> stops_;
-  std::unique_ptr<tokenizer::StreamingDetokenizer> detok_;
-  std::vector<int32_t> output_;
-  std::string text_;
+  std::unique_ptr<Completion> c_;
   std::vector<float> logits_;
   bool started_ = false;
-  bool done_ = false;
-  FinishReason reason_ = FinishReason::kLength;
-  GenerationStats stats_;
   int64_t t_start_ns_ = 0;
 };
 

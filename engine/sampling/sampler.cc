@@ -412,10 +412,16 @@ absl::StatusOr<Sampler::Plan> Sampler::BuildPlan(const float* logits,
   // come in (logit desc, id asc) order. p is computed in double, where
   // distinct logits give distinct p, so this is also the (p desc, id asc)
   // order the truncations are defined on.
+  SelectTopK(kernels_, plan.logits, n_vocab_, params_.top_k, &scratch.candidates);
+  PlanFromCandidates(plan, scratch);
+  return plan;
+}
+
+void Sampler::PlanFromCandidates(Plan& plan, Scratch& scratch) const {
+  const float temperature = params_.temperature;
   plan.from_candidates = true;
   std::vector<Candidate>& candidates = scratch.candidates;
   std::vector<double>& weights = scratch.weights;
-  SelectTopK(kernels_, plan.logits, n_vocab_, params_.top_k, &candidates);
   const int64_t n = static_cast<int64_t>(candidates.size());
   weights.resize(n);
   const double max = plan.max;
@@ -443,7 +449,55 @@ absl::StatusOr<Sampler::Plan> Sampler::BuildPlan(const float* logits,
     }
   }
   plan.n_kept = kept;
-  return plan;
+}
+
+bool Sampler::UsesOnlyTop(int64_t k, int64_t vocab_limit) const {
+  if (penalties_ || params_.n_logprobs > 0 || vocab_limit < 1 || vocab_limit > n_vocab_) {
+    return false;
+  }
+  if (static_cast<int64_t>(banned_.size()) != n_vocab_ - vocab_limit ||
+      (!banned_.empty() && banned_.front() != vocab_limit)) {
+    return false;  // banned_ is sorted and unique: it is [vocab_limit, n_vocab) exactly
+  }
+  if (params_.temperature == 0.0f) return k >= 1;
+  return !FullVocabularyPath() && params_.top_k <= k;
+}
+
+absl::StatusOr<SampledToken> Sampler::SampleTop(absl::Span<const TokenLogprob> top,
+                                                double log_norm) {
+  Scratch& scratch = Scratch::ForThread(1);
+  if (top.empty() || !std::isfinite(top[0].logprob)) {
+    return absl::InvalidArgumentError("Sampler: no token has a finite logit");
+  }
+  Plan plan;
+  plan.max = top[0].logprob;
+  plan.log_norm = log_norm;
+  SampledToken out;
+  if (params_.temperature == 0.0f) {
+    // As Sample(): greedy without logprobs skips the normalizer.
+    out.token = top[0].token;
+    out.logprob = std::numeric_limits<float>::quiet_NaN();
+    return out;
+  }
+  std::vector<Candidate>& candidates = scratch.candidates;
+  candidates.clear();
+  for (const TokenLogprob& t : top) {
+    if (static_cast<int64_t>(candidates.size()) >= params_.top_k) break;
+    if (!std::isfinite(t.logprob)) break;
+    if (t.token < 0 || t.token >= n_vocab_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Sampler: candidate token ", t.token, " is outside the vocabulary"));
+    }
+    candidates.push_back({t.logprob, t.token});
+  }
+  PlanFromCandidates(plan, scratch);
+  out.token = Draw(plan, rng_.NextDouble(), scratch);
+  float logit = plan.max;
+  for (const Candidate& c : candidates) {
+    if (c.token == out.token) logit = c.logit;
+  }
+  out.logprob = static_cast<float>(static_cast<double>(logit) - plan.max - plan.log_norm);
+  return out;
 }
 
 int32_t Sampler::Draw(const Plan& plan, double u, Scratch& scratch) const {

@@ -119,6 +119,21 @@ class Sampler {
   // (see Accept). On error nothing changes.
   absl::StatusOr<SampledToken> Sample(const float* logits, int64_t n_vocab);
 
+  // Whether Sample() depends only on the `k` largest logits among ids below
+  // `vocab_limit` for every row: no penalties, no log-probabilities, the
+  // banned tokens exactly [vocab_limit, n_vocab), and greedy or top_k <= k.
+  // Then SampleTop() gives Sample()'s token from those candidates alone (a
+  // device computes them; the host never reads the whole row).
+  bool UsesOnlyTop(int64_t k, int64_t vocab_limit) const;
+
+  // Sample() for a row given only its candidates: `top` holds the row's
+  // largest logits among ids below vocab_limit in (logit desc, id asc)
+  // order (at least min(k, finite logits) of them, k as passed to
+  // UsesOnlyTop, which must hold), and log_norm = log sum_i exp(l_i - max)
+  // over the row (for SampledToken::logprob; NaN is allowed and gives a NaN
+  // logprob). Same token and random stream as Sample() on the full row.
+  absl::StatusOr<SampledToken> SampleTop(absl::Span<const TokenLogprob> top, double log_norm);
+
   // The distribution Sample() would draw from for these logits: the
   // surviving tokens with their renormalized probabilities, by decreasing
   // probability (ties: lower id first); a single {argmax, 1} when greedy.
@@ -173,6 +188,8 @@ class Sampler {
   Sampler(const SamplingParams& params, int64_t n_vocab);
 
   bool FullVocabularyPath() const;
+  // The top-k tail of BuildPlan: min-p and top-p over scratch.candidates.
+  void PlanFromCandidates(Plan& plan, Scratch& scratch) const;
   absl::StatusOr<Plan> BuildPlan(const float* logits, int64_t n_vocab,
                                  Scratch& scratch);
   const float* ApplyPenaltiesAndBans(const float* logits, Scratch& scratch);

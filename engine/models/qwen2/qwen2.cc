@@ -204,4 +204,82 @@ absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const Grap
   return g;
 }
 
+std::string BatchGraphParams::ToString() const {
+  return absl::StrCat("nt=", n_tokens, " n_out=", n_out, " tiles=", n_tiles, " table_rows=",
+                      n_table_rows, " max_blocks=", max_blocks, " kv_block=", kv_block,
+                      " cache_rows=", cache_rows, " kv=", graph::DTypeName(kv_type),
+                      " fuse_qkv=", fuse_qkv, " fuse_ffn=", fuse_ffn, " gpu=", gpu,
+                      " top_k=", top_k, " vocab_limit=", vocab_limit);
+}
+
+absl::StatusOr<graph::Graph> BuildQwen2BatchGraph(const Qwen2Model& model,
+                                                  const BatchGraphParams& gp) {
+  const Qwen2Hparams& hp = model.hparams();
+  const int64_t nt = gp.n_tokens, hd = hp.head_dim;
+  const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
+  if (nt <= 0 || gp.n_out <= 0 || gp.n_out > nt || gp.n_tiles <= 0 || gp.n_table_rows <= 0 ||
+      gp.max_blocks <= 0 || gp.kv_block <= 0 || gp.cache_rows <= 0 ||
+      gp.cache_rows % gp.kv_block != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("qwen2 batch graph: bad params ", gp.ToString()));
+  }
+  GraphBuilder b;
+  graph::GraphIO io;
+  io.tokens = b.Input(DType::kI32, Shape(nt), "tokens");
+  io.positions = b.Input(DType::kI32, Shape(nt), "positions");
+  io.kv_rows = b.Input(DType::kI32, Shape(nt), "kv_rows");
+  io.attn_tiles = b.Input(DType::kI32, Shape(4, gp.n_tiles), "attn_tiles");
+  io.block_tables = b.Input(DType::kI32, Shape(gp.max_blocks, gp.n_table_rows), "block_tables");
+  io.out_rows = b.Input(DType::kI32, Shape(gp.n_out), "out_rows");
+  io.top_mode = b.Input(DType::kI32, Shape(gp.n_out), "top_mode");
+  const NodeId pos = io.positions;
+  const Shape kv_shape(hp.n_embd_kv(), gp.cache_rows);
+  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  NodeId x = b.GetRows(model.token_embd(), io.tokens, "embd");
+  for (int l = 0; l < static_cast<int>(hp.n_layer); ++l) {
+    const Qwen2Layer& L = model.layers()[l];
+    const std::string p = absl::StrCat("blk.", l, ".");
+    NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
+    NodeId q, store;
+    if (gp.fuse_qkv) {
+      NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
+      q = store = b.QkvBiasRopeStore({qkv}, L.bq, L.bk, L.bv, pos, nh, nkv, static_cast<int>(hd),
+                                     RopeStyle::kNeoX, hp.rope_base, l,
+                                     p + "qkv_bias_rope_store", io.kv_rows);
+    } else {
+      q = b.MatMul(n, L.wq, p + "q");
+      NodeId k = b.MatMul(n, L.wk, p + "k");
+      NodeId v = b.MatMul(n, L.wv, p + "v");
+      if (L.bq) q = b.Add(q, L.bq, p + "q_bias");
+      if (L.bk) k = b.Add(k, L.bk, p + "k_bias");
+      if (L.bv) v = b.Add(v, L.bv, p + "v_bias");
+      q = b.Reshape(q, Shape(hd, nh, nt), p + "q_heads");
+      k = b.Reshape(k, Shape(hd, nkv, nt), p + "k_heads");
+      q = b.RoPE(q, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "q_rope");
+      k = b.RoPE(k, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "k_rope");
+      store = b.KvcacheStore(k, v, io.kv_rows, l, p + "kv_store");
+    }
+    NodeId kc = b.KvcacheLoad(store, l, KvKind::kK, kv_shape, gp.kv_type, p + "k_cache");
+    NodeId vc = b.KvcacheLoad(store, l, KvKind::kV, kv_shape, gp.kv_type, p + "v_cache");
+    NodeId a = b.PagedAttn(q, kc, vc, pos, io.attn_tiles, io.block_tables, gp.kv_block, nh, nkv,
+                           static_cast<int>(hd), attn_scale, l, p + "attn");
+    x = b.Add(x, b.MatMul(a, L.wo, p + "attn_out"), p + "attn_residual");
+    NodeId m = b.RmsNorm(x, L.ffn_norm, hp.rms_eps, p + "ffn_norm");
+    NodeId s;
+    if (nt == 1 && gp.fuse_ffn) {
+      s = b.FusedFFN(m, L.w_gate, L.w_up, p + "ffn_gate_up");
+    } else {
+      NodeId g = b.MatMul(m, L.w_gate, p + "gate");
+      NodeId u = b.MatMul(m, L.w_up, p + "up");
+      s = b.SwiGLU(g, u, p + "swiglu");
+    }
+    x = b.Add(x, b.MatMul(s, L.w_down, p + "down"), p + "ffn_residual");
+  }
+  x = b.GetRows(x, io.out_rows, "out_select");
+  x = b.RmsNorm(x, model.output_norm(), hp.rms_eps, "output_norm");
+  io.logits = b.MatMul(x, model.output(), "logits");
+  io.top = b.TopK(io.logits, io.top_mode, gp.top_k, gp.vocab_limit, "top");
+  return b.Finish(io, static_cast<int>(hp.n_layer));
+}
+
 }  // namespace minfer::models

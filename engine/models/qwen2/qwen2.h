@@ -110,6 +110,36 @@ struct GraphParams {
 // params ask for it and n_tokens == 1.
 absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const GraphParams& params);
 
+// The parameters of a batched graph over a paged KV pool (graph.h's paged
+// Attn): n_tokens tokens of any number of sequences, each with its own
+// positions, cache rows and block table; logits for n_out selected rows and
+// their TopK candidates. Equal params give identical graphs.
+struct BatchGraphParams {
+  int64_t n_tokens = 1;
+  int64_t n_out = 1;
+  int64_t n_tiles = 1;       // attention tile entries (graph.h)
+  int64_t n_table_rows = 1;  // block-table rows
+  int32_t max_blocks = 1;    // block-table entries per sequence
+  int32_t kv_block = 16;     // rows per KV block
+  int64_t cache_rows = 0;    // rows of the pool's cache (blocks x kv_block)
+  graph::DType kv_type = graph::DType::kF32;
+  bool fuse_qkv = true;      // n_tokens == 1: MINFER_NO_FUSE_QKV; else MINFER_NO_FUSE_QKV_PREFILL
+  bool fuse_ffn = true;      // n_tokens == 1 only
+  bool gpu = false;
+  int32_t top_k = 1;         // TopK candidates per row
+  int32_t vocab_limit = 1;   // ids at or above are never candidates
+
+  bool operator==(const BatchGraphParams& o) const = default;
+  std::string ToString() const;
+};
+
+// Per layer: the same math as BuildQwen2Graph (q/k/v as FusedQKV +
+// QkvBiasRopeStore when fuse_qkv, FusedFFN at one token when fuse_ffn),
+// with K/V stored at the tokens' kv_rows and attention reading each token's
+// own sequence through its block table.
+absl::StatusOr<graph::Graph> BuildQwen2BatchGraph(const Qwen2Model& model,
+                                                  const BatchGraphParams& params);
+
 // The decode fusion pass (exposed for tests): rewrites, for single-token
 // graphs, each layer's q/k/v projections + biases + RoPE + KV store into
 // FusedQKV (when q, k and v weights share a type) + QkvBiasRopeStore, and

@@ -905,5 +905,76 @@ TEST(SamplerTest, TopLogprobsWithFewFiniteLogitsAndTies) {
   EXPECT_NEAR(t->top_logprobs[2].logprob, 0.0 - norm, 1e-6);
 }
 
+
+// SampleTop on a row's candidates (what a device computes) draws exactly the
+// token Sample draws from the whole row, consuming the same random numbers,
+// whenever UsesOnlyTop holds; and UsesOnlyTop refuses every setting whose
+// result depends on more than the candidates.
+TEST(SamplerTest, SampleTopEqualsSampleOnTheWholeRow) {
+  const int64_t n = 3000, limit = 2950;
+  const int k = 64;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<SamplingParams> ps(4);
+  ps[0].temperature = 0.0f;
+  ps[1].temperature = 0.8f;
+  ps[1].top_k = 40;
+  ps[2].temperature = 1.3f;
+  ps[2].top_k = 64;
+  ps[2].top_p = 0.9f;
+  ps[2].min_p = 0.02f;
+  ps[3].temperature = 0.5f;
+  ps[3].top_k = 7;
+  for (size_t pi = 0; pi < ps.size(); ++pi) {
+    SamplingParams p = ps[pi];
+    p.seed = 77 + pi;
+    for (int64_t id = limit; id < n; ++id) p.banned_tokens.push_back(static_cast<int32_t>(id));
+    auto full = Sampler::Create(p, n);
+    auto top = Sampler::Create(p, n);
+    ASSERT_TRUE(full.ok() && top.ok());
+    ASSERT_TRUE((*top)->UsesOnlyTop(k, limit)) << pi;
+    for (int row = 0; row < 200; ++row) {
+      std::vector<float> l(n);
+      for (auto& x : l) x = std::round(nd(rng) * 4.0f) / 4.0f;  // ties
+      // The candidates: the k best below the limit, (logit desc, id asc).
+      std::vector<int32_t> ids(limit);
+      std::iota(ids.begin(), ids.end(), 0);
+      std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+      std::vector<TokenLogprob> cand;
+      for (int j = 0; j < k; ++j) cand.push_back({ids[j], l[ids[j]]});
+      auto a = (*full)->Sample(l.data(), n);
+      auto b = (*top)->SampleTop(cand, 0.0);
+      ASSERT_TRUE(a.ok() && b.ok());
+      ASSERT_EQ(a->token, b->token) << "params " << pi << " row " << row;
+      ASSERT_TRUE((*full)->Accept(a->token).ok());
+      ASSERT_TRUE((*top)->Accept(b->token).ok());
+    }
+  }
+  // Settings that need more than the candidates.
+  auto make = [&](SamplingParams p, bool ban) {
+    if (ban) {
+      for (int64_t id = limit; id < n; ++id) p.banned_tokens.push_back(static_cast<int32_t>(id));
+    }
+    return *Sampler::Create(p, n);
+  };
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 0;  // the whole vocabulary
+  EXPECT_FALSE(make(p, true)->UsesOnlyTop(k, limit));
+  p.top_k = 65;  // more than the candidates
+  EXPECT_FALSE(make(p, true)->UsesOnlyTop(k, limit));
+  p.top_k = 10;
+  EXPECT_TRUE(make(p, true)->UsesOnlyTop(k, limit));
+  EXPECT_FALSE(make(p, false)->UsesOnlyTop(k, limit));  // padding rows not banned
+  p.n_logprobs = 2;
+  EXPECT_FALSE(make(p, true)->UsesOnlyTop(k, limit));
+  p.n_logprobs = 0;
+  p.frequency_penalty = 0.5f;
+  EXPECT_FALSE(make(p, true)->UsesOnlyTop(k, limit));
+  p.frequency_penalty = 0.0f;
+  p.banned_tokens = {5};  // a user ban below the limit
+  EXPECT_FALSE(make(p, true)->UsesOnlyTop(k, limit));
+}
+
 }  // namespace
 }  // namespace minfer

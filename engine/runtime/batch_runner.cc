@@ -1,0 +1,308 @@
+#include "engine/runtime/batch_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/knobs.h"
+#include "engine/base/logging.h"
+#include "engine/base/status.h"
+
+namespace minfer::runtime {
+namespace {
+
+// Graphs kept per runner (each bucket pair that occurred recently).
+constexpr size_t kMaxGraphs = 48;
+constexpr int64_t kPow2Buckets = 256;  // powers of two up to here, then multiples of it
+
+int64_t CeilPow2(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
+BatchRunner::~BatchRunner() {
+  // Graphs release their arena share before the arenas and the pool go.
+  graphs_.clear();
+  arenas_.clear();
+}
+
+int64_t BatchRunner::TokenBucket(int64_t n) const {
+  int64_t b = n <= kPow2Buckets ? CeilPow2(std::max<int64_t>(n, 1))
+                                : (n + kPow2Buckets - 1) / kPow2Buckets * kPow2Buckets;
+  return std::min(b, opt_.max_tokens);
+}
+
+int64_t BatchRunner::RowBucket(int64_t rows, int64_t token_bucket) {
+  return std::min(CeilPow2(std::max<int64_t>(rows, 1)), token_bucket);
+}
+
+absl::StatusOr<std::unique_ptr<BatchRunner>> BatchRunner::Create(
+    std::shared_ptr<const Model> model, const BatchRunnerOptions& options) {
+  BatchRunnerOptions o = options;
+  if (o.max_tokens < 1 || o.max_seqs < 1 || o.n_ctx < 2 || o.top_k < 1 || o.top_k > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch runner: max_tokens ", o.max_tokens, ", max_seqs ", o.max_seqs, ", n_ctx ", o.n_ctx,
+        " and top_k ", o.top_k, " must be >= 1, >= 1, >= 2 and in [1, 1024]"));
+  }
+  if (o.kv_block < 1 || o.kv_block > 4096 || (o.kv_block & (o.kv_block - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV block size must be a power of two in [1, 4096], got ", o.kv_block));
+  }
+  const auto& hp = model->hparams();
+  o.n_ctx = std::min(o.n_ctx, hp.context_length);
+  // A step never holds more sequences than tokens.
+  o.max_seqs = static_cast<int32_t>(std::min<int64_t>(o.max_seqs, o.max_tokens));
+  std::unique_ptr<BatchRunner> r(new BatchRunner);
+  r->max_blocks_ = static_cast<int32_t>(BlocksFor(o.n_ctx, o.kv_block));
+  if (o.kv_blocks == 0) o.kv_blocks = static_cast<int64_t>(o.max_seqs) * r->max_blocks_ + 1;
+  r->model_ = std::move(model);
+  r->opt_ = o;
+  const graph::DType kv_type = o.kv_type.value_or(r->model_->DefaultKvType());
+  ASSIGN_OR_RETURN(r->pool_, KvPool::Create(r->model_->kv_backend(), static_cast<int>(hp.n_layer),
+                                            hp.n_embd_kv(), kv_type, o.kv_block, o.kv_blocks));
+  for (graph::Backend* b : r->model_->backends()) {
+    r->arenas_.push_back(std::make_unique<graph::ActivationArena>(b));
+  }
+  r->knob_gen_ = KnobRegistry::Global().generation() + r->model_->knob_generation();
+  return r;
+}
+
+int64_t BatchRunner::activation_bytes() const {
+  int64_t total = 0;
+  for (const auto& a : arenas_) total += a->bytes();
+  return total;
+}
+
+models::BatchGraphParams BatchRunner::Params(int64_t n_tokens, int64_t n_out) const {
+  KnobRegistry& knobs = KnobRegistry::Global();
+  const KnobOverrides* ov = &model_->knobs();
+  models::BatchGraphParams p;
+  p.n_tokens = n_tokens;
+  p.n_out = n_out;
+  const int64_t table_rows = std::min<int64_t>(n_tokens, opt_.max_seqs) + 1;
+  p.n_table_rows = table_rows;
+  // Each sequence's run splits into tiles of kAttnTileTokens; padding
+  // needs its own (see Run).
+  const int64_t tile = graph::kAttnTileTokens;
+  p.n_tiles = std::min<int64_t>(n_tokens, (n_tokens + tile - 1) / tile + table_rows);
+  p.max_blocks = max_blocks_;
+  p.kv_block = opt_.kv_block;
+  p.cache_rows = pool_->rows();
+  p.kv_type = pool_->dtype();
+  p.fuse_qkv = n_tokens == 1 ? !knobs.GetBool("MINFER_NO_FUSE_QKV", ov)
+                             : !knobs.GetBool("MINFER_NO_FUSE_QKV_PREFILL", ov);
+  p.fuse_ffn = !knobs.GetBool("MINFER_NO_FUSE_FFN", ov);
+  p.gpu = model_->gpu();
+  p.top_k = opt_.top_k;
+  p.vocab_limit = static_cast<int32_t>(
+      std::min<int64_t>(model_->tokenizer().vocab_size(), model_->hparams().n_vocab));
+  return p;
+}
+
+absl::StatusOr<BatchRunner::Cached*> BatchRunner::GetGraph(int64_t n_tokens, int64_t n_out) {
+  const uint64_t gen = KnobRegistry::Global().generation() + model_->knob_generation();
+  if (gen != knob_gen_) {
+    graphs_.clear();  // a knob that shapes graphs may have changed
+    knob_gen_ = gen;
+  }
+  const models::BatchGraphParams p = Params(n_tokens, n_out);
+  for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
+    if (it->params == p) {
+      graphs_.splice(graphs_.begin(), graphs_, it);
+      return &graphs_.front();
+    }
+  }
+  ASSIGN_OR_RETURN(graph::Graph g, models::BuildQwen2BatchGraph(model_->arch(), p));
+  Cached c;
+  c.params = p;
+  c.graph = std::make_shared<graph::Graph>(std::move(g));
+  std::vector<graph::ActivationArena*> arenas;
+  for (const auto& a : arenas_) arenas.push_back(a.get());
+  auto exec = graph::GraphExec::Create(c.graph, model_->backends(), pool_->cache(), arenas);
+  if (!exec.ok() && absl::IsFailedPrecondition(exec.status())) {
+    // The arena must grow: drop the graphs that hold it, then retry.
+    Logger("runtime")->debug("batch runner: arena grows for {}; {} graphs dropped", p.ToString(),
+                             graphs_.size());
+    graphs_.clear();
+    exec = graph::GraphExec::Create(c.graph, model_->backends(), pool_->cache(), arenas);
+  }
+  if (!exec.ok()) return exec.status();
+  c.exec = std::move(*exec);
+  stats_.graph_builds++;
+  graphs_.push_front(std::move(c));
+  while (graphs_.size() > kMaxGraphs) graphs_.pop_back();
+  return &graphs_.front();
+}
+
+void BatchRunner::SetMaxTokens(int64_t max_tokens) {
+  if (max_tokens == opt_.max_tokens || max_tokens < opt_.max_seqs) return;
+  opt_.max_tokens = max_tokens;
+  graphs_.clear();
+}
+
+absl::Status BatchRunner::Prepare() {
+  const int64_t t = TokenBucket(opt_.max_tokens);
+  // The largest graphs: every token a sequence of its own with an output
+  // row (decode), and one long prefill.
+  RETURN_IF_ERROR(GetGraph(t, RowBucket(std::min<int64_t>(t, opt_.max_seqs), t)).status());
+  return GetGraph(t, 1).status();
+}
+
+absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<RowResult>* results) {
+  const int64_t n_items = static_cast<int64_t>(items.size());
+  if (n_items == 0) return absl::InvalidArgumentError("batch runner: empty step");
+  if (n_items > opt_.max_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat("batch runner: ", n_items,
+                                                   " sequences in one step, at most ",
+                                                   opt_.max_seqs));
+  }
+  const int64_t n_vocab = model_->hparams().n_vocab;
+  const int64_t bs = opt_.kv_block;
+  int64_t n_tokens = 0, n_rows = 0;
+  for (int64_t i = 0; i < n_items; ++i) {
+    const BatchItem& it = items[i];
+    const int64_t n = static_cast<int64_t>(it.tokens.size());
+    if (n < 1 || it.pos0 < 0 || it.pos0 + n > opt_.n_ctx) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch runner: item ", i, " has ", n, " tokens at position ", it.pos0,
+          " (each sequence holds at most n_ctx ", opt_.n_ctx, " tokens)"));
+    }
+    if (static_cast<int64_t>(it.blocks.size()) < BlocksFor(it.pos0 + n, bs) ||
+        static_cast<int64_t>(it.blocks.size()) > max_blocks_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch runner: item ", i, " has ", it.blocks.size(), " blocks for ", it.pos0 + n,
+          " rows (blocks of ", bs, ", at most ", max_blocks_, ")"));
+    }
+    for (int32_t b : it.blocks) {
+      if (b <= KvPool::kTrashBlock || b >= pool_->n_blocks()) {
+        return absl::InvalidArgumentError(absl::StrCat("batch runner: item ", i, " block ", b,
+                                                       " is not a block of the pool [1, ",
+                                                       pool_->n_blocks(), ")"));
+      }
+    }
+    for (int32_t t : it.tokens) {
+      if (t < 0 || t >= n_vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "batch runner: item ", i, ": token id ", t, " is outside the vocabulary [0, ",
+            n_vocab, ")"));
+      }
+    }
+    n_tokens += n;
+    if (it.logits) ++n_rows;
+  }
+  if (n_tokens > opt_.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("batch runner: ", n_tokens,
+                                                   " tokens in one step, at most ",
+                                                   opt_.max_tokens));
+  }
+  const int64_t T = TokenBucket(n_tokens);
+  const int64_t O = RowBucket(std::max<int64_t>(n_rows, 1), T);
+  ASSIGN_OR_RETURN(Cached * c, GetGraph(T, O));
+  const models::BatchGraphParams& p = c->params;
+
+  tokens_.assign(T, 0);
+  positions_.assign(T, 0);
+  kv_rows_.assign(T, 0);  // padding writes row 0 of the reserved block
+  tiles_.assign(4 * p.n_tiles, 0);
+  tables_.assign(static_cast<size_t>(p.max_blocks) * p.n_table_rows, KvPool::kTrashBlock);
+  out_rows_.assign(O, 0);
+  top_mode_.assign(O, 0);
+  int64_t t = 0, n_tile = 0, row = 0;
+  auto add_tiles = [&](int64_t table_row, int64_t t0, int64_t n) {
+    for (int64_t s = 0; s < n; s += graph::kAttnTileTokens) {
+      int32_t* tile = tiles_.data() + 4 * n_tile++;
+      tile[0] = static_cast<int32_t>(table_row);
+      tile[1] = static_cast<int32_t>(t0 + s);
+      tile[2] = static_cast<int32_t>(std::min<int64_t>(graph::kAttnTileTokens, n - s));
+    }
+  };
+  for (int64_t i = 0; i < n_items; ++i) {
+    const BatchItem& it = items[i];
+    std::copy(it.blocks.begin(), it.blocks.end(), tables_.begin() + i * p.max_blocks);
+    const int64_t t0 = t;
+    for (size_t j = 0; j < it.tokens.size(); ++j, ++t) {
+      const int64_t pos = it.pos0 + static_cast<int64_t>(j);
+      tokens_[t] = it.tokens[j];
+      positions_[t] = static_cast<int32_t>(pos);
+      kv_rows_[t] = static_cast<int32_t>(static_cast<int64_t>(it.blocks[pos / bs]) * bs + pos % bs);
+    }
+    add_tiles(i, t0, t - t0);
+    if (it.logits) {
+      out_rows_[row] = static_cast<int32_t>(t - 1);
+      top_mode_[row] = static_cast<int32_t>(it.mode);
+      ++row;
+    }
+  }
+  // Padding: each token at position 0 of the reserved sequence (the last
+  // table row, all entries the reserved block).
+  if (t < T) add_tiles(p.n_table_rows - 1, t, T - t);
+
+  graph::RunInputs in;
+  in.tokens = tokens_;
+  in.positions = positions_;
+  in.out_rows = out_rows_;
+  in.kv_rows = kv_rows_;
+  in.attn_tiles = tiles_;
+  in.block_tables = tables_;
+  in.top_mode = top_mode_;
+  RETURN_IF_ERROR(c->exec->Run(in, nullptr));
+  stats_.steps++;
+  stats_.tokens += n_tokens;
+  stats_.padded_tokens += T;
+
+  // Read back: the TopK rows (a few values each), then whole rows where
+  // asked or where the candidates cannot be trusted (a non-finite max).
+  const graph::GraphIO& io = c->graph->io;
+  const int64_t stride = 2 + 2 * static_cast<int64_t>(p.top_k);
+  top_host_.resize(static_cast<size_t>(n_rows) * stride);
+  if (n_rows > 0) {
+    RETURN_IF_ERROR(c->exec->ReadNodeRange(io.top, 0, top_host_.data(), n_rows * stride * 4));
+  }
+  results->assign(n_items, RowResult{});
+  int64_t n_full = 0;
+  std::vector<int64_t> full_of(n_rows, -1);
+  row = 0;
+  for (int64_t i = 0; i < n_items; ++i) {
+    if (!items[i].logits) continue;
+    const float* tr = top_host_.data() + row * stride;
+    RowResult& rr = (*results)[i];
+    rr.max = tr[0];
+    rr.log_norm = std::numeric_limits<double>::quiet_NaN();
+    const RowMode mode = items[i].mode;
+    if (mode == RowMode::kFull || !std::isfinite(tr[0])) {
+      full_of[row] = n_full++;
+    } else {
+      if (mode == RowMode::kTop) rr.log_norm = std::log(static_cast<double>(tr[1]));
+      const int64_t k = mode == RowMode::kTop ? p.top_k : 1;
+      for (int64_t j = 0; j < k; ++j) {
+        int32_t id;
+        std::memcpy(&id, tr + 3 + 2 * j, sizeof(id));
+        if (id < 0) break;
+        rr.top.push_back({id, tr[2 + 2 * j]});
+      }
+    }
+    ++row;
+  }
+  if (n_full > 0) {
+    full_host_.resize(static_cast<size_t>(n_full) * n_vocab);
+    row = 0;
+    for (int64_t i = 0; i < n_items; ++i) {
+      if (!items[i].logits) continue;
+      if (full_of[row] >= 0) {
+        float* dst = full_host_.data() + full_of[row] * n_vocab;
+        RETURN_IF_ERROR(c->exec->ReadNodeRange(io.logits, row * n_vocab * 4, dst, n_vocab * 4));
+        (*results)[i].logits = dst;
+      }
+      ++row;
+    }
+    stats_.full_rows += n_full;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace minfer::runtime

@@ -1,0 +1,158 @@
+// BatchRunner: one forward pass over tokens of many sequences of a model
+// (continuous batching's "run" step), on a paged KV pool.
+//
+// Each step evaluates the items it is given — per sequence a run of
+// consecutive tokens at known positions, with the sequence's block table —
+// in one graph: decode tokens of running sequences and prefill chunks of new
+// ones mix freely. A token's attention reads only its own sequence, up to
+// its own position; its K/V go to its block-table row. Logits come out only
+// for the items that ask (their last token), and per such row the runner
+// returns what the sampler needs: the argmax, the top-k candidates, or the
+// whole row (RowMode), computed where the logits are (on the device for a
+// GPU backend), so the host reads a few values per sequence.
+//
+// Graphs: one per (token bucket, output-row bucket); a step is padded up to
+// its buckets (token buckets 1, 2, 4, ..., 256, then multiples of 256 up to
+// max_tokens; output rows powers of two), so a GPU backend can record and
+// replay each bucket's graph: all per-step data (tokens, positions, cache
+// rows, block tables, tiles) are graph inputs, never baked into launches.
+// Every graph's activations live in one arena per backend, sized by the
+// largest graph: memory does not grow with the number of sequences or
+// graphs.
+//
+// Numerics: a token's logits do not depend on the other tokens of its step
+// beyond what the backend's kernels choose by batch size. On the CPU every
+// kernel computes each token's row on its own (the matmuls quantize and dot
+// per token; attention blocks its keys from row 0), so a sequence gives the
+// same logits, bit for bit, alone or in any batch, and equal to a Session's.
+// On a GPU the matmul kernel depends on the bucket (MMVQ up to 8 tokens,
+// MMQ above) and decode attention's split count on the number of tiles, so
+// logits move by float rounding (see docs/design.md, "batch invariance").
+//
+// Not thread-safe: one thread (the slot's worker) drives it and its model's
+// backends.
+#ifndef MINFER_ENGINE_RUNTIME_BATCH_RUNNER_H_
+#define MINFER_ENGINE_RUNTIME_BATCH_RUNNER_H_
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/graph/executor.h"
+#include "engine/models/qwen2/qwen2.h"
+#include "engine/runtime/kv_pool.h"
+#include "engine/runtime/model.h"
+#include "engine/sampling/sampler.h"
+
+namespace minfer::runtime {
+
+struct BatchRunnerOptions {
+  int64_t max_tokens = 512;  // tokens per step at most (the scheduler's budget)
+  int32_t max_seqs = 16;     // sequences per step at most
+  int64_t n_ctx = 4096;      // tokens per sequence at most (clamped to the model's)
+  int32_t kv_block = 16;     // rows per KV block (a power of two)
+  // Pool size in blocks, the reserved one included; 0: enough for max_seqs
+  // sequences of n_ctx.
+  int64_t kv_blocks = 0;
+  std::optional<graph::DType> kv_type;  // unset: the model's default
+  int32_t top_k = 64;                   // candidates per row (RowMode::kTop)
+};
+
+enum class RowMode : int32_t {
+  kFull = 0,    // the whole row of logits
+  kArgmax = 1,  // the largest logit (ties: lowest id)
+  kTop = 2,     // the top_k largest and the softmax normalizer
+};
+
+// One sequence's share of a step.
+struct BatchItem {
+  absl::Span<const int32_t> tokens;  // evaluated this step (>= 1)
+  int64_t pos0 = 0;                  // position of tokens[0]
+  absl::Span<const int32_t> blocks;  // block table: covers rows [0, pos0 + tokens.size())
+  bool logits = true;                // an output row for the last token
+  RowMode mode = RowMode::kArgmax;
+};
+
+// The output row of an item that asked for one.
+struct RowResult {
+  float max = 0;                       // the row's largest logit among the candidates' ids
+  double log_norm = 0;                 // log sum exp(l - max) (kTop; NaN otherwise)
+  std::vector<TokenLogprob> top;       // (logit, id) pairs: kArgmax 1, kTop <= top_k
+  // kFull, or any row whose max is not finite (the sampler then reports
+  // it): n_vocab floats, valid until the next Run.
+  const float* logits = nullptr;
+};
+
+struct BatchRunnerStats {
+  int64_t steps = 0;
+  int64_t tokens = 0;         // real tokens evaluated
+  int64_t padded_tokens = 0;  // including bucket padding
+  int64_t graph_builds = 0;
+  int64_t full_rows = 0;      // whole rows read back
+};
+
+class BatchRunner {
+ public:
+  static absl::StatusOr<std::unique_ptr<BatchRunner>> Create(std::shared_ptr<const Model> model,
+                                                             const BatchRunnerOptions& options);
+  ~BatchRunner();
+
+  // Evaluates `items` (at most max_seqs, at most max_tokens tokens in all)
+  // and fills results[i] for each item that asked for logits (others are
+  // left empty). INVALID_ARGUMENT naming the item for a token outside the
+  // vocabulary, positions past n_ctx or a block table that does not cover
+  // them. On error the KV rows of this step may be partly written.
+  absl::Status Run(absl::Span<const BatchItem> items, std::vector<RowResult>* results);
+
+  // Changes the token budget (graphs are rebuilt for the new buckets).
+  void SetMaxTokens(int64_t max_tokens);
+
+  // Builds the largest graph now, so the activation memory is allocated up
+  // front (and reported) rather than at the first full step.
+  absl::Status Prepare();
+
+  KvPool& pool() { return *pool_; }
+  const KvPool& pool() const { return *pool_; }
+  const Model& model() const { return *model_; }
+  const BatchRunnerOptions& options() const { return opt_; }  // effective values
+  int64_t n_ctx() const { return opt_.n_ctx; }
+  int32_t max_blocks() const { return max_blocks_; }
+  // Activation bytes the arenas hold, over all backends.
+  int64_t activation_bytes() const;
+  const BatchRunnerStats& stats() const { return stats_; }
+
+  // The token bucket a step of n tokens is padded to, and the output-row
+  // bucket for r rows in it.
+  int64_t TokenBucket(int64_t n) const;
+  static int64_t RowBucket(int64_t rows, int64_t token_bucket);
+
+ private:
+  BatchRunner() = default;
+  struct Cached {
+    models::BatchGraphParams params;
+    std::shared_ptr<graph::Graph> graph;
+    std::unique_ptr<graph::GraphExec> exec;
+  };
+  absl::StatusOr<Cached*> GetGraph(int64_t n_tokens, int64_t n_out);
+  models::BatchGraphParams Params(int64_t n_tokens, int64_t n_out) const;
+
+  std::shared_ptr<const Model> model_;
+  BatchRunnerOptions opt_;
+  int32_t max_blocks_ = 0;
+  std::unique_ptr<KvPool> pool_;
+  std::vector<std::unique_ptr<graph::ActivationArena>> arenas_;
+  std::list<Cached> graphs_;  // most recently used first
+  uint64_t knob_gen_ = 0;
+  BatchRunnerStats stats_;
+  // Per-step host staging (reused).
+  std::vector<int32_t> tokens_, positions_, kv_rows_, tiles_, tables_, out_rows_, top_mode_;
+  std::vector<float> top_host_, full_host_;
+};
+
+}  // namespace minfer::runtime
+
+#endif  // MINFER_ENGINE_RUNTIME_BATCH_RUNNER_H_

@@ -1,0 +1,193 @@
+#include "engine/runtime/engine.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/knobs.h"
+#include "engine/base/status.h"
+
+namespace minfer::runtime {
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> model,
+                                                       const EngineOptions& options) {
+  EngineOptions o = options;
+  KnobRegistry& knobs = KnobRegistry::Global();
+  std::unique_ptr<Engine> e(new Engine);
+  e->model_ = model;
+  if (o.token_budget <= 0) o.token_budget = e->BudgetKnob();
+  if (o.kv_block <= 0) o.kv_block = static_cast<int32_t>(knobs.GetInt("MINFER_KV_BLOCK", &model->knobs()));
+  if (o.max_seqs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_seqs must be >= 1, got ", o.max_seqs));
+  }
+  o.max_seqs = static_cast<int32_t>(std::min<int64_t>(o.max_seqs, o.token_budget));
+  BatchRunnerOptions ro;
+  ro.max_tokens = o.token_budget;
+  ro.max_seqs = o.max_seqs;
+  ro.n_ctx = o.n_ctx;
+  ro.kv_block = o.kv_block;
+  ro.kv_blocks = o.kv_blocks;
+  ro.kv_type = o.kv_type;
+  ro.top_k = o.top_k;
+  ASSIGN_OR_RETURN(e->runner_, BatchRunner::Create(model, ro));
+  e->knob_gen_ = knobs.generation() + model->knob_generation();
+  o.n_ctx = e->runner_->n_ctx();
+  o.kv_blocks = e->runner_->pool().n_blocks();
+  e->opt_ = o;
+  e->options_budget_fixed_ = options.token_budget > 0;
+  SchedulerOptions so;
+  so.max_seqs = o.max_seqs;
+  so.token_budget = o.token_budget;
+  so.block_size = o.kv_block;
+  so.max_seq_rows = o.n_ctx;
+  e->scheduler_ = std::make_unique<Scheduler>(so, &e->runner_->pool().blocks());
+  return e;
+}
+
+int64_t Engine::BudgetKnob() const {
+  const int64_t b = KnobRegistry::Global().GetInt("MINFER_BATCH_TOKENS", &model_->knobs());
+  return b > 0 ? b : model_->gpu() ? 2048 : 512;
+}
+
+void Engine::RefreshKnobs() {
+  const uint64_t gen = KnobRegistry::Global().generation() + model_->knob_generation();
+  if (gen == knob_gen_) return;
+  knob_gen_ = gen;
+  if (options_budget_fixed_) return;
+  const int64_t b = std::max<int64_t>(BudgetKnob(), opt_.max_seqs);
+  if (b == opt_.token_budget) return;
+  opt_.token_budget = b;
+  runner_->SetMaxTokens(b);
+  scheduler_->SetTokenBudget(b);
+}
+
+absl::StatusOr<uint64_t> Engine::Add(GenerateRequest request) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Completion> c,
+                   Completion::Create(*model_, std::move(request), opt_.n_ctx));
+  const int64_t prompt = static_cast<int64_t>(c->prompt().size());
+  // The most rows it can hold: the prompt and all but the last sampled token.
+  const int64_t rows = std::min(prompt + c->request().max_tokens - 1, opt_.n_ctx);
+  if (!scheduler_->Fits(rows)) {
+    const KvPool& pool = runner_->pool();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "request needs up to ", rows, " KV rows (", BlocksFor(rows, pool.block_size()),
+        " blocks of ", pool.block_size(), "), the pool holds ", pool.blocks().total(),
+        " blocks; lower max_tokens or the prompt"));
+  }
+  const uint64_t id = next_id_++;
+  Seq s;
+  s.tokens = c->prompt();
+  s.c = std::move(c);
+  s.added = std::chrono::steady_clock::now();
+  scheduler_->Add(id, prompt);
+  seqs_[id] = std::move(s);
+  return id;
+}
+
+void Engine::Cancel(uint64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  it->second.c->Cancel();
+  scheduler_->Remove(id);
+  seqs_.erase(it);
+}
+
+void Engine::Finish(uint64_t id, Seq& s, std::vector<EngineEvent>* events, absl::Status status) {
+  EngineEvent ev;
+  ev.id = id;
+  ev.finished = true;
+  ev.reason = status.ok() ? s.c->finish_reason() : FinishReason::kCancelled;
+  ev.status = std::move(status);
+  s.c->stats().decode_seconds = s.decode_seconds;
+  ev.stats = s.c->stats();
+  events->push_back(std::move(ev));
+  scheduler_->Remove(id);
+}
+
+absl::Status Engine::Step(std::vector<EngineEvent>* events) {
+  const auto t0 = std::chrono::steady_clock::now();
+  last_ = EngineStepStats{};
+  steps_++;
+  RefreshKnobs();
+  Scheduler::Step step = scheduler_->Schedule();
+  last_.preempted = static_cast<int64_t>(step.preempted.size());
+  if (step.empty()) return absl::OkStatus();
+  items_.clear();
+  for (const Scheduler::Work& w : step.work) {
+    Seq& s = seqs_.at(w.id);
+    BatchItem it;
+    it.tokens = absl::MakeConstSpan(s.tokens).subspan(w.start, w.count);
+    it.pos0 = w.start;
+    it.blocks = scheduler_->blocks(w.id);
+    it.logits = w.completes;
+    if (w.completes) {
+      it.mode = !s.c->UsesOnlyTop(opt_.top_k) ? RowMode::kFull
+                : s.c->request().sampling.temperature == 0.0f ? RowMode::kArgmax
+                                                               : RowMode::kTop;
+    }
+    items_.push_back(it);
+    if (w.count > 1) last_.prefill_tokens += w.count;
+  }
+  last_.sequences = static_cast<int64_t>(step.work.size());
+  last_.tokens = step.tokens;
+  absl::Status run = runner_->Run(items_, &results_);
+  if (!run.ok()) {
+    for (const Scheduler::Work& w : step.work) {
+      auto it = seqs_.find(w.id);
+      Finish(w.id, it->second, events, run);
+      seqs_.erase(it);
+    }
+    last_.seconds = Since(t0);
+    return run;
+  }
+  scheduler_->Commit(step);
+  const double secs = Since(t0);
+  const int64_t n_vocab = model_->hparams().n_vocab;
+  for (size_t i = 0; i < step.work.size(); ++i) {
+    const Scheduler::Work& w = step.work[i];
+    auto it = seqs_.find(w.id);
+    Seq& s = it->second;
+    if (s.got_token) s.decode_seconds += secs;
+    if (!w.completes) continue;
+    const RowResult& rr = results_[i];
+    absl::StatusOr<SampledToken> st =
+        rr.logits != nullptr ? s.c->Sample(rr.logits, n_vocab) : s.c->SampleTop(rr.top, rr.log_norm);
+    absl::StatusOr<StepOutput> out =
+        st.ok() ? s.c->Accept(*st, w.start + w.count) : absl::StatusOr<StepOutput>(st.status());
+    if (!out.ok()) {
+      Finish(w.id, s, events, out.status());
+      seqs_.erase(it);
+      continue;
+    }
+    if (!s.got_token) {
+      s.got_token = true;
+      GenerationStats& gs = s.c->stats();
+      gs.ttft_seconds = Since(s.added);
+      gs.prefill_seconds = gs.ttft_seconds;
+    }
+    s.tokens.push_back(out->tokens.back());
+    EngineEvent ev;
+    ev.id = w.id;
+    ev.out = std::move(*out);
+    if (s.c->done()) {
+      s.c->stats().decode_seconds = s.decode_seconds;
+      ev.finished = true;
+      ev.reason = s.c->finish_reason();
+      ev.stats = s.c->stats();
+      events->push_back(std::move(ev));
+      scheduler_->Remove(w.id);
+      seqs_.erase(it);
+    } else {
+      events->push_back(std::move(ev));
+      scheduler_->Append(w.id);
+    }
+  }
+  last_.seconds = Since(t0);
+  return absl::OkStatus();
+}
+
+}  // namespace minfer::runtime

@@ -1,0 +1,128 @@
+// Engine: continuous batching over one model — every running sequence in
+// one forward pass per step, the shape vLLM's engine core has:
+//   schedule  the Scheduler picks each sequence's tokens for this step
+//             (decodes first, then prefill chunks, under the token budget
+//             and the KV pool's blocks; preempting when the pool is dry);
+//   run       the BatchRunner evaluates them in one graph;
+//   update    each sequence that completed a row samples its next token
+//             (its own Completion: sampler, seed, penalties, stop strings,
+//             max tokens), and finished sequences free their blocks.
+// Per-sequence semantics stay per sequence; a sequence's greedy tokens do
+// not depend on what else shares its steps (BatchRunner's numerics note).
+//
+// The engine owns no thread: the caller (the daemon's slot worker, the
+// bench) calls Step() in a loop and Cancel() between steps.
+//
+// Not thread-safe.
+#ifndef MINFER_ENGINE_RUNTIME_ENGINE_H_
+#define MINFER_ENGINE_RUNTIME_ENGINE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/runtime/batch_runner.h"
+#include "engine/runtime/completion.h"
+#include "engine/runtime/scheduler.h"
+
+namespace minfer::runtime {
+
+struct EngineOptions {
+  int32_t max_seqs = 16;     // sequences running at once
+  int64_t token_budget = 0;  // tokens per step; 0: MINFER_BATCH_TOKENS
+  int64_t n_ctx = 4096;      // tokens per sequence at most
+  int32_t kv_block = 0;      // rows per KV block; 0: MINFER_KV_BLOCK
+  // KV pool size in blocks (the reserved block included); 0: max_seqs
+  // sequences of n_ctx.
+  int64_t kv_blocks = 0;
+  std::optional<graph::DType> kv_type;
+  int32_t top_k = 64;  // candidates computed where the logits are
+};
+
+// What a step did for one sequence.
+struct EngineEvent {
+  uint64_t id = 0;
+  StepOutput out;           // the token sampled this step, if any
+  bool finished = false;
+  FinishReason reason = FinishReason::kLength;
+  absl::Status status;      // an engine error that ended the sequence
+  GenerationStats stats;    // set when finished
+};
+
+struct EngineStepStats {
+  int64_t sequences = 0;  // scheduled this step
+  int64_t tokens = 0;
+  int64_t prefill_tokens = 0;
+  int64_t preempted = 0;
+  double seconds = 0;
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<const Model> model,
+                                                        const EngineOptions& options);
+
+  // Validates and queues a request (Completion::Create's errors), or
+  // RESOURCE_EXHAUSTED with the figures when it could not fit the KV pool
+  // even alone. Returns its id.
+  absl::StatusOr<uint64_t> Add(GenerateRequest request);
+  // Ends a sequence now (its blocks are freed; no event follows). Unknown
+  // ids are ignored.
+  void Cancel(uint64_t id);
+
+  // One step: schedule -> run -> update. Appends an event for every
+  // sequence that sampled a token or finished. A failed forward ends the
+  // step's sequences with its status (events) and is also returned.
+  absl::Status Step(std::vector<EngineEvent>* events);
+
+  bool HasWork() const { return scheduler_->size() > 0; }
+  int64_t sequences() const { return scheduler_->size(); }
+  int64_t running() const { return scheduler_->running(); }
+  int64_t waiting() const { return scheduler_->waiting(); }
+  const EngineStepStats& last_step() const { return last_; }
+  int64_t preemptions() const { return scheduler_->preemptions(); }
+  int64_t steps() const { return steps_; }
+  // The step number (Step calls made so far) of each token a sequence got,
+  // for scheduling tests; cleared on finish.
+  const Scheduler& scheduler() const { return *scheduler_; }
+  const BatchRunner& runner() const { return *runner_; }
+  BatchRunner& runner() { return *runner_; }
+  const KvPool& pool() const { return runner_->pool(); }
+  int64_t n_ctx() const { return runner_->n_ctx(); }
+  const EngineOptions& options() const { return opt_; }  // effective values
+
+ private:
+  Engine() = default;
+  struct Seq {
+    std::unique_ptr<Completion> c;
+    std::vector<int32_t> tokens;  // prompt + sampled
+    std::chrono::steady_clock::time_point added;
+    bool got_token = false;
+    double decode_seconds = 0;
+  };
+  void Finish(uint64_t id, Seq& s, std::vector<EngineEvent>* events, absl::Status status);
+  // MINFER_BATCH_TOKENS changes apply between steps.
+  void RefreshKnobs();
+  int64_t BudgetKnob() const;
+
+  std::shared_ptr<const Model> model_;
+  EngineOptions opt_;
+  std::unique_ptr<BatchRunner> runner_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<uint64_t, Seq> seqs_;
+  uint64_t next_id_ = 1;
+  uint64_t knob_gen_ = 0;
+  bool options_budget_fixed_ = false;  // EngineOptions::token_budget given: the knob is not read
+  int64_t steps_ = 0;
+  EngineStepStats last_;
+  std::vector<BatchItem> items_;
+  std::vector<RowResult> results_;
+};
+
+}  // namespace minfer::runtime
+
+#endif  // MINFER_ENGINE_RUNTIME_ENGINE_H_

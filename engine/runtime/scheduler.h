@@ -1,0 +1,130 @@
+// Scheduler: the bookkeeping half of continuous batching — which sequences
+// get how many tokens in the next forward step, under a token budget and
+// the KV pool's free blocks. It touches no model and no device, so it is
+// tested with a fake runner (tests/engine/runtime/scheduler_test.cc), the
+// way vLLM tests its scheduler.
+//
+// A sequence has `known` tokens (prompt + sampled) and `computed` tokens
+// (those whose K/V are in the pool); it needs known - computed more.
+// Schedule() builds one step in three passes:
+//   1. every running sequence that needs one token (decode) gets it, in
+//      admission order;
+//   2. running sequences still in their prompt get chunks of what the
+//      budget leaves, in admission order;
+//   3. waiting sequences are admitted in FIFO order, each with a chunk of
+//      what is left, while a sequence slot, budget and blocks for the chunk
+//      remain (the head of the queue is never skipped).
+// So a long prompt is spread over several steps and every running sequence
+// still advances every step: a new arrival delays the others by at most the
+// step its chunk shares with them.
+//
+// Blocks: before a sequence runs rows [computed, computed + count) it holds
+// BlocksFor(computed + count) blocks. When the pool runs dry in passes 1-2
+// the most recently admitted running sequence is preempted: its blocks are
+// freed, computed drops to 0, and it goes back to the front of the waiting
+// queue to recompute later (its known tokens are kept: nothing is lost or
+// repeated). The caller must not Add a sequence that could not fit the pool
+// on its own (Fits), so the oldest sequence always progresses.
+//
+// Not thread-safe.
+#ifndef MINFER_ENGINE_RUNTIME_SCHEDULER_H_
+#define MINFER_ENGINE_RUNTIME_SCHEDULER_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/runtime/kv_pool.h"
+
+namespace minfer::runtime {
+
+struct SchedulerOptions {
+  int32_t max_seqs = 16;        // running sequences at most (<= token_budget)
+  int64_t token_budget = 512;   // tokens per step
+  int32_t block_size = 16;      // KV rows per block
+  int64_t max_seq_rows = 4096;  // KV rows one sequence may hold (n_ctx)
+};
+
+class Scheduler {
+ public:
+  using SeqId = uint64_t;
+
+  // `blocks` must outlive the scheduler; max_seqs is clamped to the budget.
+  Scheduler(const SchedulerOptions& options, BlockAllocator* blocks);
+
+  // Changes the token budget from the next Schedule on (>= max_seqs).
+  void SetTokenBudget(int64_t budget) { opt_.token_budget = std::max<int64_t>(budget, opt_.max_seqs); }
+
+  // Whether a sequence that may grow to `rows` KV rows fits the pool alone.
+  bool Fits(int64_t rows) const;
+
+  // Queues a sequence whose first `known` tokens are known (its prompt).
+  void Add(SeqId id, int64_t known);
+  // One more token is known (sampled after the step that completed it).
+  void Append(SeqId id);
+  // Forgets a sequence, waiting or running, and frees its blocks.
+  void Remove(SeqId id);
+
+  struct Work {
+    SeqId id = 0;
+    int64_t start = 0;  // first token evaluated (its position)
+    int64_t count = 0;  // tokens evaluated
+    // start + count == known: the step's row for the last token gives the
+    // sequence's next token.
+    bool completes = false;
+  };
+  struct Step {
+    std::vector<Work> work;        // passes 1, 2, 3 in order
+    std::vector<SeqId> preempted;  // sent back to waiting while planning this step
+    int64_t tokens = 0;
+    bool empty() const { return work.empty(); }
+  };
+  // Plans one step (see the file comment).
+  Step Schedule();
+  // The step ran: every scheduled sequence has `count` more tokens computed.
+  void Commit(const Step& step);
+
+  // A sequence's block table (valid until the next Schedule/Remove).
+  absl::Span<const int32_t> blocks(SeqId id) const;
+
+  struct SeqInfo {
+    int64_t known = 0;
+    int64_t computed = 0;
+    int64_t blocks = 0;
+    bool running = false;
+  };
+  std::optional<SeqInfo> Info(SeqId id) const;
+  int64_t running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t size() const { return static_cast<int64_t>(seqs_.size()); }
+  int64_t preemptions() const { return preemptions_; }
+  const SchedulerOptions& options() const { return opt_; }
+
+ private:
+  struct Seq {
+    int64_t known = 0;
+    int64_t computed = 0;
+    std::vector<int32_t> blocks;
+    bool running = false;
+  };
+  // Grows s's blocks to cover `rows` rows, preempting the most recently
+  // admitted running sequences as needed (passes 1-2). False when `id`
+  // itself was preempted. Preempted work already in `step` is taken back.
+  bool Reserve(SeqId id, int64_t rows, Step* step, int64_t* budget);
+  void Preempt(SeqId id, Step* step, int64_t* budget);
+
+  SchedulerOptions opt_;
+  BlockAllocator* alloc_;
+  std::map<SeqId, Seq> seqs_;
+  std::vector<SeqId> running_;  // admission order
+  std::deque<SeqId> waiting_;   // FIFO; preempted sequences go to the front
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace minfer::runtime
+
+#endif  // MINFER_ENGINE_RUNTIME_SCHEDULER_H_
