@@ -27,20 +27,41 @@ absl::Status ErrnoStatus(int err, absl::string_view what, const std::string& pat
   }
 }
 
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+absl::Status NotRegular(const std::string& path, mode_t mode) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", path, "' is ", FileKind(mode), ", not a regular file"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
+  // Only a regular file (or a symlink to one) can be mapped. Opening a FIFO
+  // blocks until a writer appears, and a device may block or never end, so
+  // they are refused before the open; O_NONBLOCK covers a path swapped for
+  // one in between (open then returns at once), and fstat checks the file
+  // actually opened.
   struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot open", path);
+  if (!S_ISREG(st.st_mode)) return NotRegular(path, st.st_mode);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
     return ErrnoStatus(err, "cannot stat", path);
   }
-  if (S_ISDIR(st.st_mode)) {
+  if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is a directory, not a file"));
+    return NotRegular(path, st.st_mode);
   }
   std::unique_ptr<MappedFile> file(new MappedFile);
   file->path_ = path;

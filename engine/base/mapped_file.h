@@ -18,7 +18,10 @@ namespace minfer {
 class MappedFile {
  public:
   // Maps `path` read-only. Errors name the path: NOT_FOUND when it does not
-  // exist, PERMISSION_DENIED, INVALID_ARGUMENT for a directory.
+  // exist, PERMISSION_DENIED, INVALID_ARGUMENT for anything but a regular
+  // file (or a symlink to one): a directory, a FIFO, a socket, a device.
+  // Never blocks on the file's kind (a FIFO without a writer is refused,
+  // not waited for).
   static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
 
   // Wraps a copy of `bytes` (for tests and fuzzing; no file involved).
