@@ -4,10 +4,23 @@
 # kernel benchmarks, their non-glibc shared libraries (xz-compressed), the
 # Qwen tokenizer.json, and scripts/gpu_run.sh. Send it with the device tool's
 # `carry: [".gpu"]` and run `bash .gpu/gpu_run.sh [tests|bench|all]` there.
+# MINFER_BAZEL_OUTPUT_BASE=DIR builds in a Bazel output base of its own, so
+# the CUDA build neither evicts nor waits for the plain build's cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh >/dev/null
 
+build_flags=(--config=cuda --dynamic_mode=off)
+bazel() {
+  if [[ -n "${MINFER_BAZEL_OUTPUT_BASE:-}" ]]; then
+    command bazel --output_base="$MINFER_BAZEL_OUTPUT_BASE" "$@"
+  else
+    command bazel "$@"
+  fi
+}
+# A second output base must not leave convenience symlinks in the tree
+# (`//...` would walk into them).
+[[ -n "${MINFER_BAZEL_OUTPUT_BASE:-}" ]] && build_flags+=(--symlink_prefix=/)
 mapfile -t gpu_tests < <(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
 extra=(//engine/tools:minfer //daemon:minferd //client:minferctl)
 for t in //tests/cuda/kernels:matmul_bench //tests/cuda/kernels:attention_bench; do
@@ -15,11 +28,16 @@ for t in //tests/cuda/kernels:matmul_bench //tests/cuda/kernels:attention_bench;
 done
 # Fully static linking of minfer's own code: the binaries do not depend on
 # Bazel's _solib directories.
-bazel build --config=cuda --dynamic_mode=off "${gpu_tests[@]}" "${extra[@]}"
+if [[ ${#gpu_tests[@]} -eq 0 ]]; then
+  echo "gpu_bundle.sh: no GPU tests found (bazel query failed?)" >&2
+  exit 1
+fi
+bazel build "${build_flags[@]}" "${gpu_tests[@]}" "${extra[@]}"
+bin_dir="$(bazel info --config=cuda --dynamic_mode=off bazel-bin 2>/dev/null)"
 
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
 for t in "${gpu_tests[@]}" "${extra[@]}"; do
-  path="bazel-bin/$(echo "${t#//}" | tr ':' '/')"
+  path="$bin_dir/$(echo "${t#//}" | tr ':' '/')"
   cp "$path" .gpu/bin/
 done
 # Shared libraries that are not part of the base system (glibc, libstdc++,

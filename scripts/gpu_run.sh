@@ -8,6 +8,12 @@
 #                                        references from `minfer run`, single-stream
 #                                        `minfer bench`, then `minferctl bench` alone
 #                                        and concurrently (SPEC "name:shape:type")
+#   bash .gpu/gpu_run.sh serve [SPEC [PARALLEL [CTX [STREAMS..]]]]
+#                                        minferd serving one model (SPEC "name:shape:type",
+#                                        default m7:7b:q4_k_m) to 1, 4, 16 and 64 concurrent
+#                                        greedy streams (minferctl bench): aggregate and
+#                                        per-stream tok/s, TTFT percentiles, failures, and
+#                                        every stream's ids against `minfer run`
 #   bash .gpu/gpu_run.sh ab KNOB SPEC..  minfer bench per SPEC with KNOB=0 then KNOB=1 (A/B)
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
 # Logs go to $OUT (when set) so they come back with the device tool.
@@ -125,6 +131,53 @@ PY
     # One file for the JSON (the device tool brings back a limited number).
     (cd "$out" && tar -cf daemon-json.tar run-*.json run-*.err alone-*.json concurrent-1.json &&
       rm -f run-*.json run-*.err alone-*.json concurrent-1.json)
+    ;;
+  serve)
+    spec="${1:-m7:7b:q4_k_m}"; par="${2:-64}"; ctx="${3:-2048}"
+    shift 3 2>/dev/null || shift $#
+    streams=("${@:-1 4 16 64}")
+    read -r -a streams <<< "${streams[*]}"
+    IFS=: read -r name shape type <<< "$spec"
+    prompt="The quick brown fox jumps over the lazy dog. Once upon a time"
+    f="/tmp/minfer-models/$shape-$type.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tee -a "$out/mkmodel.log"
+    minfer run -m "$f" --backend cuda -p "$prompt" -n 128 --temp 0 --ignore-eos --json \
+      > "$out/serve-run.json" 2> "$out/serve-run.err" || tail -5 "$out/serve-run.err"
+    rm -f /tmp/ready.json
+    minferd --listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9464 --ready-file /tmp/ready.json \
+      > "$out/serve-minferd.log" 2>&1 &
+    d=$!
+    for _ in $(seq 100); do [[ -f /tmp/ready.json ]] && break; sleep 0.1; done
+    minferctl load "$name" "$f" --backend cuda --ctx "$ctx" --parallel "$par" --queue-size 256 -q \
+      | tee -a "$out/serve.log"
+    minferctl status "$name" | tee -a "$out/serve.log"
+    for c in "${streams[@]}"; do
+      minferctl --json bench "$name" -c "$c" -n 128 -p "$prompt" > "$out/serve-$c.json"
+    done
+    minferctl status "$name" | tee -a "$out/serve.log"
+    curl -s 127.0.0.1:9464/metrics > "$out/serve-metrics.txt" 2>/dev/null || true
+    kill -TERM "$d"; wait "$d"; echo "minferd exit: $?" | tee -a "$out/serve.log"
+    python3 - "$out" "${streams[@]}" <<'PY' | tee -a "$out/serve.log"
+import json, sys
+out, counts = sys.argv[1], sys.argv[2:]
+ref = json.load(open(f"{out}/serve-run.json"))["generated_ids"]
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(p * len(v)))] if v else 0
+print("| streams | aggregate tok/s | per-stream tok/s (median / min) | TTFT p50 / p90 / p99 (s) | failed | greedy ids = minfer run |")
+print("| ---: | ---: | ---: | ---: | ---: | --- |")
+for c in counts:
+    r = json.load(open(f"{out}/serve-{c}.json"))
+    s = r["streams"]
+    ok = [x for x in s if x["ok"]]
+    tps = [x["decode_tps"] for x in ok]
+    ttft = [x["ttft_s"] for x in ok]
+    equal = sum(1 for x in ok if x["ids"] == ref)
+    print(f"| {c} | {r['aggregate_tps']:.1f} | {pct(tps, 0.5):.1f} / {min(tps) if tps else 0:.1f} | "
+          f"{pct(ttft, 0.5):.3f} / {pct(ttft, 0.9):.3f} / {pct(ttft, 0.99):.3f} | {r['failed']} | "
+          f"{equal}/{len(s)} |")
+PY
+    (cd "$out" && tar -cf serve-json.tar serve-*.json serve-run.err && rm -f serve-*.json serve-run.err)
     ;;
   ab)
     knob="$1"; shift

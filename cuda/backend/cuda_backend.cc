@@ -13,6 +13,7 @@
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/ops.h"
+#include "cuda/kernels/sample.h"
 #include "engine/base/logging.h"
 #include "engine/base/status.h"
 
@@ -202,6 +203,9 @@ void CudaBackend::RefreshKnobs() {
   k.skip_write = !r.GetBool("MINFER_NO_SKIP_WRITE", knob_overrides_);
   k.mmq_debug = r.GetBool("MINFER_MMQ_RAW_NB_DEBUG", knob_overrides_);
   k.mmq_stream_k = r.GetBool("MINFER_MMQ_STREAM_K", knob_overrides_);
+  k.mmq_split_k = r.GetBool("MINFER_MMQ_SPLIT_K", knob_overrides_);
+  // MMVQ covers 1..8 tokens: the GEMM takes over at 9 at the latest.
+  k.mmq_min_tokens = std::clamp<int64_t>(r.GetInt("MINFER_MMQ_MIN_TOKENS", knob_overrides_), 2, 9);
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
   const bool changed = !(k == knobs_);
   knobs_ = k;
@@ -325,7 +329,7 @@ bool CudaBackend::Int8OnlyApplies(const Node& n, int64_t k, int64_t nt) const {
   // The consumers are MMQ GEMMs exactly when the matmul decision tree sends
   // them there: nt >= 9, the GEMM arm on, MMQ on and runnable.
   return n.p.int8_consumers && knobs_.skip_write && knobs_.mmq && knobs_.prefill_gemm &&
-         mmq_device_ && nt >= 9 && k % 32 == 0;
+         mmq_device_ && nt >= knobs_.mmq_min_tokens && k % 32 == 0;
 }
 
 void CudaBackend::MarkInt8Only(const BufferRef& out, int64_t k, int64_t nt, void* act) {
@@ -391,7 +395,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
   cudaStream_t st = state_->stream();
   // The decision tree (seed §2.2, §3.2.5): prefill-shaped batches go to the
   // tiled GEMM, decode shapes to MMVQ, float weights to the f32 kernels.
-  if (nt >= 9 && knobs_.prefill_gemm) {
+  if (nt >= knobs_.mmq_min_tokens && knobs_.prefill_gemm) {
     // Each weight as its own MatMul would run it: MMQ for the quantized
     // types (runs of consecutive weights of one type share a launch:
     // FusedQKV's q and k, often v too), the f16 GEMM for the rest and on
@@ -405,7 +409,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     // directly), then reused by every launch on this stream. Its size never
     // changes, so the scratch entry (and the address) is stable.
     MmqTuning tuning;
-    if (mmq && knobs_.mmq_stream_k) {
+    if (mmq && (knobs_.mmq_stream_k || knobs_.mmq_split_k)) {
       if (mmq_sk_ws_ == nullptr) {
         const int64_t bytes = MmqStreamKBytes();
         if (bytes > 0) {
@@ -415,6 +419,8 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
           mmq_sk_bytes_ = bytes;
         }
       }
+      tuning.stream_k = knobs_.mmq_stream_k ? MmqStreamK::kAuto : MmqStreamK::kOff;
+      tuning.split_k = knobs_.mmq_split_k;
       tuning.stream_k_workspace = mmq_sk_ws_;
       tuning.stream_k_bytes = mmq_sk_bytes_;
     }
@@ -493,11 +499,10 @@ bool CudaBackend::SupportsOp(const Node& n) const {
     case OpKind::kSwiGLU:
     case OpKind::kSoftmax:
     case OpKind::kAttn:
-      return n.p.kv_block == 0;
     case OpKind::kQkvBiasRopeStore:
-      return !graph::QkvHasRows(n);
+      return true;
     case OpKind::kTopK:
-      return false;
+      return n.p.top_k <= kTopKMaxK;
     case OpKind::kRmsNorm:
     case OpKind::kQkNorm:
     case OpKind::kMatMul:
@@ -870,6 +875,26 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
       ap.n_ctx = a.kv_layout.n_ctx;
       ap.kv_type = ToKvType(a.kv_layout.dtype);
       const int64_t nt = n.shape.ne[1];
+      if (p.kv_block > 0) {
+        // Paged (many sequences): decode tiles on the split-KV kernel,
+        // prefill tiles on the prefill kernel; both grids are static over
+        // the graph's tile count and read the tiles on the device.
+        AttnPaged pg;
+        pg.tiles = i32(4);
+        pg.n_tiles = a.inputs[4].bytes / 16;
+        pg.tables = i32(5);
+        pg.max_blocks = p.max_blocks;
+        pg.kv_block = p.kv_block;
+        ASSIGN_OR_RETURN(void* partial, Scratch("attn_partial",
+                                                AttnPagedPartialFloats(ap, pg.n_tiles) * 4));
+        RETURN_IF_ERROR(Check(LaunchAttnDecodePaged(f(0), i32(3), in[1], in[2],
+                                                    static_cast<float*>(partial), out, ap, pg, st),
+                              "attention decode (paged)"));
+        if (nt == 1) return absl::OkStatus();  // the one tile is a decode token
+        const bool tc = knobs_.attn_prefill_tc && nt >= kAttnPrefillTcMinTokens;
+        return Check(LaunchAttnPrefillPaged(f(0), i32(3), in[1], in[2], out, ap, pg, tc, st),
+                     "attention prefill (paged)");
+      }
       if (nt == 1) {
         ASSIGN_OR_RETURN(void* partial, Scratch("attn_partial",
                                                 AttnDecodePartialFloats(ap) * 4));
@@ -958,7 +983,7 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
       const int64_t nt = n.shape.ne[2];
       const float *q, *k, *v;
       size_t pos_index;
-      if (n.inputs.size() == 2) {
+      if (graph::QkvParts(n) == 1) {
         // One planar FusedQKV output: q [nq, nt], k [nkv, nt], v [nkv, nt].
         q = f(0);
         k = q + nq * nt;
@@ -988,11 +1013,23 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
       ap.head_dim = p.head_dim;
       ap.n_ctx = a.kv_layout.n_ctx;
       ap.kv_type = ToKvType(a.kv_layout.dtype);
+      const int32_t* rows = graph::QkvHasRows(n) ? i32(pos_index + 1) : nullptr;
+      if (rows != nullptr && a.inputs[pos_index + 1].bytes / 4 != nt) {
+        return absl::InvalidArgumentError(absl::StrCat("cuda QkvBiasRopeStore ", n.name, ": ",
+                                                       a.inputs[pos_index + 1].bytes / 4,
+                                                       " cache rows for ", nt, " tokens"));
+      }
       return Check(LaunchQkvBiasRopeStore(q, k, v, bias[0], bias[1], bias[2], i32(pos_index), nt,
                                           out, kc, vc, ap,
                                           p.rope_style == graph::RopeStyle::kNeoX ? 0 : 1,
-                                          p.rope_base, err_flag, st),
+                                          p.rope_base, err_flag, st, rows),
                    "QkvBiasRopeStore");
+    }
+    case OpKind::kTopK: {
+      const int64_t n_out = n.shape.ne[1];
+      const int64_t n_vocab = a.inputs[0].bytes / 4 / std::max<int64_t>(n_out, 1);
+      return Check(LaunchTopK(f(0), n_vocab, n_out, i32(1), n.p.top_k, n.p.vocab_limit, out, st),
+                   "TopK");
     }
     case OpKind::kFusedFFN: {
       if (n.shape.ne[1] != 1) {

@@ -119,6 +119,8 @@ class CudaBackend : public graph::Backend {
     bool mmq = true;
     bool mmq_debug = false;
     bool mmq_stream_k = true;
+    bool mmq_split_k = true;
+    int64_t mmq_min_tokens = 9;
     int64_t mmvq_min_elems = 0;
     bool attn_prefill_tc = true;
     bool skip_write = true;  // mode 2 (MINFER_NO_SKIP_WRITE=0)

@@ -62,13 +62,44 @@ struct DecodeArgs {
   int n_splits;
   int long_min;  // rows at which the GQA body takes over
   float qscale;  // scale * log2(e)
+  // Paged (null tiles: the contiguous single-token form). grid.z walks the
+  // tiles; a tile of one token is this kernel's, others exit.
+  const int32_t* tiles;   // [n_tiles][4]
+  const int32_t* tables;  // [n_rows][max_blocks]
+  int max_blocks;
+  int block_shift;
 };
 
-__device__ __forceinline__ int decode_n_kv(const DecodeArgs& a) {
+// The query token of grid.z's tile, its block table and its partials; false
+// when the tile is not a single decode token.
+struct DecodeToken {
+  int64_t t;
+  const int32_t* table;
+  float* partial;  // this token's [n_splits][n_head][pstr] slab
+};
+__device__ __forceinline__ bool decode_token(const DecodeArgs& a, DecodeToken* d) {
+  if (a.tiles == nullptr) {
+    d->t = 0;
+    d->table = nullptr;
+    d->partial = a.partial;
+    return true;
+  }
+  const int z = blockIdx.z;
+  const int4 tile = __ldg(reinterpret_cast<const int4*>(a.tiles) + z);
+  if (tile.z != 1) return false;
+  d->t = tile.y;
+  d->table = a.tables + static_cast<int64_t>(tile.x) * a.max_blocks;
+  d->partial = a.partial + static_cast<int64_t>(z) * a.n_splits * a.n_head * a.pstr;
+  return true;
+}
+
+__device__ __forceinline__ int decode_n_kv(const DecodeArgs& a, const DecodeToken& d) {
   // Clamped so a bad position (flagged by the store) cannot read outside the
-  // cache.
-  const int64_t n = static_cast<int64_t>(__ldg(a.pos)) + 1;
-  return static_cast<int>(n < 0 ? 0 : n > a.n_ctx ? a.n_ctx : n);
+  // cache (a paged one: outside the block table).
+  const int64_t n = static_cast<int64_t>(__ldg(a.pos + d.t)) + 1;
+  const int64_t limit =
+      d.table == nullptr ? a.n_ctx : static_cast<int64_t>(a.max_blocks) << a.block_shift;
+  return static_cast<int>(n < 0 ? 0 : n > limit ? limit : n);
 }
 
 __device__ __forceinline__ void stripe_bounds(int n_kv, int n_splits, int sp, int* lo, int* hi) {
@@ -77,9 +108,11 @@ __device__ __forceinline__ void stripe_bounds(int n_kv, int n_splits, int sp, in
   *hi = min(*lo + rps, n_kv);
 }
 
-__device__ __forceinline__ float4 load_q(const DecodeArgs& a, int h, int lane, bool on) {
+__device__ __forceinline__ float4 load_q(const DecodeArgs& a, const DecodeToken& d, int h, int lane,
+                                         bool on) {
   if (!on) return make_float4(0.f, 0.f, 0.f, 0.f);
-  const float4 v = reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(h) * a.hd)[lane];
+  const float4 v = reinterpret_cast<const float4*>(
+      a.q + (d.t * a.n_head + static_cast<int64_t>(h)) * a.hd)[lane];
   return make_float4(v.x * a.qscale, v.y * a.qscale, v.z * a.qscale, v.w * a.qscale);
 }
 
@@ -119,9 +152,9 @@ __device__ __forceinline__ void butterfly_halve(float (&p)[kN], int lane) {
 // is this lane's 4 dims of head g. All 32 lanes must call with the same
 // lo/hi (shuffles); lanes with !on hold zero q and load nothing.
 template <KvType KV, int NG>
-__device__ __forceinline__ void attn_warp_rows(const DecodeArgs& a, const float4 (&q)[NG], int e0,
-                                               bool on, int lo, int hi, float& m, float& S,
-                                               float4 (&acc)[NG]) {
+__device__ __forceinline__ void attn_warp_rows(const DecodeArgs& a, const int32_t* table,
+                                               const float4 (&q)[NG], int e0, bool on, int lo,
+                                               int hi, float& m, float& S, float4 (&acc)[NG]) {
   using L = StepLayout<NG>;
   const int lane = threadIdx.x & 31;
   const int my_v = lane >> L::kSh;
@@ -134,8 +167,9 @@ __device__ __forceinline__ void attn_warp_rows(const DecodeArgs& a, const float4
     for (int j = 0; j < 4; ++j) {
       const int row = base + j;
       if (on && row < hi) {
-        kr[j] = kv_load<KV>(a.k + row * a.row_bytes, e0);
-        vr[j] = kv_load<KV>(a.v + row * a.row_bytes, e0);
+        const int64_t cr = kv_cache_row(table, a.block_shift, row);
+        kr[j] = kv_load<KV>(a.k + cr * a.row_bytes, e0);
+        vr[j] = kv_load<KV>(a.v + cr * a.row_bytes, e0);
       } else {
         kr[j] = kv_zero<KV>();
         vr[j] = kv_zero<KV>();
@@ -209,14 +243,17 @@ __device__ __forceinline__ void attn_warp_rows(const DecodeArgs& a, const float4
   }
 }
 
-__device__ __forceinline__ float* partial_at(const DecodeArgs& a, int sp, int h) {
-  return a.partial + (static_cast<int64_t>(sp) * a.n_head + h) * a.pstr;
+__device__ __forceinline__ float* partial_at(const DecodeArgs& a, const DecodeToken& d, int sp,
+                                            int h) {
+  return d.partial + (static_cast<int64_t>(sp) * a.n_head + h) * a.pstr;
 }
 
 // The seed's body: one warp per (stripe, head).
 template <KvType KV>
 __global__ void __launch_bounds__(32) attn_decode_1w_kernel(DecodeArgs a) {
-  const int n_kv = decode_n_kv(a);
+  DecodeToken d;
+  if (!decode_token(a, &d)) return;
+  const int n_kv = decode_n_kv(a, d);
   if (n_kv >= a.long_min) return;  // the GQA body's turn
   const int sp = blockIdx.x, h = blockIdx.y;
   const int lane = threadIdx.x;
@@ -224,11 +261,11 @@ __global__ void __launch_bounds__(32) attn_decode_1w_kernel(DecodeArgs a) {
   const int hk = h / a.group;
   int lo, hi;
   stripe_bounds(n_kv, a.n_splits, sp, &lo, &hi);
-  const float4 q[1] = {load_q(a, h, lane, on)};
+  const float4 q[1] = {load_q(a, d, h, lane, on)};
   float m = -INFINITY, S = 0.0f;
   float4 acc[1] = {make_float4(0.f, 0.f, 0.f, 0.f)};
-  attn_warp_rows<KV, 1>(a, q, hk * a.hd + 4 * lane, on, lo, hi, m, S, acc);
-  float* out = partial_at(a, sp, h);
+  attn_warp_rows<KV, 1>(a, d.table, q, hk * a.hd + 4 * lane, on, lo, hi, m, S, acc);
+  float* out = partial_at(a, d, sp, h);
   if (lane == 0) {  // lane 0 holds head 0's state (value index 0)
     out[0] = m;
     out[1] = S;
@@ -244,7 +281,9 @@ __global__ void __launch_bounds__(32 * kLongWarps) attn_decode_gqa_kernel(Decode
   __shared__ float sm_m[kLongWarps][NG];
   __shared__ float sm_s[kLongWarps][NG];
   __shared__ float4 sm_acc[kLongWarps][NG][32];
-  const int n_kv = decode_n_kv(a);
+  DecodeToken d;
+  if (!decode_token(a, &d)) return;
+  const int n_kv = decode_n_kv(a, d);
   if (n_kv < a.long_min) return;  // the one-warp body's turn (block-uniform)
   const int sp = blockIdx.x, h0 = blockIdx.y * NG;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -260,11 +299,11 @@ __global__ void __launch_bounds__(32 * kLongWarps) attn_decode_gqa_kernel(Decode
   float4 q[NG], acc[NG];
 #pragma unroll
   for (int g = 0; g < NG; ++g) {
-    q[g] = load_q(a, h0 + g, lane, on);
+    q[g] = load_q(a, d, h0 + g, lane, on);
     acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   float m = -INFINITY, S = 0.0f;
-  attn_warp_rows<KV, NG>(a, q, hk * a.hd + 4 * lane, on, wlo, whi, m, S, acc);
+  attn_warp_rows<KV, NG>(a, d.table, q, hk * a.hd + 4 * lane, on, wlo, whi, m, S, acc);
 
 #pragma unroll
   for (int g = 0; g < NG; ++g) {
@@ -295,7 +334,7 @@ __global__ void __launch_bounds__(32 * kLongWarps) attn_decode_gqa_kernel(Decode
         o.w += x.w * wt;
       }
     }
-    float* out = partial_at(a, sp, h0 + g);
+    float* out = partial_at(a, d, sp, h0 + g);
     if (l == 0) {
       out[0] = gm;
       out[1] = s_tot;
@@ -309,9 +348,18 @@ __global__ void __launch_bounds__(32 * kLongWarps) attn_decode_gqa_kernel(Decode
 // stripe sp's max and sum, lane i owns dims 4i..4i+3 of the output.
 __global__ void __launch_bounds__(32)
     attn_decode_combine_kernel(const float* __restrict__ partial, float* __restrict__ out,
-                               int n_head, int hd, int pstr, int n_splits) {
+                               int n_head, int hd, int pstr, int n_splits,
+                               const int32_t* __restrict__ tiles) {
   const int h = blockIdx.x, lane = threadIdx.x;
   const int64_t split_stride = static_cast<int64_t>(n_head) * pstr;
+  int64_t t = 0;
+  if (tiles != nullptr) {
+    const int4 tile = __ldg(reinterpret_cast<const int4*>(tiles) + blockIdx.y);
+    if (tile.z != 1) return;
+    t = tile.y;
+    partial += static_cast<int64_t>(blockIdx.y) * n_splits * split_stride;
+    out += t * n_head * hd;
+  }
   const float* base = partial + static_cast<int64_t>(h) * pstr;
   const bool has = lane < n_splits;
   const float m_sp = has ? base[lane * split_stride] : -INFINITY;
@@ -341,40 +389,41 @@ __global__ void __launch_bounds__(32)
 int PartialStride(int hd) { return (4 + hd + 3) & ~3; }
 
 template <KvType KV, int NG>
-void LaunchGqa(const DecodeArgs& a, int n_head, cudaStream_t stream) {
-  attn_decode_gqa_kernel<KV, NG><<<dim3(a.n_splits, n_head / NG), 32 * kLongWarps, 0, stream>>>(a);
+void LaunchGqa(const DecodeArgs& a, int n_head, int n_z, cudaStream_t stream) {
+  attn_decode_gqa_kernel<KV, NG>
+      <<<dim3(a.n_splits, n_head / NG, n_z), 32 * kLongWarps, 0, stream>>>(a);
 }
 
 template <KvType KV>
-void LaunchGqaFor(int ng, const DecodeArgs& a, int n_head, cudaStream_t stream) {
+void LaunchGqaFor(int ng, const DecodeArgs& a, int n_head, int n_z, cudaStream_t stream) {
   switch (ng) {
     case 1:
-      return LaunchGqa<KV, 1>(a, n_head, stream);
+      return LaunchGqa<KV, 1>(a, n_head, n_z, stream);
     case 2:
-      return LaunchGqa<KV, 2>(a, n_head, stream);
+      return LaunchGqa<KV, 2>(a, n_head, n_z, stream);
     case 3:
-      return LaunchGqa<KV, 3>(a, n_head, stream);
+      return LaunchGqa<KV, 3>(a, n_head, n_z, stream);
     case 4:
-      return LaunchGqa<KV, 4>(a, n_head, stream);
+      return LaunchGqa<KV, 4>(a, n_head, n_z, stream);
     case 5:
-      return LaunchGqa<KV, 5>(a, n_head, stream);
+      return LaunchGqa<KV, 5>(a, n_head, n_z, stream);
     case 6:
-      return LaunchGqa<KV, 6>(a, n_head, stream);
+      return LaunchGqa<KV, 6>(a, n_head, n_z, stream);
     case 7:
-      return LaunchGqa<KV, 7>(a, n_head, stream);
+      return LaunchGqa<KV, 7>(a, n_head, n_z, stream);
     default:
-      return LaunchGqa<KV, 8>(a, n_head, stream);
+      return LaunchGqa<KV, 8>(a, n_head, n_z, stream);
   }
 }
 
 template <KvType KV>
-void LaunchBodies(const DecodeArgs& a, int ng, cudaStream_t stream) {
+void LaunchBodies(const DecodeArgs& a, int ng, int n_z, cudaStream_t stream) {
   // A body that can never run for this configuration is not launched at all
   // (a static, length-independent decision, so still replay-safe).
   if (a.long_min > 0) {
-    attn_decode_1w_kernel<KV><<<dim3(a.n_splits, a.n_head), 32, 0, stream>>>(a);
+    attn_decode_1w_kernel<KV><<<dim3(a.n_splits, a.n_head, n_z), 32, 0, stream>>>(a);
   }
-  if (a.long_min != INT_MAX) LaunchGqaFor<KV>(ng, a, a.n_head, stream);
+  if (a.long_min != INT_MAX) LaunchGqaFor<KV>(ng, a, a.n_head, n_z, stream);
 }
 
 }  // namespace
@@ -383,10 +432,11 @@ int64_t AttnDecodePartialFloats(const AttnParams& p) {
   return static_cast<int64_t>(kAttnSplits) * p.n_head * PartialStride(p.head_dim);
 }
 
-cudaError_t LaunchAttnDecodeConfigured(const float* q, const int32_t* pos, const void* k_cache,
-                                       const void* v_cache, float* partial, float* out,
-                                       const AttnParams& p, const AttnDecodeConfig& cfg,
-                                       cudaStream_t stream) {
+namespace {
+
+cudaError_t LaunchDecode(const float* q, const int32_t* pos, const void* k_cache,
+                         const void* v_cache, float* partial, float* out, const AttnParams& p,
+                         const AttnDecodeConfig& cfg, const AttnPaged* pg, cudaStream_t stream) {
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0 || p.head_dim <= 0 ||
       p.head_dim > 128 || p.head_dim % 4 != 0 || p.n_ctx <= 0 || p.n_ctx >= INT_MAX ||
       cfg.n_splits < 1 || cfg.n_splits > kAttnSplits || cfg.long_min_rows < 0) {
@@ -413,26 +463,74 @@ cudaError_t LaunchAttnDecodeConfigured(const float* q, const int32_t* pos, const
   a.n_splits = cfg.n_splits;
   a.long_min = cfg.long_min_rows;
   a.qscale = p.scale * kLog2e;
+  a.tiles = nullptr;
+  a.tables = nullptr;
+  a.max_blocks = 0;
+  a.block_shift = 0;
+  int n_z = 1;
+  if (pg != nullptr) {
+    a.tiles = pg->tiles;
+    a.tables = pg->tables;
+    a.max_blocks = pg->max_blocks;
+    while ((1 << a.block_shift) < pg->kv_block) ++a.block_shift;
+    n_z = static_cast<int>(pg->n_tiles);
+  }
   int ng = 1;  // largest divisor of the GQA ratio the GQA body is built for
   for (int d = 1; d <= kMaxGroup; ++d) {
     if (a.group % d == 0) ng = d;
   }
   switch (p.kv_type) {
     case KvType::kF32:
-      LaunchBodies<KvType::kF32>(a, ng, stream);
+      LaunchBodies<KvType::kF32>(a, ng, n_z, stream);
       break;
     case KvType::kF16:
-      LaunchBodies<KvType::kF16>(a, ng, stream);
+      LaunchBodies<KvType::kF16>(a, ng, n_z, stream);
       break;
     case KvType::kQ8_0:
-      LaunchBodies<KvType::kQ8_0>(a, ng, stream);
+      LaunchBodies<KvType::kQ8_0>(a, ng, n_z, stream);
       break;
     default:
       return cudaErrorInvalidValue;
   }
-  attn_decode_combine_kernel<<<p.n_head, 32, 0, stream>>>(partial, out, p.n_head, p.head_dim,
-                                                          a.pstr, cfg.n_splits);
+  attn_decode_combine_kernel<<<dim3(p.n_head, n_z), 32, 0, stream>>>(
+      partial, out, p.n_head, p.head_dim, a.pstr, cfg.n_splits, a.tiles);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+int AttnPagedSplits(const AttnParams& p, int64_t n_tiles) {
+  // About 4,096 one-warp blocks (32 per SM on a 132-SM GPU) over the
+  // tiles' tokens; a single token keeps the frozen 32 stripes.
+  const int64_t per = 4096 / std::max<int64_t>(1, n_tiles * p.n_head);
+  int s = 1;
+  while (s * 2 <= per && s * 2 <= kAttnSplits) s *= 2;
+  return n_tiles <= 1 ? kAttnSplits : s;
+}
+
+int64_t AttnPagedPartialFloats(const AttnParams& p, int64_t n_tiles) {
+  return std::max<int64_t>(n_tiles, 1) * AttnPagedSplits(p, n_tiles) * p.n_head *
+         PartialStride(p.head_dim);
+}
+
+cudaError_t LaunchAttnDecodePaged(const float* q, const int32_t* pos, const void* k_cache,
+                                  const void* v_cache, float* partial, float* out,
+                                  const AttnParams& p, const AttnPaged& pg, cudaStream_t stream) {
+  if (pg.tiles == nullptr || pg.tables == nullptr || pg.n_tiles < 1 || pg.n_tiles > 65535 ||
+      pg.max_blocks < 1 || pg.kv_block < 1 || (pg.kv_block & (pg.kv_block - 1)) != 0 ||
+      !AlignedTo(pg.tiles, 16)) {
+    return cudaErrorInvalidValue;
+  }
+  AttnDecodeConfig cfg;
+  cfg.n_splits = AttnPagedSplits(p, pg.n_tiles);
+  return LaunchDecode(q, pos, k_cache, v_cache, partial, out, p, cfg, &pg, stream);
+}
+
+cudaError_t LaunchAttnDecodeConfigured(const float* q, const int32_t* pos, const void* k_cache,
+                                       const void* v_cache, float* partial, float* out,
+                                       const AttnParams& p, const AttnDecodeConfig& cfg,
+                                       cudaStream_t stream) {
+  return LaunchDecode(q, pos, k_cache, v_cache, partial, out, p, cfg, nullptr, stream);
 }
 
 cudaError_t LaunchAttnDecode(const float* q, const int32_t* pos, const void* k_cache,

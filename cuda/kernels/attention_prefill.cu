@@ -38,18 +38,28 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
   __shared__ __align__(16) float ks[kKTile][kMaxHd];
   __shared__ __align__(16) float vs[kKTile][kMaxHd];
   __shared__ int s_end[kThreads / 32];
-  // Tiles with the longest causal range first: they bound the kernel's time.
-  const int64_t tile = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;
+  // Contiguous: tiles with the longest causal range first (they bound the
+  // kernel's time). Paged: two CTAs per graph tile of up to 64 tokens.
+  int64_t t_begin, t_end;
+  const int32_t* table;
+  const bool paged = a.tiles != nullptr;
+  const int64_t index = paged ? blockIdx.x >> 1 : static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;
+  if (!prefill_tokens(a, index, paged ? (blockIdx.x & 1) * kQTile : 0, kQTile, &t_begin, &t_end,
+                      &table)) {
+    return;  // block-uniform
+  }
   const int h = blockIdx.y, hk = h / a.group;
   const int tid = threadIdx.x, lane = tid & 31;
   const int qi = tid >> 2, sub = tid & 3;
   const int hd4 = a.hd >> 2;
-  const int64_t t = tile * kQTile + qi;
-  const bool tok = t < a.nt;
+  const int64_t t = t_begin + qi;
+  const bool tok = t < t_end;
   int p = tok ? __ldg(a.pos + t) : -1;
-  // A position past the cache was flagged by the store; clamp so no read
-  // leaves the cache. A negative one attends to nothing.
-  if (p >= a.n_ctx) p = static_cast<int>(a.n_ctx - 1);
+  // A position past the cache (a paged one: past the block table) was
+  // flagged by the store; clamp so no read leaves it. A negative one
+  // attends to nothing.
+  const int64_t limit = paged ? static_cast<int64_t>(a.max_blocks) << a.block_shift : a.n_ctx;
+  if (p >= limit) p = static_cast<int>(limit - 1);
   if (p < -1) p = -1;
 
   const int64_t qo = (t * a.n_head + h) * a.hd;  // q and out offset of (t, h)
@@ -88,8 +98,9 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
         const int row = base + r;
         float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
         if (row < kv_end) {
-          kx = kv_to_float4<KV>(kv_load<KV>(a.k + row * a.row_bytes, e0 + 4 * col));
-          vx = kv_to_float4<KV>(kv_load<KV>(a.v + row * a.row_bytes, e0 + 4 * col));
+          const int64_t cr = kv_cache_row(table, a.block_shift, row);
+          kx = kv_to_float4<KV>(kv_load<KV>(a.k + cr * a.row_bytes, e0 + 4 * col));
+          vx = kv_to_float4<KV>(kv_load<KV>(a.v + cr * a.row_bytes, e0 + 4 * col));
         }
         *reinterpret_cast<float4*>(&ks[r][4 * col]) = kx;
         *reinterpret_cast<float4*>(&vs[r][4 * col]) = vx;
@@ -189,7 +200,59 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
   }
 }
 
+template <KvType KV>
+void LaunchCudaCore(const AttnPrefillArgs& a, dim3 grid, cudaStream_t stream) {
+  attn_prefill_kernel<KV><<<grid, kThreads, 0, stream>>>(a);
+}
+
+cudaError_t CheckParams(const float* q, const void* k_cache, const void* v_cache, const float* out,
+                        const AttnParams& p) {
+  if (p.n_head <= 0 || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0 || p.head_dim <= 0 ||
+      p.head_dim > kMaxHd || p.head_dim % 4 != 0 || p.n_ctx <= 0 || p.n_ctx >= INT_MAX ||
+      p.n_head > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.kv_type == KvType::kQ8_0 && p.n_kv_embd() % 32 != 0) return cudaErrorInvalidValue;
+  const uintptr_t kv_align = p.kv_type == KvType::kF32 ? 16 : p.kv_type == KvType::kF16 ? 8 : 2;
+  if (!AlignedTo(q, 16) || !AlignedTo(out, 16) || !AlignedTo(k_cache, kv_align) ||
+      !AlignedTo(v_cache, kv_align)) {
+    return cudaErrorMisalignedAddress;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace
+
+cudaError_t LaunchAttnPrefillPaged(const float* q, const int32_t* pos, const void* k_cache,
+                                   const void* v_cache, float* out, const AttnParams& p,
+                                   const AttnPaged& pg, bool tc, cudaStream_t stream) {
+  if (const cudaError_t e = CheckParams(q, k_cache, v_cache, out, p); e != cudaSuccess) return e;
+  if (pg.tiles == nullptr || pg.tables == nullptr || pg.n_tiles < 1 || pg.n_tiles > 65535 ||
+      pg.max_blocks < 1 || pg.kv_block < 1 || (pg.kv_block & (pg.kv_block - 1)) != 0 ||
+      !AlignedTo(pg.tiles, 16)) {
+    return cudaErrorInvalidValue;
+  }
+  const AttnPrefillArgs a = MakeAttnPrefillArgsPaged(q, pos, k_cache, v_cache, out, p, pg);
+  if (tc) {
+    const cudaError_t err = LaunchAttnPrefillTcArgs(a, pg.n_tiles, p, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
+  const dim3 grid(static_cast<unsigned>(2 * pg.n_tiles), static_cast<unsigned>(p.n_head));
+  switch (p.kv_type) {
+    case KvType::kF32:
+      LaunchCudaCore<KvType::kF32>(a, grid, stream);
+      break;
+    case KvType::kF16:
+      LaunchCudaCore<KvType::kF16>(a, grid, stream);
+      break;
+    case KvType::kQ8_0:
+      LaunchCudaCore<KvType::kQ8_0>(a, grid, stream);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchAttnPrefill(const float* q, const int32_t* pos, int64_t nt, const void* k_cache,
                               const void* v_cache, float* out, const AttnParams& p,
@@ -203,17 +266,7 @@ cudaError_t LaunchAttnPrefillConfigured(const float* q, const int32_t* pos, int6
                                         const AttnParams& p, const AttnPrefillConfig& cfg,
                                         cudaStream_t stream) {
   if (nt <= 0) return cudaSuccess;
-  if (p.n_head <= 0 || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0 || p.head_dim <= 0 ||
-      p.head_dim > kMaxHd || p.head_dim % 4 != 0 || p.n_ctx <= 0 || p.n_ctx >= INT_MAX ||
-      p.n_head > 65535) {
-    return cudaErrorInvalidValue;
-  }
-  if (p.kv_type == KvType::kQ8_0 && p.n_kv_embd() % 32 != 0) return cudaErrorInvalidValue;
-  const uintptr_t kv_align = p.kv_type == KvType::kF32 ? 16 : p.kv_type == KvType::kF16 ? 8 : 2;
-  if (!AlignedTo(q, 16) || !AlignedTo(out, 16) || !AlignedTo(k_cache, kv_align) ||
-      !AlignedTo(v_cache, kv_align)) {
-    return cudaErrorMisalignedAddress;
-  }
+  if (const cudaError_t e = CheckParams(q, k_cache, v_cache, out, p); e != cudaSuccess) return e;
   // The parameters are valid for both kernels here; the tensor-core one
   // answers cudaErrorNotSupported (having launched nothing) when it cannot
   // take them, and the CUDA-core kernel runs instead.

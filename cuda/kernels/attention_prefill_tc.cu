@@ -110,7 +110,8 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 // (16-byte chunks; rows >= row_end zero-filled, not read).
 template <int HD>
 __device__ __forceinline__ void load_tile(const uint8_t* __restrict__ src_head, int64_t row_bytes,
-                                          uint32_t dst_tile, int row0, int row_end, int tid) {
+                                          uint32_t dst_tile, int row0, int row_end, int tid,
+                                          const int32_t* table, int block_shift) {
   using L = TcLayout<HD>;
   const int col = tid % L::kChunksPerRow;
   const int r0 = tid / L::kChunksPerRow;
@@ -119,7 +120,8 @@ __device__ __forceinline__ void load_tile(const uint8_t* __restrict__ src_head, 
     const int r = r0 + i * L::kRowsPerPass;
     const int row = row0 + r;
     const bool ok = row < row_end;
-    const uint8_t* src = ok ? src_head + row * row_bytes + col * 16 : src_head;
+    const uint8_t* src =
+        ok ? src_head + kv_cache_row(table, block_shift, row) * row_bytes + col * 16 : src_head;
     cp_async16(dst_tile + (r * L::kLd + col * 8) * 2, src, ok ? 16 : 0);
   }
 }
@@ -138,20 +140,26 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
   __half* const sv = sk + 2 * L::kTileHalves;             // [2][kBKV][kLd]
 
   const int h = blockIdx.x, hk = h / a.group;
-  // Tiles with the longest causal range first (grid.y walks tiles, heads
-  // vary fastest so all heads of the longest tile start together).
-  const int64_t tile = static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y;
+  // Contiguous: tiles with the longest causal range first (grid.y walks
+  // tiles, heads vary fastest so all heads of the longest tile start
+  // together). Paged: grid.y walks the graph's tiles.
+  const bool paged = a.tiles != nullptr;
+  const int64_t index = paged ? blockIdx.y : static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y;
+  int64_t t_begin, t_end;
+  const int32_t* table;
+  if (!prefill_tokens(a, index, 0, kBQ, &t_begin, &t_end, &table)) return;  // block-uniform
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, qd = lane & 3;
-  const int64_t t0 = tile * kBQ + warp * 16 + g, t1 = t0 + 8;  // this lane's two rows
-  const bool ok0 = t0 < a.nt, ok1 = t1 < a.nt;
+  const int64_t t0 = t_begin + warp * 16 + g, t1 = t0 + 8;  // this lane's two rows
+  const bool ok0 = t0 < t_end, ok1 = t1 < t_end;
   // Clamp as the CUDA-core kernel does: a position past the cache was
   // flagged by the store and is read as the last row; a negative one (or a
   // token past nt) sees nothing.
+  const int64_t limit = paged ? static_cast<int64_t>(a.max_blocks) << a.block_shift : a.n_ctx;
   int p0 = ok0 ? __ldg(a.pos + t0) : -1;
   int p1 = ok1 ? __ldg(a.pos + t1) : -1;
-  p0 = min(max(p0, -1), static_cast<int>(a.n_ctx - 1));
-  p1 = min(max(p1, -1), static_cast<int>(a.n_ctx - 1));
+  p0 = min(max(p0, -1), static_cast<int>(limit - 1));
+  p1 = min(max(p1, -1), static_cast<int>(limit - 1));
   int wmax = max(p0, p1), wmin = min(p0, p1);
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {  // over g: the 4 lanes of a row agree
@@ -190,9 +198,9 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
   // (empty groups past the last tile keep the counting uniform). Waiting
   // for "all but the newest one" therefore always means the group needed.
   if (n_tiles > 0) {
-    load_tile<HD>(kh, a.row_bytes, sk0, 0, kv_end, tid);
+    load_tile<HD>(kh, a.row_bytes, sk0, 0, kv_end, tid, table, a.block_shift);
     cp_async_commit();
-    load_tile<HD>(vh, a.row_bytes, sv0, 0, kv_end, tid);
+    load_tile<HD>(vh, a.row_bytes, sv0, 0, kv_end, tid, table, a.block_shift);
     cp_async_commit();
   }
 
@@ -221,7 +229,8 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
     cp_async_wait<1>();  // K(it) has landed (V(it) may be in flight)
     __syncthreads();    // ... for every thread; and everyone is done with K(it - 1)
     if (more)
-      load_tile<HD>(kh, a.row_bytes, sk0 + (buf ^ 1) * kTileBytes, base + kBKV, kv_end, tid);
+      load_tile<HD>(kh, a.row_bytes, sk0 + (buf ^ 1) * kTileBytes, base + kBKV, kv_end, tid,
+                    table, a.block_shift);
     cp_async_commit();
 
     // Warp-uniform: does any of this warp's rows see a row of this tile?
@@ -307,7 +316,8 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
     cp_async_wait<1>();  // V(it) has landed (K(it + 1) may be in flight)
     __syncthreads();    // ... for every thread; and everyone is done with V(it - 1)
     if (more)
-      load_tile<HD>(vh, a.row_bytes, sv0 + (buf ^ 1) * kTileBytes, base + kBKV, kv_end, tid);
+      load_tile<HD>(vh, a.row_bytes, sv0 + (buf ^ 1) * kTileBytes, base + kBKV, kv_end, tid,
+                    table, a.block_shift);
     cp_async_commit();
 
     if (active) {
@@ -370,6 +380,24 @@ cudaError_t LaunchTc(const AttnPrefillArgs& a, int64_t tiles, cudaStream_t strea
 
 }  // namespace
 
+cudaError_t LaunchAttnPrefillTcArgs(const AttnPrefillArgs& a, int64_t tiles, const AttnParams& p,
+                                    cudaStream_t stream) {
+  // What only this kernel needs: f16 cache, head_dim 64 / 128, 16-byte
+  // aligned caches (cp.async; rows and head offsets are then 128-byte
+  // multiples), a grid.y that fits, and an sm_80+ device.
+  if (p.kv_type != KvType::kF16 || (p.head_dim != 64 && p.head_dim != 128) ||
+      !AlignedTo(a.k, 16) || !AlignedTo(a.v, 16) || tiles > kMaxTiles) {
+    return cudaErrorNotSupported;
+  }
+  int dev = 0, major = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err != cudaSuccess) return err;
+  if (major < 8) return cudaErrorNotSupported;
+  return p.head_dim == 64 ? LaunchTc<64>(a, tiles, stream) : LaunchTc<128>(a, tiles, stream);
+}
+
 cudaError_t LaunchAttnPrefillTc(const float* q, const int32_t* pos, int64_t nt, const void* k_cache,
                                 const void* v_cache, float* out, const AttnParams& p,
                                 cudaStream_t stream) {
@@ -381,22 +409,8 @@ cudaError_t LaunchAttnPrefillTc(const float* q, const int32_t* pos, int64_t nt, 
   }
   if (!AlignedTo(q, 16) || !AlignedTo(out, 16)) return cudaErrorMisalignedAddress;
   const int64_t tiles = (nt + kBQ - 1) / kBQ;
-  // What only this kernel needs: f16 cache, head_dim 64 / 128, 16-byte
-  // aligned caches (cp.async; rows and head offsets are then 128-byte
-  // multiples), a grid.y that fits, and an sm_80+ device.
-  if (p.kv_type != KvType::kF16 || (p.head_dim != 64 && p.head_dim != 128) ||
-      !AlignedTo(k_cache, 16) || !AlignedTo(v_cache, 16) || tiles > kMaxTiles) {
-    return cudaErrorNotSupported;
-  }
-  int dev = 0, major = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err == cudaSuccess)
-    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  if (err != cudaSuccess) return err;
-  if (major < 8) return cudaErrorNotSupported;
-
   const AttnPrefillArgs a = MakeAttnPrefillArgs(q, pos, nt, k_cache, v_cache, out, p);
-  return p.head_dim == 64 ? LaunchTc<64>(a, tiles, stream) : LaunchTc<128>(a, tiles, stream);
+  return LaunchAttnPrefillTcArgs(a, tiles, p, stream);
 }
 
 }  // namespace minfer::cuda

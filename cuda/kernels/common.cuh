@@ -218,6 +218,17 @@ __device__ __forceinline__ KvRaw<KV> kv_load(const uint8_t* __restrict__ row, in
   return r;
 }
 
+// A paged cache (a KV pool of blocks, graph.h's paged Attn): the cache row
+// of logical row j of the sequence whose block table is `table`
+// (block_shift = log2 of the rows per block); a null table is a contiguous
+// cache (row j itself).
+__device__ __forceinline__ int64_t kv_cache_row(const int32_t* __restrict__ table, int block_shift,
+                                                int j) {
+  if (table == nullptr) return j;
+  return (static_cast<int64_t>(__ldg(table + (j >> block_shift))) << block_shift) |
+         (j & ((1 << block_shift) - 1));
+}
+
 // Exact conversion (q8_0: q * d is exact in float, as the CPU dequantizer).
 template <KvType KV>
 __device__ __forceinline__ float4 kv_to_float4(const KvRaw<KV>& r) {

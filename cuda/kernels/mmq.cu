@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
     const int sg = p.n_seg > 1 && by >= p.tile_begin[1] ? (p.n_seg > 2 && by >= p.tile_begin[2] ? 2 : 1) : 0;
     auto pick = [&](auto field) { return sg == 0 ? p.seg[0].*field : sg == 1 ? p.seg[1].*field : p.seg[2].*field; };
     return TileAt{Segment{pick(&Segment::w), pick(&Segment::row_bytes), pick(&Segment::rows),
-                          pick(&Segment::plane), pick(&Segment::y)},
+                          pick(&Segment::plane), pick(&Segment::y), pick(&Segment::part)},
                   static_cast<int64_t>(by - (sg == 0 ? 0 : sg == 1 ? p.tile_begin[1] : p.tile_begin[2])) * kBM,
                   static_cast<int64_t>(bx) * BN};
   };
@@ -190,8 +190,16 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
     // The item's fields, read from s_item at each use (kSK), or the whole
     // k range of the grid's tile.
     auto item_tile = [&] { return kSK ? s_item[it & 1].tile : 0; };
-    auto item_c0 = [&] { return kSK ? s_item[it & 1].c0 : 0; };
-    auto item_c1 = [&] { return kSK ? s_item[it & 1].c1 : p.n_chunks; };
+    // Whole-tile kernels with split-k: split blockIdx.z's run of chunks.
+    auto item_c0 = [&] {
+      return kSK ? s_item[it & 1].c0
+                 : p.k_splits == 1 ? 0 : static_cast<int>(blockIdx.z * p.n_chunks / p.k_splits);
+    };
+    auto item_c1 = [&] {
+      return kSK ? s_item[it & 1].c1
+                 : p.k_splits == 1 ? p.n_chunks
+                                   : static_cast<int>((blockIdx.z + 1) * p.n_chunks / p.k_splits);
+    };
     auto item_kind = [&] { return kSK ? s_item[it & 1].kind : static_cast<int>(kWhole); };
     auto this_tile = [&] {
       if constexpr (kSK) {
@@ -491,8 +499,11 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
       continue;
     }
     // y[tok * rows + row]: per store instruction 8 consecutive rows of 4
-    // tokens (full 32-byte sectors).
+    // tokens (full 32-byte sectors). Split-k: this split's partials.
     const TileAt out = this_tile();
+    float* const y_out = !kSK && p.k_splits > 1
+                             ? out.S.part + static_cast<int64_t>(blockIdx.z) * p.split_stride
+                             : out.S.y;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -504,13 +515,33 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int64_t tok = out.tok0 + tk_base + 8 * nt + e;
-            if (tok < p.nt) out.S.y[tok * out.S.rows + row] = acc[mt][nt][2 * h + e];
+            if (tok < p.nt) y_out[tok * out.S.rows + row] = acc[mt][nt][2 * h + e];
           }
         }
       }
     }
   }  // items
 #endif  // __CUDA_ARCH__ >= 800
+}
+
+// Split-k's second pass: y = sum over splits z = 0, 1, ... (in that order)
+// of the partials, per segment (float4: nt * rows is a multiple of 4 when
+// rows is; else scalar).
+__global__ void split_reduce_kernel(const Params p) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t base = 0;
+  for (int sg = 0; sg < p.n_seg; ++sg) {
+    const Segment& S = p.seg[sg];
+    const int64_t n = p.nt * S.rows;
+    if (i < base + n) {
+      const int64_t j = i - base;
+      float acc = __ldcg(S.part + j);
+      for (int z = 1; z < p.k_splits; ++z) acc += __ldcg(S.part + z * p.split_stride + j);
+      S.y[j] = acc;
+      return;
+    }
+    base += n;
+  }
 }
 
 // ------------------------------------------------------------ launching
@@ -551,6 +582,7 @@ struct StreamKRequest {
   void* workspace = nullptr;
   int64_t bytes = 0;
   int sms = 0;  // the device's SMs (the launcher already queried it)
+  bool split_k = false;  // PlanSplitK may use the workspace too
 };
 
 // Flags at the start of the workspace (a fixed place: they must stay zero
@@ -586,6 +618,37 @@ bool PlanStreamK(Params* p, int bn, int slots, const StreamKRequest& sk) {
   p->sk_iters = (tiles - (waves - 1) * g) * p->n_chunks;
   p->sk_flag = static_cast<unsigned*>(sk.workspace);
   p->sk_part = reinterpret_cast<float*>(static_cast<uint8_t*>(sk.workspace) + kSkFlagBytes);
+  return true;
+}
+
+// Split-k for grids of whole tiles that fill less than half the resident
+// CTA slots (a decode batch: 7B's 3584-row outputs are 28 tiles of 128 rows
+// for 264 slots): the chunks of every tile are cut into S = min(slots /
+// tiles, 16, chunks) runs, one CTA each, whose partial sums a second
+// kernel adds in split order. The sums are then associated differently
+// than the whole-tile kernel's sequential fold (a float rounding
+// difference, deterministic from run to run). Uses the stream-k workspace
+// past its flags (sk.mode kOff or no workspace: no split); false (p
+// untouched) when it does not apply.
+bool PlanSplitK(Params* p, int bn, int slots, const StreamKRequest& sk) {
+  if (sk.workspace == nullptr || !sk.split_k || p->n_chunks < 2) return false;
+  const int64_t tiles = int64_t{p->row_tiles} * p->ntt;
+  int64_t splits = std::min<int64_t>({slots / std::max<int64_t>(tiles, 1), 16, p->n_chunks});
+  if (splits < 2) return false;
+  int64_t stride = 0;
+  for (int sg = 0; sg < p->n_seg; ++sg) stride += p->nt * p->seg[sg].rows;
+  const int64_t room = (sk.bytes - kSkFlagBytes) / 4;
+  splits = std::min(splits, room / std::max<int64_t>(stride, 1));
+  if (splits < 2) return false;
+  float* part = reinterpret_cast<float*>(static_cast<uint8_t*>(sk.workspace) + kSkFlagBytes);
+  int64_t off = 0;
+  for (int sg = 0; sg < p->n_seg; ++sg) {
+    p->seg[sg].part = part + off;
+    off += p->nt * p->seg[sg].rows;
+  }
+  p->k_splits = static_cast<int>(splits);
+  p->split_stride = stride;
+  (void)bn;
   return true;
 }
 
@@ -634,10 +697,18 @@ cudaError_t LaunchKernel(Params p, const StreamKRequest& sk, cudaStream_t stream
       }
     }
   }
-  if (AttrOf<T, BN, kFast, kPlane, false>().err != cudaSuccess) return cudaErrorNotSupported;
-  const dim3 grid(static_cast<unsigned>(p.ntt), static_cast<unsigned>(p.row_tiles));
+  const KernelAttr& whole = AttrOf<T, BN, kFast, kPlane, false>();
+  if (whole.err != cudaSuccess) return cudaErrorNotSupported;
+  p.k_splits = 1;
+  if constexpr (kFast) PlanSplitK(&p, BN, whole.per_sm * sk.sms, sk);
+  const dim3 grid(static_cast<unsigned>(p.ntt), static_cast<unsigned>(p.row_tiles),
+                  static_cast<unsigned>(p.k_splits));
   mmq_kernel<T, BN, kFast, kPlane, false><<<grid, kThreads, kBytes, stream>>>(p);
-  *grid_out = p.ntt * p.row_tiles;
+  *grid_out = p.ntt * p.row_tiles * p.k_splits;
+  if (p.k_splits > 1) {
+    const int64_t n = p.split_stride;
+    split_reduce_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 
@@ -744,7 +815,9 @@ cudaError_t Prepare(const WeightView& w, const void* act, float* y, int64_t nt, 
       ntp * w.k >= (int64_t{1} << 31)) {
     return cudaErrorInvalidValue;
   }
-  p->seg[0] = Segment{static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, nullptr, y};
+  p->seg[0] = Segment{static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, nullptr, y, nullptr};
+  p->k_splits = 1;
+  p->split_stride = 0;
   p->tile_begin[0] = 0;
   p->n_seg = 1;
   p->row_tiles = static_cast<int>((w.rows + kBM - 1) / kBM);
@@ -937,7 +1010,7 @@ cudaError_t LaunchFastImpl(const WeightView* ws, float* const* ys, int n, const 
     return cudaErrorInvalidValue;
   }
   const mmq::StreamKRequest sk{tuning.stream_k, tuning.stream_k_workspace, tuning.stream_k_bytes,
-                               dev->sms};
+                               dev->sms, tuning.split_k};
   const int bn = tuning.tokens_per_cta != 0 ? tuning.tokens_per_cta : mmq::AutoTokensPerCta(p, *dev);
   const GgmlType type = ws[0].type;
   if (dev->major < 8) *why_not = "GPU older than sm_80 (no int8 mma.m16n8k32)";
@@ -1026,6 +1099,7 @@ cudaError_t LaunchMmqSegments(const MmqSegments& s, const void* act, int64_t nt,
     tu.stream_k = tuning->stream_k;
     tu.stream_k_workspace = tuning->stream_k_workspace;
     tu.stream_k_bytes = tuning->stream_k_bytes;
+    tu.split_k = tuning->split_k;
   }
   cudaError_t err = LaunchFastImpl(s.w, s.y, s.n, act, nt, tu, stream, &why_not, report);
   bool any_rows = false;

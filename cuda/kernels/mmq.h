@@ -166,8 +166,15 @@ struct MmqTuning {
   int tokens_per_cta = 0;  // kFast: 32, 64 or 128 (128 halves the weight
                            // re-reads but allows one CTA per SM)
   MmqStreamK stream_k = MmqStreamK::kAuto;
-  void* stream_k_workspace = nullptr;  // null: no stream-k
+  void* stream_k_workspace = nullptr;  // null: no stream-k (and no split-k)
   int64_t stream_k_bytes = 0;          // at least MmqStreamKBytes()
+  // Split-k (fast variant, in the stream-k workspace): a grid of whole
+  // tiles that fills at most half the resident CTA slots — the few-token
+  // GEMMs of a decode batch — cuts each tile's chunks into runs on several
+  // CTAs and adds their partial sums in a second kernel, in split order.
+  // Deterministic, but associated otherwise than one CTA's fold: results
+  // move by float rounding, within the contract above.
+  bool split_k = false;
 };
 
 // One rung: y = W act with the fast variant. cudaErrorNotSupported (and

@@ -364,6 +364,9 @@ struct Segment {
   int64_t rows;
   const float2* plane;  // W_dsc / W_exp, or null (the kPlane instantiations only)
   float* y;
+  // Split-k (Params::k_splits > 1): this segment's [nt][rows] partials in
+  // split 0's slab; split z's at + z * Params::split_stride.
+  float* part;
 };
 inline constexpr int kMaxSegments = 3;
 
@@ -398,6 +401,12 @@ struct Params {
   int64_t sk_iters;  // chunks in the stream-k region; 0 = none
   float* sk_part;    // [grid][kBM * BN] accumulators handed from CTA c to c + 1
   unsigned* sk_flag; // [grid] 1 = sk_part[c] is ready (reset by its reader)
+  // Split-k (the whole-tile kernels; mmq.cu PlanSplitK): grid.z = k_splits,
+  // CTA z computes chunks [z n_chunks / k_splits, (z + 1) n_chunks /
+  // k_splits) of its tile into Segment::part, and a reduce kernel adds the
+  // splits in order into y. 1 = off.
+  int k_splits;
+  int64_t split_stride;  // floats per split slab: sum over segments of nt * rows
 };
 
 // One unit of a CTA's work (ItemOf): chunks [c0, c1) of `tile`.

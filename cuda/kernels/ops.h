@@ -98,12 +98,15 @@ cudaError_t LaunchKvStore(const float* k, const float* v, const int32_t* pos, in
 // buffer (the FusedQKV output, planar). Bit-identical to LaunchAdd +
 // LaunchRope + LaunchKvStore. head_dim even and <= 256; q8_0 caches need
 // head_dim % 32 == 0; nt <= 65535.
+// `rows` (may be null: the positions) are the cache rows of the store, for
+// a paged cache (graph.h), where a token's row is not its position.
 cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* v,
                                    const float* bq, const float* bk, const float* bv,
                                    const int32_t* pos, int64_t nt, float* q_out, void* k_cache,
                                    void* v_cache,
                                    const AttnParams& p, int rope_style, float rope_base,
-                                   int32_t* error_flag, cudaStream_t stream);
+                                   int32_t* error_flag, cudaStream_t stream,
+                                   const int32_t* rows = nullptr);
 
 // --- attention ----------------------------------------------------------------
 // Decode (one query token at position pos[0]): split-KV over kAttnSplits
@@ -197,6 +200,42 @@ cudaError_t LaunchAttnPrefillConfigured(const float* q, const int32_t* pos, int6
 cudaError_t LaunchAttnPrefillTc(const float* q, const int32_t* pos, int64_t nt,
                                 const void* k_cache, const void* v_cache, float* out,
                                 const AttnParams& p, cudaStream_t stream);
+
+// --- paged attention (graph.h's paged Attn) -----------------------------------
+// Many sequences in one KV pool of blocks: token t of tile i (tiles [n_tiles]
+// of (table row, first token, count, 0), int4-aligned) attends to logical
+// rows 0..pos[t] of its sequence, whose block table is row tiles[i].x of
+// `tables` [n_rows][max_blocks]; logical row j lives in cache row
+// table[j / kv_block] * kv_block + j % kv_block. AttnParams::n_ctx is the
+// pool's rows. Every launch has a static grid over n_tiles (the graph's
+// bound) and reads the tiles on the device, so it replays at any batch.
+struct AttnPaged {
+  const int32_t* tiles = nullptr;
+  int64_t n_tiles = 0;
+  const int32_t* tables = nullptr;
+  int32_t max_blocks = 0;
+  int32_t kv_block = 0;  // a power of two
+};
+
+// Decode: the tiles of one token (count 1), split-KV as LaunchAttnDecode with
+// AttnPagedSplits stripes per token (32 for a single tile, the contiguous
+// kernel's; fewer as tiles grow, so ~4,096 one-warp blocks fill the GPU).
+// partial holds AttnPagedPartialFloats floats. Other tiles are left alone.
+int AttnPagedSplits(const AttnParams& p, int64_t n_tiles);
+int64_t AttnPagedPartialFloats(const AttnParams& p, int64_t n_tiles);
+cudaError_t LaunchAttnDecodePaged(const float* q, const int32_t* pos, const void* k_cache,
+                                  const void* v_cache, float* partial, float* out,
+                                  const AttnParams& p, const AttnPaged& pg, cudaStream_t stream);
+
+// Prefill: the tiles of two or more tokens (at most 64), by the tensor-core
+// kernel where LaunchAttnPrefillTc can run (f16 cache, head_dim 64/128,
+// sm_80+, 16-byte aligned caches) and tc is true, else the CUDA-core kernel;
+// per query the same computation as LaunchAttnPrefill over a contiguous
+// cache holding the sequence (bit-identical given the same rows). Other
+// tiles are left alone.
+cudaError_t LaunchAttnPrefillPaged(const float* q, const int32_t* pos, const void* k_cache,
+                                   const void* v_cache, float* out, const AttnParams& p,
+                                   const AttnPaged& pg, bool tc, cudaStream_t stream);
 
 }  // namespace minfer::cuda
 

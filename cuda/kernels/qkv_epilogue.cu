@@ -23,6 +23,7 @@ struct QkvArgs {
   const float* src[3];   // q, k, v
   const float* bias[3];  // each may be null
   const int32_t* pos;
+  const int32_t* rows;  // cache rows of the store (pos when not paged)
   float* q_out;
   int64_t q_stride, kv_stride;  // floats between tokens of src[0] / src[1..2]
   uint8_t* cache[3];  // [1] = k cache, [2] = v cache
@@ -66,12 +67,13 @@ __global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a
     for (int i = threadIdx.x; i < hd; i += blockDim.x) dst[i] = row[i];
     return;
   }
-  if (p < 0 || p >= a.n_ctx) {
+  const int32_t r = a.rows[t];
+  if (r < 0 || r >= a.n_ctx) {
     if (threadIdx.x == 0) set_device_error(a.error_flag, kDeviceBadPosition);
     return;
   }
   const int64_t n_kv_embd = static_cast<int64_t>(a.n_head_kv) * hd;
-  uint8_t* cache_row = a.cache[part] + p * KvRowBytes(KV, n_kv_embd);
+  uint8_t* cache_row = a.cache[part] + r * KvRowBytes(KV, n_kv_embd);
   const int64_t e0 = static_cast<int64_t>(h) * hd;  // first element of this head
   if constexpr (KV == KvType::kF32) {
     float* dst = reinterpret_cast<float*>(cache_row) + e0;
@@ -93,7 +95,7 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
                                    const float* bk, const float* bv, const int32_t* pos, int64_t nt,
                                    float* q_out, void* k_cache, void* v_cache, const AttnParams& p,
                                    int rope_style, float rope_base, int32_t* error_flag,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, const int32_t* rows) {
   if (nt < 0 || nt > 65535) return cudaErrorInvalidValue;
   if (nt == 0) return cudaSuccess;
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
@@ -112,6 +114,7 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
   a.bias[1] = bk;
   a.bias[2] = bv;
   a.pos = pos;
+  a.rows = rows != nullptr ? rows : pos;
   a.q_out = q_out;
   a.q_stride = static_cast<int64_t>(p.n_head) * p.head_dim;
   a.kv_stride = static_cast<int64_t>(p.n_head_kv) * p.head_dim;

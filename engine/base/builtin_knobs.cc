@@ -76,6 +76,15 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "Prefill MMQ launches whose tiles leave the last wave of CTAs part-empty run as "
        "stream-k: the resident CTAs share the last waves' k-chunks, handing partial sums on "
        "(bit-identical results; ~8.5 MB of VRAM per model); 0 = one tile per CTA."});
+  add({"MINFER_MMQ_MIN_TOKENS", KnobType::kInt, "9", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Matmuls of at least this many tokens run the GEMM (MMQ / f16), fewer the multi-token "
+       "MMVQ: 2..9 (MMVQ covers 1..8 tokens)."});
+  add({"MINFER_MMQ_SPLIT_K", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "MMQ launches whose tiles fill at most half the resident CTA slots (the few-token "
+       "GEMMs of a decode batch) split each tile's k range over several CTAs and add the "
+       "partial sums in a second kernel (deterministic; float-rounding different from one "
+       "CTA's fold); 0 = one CTA per tile."});
   add({"MINFER_MMQ_RAW_NB_DEBUG", KnobType::kBool, "0", KnobScope::kGlobal,
        KnobEffect::kRecapture,
        "Log which MMQ variant ran for each (weight type, shape) class the first time, and why a "

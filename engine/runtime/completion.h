@@ -54,6 +54,7 @@ struct GenerationStats {
   double prefill_seconds = 0;   // prompt evaluation
   double ttft_seconds = 0;      // from the start to the first token
   double decode_seconds = 0;    // evaluating generated tokens
+  double queue_seconds = 0;     // batched engine: from Add to the first step it ran in
   double DecodeTokensPerSecond() const {
     return decode_seconds > 0 ? (completion_tokens - 1) / decode_seconds : 0;
   }

@@ -88,6 +88,27 @@ absl::StatusOr<uint64_t> Engine::Add(GenerateRequest request) {
   return id;
 }
 
+EngineSnapshot Engine::Snapshot() const {
+  EngineSnapshot s;
+  const KvPool& pool = runner_->pool();
+  s.running = scheduler_->running();
+  s.waiting = scheduler_->waiting();
+  s.kv_block = pool.block_size();
+  s.kv_blocks_total = pool.blocks().total();
+  s.kv_blocks_used = pool.blocks().used();
+  s.kv_block_bytes = pool.block_bytes();
+  s.kv_bytes = pool.bytes();
+  s.kv_type = pool.dtype();
+  s.activation_bytes = runner_->activation_bytes();
+  s.sequence_blocks = scheduler_->RunningBlocks();
+  s.preemptions = scheduler_->preemptions();
+  s.steps = steps_;
+  s.token_budget = opt_.token_budget;
+  s.n_ctx = opt_.n_ctx;
+  s.last_step = last_;
+  return s;
+}
+
 void Engine::Cancel(uint64_t id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
@@ -119,6 +140,10 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
   items_.clear();
   for (const Scheduler::Work& w : step.work) {
     Seq& s = seqs_.at(w.id);
+    if (!s.scheduled) {
+      s.scheduled = true;
+      s.c->stats().queue_seconds = Since(s.added);
+    }
     BatchItem it;
     it.tokens = absl::MakeConstSpan(s.tokens).subspan(w.start, w.count);
     it.pos0 = w.start;

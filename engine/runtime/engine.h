@@ -61,7 +61,41 @@ struct EngineStepStats {
   double seconds = 0;
 };
 
-class Engine {
+// A snapshot of an engine for status reports and metrics.
+struct EngineSnapshot {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int32_t kv_block = 0;          // rows per block
+  int64_t kv_blocks_total = 0;   // allocatable
+  int64_t kv_blocks_used = 0;
+  int64_t kv_block_bytes = 0;    // over all layers
+  int64_t kv_bytes = 0;          // the pool
+  graph::DType kv_type = graph::DType::kF32;
+  int64_t activation_bytes = 0;  // the graphs' arenas
+  std::vector<int64_t> sequence_blocks;  // per running sequence, admission order
+  int64_t preemptions = 0;
+  int64_t steps = 0;
+  int64_t token_budget = 0;
+  int64_t n_ctx = 0;
+  EngineStepStats last_step;
+};
+
+// What drives sequences step by step: the Engine below, or a fake in tests
+// of its callers (the daemon's slot).
+class StepEngine {
+ public:
+  virtual ~StepEngine() = default;
+  // Validates and queues a request; returns its id.
+  virtual absl::StatusOr<uint64_t> Add(GenerateRequest request) = 0;
+  // Ends a sequence now; no event follows. Unknown ids are ignored.
+  virtual void Cancel(uint64_t id) = 0;
+  // One step; appends an event for every sequence that got a token or
+  // finished.
+  virtual absl::Status Step(std::vector<EngineEvent>* events) = 0;
+  virtual EngineSnapshot Snapshot() const = 0;
+};
+
+class Engine : public StepEngine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<const Model> model,
                                                         const EngineOptions& options);
@@ -69,15 +103,16 @@ class Engine {
   // Validates and queues a request (Completion::Create's errors), or
   // RESOURCE_EXHAUSTED with the figures when it could not fit the KV pool
   // even alone. Returns its id.
-  absl::StatusOr<uint64_t> Add(GenerateRequest request);
+  absl::StatusOr<uint64_t> Add(GenerateRequest request) override;
   // Ends a sequence now (its blocks are freed; no event follows). Unknown
   // ids are ignored.
-  void Cancel(uint64_t id);
+  void Cancel(uint64_t id) override;
 
   // One step: schedule -> run -> update. Appends an event for every
   // sequence that sampled a token or finished. A failed forward ends the
   // step's sequences with its status (events) and is also returned.
-  absl::Status Step(std::vector<EngineEvent>* events);
+  absl::Status Step(std::vector<EngineEvent>* events) override;
+  EngineSnapshot Snapshot() const override;
 
   bool HasWork() const { return scheduler_->size() > 0; }
   int64_t sequences() const { return scheduler_->size(); }
@@ -102,6 +137,7 @@ class Engine {
     std::vector<int32_t> tokens;  // prompt + sampled
     std::chrono::steady_clock::time_point added;
     bool got_token = false;
+    bool scheduled = false;
     double decode_seconds = 0;
   };
   void Finish(uint64_t id, Seq& s, std::vector<EngineEvent>* events, absl::Status status);

@@ -52,6 +52,13 @@ std::optional<Scheduler::SeqInfo> Scheduler::Info(SeqId id) const {
   return SeqInfo{s.known, s.computed, static_cast<int64_t>(s.blocks.size()), s.running};
 }
 
+std::vector<int64_t> Scheduler::RunningBlocks() const {
+  std::vector<int64_t> out;
+  out.reserve(running_.size());
+  for (SeqId id : running_) out.push_back(static_cast<int64_t>(seqs_.at(id).blocks.size()));
+  return out;
+}
+
 void Scheduler::Preempt(SeqId id, Step* step, int64_t* budget) {
   Seq& s = seqs_[id];
   alloc_->Free(s.blocks);

@@ -98,6 +98,8 @@ class Scheduler {
     bool running = false;
   };
   std::optional<SeqInfo> Info(SeqId id) const;
+  // Blocks held by each running sequence, in admission order.
+  std::vector<int64_t> RunningBlocks() const;
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t size() const { return static_cast<int64_t>(seqs_.size()); }

@@ -1,5 +1,11 @@
 // `minfer bench`: prefill (pp) and decode (tg) throughput in the shape of
 // llama-bench's table: mean +- stddev over repetitions, after one warm-up.
+// With --batch B1,B2,..., the batched engine's throughput in the shape of
+// llama-batched-bench: B sequences of -p prompt tokens prefilled, then -n
+// steps that decode one token of every sequence together (greedy, argmax on
+// the device); prompt and generated tokens/s over all sequences, median of
+// the repetitions after one warm-up.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +16,7 @@
 #include "engine/base/knobs.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/runtime/batch_runner.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/session.h"
 #include "engine/tools/bench_ops.h"
@@ -41,6 +48,141 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Bytes of weights every forward step reads (each matmul weight once; the
+// embedding contributes one row per token).
+double WeightBytesPerStep(const runtime::Model& m) {
+  const auto& arch = m.arch();
+  double b = 0;
+  for (const auto& w : arch.weights()) b += w->nbytes;
+  if (!m.hparams().tied_embeddings) b -= arch.token_embd()->nbytes;
+  return b;
+}
+
+int BatchedBench(std::shared_ptr<runtime::Model> model, const std::vector<int64_t>& batches,
+                 int64_t n_prompt, int64_t n_gen, int64_t reps, int64_t budget, int32_t kv_block,
+                 const std::string& output) {
+  const auto& hp = model->hparams();
+  std::mt19937 rng(42);
+  const int32_t vocab = std::min<int32_t>(model->tokenizer().vocab_size(), hp.n_vocab) - 32;
+  struct Row {
+    int64_t b;
+    double pp, tg, step_ms;
+  };
+  std::vector<Row> rows;
+  for (int64_t B : batches) {
+    runtime::BatchRunnerOptions ro;
+    ro.max_seqs = static_cast<int32_t>(B);
+    ro.max_tokens = std::max<int64_t>(budget, B);
+    ro.n_ctx = n_prompt + n_gen + 1;
+    ro.kv_block = kv_block;
+    auto runner = runtime::BatchRunner::Create(model, ro);
+    if (!runner.ok()) {
+      std::cerr << "minfer bench: " << runner.status().message() << "\n";
+      return 1;
+    }
+    runtime::BatchRunner& r = **runner;
+    std::vector<double> pp, tg;
+    for (int64_t rep = 0; rep <= reps; ++rep) {  // rep 0 warms up (and records graphs)
+      std::vector<std::vector<int32_t>> toks(B), blocks(B);
+      for (int64_t i = 0; i < B; ++i) {
+        toks[i].resize(n_prompt);
+        for (auto& t : toks[i]) t = static_cast<int32_t>(rng() % vocab);
+        if (!r.pool().blocks().Allocate(runtime::BlocksFor(n_prompt + n_gen, kv_block), &blocks[i])) {
+          std::cerr << "minfer bench: the KV pool is too small\n";
+          return 1;
+        }
+      }
+      std::vector<runtime::RowResult> res;
+      // Prefill: every prompt, in steps of at most the budget.
+      double t0 = Now();
+      int64_t seq = 0, off = 0;
+      while (seq < B) {
+        std::vector<runtime::BatchItem> items;
+        int64_t room = ro.max_tokens;
+        while (seq < B && room > 0) {
+          const int64_t n = std::min(room, n_prompt - off);
+          runtime::BatchItem it;
+          it.tokens = absl::MakeConstSpan(toks[seq]).subspan(off, n);
+          it.pos0 = off;
+          it.blocks = blocks[seq];
+          it.logits = off + n == n_prompt;
+          items.push_back(it);
+          room -= n;
+          off += n;
+          if (off == n_prompt) {
+            ++seq;
+            off = 0;
+          }
+          if (static_cast<int64_t>(items.size()) == B) break;
+        }
+        if (auto st = r.Run(items, &res); !st.ok()) {
+          std::cerr << "minfer bench: " << st.message() << "\n";
+          return 1;
+        }
+      }
+      const double t_pp = Now() - t0;
+      // Decode: n_gen steps of one token per sequence.
+      t0 = Now();
+      std::vector<runtime::BatchItem> items(B);
+      std::vector<int32_t> next(B);
+      for (int64_t g = 0; g < n_gen; ++g) {
+        for (int64_t i = 0; i < B; ++i) {
+          next[i] = static_cast<int32_t>(rng() % vocab);
+          items[i].tokens = absl::MakeConstSpan(&next[i], 1);
+          items[i].pos0 = n_prompt + g;
+          items[i].blocks = blocks[i];
+          items[i].mode = runtime::RowMode::kArgmax;
+        }
+        if (auto st = r.Run(items, &res); !st.ok()) {
+          std::cerr << "minfer bench: " << st.message() << "\n";
+          return 1;
+        }
+      }
+      const double t_tg = Now() - t0;
+      for (auto& b : blocks) r.pool().blocks().Free(b);
+      if (rep > 0) {
+        pp.push_back(B * n_prompt / t_pp);
+        tg.push_back(B * n_gen / t_tg);
+      }
+    }
+    const double tg_med = Median(tg);
+    rows.push_back({B, Median(pp), tg_med, 1e3 * B / tg_med});
+    std::fprintf(stderr, "B=%ld: activations %.1f MiB, KV pool %.1f MiB, %ld graphs built\n", B,
+                 r.activation_bytes() / 1048576.0, r.pool().bytes() / 1048576.0,
+                 r.stats().graph_builds);
+  }
+  const double wbytes = WeightBytesPerStep(*model);
+  if (output == "json") {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Row& x : rows) {
+      j.push_back({{"model", model->name()},
+                   {"backend", model->backends().front()->name()},
+                   {"batch", x.b},
+                   {"n_prompt", n_prompt},
+                   {"n_gen", n_gen},
+                   {"prompt_tokens_per_second", x.pp},
+                   {"gen_tokens_per_second", x.tg},
+                   {"step_ms", x.step_ms},
+                   {"weight_gb_per_second", wbytes / (x.step_ms / 1e3) / 1e9}});
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("| model | backend | B | pp t/s (all) | tg t/s (all) | tg t/s per seq | step ms | weights GB/s |\n");
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const Row& x : rows) {
+    std::printf("| %s | %s | %ld | %.1f | %.1f | %.1f | %.2f | %.0f |\n", model->name().c_str(),
+                model->backends().front()->name().c_str(), x.b, x.pp, x.tg, x.tg / x.b,
+                x.step_ms, wbytes / (x.step_ms / 1e3) / 1e9);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int BenchMain(int argc, char** argv) {
@@ -56,6 +198,15 @@ int BenchMain(int argc, char** argv) {
   app.add_option("--backend", backend, "cpu, cuda or auto")->capture_default_str();
   int gpu = -1;
   app.add_option("--gpu", gpu, "CUDA device index (default: highest compute capability)");
+  std::vector<int64_t> batches;
+  int64_t budget = 0;
+  int32_t kv_block = 16;
+  app.add_option("-b,--batch", batches,
+                 "batched mode: sequences decoded together, e.g. -b 1,4,16,64")
+      ->delimiter(',');
+  app.add_option("--batch-tokens", budget,
+                 "batched mode: tokens per step (0: 2048 on a GPU, 512 on the CPU)");
+  app.add_option("--kv-block", kv_block, "batched mode: KV rows per block")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (gpu >= 0) (void)KnobRegistry::Global().Set("MINFER_GPU", std::to_string(gpu));
 
@@ -68,6 +219,11 @@ int BenchMain(int argc, char** argv) {
   }
   const auto& hp = (*model)->hparams();
   std::cerr << (*model)->Summary() << "\n";
+  if (!batches.empty()) {
+    if (budget <= 0) budget = (*model)->gpu() ? 2048 : 512;
+    return BatchedBench(*model, batches, std::max<int64_t>(n_prompt, 1), std::max<int64_t>(n_gen, 1),
+                        reps, budget, kv_block, output);
+  }
   runtime::SessionOptions sopt;
   sopt.n_ctx = depth + std::max(n_prompt, n_gen) + 1;
   auto session = runtime::Session::Create(*model, sopt);

@@ -824,6 +824,90 @@ TEST(MmqStreamKTest, BitIdenticalToWholeTiles) {
   SYNC();
 }
 
+
+// Split-k (mmq.h): grids that fill at most half the resident CTA slots —
+// few tokens and few row tiles, a decode batch — cut each tile's chunks
+// over several CTAs and add the partials in a second kernel. Every type,
+// 28 and 3 row tiles (7B's 3584-row outputs, a small one), 9..100 tokens:
+// within the CPU bound, deterministic (two runs, same bits), the grid
+// really split (on 132 SMs), the stream-k flags untouched; and a fused
+// launch of three weights.
+TEST(MmqSplitKTest, MatchesCpuDeterministically) {
+  REQUIRE_MMQ_GPU();
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int64_t ws_bytes = MmqStreamKBytes();
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  ASSERT_EQ(cudaMemset(ws.get(), 0, ws_bytes), cudaSuccess);
+  MmqTuning tu;
+  tu.stream_k_workspace = ws.get();
+  tu.stream_k_bytes = ws_bytes;
+  tu.split_k = true;
+  for (GgmlType type : kQuantTypes) {
+    Checker c(std::string("split-k ") + GgmlTypeName(type));
+    const bool q6k = type == GgmlType::kQ6_K;
+    const int64_t k = 3584;
+    for (int64_t rows : {int64_t{3584}, int64_t{300}}) {
+      const HostWeight hw = MakeWeight(type, rows, k, 1);
+      auto dw = Upload(hw, q6k, 0, q6k ? 0 : DeviceRowBytes(type, k) - RowBytes(type, k));
+      for (int64_t nt : {9, 16, 64, 100}) {
+        const Acts a = MakeActs(k, nt);
+        DeviceBuffer<uint8_t> dact(a.layout);
+        const std::string what = Describe(type, q6k, rows, k, nt);
+        cudaError_t err;
+        MmqReport rep;
+        auto run = [&] {
+          return RunPoisoned(rows, nt, [&](float* y) {
+            return LaunchMmqQuantized(dw->view, dact.get(), y, nt, nullptr, &rep, &tu);
+          }, &err);
+        };
+        const std::vector<float> y1 = run();
+        ASSERT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
+        CheckAgainstCpu(hw, a, y1, what + " split-k", &c);
+        const std::vector<float> y2 = run();
+        CheckIdentical(y2, y1, rows * nt, what + " split-k twice", &c);
+        const int64_t tiles = (rows + 127) / 128 * ((nt + rep.tokens_per_cta - 1) / rep.tokens_per_cta);
+        if (sms == 132 && tiles * 2 <= 264) {
+          c.Check(rep.grid > tiles, what + ": split-k expected, grid " + std::to_string(rep.grid));
+        }
+      }
+    }
+    std::vector<uint8_t> host = ws.ToHost();
+    c.Check(std::all_of(host.begin(), host.begin() + (16 << 10), [](uint8_t b) { return b == 0; }),
+            "split-k wrote into the stream-k flags");
+  }
+  // The fused QKV of a decode batch: 3584 + 512 + 512 rows at 16 tokens.
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ8_0}) {
+    Checker c(std::string("split-k segments ") + GgmlTypeName(type));
+    const int64_t k = 3584, rows[3] = {3584, 512, 512}, nt = 16;
+    const Acts a = MakeActs(k, nt);
+    DeviceBuffer<uint8_t> dact(a.layout);
+    std::vector<HostWeight> hws;
+    std::vector<std::unique_ptr<DeviceWeight>> dw;
+    MmqSegments seg;
+    seg.n = 3;
+    for (int i = 0; i < 3; ++i) {
+      hws.push_back(MakeWeight(type, rows[i], k, 1));
+      dw.push_back(Upload(hws.back(), false, 0, DeviceRowBytes(type, k) - RowBytes(type, k)));
+      seg.w[i] = dw.back()->view;
+    }
+    std::vector<std::unique_ptr<DeviceBuffer<float>>> outs;
+    for (int i = 0; i < 3; ++i) {
+      outs.push_back(std::make_unique<DeviceBuffer<float>>(rows[i] * nt + kGuard));
+      outs.back()->Poison();
+      seg.y[i] = outs.back()->get();
+    }
+    MmqReport rep;
+    ASSERT_EQ(LaunchMmqSegments(seg, dact.get(), nt, nullptr, &rep, &tu), cudaSuccess);
+    SYNC();
+    for (int i = 0; i < 3; ++i) {
+      CheckAgainstCpu(hws[i], a, outs[i]->ToHost(), "segment " + std::to_string(i), &c);
+    }
+    if (sms == 132) c.Check(rep.grid > 36, "segments: split-k expected");
+  }
+}
+
 TEST(MmqApiTest, RejectsBadCalls) {
   REQUIRE_MMQ_GPU();
   const int64_t k = 256, rows = 8, nt = 9;
