@@ -9,7 +9,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "daemon/client_input.h"
 #include "daemon/grpc_status.h"
+#include "daemon/request_decoding.h"
 #include "daemon/unary.h"
 #include "daemon/memory.h"
 #include "daemon/stream_reactor.h"
@@ -93,7 +95,12 @@ class LoadReactor final : public PullStreamReactor<v1::LoadModelResponse> {
         *final = grpc::Status::OK;
         return true;
       case SlotState::kFailed:
-        *final = ToGrpcStatus(st.error);
+        // UNAVAILABLE is the API's word for "draining, retry elsewhere";
+        // a load that failed (e.g. a device backend that cannot take the
+        // model) fails the same way when retried.
+        *final = ToGrpcStatus(absl::IsUnavailable(st.error)
+                                  ? absl::FailedPreconditionError(st.error.message())
+                                  : st.error);
         return false;
       case SlotState::kUnloading:
       case SlotState::kStopped:
@@ -119,6 +126,11 @@ class LoadReactor final : public PullStreamReactor<v1::LoadModelResponse> {
   bool sent_any_ = false;
   uint64_t last_done_ = 0;
 };
+
+absl::Status CheckKnobRequest(const std::string& name, const std::string& model) {
+  RETURN_IF_ERROR(CheckName(name, "name"));
+  return CheckName(model, "model");
+}
 
 }  // namespace
 
@@ -161,7 +173,52 @@ void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& al
 AdminServiceImpl::AdminServiceImpl(SlotManager* slots, ServingState* state, Metrics* metrics,
                                    std::string admin_token)
     : slots_(slots), state_(state), metrics_(metrics), admin_token_(std::move(admin_token)),
-      started_(std::chrono::steady_clock::now()) {}
+      started_(std::chrono::steady_clock::now()) {
+  // Replaces the generated handlers (which answer a request that does not
+  // parse with UNIMPLEMENTED and no message) with decoding ones.
+  MarkMethodCallback(
+      MethodIndex(v1::AdminService::service_full_name(), "LoadModel"),
+      new grpc::internal::CallbackServerStreamingHandler<Decoded<v1::LoadModelRequest>,
+                                                         v1::LoadModelResponse>(
+          [this](grpc::CallbackServerContext* context,
+                 const Decoded<v1::LoadModelRequest>* request)
+              -> grpc::ServerWriteReactor<v1::LoadModelResponse>* {
+            if (request->status.ok()) return LoadModel(context, &request->message);
+            auto* reactor = new LoadReactor(slots_, metrics_, "");
+            const absl::Status auth = CheckAuth(context);
+            reactor->FinishWith(ToGrpcStatus(auth.ok() ? request->status : auth));
+            return reactor;
+          }));
+  RegisterDecoded("UnloadModel", &AdminServiceImpl::UnloadModel);
+  RegisterDecoded("ListModels", &AdminServiceImpl::ListModels);
+  RegisterDecoded("GetModelStatus", &AdminServiceImpl::GetModelStatus);
+  RegisterDecoded("GetServerStatus", &AdminServiceImpl::GetServerStatus);
+  RegisterDecoded("ListKnobs", &AdminServiceImpl::ListKnobs);
+  RegisterDecoded("GetKnob", &AdminServiceImpl::GetKnob);
+  RegisterDecoded("SetKnob", &AdminServiceImpl::SetKnob);
+  RegisterDecoded("SetAlias", &AdminServiceImpl::SetAlias);
+  RegisterDecoded("DeleteAlias", &AdminServiceImpl::DeleteAlias);
+  RegisterDecoded("ListAliases", &AdminServiceImpl::ListAliases);
+}
+
+template <typename Request, typename Response>
+void AdminServiceImpl::RegisterDecoded(
+    const char* name, grpc::ServerUnaryReactor* (AdminServiceImpl::*method)(
+                          grpc::CallbackServerContext*, const Request*, Response*)) {
+  MarkMethodCallback(
+      MethodIndex(v1::AdminService::service_full_name(), name),
+      new grpc::internal::CallbackUnaryHandler<Decoded<Request>, Response>(
+          [this, name, method](grpc::CallbackServerContext* context,
+                               const Decoded<Request>* request, Response* response) {
+            // Authentication first: an anonymous caller learns nothing,
+            // not even whether its bytes decoded.
+            if (absl::Status auth = CheckAuth(context); !auth.ok()) {
+              return Done(context, name, "", auth);
+            }
+            if (!request->status.ok()) return Done(context, name, "", request->status);
+            return (this->*method)(context, &request->message, response);
+          }));
+}
 
 absl::Status AdminServiceImpl::CheckAuth(const grpc::CallbackServerContext* context) const {
   if (admin_token_.empty()) return absl::OkStatus();
@@ -186,13 +243,32 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Done(grpc::CallbackServerContext* co
 
 grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(
     grpc::CallbackServerContext* context, const v1::LoadModelRequest* request) {
-  auto* reactor = new LoadReactor(slots_, metrics_, request->name());
+  const absl::Status name = CheckName(request->name(), "name");
+  // The name labels the call's metrics only once it is known to be sane.
+  auto* reactor = new LoadReactor(slots_, metrics_, name.ok() ? request->name() : "");
   if (absl::Status auth = CheckAuth(context); !auth.ok()) {
     reactor->FinishWith(ToGrpcStatus(auth));
     return reactor;
   }
   if (state_->draining()) {
     reactor->FinishWith(ToGrpcStatus(absl::UnavailableError("the server is draining")));
+    return reactor;
+  }
+  absl::Status valid = name;
+  if (valid.ok()) valid = CheckPath(request->path(), "path");
+  if (valid.ok() && request->backend() == "cuda") {
+    bool linked = false;
+    for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {
+      linked = linked || p.name == "cuda";
+    }
+    if (!linked) {
+      valid = absl::FailedPreconditionError(
+          "backend: this minferd was built without the CUDA backend (bazel build "
+          "--config=cuda); use backend cpu or auto");
+    }
+  }
+  if (!valid.ok()) {
+    reactor->FinishWith(ToGrpcStatus(valid));
     return reactor;
   }
   SlotConfig config;
@@ -219,6 +295,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::UnloadModel(grpc::CallbackServerCont
   const std::string& name = request->name();
   if (absl::Status auth = CheckAuth(context); !auth.ok()) {
     return Done(context, "UnloadModel", "", auth);
+  }
+  if (absl::Status valid = CheckName(name, "name"); !valid.ok()) {
+    return Done(context, "UnloadModel", "", valid);
   }
   std::optional<std::chrono::duration<double>> timeout;
   if (request->has_drain_timeout_seconds()) {
@@ -265,6 +344,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetModelStatus(grpc::CallbackServerC
                                                            v1::ModelStatus* response) {
   if (absl::Status auth = CheckAuth(context); !auth.ok()) {
     return Done(context, "GetModelStatus", "", auth);
+  }
+  if (absl::Status valid = CheckName(request->name(), "name"); !valid.ok()) {
+    return Done(context, "GetModelStatus", "", valid);
   }
   std::string model;
   absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Find(request->name(), &model);
@@ -348,6 +430,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListKnobs(grpc::CallbackServerContex
                                                       const v1::ListKnobsRequest* request,
                                                       v1::ListKnobsResponse* response) {
   if (absl::Status auth = CheckAuth(context); !auth.ok()) return Done(context, "ListKnobs", "", auth);
+  if (absl::Status valid = CheckName(request->model(), "model"); !valid.ok()) {
+    return Done(context, "ListKnobs", "", valid);
+  }
   for (const KnobInfo& info : KnobRegistry::Global().List()) {
     absl::Status s = DescribeKnob(info.spec.name, request->model(), response->add_knobs());
     if (!s.ok()) return Done(context, "ListKnobs", "", s);
@@ -359,6 +444,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetKnob(grpc::CallbackServerContext*
                                                     const v1::GetKnobRequest* request,
                                                     v1::Knob* response) {
   if (absl::Status auth = CheckAuth(context); !auth.ok()) return Done(context, "GetKnob", "", auth);
+  if (absl::Status valid = CheckKnobRequest(request->name(), request->model()); !valid.ok()) {
+    return Done(context, "GetKnob", "", valid);
+  }
   return Done(context, "GetKnob", "", DescribeKnob(request->name(), request->model(), response));
 }
 
@@ -366,6 +454,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetKnob(grpc::CallbackServerContext*
                                                     const v1::SetKnobRequest* request,
                                                     v1::Knob* response) {
   if (absl::Status auth = CheckAuth(context); !auth.ok()) return Done(context, "SetKnob", "", auth);
+  if (absl::Status valid = CheckKnobRequest(request->name(), request->model()); !valid.ok()) {
+    return Done(context, "SetKnob", "", valid);
+  }
   const std::string& name = request->name();
   absl::StatusOr<KnobInfo> info = KnobRegistry::Global().Get(name);
   if (!info.ok()) return Done(context, "SetKnob", "", info.status());
@@ -435,6 +526,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetAlias(grpc::CallbackServerContext
                                                      const v1::SetAliasRequest* request,
                                                      v1::SetAliasResponse* response) {
   if (absl::Status auth = CheckAuth(context); !auth.ok()) return Done(context, "SetAlias", "", auth);
+  absl::Status valid = CheckName(request->alias(), "alias");
+  if (valid.ok()) valid = CheckName(request->model(), "model");
+  if (!valid.ok()) return Done(context, "SetAlias", "", valid);
   absl::StatusOr<std::optional<std::string>> previous =
       slots_->SetAlias(request->alias(), request->model());
   if (!previous.ok()) return Done(context, "SetAlias", "", previous.status());
@@ -449,6 +543,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::DeleteAlias(grpc::CallbackServerCont
                                                         v1::DeleteAliasResponse*) {
   if (absl::Status auth = CheckAuth(context); !auth.ok()) {
     return Done(context, "DeleteAlias", "", auth);
+  }
+  if (absl::Status valid = CheckName(request->alias(), "alias"); !valid.ok()) {
+    return Done(context, "DeleteAlias", "", valid);
   }
   return Done(context, "DeleteAlias", "", slots_->DeleteAlias(request->alias()));
 }

@@ -8,6 +8,14 @@
 // When an admin token is configured, every method requires the metadata
 // "authorization: Bearer <token>" (UNAUTHENTICATED otherwise).
 //
+// Requests are decoded by the service (request_decoding.h): one that does
+// not decode is answered INVALID_ARGUMENT saying why (after the token
+// check). Names and paths are checked at this boundary (client_input.h),
+// so no error quotes more than a short prefix of one. A load the build
+// cannot serve (backend cuda without the CUDA backend) and a load that
+// fails are FAILED_PRECONDITION or INVALID_ARGUMENT, never UNAVAILABLE,
+// which the API keeps for a draining server.
+//
 // Thread-safe.
 #ifndef MINFER_DAEMON_ADMIN_SERVICE_H_
 #define MINFER_DAEMON_ADMIN_SERVICE_H_
@@ -68,6 +76,12 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
                                         v1::ListAliasesResponse* response) override;
 
  private:
+  // Registers `method` (a unary method of this class) with a handler that
+  // checks the token, then decodes its request (request_decoding.h).
+  template <typename Request, typename Response>
+  void RegisterDecoded(const char* name,
+                       grpc::ServerUnaryReactor* (AdminServiceImpl::*method)(
+                           grpc::CallbackServerContext*, const Request*, Response*));
   absl::Status CheckAuth(const grpc::CallbackServerContext* context) const;
   // Finishes a unary call, counting it in the metrics.
   grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const char* method,

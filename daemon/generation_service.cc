@@ -8,8 +8,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/client_input.h"
 #include "daemon/grpc_status.h"
 #include "daemon/pump_queue.h"
+#include "daemon/request_decoding.h"
 #include "daemon/unary.h"
 #include "daemon/sequence.h"
 #include "daemon/stream_reactor.h"
@@ -21,6 +23,13 @@ namespace minfer::daemon {
 namespace {
 
 constexpr size_t kMaxStopStrings = 16;
+
+// A passed deadline reaches the service as a cancellation: the server's own
+// timer, or the client's, whose RST_STREAM can arrive first (the client's
+// deadline is earlier than the server's by the request's transit, which on a
+// busy machine is milliseconds). So a cancellation this close to the
+// deadline, or after it, is counted as the deadline's.
+constexpr Clock::duration kDeadlineSlack = std::chrono::milliseconds(50);
 
 uint64_t RandomSeed() {
   static std::mutex mu;
@@ -70,8 +79,10 @@ v1::FinishReason ToProto(FinishReason r) {
 // Streams one Sequence to the client.
 class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(ServingState* state, Metrics* metrics, PumpQueue* pumps)
-      : state_(state), metrics_(metrics), pumps_(pumps) {
+  // `deadline`: the call's (Clock::time_point::max() for none).
+  GenerateReactor(ServingState* state, Metrics* metrics, PumpQueue* pumps,
+                  Clock::time_point deadline)
+      : state_(state), metrics_(metrics), pumps_(pumps), deadline_(deadline) {
     state_->StreamStarted();
   }
 
@@ -120,8 +131,17 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
     return true;
   }
 
+  // gRPC reports a passed deadline as a cancellation; tell them apart, so
+  // the worker's log and the metrics say which it was.
+  bool DeadlinePassed() const {
+    return deadline_ != Clock::time_point::max() && Clock::now() + kDeadlineSlack >= deadline_;
+  }
+
   void OnCancelled() override {
-    if (seq_ != nullptr) seq_->Cancel(absl::CancelledError("the client cancelled the stream"));
+    if (seq_ == nullptr) return;
+    seq_->Cancel(DeadlinePassed()
+                     ? absl::DeadlineExceededError("the request's deadline passed")
+                     : absl::CancelledError("the client cancelled the stream"));
   }
 
   void Cleanup(const grpc::Status& final) override {
@@ -137,15 +157,18 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
       Logger("daemon")->info("generate refused: {}: {}", GrpcCodeName(final.error_code()),
                              final.error_message());
     }
-    if (metrics_ != nullptr) {
-      metrics_->RecordRequest("Generate", model_, GrpcCodeName(final.error_code()));
+    grpc::StatusCode code = final.error_code();
+    if (code == grpc::StatusCode::CANCELLED && DeadlinePassed()) {
+      code = grpc::StatusCode::DEADLINE_EXCEEDED;
     }
+    if (metrics_ != nullptr) metrics_->RecordRequest("Generate", model_, GrpcCodeName(code));
     state_->StreamEnded();
   }
 
   ServingState* const state_;
   Metrics* const metrics_;
   PumpQueue* const pumps_;
+  const Clock::time_point deadline_;
   std::shared_ptr<Sequence> seq_;
   std::string model_;
   Notifier::Id sub_ = 0;
@@ -259,7 +282,38 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
 
 GenerationServiceImpl::GenerationServiceImpl(SlotManager* slots, GenerationLimits limits,
                                              ServingState* state, Metrics* metrics)
-    : slots_(slots), limits_(limits), state_(state), metrics_(metrics) {}
+    : slots_(slots), limits_(limits), state_(state), metrics_(metrics) {
+  // Replaces the generated handlers (which answer a request that does not
+  // parse with UNIMPLEMENTED and no message) with decoding ones.
+  MarkMethodCallback(
+      MethodIndex(v1::GenerationService::service_full_name(), "Generate"),
+      new grpc::internal::CallbackServerStreamingHandler<Decoded<v1::GenerateRequest>,
+                                                         v1::GenerateResponse>(
+          [this](grpc::CallbackServerContext* context,
+                 const Decoded<v1::GenerateRequest>* request)
+              -> grpc::ServerWriteReactor<v1::GenerateResponse>* {
+            if (request->status.ok()) return Generate(context, &request->message);
+            auto* reactor = new GenerateReactor(state_, metrics_, &pumps_, Clock::time_point::max());
+            reactor->FinishWith(ToGrpcStatus(request->status));
+            return reactor;
+          }));
+  RegisterDecoded("Tokenize", &GenerationServiceImpl::Tokenize);
+  RegisterDecoded("Detokenize", &GenerationServiceImpl::Detokenize);
+}
+
+template <typename Request, typename Response>
+void GenerationServiceImpl::RegisterDecoded(
+    const char* name, grpc::ServerUnaryReactor* (GenerationServiceImpl::*method)(
+                          grpc::CallbackServerContext*, const Request*, Response*)) {
+  MarkMethodCallback(
+      MethodIndex(v1::GenerationService::service_full_name(), name),
+      new grpc::internal::CallbackUnaryHandler<Decoded<Request>, Response>(
+          [this, name, method](grpc::CallbackServerContext* context,
+                               const Decoded<Request>* request, Response* response) {
+            if (!request->status.ok()) return Done(context, name, "", request->status);
+            return (this->*method)(context, &request->message, response);
+          }));
+}
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::Done(grpc::CallbackServerContext* context,
                                                       const char* method, const std::string& model,
@@ -270,7 +324,8 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Done(grpc::CallbackServerContex
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   const Clock::time_point arrival = Clock::now();
-  auto* reactor = new GenerateReactor(state_, metrics_, &pumps_);
+  const Clock::time_point deadline = SteadyDeadline(context);
+  auto* reactor = new GenerateReactor(state_, metrics_, &pumps_, deadline);
   if (state_->draining()) {
     reactor->FinishWith(ToGrpcStatus(
         absl::UnavailableError("the server is draining; it accepts no new generations")));
@@ -281,7 +336,10 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
         ToGrpcStatus(absl::InvalidArgumentError("model: name a loaded model or alias")));
     return reactor;
   }
-  const Clock::time_point deadline = SteadyDeadline(context);
+  if (absl::Status name = CheckName(request->model(), "model"); !name.ok()) {
+    reactor->FinishWith(ToGrpcStatus(name));
+    return reactor;
+  }
   absl::StatusOr<std::shared_ptr<Sequence>> seq = slots_->Submit(
       request->model(),
       [&](Slot& slot, const std::string& model) -> absl::StatusOr<std::shared_ptr<Sequence>> {
@@ -305,6 +363,9 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
 grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerContext* context,
                                                           const v1::TokenizeRequest* request,
                                                           v1::TokenizeResponse* response) {
+  if (absl::Status name = CheckName(request->model(), "model"); !name.ok()) {
+    return Done(context, "Tokenize", "", name);
+  }
   std::string model_name;
   absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Find(request->model(), &model_name);
   if (!slot.ok()) return Done(context, "Tokenize", model_name, slot.status());
@@ -335,6 +396,15 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerCo
     case v1::TokenizeRequest::INPUT_NOT_SET:
       return Done(context, "Tokenize", model_name, absl::InvalidArgumentError("input: set text or chat"));
   }
+  // The prompt limit bounds the response too (two fields per token; a
+  // client refuses a response over its message limit, 4 MiB by default).
+  if (ids.size() > static_cast<size_t>(limits_.max_prompt_tokens)) {
+    return Done(context, "Tokenize", model_name,
+                absl::InvalidArgumentError(absl::StrCat(
+                    request->input_case() == v1::TokenizeRequest::kText ? "text" : "chat", ": ",
+                    ids.size(), " tokens exceed the server's limit of ",
+                    limits_.max_prompt_tokens, " (max_prompt_tokens)")));
+  }
   for (int32_t id : ids) {
     response->add_ids(id);
     response->add_tokens(std::string(tok.TokenText(id)));
@@ -346,13 +416,25 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(grpc::CallbackServerContext* context,
                                                             const v1::DetokenizeRequest* request,
                                                             v1::DetokenizeResponse* response) {
+  if (absl::Status name = CheckName(request->model(), "model"); !name.ok()) {
+    return Done(context, "Detokenize", "", name);
+  }
+  // A prompt and its completion: the most a client could want decoded.
+  const int64_t max_ids =
+      static_cast<int64_t>(limits_.max_prompt_tokens) + limits_.max_tokens;
+  if (request->ids_size() > max_ids) {
+    return Done(context, "Detokenize", "",
+                absl::InvalidArgumentError(absl::StrCat(
+                    "ids: ", request->ids_size(), " ids exceed the server's limit of ", max_ids,
+                    " (max_prompt_tokens + max_tokens)")));
+  }
   std::string model_name;
   absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Find(request->model(), &model_name);
   if (!slot.ok()) return Done(context, "Detokenize", model_name, slot.status());
   std::shared_ptr<const runtime::Model> model = (*slot)->model();
   if (model == nullptr) {
     return Done(context, "Detokenize", model_name, absl::FailedPreconditionError(absl::StrCat(
-                                    "model '", request->model(), "' is not ready")));
+                                    "model '", model_name, "' is not ready")));
   }
   tokenizer::DecodeOptions d;
   d.skip_special = request->skip_special();

@@ -3,8 +3,15 @@
 // The service only translates: it validates and tokenizes a request
 // (errors name the proto field), submits a Sequence to the model's slot and
 // streams what the slot's worker publishes. It never runs the model. A
-// client that disconnects, or whose deadline passes, cancels its sequence;
-// the worker stops it before its next step.
+// client that disconnects cancels its sequence (CANCELLED), one whose
+// deadline passes stops it with DEADLINE_EXCEEDED; the worker stops it
+// before its next step.
+//
+// Requests are decoded by the service (request_decoding.h): one that does
+// not decode is answered INVALID_ARGUMENT saying why. Model names are
+// checked at this boundary (client_input.h), so no error quotes more than a
+// short prefix of one. Tokenize and Detokenize are held to the prompt
+// limits, as Generate is.
 //
 // Thread-safe (gRPC calls the handlers concurrently).
 #ifndef MINFER_DAEMON_GENERATION_SERVICE_H_
@@ -39,6 +46,8 @@ class GenerationServiceImpl final : public v1::GenerationService::CallbackServic
   GenerationServiceImpl(SlotManager* slots, GenerationLimits limits, ServingState* state,
                         Metrics* metrics);
 
+  // The methods, called with requests that decoded (the registered
+  // handlers answer the others).
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
@@ -49,6 +58,12 @@ class GenerationServiceImpl final : public v1::GenerationService::CallbackServic
                                        v1::DetokenizeResponse* response) override;
 
  private:
+  // Registers `method` (a unary method of this class) with a handler that
+  // decodes its request (request_decoding.h).
+  template <typename Request, typename Response>
+  void RegisterDecoded(const char* name,
+                       grpc::ServerUnaryReactor* (GenerationServiceImpl::*method)(
+                           grpc::CallbackServerContext*, const Request*, Response*));
   // Finishes a unary call, counting it in the metrics.
   grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const char* method,
                                  const std::string& model, const absl::Status& status);

@@ -1,13 +1,28 @@
 #include "daemon/grpc_status.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace minfer::daemon {
+
+std::string TruncateMessage(absl::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t cut = max_bytes;
+  // Back up over UTF-8 continuation bytes (10xxxxxx), so that no character
+  // is split; at most three of them follow a lead byte.
+  for (int i = 0; i < 3 && cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80;
+       ++i) {
+    --cut;
+  }
+  return absl::StrCat(text.substr(0, cut), " [... ", text.size() - cut, " more bytes]");
+}
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   // absl::StatusCode mirrors grpc::StatusCode value for value (both are the
   // canonical codes of google.rpc.Code), so the cast is the mapping; codes
   // outside the canonical range do not occur in absl.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      TruncateMessage(status.message()));
 }
 
 std::string GrpcCodeName(grpc::StatusCode code) {

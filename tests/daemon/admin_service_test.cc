@@ -2,12 +2,15 @@
 // loopback port: loading (progress, errors, memory admission), health
 // transitions, knobs, aliases, auth, reflection and metrics.
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <condition_variable>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,6 +24,7 @@
 #include "daemon/daemon.h"
 #include "engine/base/knobs.h"
 #include "engine/gguf/gguf.h"
+#include "engine/runtime/device_backend.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -35,8 +39,10 @@ namespace minfer::daemon {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::ClientFor;
 using testing::Load;
+using testing::RawCall;
 using testing::ReferenceGenerate;
 using testing::TextRequest;
 using testing::WaitFor;
@@ -160,6 +166,126 @@ TEST_F(AdminServiceTest, LoadErrorsAndTheDaemonKeepsServing) {
   u.set_name("missing");
   EXPECT_TRUE(client_->UnloadModel(u).ok());
   EXPECT_EQ(client_->GetModelStatus("missing").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Names and paths a client sends are checked at the service and quoted
+// short: no error copies a megabyte back into the status (or the log, or a
+// metrics label).
+TEST_F(AdminServiceTest, LongNamesAndPathsAreRefusedBounded) {
+  Start();
+  ASSERT_TRUE(Load(*client_, "a", path_).ok());
+  const std::string huge(1 << 20, 'n');
+  const std::string quoted = "'" + std::string(48, 'n') + "...' (1048576 bytes)";
+  auto load = Load(*client_, huge, path_);
+  EXPECT_EQ(load.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(load.status().message()), "name must be at most 64 characters, got " + quoted);
+  auto path = Load(*client_, "b", "/models/" + huge);
+  EXPECT_EQ(path.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(path.status().message()),
+            "path must be at most 4096 bytes, got '/models/" + std::string(40, 'n') +
+                "...' (1048584 bytes)");
+  v1::UnloadModelRequest u;
+  u.set_name(huge);
+  EXPECT_EQ(std::string(client_->UnloadModel(u).status().message()),
+            "name must be at most 64 characters, got " + quoted);
+  EXPECT_EQ(std::string(client_->GetModelStatus(huge).status().message()),
+            "name must be at most 64 characters, got " + quoted);
+  EXPECT_EQ(std::string(client_->SetAlias(huge, "a").status().message()),
+            "alias must be at most 64 characters, got " + quoted);
+  EXPECT_EQ(std::string(client_->SetAlias("prod", huge).status().message()),
+            "model must be at most 64 characters, got " + quoted);
+  EXPECT_EQ(std::string(client_->DeleteAlias(huge).message()),
+            "alias must be at most 64 characters, got " + quoted);
+  EXPECT_EQ(std::string(client_->GetKnob("MINFER_PREFILL_CHUNK", huge).status().message()),
+            "model must be at most 64 characters, got " + quoted);
+  EXPECT_EQ(std::string(client_->GetKnob(huge).status().message()),
+            "name must be at most 64 characters, got " + quoted);
+  v1::SetKnobRequest k;
+  k.set_name("MINFER_NO_FUSE_FFN");
+  k.set_value("1");
+  k.set_model(huge);
+  EXPECT_EQ(std::string(client_->SetKnob(k).status().message()),
+            "model must be at most 64 characters, got " + quoted);
+  EXPECT_EQ(std::string(client_->ListKnobs(huge).status().message()),
+            "model must be at most 64 characters, got " + quoted);
+  // Still serving; and the refused load is counted without its name.
+  EXPECT_TRUE(client_->Generate(TextRequest("a", "hi", 3)).ok());
+  const std::string metrics = daemon_->metrics().Serialize();
+  EXPECT_THAT(metrics, HasSubstr(
+      "minfer_requests_total{code=\"INVALID_ARGUMENT\",method=\"LoadModel\",model=\"\"} 1"));
+  EXPECT_THAT(metrics, Not(HasSubstr("nnnnnnnn")));
+}
+
+TEST_F(AdminServiceTest, UndecodableAdminRequestsAreInvalidArgumentAfterTheToken) {
+  DaemonConfig c = testing::TestConfig();
+  c.admin_token = "t";
+  config_token_ = "t";
+  Start(c);
+  v1::LoadModelRequest r;
+  r.set_name("a");
+  r.set_path(std::string("/models/\xc3\x28.gguf"));
+  std::string bytes;
+  ASSERT_TRUE(r.SerializePartialToString(&bytes));
+  grpc::Status s = RawCall(client_->channel(), "/minfer.v1.AdminService/LoadModel", bytes, "t");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "the request could not be decoded: path is not valid UTF-8 (byte 8 of 15); string "
+            "fields must be UTF-8 text");
+  // Without the token, nothing is said about the bytes.
+  s = RawCall(client_->channel(), "/minfer.v1.AdminService/LoadModel", bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  const std::string garbage("\xff\xff\xff", 3);
+  s = RawCall(client_->channel(), "/minfer.v1.AdminService/SetAlias", garbage, "t");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "the request could not be decoded: its 3 bytes are not a protobuf message "
+            "(minfer.v1.SetAliasRequest)");
+  s = RawCall(client_->channel(), "/minfer.v1.AdminService/SetAlias", garbage);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(client_->ListModels().ok());
+}
+
+// A FIFO used to block the load's open() forever: LOADING for good, unload
+// refused, shutdown hung. It is refused at once now.
+TEST_F(AdminServiceTest, LoadingAFifoFailsAtOnce) {
+  Start();
+  const std::string fifo = absl::StrCat(std::getenv("TEST_TMPDIR"), "/model-fifo.gguf");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto loading = std::async(std::launch::async, [&] { return Load(*client_, "f", fifo); });
+  if (loading.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    ADD_FAILURE() << "the load of a FIFO blocked";
+    int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // unblocks the old open()
+    if (w >= 0) ::close(w);
+  }
+  absl::StatusOr<v1::ModelStatus> loaded = loading.get();
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << loaded.status();
+  EXPECT_THAT(std::string(loaded.status().message()),
+              HasSubstr("'" + fifo + "' is a FIFO, not a regular file"));
+  auto st = client_->GetModelStatus("f");
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state(), v1::MODEL_STATE_FAILED);
+  v1::UnloadModelRequest u;
+  u.set_name("f");
+  EXPECT_TRUE(client_->UnloadModel(u).ok());
+}
+
+TEST_F(AdminServiceTest, CudaOnABuildWithoutCudaIsFailedPrecondition) {
+  for (const auto& p : runtime::DeviceBackendProviders()) {
+    if (p.name == "cuda") GTEST_SKIP() << "this build has the CUDA backend";
+  }
+  Start();
+  v1::LoadModelRequest r;
+  r.set_name("g");
+  r.set_path(path_);
+  r.set_backend("cuda");
+  auto out = client_->LoadModel(r);
+  // Not UNAVAILABLE: the API keeps that (retryable) code for a draining server.
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition) << out.status();
+  EXPECT_EQ(std::string(out.status().message()),
+            "backend: this minferd was built without the CUDA backend (bazel build "
+            "--config=cuda); use backend cpu or auto");
+  EXPECT_EQ(client_->GetModelStatus("g").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(AdminServiceTest, MemoryAdmissionRefusesWithTheFigures) {

@@ -107,7 +107,9 @@ TEST_F(DeviceAdmissionTest, CudaThatFitsReachesTheDeviceAndReleasesItsReservatio
     // needs more than the fake device's 88 MiB).
     (*req.mutable_knobs())["MINFER_PREFILL_CHUNK"] = "512";
     auto r = client_->LoadModel(req);
-    ASSERT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+    // The engine's UNAVAILABLE becomes FAILED_PRECONDITION: the API keeps
+    // UNAVAILABLE (retryable) for a draining server.
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
     EXPECT_THAT(std::string(r.status().message()), HasSubstr("the fake device runs no models"));
   }
 }

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/minfer_client.h"
 #include "daemon/daemon.h"
@@ -23,8 +24,10 @@ namespace minfer::daemon {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::ClientFor;
 using testing::Load;
+using testing::RawCall;
 using testing::ReferenceGenerate;
 using testing::TextRequest;
 using testing::WaitFor;
@@ -355,6 +358,32 @@ TEST_F(GenerationServiceTest, DeadlineExceededStopsAndFreesTheSequence) {
   EXPECT_EQ(Status("a").counters().cancelled(), 2u);
   auto next = client_->Generate(TextRequest("a", "next", 5));
   EXPECT_TRUE(next.ok()) << next.status();
+  // Counted as what they were (gRPC reports a passed deadline to the server
+  // as a cancellation, which used to be counted as CANCELLED).
+  std::string metrics;
+  ASSERT_TRUE(WaitFor([&] {
+    metrics = daemon_->metrics().Serialize();
+    return absl::StrContains(
+        metrics, "minfer_requests_total{code=\"DEADLINE_EXCEEDED\",method=\"Generate\",model=\"a\"} 2");
+  }, std::chrono::milliseconds(2000))) << metrics;
+  EXPECT_THAT(metrics, Not(HasSubstr("code=\"CANCELLED\",method=\"Generate\"")));
+}
+
+TEST_F(GenerationServiceTest, ClientCancelIsStillCancelled) {
+  Start();
+  ASSERT_TRUE(Load(*client_, "a", path_a_, 1, 4096, 2).ok());
+  int chunks = 0;
+  auto r = client_->Generate(TextRequest("a", "stop me", 4000),
+                             [&](const v1::GenerateResponse&) { return ++chunks < 3; },
+                             /*deadline_seconds=*/60);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+  std::string metrics;
+  ASSERT_TRUE(WaitFor([&] {
+    metrics = daemon_->metrics().Serialize();
+    return absl::StrContains(
+        metrics, "minfer_requests_total{code=\"CANCELLED\",method=\"Generate\",model=\"a\"} 1");
+  }, std::chrono::milliseconds(2000))) << metrics;
+  EXPECT_THAT(metrics, Not(HasSubstr("DEADLINE_EXCEEDED")));
 }
 
 TEST_F(GenerationServiceTest, QueueFullIsResourceExhausted) {
@@ -491,6 +520,115 @@ TEST_F(GenerationServiceTest, InvalidParametersNameTheField) {
   EXPECT_THAT(std::string(out.status().message()), HasSubstr("context of 32"));
   // Nothing above reached a slot.
   EXPECT_EQ(Status("a").counters().requests(), 0u);
+}
+
+// A client's model name is not copied into the error unbounded: a 20 KiB
+// or 1 MiB name used to come back whole in the status message, beyond the
+// client's metadata limit, which failed every stream on the connection.
+TEST_F(GenerationServiceTest, LongModelNamesAreRefusedBoundedAndSharedStreamsSurvive) {
+  Start();
+  ASSERT_TRUE(Load(*client_, "a", path_a_, 1, 4096, 2).ok());
+  // On the same client, so the same channel and HTTP/2 connection.
+  const auto req = TextRequest("a", "keep streaming", 3000);
+  Stream healthy;
+  healthy.Start(client_.get(), req);
+  ASSERT_TRUE(WaitFor([&] { return Status("a").active_sequences() == 1; }));
+  for (size_t n : {size_t{20} << 10, size_t{1} << 20}) {
+    const std::string name(n, 'm');
+    const std::string expected = absl::StrCat("model must be at most 64 characters, got '",
+                                              std::string(48, 'm'), "...' (", n, " bytes)");
+    auto g = client_->Generate(TextRequest(name, "x", 3));
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << n;
+    EXPECT_EQ(std::string(g.status().message()), expected);
+    v1::TokenizeRequest t;
+    t.set_model(name);
+    t.set_text("x");
+    auto k = client_->Tokenize(t);
+    EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument) << n;
+    EXPECT_EQ(std::string(k.status().message()), expected);
+    auto d = client_->Detokenize(name, {1, 2});
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << n;
+    EXPECT_EQ(std::string(d.status().message()), expected);
+  }
+  // Other bytes than name characters are escaped, not echoed raw.
+  auto odd = client_->Generate(TextRequest("a\nb", "x", 3));
+  EXPECT_EQ(std::string(odd.status().message()),
+            "model may use only letters, digits, '.', '_' and '-', got 'a\\nb'");
+  healthy.Join();
+  ASSERT_TRUE(healthy.status.ok()) << healthy.status;
+  EXPECT_EQ(healthy.result.token_ids, ReferenceGenerate(path_a_, req, 4096)->ids);
+}
+
+// Requests that do not decode: gRPC's generated handlers answered them
+// UNIMPLEMENTED with an empty message.
+TEST_F(GenerationServiceTest, UndecodableRequestsAreInvalidArgumentSayingWhy) {
+  Start();
+  ASSERT_TRUE(Load(*client_, "a", path_a_).ok());
+  auto channel = client_->channel();
+  v1::GenerateRequest g = TextRequest("a", "x", 3);
+  g.set_model(std::string("a\xff", 2));
+  std::string bytes;
+  // SerializePartialToString does not check UTF-8 (SerializeToString logs).
+  ASSERT_TRUE(g.SerializePartialToString(&bytes));
+  grpc::Status s = RawCall(channel, "/minfer.v1.GenerationService/Generate", bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "the request could not be decoded: model is not valid UTF-8 (byte 1 of 2); string "
+            "fields must be UTF-8 text");
+  g = TextRequest("a", "caf\xe9", 3);  // Latin-1, not UTF-8
+  ASSERT_TRUE(g.SerializePartialToString(&bytes));
+  s = RawCall(channel, "/minfer.v1.GenerationService/Generate", bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "the request could not be decoded: text is not valid UTF-8 (byte 3 of 4); string "
+            "fields must be UTF-8 text");
+  const std::string garbage("\x0a\x64garbage", 9);
+  for (const char* method : {"Generate", "Tokenize", "Detokenize"}) {
+    s = RawCall(channel, absl::StrCat("/minfer.v1.GenerationService/", method), garbage);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_EQ(s.error_message(),
+              absl::StrCat("the request could not be decoded: its 9 bytes are not a protobuf "
+                           "message (minfer.v1.", method, "Request)"));
+  }
+  // A well-formed request on the same path still works, and the refusals
+  // are counted.
+  v1::TokenizeRequest t;
+  t.set_model("a");
+  t.set_text("fine");
+  ASSERT_TRUE(t.SerializeToString(&bytes));
+  EXPECT_TRUE(RawCall(channel, "/minfer.v1.GenerationService/Tokenize", bytes).ok());
+  const std::string metrics = daemon_->metrics().Serialize();
+  EXPECT_THAT(metrics, HasSubstr(
+      "minfer_requests_total{code=\"INVALID_ARGUMENT\",method=\"Tokenize\",model=\"\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr(
+      "minfer_requests_total{code=\"OK\",method=\"Tokenize\",model=\"a\"} 1"));
+}
+
+TEST_F(GenerationServiceTest, TokenizeAndDetokenizeAreHeldToThePromptLimits) {
+  DaemonConfig c = testing::TestConfig();
+  c.limits.max_prompt_tokens = 64;
+  c.limits.max_tokens = 100;
+  Start(c);
+  ASSERT_TRUE(Load(*client_, "a", path_a_).ok());
+  v1::TokenizeRequest t;
+  t.set_model("a");
+  std::string digits;
+  for (int i = 0; i < 200; ++i) absl::StrAppend(&digits, " ", i % 10);
+  t.set_text(digits);
+  auto ids = client_->Tokenize(t);
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(ids.status().message()),
+              ::testing::MatchesRegex("text: [0-9]+ tokens exceed the server's limit of 64 "
+                                      "\\(max_prompt_tokens\\)"));
+  t.set_text("a short one");
+  EXPECT_TRUE(client_->Tokenize(t).ok());
+  std::vector<int32_t> many(165, 100);
+  auto text = client_->Detokenize("a", many);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(text.status().message()),
+            "ids: 165 ids exceed the server's limit of 164 (max_prompt_tokens + max_tokens)");
+  many.pop_back();
+  EXPECT_TRUE(client_->Detokenize("a", many).ok());
 }
 
 TEST_F(GenerationServiceTest, TokenizeAndDetokenizeRoundTrip) {

@@ -12,6 +12,7 @@
 #include "engine/runtime/generation.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/session.h"
+#include "grpcpp/generic/generic_stub.h"
 
 namespace minfer::daemon::testing {
 
@@ -119,6 +120,37 @@ bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeou
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                     const std::string& bytes, const std::string& token) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  auto wait = [&] {
+    void* tag = nullptr;
+    bool ok = false;
+    return cq.Next(&tag, &ok) && ok;
+  };
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = stub.PrepareCall(&ctx, method, &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  if (wait()) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
+    wait();
+    grpc::ByteBuffer response;
+    for (;;) {
+      call->Read(&response, reinterpret_cast<void*>(3));
+      if (!wait()) break;
+    }
+  }
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  wait();
+  return status;
 }
 
 uint64_t RssBytes() {

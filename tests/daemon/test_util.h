@@ -17,6 +17,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "engine/sampling/finish_reason.h"
+#include "grpcpp/grpcpp.h"
 #include "minfer/v1/admin.pb.h"
 #include "minfer/v1/generation.pb.h"
 
@@ -64,6 +65,14 @@ bool WaitFor(const std::function<bool()>& pred,
 
 // Resident set size of this process, in bytes.
 uint64_t RssBytes();
+
+// Sends `bytes` as the one request message of `method`
+// ("/minfer.v1.GenerationService/Tokenize") over `channel`, with `token`
+// as the admin bearer token when set, reads every response, and returns the
+// call's status: requests no generated stub would send (garbage, invalid
+// UTF-8 in a string field).
+grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                     const std::string& bytes, const std::string& token = "");
 
 }  // namespace minfer::daemon::testing
 
