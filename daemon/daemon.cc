@@ -1,9 +1,15 @@
 #include "daemon/daemon.h"
 
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <condition_variable>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/base/logging.h"
 #include "engine/base/status.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -13,6 +19,45 @@ namespace minfer::daemon {
 namespace {
 
 constexpr const char* kServices[] = {"", "minfer.v1.GenerationService", "minfer.v1.AdminService"};
+
+// What reflection's list_services reports (both versions' own names too).
+constexpr const char* kReflectedServices[] = {
+    "minfer.v1.GenerationService", "minfer.v1.AdminService", "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"};
+
+// How often Drain looks for CutDrainShort while it waits for streams.
+constexpr auto kDrainPoll = std::chrono::milliseconds(20);
+
+// gRPC reports a certificate and key that do not belong together only as a
+// core error on stderr and a server that does not start; this says which
+// files do not match. An encrypted key is refused (no passphrase prompt).
+absl::Status CheckTlsPair(const std::string& cert_pem, const std::string& key_pem,
+                          const std::string& cert_file, const std::string& key_file) {
+  auto no_passphrase = [](char*, int, int, void*) { return 0; };
+  BIO* cert_bio = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* cert = PEM_read_bio_X509(cert_bio, nullptr, no_passphrase, nullptr);
+  BIO_free(cert_bio);
+  BIO* key_bio = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, no_passphrase, nullptr);
+  BIO_free(key_bio);
+  absl::Status status;
+  if (cert == nullptr) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("TLS certificate '", cert_file, "' holds no PEM certificate"));
+  } else if (key == nullptr) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "TLS key '", key_file, "' holds no PEM private key (or an encrypted one, which minferd "
+        "cannot unlock)"));
+  } else if (X509_check_private_key(cert, key) != 1) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "TLS key '", key_file, "' does not match the certificate '", cert_file,
+        "': the certificate's public key belongs to another private key"));
+  }
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  ERR_clear_error();  // OpenSSL's error queue is per thread; leave it empty
+  return status;
+}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
@@ -27,7 +72,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
 Daemon::Daemon(DaemonConfig config, DaemonTestHooks hooks)
     : config_(std::move(config)), hooks_(std::move(hooks)) {}
 
-Daemon::~Daemon() { Shutdown(); }
+Daemon::~Daemon() {
+  Shutdown();
+  if (slots_stopper_.joinable()) slots_stopper_.join();
+}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonConfig config,
                                                       DaemonTestHooks hooks) {
@@ -59,6 +107,7 @@ absl::Status Daemon::Init() {
   if (!config_.tls_cert_file.empty()) {
     ASSIGN_OR_RETURN(std::string cert, ReadFile(config_.tls_cert_file, "TLS certificate"));
     ASSIGN_OR_RETURN(std::string key, ReadFile(config_.tls_key_file, "TLS key"));
+    RETURN_IF_ERROR(CheckTlsPair(cert, key, config_.tls_cert_file, config_.tls_key_file));
     grpc::SslServerCredentialsOptions opts;
     opts.pem_key_cert_pairs.push_back({key, cert});
     creds = grpc::SslServerCredentials(opts);
@@ -81,6 +130,9 @@ absl::Status Daemon::Init() {
   builder.AddListeningPort(config_.listen, creds, &port);
   builder.RegisterService(generation_.get());
   builder.RegisterService(admin_.get());
+  reflection_v1_ = std::make_unique<ReflectionV1Service>(
+      std::vector<std::string>(std::begin(kReflectedServices), std::end(kReflectedServices)));
+  builder.RegisterService(reflection_v1_.get());
   // Keepalive pings find clients that vanished without closing their
   // connection, so their streams are cancelled and their sequences freed.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
@@ -174,15 +226,25 @@ DrainResult Daemon::Drain(std::chrono::duration<double> timeout) {
   Logger("daemon")->info("draining: {} streams open, waiting up to {:.1f} s", r.streams_at_start,
                          timeout.count());
   const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
-  if (!state_.WaitForStreams(deadline)) {
+  // In slices, so that CutDrainShort ends the wait.
+  bool drained = false;
+  while (!drained && !drain_cut_.load() && std::chrono::steady_clock::now() < deadline) {
+    drained = state_.WaitForStreams(std::min(deadline, std::chrono::steady_clock::now() + kDrainPoll));
+  }
+  if (drain_cut_.load() && !drained) {
+    r.cancelled = state_.streams();
+  } else if (!drained && !state_.WaitForStreams(deadline)) {
     r.cancelled = state_.streams();
     Logger("daemon")->warn("drain timeout: cancelling {} streams", r.cancelled);
     slots_->CancelAll(absl::UnavailableError(absl::StrCat(
         "the server is shutting down: the stream was cancelled after the drain timeout of ",
         timeout.count(), " s")));
     // A cancelled sequence finishes within one step; allow for a long
-    // prefill in progress.
-    state_.WaitForStreams(std::chrono::steady_clock::now() + std::chrono::seconds(30));
+    // prefill in progress (unless the drain is cut short meanwhile).
+    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!drain_cut_.load() && std::chrono::steady_clock::now() < grace &&
+           !state_.WaitForStreams(std::min(grace, std::chrono::steady_clock::now() + kDrainPoll))) {
+    }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Logger("daemon")->info("drained in {:.2f} s ({} of {} streams cancelled)", r.seconds,
@@ -190,17 +252,63 @@ DrainResult Daemon::Drain(std::chrono::duration<double> timeout) {
   return r;
 }
 
-void Daemon::Shutdown() {
+void Daemon::CutDrainShort(const std::string& why) {
+  drain_cut_.store(true);
+  state_.SetDraining();
+  Logger("daemon")->warn("{}: cancelling {} open streams and stopping now", why, state_.streams());
+  if (slots_ != nullptr) {
+    slots_->CancelAll(absl::UnavailableError(absl::StrCat("the server is shutting down: ", why)));
+  }
+}
+
+bool Daemon::Shutdown(std::optional<std::chrono::duration<double>> slots_timeout) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (shut_down_) return;
+    if (shut_down_) return shutdown_complete_;
     shut_down_ = true;
   }
   state_.SetDraining();
   // Slots first: that finishes every stream and unload/knob call waiting on
   // a slot, so the server's shutdown below has no call left that only a
-  // slot could end.
-  if (slots_ != nullptr) slots_->Shutdown();
+  // slot could end. On a thread of its own, so that a load stuck in I/O
+  // (which Slot::Stop waits for) cannot hold the shutdown past the timeout.
+  bool complete = true;
+  if (slots_ != nullptr) {
+    std::vector<std::string> loading;
+    for (const auto& slot : slots_->List()) {
+      if (slot->state() == SlotState::kLoading) {
+        loading.push_back(absl::StrCat("'", slot->name(), "' (", slot->Status().config.path, ")"));
+      }
+    }
+    auto done = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
+    auto stopped = std::make_shared<bool>(false);
+    slots_stopper_ = std::thread([this, done, stopped] {
+      slots_->Shutdown();
+      std::lock_guard<std::mutex> lock(done->first);
+      *stopped = true;
+      done->second.notify_all();
+    });
+    {
+      std::unique_lock<std::mutex> lock(done->first);
+      if (slots_timeout.has_value()) {
+        complete = done->second.wait_for(lock, *slots_timeout, [&] { return *stopped; });
+      } else {
+        done->second.wait(lock, [&] { return *stopped; });
+      }
+    }
+    if (complete) {
+      slots_stopper_.join();
+    } else {
+      Logger("daemon")->error(
+          "shutdown: the slots did not stop within {:.1f} s (loads in progress: {}); stopping the "
+          "server without them",
+          slots_timeout->count(), loading.empty() ? "none" : absl::StrJoin(loading, ", "));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_complete_ = complete;
+  }
   if (server_ != nullptr) {
     // Streams are over by now; what may remain are short unary calls. The
     // deadline also bounds the wait for idle client connections, which
@@ -208,7 +316,8 @@ void Daemon::Shutdown() {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     server_->Wait();
   }
-  Logger("daemon")->info("minferd stopped");
+  Logger("daemon")->info(complete ? "minferd stopped" : "minferd stopped (slots still stopping)");
+  return complete;
 }
 
 }  // namespace minfer::daemon

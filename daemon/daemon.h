@@ -6,18 +6,22 @@
 // Health (grpc.health.v1): "" (overall) and the two API services are
 // SERVING from start until the drain; each model name and alias is SERVING
 // while its model is READY and NOT_SERVING otherwise; everything turns
-// NOT_SERVING when the drain begins.
+// NOT_SERVING when the drain begins. Reflection: grpc.reflection.v1 and
+// v1alpha.
 //
 // Thread-safe.
 #ifndef MINFER_DAEMON_DAEMON_H_
 #define MINFER_DAEMON_DAEMON_H_
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -26,6 +30,7 @@
 #include "daemon/config.h"
 #include "daemon/generation_service.h"
 #include "daemon/metrics.h"
+#include "daemon/reflection_v1.h"
 #include "daemon/serving_state.h"
 #include "daemon/slot_manager.h"
 #include "grpcpp/grpcpp.h"
@@ -49,10 +54,11 @@ class Daemon {
   // Binds the gRPC and metrics addresses (port 0 picks a free port), starts
   // serving, and starts loading the configured models in the background.
   // Errors: the config is invalid, an address cannot be bound, a TLS file
-  // is unreadable.
+  // is unreadable or holds no PEM certificate / key, or the key is not the
+  // certificate's (INVALID_ARGUMENT naming both files).
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(DaemonConfig config,
                                                        DaemonTestHooks hooks = {});
-  // Shutdown().
+  // Shutdown(), then waits for slots that Shutdown left stopping.
   ~Daemon();
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
@@ -69,11 +75,25 @@ class Daemon {
   // NOT_SERVING, waits up to `timeout` for open Generate streams to finish,
   // then cancels the rest (they end with UNAVAILABLE after a last message
   // whose finish reason is "cancelled").
+  // Returns at once after CutDrainShort.
   DrainResult Drain(std::chrono::duration<double> timeout);
 
+  // Ends a Drain in progress now (minferd's second SIGTERM/SIGINT):
+  // cancels every open stream with UNAVAILABLE naming `why`, as the drain
+  // timeout would, and Drain returns without waiting for them to end; a
+  // later Drain returns at once. Thread-safe; the server still shuts down
+  // cleanly afterwards.
+  void CutDrainShort(const std::string& why);
+
   // Stops every slot, then the gRPC server and the metrics exposer.
-  // Idempotent.
-  void Shutdown();
+  // Stopping a slot waits for a load in progress; with `slots_timeout`,
+  // Shutdown waits that long for the slots, then logs which loads are
+  // still running, shuts the server down anyway and returns false: the
+  // slots go on stopping on a thread of their own, which the destructor
+  // joins (a process that is exiting need not wait for a load stuck in
+  // I/O: it can exit without destroying the Daemon). True when everything
+  // stopped. Idempotent (a second call returns the first's result).
+  bool Shutdown(std::optional<std::chrono::duration<double>> slots_timeout = std::nullopt);
 
  private:
   Daemon(DaemonConfig config, DaemonTestHooks hooks);
@@ -89,12 +109,18 @@ class Daemon {
   ServingState state_;
   std::unique_ptr<GenerationServiceImpl> generation_;
   std::unique_ptr<AdminServiceImpl> admin_;
+  std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
+
+  std::atomic<bool> drain_cut_{false};  // CutDrainShort was called
+  // Runs SlotManager::Shutdown (joined by the destructor).
+  std::thread slots_stopper_;
 
   std::mutex mu_;
   bool draining_ = false;      // guarded by mu_ (health frozen)
   bool shut_down_ = false;     // guarded by mu_
+  bool shutdown_complete_ = false;  // guarded by mu_: what Shutdown returned
   std::set<std::string> health_names_;  // guarded by mu_: names ever reported
   std::vector<std::pair<std::string, std::string>> pending_aliases_;  // guarded by mu_
 };

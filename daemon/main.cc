@@ -3,16 +3,28 @@
 // Signals: SIGTERM or SIGINT starts the drain — new generations are refused
 // (UNAVAILABLE), health turns NOT_SERVING, open streams get up to
 // --drain-timeout seconds to finish and are then cancelled — and the
-// process exits 0. The signals are blocked in every thread and taken by
-// sigwait() on the main thread, so no work happens in a signal handler.
+// process exits 0. A second SIGTERM or SIGINT during the drain ends it at
+// once: what still runs is cancelled (UNAVAILABLE) and the process shuts
+// down and exits 0 as after a drain. The signals are blocked in every
+// thread and taken by sigwait()/sigtimedwait() on the main thread, so no
+// work happens in a signal handler.
+//
+// Exit: the ready file is removed. A model load still in progress is waited
+// for at most kSlotsStopTimeout; past it (a load stuck in I/O) minferd
+// logs which and exits anyway, without running destructors that would wait
+// for it.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -28,6 +40,11 @@
 namespace {
 
 using minfer::daemon::DaemonConfig;
+
+// How long the exit waits for slots to stop (a model load in progress).
+constexpr std::chrono::seconds kSlotsStopTimeout(10);
+
+const char* SignalName(int sig) { return sig == SIGTERM ? "SIGTERM" : "SIGINT"; }
 
 int Fail(const std::string& message) {
   std::cerr << "minferd: " << message << "\n";
@@ -174,10 +191,31 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  minfer::Logger("daemon")->info("received {}: draining for up to {:.1f} s",
-                                 sig == SIGTERM ? "SIGTERM" : "SIGINT",
+  minfer::Logger("daemon")->info("received {}: draining for up to {:.1f} s", SignalName(sig),
                                  config.drain_timeout_seconds);
-  (*daemon)->Drain(std::chrono::duration<double>(config.drain_timeout_seconds));
-  (*daemon)->Shutdown();
+  minfer::daemon::Daemon& d = **daemon;
+  std::atomic<bool> drained{false};
+  std::thread drain([&] {
+    d.Drain(std::chrono::duration<double>(config.drain_timeout_seconds));
+    drained = true;
+  });
+  // Meanwhile a second signal cuts the drain short.
+  const timespec poll = {0, 50 * 1000 * 1000};
+  while (!drained.load()) {
+    const int again = sigtimedwait(&signals, nullptr, &poll);
+    if (again == SIGTERM || again == SIGINT) {
+      d.CutDrainShort(absl::StrCat("received ", SignalName(again), " again"));
+      break;
+    }
+  }
+  drain.join();
+  const bool stopped = d.Shutdown(kSlotsStopTimeout);
+  if (!ready_file.empty()) std::remove(ready_file.c_str());
+  if (!stopped) {
+    // A slot thread is stuck in a load; destroying the daemon would wait
+    // for it. Nothing is left to flush but the log.
+    minfer::Logger("daemon")->flush();
+    std::_Exit(0);
+  }
   return 0;
 }

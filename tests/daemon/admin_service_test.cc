@@ -288,6 +288,42 @@ TEST_F(AdminServiceTest, CudaOnABuildWithoutCudaIsFailedPrecondition) {
   EXPECT_EQ(client_->GetModelStatus("g").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Slot::Stop waits for a load in progress; Shutdown with a timeout does not
+// wait past it (a load stuck in I/O must not hold the process).
+TEST_F(AdminServiceTest, ShutdownDoesNotWaitForAStuckLoad) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false, reached = false;
+  DaemonTestHooks hooks;
+  hooks.before_model_load = [&](const std::string&) {
+    std::unique_lock<std::mutex> lock(mu);
+    reached = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  };
+  Start(testing::TestConfig(), hooks);
+  absl::StatusOr<v1::ModelStatus> loaded;
+  std::thread load([&] { loaded = Load(*client_, "stuck", path_); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return reached; });
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(daemon_->Shutdown(std::chrono::milliseconds(300)));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 3.0);
+  load.join();  // the server's shutdown ended the LoadModel stream
+  EXPECT_FALSE(loaded.ok());
+  EXPECT_FALSE(daemon_->Shutdown());  // idempotent: the first call's answer
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  daemon_.reset();  // joins the slots' stop, now that the load can end
+}
+
 TEST_F(AdminServiceTest, MemoryAdmissionRefusesWithTheFigures) {
   DaemonConfig c = testing::TestConfig();
   c.memory_limit = 64u << 20;  // 64 MiB
@@ -571,15 +607,52 @@ TEST_F(AdminServiceTest, ServesTlsWhenConfigured) {
   EXPECT_EQ(plain->ListModels().status().code(), absl::StatusCode::kUnavailable);
 }
 
-// grpc.reflection.v1alpha by hand: a generic stub and the proto wire format
-// (the reflection messages' C++ classes live inside libgrpc++_reflection).
+TEST_F(AdminServiceTest, TlsKeyOfAnotherCertificateIsNamedAtStart) {
+  if (access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/openssl to make a certificate";
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string cert = dir + "/mismatch-cert.pem", key = dir + "/mismatch-key.pem",
+                    other = dir + "/other-key.pem";
+  for (const auto& [c, k] : {std::pair{cert, key}, std::pair{dir + "/other-cert.pem", other}}) {
+    auto made = minfer::testing::RunCommand(
+        {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", k,
+         "-out", c, "-days", "1", "-subj", "/CN=localhost"});
+    ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->err : "");
+  }
+  DaemonConfig c = testing::TestConfig();
+  c.tls_cert_file = cert;
+  c.tls_key_file = other;
+  auto d = Daemon::Start(c);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << d.status();
+  EXPECT_EQ(std::string(d.status().message()),
+            "TLS key '" + other + "' does not match the certificate '" + cert +
+                "': the certificate's public key belongs to another private key");
+  c.tls_key_file = TempFile("not-a-key.pem", "hello");
+  d = Daemon::Start(c);
+  EXPECT_EQ(std::string(d.status().message()),
+            "TLS key '" + c.tls_key_file +
+                "' holds no PEM private key (or an encrypted one, which minferd cannot unlock)");
+  c.tls_key_file = key;
+  c.tls_cert_file = key;  // a key where the certificate should be
+  d = Daemon::Start(c);
+  EXPECT_EQ(std::string(d.status().message()),
+            "TLS certificate '" + key + "' holds no PEM certificate");
+  c.tls_cert_file = cert;
+  d = Daemon::Start(c);
+  EXPECT_TRUE(d.ok()) << d.status();
+}
+
+// Server reflection by hand: a generic stub and the proto wire format (the
+// v1alpha messages' C++ classes live inside libgrpc++_reflection). Both
+// versions' messages are the same, field for field.
 std::vector<std::string> ReflectionQuery(const std::shared_ptr<grpc::Channel>& channel,
-                                         int field, const std::string& value, int want_field) {
+                                         int field, const std::string& value, int want_field,
+                                         const std::string& version = "v1alpha") {
   grpc::GenericStub stub(channel);
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
-  auto call =
-      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto call = stub.PrepareCall(
+      &ctx, absl::StrCat("/grpc.reflection.", version, ".ServerReflection/ServerReflectionInfo"),
+      &cq);
   auto wait = [&] {
     void* tag;
     bool ok = false;
@@ -624,22 +697,30 @@ std::vector<std::string> ReflectionQuery(const std::shared_ptr<grpc::Channel>& c
   return out;
 }
 
-TEST_F(AdminServiceTest, ReflectionDescribesTheApi) {
+// grpc.reflection.v1 (what current grpcurl asks first; it answered
+// UNIMPLEMENTED) and v1alpha describe the same API.
+class ReflectionTest : public AdminServiceTest,
+                       public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ReflectionTest, DescribesTheApi) {
+  const std::string version = GetParam();
   Start();
   // list_services (field 7) -> list_services_response (6) of ServiceResponse.
   std::vector<std::string> services;
-  for (const std::string& s : ReflectionQuery(client_->channel(), 7, "*", 6)) {
+  for (const std::string& s : ReflectionQuery(client_->channel(), 7, "*", 6, version)) {
     google::protobuf::UnknownFieldSet svc;
     svc.ParseFromString(s);
     services.push_back(svc.field(0).length_delimited());
   }
   EXPECT_THAT(services, ::testing::IsSupersetOf({"minfer.v1.GenerationService",
                                                  "minfer.v1.AdminService",
-                                                 "grpc.health.v1.Health"}));
+                                                 "grpc.health.v1.Health",
+                                                 "grpc.reflection.v1.ServerReflection",
+                                                 "grpc.reflection.v1alpha.ServerReflection"}));
   // file_containing_symbol (4) -> file_descriptor_response (4).
   for (const char* symbol :
        {"minfer.v1.GenerationService", "grpc.health.v1.Health"}) {
-    std::vector<std::string> files = ReflectionQuery(client_->channel(), 4, symbol, 4);
+    std::vector<std::string> files = ReflectionQuery(client_->channel(), 4, symbol, 4, version);
     ASSERT_FALSE(files.empty()) << symbol;
     bool found = false;
     for (const std::string& f : files) {
@@ -657,7 +738,22 @@ TEST_F(AdminServiceTest, ReflectionDescribesTheApi) {
     }
     EXPECT_TRUE(found) << symbol;
   }
+  // file_by_filename (3), and a method's symbol.
+  for (auto [field, value] : {std::pair{3, "minfer/v1/admin.proto"},
+                              std::pair{4, "minfer.v1.AdminService.LoadModel"}}) {
+    std::vector<std::string> files = ReflectionQuery(client_->channel(), field, value, 4, version);
+    ASSERT_FALSE(files.empty()) << value;
+    google::protobuf::FileDescriptorProto fd;
+    ASSERT_TRUE(fd.ParseFromString(files[0]));
+    EXPECT_EQ(fd.name(), "minfer/v1/admin.proto");
+    ASSERT_GT(fd.service_size(), 0);
+    EXPECT_EQ(fd.service(0).name(), "AdminService");
+  }
+  // An unknown symbol: error_response (7), whose one string is the message.
+  EXPECT_EQ(ReflectionQuery(client_->channel(), 4, "no.such.Symbol", 7, version).size(), 1u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Versions, ReflectionTest, ::testing::Values("v1", "v1alpha"));
 
 std::string HttpGet(const std::string& address, const std::string& path) {
   std::vector<std::string> hp = absl::StrSplit(address, ':');

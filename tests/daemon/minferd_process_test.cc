@@ -1,13 +1,18 @@
 // minferd as a real process: start-up from flags and a config file, SIGTERM
-// drain (an in-flight stream finishes; health turns NOT_SERVING; exit 0),
-// the drain timeout, and a client killed mid-stream.
+// drain (an in-flight stream finishes; health turns NOT_SERVING; exit 0;
+// the ready file removed), the drain timeout, a second signal cutting the
+// drain short, a client killed mid-stream, a FIFO as a model, a TLS key
+// that is not the certificate's, and what reaches the log.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/minfer_client.h"
 #include "gmock/gmock.h"
@@ -21,6 +26,7 @@ namespace minfer::daemon {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using minfer::testing::RunfilePath;
 using minfer::testing::Subprocess;
 using testing::ReferenceGenerate;
@@ -107,6 +113,42 @@ TEST_F(MinferdProcessTest, SigtermDrainsTheInFlightStreamAndExitsZero) {
   EXPECT_THAT(log, HasSubstr("generate model=a prompt="));
   EXPECT_THAT(log, HasSubstr("completion=1500"));
   EXPECT_THAT(log, HasSubstr("drained in"));
+  // A clean exit takes its ready file along.
+  EXPECT_FALSE(std::ifstream(ready_).good()) << ready_;
+}
+
+// The second SIGTERM/SIGINT during a drain used to wait out the drain
+// timeout; now what is left is cancelled and minferd exits 0 at once.
+TEST_F(MinferdProcessTest, SecondSignalCutsTheDrainShort) {
+  Start({"--model", "a=" + path_, "--ctx", "4096", "--parallel", "1", "--queue-size", "8",
+         "--drain-timeout", "120"});
+  ASSERT_TRUE(WaitFor([&] { return Serving("a"); })) << proc_->ReadStderr();
+  // Six long streams one after another: far longer than the test waits.
+  constexpr int kStreams = 6;
+  std::vector<absl::StatusOr<client::GenerateResult>> results(kStreams);
+  std::vector<std::thread> streams;
+  for (int i = 0; i < kStreams; ++i) {
+    streams.emplace_back([&, i] { results[i] = client_->Generate(TextRequest("a", "long", 4000)); });
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    auto st = client_->GetModelStatus("a");
+    return st.ok() && st->active_sequences() + st->queued_sequences() == kStreams;
+  })) << proc_->ReadStderr();
+  proc_->Signal(SIGTERM);
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(proc_->ReadStderr(), "draining:"); }));
+  const auto t0 = std::chrono::steady_clock::now();
+  proc_->Signal(SIGINT);
+  auto code = proc_->Wait(std::chrono::seconds(10));
+  ASSERT_TRUE(code.ok()) << "still draining after the second signal: " << proc_->ReadStderr();
+  EXPECT_EQ(*code, 0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  for (auto& t : streams) t.join();
+  int unavailable = 0;
+  for (const auto& r : results) unavailable += r.status().code() == absl::StatusCode::kUnavailable;
+  EXPECT_GE(unavailable, 1);
+  const std::string log = proc_->ReadStderr();
+  EXPECT_THAT(log, HasSubstr("received SIGINT again: cancelling"));
+  EXPECT_FALSE(std::ifstream(ready_).good());
 }
 
 TEST_F(MinferdProcessTest, DrainTimeoutCancelsAndStillExitsZero) {
@@ -178,6 +220,75 @@ TEST_F(MinferdProcessTest, ConfigFileWithFlagOverrides) {
   auto over = client_->Generate(TextRequest("prod", "x", 51));
   EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(client_->Generate(TextRequest("prod", "x", 50)).ok());
+  proc_->Signal(SIGTERM);
+  EXPECT_EQ(*proc_->Wait(std::chrono::seconds(20)), 0);
+}
+
+// A FIFO used to hang the load in open() (LOADING forever), and SIGTERM
+// with it (the slot's stop waited for the load).
+TEST_F(MinferdProcessTest, FifoAsModelFailsAndSigtermStillExits) {
+  const std::string fifo = absl::StrCat(std::getenv("TEST_TMPDIR"), "/start-fifo.gguf");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Start({"--model", "f=" + fifo, "--model", "a=" + path_, "--drain-timeout", "1"});
+  ASSERT_TRUE(WaitFor([&] { return Serving("a"); })) << proc_->ReadStderr();
+  ASSERT_TRUE(WaitFor([&] {
+    auto st = client_->GetModelStatus("f");
+    return st.ok() && st->state() == v1::MODEL_STATE_FAILED;
+  }, std::chrono::seconds(5))) << "the FIFO's load did not fail: " << proc_->ReadStderr();
+  EXPECT_THAT(client_->GetModelStatus("f")->reason(),
+              HasSubstr("'" + fifo + "' is a FIFO, not a regular file"));
+  proc_->Signal(SIGTERM);
+  auto code = proc_->Wait(std::chrono::seconds(10));
+  if (!code.ok()) {
+    int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // let the old open() return
+    if (w >= 0) ::close(w);
+  }
+  ASSERT_TRUE(code.ok()) << "SIGTERM did not end minferd: " << proc_->ReadStderr();
+  EXPECT_EQ(*code, 0);
+}
+
+TEST_F(MinferdProcessTest, TlsKeyOfAnotherCertificateFailsStartupNamingBothFiles) {
+  if (access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/openssl";
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string cert = dir + "/p-cert.pem", other_key = dir + "/p-other-key.pem";
+  for (const auto& [c, k] : {std::pair{cert, dir + "/p-key.pem"},
+                             std::pair{dir + "/p-other-cert.pem", other_key}}) {
+    auto made = minfer::testing::RunCommand(
+        {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", k,
+         "-out", c, "-days", "1", "-subj", "/CN=localhost"});
+    ASSERT_TRUE(made.ok() && made->exit_code == 0);
+  }
+  auto r = minfer::testing::RunCommand({RunfilePath("daemon/minferd"), "--listen", "127.0.0.1:0",
+                                        "--metrics-listen", "", "--tls-cert", cert, "--tls-key",
+                                        other_key});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 1);
+  // minferd's own line (gRPC's core error, which named no file, does not
+  // appear: the pair is checked before gRPC sees it).
+  EXPECT_THAT(r->err, ::testing::EndsWith(
+                          "minferd: TLS key '" + other_key + "' does not match the certificate '" +
+                          cert + "': the certificate's public key belongs to another private key\n"));
+  EXPECT_THAT(r->err, Not(HasSubstr("ssl_transport_security")));
+}
+
+// What a client sends reaches the log bounded: a 1 MiB model name used to
+// become a 1 MiB log line. And a deadline is logged as one.
+TEST_F(MinferdProcessTest, TheLogQuotesClientInputShortAndNamesDeadlines) {
+  Start({"--model", "a=" + path_, "--ctx", "4096"});
+  ASSERT_TRUE(WaitFor([&] { return Serving("a"); })) << proc_->ReadStderr();
+  const size_t before = proc_->ReadStderr().size();
+  auto r = client_->Generate(TextRequest(std::string(1 << 20, 'x'), "hi", 3));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(proc_->ReadStderr(), "generate refused"); }));
+  EXPECT_LT(proc_->ReadStderr().size() - before, 2000u);
+  auto late = client_->Generate(TextRequest("a", "slow", 4000), nullptr, /*deadline_seconds=*/0.3);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(proc_->ReadStderr(), "finish=cancelled"); }))
+      << proc_->ReadStderr();
+  const std::string log = proc_->ReadStderr();
+  EXPECT_THAT(log, HasSubstr("status=DEADLINE_EXCEEDED"));
+  EXPECT_THAT(log, Not(HasSubstr("the client cancelled the stream")));
   proc_->Signal(SIGTERM);
   EXPECT_EQ(*proc_->Wait(std::chrono::seconds(20)), 0);
 }
