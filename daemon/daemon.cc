@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonConfig config,
 
 absl::Status Daemon::Init() {
   metrics_ = std::make_unique<Metrics>();
+  trimmer_ = std::make_unique<HeapTrimmer>();
   if (!config_.metrics_listen.empty()) {
     RETURN_IF_ERROR(metrics_->StartExposer(config_.metrics_listen));
   }
@@ -161,6 +162,26 @@ absl::Status Daemon::Init() {
 }
 
 void Daemon::OnChange() {
+  // A slot that has stopped, failed or gone has freed its model: give the
+  // memory back once the model's last user lets go of it too.
+  {
+    // Under mu_, so that concurrent calls (from several slots' threads)
+    // compare snapshots in the order they were taken.
+    std::lock_guard<std::mutex> lock(mu_);
+    std::map<const Slot*, std::weak_ptr<const runtime::Model>> holding;
+    for (const auto& slot : slots_->List()) {
+      const SlotState st = slot->state();
+      if (st == SlotState::kStopped || st == SlotState::kFailed) continue;
+      std::weak_ptr<const runtime::Model>& model = holding[slot.get()];
+      if (auto it = holding_.find(slot.get()); it != holding_.end()) model = it->second;
+      if (std::shared_ptr<const runtime::Model> m = slot->model()) model = m;
+    }
+    for (const auto& [slot, model] : holding_) {
+      if (holding.count(slot) == 0) trimmer_->Watch(model);
+    }
+    holding_.swap(holding);
+  }
+
   // Aliases from the config go live once their model is ready.
   std::vector<std::pair<std::string, std::string>> ready;
   {

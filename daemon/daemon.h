@@ -9,6 +9,11 @@
 // NOT_SERVING when the drain begins. Reflection: grpc.reflection.v1 and
 // v1alpha.
 //
+// Memory: whenever a slot has freed its model (unloaded, or failed to
+// load), the daemon hands the allocator's free memory back to the system
+// once the model is gone (HeapTrimmer), so that a daemon which loads and
+// unloads models all day keeps a flat resident size.
+//
 // Thread-safe.
 #ifndef MINFER_DAEMON_DAEMON_H_
 #define MINFER_DAEMON_DAEMON_H_
@@ -16,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,6 +35,7 @@
 #include "daemon/admin_service.h"
 #include "daemon/config.h"
 #include "daemon/generation_service.h"
+#include "daemon/heap_trim.h"
 #include "daemon/metrics.h"
 #include "daemon/reflection_v1.h"
 #include "daemon/serving_state.h"
@@ -98,13 +105,16 @@ class Daemon {
  private:
   Daemon(DaemonConfig config, DaemonTestHooks hooks);
   absl::Status Init();
-  // After any slot or alias change: health statuses, and aliases from the
-  // config whose model just became ready.
+  // After any slot or alias change: health statuses, aliases from the
+  // config whose model just became ready, and a heap trim once a slot has
+  // let go of its model.
   void OnChange();
 
   DaemonConfig config_;
   const DaemonTestHooks hooks_;
   std::unique_ptr<Metrics> metrics_;
+  // Before slots_: slots that stop late (the destructor) still reach it.
+  std::unique_ptr<HeapTrimmer> trimmer_;
   std::unique_ptr<SlotManager> slots_;
   ServingState state_;
   std::unique_ptr<GenerationServiceImpl> generation_;
@@ -121,6 +131,9 @@ class Daemon {
   bool draining_ = false;      // guarded by mu_ (health frozen)
   bool shut_down_ = false;     // guarded by mu_
   bool shutdown_complete_ = false;  // guarded by mu_: what Shutdown returned
+  // Slots that are not stopped or failed, with their model once loaded;
+  // guarded by mu_.
+  std::map<const Slot*, std::weak_ptr<const runtime::Model>> holding_;
   std::set<std::string> health_names_;  // guarded by mu_: names ever reported
   std::vector<std::pair<std::string, std::string>> pending_aliases_;  // guarded by mu_
 };

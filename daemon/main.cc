@@ -9,10 +9,13 @@
 // thread and taken by sigwait()/sigtimedwait() on the main thread, so no
 // work happens in a signal handler.
 //
+// Memory: see SetMallocThresholds.
+//
 // Exit: the ready file is removed. A model load still in progress is waited
 // for at most kSlotsStopTimeout; past it (a load stuck in I/O) minferd
 // logs which and exits anyway, without running destructors that would wait
 // for it.
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -46,6 +49,27 @@ constexpr std::chrono::seconds kSlotsStopTimeout(10);
 
 const char* SignalName(int sig) { return sig == SIGTERM ? "SIGTERM" : "SIGINT"; }
 
+// Fixed malloc thresholds, so that memory freed at an unload goes back to
+// the system. glibc raises both thresholds whenever a large mmap'ed block
+// is freed (up to a 32 MiB mmap threshold and a 64 MiB trim threshold), and
+// then keeps up to that much free memory at the top of every per-thread
+// heap, where malloc_trim (which the daemon calls after an unload,
+// heap_trim.h) does not reach: about 9 MiB more resident for every arena a
+// load had used. Setting them turns the raising off: blocks of 32 MiB and
+// more are mapped on their own (freed at once), and a heap whose free top
+// exceeds 1 MiB shrinks when the block is freed. Measured by
+// tests/daemon/minferd_memory_test (10 load/unload cycles, 6 clients
+// refused meanwhile): RSS +35 MiB with malloc_trim alone, +2 MiB with
+// both, +190 MiB with the thresholds alone (and with neither). An
+// operator's own MALLOC_* / GLIBC_TUNABLES settings win.
+void SetMallocThresholds() {
+  for (const char* env : {"GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"}) {
+    if (std::getenv(env) != nullptr) return;
+  }
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 20);
+}
+
 int Fail(const std::string& message) {
   std::cerr << "minferd: " << message << "\n";
   return 1;
@@ -62,6 +86,7 @@ bool SplitPair(const std::string& s, std::pair<std::string, std::string>* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  SetMallocThresholds();
   // Before any thread exists, so that every thread inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
