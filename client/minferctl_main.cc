@@ -281,7 +281,10 @@ int main(int argc, char** argv) {
   c_gen->add_option("prompt", gen_prompt)->required();
   c_gen->add_flag("--chat", gen_chat, "send the prompt as a user message (chat template)");
   c_gen->add_option("--system", gen_system, "system message (with --chat)");
-  c_gen->add_option("-n,--max-tokens", gen_max_tokens, "completion tokens at most");
+  // Sent as given, 0 included, so the server's own check answers (a
+  // silent default for 0 would hide that the API refuses it).
+  auto* o_max_tokens = c_gen->add_option("-n,--max-tokens", gen_max_tokens,
+                                         "completion tokens at most (default: the server's)");
   c_gen->add_option("--stop", gen_stop, "stop string (repeatable)");
   c_gen->add_flag("--ignore-eos", gen_ignore_eos, "keep generating past end-of-turn");
   c_gen->add_flag("--parse-special", gen_parse_special, "recognize control tokens in the prompt");
@@ -493,7 +496,7 @@ int main(int argc, char** argv) {
     if (*o_pres) sp->set_presence_penalty(gen_pres);
     if (gen_last_n >= -1) sp->set_penalty_last_n(gen_last_n);
     if (gen_seed >= 0) sp->set_seed(static_cast<uint64_t>(gen_seed));
-    if (gen_max_tokens > 0) req.mutable_stopping()->set_max_tokens(gen_max_tokens);
+    if (*o_max_tokens) req.mutable_stopping()->set_max_tokens(gen_max_tokens);
     for (const std::string& s : gen_stop) req.mutable_stopping()->add_stop(s);
     req.mutable_stopping()->set_ignore_eos(gen_ignore_eos);
     req.mutable_options()->set_top_logprobs(gen_logprobs);

@@ -211,6 +211,13 @@ TEST_F(MinferctlTest, KnobsAliasesHealthAndErrors) {
   EXPECT_THAT(bad.err, StartsWith("minferctl: INVALID_ARGUMENT"));
   EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1);
 
+  // -n 0 is sent as 0 (it used to mean the default of 256): the server
+  // refuses it, naming the field.
+  CommandResult zero = Ctl({"generate", "m", "hello", "-n", "0"});
+  EXPECT_EQ(zero.exit_code, 1);
+  EXPECT_EQ(zero.err, "minferctl: INVALID_ARGUMENT: stopping.max_tokens must be >= 1, got 0\n");
+  EXPECT_EQ(zero.out, "");
+
   ASSERT_EQ(Ctl({"alias", "set", "prod", "m"}).exit_code, 0);
   EXPECT_THAT(Ctl({"alias", "list"}).out, HasSubstr("prod   m"));
   EXPECT_EQ(Ctl({"health", "prod"}).out, "SERVING\n");
