@@ -250,7 +250,8 @@ DrainResult Daemon::Drain(std::chrono::duration<double> timeout) {
   // In slices, so that CutDrainShort ends the wait.
   bool drained = false;
   while (!drained && !drain_cut_.load() && std::chrono::steady_clock::now() < deadline) {
-    drained = state_.WaitForStreams(std::min(deadline, std::chrono::steady_clock::now() + kDrainPoll));
+    drained =
+        state_.WaitForStreams(std::min(deadline, std::chrono::steady_clock::now() + kDrainPoll));
   }
   if (drain_cut_.load() && !drained) {
     r.cancelled = state_.streams();

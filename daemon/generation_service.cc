@@ -293,7 +293,8 @@ GenerationServiceImpl::GenerationServiceImpl(SlotManager* slots, GenerationLimit
                  const Decoded<v1::GenerateRequest>* request)
               -> grpc::ServerWriteReactor<v1::GenerateResponse>* {
             if (request->status.ok()) return Generate(context, &request->message);
-            auto* reactor = new GenerateReactor(state_, metrics_, &pumps_, Clock::time_point::max());
+            auto* reactor =
+                new GenerateReactor(state_, metrics_, &pumps_, Clock::time_point::max());
             reactor->FinishWith(ToGrpcStatus(request->status));
             return reactor;
           }));

@@ -49,8 +49,8 @@ TEST(ClientInputTest, NamesAreBoundedAndChecked) {
   EXPECT_TRUE(CheckName(std::string(64, 'a'), "model").ok());
   absl::Status long_name = CheckName(std::string(65, 'a'), "model");
   EXPECT_EQ(long_name.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(long_name.message(),
-            "model must be at most 64 characters, got '" + std::string(48, 'a') + "...' (65 bytes)");
+  EXPECT_EQ(long_name.message(), "model must be at most 64 characters, got '" +
+                                     std::string(48, 'a') + "...' (65 bytes)");
   absl::Status bad = CheckName("a b\x01", "alias");
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.message(),

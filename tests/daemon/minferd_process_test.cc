@@ -128,7 +128,8 @@ TEST_F(MinferdProcessTest, SecondSignalCutsTheDrainShort) {
   std::vector<absl::StatusOr<client::GenerateResult>> results(kStreams);
   std::vector<std::thread> streams;
   for (int i = 0; i < kStreams; ++i) {
-    streams.emplace_back([&, i] { results[i] = client_->Generate(TextRequest("a", "long", 4000)); });
+    streams.emplace_back(
+        [&, i] { results[i] = client_->Generate(TextRequest("a", "long", 4000)); });
   }
   ASSERT_TRUE(WaitFor([&] {
     auto st = client_->GetModelStatus("a");
@@ -266,9 +267,11 @@ TEST_F(MinferdProcessTest, TlsKeyOfAnotherCertificateFailsStartupNamingBothFiles
   EXPECT_EQ(r->exit_code, 1);
   // minferd's own line (gRPC's core error, which named no file, does not
   // appear: the pair is checked before gRPC sees it).
-  EXPECT_THAT(r->err, ::testing::EndsWith(
-                          "minferd: TLS key '" + other_key + "' does not match the certificate '" +
-                          cert + "': the certificate's public key belongs to another private key\n"));
+  EXPECT_THAT(r->err,
+              ::testing::EndsWith("minferd: TLS key '" + other_key +
+                                  "' does not match the certificate '" + cert +
+                                  "': the certificate's public key belongs to another "
+                                  "private key\n"));
   EXPECT_THAT(r->err, Not(HasSubstr("ssl_transport_security")));
 }
 

@@ -341,11 +341,14 @@ std::string FormatReport(const SoakReport& r) {
       "soak: %.1f s, %d concurrent streams, %d cycles (load, alias to it and back, drained "
       "unload)\n",
       r.seconds, r.streams, r.cycles);
-  absl::StrAppendFormat(&out, "streams: %d ok, %d failed%s, %d mismatched; %d tokens (%.0f tok/s)\n",
+  absl::StrAppendFormat(&out,
+                        "streams: %d ok, %d failed%s, %d mismatched; %d tokens (%.0f tok/s)\n",
                         r.generations_ok, r.failed(),
                         failed.empty() ? "" : absl::StrCat(" (", absl::StrJoin(failed, ", "), ")"),
                         r.mismatched, r.tokens, r.seconds > 0 ? r.tokens / r.seconds : 0.0);
-  absl::StrAppendFormat(&out, "requests at the cycled model while loading/unloading: %s (%d unexpected)\n",
+  absl::StrAppendFormat(&out,
+                        "requests at the cycled model while loading/unloading: %s "
+                        "(%d unexpected)\n",
                         probes.empty() ? "none" : absl::StrJoin(probes, ", "), r.unexpected_probes);
   absl::StrAppendFormat(&out, "drains: %d sequences cancelled; admin errors: %d%s\n",
                         r.drain_cancelled, r.errors.size(),
@@ -354,7 +357,8 @@ std::string FormatReport(const SoakReport& r) {
                         Mib(r.start.rss_bytes), r.warm.t, Mib(r.warm.rss_bytes),
                         Mib(r.end.rss_bytes), Mib(r.max.rss_bytes));
   absl::StrAppendFormat(
-      &out, "anonymous RSS: start %s, after warm-up %s, end %s, max %s; drift after warm-up %+.2f %%\n",
+      &out,
+      "anonymous RSS: start %s, after warm-up %s, end %s, max %s; drift after warm-up %+.2f %%\n",
       Mib(r.start.anon_bytes), Mib(r.warm.anon_bytes), Mib(r.end.anon_bytes),
       Mib(r.max.anon_bytes), r.rss_drift_percent());
   absl::StrAppendFormat(&out, "fds: start %d, after warm-up %d, end %d, max %d\n", r.start.fds,

@@ -49,7 +49,9 @@ TEST(SoakProcessTest, StreamsSurviveModelCyclingAndMemoryStaysFlat) {
   ASSERT_TRUE(r.ok()) << r.status();
   std::printf("%s", soak::FormatReport(*r).c_str());
   std::string ends;
-  for (const soak::Sample& s : r->cycle_ends) absl::StrAppendFormat(&ends, " %.1f", s.anon_bytes / 1048576.0);
+  for (const soak::Sample& s : r->cycle_ends) {
+    absl::StrAppendFormat(&ends, " %.1f", s.anon_bytes / 1048576.0);
+  }
   std::printf("anonymous RSS at each cycle end (MiB):%s\n", ends.c_str());
   EXPECT_EQ(r->failed(), 0);
   EXPECT_EQ(r->mismatched, 0);
