@@ -206,6 +206,8 @@ void CudaBackend::RefreshKnobs() {
   k.mmq_split_k = r.GetBool("MINFER_MMQ_SPLIT_K", knob_overrides_);
   // MMVQ covers 1..8 tokens: the GEMM takes over at 9 at the latest.
   k.mmq_min_tokens = std::clamp<int64_t>(r.GetInt("MINFER_MMQ_MIN_TOKENS", knob_overrides_), 2, 9);
+  k.mmq_small_tokens =
+      std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_TOKENS", knob_overrides_), 0, kMmqSmallMaxTokens);
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
   const bool changed = !(k == knobs_);
   knobs_ = k;
@@ -409,7 +411,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     // directly), then reused by every launch on this stream. Its size never
     // changes, so the scratch entry (and the address) is stable.
     MmqTuning tuning;
-    if (mmq && (knobs_.mmq_stream_k || knobs_.mmq_split_k)) {
+    if (mmq && knobs_.mmq_stream_k) {
       if (mmq_sk_ws_ == nullptr) {
         const int64_t bytes = MmqStreamKBytes();
         if (bytes > 0) {
@@ -419,10 +421,18 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
           mmq_sk_bytes_ = bytes;
         }
       }
-      tuning.stream_k = knobs_.mmq_stream_k ? MmqStreamK::kAuto : MmqStreamK::kOff;
-      tuning.split_k = knobs_.mmq_split_k;
       tuning.stream_k_workspace = mmq_sk_ws_;
       tuning.stream_k_bytes = mmq_sk_bytes_;
+    }
+    // Split-k's partials (decode batches), allocated at the first GEMM of
+    // few tokens: the first one runs outside a capture window (direct runs
+    // come first), and the size never changes.
+    if (mmq && knobs_.mmq_split_k && nt <= 256) {
+      // (also the few-token kernel's)
+      ASSIGN_OR_RETURN(void* ws, Scratch("mmq_split", MmqSplitKBytes()));
+      tuning.split_k = kMmqSplitAuto;
+      tuning.split_workspace = ws;
+      tuning.split_bytes = MmqSplitKBytes();
     }
     for (size_t i = 0; i < ws.size();) {
       if (!(mmq && MmqSupports(ws[i]->type))) {
@@ -438,6 +448,20 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
              (seg.n == 0 || ws[i]->type == seg.w[0].type)) {
         seg.w[seg.n] = *ws[i];
         seg.y[seg.n++] = ys[i++];
+      }
+      if (nt <= knobs_.mmq_small_tokens) {
+        // A decode batch: the few-token kernel streams the weights.
+        const char* why = nullptr;
+        const cudaError_t err = LaunchMmqSmall(seg, act, nt, st, &tuning, &why);
+        if (err != cudaErrorNotSupported) {
+          RETURN_IF_ERROR(Check(err, "MMQ few-token"));
+          stats_.mmq_small++;
+          continue;
+        }
+        cudaGetLastError();
+        if (knobs_.mmq_debug && mmq_logged_.insert({static_cast<int>(seg.w[0].type), -2, k, 0}).second) {
+          Logger("cuda")->info("MMQ few-token kernel skipped for {}: {}", GgmlTypeName(seg.w[0].type), why);
+        }
       }
       MmqReport report;
       RETURN_IF_ERROR(Check(LaunchMmqSegments(seg, act, nt, st, &report, &tuning), "MMQ"));

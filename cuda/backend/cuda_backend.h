@@ -91,6 +91,7 @@ class CudaBackend : public graph::Backend {
     int64_t mmq_generic = 0;
     int64_t mmq_plane = 0;         // fast launches that read a scale plane
     int64_t mmq_segmented = 0;     // launches over several weights (FusedQKV)
+    int64_t mmq_small = 0;         // GEMMs of few tokens on the few-token kernel
     int64_t mmq_stream_k = 0;      // fast launches whose last waves ran as stream-k
     int64_t gemm_f16 = 0;          // prefill matmuls on the f16 GEMM
     int64_t int8_only_writes = 0;  // mode-2 producers (RmsNorm/SwiGLU wrote
@@ -121,6 +122,7 @@ class CudaBackend : public graph::Backend {
     bool mmq_stream_k = true;
     bool mmq_split_k = true;
     int64_t mmq_min_tokens = 9;
+    int64_t mmq_small_tokens = 0;
     int64_t mmvq_min_elems = 0;
     bool attn_prefill_tc = true;
     bool skip_write = true;  // mode 2 (MINFER_NO_SKIP_WRITE=0)

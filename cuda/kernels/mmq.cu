@@ -582,7 +582,10 @@ struct StreamKRequest {
   void* workspace = nullptr;
   int64_t bytes = 0;
   int sms = 0;  // the device's SMs (the launcher already queried it)
-  bool split_k = false;  // PlanSplitK may use the workspace too
+  // Split-k (MmqTuning::split_k and its workspace).
+  int split_k = 0;
+  void* split_ws = nullptr;
+  int64_t split_bytes = 0;
 };
 
 // Flags at the start of the workspace (a fixed place: they must stay zero
@@ -621,26 +624,36 @@ bool PlanStreamK(Params* p, int bn, int slots, const StreamKRequest& sk) {
   return true;
 }
 
-// Split-k for grids of whole tiles that fill less than half the resident
-// CTA slots (a decode batch: 7B's 3584-row outputs are 28 tiles of 128 rows
-// for 264 slots): the chunks of every tile are cut into S = min(slots /
-// tiles, 16, chunks) runs, one CTA each, whose partial sums a second
-// kernel adds in split order. The sums are then associated differently
-// than the whole-tile kernel's sequential fold (a float rounding
-// difference, deterministic from run to run). Uses the stream-k workspace
-// past its flags (sk.mode kOff or no workspace: no split); false (p
-// untouched) when it does not apply.
+// Split-k for grids of whole tiles that cannot fill the resident CTA slots
+// (a decode batch: 7B's 3584-row outputs are 28 tiles of 128 rows for 264
+// slots, its 18944-row ones 148): the chunks of every tile are cut into S
+// runs, one CTA each, whose partial sums a second kernel adds in split
+// order. The sums are then associated differently than the whole-tile
+// kernel's sequential fold (a float rounding difference, deterministic from
+// run to run). Automatic S: about two waves of CTAs, at most 16 and the
+// chunks, and no more partial traffic (S x nt x rows x 8 bytes written and
+// read) than the weight bytes. False (p untouched) when it does not apply.
+constexpr int64_t kSplitWorkspaceBytes = int64_t{48} << 20;
+
 bool PlanSplitK(Params* p, int bn, int slots, const StreamKRequest& sk) {
-  if (sk.workspace == nullptr || !sk.split_k || p->n_chunks < 2) return false;
+  if (sk.split_ws == nullptr || sk.split_k == 0 || p->n_chunks < 2) return false;
   const int64_t tiles = int64_t{p->row_tiles} * p->ntt;
-  int64_t splits = std::min<int64_t>({slots / std::max<int64_t>(tiles, 1), 16, p->n_chunks});
+  int64_t stride = 0, weight_bytes = 0;
+  for (int sg = 0; sg < p->n_seg; ++sg) {
+    stride += p->nt * p->seg[sg].rows;
+    weight_bytes += p->seg[sg].rows * p->seg[sg].row_bytes;
+  }
+  int64_t splits;
+  if (sk.split_k >= 2) {
+    splits = sk.split_k;
+  } else {
+    if (2 * tiles > slots) return false;
+    splits = std::min<int64_t>({2 * slots / std::max<int64_t>(tiles, 1), 16,
+                                weight_bytes / std::max<int64_t>(8 * stride, 1)});
+  }
+  splits = std::min<int64_t>({splits, p->n_chunks, sk.split_bytes / 4 / std::max<int64_t>(stride, 1)});
   if (splits < 2) return false;
-  int64_t stride = 0;
-  for (int sg = 0; sg < p->n_seg; ++sg) stride += p->nt * p->seg[sg].rows;
-  const int64_t room = (sk.bytes - kSkFlagBytes) / 4;
-  splits = std::min(splits, room / std::max<int64_t>(stride, 1));
-  if (splits < 2) return false;
-  float* part = reinterpret_cast<float*>(static_cast<uint8_t*>(sk.workspace) + kSkFlagBytes);
+  float* part = static_cast<float*>(sk.split_ws);
   int64_t off = 0;
   for (int sg = 0; sg < p->n_seg; ++sg) {
     p->seg[sg].part = part + off;
@@ -892,6 +905,8 @@ cudaError_t LaunchMmqScalePlane(const WeightView& w, void* plane, cudaStream_t s
 
 bool MmqSupports(GgmlType type) { return IsIntegerDotType(type); }
 
+int64_t MmqSplitKBytes() { return mmq::kSplitWorkspaceBytes; }
+
 int64_t MmqStreamKBytes() {
   const mmq::DeviceInfo* dev = nullptr;
   if (mmq::QueryDevice(&dev) != cudaSuccess || dev->sms <= 0) return 0;
@@ -1009,8 +1024,13 @@ cudaError_t LaunchFastImpl(const WeightView* ws, float* const* ys, int n, const 
        tuning.stream_k_bytes < mmq::StreamKBytes(dev->sms))) {
     return cudaErrorInvalidValue;
   }
-  const mmq::StreamKRequest sk{tuning.stream_k, tuning.stream_k_workspace, tuning.stream_k_bytes,
-                               dev->sms, tuning.split_k};
+  if (tuning.split_workspace != nullptr &&
+      reinterpret_cast<uintptr_t>(tuning.split_workspace) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const mmq::StreamKRequest sk{tuning.stream_k,   tuning.stream_k_workspace, tuning.stream_k_bytes,
+                               dev->sms,          tuning.split_k,            tuning.split_workspace,
+                               tuning.split_bytes};
   const int bn = tuning.tokens_per_cta != 0 ? tuning.tokens_per_cta : mmq::AutoTokensPerCta(p, *dev);
   const GgmlType type = ws[0].type;
   if (dev->major < 8) *why_not = "GPU older than sm_80 (no int8 mma.m16n8k32)";
@@ -1100,6 +1120,8 @@ cudaError_t LaunchMmqSegments(const MmqSegments& s, const void* act, int64_t nt,
     tu.stream_k_workspace = tuning->stream_k_workspace;
     tu.stream_k_bytes = tuning->stream_k_bytes;
     tu.split_k = tuning->split_k;
+    tu.split_workspace = tuning->split_workspace;
+    tu.split_bytes = tuning->split_bytes;
   }
   cudaError_t err = LaunchFastImpl(s.w, s.y, s.n, act, nt, tu, stream, &why_not, report);
   bool any_rows = false;

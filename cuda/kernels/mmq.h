@@ -168,14 +168,23 @@ struct MmqTuning {
   MmqStreamK stream_k = MmqStreamK::kAuto;
   void* stream_k_workspace = nullptr;  // null: no stream-k (and no split-k)
   int64_t stream_k_bytes = 0;          // at least MmqStreamKBytes()
-  // Split-k (fast variant, in the stream-k workspace): a grid of whole
-  // tiles that fills at most half the resident CTA slots — the few-token
-  // GEMMs of a decode batch — cuts each tile's chunks into runs on several
-  // CTAs and adds their partial sums in a second kernel, in split order.
-  // Deterministic, but associated otherwise than one CTA's fold: results
-  // move by float rounding, within the contract above.
-  bool split_k = false;
+  // Split-k (fast variant): a grid of whole tiles too small to fill the
+  // GPU — the few-token GEMMs of a decode batch — cuts each tile's chunks
+  // into runs on several CTAs, which write partial sums to the workspace,
+  // and a second kernel adds them in split order into y. Deterministic, but
+  // associated otherwise than one CTA's fold: results move by float
+  // rounding, within the contract above. 0 = off; kMmqSplitAuto = as the
+  // shape calls for it (mmq.cu PlanSplitK); >= 2 = that many splits
+  // (benchmarks, tests), fewer when the chunks or the workspace are short.
+  int split_k = 0;
+  void* split_workspace = nullptr;  // 16-byte aligned; null: no split-k
+  int64_t split_bytes = 0;
 };
+inline constexpr int kMmqSplitAuto = -1;
+
+// Bytes of workspace automatic split-k uses at most (the backend allocates
+// it once per model).
+int64_t MmqSplitKBytes();
 
 // One rung: y = W act with the fast variant. cudaErrorNotSupported (and
 // *why_not set to a static string, when non-null) if a kFast precondition
@@ -210,6 +219,21 @@ struct MmqSegments {
 cudaError_t LaunchMmqSegments(const MmqSegments& segments, const void* act, int64_t nt,
                               cudaStream_t stream, MmqReport* report = nullptr,
                               const MmqTuning* tuning = nullptr);
+
+// The few-token GEMM (mmq_small.cu): 1..kMmqSmallMaxTokens tokens on the
+// same activation layout, one warp per 16 weight rows with its weights
+// decoded straight from global memory into mma fragments (no shared-memory
+// staging: the tiled kernel's fixed cost per weight byte is what limits a
+// decode batch). Segments as LaunchMmqSegments, in one launch; split-k
+// from `tuning` (split_k / split_workspace; kMmqSplitAuto: enough warps to
+// fill the GPU). Numerics as above: bit-identical to VecDotQ8A without a
+// split. cudaErrorNotSupported (nothing launched, *why_not says why) for
+// more tokens, raw Q6_K blocks, weights or rows not 4-byte aligned, or a
+// GPU before sm_80.
+inline constexpr int64_t kMmqSmallMaxTokens = 64;
+cudaError_t LaunchMmqSmall(const MmqSegments& segments, const void* act, int64_t nt,
+                           cudaStream_t stream, const MmqTuning* tuning = nullptr,
+                           const char** why_not = nullptr);
 
 // The whole prefill matmul: LaunchQuantizeMmq(x -> act_scratch) then the
 // ladder. act_scratch: MmqActivationBytes(w.k, nt) bytes, 16-byte aligned,

@@ -80,6 +80,12 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        KnobEffect::kRecapture,
        "Matmuls of at least this many tokens run the GEMM (MMQ / f16), fewer the multi-token "
        "MMVQ: 2..9 (MMVQ covers 1..8 tokens)."});
+  add({"MINFER_MMQ_SMALL_TOKENS", KnobType::kInt, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Quantized GEMMs of at most this many tokens (a decode batch) run the few-token kernel "
+       "(weights decoded from global memory straight into tensor-core fragments) instead of "
+       "the tiled MMQ: 0..64; 0 (the default until it is measured end to end) = always the "
+       "tiled MMQ."});
   add({"MINFER_MMQ_SPLIT_K", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
        "MMQ launches whose tiles fill at most half the resident CTA slots (the few-token "
        "GEMMs of a decode batch) split each tile's k range over several CTAs and add the "

@@ -25,6 +25,11 @@
 // GemmF16, the speedup, which rung ran (and why kFast was skipped), and an
 // estimate of the 7B Q4_K_M prefill matmul time per token.
 //
+// --decode-batch: the matmuls of a batched decode step (nt = 1..128 tokens)
+// on the 7B shapes: multi-token MMVQ (nt <= 8) and MMQ with split-k off,
+// automatic and forced to 2, 4, 8, 16: us per call and weight GB/s, to
+// choose the MMVQ/MMQ crossover and the split policy.
+//
 // Weights are random valid blocks (f16 scales finite, codes random): speed
 // does not depend on values, but all-zero data could.
 #include <cuda_runtime_api.h>
@@ -457,8 +462,88 @@ int MmqMain(bool quick) {
   return 0;
 }
 
+int DecodeBatchMain() {
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int reps = 5, batch = 8;
+  void* ws = nullptr;
+  CHECK_CUDA(cudaMalloc(&ws, MmqSplitKBytes()));
+  struct DS {
+    const char* name;
+    GgmlType type;
+    int64_t rows, k;
+  };
+  const DS shapes[] = {{"q4_K attn_o 3584x3584", GgmlType::kQ4_K, 3584, 3584},
+                       {"q4_K gate 18944x3584", GgmlType::kQ4_K, 18944, 3584},
+                       {"q6_K down 3584x18944", GgmlType::kQ6_K, 3584, 18944},
+                       {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944},
+                       {"q6_K output 152064x3584", GgmlType::kQ6_K, 152064, 3584}};
+  std::printf("\n== decode-batch matmuls: us per call (weight GB/s)\n%-24s %4s | %14s | %14s %14s | %14s %14s %14s %14s %14s %14s\n",
+              "shape", "nt", "mmvq", "small", "small nosplit", "mmq", "split auto", "split 2",
+              "split 4", "split 8", "split 16");
+  for (const DS& s : shapes) {
+    std::vector<Matrix> rot = MakeRotation(s.type, s.rows, s.k);
+    for (int64_t nt : {1, 2, 4, 8, 16, 32, 64, 128}) {
+      Acts a = MakeActs(s.k, nt, s.rows * nt);
+      void* act = nullptr;
+      CHECK_CUDA(cudaMalloc(&act, MmqActivationBytes(s.k, nt)));
+      CHECK_CUDA(LaunchQuantizeMmq(a.x, act, s.k, nt, stream));
+      const double gb = static_cast<double>(rot[0].bytes) / 1e9;
+      auto cell = [&](double us) {
+        char b[32];
+        std::snprintf(b, sizeof(b), "%7.1f (%4.0f)", us, gb / (us * 1e-6));
+        return std::string(b);
+      };
+      std::string mmvq = "-";
+      if (nt <= 8) mmvq = cell(MmvqUs(rot, a, nt, MmvqTuning{}, batch, reps));
+      std::string small[2];
+      for (int sp = 0; sp < 2; ++sp) {
+        MmqTuning tu;
+        tu.split_k = sp == 0 ? kMmqSplitAuto : 0;
+        tu.split_workspace = ws;
+        tu.split_bytes = MmqSplitKBytes();
+        const int n = std::max<int>(batch, static_cast<int>(rot.size()));
+        small[sp] = cell(TimeLaunches(
+            [&](int i) {
+              const Matrix& mm = rot[i % rot.size()];
+              MmqSegments seg;
+              seg.n = 1;
+              seg.w[0] = mm.view;
+              seg.y[0] = a.y;
+              return LaunchMmqSmall(seg, act, nt, stream, &tu);
+            },
+            n, reps));
+      }
+      std::string cols[6];
+      const int modes[6] = {0, kMmqSplitAuto, 2, 4, 8, 16};
+      for (int m = 0; m < 6; ++m) {
+        MmqTuning tu;
+        tu.split_k = modes[m];
+        tu.split_workspace = ws;
+        tu.split_bytes = MmqSplitKBytes();
+        const int n = std::max<int>(batch, static_cast<int>(rot.size()));
+        cols[m] = cell(TimeLaunches(
+            [&](int i) {
+              const Matrix& mm = rot[i % rot.size()];
+              return LaunchMmqQuantized(mm.view, act, a.y, nt, stream, nullptr, &tu);
+            },
+            n, reps));
+      }
+      std::printf("%-24s %4lld | %14s | %14s %14s | %14s %14s %14s %14s %14s %14s\n", s.name,
+                  static_cast<long long>(nt), mmvq.c_str(), small[0].c_str(), small[1].c_str(),
+                  cols[0].c_str(), cols[1].c_str(), cols[2].c_str(), cols[3].c_str(),
+                  cols[4].c_str(), cols[5].c_str());
+      cudaFree(act);
+      FreeActs(a);
+    }
+    Free(rot);
+  }
+  cudaFree(ws);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   bool sweep = false, quick = false, mmq = false;
+  if (argc >= 2 && !std::strcmp(argv[1], "--decode-batch")) return DecodeBatchMain();
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--quick")) quick = true;

@@ -830,20 +830,19 @@ TEST(MmqStreamKTest, BitIdenticalToWholeTiles) {
 // over several CTAs and add the partials in a second kernel. Every type,
 // 28 and 3 row tiles (7B's 3584-row outputs, a small one), 9..100 tokens:
 // within the CPU bound, deterministic (two runs, same bits), the grid
-// really split (on 132 SMs), the stream-k flags untouched; and a fused
-// launch of three weights.
+// really split (on 132 SMs); forced split counts too; and a fused launch of
+// three weights.
 TEST(MmqSplitKTest, MatchesCpuDeterministically) {
   REQUIRE_MMQ_GPU();
   int dev = 0, sms = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  const int64_t ws_bytes = MmqStreamKBytes();
+  const int64_t ws_bytes = MmqSplitKBytes();
   DeviceBuffer<uint8_t> ws(ws_bytes);
-  ASSERT_EQ(cudaMemset(ws.get(), 0, ws_bytes), cudaSuccess);
   MmqTuning tu;
-  tu.stream_k_workspace = ws.get();
-  tu.stream_k_bytes = ws_bytes;
-  tu.split_k = true;
+  tu.split_workspace = ws.get();
+  tu.split_bytes = ws_bytes;
+  tu.split_k = kMmqSplitAuto;
   for (GgmlType type : kQuantTypes) {
     Checker c(std::string("split-k ") + GgmlTypeName(type));
     const bool q6k = type == GgmlType::kQ6_K;
@@ -871,11 +870,19 @@ TEST(MmqSplitKTest, MatchesCpuDeterministically) {
         if (sms == 132 && tiles * 2 <= 264) {
           c.Check(rep.grid > tiles, what + ": split-k expected, grid " + std::to_string(rep.grid));
         }
+        for (int forced : {2, 5, 16}) {
+          MmqTuning f = tu;
+          f.split_k = forced;
+          const std::vector<float> yf = RunPoisoned(rows, nt, [&](float* y) {
+            return LaunchMmqQuantized(dw->view, dact.get(), y, nt, nullptr, &rep, &f);
+          }, &err);
+          ASSERT_EQ(err, cudaSuccess) << what;
+          CheckAgainstCpu(hw, a, yf, what + " split-k forced " + std::to_string(forced), &c);
+          c.Check(rep.grid == tiles * std::min<int64_t>(forced, k / 256),
+                  what + ": forced split grid " + std::to_string(rep.grid));
+        }
       }
     }
-    std::vector<uint8_t> host = ws.ToHost();
-    c.Check(std::all_of(host.begin(), host.begin() + (16 << 10), [](uint8_t b) { return b == 0; }),
-            "split-k wrote into the stream-k flags");
   }
   // The fused QKV of a decode batch: 3584 + 512 + 512 rows at 16 tokens.
   for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ8_0}) {
@@ -906,6 +913,105 @@ TEST(MmqSplitKTest, MatchesCpuDeterministically) {
     }
     if (sms == 132) c.Check(rep.grid > 36, "segments: split-k expected");
   }
+}
+
+
+// The few-token kernel (mmq.h LaunchMmqSmall): every type, 1..64 tokens,
+// rows that are not multiples of 16: bit-identical to the CPU's VecDotQ8A
+// terms without a split (CheckAgainstCpu's bound, and the generic rung's
+// bits), within the bound with automatic and forced splits, deterministic;
+// three segments in one launch; refusals.
+TEST(MmqSmallTest, MatchesCpuAndTheTiledKernel) {
+  REQUIRE_MMQ_GPU();
+  const int64_t ws_bytes = MmqSplitKBytes();
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  for (GgmlType type : kQuantTypes) {
+    Checker c(std::string("few-token ") + GgmlTypeName(type));
+    const bool q6k = type == GgmlType::kQ6_K;
+    for (int64_t k : {int64_t{512}, int64_t{3584}}) {
+      for (int64_t rows : {int64_t{77}, int64_t{3584}}) {
+        const HostWeight hw = MakeWeight(type, rows, k, 1);
+        auto dw = Upload(hw, q6k, 0, q6k ? 0 : DeviceRowBytes(type, k) - RowBytes(type, k));
+        for (int64_t nt : {1, 3, 8, 16, 33, 64}) {
+          const Acts a = MakeActs(k, nt);
+          DeviceBuffer<uint8_t> dact(a.layout);
+          const std::string what = Describe(type, q6k, rows, k, nt);
+          cudaError_t err;
+          auto run = [&](int split) {
+            MmqTuning tu;
+            tu.split_k = split;
+            tu.split_workspace = ws.get();
+            tu.split_bytes = ws_bytes;
+            return RunPoisoned(rows, nt, [&](float* y) {
+              MmqSegments seg;
+              seg.n = 1;
+              seg.w[0] = dw->view;
+              seg.y[0] = y;
+              return LaunchMmqSmall(seg, dact.get(), nt, nullptr, &tu);
+            }, &err);
+          };
+          const std::vector<float> y0 = run(0);
+          ASSERT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
+          CheckAgainstCpu(hw, a, y0, what + " few-token", &c);
+          const std::vector<float> yg = RunPoisoned(rows, nt, [&](float* y) {
+            return LaunchMmqGeneric(dw->view, dact.get(), y, nt, nullptr);
+          }, &err);
+          CheckIdentical(y0, yg, rows * nt, what + " few-token vs generic (no split)", &c);
+          for (int split : {kMmqSplitAuto, 3, 16}) {
+            const std::vector<float> ys = run(split);
+            ASSERT_EQ(err, cudaSuccess) << what;
+            CheckAgainstCpu(hw, a, ys, what + " few-token split " + std::to_string(split), &c);
+            CheckIdentical(run(split), ys, rows * nt, what + " split twice", &c);
+          }
+          if (c.failures() > 20) return;
+        }
+      }
+    }
+  }
+  // Segments: q, k, v of one FusedQKV at 16 tokens.
+  {
+    Checker c("few-token segments");
+    const GgmlType type = GgmlType::kQ4_K;
+    const int64_t k = 3584, rows[3] = {3584, 512, 512}, nt = 16;
+    const Acts a = MakeActs(k, nt);
+    DeviceBuffer<uint8_t> dact(a.layout);
+    std::vector<HostWeight> hws;
+    std::vector<std::unique_ptr<DeviceWeight>> dw;
+    std::vector<std::unique_ptr<DeviceBuffer<float>>> outs;
+    MmqSegments seg;
+    seg.n = 3;
+    for (int i = 0; i < 3; ++i) {
+      hws.push_back(MakeWeight(type, rows[i], k, 1));
+      dw.push_back(Upload(hws.back(), false, 0, DeviceRowBytes(type, k) - RowBytes(type, k)));
+      seg.w[i] = dw.back()->view;
+      outs.push_back(std::make_unique<DeviceBuffer<float>>(rows[i] * nt + kGuard));
+      outs.back()->Poison();
+      seg.y[i] = outs.back()->get();
+    }
+    MmqTuning tu;
+    tu.split_k = kMmqSplitAuto;
+    tu.split_workspace = ws.get();
+    tu.split_bytes = ws_bytes;
+    ASSERT_EQ(LaunchMmqSmall(seg, dact.get(), nt, nullptr, &tu), cudaSuccess);
+    SYNC();
+    for (int i = 0; i < 3; ++i) {
+      CheckAgainstCpu(hws[i], a, outs[i]->ToHost(), "segment " + std::to_string(i), &c);
+    }
+  }
+  // Refusals: too many tokens, raw Q6_K.
+  const HostWeight hw = MakeWeight(GgmlType::kQ6_K, 64, 256, 1);
+  auto raw = Upload(hw, false);
+  DeviceBuffer<uint8_t> act(MmqActivationBytes(256, 65));
+  DeviceBuffer<float> y(64 * 65);
+  MmqSegments seg;
+  seg.n = 1;
+  seg.w[0] = raw->view;
+  seg.y[0] = y.get();
+  const char* why = nullptr;
+  EXPECT_EQ(LaunchMmqSmall(seg, act.get(), 65, nullptr, nullptr, &why), cudaErrorNotSupported);
+  EXPECT_NE(why, nullptr);
+  EXPECT_EQ(LaunchMmqSmall(seg, act.get(), 8, nullptr, nullptr, &why), cudaErrorNotSupported);
+  EXPECT_STREQ(why, "raw 210-byte Q6_K blocks");
 }
 
 TEST(MmqApiTest, RejectsBadCalls) {
