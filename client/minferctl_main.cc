@@ -122,6 +122,17 @@ void PrintModel(const v1::ModelStatus& m) {
       {"tokens:", absl::StrCat(m.counters().prompt_tokens(), " in, ",
                                m.counters().completion_tokens(), " out")},
   };
+  if (m.has_kv_pool()) {
+    const v1::KvPoolStatus& kv = m.kv_pool();
+    rows.push_back({"kv pool:", absl::StrCat(kv.blocks_used(), " of ", kv.blocks_total(),
+                                             " blocks used (", kv.block_tokens(), " tokens, ",
+                                             Mib(kv.block_bytes()), " each); per sequence: ",
+                                             kv.sequence_blocks_size() == 0
+                                                 ? std::string("-")
+                                                 : absl::StrJoin(kv.sequence_blocks(), " "))});
+    rows.push_back({"batching:", absl::StrCat(kv.steps(), " steps of up to ", kv.token_budget(),
+                                              " tokens, ", kv.preemptions(), " preemptions")});
+  }
   if (m.state() == v1::MODEL_STATE_LOADING) {
     rows.push_back({"loaded:", absl::StrCat(Mib(m.load_bytes_done()), " of ",
                                             Mib(m.load_bytes_total()))});
@@ -244,10 +255,13 @@ int main(int argc, char** argv) {
   c_load->add_option("path", *load.mutable_path(), "GGUF file, as the daemon sees it")->required();
   int64_t load_ctx = 0;
   int32_t load_parallel = 0, load_queue = 0;
+  int64_t load_kv_tokens = 0;
   std::string load_kv, load_backend;
   c_load->add_option("--ctx", load_ctx, "context per sequence (0 = server default)");
   c_load->add_option("--parallel", load_parallel, "concurrent sequences (0 = server default)");
   c_load->add_option("--queue-size", load_queue, "queued requests beyond parallel");
+  c_load->add_option("--kv-tokens", load_kv_tokens,
+                     "KV pool size in tokens (0 = parallel x ctx; smaller pools preempt)");
   c_load->add_option("--kv-type", load_kv, "f32, f16 or q8_0");
   c_load->add_option("--backend", load_backend, "cpu, cuda or auto");
   c_load->add_option("--knob", load_knobs, "K=V per-model knob override (repeatable)");
@@ -373,6 +387,7 @@ int main(int argc, char** argv) {
     load.set_n_ctx(load_ctx);
     load.set_parallel(load_parallel);
     load.set_queue_size(load_queue);
+    load.set_kv_tokens(load_kv_tokens);
     load.set_kv_type(load_kv);
     load.set_backend(load_backend);
     for (const std::string& kv : load_knobs) {
@@ -689,10 +704,22 @@ int main(int argc, char** argv) {
                         absl::StrFormat("%.1f", b.result.usage.decode_step_tokens_per_second())});
       }
       PrintTable(rows);
+      std::vector<double> tps, ttft;
+      for (const BenchStream& b : runs) {
+        if (!b.status.ok()) continue;
+        tps.push_back(b.decode_tps);
+        ttft.push_back(b.ttft);
+      }
+      std::sort(tps.begin(), tps.end());
+      std::sort(ttft.begin(), ttft.end());
+      auto pct = [](const std::vector<double>& v, double p) {
+        return v.empty() ? 0.0 : v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+      };
       std::cout << absl::StrFormat(
           "%d streams, %d failed, %d greedy mismatches; %d tokens in %.2f s = %.1f tok/s "
-          "aggregate\n",
-          runs.size(), failed, mismatched, total_tokens, wall, total_tokens / wall);
+          "aggregate; per stream %.1f median, %.1f min tok/s; TTFT p50 %.3f p90 %.3f p99 %.3f s\n",
+          runs.size(), failed, mismatched, total_tokens, wall, total_tokens / wall, pct(tps, 0.5),
+          tps.empty() ? 0.0 : tps.front(), pct(ttft, 0.5), pct(ttft, 0.9), pct(ttft, 0.99));
     }
     for (const BenchStream& b : runs) {
       if (!b.status.ok()) return Fail(b.status);

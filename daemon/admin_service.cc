@@ -155,6 +155,17 @@ void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& al
   out->set_active_sequences(st.active);
   out->set_queued_sequences(st.queued);
   out->set_queue_size(st.config.queue_size);
+  if (st.kv_block > 0) {
+    v1::KvPoolStatus* kv = out->mutable_kv_pool();
+    kv->set_block_tokens(st.kv_block);
+    kv->set_blocks_total(st.kv_blocks_total);
+    kv->set_blocks_used(st.kv_blocks_used);
+    kv->set_block_bytes(st.kv_block_bytes);
+    for (int64_t b : st.sequence_blocks) kv->add_sequence_blocks(b);
+    kv->set_preemptions(st.preemptions);
+    kv->set_token_budget(st.token_budget);
+    kv->set_steps(st.steps);
+  }
   v1::ModelCounters* c = out->mutable_counters();
   c->set_requests(st.counters.requests);
   c->set_completed(st.counters.completed);
@@ -280,6 +291,7 @@ grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(
   config.kv_type = request->kv_type();
   config.knobs = KnobOverrides(request->knobs().begin(), request->knobs().end());
   config.queue_size = request->queue_size();
+  config.kv_tokens = request->kv_tokens();
   absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Load(std::move(config));
   if (!slot.ok()) {
     reactor->FinishWith(ToGrpcStatus(slot.status()));

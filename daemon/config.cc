@@ -116,6 +116,7 @@ absl::Status ReadModel(const Json& j, const std::string& path, const std::string
   RETURN_IF_ERROR(r.Integer("n_ctx", &m->n_ctx, 1));
   RETURN_IF_ERROR(r.Integer("parallel", &m->parallel, 1));
   RETURN_IF_ERROR(r.Integer("queue_size", &m->queue_size, 1));
+  RETURN_IF_ERROR(r.Integer("kv_tokens", &m->kv_tokens, 1));
   RETURN_IF_ERROR(r.String("kv_type", &m->kv_type));
   RETURN_IF_ERROR(r.StringMap("knobs", &m->knobs));
   RETURN_IF_ERROR(r.Done());

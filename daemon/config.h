@@ -10,9 +10,9 @@
 //     "admin_token_file": "/etc/minfer/admin-token",
 //     "limits": {"max_prompt_tokens": 32768, "max_tokens": 4096,
 //                "default_max_tokens": 256},     // (capped by max_tokens)
-//     "defaults": {"n_ctx": 4096, "parallel": 1, "queue_size": 16},
+//     "defaults": {"n_ctx": 4096, "parallel": 16, "queue_size": 16},
 //     "models": [{"name": "default", "path": "models/default.gguf",
-//                 "n_ctx": 4096, "parallel": 4, "kv_type": "f16",
+//                 "n_ctx": 4096, "parallel": 4, "kv_type": "f16", "kv_tokens": 8192,
 //                 "backend": "auto", "queue_size": 16,
 //                 "knobs": {"MINFER_PREFILL_CHUNK": "256"}}],
 //     "aliases": {"prod": "default"},
@@ -48,7 +48,7 @@ struct DaemonConfig {
   std::string admin_token_file;  // read into admin_token by Finalize
   GenerationLimits limits;
   int64_t default_n_ctx = 4096;
-  int32_t default_parallel = 1;
+  int32_t default_parallel = 16;
   int32_t default_queue_size = 16;
   std::vector<SlotConfig> models;  // loaded at start (fields 0 = defaults)
   std::vector<std::pair<std::string, std::string>> aliases;  // set once ready

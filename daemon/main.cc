@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", models, "NAME=PATH: load a model at start (repeatable)");
   app.add_option("--alias", aliases, "ALIAS=MODEL: set once MODEL is ready (repeatable)");
   auto* o_ctx = app.add_option("--ctx", ctx, "default context size per sequence (4096)");
-  auto* o_parallel = app.add_option("--parallel", parallel, "default concurrent sequences (1)");
+  auto* o_parallel = app.add_option("--parallel", parallel, "default concurrent sequences per model (16)");
   auto* o_queue = app.add_option("--queue-size", queue_size, "default queue beyond parallel (16)");
   auto* o_mpt = app.add_option("--max-prompt-tokens", max_prompt_tokens, "limit (32768)");
   auto* o_mt = app.add_option("--max-tokens", max_tokens, "limit on a request's max_tokens (4096)");

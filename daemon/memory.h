@@ -3,19 +3,18 @@
 // up front (RESOURCE_EXHAUSTED with the figures) instead of failing halfway
 // or pushing the host into swap.
 //
-// The estimate, per slot (every figure in bytes):
+// The estimate, per slot (every figure in bytes), for the batched engine
+// (engine/runtime/engine.h): one KV pool and one set of graphs per model.
 //   weights = sum of the GGUF file's tensor bytes (the mmap'ed or uploaded
 //             weights)
-//   kv      = parallel x n_ctx x 2 (K and V) x n_layer x row(n_embd_kv),
-//             row() in the KV element type; "auto" counts as f32 (the
-//             largest), so the figure is an upper bound; n_ctx is clamped
-//             to the model's context length like Session does
-//   scratch = parallel x (3 x A(prefill_chunk) + A(1)): a session caches up
-//             to four graphs (the decode graph, the full-chunk prefill graph
-//             and two of other lengths), each with its own activation
-//             buffers; A(T) bounds one graph's buffers for T tokens:
-//             4 x T x (6 n_embd + 4 n_embd_kv + 3 n_ff) + 4 x n_vocab
-//             + 2 x T x n_ff (the CPU backend's int8 activation scratch)
+//   kv      = the KV pool: PoolBlocks() blocks (the reserved one included)
+//             x 2 (K and V) x n_layer x block x row(n_embd_kv), row() in the
+//             KV element type; "auto" counts as f32 (the largest), so the
+//             figure is an upper bound; n_ctx is clamped to the model's
+//             context length like the engine does
+//   scratch = BatchScratchBound(token_budget): every graph's activations
+//             share one arena, which the largest graph (token_budget tokens,
+//             an output row per sequence) sizes
 // For CPU models the budget is the --memory-limit, or else the host's
 // available memory (MemAvailable) at the time of the load. Models offered to
 // a GPU are also admitted against its free memory (DeviceBudget), with the
@@ -48,18 +47,31 @@ struct MemoryEstimate {
 
 struct EstimateParams {
   int64_t n_ctx = 4096;
-  int32_t parallel = 1;
+  int32_t parallel = 1;  // sequences running at once
   // Unset: the model's default (counted as f32).
   std::optional<graph::DType> kv_type;
-  int64_t prefill_chunk = 512;
+  // KV pool size in tokens (rounded up to blocks); 0: parallel x n_ctx.
+  int64_t kv_tokens = 0;
+  int32_t kv_block = 16;
+  int64_t token_budget = 512;  // tokens per batched step
 };
+
+// Blocks of the KV pool the engine allocates for `params` (the reserved
+// block included): EngineOptions::kv_blocks.
+int64_t PoolBlocks(const models::Qwen2Hparams& hp, const EstimateParams& params);
 
 // Estimates from the file's tensor table and hyperparameters (no weights are
 // read).
 MemoryEstimate EstimateMemory(const gguf::GgufFile& file, const models::Qwen2Hparams& hp,
                               const EstimateParams& params);
-// Bytes of activation buffers the estimate allows one graph of `n_tokens`.
+// Bytes of activation buffers the estimate allows one graph of `n_tokens`
+// (a Session's graph: the logits of one row).
 uint64_t GraphScratchBound(const models::Qwen2Hparams& hp, int64_t n_tokens);
+// The same for a batched graph of n_tokens with n_rows output rows and
+// max_blocks block-table entries per sequence: GraphScratchBound plus the
+// logits and TopK rows and the batch description inputs.
+uint64_t BatchScratchBound(const models::Qwen2Hparams& hp, int64_t n_tokens, int64_t n_rows,
+                           int64_t max_blocks);
 
 struct HostMemory {
   uint64_t total = 0;

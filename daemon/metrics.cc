@@ -19,6 +19,13 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   return b;
 }
 
+// Counts per step (sequences, tokens): 1, 2, 4, ... 8192.
+prometheus::Histogram::BucketBoundaries CountBuckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 1; v <= 8192; v *= 2) b.push_back(v);
+  return b;
+}
+
 }  // namespace
 
 Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
@@ -64,6 +71,35 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Help("Everything a model's backend holds (on a GPU: weights and the planes "
                               "derived from them, KV cache, graph buffers, kernel workspaces).")
                         .Register(r);
+  kv_blocks_ = &prometheus::BuildGauge()
+                    .Name("minfer_kv_blocks")
+                    .Help("Blocks of the model's KV pool by state (used, free).")
+                    .Register(r);
+  preemptions_ = &prometheus::BuildCounter()
+                      .Name("minfer_preemptions_total")
+                      .Help("Sequences preempted because the KV pool ran dry (recomputed later).")
+                      .Register(r);
+  step_sequences_ = &prometheus::BuildHistogram()
+                         .Name("minfer_step_sequences")
+                         .Help("Sequences evaluated per batched forward step.")
+                         .Register(r);
+  step_tokens_ = &prometheus::BuildHistogram()
+                      .Name("minfer_step_tokens")
+                      .Help("Tokens evaluated per batched forward step (decodes + prefill chunks).")
+                      .Register(r);
+  step_seconds_ = &prometheus::BuildHistogram()
+                       .Name("minfer_step_seconds")
+                       .Help("Wall time of a batched step (schedule, forward, sampling).")
+                       .Register(r);
+  queue_time_ = &prometheus::BuildHistogram()
+                     .Name("minfer_queue_time_seconds")
+                     .Help("From a request's arrival to the first step it ran in.")
+                     .Register(r);
+  tpot_ = &prometheus::BuildHistogram()
+               .Name("minfer_time_per_output_token_seconds")
+               .Help("Per finished stream: time from its first token to its last over the "
+                     "tokens after the first.")
+               .Register(r);
   draining_ = &prometheus::BuildGauge()
                    .Name("minfer_draining")
                    .Help("1 while the server drains before exiting.")
@@ -110,6 +146,14 @@ ModelMetrics* Metrics::ForModel(const std::string& model) {
     slot->kv_bytes = &slot_memory_->Add({{"model", model}, {"kind", "kv"}});
     slot->scratch_bytes = &slot_memory_->Add({{"model", model}, {"kind", "scratch"}});
     slot->backend_bytes = &backend_memory_->Add(l);
+    slot->kv_blocks_used = &kv_blocks_->Add({{"model", model}, {"state", "used"}});
+    slot->kv_blocks_free = &kv_blocks_->Add({{"model", model}, {"state", "free"}});
+    slot->preemptions = &preemptions_->Add(l);
+    slot->step_sequences = &step_sequences_->Add(l, CountBuckets());
+    slot->step_tokens = &step_tokens_->Add(l, CountBuckets());
+    slot->step_seconds = &step_seconds_->Add(l, LatencyBuckets());
+    slot->queue_time = &queue_time_->Add(l, LatencyBuckets());
+    slot->tpot = &tpot_->Add(l, LatencyBuckets());
   }
   return slot.get();
 }
@@ -131,6 +175,8 @@ void Metrics::RemoveModel(const std::string& model) {
     slot_memory_->Remove(m.kv_bytes);
     slot_memory_->Remove(m.scratch_bytes);
     backend_memory_->Remove(m.backend_bytes);
+    kv_blocks_->Remove(m.kv_blocks_used);
+    kv_blocks_->Remove(m.kv_blocks_free);
     // Counters and histograms stay registered; forget only our pointers to
     // the removed gauges by dropping the entry (a reload re-adds them).
     models_.erase(it);

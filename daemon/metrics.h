@@ -11,6 +11,13 @@
 //   minfer_slot_state{model,state}                   1 for the slot's state
 //   minfer_slot_memory_bytes{model,kind}             weights / kv / scratch
 //   minfer_backend_memory_bytes{model}               all the backend holds
+//   minfer_kv_blocks{model,state}                    KV pool blocks used / free
+//   minfer_preemptions_total{model}                  sequences preempted (KV pool dry)
+//   minfer_step_sequences{model}                     sequences per batched step
+//   minfer_step_tokens{model}                        tokens per batched step
+//   minfer_step_seconds{model}                       wall time of a batched step
+//   minfer_queue_time_seconds{model}                 arrival -> first step it ran in
+//   minfer_time_per_output_token_seconds{model}      per finished stream, after the first
 //   minfer_draining                                  1 while draining
 //
 // Per-model series of a slot are handed out as a ModelMetrics (stable
@@ -50,6 +57,14 @@ struct ModelMetrics {
   prometheus::Gauge* kv_bytes = nullptr;
   prometheus::Gauge* scratch_bytes = nullptr;
   prometheus::Gauge* backend_bytes = nullptr;
+  prometheus::Gauge* kv_blocks_used = nullptr;
+  prometheus::Gauge* kv_blocks_free = nullptr;
+  prometheus::Counter* preemptions = nullptr;
+  prometheus::Histogram* step_sequences = nullptr;
+  prometheus::Histogram* step_tokens = nullptr;
+  prometheus::Histogram* step_seconds = nullptr;
+  prometheus::Histogram* queue_time = nullptr;
+  prometheus::Histogram* tpot = nullptr;
 };
 
 class Metrics {
@@ -89,6 +104,13 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* slot_state_;
   prometheus::Family<prometheus::Gauge>* slot_memory_;
   prometheus::Family<prometheus::Gauge>* backend_memory_;
+  prometheus::Family<prometheus::Gauge>* kv_blocks_;
+  prometheus::Family<prometheus::Counter>* preemptions_;
+  prometheus::Family<prometheus::Histogram>* step_sequences_;
+  prometheus::Family<prometheus::Histogram>* step_tokens_;
+  prometheus::Family<prometheus::Histogram>* step_seconds_;
+  prometheus::Family<prometheus::Histogram>* queue_time_;
+  prometheus::Family<prometheus::Histogram>* tpot_;
   prometheus::Gauge* draining_;
 
   std::mutex mu_;

@@ -1,6 +1,8 @@
 #include "daemon/slot.h"
 
 #include <algorithm>
+#include <iterator>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,16 +20,16 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 }  // namespace
 
-// A sequence running on one of the slot's sessions (worker-owned).
+// A sequence handed to the engine (worker-owned).
 struct Slot::Active {
   std::shared_ptr<Sequence> seq;
-  std::unique_ptr<runtime::Generation> gen;
-  int session = -1;
+  uint64_t id = 0;  // the engine's
   uint64_t seed = 0;
-  Clock::time_point admitted;
+  Clock::time_point added;
   Clock::time_point last_token;
   double ttft_seconds = 0;
   bool got_token = false;
+  runtime::GenerationStats stats;  // what the engine reported so far
 };
 
 absl::StatusOr<std::optional<graph::DType>> ParseKvType(const std::string& kv_type) {
@@ -132,8 +134,16 @@ SlotStatus Slot::Status() const {
   s.kv_bytes = kv_bytes_;
   s.scratch_bytes = scratch_bytes_;
   s.backend_bytes = backend_bytes_;
-  s.active = in_use_;
-  s.queued = static_cast<int32_t>(queue_.size());
+  s.active = running_;
+  s.queued = waiting_ + static_cast<int32_t>(queue_.size());
+  s.kv_block = kv_block_;
+  s.kv_blocks_total = kv_blocks_total_;
+  s.kv_blocks_used = kv_blocks_used_;
+  s.kv_block_bytes = kv_block_bytes_;
+  s.sequence_blocks = sequence_blocks_;
+  s.token_budget = token_budget_;
+  s.preemptions = preemptions_;
+  s.steps = steps_;
   s.counters = counters_;
   s.load_seconds = load_seconds_;
   return s;
@@ -164,11 +174,11 @@ absl::Status Slot::Submit(std::shared_ptr<Sequence> seq) {
       return absl::FailedPreconditionError(StateError());
     }
     const size_t capacity = static_cast<size_t>(config_.parallel) + config_.queue_size;
-    if (queue_.size() + in_use_ >= capacity) {
+    if (live_.size() >= capacity) {
       counters_.rejected_queue_full++;
       return absl::ResourceExhaustedError(absl::StrCat(
-          "model '", config_.name, "' is at capacity: ", in_use_, " sequences running and ",
-          queue_.size(), " queued (parallel ", config_.parallel, ", queue_size ",
+          "model '", config_.name, "' is at capacity: ", running_, " sequences running and ",
+          live_.size() - running_, " queued (parallel ", config_.parallel, ", queue_size ",
           config_.queue_size, ")"));
     }
     counters_.requests++;
@@ -269,7 +279,7 @@ void Slot::ThreadMain() {
   absl::Status loaded = Load();
   if (!loaded.ok()) {
     hooks_.budget->Release(config_.name);
-    sessions_.clear();
+    engine_.reset();
     model_mut_.reset();
     Logger("daemon")->error("model '{}': load failed: {}", config_.name, loaded);
     SetState(SlotState::kFailed, loaded);
@@ -280,9 +290,12 @@ void Slot::ThreadMain() {
     load_seconds_ = Seconds(Clock::now() - t0);
   }
   const SlotStatus st = Status();
-  Logger("daemon")->info("model '{}': ready in {:.2f} s ({} sequences x n_ctx {}, KV {}): {}",
-                         config_.name, st.load_seconds, config_.parallel, st.n_ctx, st.kv_type,
-                         st.summary);
+  Logger("daemon")->info(
+      "model '{}': ready in {:.2f} s ({} sequences, n_ctx {}, KV {} pool of {} blocks x {} rows = "
+      "{:.1f} MiB, {:.1f} MiB of activations for {} tokens per step): {}",
+      config_.name, st.load_seconds, config_.parallel, st.n_ctx, st.kv_type, st.kv_blocks_total,
+      st.kv_block, st.kv_bytes / 1048576.0, st.scratch_bytes / 1048576.0, st.token_budget,
+      st.summary);
   bool stop;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -326,6 +339,8 @@ absl::Status Slot::Load() {
   const std::string where = absl::StrCat("model '", config_.name, "' (", config_.path, ")");
   std::string backend = config_.backend;
   ASSIGN_OR_RETURN(std::optional<graph::DType> kv_type, ParseKvType(config_.kv_type));
+  int64_t pool_blocks = 0;
+  int32_t kv_block = 16;
   // Admission first: the tensor table and hyperparameters are enough to
   // estimate, and reading them touches no weight pages.
   {
@@ -333,16 +348,21 @@ absl::Status Slot::Load() {
     if (!file.ok()) return Annotate(file.status(), where);
     auto arch = models::Qwen2Model::FromGguf(**file);
     if (!arch.ok()) return Annotate(arch.status(), where);
+    const models::Qwen2Hparams& hp = (*arch)->hparams();
     EstimateParams ep;
     ep.n_ctx = config_.n_ctx;
     ep.parallel = config_.parallel;
     ep.kv_type = kv_type;
-    const int64_t chunk_knob = KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK", &config_.knobs);
-    ep.prefill_chunk = runtime::PrefillChunk(chunk_knob, /*gpu=*/false);
-    MemoryEstimate estimate = EstimateMemory(**file, (*arch)->hparams(), ep);
-    // On a device the graphs are those of the device's prefill chunk.
-    ep.prefill_chunk = runtime::PrefillChunk(chunk_knob, /*gpu=*/true);
-    const MemoryEstimate device_estimate = EstimateMemory(**file, (*arch)->hparams(), ep);
+    ep.kv_tokens = config_.kv_tokens;
+    ep.kv_block = static_cast<int32_t>(KnobRegistry::Global().GetInt("MINFER_KV_BLOCK", &config_.knobs));
+    const int64_t budget_knob = KnobRegistry::Global().GetInt("MINFER_BATCH_TOKENS", &config_.knobs);
+    ep.token_budget = budget_knob > 0 ? budget_knob : 512;
+    MemoryEstimate estimate = EstimateMemory(**file, hp, ep);
+    // On a device the steps are those of the device's token budget.
+    ep.token_budget = budget_knob > 0 ? budget_knob : 2048;
+    const MemoryEstimate device_estimate = EstimateMemory(**file, hp, ep);
+    pool_blocks = PoolBlocks(hp, ep);
+    kv_block = ep.kv_block;
     {
       std::lock_guard<std::mutex> lock(mu_);
       estimate_ = estimate;
@@ -373,19 +393,35 @@ absl::Status Slot::Load() {
   absl::StatusOr<std::shared_ptr<runtime::Model>> model = runtime::Model::Load(config_.path, mo);
   if (!model.ok()) return Annotate(model.status(), where);
   model_mut_ = *model;
-  runtime::SessionOptions so;
-  so.n_ctx = config_.n_ctx;
-  so.kv_type = kv_type;
-  uint64_t kv_bytes = 0;
-  for (int i = 0; i < config_.parallel; ++i) {
-    absl::StatusOr<std::unique_ptr<runtime::Session>> s = runtime::Session::Create(model_mut_, so);
-    if (!s.ok()) return Annotate(s.status(), where);
-    kv_bytes += (*s)->kv_bytes();
-    sessions_.push_back(std::move(*s));
+  runtime::EngineOptions eo;
+  eo.max_seqs = config_.parallel;
+  eo.n_ctx = config_.n_ctx;
+  eo.kv_block = kv_block;
+  eo.kv_blocks = pool_blocks;
+  eo.kv_type = kv_type;
+  absl::StatusOr<std::unique_ptr<runtime::StepEngine>> engine;
+  if (hooks_.make_engine) {
+    engine = hooks_.make_engine(model_mut_, eo);
+  } else {
+    absl::StatusOr<std::unique_ptr<runtime::Engine>> e = runtime::Engine::Create(model_mut_, eo);
+    // The largest graph now: its activations are allocated (and reported)
+    // before the first request, and an allocation failure fails the load.
+    if (e.ok()) {
+      absl::Status prepared = (*e)->runner().Prepare();
+      if (prepared.ok()) {
+        engine = std::unique_ptr<runtime::StepEngine>(std::move(*e));
+      } else {
+        engine = prepared;
+      }
+    } else {
+      engine = e.status();
+    }
   }
-  session_busy_.assign(sessions_.size(), false);
+  if (!engine.ok()) return Annotate(engine.status(), where);
+  engine_ = std::move(*engine);
+  const runtime::EngineSnapshot snap = engine_->Snapshot();
   // Computed here, on the slot's thread: Summary() reads the model's knob
-  // overrides, which only this thread may touch once sessions run.
+  // overrides, which only this thread may touch once the engine runs.
   std::string summary = model_mut_->Summary();
   const int64_t backend_bytes = model_mut_->kv_backend()->MemoryBytes();
   const uint64_t backend_gen = model_mut_->kv_backend()->pool_gen();
@@ -394,12 +430,19 @@ absl::Status Slot::Load() {
   backend_gen_ = backend_gen;
   model_ = model_mut_;
   summary_ = std::move(summary);
-  n_ctx_ = sessions_.front()->n_ctx();
-  kv_type_ = graph::DTypeName(sessions_.front()->kv_type());
-  kv_bytes_ = kv_bytes;
+  n_ctx_ = snap.n_ctx;
+  kv_type_ = graph::DTypeName(snap.kv_type);
+  kv_bytes_ = static_cast<uint64_t>(snap.kv_bytes);
+  scratch_bytes_ = static_cast<uint64_t>(snap.activation_bytes);
+  kv_block_ = snap.kv_block;
+  kv_blocks_total_ = snap.kv_blocks_total;
+  kv_block_bytes_ = static_cast<uint64_t>(snap.kv_block_bytes);
+  token_budget_ = snap.token_budget;
   if (metrics_ != nullptr) {
     metrics_->weights_bytes->Set(static_cast<double>(model_->weight_bytes()));
-    metrics_->kv_bytes->Set(static_cast<double>(kv_bytes));
+    metrics_->kv_bytes->Set(static_cast<double>(kv_bytes_));
+    metrics_->kv_blocks_free->Set(static_cast<double>(kv_blocks_total_));
+    metrics_->kv_blocks_used->Set(0);
     metrics_->scratch_bytes->Set(static_cast<double>(scratch_bytes_));
     metrics_->backend_bytes->Set(static_cast<double>(backend_bytes_));
   }
@@ -407,7 +450,8 @@ absl::Status Slot::Load() {
 }
 
 void Slot::Serve() {
-  std::vector<Active> active;
+  std::map<uint64_t, Active> active;  // by engine id
+  std::vector<runtime::EngineEvent> events;
   for (;;) {
     std::vector<std::shared_ptr<Sequence>> admit;
     std::vector<std::shared_ptr<Sequence>> dropped;
@@ -420,8 +464,7 @@ void Slot::Serve() {
           for (const auto& seq : live_) seq->Cancel(cancel_reason_);
           drain_cancelled_ = true;
         }
-        // Queued sequences that were cancelled or expired leave the queue
-        // now, so they stop counting against its capacity.
+        // Submitted sequences that were cancelled or expired leave at once.
         for (auto it = queue_.begin(); it != queue_.end();) {
           if ((*it)->cancel_requested() || now >= (*it)->deadline()) {
             dropped.push_back(std::move(*it));
@@ -435,124 +478,126 @@ void Slot::Serve() {
         cv_.wait(lock);
       }
       tasks.swap(tasks_);
-      while (!queue_.empty() && in_use_ < config_.parallel) {
-        admit.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-        ++in_use_;
-      }
+      admit.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+      queue_.clear();
     }
     for (auto& seq : dropped) {
       FinishUnstarted(seq, seq->cancel_requested()
                                ? seq->cancel_reason()
                                : absl::DeadlineExceededError("deadline exceeded while queued"));
     }
-    // Knob changes run here, between two steps of every session.
+    // Knob changes run here, between two steps.
     for (Task& t : tasks) t();
 
+    // New sequences join the engine's queue (its scheduler admits them).
     for (auto& seq : admit) {
-      const Clock::time_point now = Clock::now();
-      absl::Status refuse;
-      if (seq->cancel_requested()) {
-        refuse = seq->cancel_reason();
-      } else if (now >= seq->deadline()) {
-        refuse = absl::DeadlineExceededError("deadline exceeded while queued");
+      const int32_t prompt = seq->prompt_tokens();
+      absl::StatusOr<uint64_t> id = engine_->Add(seq->TakeRequest());
+      if (!id.ok()) {
+        FinishUnstarted(seq, id.status());
+        continue;
       }
       Active a;
       a.seq = seq;
-      a.admitted = now;
+      a.id = *id;
       a.seed = seq->seed();
-      if (refuse.ok()) {
-        a.session = static_cast<int>(
-            std::find(session_busy_.begin(), session_busy_.end(), false) - session_busy_.begin());
-        absl::StatusOr<std::unique_ptr<runtime::Generation>> gen =
-            runtime::Generation::Create(sessions_[a.session].get(), seq->TakeRequest());
-        if (gen.ok()) {
-          a.gen = std::move(*gen);
-          session_busy_[a.session] = true;
-          const int32_t prompt = a.gen->stats().prompt_tokens;
-          if (metrics_ != nullptr) metrics_->prompt_tokens->Increment(prompt);
-          std::lock_guard<std::mutex> lock(mu_);
-          counters_.prompt_tokens += prompt;
-        } else {
-          refuse = gen.status();
-        }
+      a.added = Clock::now();
+      a.stats.prompt_tokens = prompt;
+      if (metrics_ != nullptr) metrics_->prompt_tokens->Increment(prompt);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        counters_.prompt_tokens += prompt;
       }
-      if (!refuse.ok()) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          --in_use_;
-        }
-        FinishUnstarted(seq, refuse);
-        continue;
-      }
-      active.push_back(std::move(a));
+      active.emplace(*id, std::move(a));
     }
 
-    // One step for every active sequence, in admission order.
-    for (size_t i = 0; i < active.size();) {
-      Active& a = active[i];
+    // Cancelled, disconnected or expired sequences leave before the step.
+    const Clock::time_point now = Clock::now();
+    for (auto it = active.begin(); it != active.end();) {
+      Active& a = it->second;
       absl::Status stop;
       if (a.seq->cancel_requested()) {
         stop = a.seq->cancel_reason();
-      } else if (Clock::now() >= a.seq->deadline()) {
+      } else if (now >= a.seq->deadline()) {
         stop = absl::DeadlineExceededError("deadline exceeded");
       }
-      bool done = false;
-      if (!stop.ok()) {
-        a.gen->Cancel();
-        FinishSequence(a, stop);
-        done = true;
-      } else {
-        absl::StatusOr<runtime::StepOutput> out = a.gen->Step();
-        if (!out.ok()) {
-          FinishSequence(a, out.status());
-          done = true;
-        } else {
-          if (!out->tokens.empty()) {
-            const Clock::time_point now = Clock::now();
-            if (!a.got_token) {
-              a.got_token = true;
-              a.ttft_seconds = Seconds(now - a.seq->arrival());
-              if (metrics_ != nullptr) metrics_->ttft->Observe(a.ttft_seconds);
-            } else if (metrics_ != nullptr) {
-              metrics_->itl->Observe(Seconds(now - a.last_token));
-            }
-            a.last_token = now;
-            if (metrics_ != nullptr) {
-              metrics_->completion_tokens->Increment(static_cast<double>(out->tokens.size()));
-            }
-          }
-          a.seq->Publish(*out);
-          if (a.gen->done()) {
-            FinishSequence(a, absl::OkStatus());
-            done = true;
-          }
-        }
+      if (stop.ok()) {
+        ++it;
+        continue;
       }
-      if (done) {
-        active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
-      } else {
-        ++i;
+      engine_->Cancel(a.id);
+      FinishSequence(a, stop, FinishReason::kCancelled, a.stats);
+      it = active.erase(it);
+    }
+    if (active.empty()) {
+      UpdateGauges();
+      continue;
+    }
+
+    // schedule -> run -> update.
+    events.clear();
+    absl::Status st = engine_->Step(&events);
+    if (!st.ok()) {
+      Logger("daemon")->error("model '{}': step failed: {}", config_.name, st);
+    }
+    RecordStep(engine_->Snapshot().last_step);
+    const Clock::time_point t_done = Clock::now();
+    for (runtime::EngineEvent& ev : events) {
+      auto it = active.find(ev.id);
+      if (it == active.end()) continue;
+      Active& a = it->second;
+      if (!ev.out.tokens.empty()) {
+        if (!a.got_token) {
+          a.got_token = true;
+          a.ttft_seconds = Seconds(t_done - a.seq->arrival());
+          if (metrics_ != nullptr) metrics_->ttft->Observe(a.ttft_seconds);
+        } else if (metrics_ != nullptr) {
+          metrics_->itl->Observe(Seconds(t_done - a.last_token));
+        }
+        a.last_token = t_done;
+        a.stats.completion_tokens += static_cast<int32_t>(ev.out.tokens.size());
+        if (metrics_ != nullptr) {
+          metrics_->completion_tokens->Increment(static_cast<double>(ev.out.tokens.size()));
+        }
+        a.seq->Publish(ev.out);
+      }
+      if (ev.finished) {
+        FinishSequence(a, ev.status, ev.reason, ev.stats);
+        active.erase(it);
       }
     }
     UpdateGauges();
   }
 }
 
-void Slot::FinishSequence(Active& a, absl::Status status) {
+void Slot::RecordStep(const runtime::EngineStepStats& step) {
+  if (metrics_ == nullptr || step.sequences == 0) return;
+  metrics_->step_sequences->Observe(static_cast<double>(step.sequences));
+  metrics_->step_tokens->Observe(static_cast<double>(step.tokens));
+  metrics_->step_seconds->Observe(step.seconds);
+  if (step.preempted > 0) metrics_->preemptions->Increment(static_cast<double>(step.preempted));
+}
+
+void Slot::FinishSequence(Active& a, absl::Status status, FinishReason reason,
+                          const runtime::GenerationStats& stats) {
   const Clock::time_point now = Clock::now();
   SequenceResult r;
   r.status = status;
-  r.finish_reason = status.ok() ? a.gen->finish_reason() : FinishReason::kCancelled;
-  r.stats = a.gen->stats();
-  r.queue_seconds = Seconds(a.admitted - a.seq->arrival());
+  r.finish_reason = status.ok() ? reason : FinishReason::kCancelled;
+  r.stats = stats;
+  r.stats.prompt_tokens = a.stats.prompt_tokens;
+  r.stats.completion_tokens = a.stats.completion_tokens;
+  r.queue_seconds = Seconds(a.added - a.seq->arrival()) + stats.queue_seconds;
   r.ttft_seconds = a.ttft_seconds;
   r.total_seconds = Seconds(now - a.seq->arrival());
   r.seed = a.seed;
-  session_busy_[a.session] = false;
+  if (metrics_ != nullptr) {
+    metrics_->queue_time->Observe(r.queue_seconds);
+    const double tpot = r.DecodeTokensPerSecond();
+    if (tpot > 0) metrics_->tpot->Observe(1.0 / tpot);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    --in_use_;
     live_.erase(a.seq);
     counters_.completion_tokens += r.stats.completion_tokens;
     if (status.ok()) {
@@ -566,9 +611,9 @@ void Slot::FinishSequence(Active& a, absl::Status status) {
   }
   Logger("daemon")->info(
       "generate model={} prompt={} completion={} ttft={:.4f}s decode={:.1f}tok/s "
-      "(steps {:.1f}tok/s) queue={:.4f}s total={:.3f}s finish={}{}{}",
+      "queue={:.4f}s total={:.3f}s finish={}{}{}",
       config_.name, r.stats.prompt_tokens, r.stats.completion_tokens, r.ttft_seconds,
-      r.DecodeTokensPerSecond(), r.stats.DecodeTokensPerSecond(), r.queue_seconds, r.total_seconds,
+      r.DecodeTokensPerSecond(), r.queue_seconds, r.total_seconds,
       FinishReasonName(r.finish_reason), status.ok() ? "" : " status=",
       status.ok() ? std::string() : status.ToString());
   a.seq->Finish(std::move(r));
@@ -598,8 +643,6 @@ void Slot::FinishUnstarted(const std::shared_ptr<Sequence>& seq, absl::Status st
 }
 
 void Slot::UpdateGauges() {
-  uint64_t scratch = 0;
-  for (const auto& s : sessions_) scratch += static_cast<uint64_t>(s->graph_bytes());
   // The backend's bookkeeping belongs to this thread (forwards change it).
   // MemoryBytes walks the device's weight registry: re-read it only when
   // the backend's buffers changed (pool_gen), not at every step.
@@ -609,23 +652,45 @@ void Slot::UpdateGauges() {
     backend_gen = model_mut_->kv_backend()->pool_gen();
     if (backend_gen != backend_gen_) backend_bytes = model_mut_->kv_backend()->MemoryBytes();
   }
+  std::vector<int64_t> per_seq;
+  int64_t used = 0, running = 0, waiting = 0, scratch = 0, budget = 0;
+  uint64_t preemptions = 0, steps = 0;
+  if (engine_ != nullptr) {
+    runtime::EngineSnapshot snap = engine_->Snapshot();
+    budget = snap.token_budget;
+    used = snap.kv_blocks_used;
+    running = snap.running;
+    waiting = snap.waiting;
+    scratch = snap.activation_bytes;
+    preemptions = static_cast<uint64_t>(snap.preemptions);
+    steps = static_cast<uint64_t>(snap.steps);
+    per_seq = std::move(snap.sequence_blocks);
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (scratch > 0) scratch_bytes_ = scratch;
+  if (scratch > 0) scratch_bytes_ = static_cast<uint64_t>(scratch);
   if (backend_bytes >= 0) {
     backend_bytes_ = static_cast<uint64_t>(backend_bytes);
     backend_gen_ = backend_gen;
   }
+  running_ = static_cast<int32_t>(running);
+  waiting_ = static_cast<int32_t>(waiting);
+  kv_blocks_used_ = used;
+  sequence_blocks_ = std::move(per_seq);
+  preemptions_ = preemptions;
+  steps_ = steps;
+  if (budget > 0) token_budget_ = budget;
   if (metrics_ != nullptr) {
-    metrics_->queue_depth->Set(static_cast<double>(queue_.size()));
-    metrics_->active->Set(in_use_);
+    metrics_->queue_depth->Set(static_cast<double>(waiting_ + queue_.size()));
+    metrics_->active->Set(running_);
     metrics_->scratch_bytes->Set(static_cast<double>(scratch_bytes_));
     metrics_->backend_bytes->Set(static_cast<double>(backend_bytes_));
+    metrics_->kv_blocks_used->Set(static_cast<double>(used));
+    metrics_->kv_blocks_free->Set(static_cast<double>(kv_blocks_total_ - used));
   }
 }
 
 void Slot::Teardown() {
-  sessions_.clear();
-  session_busy_.clear();
+  engine_.reset();
   model_mut_.reset();
   UnloadResult result;
   std::function<void(const UnloadResult&)> done;

@@ -1,28 +1,31 @@
 // Slot: one loaded model and the thread that owns it.
 //
 // The slot's thread first loads the model (admission against the memory
-// budget, Model::Load, one Session per parallel sequence, so every KV cache
-// is allocated up front), then becomes the slot's worker: the only thread
-// that ever runs the model's sessions and backends. gRPC handlers only
-// Submit() sequences and read what the worker publishes.
+// budget — weights, the KV pool, the activations of the batched graphs —
+// then Model::Load and the batched Engine with its KV pool), then becomes
+// the slot's worker: the only thread that ever runs the model's engine and
+// backends. gRPC handlers only Submit() sequences and read what the worker
+// publishes.
 //
-// Scheduling: up to `parallel` sequences run at once, each on its own
-// session; up to `queue_size` more wait in FIFO order. The worker runs in
-// passes: admit waiting sequences into free sessions, then give every active
-// sequence exactly one step (the first is its prefill, each later one a
-// decode step) in admission order — round-robin, so concurrent streams
-// advance at the same rate. A prefill is a single step (the engine chunks
-// it internally), so a long prompt delays the others' next token by its
-// prefill time. Before each step the worker checks the sequence's cancel
-// flag and deadline, so a cancelled, disconnected or expired sequence runs
-// no further step and its session is free for the next pass. Per-model knob
-// changes also run between passes, on this thread (the model's overrides
-// are only touched here).
+// Scheduling is the engine's (engine/runtime/engine.h): continuous
+// batching, one forward pass per step for every running sequence. The
+// worker loops schedule -> run -> update: before each step it hands new
+// sequences to the engine and takes out the ones that were cancelled, lost
+// their client or passed their deadline (they run no further step); the
+// step runs every running sequence's next token and, within the token
+// budget (MINFER_BATCH_TOKENS), chunks of new prompts, so a long prompt
+// delays the others by at most the steps it shares with them; then the
+// worker publishes each sequence's token and finishes those that are done.
+// Up to `parallel` sequences run at once, sharing the model's KV pool
+// (kv_tokens, by default parallel x n_ctx); when it runs dry the engine
+// preempts the newest and recomputes it later, without losing a token. Up
+// to `queue_size` more wait. Per-model knob changes run between steps, on
+// this thread (the model's overrides are only touched here).
 //
 // Lifecycle: LOADING -> READY -> UNLOADING -> STOPPED, or LOADING -> FAILED
 // (-> STOPPED once unloaded). Unloading refuses new requests, lets in-flight
 // and queued sequences run until the drain deadline, cancels what is left,
-// then frees the sessions, the model and the memory reservation.
+// then frees the engine, the model and the memory reservation.
 //
 // Thread-safe: every public method may be called from any thread (but the
 // destructor not from the slot's own thread, which it joins).
@@ -51,8 +54,8 @@
 #include "daemon/sequence.h"
 #include "engine/base/knobs.h"
 #include "engine/graph/tensor.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/model.h"
-#include "engine/runtime/session.h"
 
 namespace minfer::daemon {
 
@@ -61,10 +64,13 @@ struct SlotConfig {
   std::string path;
   std::string backend = "auto";  // cpu | cuda | auto
   int64_t n_ctx = 4096;          // clamped to the model's context length
-  int32_t parallel = 1;
-  std::string kv_type;  // "" (the model's default), "f32", "f16", "q8_0"
-  KnobOverrides knobs;  // per-model knob overrides at load
+  int32_t parallel = 16;  // sequences running at once
+  std::string kv_type;    // "" (the model's default), "f32", "f16", "q8_0"
+  KnobOverrides knobs;    // per-model knob overrides at load
   int32_t queue_size = 16;
+  // KV pool size in tokens (rounded up to whole blocks); 0 = parallel x
+  // n_ctx, every sequence can reach the full context at once.
+  int64_t kv_tokens = 0;
 };
 
 // "" -> nullopt (the model's default); else the DType, or INVALID_ARGUMENT.
@@ -100,6 +106,16 @@ struct SlotStatus {
   uint64_t backend_bytes = 0;  // what the backend holds (Backend::MemoryBytes)
   int32_t active = 0;
   int32_t queued = 0;
+  // The KV pool (once loaded): blocks of kv_block rows; total excludes the
+  // reserved block.
+  int32_t kv_block = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+  uint64_t kv_block_bytes = 0;
+  std::vector<int64_t> sequence_blocks;  // per running sequence, admission order
+  int64_t token_budget = 0;
+  uint64_t preemptions = 0;
+  uint64_t steps = 0;
   SlotCounters counters;
   uint64_t load_bytes_done = 0;
   uint64_t load_bytes_total = 0;
@@ -127,6 +143,11 @@ class Slot {
     // Tests: runs on the slot's thread after admission, before the model is
     // read (a test can hold a load in LOADING with it).
     std::function<void(const std::string& name)> before_load;
+    // Tests: makes the engine that runs the model's sequences (default: the
+    // batched runtime::Engine, its largest graph prepared).
+    std::function<absl::StatusOr<std::unique_ptr<runtime::StepEngine>>(
+        std::shared_ptr<runtime::Model>, const runtime::EngineOptions&)>
+        make_engine;
   };
 
   // Creates the slot (LOADING) and starts its thread. `config` must be
@@ -198,9 +219,13 @@ class Slot {
   void Serve();
   void Teardown();
   void SetState(SlotState state, absl::Status error = absl::OkStatus());
-  void FinishSequence(Active& a, absl::Status status);
+  // Ends a sequence the engine held (`stats` from its last event, or the
+  // engine's view when it was taken out early).
+  void FinishSequence(Active& a, absl::Status status, FinishReason reason,
+                      const runtime::GenerationStats& stats);
   void FinishUnstarted(const std::shared_ptr<Sequence>& seq, absl::Status status);
   void UpdateGauges();
+  void RecordStep(const runtime::EngineStepStats& step);
   std::string StateError() const;  // requires mu_
 
   const SlotConfig config_;
@@ -210,8 +235,7 @@ class Slot {
   std::thread thread_;
 
   // Owned by the slot's thread.
-  std::vector<std::unique_ptr<runtime::Session>> sessions_;
-  std::vector<bool> session_busy_;
+  std::unique_ptr<runtime::StepEngine> engine_;
   std::shared_ptr<runtime::Model> model_mut_;  // for knob changes
 
   mutable std::mutex mu_;
@@ -222,6 +246,10 @@ class Slot {
   std::shared_ptr<const runtime::Model> model_;
   int64_t n_ctx_ = 0;
   std::string kv_type_;
+  int32_t kv_block_ = 0;
+  int64_t kv_blocks_total_ = 0;
+  uint64_t kv_block_bytes_ = 0;
+  int64_t token_budget_ = 0;
   std::string summary_;
   KnobOverrides knobs_;
   MemoryEstimate estimate_;
@@ -229,9 +257,16 @@ class Slot {
   uint64_t scratch_bytes_ = 0;
   uint64_t backend_bytes_ = 0;  // read on the slot's thread (load, each step)
   uint64_t backend_gen_ = 0;    // the backend's pool_gen() when it was read
+  // Submitted, not yet handed to the engine (the worker takes them before
+  // its next step).
   std::deque<std::shared_ptr<Sequence>> queue_;
-  std::set<std::shared_ptr<Sequence>> live_;  // queued or running
-  int32_t in_use_ = 0;                         // sessions running a sequence
+  std::set<std::shared_ptr<Sequence>> live_;  // submitted and not finished
+  int32_t running_ = 0;                        // the engine's running sequences
+  int32_t waiting_ = 0;                        // ... and waiting ones
+  int64_t kv_blocks_used_ = 0;
+  std::vector<int64_t> sequence_blocks_;
+  uint64_t preemptions_ = 0;
+  uint64_t steps_ = 0;
   std::vector<Task> tasks_;
   SlotCounters counters_;
   bool stop_requested_ = false;  // the destructor: unload at once

@@ -87,6 +87,10 @@ absl::StatusOr<std::shared_ptr<Slot>> SlotManager::Load(SlotConfig config) {
     return absl::InvalidArgumentError(
         absl::StrCat("queue_size must be >= 0, got ", config.queue_size));
   }
+  if (config.kv_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_tokens must be >= 0, got ", config.kv_tokens));
+  }
   if (config.n_ctx == 0) config.n_ctx = options_.default_n_ctx;
   if (config.parallel == 0) config.parallel = options_.default_parallel;
   if (config.queue_size == 0) config.queue_size = options_.default_queue_size;
@@ -124,9 +128,12 @@ absl::StatusOr<std::shared_ptr<Slot>> SlotManager::Load(SlotConfig config) {
       return absl::AlreadyExistsError(
           absl::StrCat("'", config.name, "' is an alias (of model '", *target, "')"));
     }
-    Logger("daemon")->info("model '{}': loading {} (backend {}, {} x n_ctx {}, queue {})",
-                           config.name, config.path, config.backend, config.parallel,
-                           config.n_ctx, config.queue_size);
+    Logger("daemon")->info(
+        "model '{}': loading {} (backend {}, {} sequences, n_ctx {}, KV pool {} tokens, queue {})",
+        config.name, config.path, config.backend, config.parallel, config.n_ctx,
+        config.kv_tokens > 0 ? absl::StrCat(config.kv_tokens)
+                             : absl::StrCat(config.parallel, " x n_ctx"),
+        config.queue_size);
     Slot::Hooks hooks;
     hooks.budget = &budget_;
     hooks.device_budget = &device_budget_;

@@ -40,7 +40,7 @@ struct SlotManagerOptions {
   uint64_t memory_limit = 0;  // 0: the host's available memory
   // Used for LoadModel fields left at 0.
   int64_t default_n_ctx = 4096;
-  int32_t default_parallel = 1;
+  int32_t default_parallel = 16;
   int32_t default_queue_size = 16;
   // Used for UnloadModel without a drain timeout.
   std::chrono::duration<double> default_drain_timeout = std::chrono::seconds(30);

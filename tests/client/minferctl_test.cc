@@ -125,8 +125,9 @@ TEST_F(MinferctlTest, LoadGenerateStatusUnload) {
   EXPECT_EQ(s["n_ctx"], "256");  // int64 is a JSON string
   EXPECT_EQ(s["parallel"], 2);
   EXPECT_EQ(s["counters"]["completion_tokens"], "48");
-  // 2 sequences x 256 x {K,V} x 2 layers x 64 (2 KV heads of 32) x f32.
-  EXPECT_EQ(s["memory"]["kv_bytes"], std::to_string(2 * 256 * 2 * 2 * 64 * 4));
+  // The paged pool: 2 sequences x 256 tokens in blocks of 16, plus the reserved block 0 that
+  // padding rows write to, x {K,V} x 2 layers x 64 (2 KV heads of 32) x f32.
+  EXPECT_EQ(s["memory"]["kv_bytes"], std::to_string((2 * 256 / 16 + 1) * 16 * 2 * 2 * 64 * 4));
   CommandResult server = Ctl({"status"});
   EXPECT_THAT(server.out, HasSubstr("version:"));
   EXPECT_THAT(server.out, HasSubstr("device:"));

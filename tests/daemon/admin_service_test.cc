@@ -22,6 +22,8 @@
 #include "absl/strings/str_split.h"
 #include "client/minfer_client.h"
 #include "daemon/daemon.h"
+#include "daemon/memory.h"
+#include "engine/models/qwen2/qwen2.h"
 #include "engine/base/knobs.h"
 #include "engine/gguf/gguf.h"
 #include "engine/runtime/device_backend.h"
@@ -95,9 +97,15 @@ TEST_F(AdminServiceTest, LoadStreamsProgressAndReportsMemory) {
   EXPECT_EQ(st->parallel(), 2);
   EXPECT_EQ(st->kv_type(), "f16");
   EXPECT_EQ(st->backend(), "cpu");
-  // KV: parallel x n_ctx x {K,V} x n_layer x n_kv_embd x 2 bytes (f16); the
-  // tiny shape has 2 layers, 2 KV heads of 64.
-  EXPECT_EQ(st->memory().kv_bytes(), 2u * 256 * 2 * 2 * 128 * 2);
+  // KV: the pool, parallel x n_ctx/16 blocks of 16 rows plus the reserved
+  // block, x {K,V} x n_layer x n_kv_embd x 2 bytes (f16); the tiny shape has
+  // 2 layers, 2 KV heads of 64.
+  EXPECT_EQ(st->memory().kv_bytes(), (2u * 256 / 16 + 1) * 16 * 2 * 2 * 128 * 2);
+  EXPECT_EQ(st->kv_pool().block_tokens(), 16);
+  EXPECT_EQ(st->kv_pool().blocks_total(), 2 * 256 / 16);
+  EXPECT_EQ(st->kv_pool().blocks_used(), 0);
+  EXPECT_EQ(st->kv_pool().block_bytes(), 16u * 2 * 2 * 128 * 2);
+  EXPECT_EQ(st->kv_pool().token_budget(), 512);
   auto file = gguf::GgufFile::Open(path_);
   ASSERT_TRUE(file.ok());
   uint64_t tensor_bytes = 0;
@@ -328,31 +336,29 @@ TEST_F(AdminServiceTest, MemoryAdmissionRefusesWithTheFigures) {
   DaemonConfig c = testing::TestConfig();
   c.memory_limit = 64u << 20;  // 64 MiB
   Start(c);
-  // n_ctx 4096 x 4 sequences of f32 KV: 4 x 4096 x {K,V} x 2 layers x 128 x
-  // 4 bytes = 32 MiB of KV.
+  // n_ctx 4096 x 8 sequences of f32 KV: (8 x 256 + 1) blocks of 16 rows x
+  // {K,V} x 2 layers x 128 x 4 bytes, just over 64 MiB of KV.
   v1::LoadModelRequest r;
   r.set_name("big");
   r.set_path(path_);
   r.set_n_ctx(4096);
-  r.set_parallel(4);
+  r.set_parallel(8);
   r.set_kv_type("f32");
   auto big = client_->LoadModel(r);
   ASSERT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
   auto file = gguf::GgufFile::Open(path_);
   uint64_t weights = 0;
   for (const auto& t : (*file)->tensors()) weights += t.nbytes;
-  const uint64_t kv = 4ull * 4096 * 2 * 2 * 128 * 4;
-  // Scratch: per sequence 3 x A(512) + A(1), with (tiny: n_embd 256,
-  // n_embd_kv 128, n_ff 512, vocab 1046)
-  // A(T) = 4T (6 n_embd + 4 n_embd_kv + 3 n_ff) + 4 n_vocab + 2T n_ff.
-  auto a = [](uint64_t t) {
-    return 4 * t * (6 * 256 + 4 * 128 + 3 * 512) + 4 * 1046 + 2 * t * 512;
-  };
-  const uint64_t scratch = 4 * (3 * a(512) + a(1));
+  const uint64_t kv = (8ull * 4096 / 16 + 1) * 16 * 2 * 2 * 128 * 4;
+  // Scratch: the arena of the largest batched graph, 512 tokens with 8
+  // output rows (tiny: n_embd 256, n_embd_kv 128, n_ff 512, vocab 1046).
+  auto hp = models::Qwen2Model::FromGguf(**file);
+  ASSERT_TRUE(hp.ok());
+  const uint64_t scratch = BatchScratchBound((*hp)->hparams(), 512, 8, 4096 / 16);
   const uint64_t total = weights + kv + scratch;
   const std::string msg(big.status().message());
   EXPECT_THAT(msg, HasSubstr(absl::StrCat("weights 1.5 MiB (", weights, " B)")));
-  EXPECT_THAT(msg, HasSubstr(absl::StrCat("KV 32.0 MiB (", kv, " B)")));
+  EXPECT_THAT(msg, HasSubstr(absl::StrCat("KV 64.0 MiB (", kv, " B)")));
   EXPECT_THAT(msg, HasSubstr(absl::StrCat("(", scratch, " B)")));
   EXPECT_THAT(msg, HasSubstr(absl::StrCat("= ", absl::StrFormat("%.1f", total / 1048576.0),
                                           " MiB (", total, " B)")));
@@ -364,15 +370,19 @@ TEST_F(AdminServiceTest, MemoryAdmissionRefusesWithTheFigures) {
   // A smaller configuration of the same model fits, and serves.
   auto small = Load(*client_, "small", path_, 1, 256);
   ASSERT_TRUE(small.ok()) << small.status();
-  EXPECT_EQ(small->memory().reserved_bytes(), weights + 256ull * 2 * 2 * 128 * 4 + 3 * a(512) + a(1));
+  EXPECT_EQ(small->memory().reserved_bytes(),
+            weights + (256ull / 16 + 1) * 16 * 2 * 2 * 128 * 4 +
+                BatchScratchBound((*hp)->hparams(), 512, 1, 256 / 16));
   EXPECT_TRUE(client_->Generate(TextRequest("small", "fits", 5)).ok());
   // What it reserved counts against the next load.
   auto server = client_->GetServerStatus();
   EXPECT_EQ(server->memory_limit_bytes(), 64u << 20);
   EXPECT_EQ(server->memory_reserved_bytes(), small->memory().reserved_bytes());
+  // (6 x 256 + 1) blocks of 16 rows of f32 KV (~50 MiB) with its weights
+  // and activations fits the limit alone, not beside "small".
   r.set_name("big2");
-  r.set_n_ctx(256);
-  r.set_parallel(2);
+  r.set_n_ctx(4096);
+  r.set_parallel(6);
   auto refused = client_->LoadModel(r);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(refused.status().message()),
@@ -467,7 +477,7 @@ TEST_F(AdminServiceTest, KnobsOverTheApi) {
   // the engine's (the fusion switch changes the graph, not the math).
   const auto req = TextRequest("a", "A prompt of some length to prefill", 30);
   auto before = client_->Generate(req);
-  const uint64_t scratch_before = client_->GetModelStatus("a")->memory().scratch_bytes();
+  ASSERT_EQ(client_->GetModelStatus("a")->kv_pool().token_budget(), 512);
   v1::SetKnobRequest per;
   per.set_name("MINFER_PREFILL_CHUNK");
   per.set_value("2");
@@ -487,8 +497,14 @@ TEST_F(AdminServiceTest, KnobsOverTheApi) {
   ASSERT_TRUE(before.ok() && after.ok());
   EXPECT_EQ(after->token_ids, before->token_ids);
   EXPECT_EQ(after->token_ids, ReferenceGenerate(path_, req)->ids);
-  // Graphs were rebuilt for 2-token prefill chunks: smaller than before.
-  EXPECT_LT(client_->GetModelStatus("a")->memory().scratch_bytes(), scratch_before);
+  // The batched engine's token budget, per model, between steps.
+  per.set_name("MINFER_BATCH_TOKENS");
+  per.set_value("64");
+  ASSERT_TRUE(client_->SetKnob(per).ok());
+  auto third = client_->Generate(req);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->token_ids, before->token_ids);
+  EXPECT_EQ(client_->GetModelStatus("a")->kv_pool().token_budget(), 64);
 
   // Errors.
   v1::SetKnobRequest bad;
@@ -812,7 +828,10 @@ TEST_F(AdminServiceTest, MetricsAreServedOverHttp) {
                         completion - 3)));
   EXPECT_THAT(body, HasSubstr("minfer_slot_state{model=\"a\",state=\"ready\"} 1"));
   EXPECT_THAT(body, HasSubstr(absl::StrCat("minfer_slot_memory_bytes{kind=\"kv\",model=\"a\"} ",
-                                           256 * 2 * 2 * 128 * 4)));
+                                           (256 / 16 + 1) * 16 * 2 * 2 * 128 * 4)));
+  EXPECT_THAT(body, HasSubstr("minfer_kv_blocks{model=\"a\",state=\"used\"} 0"));
+  EXPECT_THAT(body, HasSubstr("minfer_step_sequences_count{model=\"a\"} "));
+  EXPECT_THAT(body, HasSubstr("minfer_preemptions_total{model=\"a\"} 0"));
   EXPECT_THAT(body, HasSubstr("minfer_queue_depth{model=\"a\"} 0"));
   EXPECT_THAT(body, HasSubstr("minfer_backend_memory_bytes{model=\"a\"} "));
 }

@@ -74,9 +74,9 @@ class DeviceAdmissionTest : public ::testing::Test {
 };
 
 TEST_F(DeviceAdmissionTest, CudaThatDoesNotFitIsRefusedWithTheFigures) {
-  // 4 x 4096 f32 KV = 32 MiB plus the graph scratch of 2,048-token prefill
+  // 8 x 4096 f32 KV = 64 MiB plus the activations of 2,048-token batched
   // steps (the device default) > 88 MiB usable.
-  auto r = client_->LoadModel(Request("big", "cuda", 4, 4096));
+  auto r = client_->LoadModel(Request("big", "cuda", 8, 4096));
   ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
   const std::string msg(r.status().message());
   EXPECT_THAT(msg, HasSubstr("model 'big' does not fit in the memory of cuda device FakeGPU"));
@@ -114,24 +114,28 @@ TEST_F(DeviceAdmissionTest, CudaThatFitsReachesTheDeviceAndReleasesItsReservatio
   }
 }
 
-// The device's graphs are those of its prefill chunk (2,048 tokens by
-// default, runtime::kGpuPrefillChunk), not the CPU's 512: the scratch the
-// refusal names is the estimate at 2,048.
-TEST_F(DeviceAdmissionTest, DeviceEstimateUsesTheDevicePrefillChunk) {
-  auto r = client_->LoadModel(Request("c", "cuda", 1, 256));
+// The device's graphs are those of its token budget (2,048 tokens per
+// batched step by default), not the CPU's 512: the scratch the refusal
+// names is the estimate at 2,048.
+TEST_F(DeviceAdmissionTest, DeviceEstimateUsesTheDeviceTokenBudget) {
+  // 64 MiB of KV + weights + activations: over the 88 MiB usable with the
+  // device's 2,048-token steps, under it with the CPU's 512.
+  auto r = client_->LoadModel(Request("c", "cuda", 8, 4096));
   ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
   auto file = gguf::GgufFile::Open(path_);
   ASSERT_TRUE(file.ok());
   auto arch = models::Qwen2Model::FromGguf(**file);
   ASSERT_TRUE(arch.ok());
   EstimateParams ep;
-  ep.n_ctx = 256;
-  ep.parallel = 1;
+  ep.n_ctx = 4096;
+  ep.parallel = 8;
   ep.kv_type = graph::DType::kF32;
-  ep.prefill_chunk = runtime::kGpuPrefillChunk;
+  ep.token_budget = 2048;
   const uint64_t scratch = EstimateMemory(**file, (*arch)->hparams(), ep).scratch;
-  ep.prefill_chunk = runtime::kCpuPrefillChunk;
-  EXPECT_GT(scratch, EstimateMemory(**file, (*arch)->hparams(), ep).scratch);
+  ep.token_budget = 512;
+  const MemoryEstimate cpu_steps = EstimateMemory(**file, (*arch)->hparams(), ep);
+  EXPECT_GT(scratch, cpu_steps.scratch);
+  EXPECT_LT(cpu_steps.total() - cpu_steps.weights + 2 * cpu_steps.weights, 88 * kMiB);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr(absl::StrCat("(", scratch, " B) =")));
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "engine/gguf/gguf.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/session.h"
 #include "gmock/gmock.h"
@@ -25,26 +26,38 @@ std::shared_ptr<runtime::Model> LoadModel(const std::string& shape) {
   return *m;
 }
 
+// The KV estimate is the pool the engine allocates, byte for byte.
 TEST(MemoryTest, KvEstimateIsExact) {
   auto model = LoadModel("tiny");
   for (graph::DType t : {graph::DType::kF32, graph::DType::kF16, graph::DType::kQ8_0}) {
-    EstimateParams p;
-    p.n_ctx = 300;
-    p.parallel = 3;
-    p.kv_type = t;
-    MemoryEstimate e = EstimateMemory(model->file(), model->hparams(), p);
-    runtime::SessionOptions so;
-    so.n_ctx = 300;
-    so.kv_type = t;
-    auto s = runtime::Session::Create(model, so);
-    ASSERT_TRUE(s.ok()) << s.status();
-    EXPECT_EQ(e.kv, 3u * static_cast<uint64_t>((*s)->kv_bytes())) << graph::DTypeName(t);
+    for (int64_t kv_tokens : {int64_t{0}, int64_t{500}}) {
+      EstimateParams p;
+      p.n_ctx = 300;
+      p.parallel = 3;
+      p.kv_type = t;
+      p.kv_tokens = kv_tokens;
+      p.kv_block = 32;
+      MemoryEstimate e = EstimateMemory(model->file(), model->hparams(), p);
+      runtime::EngineOptions eo;
+      eo.max_seqs = 3;
+      eo.token_budget = 512;
+      eo.n_ctx = 300;
+      eo.kv_block = 32;
+      eo.kv_blocks = PoolBlocks(model->hparams(), p);
+      eo.kv_type = t;
+      auto engine = runtime::Engine::Create(model, eo);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      EXPECT_EQ(e.kv, static_cast<uint64_t>((*engine)->pool().bytes())) << graph::DTypeName(t);
+      // parallel x n_ctx (3 x 10 blocks of 32) or kv_tokens (16 blocks),
+      // and the reserved block.
+      EXPECT_EQ((*engine)->pool().n_blocks(), kv_tokens == 0 ? 31 : 17);
+    }
   }
-  // "auto" counts as f32, the largest; n_ctx is clamped like Session does.
+  // "auto" counts as f32, the largest; n_ctx is clamped like the engine does.
   EstimateParams p;
   p.n_ctx = 1 << 30;
   MemoryEstimate e = EstimateMemory(model->file(), model->hparams(), p);
-  EXPECT_EQ(e.kv, static_cast<uint64_t>(model->hparams().context_length) * 2 *
+  EXPECT_EQ(e.kv, static_cast<uint64_t>(model->hparams().context_length / 16 + 1) * 16 * 2 *
                       model->hparams().n_layer * model->hparams().n_embd_kv() * 4);
 }
 
@@ -78,19 +91,37 @@ TEST(MemoryTest, ScratchBoundHoldsForRealGraphs) {
       std::printf("%s T=%ld: graph %lu B, bound %lu B (%.2fx)\n", shape.c_str(), t, used, bound,
                   static_cast<double>(bound) / used);
     }
-    // Every graph a session caches: full chunk, two partial prefills, decode.
-    runtime::SessionOptions so;
-    so.n_ctx = 2048;
-    auto s = runtime::Session::Create(model, so);
-    std::vector<int32_t> ids(512 + 300);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % 1000);
-    ASSERT_TRUE((*s)->Eval(ids).ok());  // 512 + 300
-    ASSERT_TRUE((*s)->Eval(std::vector<int32_t>(100, 5)).ok());
-    for (int i = 0; i < 5; ++i) ASSERT_TRUE((*s)->Eval({7}).ok());
-    EstimateParams p;
-    p.n_ctx = 2048;
-    MemoryEstimate e = EstimateMemory(model->file(), hp, p);
-    EXPECT_LE(static_cast<uint64_t>((*s)->graph_bytes()), e.scratch) << shape;
+    // The batched engine's arena after its largest graphs (Prepare) and a
+    // mixed workload stays within the slot's estimate.
+    for (int32_t parallel : {1, 4, 16}) {
+      EstimateParams p;
+      p.n_ctx = 2048;
+      p.parallel = parallel;
+      p.token_budget = 512;
+      runtime::EngineOptions eo;
+      eo.max_seqs = parallel;
+      eo.token_budget = 512;
+      eo.n_ctx = 2048;
+      eo.kv_blocks = PoolBlocks(hp, p);
+      auto engine = runtime::Engine::Create(model, eo);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      ASSERT_TRUE((*engine)->runner().Prepare().ok());
+      for (int i = 0; i < parallel; ++i) {
+        runtime::GenerateRequest r;
+        r.prompt = std::vector<int32_t>(5 + 97 * i, 9);
+        r.max_tokens = 3;
+        r.ignore_eos = true;
+        r.sampling.temperature = 0;
+        ASSERT_TRUE((*engine)->Add(r).ok());
+      }
+      std::vector<runtime::EngineEvent> ev;
+      while ((*engine)->HasWork()) ASSERT_TRUE((*engine)->Step(&ev).ok());
+      MemoryEstimate e = EstimateMemory(model->file(), hp, p);
+      const uint64_t used = static_cast<uint64_t>((*engine)->runner().activation_bytes());
+      EXPECT_LE(used, e.scratch) << shape << " parallel " << parallel;
+      std::printf("%s parallel %d: arena %lu B, estimate %lu B (%.2fx)\n", shape.c_str(), parallel,
+                  used, e.scratch, static_cast<double>(e.scratch) / used);
+    }
   }
 }
 

@@ -1,0 +1,123 @@
+// minferd's continuous batching end to end over gRPC (tiny-untied on the
+// CPU): concurrent streams share the model's steps — prefill chunks of new
+// prompts mixed with the decode tokens of running streams under a small
+// token budget — and each stream's tokens equal the same request run alone
+// in this process; with a KV pool too small for all of them at once the
+// newest are preempted and recomputed, and still no stream differs or fails.
+#include <atomic>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/daemon/test_util.h"
+#include "tests/support/test_models.h"
+
+namespace minfer::daemon {
+namespace {
+
+using testing::ClientFor;
+using testing::ReferenceGenerate;
+using testing::TextRequest;
+
+class BatchingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto a = minfer::testing::TestModelPath("tiny-untied", "q8_0", 1);
+    ASSERT_TRUE(a.ok()) << a.status();
+    path_ = *a;
+    auto d = Daemon::Start(testing::TestConfig());
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+    client_ = ClientFor(*daemon_);
+  }
+
+  void LoadModel(int64_t kv_tokens) {
+    v1::LoadModelRequest r;
+    r.set_name("m");
+    r.set_path(path_);
+    r.set_parallel(8);
+    r.set_n_ctx(512);
+    r.set_queue_size(16);
+    r.set_kv_tokens(kv_tokens);
+    (*r.mutable_knobs())["MINFER_BATCH_TOKENS"] = "24";
+    auto st = client_->LoadModel(r);
+    ASSERT_TRUE(st.ok()) << st.status();
+  }
+
+  // Runs the requests at once (a thread each) and checks every stream
+  // against its alone run.
+  void RunConcurrently(const std::vector<v1::GenerateRequest>& reqs) {
+    std::vector<absl::StatusOr<client::GenerateResult>> out(reqs.size(),
+                                                             absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      threads.emplace_back([&, i] { out[i] = client_->Generate(reqs[i]); });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(out[i].ok()) << "stream " << i << ": " << out[i].status();
+      auto ref = ReferenceGenerate(path_, reqs[i]);
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      EXPECT_EQ(out[i]->token_ids, ref->ids) << "stream " << i;
+      EXPECT_EQ(out[i]->text, ref->text) << "stream " << i;
+      EXPECT_GE(std::set<int32_t>(ref->ids.begin(), ref->ids.end()).size(), 6u);
+    }
+  }
+
+  std::vector<v1::GenerateRequest> Requests() {
+    std::vector<v1::GenerateRequest> reqs;
+    for (int i = 0; i < 8; ++i) {
+      std::string text = absl::StrCat("Stream ", i, " says:");
+      for (int j = 0; j < i * 7; ++j) absl::StrAppend(&text, " word", j);  // prompts 4..60 tokens
+      reqs.push_back(TextRequest("m", text, 30 + i, i % 2 == 0 ? std::nullopt
+                                                               : std::optional<uint64_t>(11 + i)));
+    }
+    return reqs;
+  }
+
+  std::string path_;
+  std::unique_ptr<Daemon> daemon_;
+  std::unique_ptr<client::MinferClient> client_;
+};
+
+TEST_F(BatchingTest, EightConcurrentStreamsEqualTheirAloneRuns) {
+  LoadModel(0);
+  RunConcurrently(Requests());
+  auto st = client_->GetModelStatus("m");
+  ASSERT_TRUE(st.ok());
+  // The streams shared steps: far fewer steps than tokens.
+  int64_t tokens = 0;
+  for (int i = 0; i < 8; ++i) tokens += 30 + i;
+  EXPECT_LT(st->kv_pool().steps(), static_cast<uint64_t>(tokens) / 2);
+  EXPECT_EQ(st->kv_pool().blocks_used(), 0);
+  EXPECT_EQ(st->kv_pool().token_budget(), 24);
+  EXPECT_EQ(st->counters().completed(), 8u);
+}
+
+TEST_F(BatchingTest, PreemptedStreamsResumeWithoutALostOrRepeatedToken) {
+  // 256 rows for 8 streams of 40 to ~200 rows (~900 in all): each fits
+  // alone, together they run the pool dry.
+  LoadModel(256);
+  RunConcurrently(Requests());
+  auto st = client_->GetModelStatus("m");
+  ASSERT_TRUE(st.ok());
+  EXPECT_GT(st->kv_pool().preemptions(), 0u);
+  EXPECT_EQ(st->counters().failed(), 0u);
+  EXPECT_EQ(st->counters().completed(), 8u);
+}
+
+TEST_F(BatchingTest, RequestThatCanNeverFitThePoolIsRefusedWithTheFigures) {
+  LoadModel(64);
+  auto r = client_->Generate(TextRequest("m", "a prompt", 200));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_NE(std::string(r.status().message()).find("KV rows"), std::string::npos) << r.status();
+  // A request that fits still runs.
+  auto ok = client_->Generate(TextRequest("m", "a prompt", 20));
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+}  // namespace
+}  // namespace minfer::daemon
