@@ -9,7 +9,8 @@
 //     knobs list | knobs get K | knobs set K V | knobs reset K   [--model NAME]
 //     alias set ALIAS MODEL | alias list | alias delete ALIAS
 //     health [NAME]
-//     bench MODEL... [-c STREAMS] [-n TOKENS] [-p PROMPT]   (a load test)
+//     bench MODEL... [-c STREAMS] [-n TOKENS] [-p PROMPT] [--chat]   (a load test)
+//           [--http URL [--api-key K]]   (through the OpenAI-compatible HTTP API)
 //
 // Tables by default, JSON (the API messages, proto field names) with --json.
 // Errors print one line, "minferctl: CODE: message", and exit 1 (usage
@@ -30,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/http_stream.h"
 #include "client/minfer_client.h"
 #include "daemon/version.h"
 #include "google/protobuf/util/json_util.h"
@@ -181,8 +183,11 @@ struct BenchStream {
 
 // Runs every stream at once (one thread each), greedy with ignore_eos so
 // each produces exactly `max_tokens`; returns the streams and the wall time.
+// With `http`, through the HTTP API (chat completions with `chat`, else
+// completions), else over gRPC (the prompt as a user message with `chat`).
 std::vector<BenchStream> RunBench(MinferClient& client, const std::vector<std::string>& models,
                                   int streams_per_model, int max_tokens, const std::string& prompt,
+                                  bool chat, const minfer::client::HttpTarget* http,
                                   double* wall_seconds) {
   std::vector<BenchStream> out;
   for (const std::string& m : models) {
@@ -192,31 +197,55 @@ std::vector<BenchStream> RunBench(MinferClient& client, const std::vector<std::s
   const Clock::time_point t0 = Clock::now();
   std::vector<std::thread> threads;
   for (BenchStream& bs : out) {
-    threads.emplace_back([&client, &bs, max_tokens, &prompt] {
-      v1::GenerateRequest req;
-      req.set_model(bs.model);
-      req.set_text(prompt);
-      req.mutable_sampling()->set_temperature(0);
-      req.mutable_stopping()->set_max_tokens(max_tokens);
-      req.mutable_stopping()->set_ignore_eos(true);
+    threads.emplace_back([&client, &bs, max_tokens, &prompt, chat, http] {
       const Clock::time_point start = Clock::now();
       Clock::time_point first, last;
       int64_t tokens = 0, first_tokens = 0;
-      auto r = client.Generate(req, [&](const v1::GenerateResponse& chunk) {
-        if (chunk.token_ids_size() == 0) return true;
+      auto count = [&](size_t n) {
         last = Clock::now();
         if (tokens == 0) {
           first = last;
-          first_tokens = chunk.token_ids_size();
+          first_tokens = static_cast<int64_t>(n);
         }
-        tokens += chunk.token_ids_size();
-        return true;
-      });
-      if (!r.ok()) {
-        bs.status = r.status();
-        return;
+        tokens += static_cast<int64_t>(n);
+      };
+      if (http != nullptr) {
+        minfer::client::HttpStreamRequest hr;
+        hr.model = bs.model;
+        hr.prompt = prompt;
+        hr.chat = chat;
+        hr.max_tokens = max_tokens;
+        auto r = minfer::client::HttpStream(*http, hr, count);
+        if (!r.ok()) {
+          bs.status = r.status();
+          return;
+        }
+        bs.result.token_ids = std::move(r->token_ids);
+        bs.result.text = std::move(r->text);
+        bs.result.usage.set_prompt_tokens(r->prompt_tokens);
+      } else {
+        v1::GenerateRequest req;
+        req.set_model(bs.model);
+        if (chat) {
+          v1::ChatMessage* m = req.mutable_chat()->add_messages();
+          m->set_role("user");
+          m->set_content(prompt);
+        } else {
+          req.set_text(prompt);
+        }
+        req.mutable_sampling()->set_temperature(0);
+        req.mutable_stopping()->set_max_tokens(max_tokens);
+        req.mutable_stopping()->set_ignore_eos(true);
+        auto r = client.Generate(req, [&](const v1::GenerateResponse& chunk) {
+          if (chunk.token_ids_size() > 0) count(chunk.token_ids_size());
+          return true;
+        });
+        if (!r.ok()) {
+          bs.status = r.status();
+          return;
+        }
+        bs.result = std::move(*r);
       }
-      bs.result = std::move(*r);
       bs.ttft = std::chrono::duration<double>(first - start).count();
       const double span = std::chrono::duration<double>(last - first).count();
       if (span > 0) bs.decode_tps = static_cast<double>(tokens - first_tokens) / span;
@@ -365,6 +394,13 @@ int main(int argc, char** argv) {
   c_bench->add_option("-n,--max-tokens", bench_tokens, "tokens per stream (ignore_eos)")
       ->capture_default_str();
   c_bench->add_option("-p,--prompt", bench_prompt, "prompt text")->capture_default_str();
+  bool bench_chat = false;
+  minfer::client::HttpTarget bench_http;
+  c_bench->add_flag("--chat", bench_chat, "send the prompt as a user message (chat template)");
+  c_bench->add_option("--http", bench_http.url,
+                      "stream through the OpenAI-compatible HTTP API at this URL "
+                      "(http://host:port) instead of gRPC");
+  c_bench->add_option("--api-key", bench_http.api_key, "HTTP API key")->envname("MINFER_API_KEY");
 
   std::string health_name;
   CLI::App* c_health = app.add_subcommand("health", "grpc.health.v1 check (server or model)");
@@ -662,7 +698,8 @@ int main(int argc, char** argv) {
     }
     double wall = 0;
     std::vector<BenchStream> runs =
-        RunBench(client, bench_models, bench_streams, bench_tokens, bench_prompt, &wall);
+        RunBench(client, bench_models, bench_streams, bench_tokens, bench_prompt, bench_chat,
+                 bench_http.url.empty() ? nullptr : &bench_http, &wall);
     int failed = 0;
     int64_t total_tokens = 0;
     // Greedy streams of one model must agree token for token.

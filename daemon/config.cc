@@ -164,6 +164,9 @@ absl::Status ApplyConfigJson(const std::string& text, const std::string& source,
   RETURN_IF_ERROR(r.Check());
   RETURN_IF_ERROR(r.String("listen", &c->listen));
   RETURN_IF_ERROR(r.String("metrics_listen", &c->metrics_listen));
+  RETURN_IF_ERROR(r.String("http_listen", &c->http_listen));
+  RETURN_IF_ERROR(r.Integer("http_threads", &c->http_threads, 2));
+  RETURN_IF_ERROR(r.String("api_key_file", &c->api_key_file));
   if (const Json* v = r.Get("memory_limit")) {
     if (v->is_number_unsigned()) {
       c->memory_limit = v->get<uint64_t>();
@@ -237,6 +240,23 @@ absl::Status FinalizeConfig(DaemonConfig* c) {
     if (c->admin_token.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("admin token file '", c->admin_token_file, "' is empty"));
+    }
+  }
+  if (!c->api_key_file.empty()) {
+    std::ifstream in(c->api_key_file);
+    if (!in) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot read API key file '", c->api_key_file, "'"));
+    }
+    c->api_keys.clear();
+    std::string line;
+    while (std::getline(in, line)) {
+      const std::string key(absl::StripAsciiWhitespace(line));
+      if (!key.empty() && key[0] != '#') c->api_keys.push_back(key);
+    }
+    if (c->api_keys.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("API key file '", c->api_key_file, "' holds no key"));
     }
   }
   if (c->tls_cert_file.empty() != c->tls_key_file.empty()) {

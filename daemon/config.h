@@ -4,6 +4,10 @@
 //   {
 //     "listen": "127.0.0.1:50051",
 //     "metrics_listen": "127.0.0.1:9464",      // "" turns metrics off
+//     "http_listen": "127.0.0.1:8080",         // the OpenAI-compatible API; "" (default) = off
+//     "http_threads": 128,                     // HTTP connections served at once
+//     "api_key_file": "/etc/minfer/api-keys",  // one key per line; the HTTP API then
+//                                              // requires "Authorization: Bearer KEY"
 //     "memory_limit": "8G",                    // bytes, or K/M/G/T (binary)
 //     "drain_timeout_seconds": 30,
 //     "tls": {"cert": "/etc/minfer/tls.crt", "key": "/etc/minfer/tls.key"},
@@ -40,6 +44,10 @@ namespace minfer::daemon {
 struct DaemonConfig {
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";  // empty: no metrics
+  std::string http_listen;                        // empty: no HTTP API
+  int32_t http_threads = 128;
+  std::string api_key_file;           // read into api_keys by Finalize
+  std::vector<std::string> api_keys;  // empty: the HTTP API is open
   uint64_t memory_limit = 0;                      // 0: the host's available memory
   double drain_timeout_seconds = 30;
   std::string tls_cert_file;  // both or neither
@@ -62,7 +70,9 @@ absl::Status ApplyConfigJson(const std::string& text, const std::string& source,
 // Reads and applies the file at `path`.
 absl::Status ApplyConfigFile(const std::string& path, DaemonConfig* config);
 
-// Reads admin_token_file into admin_token (trailing whitespace stripped) and
+// Reads admin_token_file into admin_token (trailing whitespace stripped),
+// api_key_file into api_keys (one per line; blank lines and lines starting
+// with '#' skipped) and
 // checks cross-field rules: limits positive, TLS cert and key together,
 // model names unique, aliases pointing at listed models.
 absl::Status FinalizeConfig(DaemonConfig* config);

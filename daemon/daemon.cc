@@ -145,6 +145,16 @@ absl::Status Daemon::Init() {
   }
   address_ = absl::StrCat(config_.listen.substr(0, config_.listen.rfind(':')), ":", port);
   for (const char* s : kServices) server_->GetHealthCheckService()->SetServingStatus(s, true);
+  if (!config_.http_listen.empty()) {
+    HttpOptions ho;
+    ho.listen = config_.http_listen;
+    ho.tls_cert_file = config_.tls_cert_file;
+    ho.tls_key_file = config_.tls_key_file;
+    ho.api_keys = config_.api_keys;
+    ho.threads = config_.http_threads;
+    ASSIGN_OR_RETURN(http_, HttpServer::Start(ho, slots_.get(), config_.limits, &state_,
+                                              metrics_.get()));
+  }
   Logger("daemon")->info("minferd serving gRPC on {}{}, metrics on {}", address_,
                          config_.tls_cert_file.empty() ? "" : " (TLS)",
                          metrics_address().empty() ? "(off)" : metrics_address());
@@ -338,6 +348,9 @@ bool Daemon::Shutdown(std::optional<std::chrono::duration<double>> slots_timeout
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     server_->Wait();
   }
+  // Its streams ended with the slots; what remains are idle keep-alive
+  // connections.
+  if (http_ != nullptr) http_->Stop();
   Logger("daemon")->info(complete ? "minferd stopped" : "minferd stopped (slots still stopping)");
   return complete;
 }

@@ -3,6 +3,9 @@
 // and the metrics exposer — with the shutdown sequence. main.cc adds flags
 // and signals; tests run it in-process on loopback ports.
 //
+// The OpenAI-compatible HTTP API (http_server.h), when http_listen is set,
+// serves the same slots beside gRPC, with the same TLS pair.
+//
 // Health (grpc.health.v1): "" (overall) and the two API services are
 // SERVING from start until the drain; each model name and alias is SERVING
 // while its model is READY and NOT_SERVING otherwise; everything turns
@@ -36,6 +39,7 @@
 #include "daemon/config.h"
 #include "daemon/generation_service.h"
 #include "daemon/heap_trim.h"
+#include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/reflection_v1.h"
 #include "daemon/serving_state.h"
@@ -58,7 +62,7 @@ struct DrainResult {
 
 class Daemon {
  public:
-  // Binds the gRPC and metrics addresses (port 0 picks a free port), starts
+  // Binds the gRPC, metrics and HTTP addresses (port 0 picks a free port), starts
   // serving, and starts loading the configured models in the background.
   // Errors: the config is invalid, an address cannot be bound, a TLS file
   // is unreadable or holds no PEM certificate / key, or the key is not the
@@ -74,6 +78,8 @@ class Daemon {
   const std::string& address() const { return address_; }
   // "" when metrics are off.
   std::string metrics_address() const { return metrics_->exposer_address(); }
+  // The OpenAI-compatible HTTP API's "host:port"; "" when it is off.
+  std::string http_address() const { return http_ != nullptr ? http_->address() : ""; }
   const DaemonConfig& config() const { return config_; }
   SlotManager& slots() { return *slots_; }
   Metrics& metrics() { return *metrics_; }
@@ -92,7 +98,8 @@ class Daemon {
   // cleanly afterwards.
   void CutDrainShort(const std::string& why);
 
-  // Stops every slot, then the gRPC server and the metrics exposer.
+  // Stops every slot, then the gRPC and HTTP servers and the metrics
+  // exposer.
   // Stopping a slot waits for a load in progress; with `slots_timeout`,
   // Shutdown waits that long for the slots, then logs which loads are
   // still running, shuts the server down anyway and returns false: the
@@ -122,6 +129,7 @@ class Daemon {
   std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
+  std::unique_ptr<HttpServer> http_;  // null when off
 
   std::atomic<bool> drain_cut_{false};  // CutDrainShort was called
   // Runs SlotManager::Shutdown (joined by the destructor).

@@ -280,6 +280,34 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
   return out;
 }
 
+absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
+    SlotManager* slots, const ServingState& state, const v1::GenerateRequest& request,
+    const GenerationLimits& limits, Clock::time_point arrival, Clock::time_point deadline,
+    const char* api, std::shared_ptr<const runtime::Model>* model_out) {
+  if (state.draining()) {
+    return absl::UnavailableError("the server is draining; it accepts no new generations");
+  }
+  if (request.model().empty()) {
+    return absl::InvalidArgumentError("model: name a loaded model or alias");
+  }
+  RETURN_IF_ERROR(CheckName(request.model(), "model"));
+  return slots->Submit(
+      request.model(),
+      [&](Slot& slot, const std::string& model) -> absl::StatusOr<std::shared_ptr<Sequence>> {
+        std::shared_ptr<const runtime::Model> m = slot.model();
+        if (m == nullptr) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("model '", model, "' is ", SlotStateName(slot.state()), ", not ready"));
+        }
+        ASSIGN_OR_RETURN(runtime::GenerateRequest r,
+                         BuildGenerateRequest(request, *m, slot.n_ctx(), limits));
+        auto seq = std::make_shared<Sequence>(std::move(r), model, arrival, deadline);
+        seq->set_api(api);
+        if (model_out != nullptr) *model_out = m;
+        return seq;
+      });
+}
+
 GenerationServiceImpl::GenerationServiceImpl(SlotManager* slots, GenerationLimits limits,
                                              ServingState* state, Metrics* metrics)
     : slots_(slots), limits_(limits), state_(state), metrics_(metrics) {
@@ -327,32 +355,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
   const Clock::time_point arrival = Clock::now();
   const Clock::time_point deadline = SteadyDeadline(context);
   auto* reactor = new GenerateReactor(state_, metrics_, &pumps_, deadline);
-  if (state_->draining()) {
-    reactor->FinishWith(ToGrpcStatus(
-        absl::UnavailableError("the server is draining; it accepts no new generations")));
-    return reactor;
-  }
-  if (request->model().empty()) {
-    reactor->FinishWith(
-        ToGrpcStatus(absl::InvalidArgumentError("model: name a loaded model or alias")));
-    return reactor;
-  }
-  if (absl::Status name = CheckName(request->model(), "model"); !name.ok()) {
-    reactor->FinishWith(ToGrpcStatus(name));
-    return reactor;
-  }
-  absl::StatusOr<std::shared_ptr<Sequence>> seq = slots_->Submit(
-      request->model(),
-      [&](Slot& slot, const std::string& model) -> absl::StatusOr<std::shared_ptr<Sequence>> {
-        std::shared_ptr<const runtime::Model> m = slot.model();
-        if (m == nullptr) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("model '", model, "' is ", SlotStateName(slot.state()), ", not ready"));
-        }
-        ASSIGN_OR_RETURN(runtime::GenerateRequest r,
-                         BuildGenerateRequest(*request, *m, slot.n_ctx(), limits_));
-        return std::make_shared<Sequence>(std::move(r), model, arrival, deadline);
-      });
+  absl::StatusOr<std::shared_ptr<Sequence>> seq =
+      SubmitGenerate(slots_, *state_, *request, limits_, arrival, deadline, "grpc");
   if (!seq.ok()) {
     reactor->FinishWith(ToGrpcStatus(seq.status()));
     return reactor;

@@ -18,11 +18,13 @@
 #define MINFER_DAEMON_GENERATION_SERVICE_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/statusor.h"
 #include "daemon/limits.h"
 #include "daemon/metrics.h"
 #include "daemon/pump_queue.h"
+#include "daemon/sequence.h"
 #include "daemon/serving_state.h"
 #include "daemon/slot_manager.h"
 #include "engine/runtime/generation.h"
@@ -39,6 +41,20 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
                                                               const runtime::Model& model,
                                                               int64_t n_ctx,
                                                               const GenerationLimits& limits);
+
+// Validates, tokenizes and submits `request` to its model's slot: the one
+// way a generation enters a slot, for the gRPC and the HTTP API alike.
+// Errors: UNAVAILABLE while `state` drains; INVALID_ARGUMENT for a missing
+// or malformed model name and as BuildGenerateRequest; the slot manager's
+// NOT_FOUND, FAILED_PRECONDITION (not ready) and RESOURCE_EXHAUSTED (queue
+// full). `arrival` and `deadline` (Clock::time_point::max() for none) as
+// Sequence takes them; `api` ("grpc", "http") labels the request in the
+// slot's log. With `model`, also returns the model that serves it (its
+// tokenizer renders the response).
+absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
+    SlotManager* slots, const ServingState& state, const v1::GenerateRequest& request,
+    const GenerationLimits& limits, Clock::time_point arrival, Clock::time_point deadline,
+    const char* api, std::shared_ptr<const runtime::Model>* model = nullptr);
 
 class GenerationServiceImpl final : public v1::GenerationService::CallbackService {
  public:

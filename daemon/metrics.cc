@@ -32,7 +32,7 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
   requests_ = &prometheus::BuildCounter()
                    .Name("minfer_requests_total")
-                   .Help("RPCs by method, model and final gRPC status code.")
+                   .Help("Requests by API (grpc, http), method or route, model and final status.")
                    .Register(r);
   prompt_tokens_ = &prometheus::BuildCounter()
                         .Name("minfer_prompt_tokens_total")
@@ -126,8 +126,9 @@ absl::Status Metrics::StartExposer(const std::string& address) {
 }
 
 void Metrics::RecordRequest(const std::string& method, const std::string& model,
-                            const std::string& code) {
-  requests_->Add({{"method", method}, {"model", model}, {"code", code}}).Increment();
+                            const std::string& code, const std::string& api) {
+  requests_->Add({{"api", api}, {"method", method}, {"model", model}, {"code", code}})
+      .Increment();
 }
 
 ModelMetrics* Metrics::ForModel(const std::string& model) {

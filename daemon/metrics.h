@@ -1,7 +1,10 @@
 // Prometheus metrics of the daemon (prometheus-cpp), served by an HTTP
 // exposer on their own address so scraping never competes with gRPC.
 //
-//   minfer_requests_total{method,model,code}         RPCs by final status
+//   minfer_requests_total{api,method,model,code}     requests by final status: api
+//                                                    "grpc" (method = RPC, code = gRPC
+//                                                    code) or "http" (method = route,
+//                                                    code = HTTP status)
 //   minfer_prompt_tokens_total{model}                tokens in
 //   minfer_completion_tokens_total{model}            tokens out
 //   minfer_time_to_first_token_seconds{model}        arrival -> first token
@@ -78,7 +81,7 @@ class Metrics {
   std::string exposer_address() const { return exposer_address_; }
 
   void RecordRequest(const std::string& method, const std::string& model,
-                     const std::string& code);
+                     const std::string& code, const std::string& api = "grpc");
   ModelMetrics* ForModel(const std::string& model);
   // "loading", "ready", "unloading", "failed"; the other states read 0.
   void SetSlotState(const std::string& model, const std::string& state);

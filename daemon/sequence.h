@@ -79,6 +79,10 @@ class Sequence {
   // Of the request as submitted (still valid after TakeRequest).
   int32_t prompt_tokens() const { return prompt_tokens_; }
   uint64_t seed() const { return seed_; }
+  // Which API the request came through ("grpc", "http"): the slot's log
+  // says. Set before the sequence is submitted.
+  void set_api(const char* api) { api_ = api; }
+  const char* api() const { return api_; }
 
   // --- consumer side ---
   // Asks the worker to stop this sequence; the first reason wins.
@@ -105,6 +109,7 @@ class Sequence {
   const std::string model_;
   const Clock::time_point arrival_;
   const Clock::time_point deadline_;
+  const char* api_ = "grpc";  // a string literal
   std::atomic<bool> cancel_requested_{false};
   Notifier notifier_;
 

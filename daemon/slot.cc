@@ -610,9 +610,9 @@ void Slot::FinishSequence(Active& a, absl::Status status, FinishReason reason,
     }
   }
   Logger("daemon")->info(
-      "generate model={} prompt={} completion={} ttft={:.4f}s decode={:.1f}tok/s "
+      "generate api={} model={} prompt={} completion={} ttft={:.4f}s decode={:.1f}tok/s "
       "queue={:.4f}s total={:.3f}s finish={}{}{}",
-      config_.name, r.stats.prompt_tokens, r.stats.completion_tokens, r.ttft_seconds,
+      a.seq->api(), config_.name, r.stats.prompt_tokens, r.stats.completion_tokens, r.ttft_seconds,
       r.DecodeTokensPerSecond(), r.queue_seconds, r.total_seconds,
       FinishReasonName(r.finish_reason), status.ok() ? "" : " status=",
       status.ok() ? std::string() : status.ToString());
@@ -638,7 +638,8 @@ void Slot::FinishUnstarted(const std::shared_ptr<Sequence>& seq, absl::Status st
       counters_.failed++;
     }
   }
-  Logger("daemon")->info("generate model={} not started: {}", config_.name, status);
+  Logger("daemon")->info("generate api={} model={} not started: {}", seq->api(), config_.name,
+                         status);
   seq->Finish(std::move(r));
 }
 

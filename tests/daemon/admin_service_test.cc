@@ -220,7 +220,7 @@ TEST_F(AdminServiceTest, LongNamesAndPathsAreRefusedBounded) {
   EXPECT_TRUE(client_->Generate(TextRequest("a", "hi", 3)).ok());
   const std::string metrics = daemon_->metrics().Serialize();
   EXPECT_THAT(metrics, HasSubstr(
-      "minfer_requests_total{code=\"INVALID_ARGUMENT\",method=\"LoadModel\",model=\"\"} 1"));
+      "minfer_requests_total{api=\"grpc\",code=\"INVALID_ARGUMENT\",method=\"LoadModel\",model=\"\"} 1"));
   EXPECT_THAT(metrics, Not(HasSubstr("nnnnnnnn")));
 }
 
@@ -817,9 +817,9 @@ TEST_F(AdminServiceTest, MetricsAreServedOverHttp) {
   }
   EXPECT_THAT(body, HasSubstr("200 OK"));
   EXPECT_THAT(body, HasSubstr(
-      "minfer_requests_total{code=\"OK\",method=\"Generate\",model=\"a\"} 3"));
+      "minfer_requests_total{api=\"grpc\",code=\"OK\",method=\"Generate\",model=\"a\"} 3"));
   EXPECT_THAT(body, HasSubstr(
-      "minfer_requests_total{code=\"INVALID_ARGUMENT\",method=\"Generate\",model=\"\"} 1"));
+      "minfer_requests_total{api=\"grpc\",code=\"INVALID_ARGUMENT\",method=\"Generate\",model=\"\"} 1"));
   EXPECT_THAT(body, HasSubstr(absl::StrCat("minfer_completion_tokens_total{model=\"a\"} ",
                                            completion)));
   EXPECT_THAT(body, HasSubstr("minfer_time_to_first_token_seconds_count{model=\"a\"} 3"));

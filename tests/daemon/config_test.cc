@@ -20,6 +20,8 @@ TEST(ConfigTest, ReadsEveryKey) {
   ASSERT_TRUE(Apply(R"({
     "listen": "0.0.0.0:7000",
     "metrics_listen": "",
+    "http_listen": "127.0.0.1:8080",
+    "http_threads": 64,
     "memory_limit": "8G",
     "drain_timeout_seconds": 12.5,
     "tls": {"cert": "c.pem", "key": "k.pem"},
@@ -34,6 +36,8 @@ TEST(ConfigTest, ReadsEveryKey) {
   })", &c).ok());
   EXPECT_EQ(c.listen, "0.0.0.0:7000");
   EXPECT_EQ(c.metrics_listen, "");
+  EXPECT_EQ(c.http_listen, "127.0.0.1:8080");
+  EXPECT_EQ(c.http_threads, 64);
   EXPECT_EQ(c.memory_limit, 8ull << 30);
   EXPECT_EQ(c.drain_timeout_seconds, 12.5);
   EXPECT_EQ(c.tls_cert_file, "c.pem");
@@ -114,6 +118,22 @@ TEST(ConfigTest, FinalizeChecksCrossFieldRules) {
   ASSERT_TRUE(FinalizeConfig(&c).ok());
   EXPECT_EQ(c.admin_token, "abc123");
   c.admin_token_file = token_file + ".missing";
+  EXPECT_EQ(FinalizeConfig(&c).code(), absl::StatusCode::kNotFound);
+
+  // API keys: one per line, blanks and comments skipped; a file with no
+  // key is an error (it would leave the API open by accident).
+  c = DaemonConfig();
+  const std::string keys = std::string(std::getenv("TEST_TMPDIR")) + "/keys";
+  std::ofstream(keys) << "# team a\nsk-one\n\n  sk-two  \n";
+  c.api_key_file = keys;
+  ASSERT_TRUE(FinalizeConfig(&c).ok());
+  EXPECT_EQ(c.api_keys, (std::vector<std::string>{"sk-one", "sk-two"}));
+  std::ofstream(keys) << "# nothing\n\n";
+  c.api_keys.clear();
+  absl::Status empty = FinalizeConfig(&c);
+  EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(empty.message()), ::testing::HasSubstr("holds no key"));
+  c.api_key_file = keys + ".missing";
   EXPECT_EQ(FinalizeConfig(&c).code(), absl::StatusCode::kNotFound);
 }
 

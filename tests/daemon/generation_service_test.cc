@@ -364,7 +364,7 @@ TEST_F(GenerationServiceTest, DeadlineExceededStopsAndFreesTheSequence) {
   ASSERT_TRUE(WaitFor([&] {
     metrics = daemon_->metrics().Serialize();
     return absl::StrContains(
-        metrics, "minfer_requests_total{code=\"DEADLINE_EXCEEDED\",method=\"Generate\",model=\"a\"} 2");
+        metrics, "minfer_requests_total{api=\"grpc\",code=\"DEADLINE_EXCEEDED\",method=\"Generate\",model=\"a\"} 2");
   }, std::chrono::milliseconds(2000))) << metrics;
   EXPECT_THAT(metrics, Not(HasSubstr("code=\"CANCELLED\",method=\"Generate\"")));
 }
@@ -381,7 +381,7 @@ TEST_F(GenerationServiceTest, ClientCancelIsStillCancelled) {
   ASSERT_TRUE(WaitFor([&] {
     metrics = daemon_->metrics().Serialize();
     return absl::StrContains(
-        metrics, "minfer_requests_total{code=\"CANCELLED\",method=\"Generate\",model=\"a\"} 1");
+        metrics, "minfer_requests_total{api=\"grpc\",code=\"CANCELLED\",method=\"Generate\",model=\"a\"} 1");
   }, std::chrono::milliseconds(2000))) << metrics;
   EXPECT_THAT(metrics, Not(HasSubstr("DEADLINE_EXCEEDED")));
 }
@@ -599,9 +599,9 @@ TEST_F(GenerationServiceTest, UndecodableRequestsAreInvalidArgumentSayingWhy) {
   EXPECT_TRUE(RawCall(channel, "/minfer.v1.GenerationService/Tokenize", bytes).ok());
   const std::string metrics = daemon_->metrics().Serialize();
   EXPECT_THAT(metrics, HasSubstr(
-      "minfer_requests_total{code=\"INVALID_ARGUMENT\",method=\"Tokenize\",model=\"\"} 1"));
+      "minfer_requests_total{api=\"grpc\",code=\"INVALID_ARGUMENT\",method=\"Tokenize\",model=\"\"} 1"));
   EXPECT_THAT(metrics, HasSubstr(
-      "minfer_requests_total{code=\"OK\",method=\"Tokenize\",model=\"a\"} 1"));
+      "minfer_requests_total{api=\"grpc\",code=\"OK\",method=\"Tokenize\",model=\"a\"} 1"));
 }
 
 TEST_F(GenerationServiceTest, TokenizeAndDetokenizeAreHeldToThePromptLimits) {

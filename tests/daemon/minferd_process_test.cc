@@ -110,7 +110,7 @@ TEST_F(MinferdProcessTest, SigtermDrainsTheInFlightStreamAndExitsZero) {
   EXPECT_EQ(*code, 0);
   const std::string log = proc_->ReadStderr();
   EXPECT_THAT(log, HasSubstr("received SIGTERM"));
-  EXPECT_THAT(log, HasSubstr("generate model=a prompt="));
+  EXPECT_THAT(log, HasSubstr("generate api=grpc model=a prompt="));
   EXPECT_THAT(log, HasSubstr("completion=1500"));
   EXPECT_THAT(log, HasSubstr("drained in"));
   // A clean exit takes its ready file along.
