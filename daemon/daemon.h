@@ -80,6 +80,7 @@ class Daemon {
   std::string metrics_address() const { return metrics_->exposer_address(); }
   // The OpenAI-compatible HTTP API's "host:port"; "" when it is off.
   std::string http_address() const { return http_ != nullptr ? http_->address() : ""; }
+  const HttpServer* http_server() const { return http_.get(); }  // null when off
   const DaemonConfig& config() const { return config_; }
   SlotManager& slots() { return *slots_; }
   Metrics& metrics() { return *metrics_; }

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -35,6 +36,9 @@ using json = nlohmann::json;
 
 // How often a waiting request looks at its client's socket.
 constexpr auto kPeerPoll = std::chrono::milliseconds(50);
+
+// Connections waiting to be accepted (gRPC's figure).
+constexpr int kListenBacklog = 4096;
 
 std::string Dump(const json& j) {
   // Token text can end inside a UTF-8 character (logprobs' token strings):
@@ -222,6 +226,13 @@ absl::Status HttpServer::Init() {
   server_->set_keep_alive_timeout(options_.keep_alive_seconds);
   server_->set_keep_alive_max_count(10000);
   server_->set_tcp_nodelay(true);  // SSE events are small and latency-bound
+  // The library's own socket options (SO_REUSEADDR), and the socket kept
+  // for the backlog below.
+  server_->set_socket_options([this](int fd) {
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    listen_fd_ = fd;
+  });
   Route();
 
   const int bound = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
@@ -229,12 +240,32 @@ absl::Status HttpServer::Init() {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on '", options_.listen, "' (HTTP API)"));
   }
+  // cpp-httplib listens with a backlog of 5: 16 clients connecting at once
+  // overflowed it (the kernel's ListenOverflows counter), their SYNs were
+  // dropped and retried a second later (TTFT +1 s), and one in about ten
+  // such bursts lost a stream. A second listen() on a listening socket
+  // only sets the new limit (capped by net.core.somaxconn), as gRPC's.
+  if (listen_fd_ < 0 || ::listen(listen_fd_, kListenBacklog) != 0) {
+    return absl::InternalError(absl::StrCat("cannot set the HTTP API's listen backlog on '",
+                                            options_.listen, "'"));
+  }
   address_ = absl::StrCat(options_.listen.substr(0, colon), ":", bound);
   listener_ = std::thread([this] { server_->listen_after_bind(); });
   Logger("daemon")->info("minferd serving the OpenAI-compatible HTTP API on {}{}{}", address_,
                          tls() ? " (TLS)" : "",
                          options_.api_keys.empty() ? "" : " (API keys required)");
   return absl::OkStatus();
+}
+
+int HttpServer::ListenBacklog() const {
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (listen_fd_ < 0 || getsockopt(listen_fd_, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) {
+    return -1;
+  }
+  // For a listening socket the kernel reports the accept queue's limit in
+  // tcpi_sacked (and its current length in tcpi_unacked).
+  return static_cast<int>(info.tcpi_sacked);
 }
 
 void HttpServer::Stop() {

@@ -83,6 +83,10 @@ class HttpServer {
   const std::string& address() const { return address_; }
   bool tls() const { return !options_.tls_cert_file.empty(); }
 
+  // The listening socket's accept-queue limit as the kernel holds it
+  // (TCP_INFO); -1 if it cannot be read.
+  int ListenBacklog() const;
+
   // Stops listening and joins the connection threads (a keep-alive
   // connection may hold its thread up to keep_alive_seconds). Streams must
   // have ended (the daemon stops the slots first). Idempotent.
@@ -103,6 +107,7 @@ class HttpServer {
   std::unique_ptr<httplib::Server> server_;
   std::thread listener_;
   std::string address_;
+  int listen_fd_ = -1;  // owned by server_
 };
 
 }  // namespace minfer::daemon

@@ -4,6 +4,7 @@
 // (raw SSE framing, error shapes, limits, keep-alive). The reference for
 // every generation is the same request over gRPC: the same greedy (and
 // seeded) ids and text.
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -367,6 +368,17 @@ TEST_F(HttpApiTest, ModelsHealthAndKeepAlive) {
   ASSERT_TRUE(both.ok());
   EXPECT_THAT(both->err, HasSubstr("Re-using existing connection"));
   EXPECT_THAT(both->out, HasSubstr("\"id\":\"a\""));
+}
+
+// The accept queue takes a burst of clients: cpp-httplib's own backlog of 5
+// dropped the SYNs of 16 clients connecting at once (retried after a
+// second) and lost a stream now and then. The kernel's figure, capped by
+// net.core.somaxconn.
+TEST_F(HttpApiTest, ListenBacklogTakesABurstOfClients) {
+  ASSERT_NE(daemon_->http_server(), nullptr);
+  int somaxconn = 4096;
+  std::ifstream("/proc/sys/net/core/somaxconn") >> somaxconn;
+  EXPECT_EQ(daemon_->http_server()->ListenBacklog(), std::min(4096, somaxconn));
 }
 
 // Its own daemon: a drain turns /health and new generations to 503.
