@@ -134,6 +134,12 @@ void PrintModel(const v1::ModelStatus& m) {
                                                  : absl::StrJoin(kv.sequence_blocks(), " "))});
     rows.push_back({"batching:", absl::StrCat(kv.steps(), " steps of up to ", kv.token_budget(),
                                               " tokens, ", kv.preemptions(), " preemptions")});
+    rows.push_back(
+        {"prefixes:",
+         kv.prefix_cache()
+             ? absl::StrCat(kv.blocks_cached(), " free blocks cached; ", kv.prefix_hit_tokens(),
+                            " prompt tokens reused, ", kv.prefix_evictions(), " evictions")
+             : std::string("off")});
   }
   if (m.state() == v1::MODEL_STATE_LOADING) {
     rows.push_back({"loaded:", absl::StrCat(Mib(m.load_bytes_done()), " of ",

@@ -165,6 +165,10 @@ void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& al
     kv->set_preemptions(st.preemptions);
     kv->set_token_budget(st.token_budget);
     kv->set_steps(st.steps);
+    kv->set_blocks_cached(st.kv_blocks_cached);
+    kv->set_prefix_cache(st.prefix_cache);
+    kv->set_prefix_hit_tokens(st.prefix_hit_tokens);
+    kv->set_prefix_evictions(st.prefix_evictions);
   }
   v1::ModelCounters* c = out->mutable_counters();
   c->set_requests(st.counters.requests);

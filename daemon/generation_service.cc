@@ -126,6 +126,7 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
       u->set_queue_seconds(r.queue_seconds);
       u->set_total_seconds(r.total_seconds);
       u->set_seed(r.seed);
+      u->set_cached_prompt_tokens(r.stats.cached_prompt_tokens);
       *final = ToGrpcStatus(r.status);
     }
     return true;

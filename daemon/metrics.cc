@@ -73,12 +73,23 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Register(r);
   kv_blocks_ = &prometheus::BuildGauge()
                     .Name("minfer_kv_blocks")
-                    .Help("Blocks of the model's KV pool by state (used, free).")
+                    .Help("Blocks of the model's KV pool by state (used, free; cached: free "
+                          "blocks that hold a prefix a new sequence can reuse).")
                     .Register(r);
   preemptions_ = &prometheus::BuildCounter()
                       .Name("minfer_preemptions_total")
                       .Help("Sequences preempted because the KV pool ran dry (recomputed later).")
                       .Register(r);
+  prefix_hit_tokens_ = &prometheus::BuildCounter()
+                            .Name("minfer_prefix_cache_hit_tokens_total")
+                            .Help("Prompt tokens whose KV came from the prefix cache instead of "
+                                  "being computed.")
+                            .Register(r);
+  prefix_evictions_ = &prometheus::BuildCounter()
+                           .Name("minfer_prefix_cache_evictions_total")
+                           .Help("Cached KV blocks reused for other contents (the pool needed "
+                                 "them).")
+                           .Register(r);
   step_sequences_ = &prometheus::BuildHistogram()
                          .Name("minfer_step_sequences")
                          .Help("Sequences evaluated per batched forward step.")
@@ -149,7 +160,10 @@ ModelMetrics* Metrics::ForModel(const std::string& model) {
     slot->backend_bytes = &backend_memory_->Add(l);
     slot->kv_blocks_used = &kv_blocks_->Add({{"model", model}, {"state", "used"}});
     slot->kv_blocks_free = &kv_blocks_->Add({{"model", model}, {"state", "free"}});
+    slot->kv_blocks_cached = &kv_blocks_->Add({{"model", model}, {"state", "cached"}});
     slot->preemptions = &preemptions_->Add(l);
+    slot->prefix_hit_tokens = &prefix_hit_tokens_->Add(l);
+    slot->prefix_evictions = &prefix_evictions_->Add(l);
     slot->step_sequences = &step_sequences_->Add(l, CountBuckets());
     slot->step_tokens = &step_tokens_->Add(l, CountBuckets());
     slot->step_seconds = &step_seconds_->Add(l, LatencyBuckets());
@@ -178,6 +192,7 @@ void Metrics::RemoveModel(const std::string& model) {
     backend_memory_->Remove(m.backend_bytes);
     kv_blocks_->Remove(m.kv_blocks_used);
     kv_blocks_->Remove(m.kv_blocks_free);
+    kv_blocks_->Remove(m.kv_blocks_cached);
     // Counters and histograms stay registered; forget only our pointers to
     // the removed gauges by dropping the entry (a reload re-adds them).
     models_.erase(it);

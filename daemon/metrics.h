@@ -14,7 +14,10 @@
 //   minfer_slot_state{model,state}                   1 for the slot's state
 //   minfer_slot_memory_bytes{model,kind}             weights / kv / scratch
 //   minfer_backend_memory_bytes{model}               all the backend holds
-//   minfer_kv_blocks{model,state}                    KV pool blocks used / free
+//   minfer_kv_blocks{model,state}                    KV pool blocks used / free / cached
+//                                                    (cached: free, holding a reusable prefix)
+//   minfer_prefix_cache_hit_tokens_total{model}      prompt tokens taken from the prefix cache
+//   minfer_prefix_cache_evictions_total{model}       cached blocks reused for other contents
 //   minfer_preemptions_total{model}                  sequences preempted (KV pool dry)
 //   minfer_step_sequences{model}                     sequences per batched step
 //   minfer_step_tokens{model}                        tokens per batched step
@@ -62,7 +65,10 @@ struct ModelMetrics {
   prometheus::Gauge* backend_bytes = nullptr;
   prometheus::Gauge* kv_blocks_used = nullptr;
   prometheus::Gauge* kv_blocks_free = nullptr;
+  prometheus::Gauge* kv_blocks_cached = nullptr;
   prometheus::Counter* preemptions = nullptr;
+  prometheus::Counter* prefix_hit_tokens = nullptr;
+  prometheus::Counter* prefix_evictions = nullptr;
   prometheus::Histogram* step_sequences = nullptr;
   prometheus::Histogram* step_tokens = nullptr;
   prometheus::Histogram* step_seconds = nullptr;
@@ -109,6 +115,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* backend_memory_;
   prometheus::Family<prometheus::Gauge>* kv_blocks_;
   prometheus::Family<prometheus::Counter>* preemptions_;
+  prometheus::Family<prometheus::Counter>* prefix_hit_tokens_;
+  prometheus::Family<prometheus::Counter>* prefix_evictions_;
   prometheus::Family<prometheus::Histogram>* step_sequences_;
   prometheus::Family<prometheus::Histogram>* step_tokens_;
   prometheus::Family<prometheus::Histogram>* step_seconds_;

@@ -574,7 +574,9 @@ json ResponseWriter::Choice(const std::string& text, const std::vector<int32_t>&
 json ResponseWriter::Usage(const SequenceResult& result) const {
   return json{{"prompt_tokens", result.stats.prompt_tokens},
               {"completion_tokens", result.stats.completion_tokens},
-              {"total_tokens", result.stats.prompt_tokens + result.stats.completion_tokens}};
+              {"total_tokens", result.stats.prompt_tokens + result.stats.completion_tokens},
+              // OpenAI's field for prompt tokens served from a prompt cache.
+              {"prompt_tokens_details", {{"cached_tokens", result.stats.cached_prompt_tokens}}}};
 }
 
 std::vector<json> ResponseWriter::StreamChunks(const SequenceChunk& chunk) {

@@ -139,10 +139,14 @@ SlotStatus Slot::Status() const {
   s.kv_block = kv_block_;
   s.kv_blocks_total = kv_blocks_total_;
   s.kv_blocks_used = kv_blocks_used_;
+  s.kv_blocks_cached = kv_blocks_cached_;
   s.kv_block_bytes = kv_block_bytes_;
   s.sequence_blocks = sequence_blocks_;
   s.token_budget = token_budget_;
   s.preemptions = preemptions_;
+  s.prefix_cache = prefix_cache_;
+  s.prefix_hit_tokens = prefix_hit_tokens_;
+  s.prefix_evictions = prefix_evictions_;
   s.steps = steps_;
   s.counters = counters_;
   s.load_seconds = load_seconds_;
@@ -576,6 +580,10 @@ void Slot::RecordStep(const runtime::EngineStepStats& step) {
   metrics_->step_tokens->Observe(static_cast<double>(step.tokens));
   metrics_->step_seconds->Observe(step.seconds);
   if (step.preempted > 0) metrics_->preemptions->Increment(static_cast<double>(step.preempted));
+  if (step.cached_tokens > 0) {
+    metrics_->prefix_hit_tokens->Increment(static_cast<double>(step.cached_tokens));
+  }
+  if (step.evictions > 0) metrics_->prefix_evictions->Increment(static_cast<double>(step.evictions));
 }
 
 void Slot::FinishSequence(Active& a, absl::Status status, FinishReason reason,
@@ -654,12 +662,17 @@ void Slot::UpdateGauges() {
     if (backend_gen != backend_gen_) backend_bytes = model_mut_->kv_backend()->MemoryBytes();
   }
   std::vector<int64_t> per_seq;
-  int64_t used = 0, running = 0, waiting = 0, scratch = 0, budget = 0;
-  uint64_t preemptions = 0, steps = 0;
+  int64_t used = 0, cached = 0, running = 0, waiting = 0, scratch = 0, budget = 0;
+  uint64_t preemptions = 0, steps = 0, hits = 0, evictions = 0;
+  bool prefix_cache = false;
   if (engine_ != nullptr) {
     runtime::EngineSnapshot snap = engine_->Snapshot();
     budget = snap.token_budget;
     used = snap.kv_blocks_used;
+    cached = snap.kv_blocks_cached;
+    prefix_cache = snap.prefix_cache;
+    hits = static_cast<uint64_t>(snap.prefix_hit_tokens);
+    evictions = static_cast<uint64_t>(snap.prefix_evictions);
     running = snap.running;
     waiting = snap.waiting;
     scratch = snap.activation_bytes;
@@ -676,6 +689,10 @@ void Slot::UpdateGauges() {
   running_ = static_cast<int32_t>(running);
   waiting_ = static_cast<int32_t>(waiting);
   kv_blocks_used_ = used;
+  kv_blocks_cached_ = cached;
+  prefix_cache_ = prefix_cache;
+  prefix_hit_tokens_ = hits;
+  prefix_evictions_ = evictions;
   sequence_blocks_ = std::move(per_seq);
   preemptions_ = preemptions;
   steps_ = steps;
@@ -687,6 +704,7 @@ void Slot::UpdateGauges() {
     metrics_->backend_bytes->Set(static_cast<double>(backend_bytes_));
     metrics_->kv_blocks_used->Set(static_cast<double>(used));
     metrics_->kv_blocks_free->Set(static_cast<double>(kv_blocks_total_ - used));
+    metrics_->kv_blocks_cached->Set(static_cast<double>(cached));
   }
 }
 

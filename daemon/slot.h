@@ -111,10 +111,14 @@ struct SlotStatus {
   int32_t kv_block = 0;
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_cached = 0;  // free, holding a reusable prefix
   uint64_t kv_block_bytes = 0;
   std::vector<int64_t> sequence_blocks;  // per running sequence, admission order
   int64_t token_budget = 0;
   uint64_t preemptions = 0;
+  bool prefix_cache = false;
+  uint64_t prefix_hit_tokens = 0;  // prompt tokens taken from the prefix cache
+  uint64_t prefix_evictions = 0;
   uint64_t steps = 0;
   SlotCounters counters;
   uint64_t load_bytes_done = 0;
@@ -264,8 +268,12 @@ class Slot {
   int32_t running_ = 0;                        // the engine's running sequences
   int32_t waiting_ = 0;                        // ... and waiting ones
   int64_t kv_blocks_used_ = 0;
+  int64_t kv_blocks_cached_ = 0;
   std::vector<int64_t> sequence_blocks_;
   uint64_t preemptions_ = 0;
+  bool prefix_cache_ = false;
+  uint64_t prefix_hit_tokens_ = 0;
+  uint64_t prefix_evictions_ = 0;
   uint64_t steps_ = 0;
   std::vector<Task> tasks_;
   SlotCounters counters_;

@@ -111,6 +111,12 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "parallel sequences."});
   add({"MINFER_KV_BLOCK", KnobType::kInt, "16", KnobScope::kPerModel, KnobEffect::kReload,
        "Rows (tokens) per block of the paged KV pool: a power of two in [1, 4096]."});
+  add({"MINFER_PREFIX_CACHE", KnobType::kBool, "1", KnobScope::kPerModel,
+       KnobEffect::kImmediate,
+       "Automatic prefix caching: full KV blocks stay cached after their sequence ends, and a "
+       "new sequence whose prompt starts with the same tokens reuses them instead of computing "
+       "them (results equal; any knob change starts a new cache generation); 0 = every "
+       "prompt is computed whole."});
 }
 
 }  // namespace minfer

@@ -55,6 +55,9 @@ struct GenerationStats {
   double ttft_seconds = 0;      // from the start to the first token
   double decode_seconds = 0;    // evaluating generated tokens
   double queue_seconds = 0;     // batched engine: from Add to the first step it ran in
+  // Batched engine: prompt tokens whose KV came from the prefix cache at
+  // the first admission (not computed).
+  int32_t cached_prompt_tokens = 0;
   double DecodeTokensPerSecond() const {
     return decode_seconds > 0 ? (completion_tokens - 1) / decode_seconds : 0;
   }

@@ -44,7 +44,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   so.token_budget = o.token_budget;
   so.block_size = o.kv_block;
   so.max_seq_rows = o.n_ctx;
+  e->options_cache_fixed_ = options.prefix_cache.has_value();
+  if (!o.prefix_cache.has_value()) {
+    o.prefix_cache = knobs.GetBool("MINFER_PREFIX_CACHE", &model->knobs());
+  }
+  e->opt_.prefix_cache = o.prefix_cache;
+  so.prefix_cache = *o.prefix_cache;
   e->scheduler_ = std::make_unique<Scheduler>(so, &e->runner_->pool().blocks());
+  // Blocks are only ever matched within one knob generation: a knob that
+  // shapes the numbers (kernels, fusions, KV handling) must not let blocks
+  // computed before it changed stand for blocks computed after.
+  e->scheduler_->SetPrefixSalt(e->knob_gen_);
   return e;
 }
 
@@ -57,6 +67,12 @@ void Engine::RefreshKnobs() {
   const uint64_t gen = KnobRegistry::Global().generation() + model_->knob_generation();
   if (gen == knob_gen_) return;
   knob_gen_ = gen;
+  scheduler_->SetPrefixSalt(gen);
+  if (!options_cache_fixed_) {
+    const bool on = KnobRegistry::Global().GetBool("MINFER_PREFIX_CACHE", &model_->knobs());
+    opt_.prefix_cache = on;
+    scheduler_->SetPrefixCache(on);
+  }
   if (options_budget_fixed_) return;
   const int64_t b = std::max<int64_t>(BudgetKnob(), opt_.max_seqs);
   if (b == opt_.token_budget) return;
@@ -79,12 +95,12 @@ absl::StatusOr<uint64_t> Engine::Add(GenerateRequest request) {
         " blocks; lower max_tokens or the prompt"));
   }
   const uint64_t id = next_id_++;
-  Seq s;
+  Seq& s = seqs_[id];
   s.tokens = c->prompt();
   s.c = std::move(c);
   s.added = std::chrono::steady_clock::now();
-  scheduler_->Add(id, prompt);
-  seqs_[id] = std::move(s);
+  // The map's node (and so s.tokens) stays put until the sequence ends.
+  scheduler_->Add(id, prompt, &s.tokens);
   return id;
 }
 
@@ -96,12 +112,16 @@ EngineSnapshot Engine::Snapshot() const {
   s.kv_block = pool.block_size();
   s.kv_blocks_total = pool.blocks().total();
   s.kv_blocks_used = pool.blocks().used();
+  s.kv_blocks_cached = pool.blocks().cached();
   s.kv_block_bytes = pool.block_bytes();
   s.kv_bytes = pool.bytes();
   s.kv_type = pool.dtype();
   s.activation_bytes = runner_->activation_bytes();
   s.sequence_blocks = scheduler_->RunningBlocks();
   s.preemptions = scheduler_->preemptions();
+  s.prefix_cache = scheduler_->options().prefix_cache;
+  s.prefix_hit_tokens = scheduler_->prefix_hit_tokens();
+  s.prefix_evictions = static_cast<int64_t>(pool.blocks().evictions());
   s.steps = steps_;
   s.token_budget = opt_.token_budget;
   s.n_ctx = opt_.n_ctx;
@@ -134,8 +154,11 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
   last_ = EngineStepStats{};
   steps_++;
   RefreshKnobs();
+  const uint64_t evictions = runner_->pool().blocks().evictions();
   Scheduler::Step step = scheduler_->Schedule();
   last_.preempted = static_cast<int64_t>(step.preempted.size());
+  last_.cached_tokens = step.cached;
+  last_.evictions = static_cast<int64_t>(runner_->pool().blocks().evictions() - evictions);
   if (step.empty()) return absl::OkStatus();
   items_.clear();
   for (const Scheduler::Work& w : step.work) {
@@ -143,6 +166,7 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
     if (!s.scheduled) {
       s.scheduled = true;
       s.c->stats().queue_seconds = Since(s.added);
+      s.c->stats().cached_prompt_tokens = static_cast<int32_t>(scheduler_->Info(w.id)->cached);
     }
     BatchItem it;
     it.tokens = absl::MakeConstSpan(s.tokens).subspan(w.start, w.count);

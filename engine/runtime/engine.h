@@ -41,6 +41,8 @@ struct EngineOptions {
   int64_t kv_blocks = 0;
   std::optional<graph::DType> kv_type;
   int32_t top_k = 64;  // candidates computed where the logits are
+  // Automatic prefix caching (scheduler.h); unset: MINFER_PREFIX_CACHE.
+  std::optional<bool> prefix_cache;
 };
 
 // What a step did for one sequence.
@@ -58,6 +60,8 @@ struct EngineStepStats {
   int64_t tokens = 0;
   int64_t prefill_tokens = 0;
   int64_t preempted = 0;
+  int64_t cached_tokens = 0;  // prompt tokens admissions took from the prefix cache
+  int64_t evictions = 0;      // cached blocks reused for other contents
   double seconds = 0;
 };
 
@@ -68,12 +72,16 @@ struct EngineSnapshot {
   int32_t kv_block = 0;          // rows per block
   int64_t kv_blocks_total = 0;   // allocatable
   int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_cached = 0;  // free blocks holding a cached prefix
   int64_t kv_block_bytes = 0;    // over all layers
   int64_t kv_bytes = 0;          // the pool
   graph::DType kv_type = graph::DType::kF32;
   int64_t activation_bytes = 0;  // the graphs' arenas
   std::vector<int64_t> sequence_blocks;  // per running sequence, admission order
   int64_t preemptions = 0;
+  bool prefix_cache = false;
+  int64_t prefix_hit_tokens = 0;  // prompt tokens taken from the cache, not computed
+  int64_t prefix_evictions = 0;   // cached blocks reused for other contents
   int64_t steps = 0;
   int64_t token_budget = 0;
   int64_t n_ctx = 0;
@@ -153,6 +161,7 @@ class Engine : public StepEngine {
   uint64_t next_id_ = 1;
   uint64_t knob_gen_ = 0;
   bool options_budget_fixed_ = false;  // EngineOptions::token_budget given: the knob is not read
+  bool options_cache_fixed_ = false;   // EngineOptions::prefix_cache given
   int64_t steps_ = 0;
   EngineStepStats last_;
   std::vector<BatchItem> items_;

@@ -1,29 +1,118 @@
 #include "engine/runtime/kv_pool.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/base/status.h"
 
 namespace minfer::runtime {
 
 BlockAllocator::BlockAllocator(int64_t n_blocks, int64_t first)
-    : n_blocks_(n_blocks), first_(std::min(first, n_blocks)) {
-  free_.reserve(n_blocks_ - first_);
+    : n_blocks_(n_blocks), first_(std::min(first, n_blocks)), blocks_(n_blocks) {
+  fresh_.reserve(n_blocks_ - first_);
   // Lowest ids on top of the stack: a fresh pool hands out 1, 2, 3, ...
-  for (int64_t b = n_blocks_ - 1; b >= first_; --b) free_.push_back(static_cast<int32_t>(b));
+  for (int64_t b = n_blocks_ - 1; b >= first_; --b) fresh_.push_back(static_cast<int32_t>(b));
+}
+
+uint64_t BlockAllocator::Key(int32_t parent, uint64_t salt,
+                             absl::Span<const int32_t> tokens) const {
+  // splitmix64 steps over the chain's identity and the tokens; equality is
+  // checked on lookup, so this only has to spread.
+  auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  const uint64_t pgen = parent == kNoParent ? 0 : blocks_[parent].gen;
+  uint64_t h = mix(salt ^ mix((static_cast<uint64_t>(static_cast<uint32_t>(parent)) << 32) | pgen));
+  for (int32_t t : tokens) h = mix(h ^ static_cast<uint32_t>(t));
+  return h;
+}
+
+void BlockAllocator::Unpublish(int32_t b) {
+  Block& k = blocks_[b];
+  if (!k.published) return;
+  auto it = index_.find(k.key);
+  if (it != index_.end() && it->second == b) index_.erase(it);
+  k.published = false;
 }
 
 bool BlockAllocator::Allocate(int64_t n, std::vector<int32_t>* out) {
   if (n <= 0) return true;
   if (n > free()) return false;
   for (int64_t i = 0; i < n; ++i) {
-    out->push_back(free_.back());
-    free_.pop_back();
+    int32_t b;
+    if (!fresh_.empty()) {
+      b = fresh_.back();
+      fresh_.pop_back();
+    } else {
+      b = lru_.front();
+      lru_.pop_front();
+      Unpublish(b);
+      evictions_++;
+    }
+    Block& k = blocks_[b];
+    k.refs = 1;
+    k.gen++;
+    used_++;
+    out->push_back(b);
   }
   return true;
 }
 
 void BlockAllocator::Free(absl::Span<const int32_t> blocks) {
-  for (int32_t b : blocks) free_.push_back(b);
+  for (int32_t b : blocks) {
+    Block& k = blocks_[b];
+    if (--k.refs > 0) continue;
+    used_--;
+    if (k.published) {
+      k.lru = lru_.insert(lru_.end(), b);
+    } else {
+      fresh_.push_back(b);
+    }
+  }
+}
+
+void BlockAllocator::Publish(int32_t b, int32_t parent, uint64_t salt,
+                             absl::Span<const int32_t> tokens) {
+  Block& k = blocks_[b];
+  if (k.published) return;
+  const uint64_t key = Key(parent, salt, tokens);
+  if (!index_.emplace(key, b).second) return;  // the chain is cached already (or a collision)
+  k.published = true;
+  k.key = key;
+  k.parent = parent;
+  k.parent_gen = parent == kNoParent ? 0 : blocks_[parent].gen;
+  k.salt = salt;
+  k.tokens.assign(tokens.begin(), tokens.end());
+}
+
+int64_t BlockAllocator::AcquirePrefix(absl::Span<const int32_t> tokens, int32_t block_size,
+                                      int64_t max_blocks, uint64_t salt,
+                                      std::vector<int32_t>* out) {
+  int32_t parent = kNoParent;
+  int64_t n = 0;
+  for (; n < max_blocks && (n + 1) * block_size <= static_cast<int64_t>(tokens.size()); ++n) {
+    const absl::Span<const int32_t> t = tokens.subspan(n * block_size, block_size);
+    auto it = index_.find(Key(parent, salt, t));
+    if (it == index_.end()) break;
+    const int32_t b = it->second;
+    const Block& k = blocks_[b];
+    const uint32_t pgen = parent == kNoParent ? 0 : blocks_[parent].gen;
+    if (k.parent != parent || k.parent_gen != pgen || k.salt != salt ||
+        !std::equal(k.tokens.begin(), k.tokens.end(), t.begin(), t.end())) {
+      break;
+    }
+    Block& held = blocks_[b];
+    if (held.refs++ == 0) {
+      lru_.erase(held.lru);
+      used_++;
+    }
+    out->push_back(b);
+    parent = b;
+  }
+  return n;
 }
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(graph::Backend* backend, int n_layers,

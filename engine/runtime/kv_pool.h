@@ -7,17 +7,34 @@
 // table[j / block_size] at offset j % block_size. Block 0 is reserved: the
 // padding tokens of a batch write there and nothing reads it.
 //
-// BlockAllocator is the bookkeeping alone (which blocks are free), so the
-// scheduler can be tested without a model.
+// BlockAllocator is the bookkeeping alone (which blocks are held, by how
+// many sequences, and which hold a cached prefix), so the scheduler can be
+// tested without a model.
+//
+// Prefix caching. A full block a sequence has computed can be published:
+// it then stands for "these block_size tokens, after exactly this chain of
+// earlier blocks" (its parent block, recorded with the parent's allocation
+// generation, so a parent that was evicted and reused never matches), under
+// a salt for everything else that shapes its contents (the engine's knob
+// generation). A later sequence whose prompt starts with the same tokens
+// takes the chain's blocks instead of computing them (AcquirePrefix): they
+// are read-only for it, as it writes only rows past them. A block is
+// reference-counted; when the last holder frees a published block it stays
+// cached (its contents intact) in least-recently-released order, counted
+// as free, and Allocate reuses it only when no never-published block is
+// left (an eviction). A block any sequence holds is never evicted. Lookups
+// compare the tokens themselves, so a hash collision cannot match.
 //
 // Not thread-safe: the slot's worker owns both.
 #ifndef MINFER_ENGINE_RUNTIME_KV_POOL_H_
 #define MINFER_ENGINE_RUNTIME_KV_POOL_H_
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/graph/backend.h"
@@ -27,21 +44,64 @@ namespace minfer::runtime {
 
 class BlockAllocator {
  public:
+  static constexpr int32_t kNoParent = -1;
+
   // Blocks [first, n_blocks) are handed out; those below `first` are
   // reserved.
   BlockAllocator(int64_t n_blocks, int64_t first);
 
   int64_t total() const { return n_blocks_ - first_; }  // allocatable blocks
-  int64_t free() const { return static_cast<int64_t>(free_.size()); }
-  int64_t used() const { return total() - free(); }
-  // Appends n blocks to *out, or none (false) when fewer are free.
+  // Blocks Allocate can hand out: never held, released, or cached.
+  int64_t free() const { return total() - used_; }
+  int64_t used() const { return used_; }  // held by at least one sequence
+  // Free blocks that still hold a published prefix (reusable by a lookup).
+  int64_t cached() const { return static_cast<int64_t>(lru_.size()); }
+  uint64_t evictions() const { return evictions_; }
+
+  // Appends n blocks to *out, each held once, or none (false) when fewer
+  // are free. Takes never-published blocks first, then evicts cached ones,
+  // least recently released first.
   bool Allocate(int64_t n, std::vector<int32_t>* out);
-  // Returns blocks (each must have been allocated and not freed since).
+  // Drops one hold of each block (each must be held).
   void Free(absl::Span<const int32_t> blocks);
 
+  // Publishes held block `b` as holding `tokens` (one block's worth) after
+  // block `parent` (kNoParent for a sequence's first block; it must be
+  // published or held) under `salt`. Nothing happens when b is published
+  // already or an entry for the same chain and tokens exists.
+  void Publish(int32_t b, int32_t parent, uint64_t salt, absl::Span<const int32_t> tokens);
+  // The longest chain of published blocks holding tokens[0, n * block_size)
+  // for n <= max_blocks under `salt`: appends them to *out, each held once
+  // more, and returns n.
+  int64_t AcquirePrefix(absl::Span<const int32_t> tokens, int32_t block_size, int64_t max_blocks,
+                        uint64_t salt, std::vector<int32_t>* out);
+
+  // Tests: how many sequences hold block b; whether it is published.
+  int32_t refs(int32_t b) const { return blocks_[b].refs; }
+  bool published(int32_t b) const { return blocks_[b].published; }
+
  private:
+  struct Block {
+    int32_t refs = 0;
+    uint32_t gen = 0;  // bumped at every allocation
+    bool published = false;
+    uint64_t key = 0;
+    int32_t parent = kNoParent;
+    uint32_t parent_gen = 0;
+    uint64_t salt = 0;
+    std::vector<int32_t> tokens;
+    std::list<int32_t>::iterator lru;  // valid while cached
+  };
+  uint64_t Key(int32_t parent, uint64_t salt, absl::Span<const int32_t> tokens) const;
+  void Unpublish(int32_t b);
+
   int64_t n_blocks_, first_;
-  std::vector<int32_t> free_;  // a stack: the most recently freed is reused first
+  int64_t used_ = 0;
+  uint64_t evictions_ = 0;
+  std::vector<Block> blocks_;
+  std::vector<int32_t> fresh_;  // free, unpublished: a stack, the most recently freed on top
+  std::list<int32_t> lru_;      // free, published: least recently released first
+  absl::flat_hash_map<uint64_t, int32_t> index_;  // Key -> published block
 };
 
 // Blocks for `rows` rows of a sequence.

@@ -26,6 +26,15 @@
 // repeated). The caller must not Add a sequence that could not fit the pool
 // on its own (Fits), so the oldest sequence always progresses.
 //
+// Prefix caching (options.prefix_cache, for sequences added with their
+// tokens): when a sequence is admitted with nothing computed, it first
+// takes the longest chain of cached blocks holding its first tokens
+// (BlockAllocator::AcquirePrefix) and starts computing after them; at
+// least its last known token is always computed, as its row gives the next
+// token. Whenever a step fills one of its blocks, the block is published
+// for later sequences. A preempted sequence that is admitted again finds
+// its own published blocks, unless they were evicted meanwhile.
+//
 // Not thread-safe.
 #ifndef MINFER_ENGINE_RUNTIME_SCHEDULER_H_
 #define MINFER_ENGINE_RUNTIME_SCHEDULER_H_
@@ -47,6 +56,7 @@ struct SchedulerOptions {
   int64_t token_budget = 512;   // tokens per step
   int32_t block_size = 16;      // KV rows per block
   int64_t max_seq_rows = 4096;  // KV rows one sequence may hold (n_ctx)
+  bool prefix_cache = false;    // see the file comment
 };
 
 class Scheduler {
@@ -56,6 +66,12 @@ class Scheduler {
   // `blocks` must outlive the scheduler; max_seqs is clamped to the budget.
   Scheduler(const SchedulerOptions& options, BlockAllocator* blocks);
 
+  // Prefix caching on or off, and the salt of the blocks published from now
+  // on (what, besides the tokens, shapes a block's contents: blocks of
+  // another salt are never matched). Apply between steps.
+  void SetPrefixCache(bool on) { opt_.prefix_cache = on; }
+  void SetPrefixSalt(uint64_t salt) { salt_ = salt; }
+
   // Changes the token budget from the next Schedule on (>= max_seqs).
   void SetTokenBudget(int64_t budget) { opt_.token_budget = std::max<int64_t>(budget, opt_.max_seqs); }
 
@@ -63,7 +79,10 @@ class Scheduler {
   bool Fits(int64_t rows) const;
 
   // Queues a sequence whose first `known` tokens are known (its prompt).
-  void Add(SeqId id, int64_t known);
+  // `tokens` (prompt and sampled tokens, at least `known` of them whenever
+  // Schedule or Commit runs; it must outlive the sequence) makes its blocks
+  // cacheable; null: never cached.
+  void Add(SeqId id, int64_t known, const std::vector<int32_t>* tokens = nullptr);
   // One more token is known (sampled after the step that completed it).
   void Append(SeqId id);
   // Forgets a sequence, waiting or running, and frees its blocks.
@@ -81,6 +100,7 @@ class Scheduler {
     std::vector<Work> work;        // passes 1, 2, 3 in order
     std::vector<SeqId> preempted;  // sent back to waiting while planning this step
     int64_t tokens = 0;
+    int64_t cached = 0;  // tokens this step's admissions took from the prefix cache
     bool empty() const { return work.empty(); }
   };
   // Plans one step (see the file comment).
@@ -96,6 +116,7 @@ class Scheduler {
     int64_t computed = 0;
     int64_t blocks = 0;
     bool running = false;
+    int64_t cached = 0;  // tokens taken from the prefix cache at its last admission
   };
   std::optional<SeqInfo> Info(SeqId id) const;
   // Blocks held by each running sequence, in admission order.
@@ -104,6 +125,9 @@ class Scheduler {
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t size() const { return static_cast<int64_t>(seqs_.size()); }
   int64_t preemptions() const { return preemptions_; }
+  // Tokens taken from the prefix cache instead of computed, over all
+  // admissions.
+  int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
   const SchedulerOptions& options() const { return opt_; }
 
  private:
@@ -112,7 +136,14 @@ class Scheduler {
     int64_t computed = 0;
     std::vector<int32_t> blocks;
     bool running = false;
+    const std::vector<int32_t>* tokens = nullptr;
+    int64_t published = 0;  // leading blocks published (or taken from the cache)
+    int64_t cached = 0;
   };
+  // Prefix caching at admission: takes s's cached leading blocks.
+  void TakeCachedPrefix(Seq& s);
+  // Publishes the blocks of s that its computed rows fill.
+  void PublishFull(Seq& s);
   // Grows s's blocks to cover `rows` rows, preempting the most recently
   // admitted running sequences as needed (passes 1-2). False when `id`
   // itself was preempted. Preempted work already in `step` is taken back.
@@ -125,6 +156,8 @@ class Scheduler {
   std::vector<SeqId> running_;  // admission order
   std::deque<SeqId> waiting_;   // FIFO; preempted sequences go to the front
   int64_t preemptions_ = 0;
+  uint64_t salt_ = 0;
+  int64_t prefix_hit_tokens_ = 0;
 };
 
 }  // namespace minfer::runtime

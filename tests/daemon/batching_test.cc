@@ -119,5 +119,53 @@ TEST_F(BatchingTest, RequestThatCanNeverFitThePoolIsRefusedWithTheFigures) {
   EXPECT_TRUE(ok.ok()) << ok.status();
 }
 
+// Two requests with one long system prompt, one after the other: the second
+// takes the first one's full KV blocks from the prefix cache (its usage and
+// the model's status say how many tokens), and its tokens equal its alone
+// run; with the per-model knob MINFER_PREFIX_CACHE=0 set at run time, the
+// same prompt is computed whole again.
+TEST_F(BatchingTest, ASharedPromptPrefixIsComputedOnce) {
+  LoadModel(0);
+  std::string system = "You are a careful assistant. Rules:";
+  for (int j = 0; j < 40; ++j) absl::StrAppend(&system, " rule", j);
+  auto first = client_->Generate(TextRequest("m", system + " First question?", 12));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->usage.cached_prompt_tokens(), 0);
+  const v1::GenerateRequest second_req = TextRequest("m", system + " Another one?", 16);
+  auto second = client_->Generate(second_req);
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto ref = ReferenceGenerate(path_, second_req);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_EQ(second->token_ids, ref->ids);
+  // The shared prompt's whole blocks of 16 (the system prompt is ~90
+  // tokens; its last partial block differs).
+  const int32_t cached = second->usage.cached_prompt_tokens();
+  EXPECT_GE(cached, 64);
+  EXPECT_EQ(cached % 16, 0);
+  EXPECT_LT(cached, second->usage.prompt_tokens());
+  auto st = client_->GetModelStatus("m");
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(st->kv_pool().prefix_cache());
+  EXPECT_EQ(st->kv_pool().prefix_hit_tokens(), static_cast<uint64_t>(cached));
+  EXPECT_GT(st->kv_pool().blocks_cached(), 0);
+  EXPECT_EQ(st->kv_pool().blocks_used(), 0);
+  EXPECT_NE(daemon_->metrics().Serialize().find(absl::StrCat(
+                "minfer_prefix_cache_hit_tokens_total{model=\"m\"} ", cached)),
+            std::string::npos);
+
+  v1::SetKnobRequest off;
+  off.set_name("MINFER_PREFIX_CACHE");
+  off.set_value("0");
+  off.set_model("m");
+  ASSERT_TRUE(client_->SetKnob(off).ok());
+  auto third = client_->Generate(second_req);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->usage.cached_prompt_tokens(), 0);
+  EXPECT_EQ(third->token_ids, ref->ids);
+  st = client_->GetModelStatus("m");
+  ASSERT_TRUE(st.ok());
+  EXPECT_FALSE(st->kv_pool().prefix_cache());
+}
+
 }  // namespace
 }  // namespace minfer::daemon

@@ -319,6 +319,7 @@ TEST_F(OpenAiResponseTest, ChatStreamIsRoleThenContentThenFinishThenUsage) {
   last.tokens = {13};
   last.text = "c";
   last.result = Result(FinishReason::kLength, 5, 3);
+  last.result->stats.cached_prompt_tokens = 2;
   std::vector<json> c2 = w.StreamChunks(last);
   ASSERT_EQ(c2.size(), 3u);  // content, finish, usage
   EXPECT_EQ(c2[0]["choices"][0]["delta"]["content"], "c");
@@ -326,7 +327,8 @@ TEST_F(OpenAiResponseTest, ChatStreamIsRoleThenContentThenFinishThenUsage) {
   EXPECT_EQ(c2[1]["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(c2[2]["choices"], json::array());
   EXPECT_EQ(c2[2]["usage"],
-            json::parse(R"({"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8})"));
+            json::parse(R"({"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8,
+                            "prompt_tokens_details": {"cached_tokens": 2}})"));
 }
 
 TEST_F(OpenAiResponseTest, EosAndStopBothFinishAsStopAndEmptyDeltasSendNothing) {

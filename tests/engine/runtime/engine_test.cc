@@ -164,7 +164,8 @@ INSTANTIATE_TEST_SUITE_P(
 std::vector<std::vector<int32_t>> RunEngine(std::shared_ptr<Model> model,
                                             const std::vector<GenerateRequest>& reqs,
                                             const EngineOptions& eo, int64_t* preemptions,
-                                            int64_t* mixed_steps) {
+                                            int64_t* mixed_steps,
+                                            EngineSnapshot* snapshot = nullptr) {
   auto e = Engine::Create(model, eo);
   EXPECT_TRUE(e.ok()) << e.status();
   std::vector<std::vector<int32_t>> out(reqs.size());
@@ -190,6 +191,7 @@ std::vector<std::vector<int32_t>> RunEngine(std::shared_ptr<Model> model,
   EXPECT_FALSE((*e)->HasWork());
   EXPECT_EQ((*e)->pool().blocks().used(), 0) << "finished sequences hold blocks";
   *preemptions = (*e)->preemptions();
+  if (snapshot != nullptr) *snapshot = (*e)->Snapshot();
   return out;
 }
 
@@ -311,6 +313,100 @@ TEST(EngineTest, RefusesRequestsThatCannotFitThePool) {
   EXPECT_TRUE(absl::StrContains(id.status().message(), "holds 4 blocks")) << id.status();
   r.max_tokens = 35;  // 64 rows: fits
   EXPECT_TRUE((*e)->Add(r).ok());
+}
+
+// Prefix caching: prompts that share a 50-token system prompt, two
+// sequences at a time, so later ones find the earlier ones' blocks. Greedy
+// and seeded sampled requests alike get the tokens they get with every
+// prompt computed (the CPU's batched rows are bit-identical to alone runs,
+// so a cached row equals a recomputed one).
+TEST(EngineTest, PrefixCacheHitsGiveTheSameTokensAsComputingThePrompt) {
+  auto model = LoadModel("tiny-untied", "q8_0");
+  ASSERT_NE(model, nullptr);
+  const int32_t vocab = model->tokenizer().vocab_size();
+  const std::vector<int32_t> system = Prompt(50, 77, vocab);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    GenerateRequest r;
+    r.prompt = system;
+    const std::vector<int32_t> q = Prompt(3 + 5 * i, 900 + i, vocab);
+    r.prompt.insert(r.prompt.end(), q.begin(), q.end());
+    r.max_tokens = 16 + i;
+    r.ignore_eos = true;
+    r.sampling.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+    r.sampling.seed = 40 + i;
+    reqs.push_back(r);
+  }
+  EngineOptions eo;
+  eo.max_seqs = 2;
+  eo.token_budget = 48;
+  eo.n_ctx = 512;
+  eo.kv_block = 16;
+  int64_t preemptions = 0, mixed = 0;
+  EngineSnapshot off, on;
+  eo.prefix_cache = false;
+  const auto want = RunEngine(model, reqs, eo, &preemptions, &mixed, &off);
+  eo.prefix_cache = true;
+  const auto got = RunEngine(model, reqs, eo, &preemptions, &mixed, &on);
+  EXPECT_EQ(off.prefix_hit_tokens, 0);
+  // Requests 3-6 each take the system prompt's 3 full blocks (48 tokens).
+  EXPECT_GE(on.prefix_hit_tokens, 4 * 48);
+  EXPECT_GT(on.kv_blocks_cached, 0);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got[i], want[i]) << "request " << i;
+    if (i % 2 == 0) {
+      EXPECT_GE(std::set<int32_t>(want[i].begin(), want[i].end()).size(), 6u) << "request " << i;
+    }
+  }
+}
+
+// A chat of five turns, each prompt the previous prompt, its answer and a
+// new question, one engine throughout: each turn takes everything but the
+// last partial block from the cache (the counters say so), and its answer
+// equals the one computed from scratch.
+TEST(EngineTest, AChatReusesItsEarlierTurns) {
+  auto model = LoadModel("tiny-untied", "q8_0");
+  ASSERT_NE(model, nullptr);
+  const int32_t vocab = model->tokenizer().vocab_size();
+  EngineOptions eo;
+  eo.max_seqs = 2;
+  eo.token_budget = 64;
+  eo.n_ctx = 512;
+  eo.kv_block = 16;
+  eo.prefix_cache = true;
+  auto e = Engine::Create(model, eo);
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<int32_t> history = Prompt(40, 5, vocab);
+  int64_t previous = 0;  // tokens of the previous turn's prompt and answer
+  for (int turn = 0; turn < 5; ++turn) {
+    GenerateRequest r;
+    r.prompt = history;
+    r.max_tokens = 12;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.0f;
+    auto id = (*e)->Add(r);
+    ASSERT_TRUE(id.ok()) << id.status();
+    std::vector<int32_t> answer;
+    GenerationStats stats;
+    std::vector<EngineEvent> ev;
+    while ((*e)->HasWork()) {
+      ev.clear();
+      ASSERT_TRUE((*e)->Step(&ev).ok());
+      for (const EngineEvent& x : ev) {
+        for (int32_t t : x.out.tokens) answer.push_back(t);
+        if (x.finished) stats = x.stats;
+      }
+    }
+    EXPECT_EQ(answer, RunGeneration(model, r)) << "turn " << turn;
+    // Cached: all full blocks of the previous prompt and answer's computed
+    // rows (all but the answer's last token).
+    const int64_t cacheable = turn == 0 ? 0 : (previous - 1) / 16 * 16;
+    EXPECT_EQ(stats.cached_prompt_tokens, cacheable) << "turn " << turn;
+    previous = static_cast<int64_t>(history.size() + answer.size());
+    history.insert(history.end(), answer.begin(), answer.end());
+    const std::vector<int32_t> q = Prompt(9 + turn, 60 + turn, vocab);
+    history.insert(history.end(), q.begin(), q.end());
+  }
 }
 
 }  // namespace

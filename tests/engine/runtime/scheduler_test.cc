@@ -6,6 +6,7 @@
 // preemption and resume without lost or repeated tokens, removal.
 #include "engine/runtime/scheduler.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <vector>
@@ -28,9 +29,28 @@ class FakeEngine {
     sched_.Add(id, prompt);
     seqs_[id] = {prompt, max_new, {}};
   }
+  // The same with the prompt's token ids (cacheable: the scheduler sees
+  // the ids, and each sampled token is appended to them).
+  void AddTokens(SeqId id, std::vector<int32_t> prompt, int64_t max_new) {
+    const int64_t n = static_cast<int64_t>(prompt.size());
+    ids_[id] = std::move(prompt);
+    sched_.Add(id, n, &ids_[id]);
+    seqs_[id] = {n, max_new, {}};
+  }
   void Remove(SeqId id) {
     sched_.Remove(id);
     seqs_.erase(id);
+  }
+  // Every block a known sequence holds is held (refs >= 1), whatever was
+  // evicted: the pool never hands out a block in use.
+  void CheckHeldBlocks() const {
+    std::map<int32_t, int32_t> holders;
+    for (const auto& [id, s] : seqs_) {
+      for (int32_t b : sched_.blocks(id)) holders[b]++;
+    }
+    for (const auto& [b, n] : holders) {
+      EXPECT_EQ(alloc_.refs(b), n) << "block " << b;
+    }
   }
 
   // One step; returns the plan it ran.
@@ -65,14 +85,21 @@ class FakeEngine {
       // never repeats or skips an index.
       s.tokens.push_back(s.prompt + static_cast<int64_t>(s.tokens.size()));
       token_steps_[w.id].push_back(steps_);
+      if (auto it = ids_.find(w.id); it != ids_.end()) {
+        it->second.push_back(static_cast<int32_t>(7919 * it->second.size() % 50000));
+        outputs_[w.id].push_back(it->second.back());
+      }
       if (static_cast<int64_t>(s.tokens.size()) >= s.max_new) {
         finished_.push_back(w.id);
         Remove(w.id);
+        ids_.erase(w.id);
       } else {
         sched_.Append(w.id);
       }
     }
     EXPECT_EQ(alloc_.used() + alloc_.free(), alloc_.total());
+    EXPECT_LE(alloc_.cached(), alloc_.free());
+    CheckHeldBlocks();
     return st;
   }
   void RunToEnd(int max_steps = 10000) {
@@ -90,12 +117,16 @@ class FakeEngine {
   std::map<SeqId, S> seqs_;
   std::map<SeqId, std::vector<int64_t>> token_steps_;
   std::map<SeqId, int64_t> evaluated_;
+  std::map<SeqId, std::vector<int32_t>> ids_;      // AddTokens: prompt + sampled
+  std::map<SeqId, std::vector<int32_t>> outputs_;  // AddTokens: sampled
   std::vector<SeqId> finished_;
   int64_t steps_ = 0;
 };
 
-SchedulerOptions Opt(int32_t max_seqs, int64_t budget, int32_t bs = 16, int64_t rows = 4096) {
+SchedulerOptions Opt(int32_t max_seqs, int64_t budget, int32_t bs = 16, int64_t rows = 4096,
+                     bool cache = false) {
   SchedulerOptions o;
+  o.prefix_cache = cache;
   o.max_seqs = max_seqs;
   o.token_budget = budget;
   o.block_size = bs;
@@ -273,6 +304,178 @@ TEST(BlockAllocatorTest, AllOrNothing) {
   a.Free(got);
   EXPECT_EQ(a.free(), 5);
   EXPECT_EQ(a.total(), 5);
+}
+
+// Prefix caching.
+
+std::vector<int32_t> Ids(int64_t n, int32_t seed) {
+  std::vector<int32_t> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(static_cast<int32_t>((seed * 131 + i * 17) % 9973));
+  return v;
+}
+
+std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(BlockAllocatorTest, PublishedBlocksAreFoundByTheirChainAndTokens) {
+  BlockAllocator a(10, 1);
+  const std::vector<int32_t> t = Ids(12, 1);  // 3 blocks of 4
+  std::vector<int32_t> b;
+  ASSERT_TRUE(a.Allocate(3, &b));
+  a.Publish(b[0], BlockAllocator::kNoParent, 7, absl::MakeConstSpan(t).subspan(0, 4));
+  a.Publish(b[1], b[0], 7, absl::MakeConstSpan(t).subspan(4, 4));
+  // (b[2] is not full: never published.)
+  std::vector<int32_t> got;
+  EXPECT_EQ(a.AcquirePrefix(t, 4, 3, 7, &got), 2);
+  EXPECT_EQ(got, (std::vector<int32_t>{b[0], b[1]}));
+  EXPECT_EQ(a.refs(b[0]), 2);
+  // Another salt, other tokens in the first block, or a limit: no or fewer.
+  std::vector<int32_t> none;
+  EXPECT_EQ(a.AcquirePrefix(t, 4, 3, 8, &none), 0);
+  std::vector<int32_t> t2 = t;
+  t2[1]++;
+  EXPECT_EQ(a.AcquirePrefix(t2, 4, 3, 7, &none), 0);
+  EXPECT_EQ(a.AcquirePrefix(t, 4, 1, 7, &none), 1);
+  EXPECT_EQ(none, (std::vector<int32_t>{b[0]}));
+  // The second block's tokens after another first block: not a match.
+  std::vector<int32_t> t3 = t;
+  t3[0]++;
+  std::vector<int32_t> c;
+  ASSERT_TRUE(a.Allocate(1, &c));
+  a.Publish(c[0], BlockAllocator::kNoParent, 7, absl::MakeConstSpan(t3).subspan(0, 4));
+  std::vector<int32_t> got3;
+  EXPECT_EQ(a.AcquirePrefix(t3, 4, 3, 7, &got3), 1);
+  EXPECT_EQ(got3, c);
+}
+
+TEST(BlockAllocatorTest, CachedBlocksAreEvictedLeastRecentFirstAndNeverWhileHeld) {
+  BlockAllocator a(5, 1);  // 4 blocks
+  const std::vector<int32_t> t = Ids(8, 2);
+  std::vector<int32_t> b;
+  ASSERT_TRUE(a.Allocate(2, &b));
+  a.Publish(b[0], BlockAllocator::kNoParent, 0, absl::MakeConstSpan(t).subspan(0, 4));
+  a.Publish(b[1], b[0], 0, absl::MakeConstSpan(t).subspan(4, 4));
+  std::vector<int32_t> holder;  // a second sequence holds the first block
+  ASSERT_EQ(a.AcquirePrefix(t, 4, 1, 0, &holder), 1);
+  a.Free(b);  // the first sequence ends: b[1] is cached, b[0] still held
+  EXPECT_EQ(a.used(), 1);
+  EXPECT_EQ(a.cached(), 1);
+  EXPECT_EQ(a.free(), 3);
+  // Three blocks: the two never-published ones first, then b[1] (evicted);
+  // b[0] is held and is not handed out.
+  std::vector<int32_t> fresh;
+  ASSERT_TRUE(a.Allocate(3, &fresh));
+  EXPECT_EQ(a.evictions(), 1u);
+  EXPECT_EQ(std::count(fresh.begin(), fresh.end(), b[0]), 0);
+  EXPECT_EQ(std::count(fresh.begin(), fresh.end(), b[1]), 1);
+  EXPECT_FALSE(a.published(b[1]));
+  EXPECT_FALSE(a.Allocate(1, &fresh));  // b[0] is held
+  // The chain now stops after b[0].
+  std::vector<int32_t> got;
+  EXPECT_EQ(a.AcquirePrefix(t, 4, 2, 0, &got), 1);
+}
+
+TEST(BlockAllocatorTest, AnEvictedParentInvalidatesItsChildren) {
+  BlockAllocator a(4, 1);  // 3 blocks
+  const std::vector<int32_t> t = Ids(8, 3);
+  std::vector<int32_t> b;
+  ASSERT_TRUE(a.Allocate(2, &b));
+  a.Publish(b[0], BlockAllocator::kNoParent, 0, absl::MakeConstSpan(t).subspan(0, 4));
+  a.Publish(b[1], b[0], 0, absl::MakeConstSpan(t).subspan(4, 4));
+  a.Free({b[0]});  // released first: evicted first
+  a.Free({b[1]});
+  std::vector<int32_t> x;
+  ASSERT_TRUE(a.Allocate(2, &x));  // the fresh block, then b[0]
+  ASSERT_EQ(x[1], b[0]);
+  // b[0] now holds other tokens of the same first block; republished, it
+  // must not make b[1] (computed after b[0]'s old contents) reachable.
+  a.Publish(b[0], BlockAllocator::kNoParent, 0, absl::MakeConstSpan(t).subspan(0, 4));
+  std::vector<int32_t> got;
+  EXPECT_EQ(a.AcquirePrefix(t, 4, 2, 0, &got), 1);
+  EXPECT_EQ(got, (std::vector<int32_t>{b[0]}));
+}
+
+TEST(SchedulerTest, APromptStartingWithACachedPrefixComputesOnlyTheRest) {
+  FakeEngine e(Opt(4, 64, 16, 4096, /*cache=*/true), 100);
+  const std::vector<int32_t> system = Ids(70, 5);  // 4 full blocks + 6
+  e.AddTokens(1, Concat(system, Ids(9, 6)), 3);
+  e.RunToEnd();
+  EXPECT_EQ(e.evaluated_[1], 79 + 2);
+  // Same system prompt, another question: the 64 tokens of its 4 full
+  // blocks come from the cache.
+  e.AddTokens(2, Concat(system, Ids(20, 7)), 3);
+  Scheduler::Step st = e.Step();
+  ASSERT_EQ(st.work.size(), 1u);
+  EXPECT_EQ(st.work[0].start, 64);
+  EXPECT_EQ(st.work[0].count, 90 - 64);
+  EXPECT_EQ(e.sched_.Info(2)->cached, 64);
+  e.RunToEnd();
+  EXPECT_EQ(e.evaluated_[2], 90 - 64 + 2);
+  EXPECT_EQ(e.sched_.prefix_hit_tokens(), 64);
+  // The same prompt again: everything but its last token could be cached,
+  // but only whole blocks are (80 of 90, the rows it computed).
+  e.AddTokens(3, Concat(system, Ids(20, 7)), 1);
+  st = e.Step();
+  ASSERT_EQ(st.work.size(), 1u);
+  EXPECT_EQ(st.work[0].start, 80);
+  EXPECT_EQ(st.work[0].count, 10);
+  e.RunToEnd();
+  // A prompt that is exactly the cached blocks still computes its last one.
+  e.AddTokens(4, Ids(64, 5), 1);
+  st = e.Step();
+  ASSERT_EQ(st.work.size(), 1u);
+  EXPECT_EQ(st.work[0].start, 48);
+  EXPECT_EQ(st.work[0].count, 16);
+  e.RunToEnd();
+  EXPECT_EQ(e.alloc_.used(), 0);
+  EXPECT_GT(e.alloc_.cached(), 0);
+}
+
+TEST(SchedulerTest, AChatOfFiveTurnsRecomputesOnlyEachTurnsNewTokens) {
+  FakeEngine e(Opt(2, 32, 16, 4096, /*cache=*/true), 200);
+  std::vector<int32_t> history = Ids(40, 9);  // system prompt + first question
+  int64_t previous = 0;
+  for (SeqId turn = 1; turn <= 5; ++turn) {
+    e.AddTokens(turn, history, 12);
+    e.RunToEnd();
+    // The turn computed its new tokens (what was not in the previous
+    // turn's prompt and answer), plus at most the partial block before
+    // them, plus one row per sampled token but the last.
+    const int64_t fresh = static_cast<int64_t>(history.size()) - previous;
+    EXPECT_LE(e.evaluated_[turn], fresh + 16 + 11) << "turn " << turn;
+    EXPECT_GE(e.evaluated_[turn], fresh + 11) << "turn " << turn;
+    // The next prompt: this one, its answer, the next question.
+    previous = static_cast<int64_t>(history.size() + e.outputs_[turn].size());
+    history = Concat(Concat(history, e.outputs_[turn]), Ids(15 + turn, 20 + turn));
+  }
+  EXPECT_GT(e.sched_.prefix_hit_tokens(), 4 * 40);
+}
+
+TEST(SchedulerTest, EvictionUnderPressureNeverTakesABlockInUse) {
+  // A pool far smaller than what the sequences would like to keep cached:
+  // sequences with shared and unshared prefixes come and go, preemptions
+  // happen, and after every step each held block is held as often as the
+  // block tables say (FakeEngine::Step checks it).
+  FakeEngine e(Opt(4, 24, 4, 4096, /*cache=*/true), 1 + 24);
+  const std::vector<int32_t> shared = Ids(18, 11);
+  SeqId next = 1;
+  for (int round = 0; round < 30; ++round) {
+    if (e.sched_.size() < 6) {
+      std::vector<int32_t> p = round % 3 == 0 ? Ids(10 + round % 7, 100 + round)
+                                              : Concat(shared, Ids(round % 5 + 1, round));
+      e.AddTokens(next++, p, 10 + round % 11);
+    }
+    for (int k = 0; k < 3 && e.sched_.size() > 0; ++k) e.Step();
+  }
+  e.RunToEnd();
+  EXPECT_GT(e.alloc_.evictions(), 0u) << "the pool was never short";
+  EXPECT_GT(e.sched_.prefix_hit_tokens(), 0);
+  EXPECT_GT(e.sched_.preemptions(), 0);
+  EXPECT_EQ(e.alloc_.used(), 0);
+  // Every sequence got its tokens in order (the fake's token indices).
+  for (const auto& [id, toks] : e.outputs_) EXPECT_FALSE(toks.empty()) << id;
 }
 
 }  // namespace
