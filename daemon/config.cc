@@ -103,6 +103,40 @@ class ObjectReader {
   std::set<std::string> seen_;
 };
 
+// An array of strings at `key` (absent: left as is).
+absl::Status ReadStringList(ObjectReader& r, const std::string& key,
+                            std::vector<std::string>* out) {
+  const Json* v = r.Get(key);
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_array()) return r.Error(r.Key(key), "an array of strings");
+  out->clear();
+  for (const Json& e : *v) {
+    if (!e.is_string()) return r.Error(r.Key(key), "an array of strings");
+    out->push_back(e.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadTenant(const Json& j, const std::string& path, const std::string& source,
+                        TenantConfig* t) {
+  ObjectReader r(j, path, source);
+  RETURN_IF_ERROR(r.Check());
+  RETURN_IF_ERROR(r.String("name", &t->name));
+  RETURN_IF_ERROR(ReadStringList(r, "api_keys", &t->api_keys));
+  RETURN_IF_ERROR(r.String("api_key_file", &t->api_key_file));
+  RETURN_IF_ERROR(r.Number("weight", &t->weight));
+  RETURN_IF_ERROR(r.Integer("max_streams", &t->max_streams, 0));
+  if (const Json* q = r.Get("quota")) {
+    ObjectReader qr(*q, path + ".quota", source);
+    RETURN_IF_ERROR(qr.Check());
+    RETURN_IF_ERROR(qr.Integer("tokens", &t->quota_tokens, 0));
+    RETURN_IF_ERROR(qr.Number("window_seconds", &t->quota_window_seconds));
+    RETURN_IF_ERROR(qr.Done());
+  }
+  RETURN_IF_ERROR(ReadStringList(r, "models", &t->models));
+  return r.Done();
+}
+
 absl::Status ReadModel(const Json& j, const std::string& path, const std::string& source,
                        SlotConfig* m) {
   ObjectReader r(j, path, source);
@@ -212,6 +246,15 @@ absl::Status ApplyConfigJson(const std::string& text, const std::string& source,
       c->models.push_back(std::move(m));
     }
   }
+  if (const Json* tenants = r.Get("tenants")) {
+    if (!tenants->is_array()) return r.Error("tenants", "an array");
+    c->tenants.clear();
+    for (size_t i = 0; i < tenants->size(); ++i) {
+      TenantConfig t;
+      RETURN_IF_ERROR(ReadTenant((*tenants)[i], absl::StrCat("tenants[", i, "]"), source, &t));
+      c->tenants.push_back(std::move(t));
+    }
+  }
   std::map<std::string, std::string> aliases;
   RETURN_IF_ERROR(r.StringMap("aliases", &aliases));
   for (auto& [alias, model] : aliases) c->aliases.emplace_back(alias, model);
@@ -258,6 +301,24 @@ absl::Status FinalizeConfig(DaemonConfig* c) {
       return absl::InvalidArgumentError(
           absl::StrCat("API key file '", c->api_key_file, "' holds no key"));
     }
+  }
+  for (TenantConfig& t : c->tenants) {
+    if (t.api_key_file.empty()) continue;
+    std::ifstream in(t.api_key_file);
+    if (!in) {
+      return absl::NotFoundError(absl::StrCat("tenant '", t.name, "': cannot read API key file '",
+                                              t.api_key_file, "'"));
+    }
+    std::string line;
+    while (std::getline(in, line)) {
+      const std::string key(absl::StripAsciiWhitespace(line));
+      if (!key.empty() && key[0] != '#') t.api_keys.push_back(key);
+    }
+  }
+  if (!c->tenants.empty() && !c->api_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "api_key_file and tenants exclude each other: with tenants, the API keys are the "
+        "tenants' (tenants[].api_keys or api_key_file)");
   }
   if (c->tls_cert_file.empty() != c->tls_key_file.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and a key file");

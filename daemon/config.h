@@ -20,6 +20,10 @@
 //                 "backend": "auto", "queue_size": 16,
 //                 "knobs": {"MINFER_PREFILL_CHUNK": "256"}}],
 //     "aliases": {"prod": "default"},
+//     "tenants": [{"name": "search", "api_keys": ["..."],  // or "api_key_file"
+//                  "weight": 2, "max_streams": 32,
+//                  "quota": {"tokens": 1000000, "window_seconds": 3600},
+//                  "models": ["prod"]}],                // empty or absent: all
 //     "log_level": "info"
 //   }
 //
@@ -38,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/limits.h"
 #include "daemon/slot.h"
+#include "daemon/tenants.h"
 
 namespace minfer::daemon {
 
@@ -61,6 +66,9 @@ struct DaemonConfig {
   std::vector<SlotConfig> models;  // loaded at start (fields 0 = defaults)
   std::vector<std::pair<std::string, std::string>> aliases;  // set once ready
   std::string log_level;  // empty: MINFER_LOG_LEVEL / info
+  // Who may generate (tenants.h); empty: anyone who reaches the ports (the
+  // HTTP API then checks api_keys, if any).
+  std::vector<TenantConfig> tenants;
 };
 
 // Applies the JSON document `text` on top of `config`. `source` names the

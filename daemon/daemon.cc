@@ -99,8 +99,11 @@ absl::Status Daemon::Init() {
   so.default_drain_timeout = std::chrono::duration<double>(config_.drain_timeout_seconds);
   so.before_load = hooks_.before_model_load;
   slots_ = std::make_unique<SlotManager>(so, metrics_.get());
+  if (!config_.tenants.empty()) {
+    ASSIGN_OR_RETURN(tenants_, Tenants::Create(config_.tenants));
+  }
   generation_ = std::make_unique<GenerationServiceImpl>(slots_.get(), config_.limits, &state_,
-                                                        metrics_.get());
+                                                        metrics_.get(), tenants_.get());
   admin_ = std::make_unique<AdminServiceImpl>(slots_.get(), &state_, metrics_.get(),
                                               config_.admin_token);
 
@@ -153,7 +156,7 @@ absl::Status Daemon::Init() {
     ho.api_keys = config_.api_keys;
     ho.threads = config_.http_threads;
     ASSIGN_OR_RETURN(http_, HttpServer::Start(ho, slots_.get(), config_.limits, &state_,
-                                              metrics_.get()));
+                                              metrics_.get(), tenants_.get()));
   }
   Logger("daemon")->info("minferd serving gRPC on {}{}, metrics on {}", address_,
                          config_.tls_cert_file.empty() ? "" : " (TLS)",

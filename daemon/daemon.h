@@ -81,6 +81,7 @@ class Daemon {
   // The OpenAI-compatible HTTP API's "host:port"; "" when it is off.
   std::string http_address() const { return http_ != nullptr ? http_->address() : ""; }
   const HttpServer* http_server() const { return http_.get(); }  // null when off
+  const Tenants* tenants() const { return tenants_.get(); }       // null: none configured
   const DaemonConfig& config() const { return config_; }
   SlotManager& slots() { return *slots_; }
   Metrics& metrics() { return *metrics_; }
@@ -125,6 +126,7 @@ class Daemon {
   std::unique_ptr<HeapTrimmer> trimmer_;
   std::unique_ptr<SlotManager> slots_;
   ServingState state_;
+  std::unique_ptr<Tenants> tenants_;  // null: none configured
   std::unique_ptr<GenerationServiceImpl> generation_;
   std::unique_ptr<AdminServiceImpl> admin_;
   std::unique_ptr<ReflectionV1Service> reflection_v1_;

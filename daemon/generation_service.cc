@@ -284,7 +284,7 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
 absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
     SlotManager* slots, const ServingState& state, const v1::GenerateRequest& request,
     const GenerationLimits& limits, Clock::time_point arrival, Clock::time_point deadline,
-    const char* api, std::shared_ptr<const runtime::Model>* model_out) {
+    const char* api, std::shared_ptr<const runtime::Model>* model_out, const TenantRef& tenant) {
   if (state.draining()) {
     return absl::UnavailableError("the server is draining; it accepts no new generations");
   }
@@ -302,16 +302,25 @@ absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
         }
         ASSIGN_OR_RETURN(runtime::GenerateRequest r,
                          BuildGenerateRequest(request, *m, slot.n_ctx(), limits));
+        r.priority = request.options().priority();
+        std::shared_ptr<TenantLease> lease;
+        if (tenant.tenants != nullptr) {
+          ASSIGN_OR_RETURN(lease, tenant.tenants->Admit(tenant.index, request.model(), model));
+          r.group = Tenants::Group(tenant.index);
+          r.weight = tenant.tenants->weight(tenant.index);
+        }
         auto seq = std::make_shared<Sequence>(std::move(r), model, arrival, deadline);
         seq->set_api(api);
+        seq->set_tenant(std::move(lease));
         if (model_out != nullptr) *model_out = m;
         return seq;
       });
 }
 
 GenerationServiceImpl::GenerationServiceImpl(SlotManager* slots, GenerationLimits limits,
-                                             ServingState* state, Metrics* metrics)
-    : slots_(slots), limits_(limits), state_(state), metrics_(metrics) {
+                                             ServingState* state, Metrics* metrics,
+                                             Tenants* tenants)
+    : slots_(slots), limits_(limits), state_(state), metrics_(metrics), tenants_(tenants) {
   // Replaces the generated handlers (which answer a request that does not
   // parse with UNIMPLEMENTED and no message) with decoding ones.
   MarkMethodCallback(
@@ -356,8 +365,20 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
   const Clock::time_point arrival = Clock::now();
   const Clock::time_point deadline = SteadyDeadline(context);
   auto* reactor = new GenerateReactor(state_, metrics_, &pumps_, deadline);
+  TenantRef tenant;
+  if (tenants_ != nullptr) {
+    const auto& md = context->client_metadata();
+    auto it = md.find("authorization");
+    absl::StatusOr<int> who = tenants_->Identify(
+        it == md.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size()));
+    if (!who.ok()) {
+      reactor->FinishWith(ToGrpcStatus(who.status()));
+      return reactor;
+    }
+    tenant = {tenants_, *who};
+  }
   absl::StatusOr<std::shared_ptr<Sequence>> seq =
-      SubmitGenerate(slots_, *state_, *request, limits_, arrival, deadline, "grpc");
+      SubmitGenerate(slots_, *state_, *request, limits_, arrival, deadline, "grpc", nullptr, tenant);
   if (!seq.ok()) {
     reactor->FinishWith(ToGrpcStatus(seq.status()));
     return reactor;

@@ -27,6 +27,7 @@
 #include "daemon/sequence.h"
 #include "daemon/serving_state.h"
 #include "daemon/slot_manager.h"
+#include "daemon/tenants.h"
 #include "engine/runtime/generation.h"
 #include "engine/runtime/model.h"
 #include "minfer/v1/generation.grpc.pb.h"
@@ -42,6 +43,13 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
                                                               int64_t n_ctx,
                                                               const GenerationLimits& limits);
 
+// A request's tenant: `tenants` null (none configured) or the index
+// Tenants::Identify returned.
+struct TenantRef {
+  Tenants* tenants = nullptr;
+  int index = -1;
+};
+
 // Validates, tokenizes and submits `request` to its model's slot: the one
 // way a generation enters a slot, for the gRPC and the HTTP API alike.
 // Errors: UNAVAILABLE while `state` drains; INVALID_ARGUMENT for a missing
@@ -50,17 +58,20 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
 // full). `arrival` and `deadline` (Clock::time_point::max() for none) as
 // Sequence takes them; `api` ("grpc", "http") labels the request in the
 // slot's log. With `model`, also returns the model that serves it (its
-// tokenizer renders the response).
+// tokenizer renders the response). With a tenant: Tenants::Admit's
+// PERMISSION_DENIED and RESOURCE_EXHAUSTED, and the sequence is scheduled
+// in the tenant's share group with its weight.
 absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
     SlotManager* slots, const ServingState& state, const v1::GenerateRequest& request,
     const GenerationLimits& limits, Clock::time_point arrival, Clock::time_point deadline,
-    const char* api, std::shared_ptr<const runtime::Model>* model = nullptr);
+    const char* api, std::shared_ptr<const runtime::Model>* model = nullptr,
+    const TenantRef& tenant = {});
 
 class GenerationServiceImpl final : public v1::GenerationService::CallbackService {
  public:
   // Pointers must outlive the service; `metrics` may be null.
   GenerationServiceImpl(SlotManager* slots, GenerationLimits limits, ServingState* state,
-                        Metrics* metrics);
+                        Metrics* metrics, Tenants* tenants = nullptr);
 
   // The methods, called with requests that decoded (the registered
   // handlers answer the others).
@@ -88,6 +99,7 @@ class GenerationServiceImpl final : public v1::GenerationService::CallbackServic
   const GenerationLimits limits_;
   ServingState* const state_;
   Metrics* const metrics_;
+  Tenants* const tenants_;  // null: no tenants
   // Runs the streams' gRPC writes off the slots' decode loops.
   PumpQueue pumps_;
 };

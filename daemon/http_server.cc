@@ -173,12 +173,13 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
 }  // namespace
 
 HttpServer::HttpServer(HttpOptions options, SlotManager* slots, GenerationLimits limits,
-                       ServingState* state, Metrics* metrics)
+                       ServingState* state, Metrics* metrics, Tenants* tenants)
     : options_(std::move(options)),
       slots_(slots),
       limits_(limits),
       state_(state),
       metrics_(metrics),
+      tenants_(tenants),
       created_(UnixNow()) {}
 
 HttpServer::~HttpServer() { Stop(); }
@@ -187,9 +188,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpOptions option
                                                               SlotManager* slots,
                                                               GenerationLimits limits,
                                                               ServingState* state,
-                                                              Metrics* metrics) {
+                                                              Metrics* metrics,
+                                                              Tenants* tenants) {
   std::unique_ptr<HttpServer> s(
-      new HttpServer(std::move(options), slots, limits, state, metrics));
+      new HttpServer(std::move(options), slots, limits, state, metrics, tenants));
   RETURN_IF_ERROR(s->Init());
   return s;
 }
@@ -281,12 +283,14 @@ void HttpServer::Route() {
   // nothing else (not even which models exist).
   s.set_pre_routing_handler([this](const httplib::Request& req,
                                    httplib::Response& res) -> httplib::Server::HandlerResponse {
-    if (options_.api_keys.empty() || !absl::StartsWith(req.path, "/v1/")) {
+    if ((options_.api_keys.empty() && tenants_ == nullptr) || !absl::StartsWith(req.path, "/v1/")) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     const std::string auth = req.get_header_value("Authorization");
     absl::Status st;
-    if (auth.empty()) {
+    if (tenants_ != nullptr) {
+      st = tenants_->Identify(auth).status();
+    } else if (auth.empty()) {
       st = absl::UnauthenticatedError(
           "no API key: send the header 'Authorization: Bearer KEY' with a key from the server's "
           "key file");
@@ -393,9 +397,19 @@ void HttpServer::Route() {
       auto gen = std::make_shared<Generation>();
       gen->request = *std::move(parsed);
       std::shared_ptr<const runtime::Model> model;
+      TenantRef tenant;
+      if (tenants_ != nullptr) {
+        // (Pre-routing refused requests without a valid key.)
+        absl::StatusOr<int> who = tenants_->Identify(req.get_header_value("Authorization"));
+        if (!who.ok()) {
+          fail(who.status(), "");
+          return;
+        }
+        tenant = {tenants_, *who};
+      }
       absl::StatusOr<std::shared_ptr<Sequence>> seq =
           SubmitGenerate(slots_, *state_, gen->request.generate, limits_, arrival,
-                         Clock::time_point::max(), "http", &model);
+                         Clock::time_point::max(), "http", &model, tenant);
       if (!seq.ok()) {
         fail(openai::ToApiFieldError(endpoint, seq.status()), "");
         return;

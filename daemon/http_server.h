@@ -70,10 +70,13 @@ class HttpServer {
  public:
   // Binds and starts serving. Errors: the address cannot be bound, or the
   // TLS files cannot be used (INVALID_ARGUMENT naming them).
+  // With `tenants` (may be null), generation requests must carry a
+  // tenant's key (tenants.h) and options.api_keys must be empty.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(HttpOptions options,
                                                            SlotManager* slots,
                                                            GenerationLimits limits,
-                                                           ServingState* state, Metrics* metrics);
+                                                           ServingState* state, Metrics* metrics,
+                                                           Tenants* tenants = nullptr);
   // Stop().
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
@@ -94,7 +97,7 @@ class HttpServer {
 
  private:
   HttpServer(HttpOptions options, SlotManager* slots, GenerationLimits limits,
-             ServingState* state, Metrics* metrics);
+             ServingState* state, Metrics* metrics, Tenants* tenants);
   absl::Status Init();
   void Route();
 
@@ -103,6 +106,7 @@ class HttpServer {
   const GenerationLimits limits_;
   ServingState* const state_;
   Metrics* const metrics_;
+  Tenants* const tenants_;
   const int64_t created_;  // Unix seconds: the models' "created"
   std::unique_ptr<httplib::Server> server_;
   std::thread listener_;

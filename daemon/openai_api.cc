@@ -436,6 +436,12 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const json& body) 
   RETURN_IF_ERROR(ParseStop(body, st));
   ASSIGN_OR_RETURN(std::optional<bool> ignore_eos, OptBool(body, "ignore_eos"));
   st->set_ignore_eos(ignore_eos.value_or(false));
+  // vLLM's name: orders the request within its tenant (higher first).
+  ASSIGN_OR_RETURN(std::optional<int64_t> priority, OptInt(body, "priority"));
+  if (priority.has_value()) {
+    RETURN_IF_ERROR(InRange("priority", static_cast<double>(*priority), -1000000, 1000000));
+    g.mutable_options()->set_priority(static_cast<int32_t>(*priority));
+  }
 
   // Logprobs: chat has logprobs (bool) + top_logprobs; completions has
   // logprobs (the number of alternatives).

@@ -65,6 +65,10 @@ void Sequence::Finish(SequenceResult result) {
     if (result_.has_value()) return;
     result_ = std::move(result);
   }
+  if (tenant_ != nullptr) {
+    tenant_->Finished(result_->stats.prompt_tokens, result_->stats.completion_tokens,
+                      result_->stats.cached_prompt_tokens);
+  }
   notifier_.Notify();
 }
 

@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "daemon/notifier.h"
+#include "daemon/tenants.h"
 #include "engine/runtime/generation.h"
 #include "engine/sampling/finish_reason.h"
 
@@ -83,6 +84,11 @@ class Sequence {
   // says. Set before the sequence is submitted.
   void set_api(const char* api) { api_ = api; }
   const char* api() const { return api_; }
+  // The tenant's hold on this stream (tenants.h): its tokens are booked when
+  // the sequence finishes; the stream counts against the tenant's cap until
+  // the sequence is destroyed. Set before the sequence is submitted.
+  void set_tenant(std::shared_ptr<TenantLease> lease) { tenant_ = std::move(lease); }
+  const TenantLease* tenant() const { return tenant_.get(); }
 
   // --- consumer side ---
   // Asks the worker to stop this sequence; the first reason wins.
@@ -103,6 +109,7 @@ class Sequence {
   bool finished() const;
 
  private:
+  std::shared_ptr<TenantLease> tenant_;
   runtime::GenerateRequest request_;
   const int32_t prompt_tokens_;
   const uint64_t seed_;

@@ -39,6 +39,12 @@ struct GenerateRequest {
   bool ignore_eos = false;
   // Render control tokens that are sampled (never EOS) instead of dropping them.
   bool render_special = false;
+  // Scheduling: the share group (a tenant; 0 = the default group) and its
+  // weight, and the request's priority within its group (higher first).
+  // See scheduler.h.
+  uint32_t group = 0;
+  double weight = 1.0;
+  int32_t priority = 0;
 };
 
 // What one step produced for a sequence.

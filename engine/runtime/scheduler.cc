@@ -23,6 +23,14 @@ void Scheduler::Add(SeqId id, int64_t known, const std::vector<int32_t>* tokens)
   waiting_.push_back(id);
 }
 
+void Scheduler::SetClass(SeqId id, uint32_t group, double weight, int32_t priority) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.running) return;
+  it->second.group = group;
+  it->second.weight = weight > 0 ? weight : 1.0;
+  it->second.priority = priority;
+}
+
 void Scheduler::Append(SeqId id) {
   auto it = seqs_.find(id);
   if (it != seqs_.end()) it->second.known++;
@@ -34,6 +42,7 @@ void Scheduler::Remove(SeqId id) {
   alloc_->Free(it->second.blocks);
   if (it->second.running) {
     running_.erase(std::find(running_.begin(), running_.end(), id));
+    running_by_group_[it->second.group]--;
   } else {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
   }
@@ -50,7 +59,8 @@ std::optional<Scheduler::SeqInfo> Scheduler::Info(SeqId id) const {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return std::nullopt;
   const Seq& s = it->second;
-  return SeqInfo{s.known, s.computed, static_cast<int64_t>(s.blocks.size()), s.running, s.cached};
+  return SeqInfo{s.known,   s.computed, static_cast<int64_t>(s.blocks.size()),
+                 s.running, s.cached,   s.group};
 }
 
 std::vector<int64_t> Scheduler::RunningBlocks() const {
@@ -67,6 +77,7 @@ void Scheduler::Preempt(SeqId id, Step* step, int64_t* budget) {
   s.computed = 0;
   s.published = 0;
   s.running = false;
+  running_by_group_[s.group]--;
   running_.erase(std::find(running_.begin(), running_.end(), id));
   waiting_.push_front(id);
   for (auto it = step->work.begin(); it != step->work.end(); ++it) {
@@ -85,7 +96,7 @@ bool Scheduler::Reserve(SeqId id, int64_t rows, Step* step, int64_t* budget) {
   Seq& s = seqs_[id];
   const int64_t need = BlocksFor(rows, opt_.block_size) - static_cast<int64_t>(s.blocks.size());
   while (!alloc_->Allocate(need, &s.blocks)) {
-    const SeqId victim = running_.back();
+    const SeqId victim = PickVictim();
     Preempt(victim, step, budget);
     if (victim == id) return false;
   }
@@ -117,10 +128,87 @@ void Scheduler::PublishFull(Seq& s) {
   }
 }
 
+double Scheduler::Load(uint32_t group, double weight) const {
+  auto it = running_by_group_.find(group);
+  return (it == running_by_group_.end() ? 0.0 : static_cast<double>(it->second)) / weight;
+}
+
+double Scheduler::ActiveWeight() const {
+  std::map<uint32_t, double> w;
+  for (const auto& [id, s] : seqs_) w[s.group] = s.weight;
+  double sum = 0;
+  for (const auto& [g, x] : w) sum += x;
+  return sum;
+}
+
+std::deque<Scheduler::SeqId>::iterator Scheduler::PickWaiting() {
+  auto best = waiting_.begin();
+  if (waiting_.size() == 1) return best;
+  const Seq* b = &seqs_.at(*best);
+  double best_load = Load(b->group, b->weight);
+  for (auto it = std::next(waiting_.begin()); it != waiting_.end(); ++it) {
+    const Seq& s = seqs_.at(*it);
+    const double load = Load(s.group, s.weight);
+    // Least-loaded group, then higher priority, then queue order.
+    if (load < best_load || (load == best_load && s.priority > b->priority)) {
+      best = it;
+      b = &s;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+Scheduler::SeqId Scheduler::PickVictim() const {
+  // Newest first: on equal loads the newest sequence's group is chosen, so
+  // with one group this is running_.back().
+  SeqId victim = running_.back();
+  double worst = -1;
+  uint32_t worst_group = 0;
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    const Seq& s = seqs_.at(*it);
+    const double load = Load(s.group, s.weight);
+    if (load > worst) {
+      worst = load;
+      worst_group = s.group;
+      victim = *it;
+    }
+  }
+  (void)worst_group;
+  return victim;
+}
+
+Scheduler::SeqId Scheduler::FairnessVictim(uint32_t group, double w) const {
+  const double total = ActiveWeight();
+  const double slots = static_cast<double>(opt_.max_seqs);
+  auto running_of = [&](uint32_t g) {
+    auto it = running_by_group_.find(g);
+    return it == running_by_group_.end() ? 0.0 : static_cast<double>(it->second);
+  };
+  // Admitting one more must keep `group` within its share.
+  if (running_of(group) + 1 > slots * w / total) return 0;
+  SeqId victim = 0;
+  double worst = 0;
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    const Seq& s = seqs_.at(*it);
+    if (s.group == group) continue;
+    const double over = running_of(s.group) - slots * s.weight / total;
+    if (over <= 0) continue;  // within its share
+    const double load = running_of(s.group) / s.weight;
+    if (victim == 0 || load > worst) {
+      worst = load;
+      victim = *it;
+    }
+  }
+  return victim;
+}
+
 Scheduler::Step Scheduler::Schedule() {
   Step step;
   int64_t budget = opt_.token_budget;
-  auto schedule_running = [&](bool decode_pass) {
+  // allowance: prefill tokens each group may still take this round (null:
+  // no limit).
+  auto schedule_running = [&](bool decode_pass, std::map<uint32_t, int64_t>* allowance) {
     // running_ may shrink (preemption) while we walk it: index by id.
     const std::vector<SeqId> order = running_;
     for (SeqId id : order) {
@@ -128,21 +216,66 @@ Scheduler::Step Scheduler::Schedule() {
       auto it = seqs_.find(id);
       if (it == seqs_.end() || !it->second.running) continue;  // preempted meanwhile
       Seq& s = it->second;
-      const int64_t need = std::min(s.known, opt_.max_seq_rows) - s.computed;
-      if (need <= 0 || (need == 1) != decode_pass) continue;
-      const int64_t count = std::min(need, budget);
-      if (!Reserve(id, s.computed + count, &step, &budget)) continue;
-      step.work.push_back({id, s.computed, count, s.computed + count == s.known});
+      const int64_t total_need = std::min(s.known, opt_.max_seq_rows) - s.computed;
+      if (total_need <= 0 || (total_need == 1) != decode_pass) continue;
+      // Scheduled already this step (the first round of prefill)?
+      auto has = [&] {
+        return std::find_if(step.work.begin(), step.work.end(),
+                            [&](const Work& x) { return x.id == id; });
+      };
+      const int64_t already = has() != step.work.end() ? has()->count : 0;
+      int64_t count = std::min(total_need - already, budget);
+      if (allowance != nullptr) count = std::min(count, (*allowance)[s.group]);
+      if (count <= 0) continue;
+      if (!Reserve(id, s.computed + already + count, &step, &budget)) continue;
+      auto w = has();  // (Reserve may have taken other work items back)
+      if (w != step.work.end()) {
+        w->count += count;
+      } else {
+        step.work.push_back({id, s.computed, count, false});
+        w = step.work.end() - 1;
+      }
+      w->completes = w->start + w->count == s.known;
       step.tokens += count;
       budget -= count;
+      if (allowance != nullptr) (*allowance)[s.group] -= count;
     }
   };
-  schedule_running(/*decode_pass=*/true);
-  schedule_running(/*decode_pass=*/false);
-  // Admissions, FIFO, never preempting for them.
-  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < opt_.max_seqs) {
-    const SeqId id = waiting_.front();
+  schedule_running(/*decode_pass=*/true, nullptr);
+  // Prefill chunks. With one group: in admission order, admissions get what
+  // is left. With several (running prompts or waiting sequences of more
+  // than one group): first each group's weighted share of the budget, a
+  // waiting group's share going to its admissions, then the rest.
+  std::map<uint32_t, double> weights;
+  for (SeqId id : running_) {
+    const Seq& s = seqs_.at(id);
+    if (std::min(s.known, opt_.max_seq_rows) - s.computed > 1) weights[s.group] = s.weight;
+  }
+  for (SeqId id : waiting_) weights[seqs_.at(id).group] = seqs_.at(id).weight;
+  const bool shared = weights.size() > 1;
+  if (shared) {
+    double total = 0;
+    for (const auto& [g, w] : weights) total += w;
+    std::map<uint32_t, int64_t> allowance;
+    for (const auto& [g, w] : weights) {
+      allowance[g] = static_cast<int64_t>(static_cast<double>(budget) * w / total);
+    }
+    schedule_running(/*decode_pass=*/false, &allowance);
+  } else {
+    schedule_running(/*decode_pass=*/false, nullptr);
+  }
+  // Admissions, never preempting for them except to give a group below its
+  // share a sequence slot.
+  while (!waiting_.empty() && budget > 0) {
+    auto pick = PickWaiting();
+    const SeqId id = *pick;
     Seq& s = seqs_[id];
+    if (static_cast<int64_t>(running_.size()) >= opt_.max_seqs) {
+      const SeqId victim = FairnessVictim(s.group, s.weight);
+      if (victim == 0) break;
+      Preempt(victim, &step, &budget);
+      pick = std::find(waiting_.begin(), waiting_.end(), id);  // Preempt pushed to the front
+    }
     TakeCachedPrefix(s);
     const int64_t need = std::min(s.known, opt_.max_seq_rows) - s.computed;
     const int64_t count = std::min(need, budget);
@@ -159,13 +292,15 @@ Scheduler::Step Scheduler::Schedule() {
     }
     prefix_hit_tokens_ += s.cached;
     step.cached += s.cached;
-    waiting_.pop_front();
+    waiting_.erase(pick);
     s.running = true;
+    running_by_group_[s.group]++;
     running_.push_back(id);
     step.work.push_back({id, s.computed, count, s.computed + count == s.known});
     step.tokens += count;
     budget -= count;
   }
+  if (shared) schedule_running(/*decode_pass=*/false, nullptr);
   return step;
 }
 

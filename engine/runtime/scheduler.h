@@ -35,6 +35,21 @@
 // for later sequences. A preempted sequence that is admitted again finds
 // its own published blocks, unless they were evicted meanwhile.
 //
+// Fair sharing. Every sequence belongs to a group (a tenant) with a weight,
+// and carries a priority. A group's load is its running sequences over its
+// weight; its share of the max_seqs sequence slots is in proportion to its
+// weight among the groups that have work (running or waiting).
+//   - Admission takes the waiting sequence of the least-loaded group
+//     (highest priority first within it, then queue order; preempted ones
+//     are at the front). When every slot is taken and that group is below
+//     its share, the newest sequence of the most-loaded group that is above
+//     its share is preempted to make room.
+//   - Prefill chunks (pass 2) first get the budget in proportion to their
+//     groups' weights, then whatever is left in order.
+//   - When the pool runs dry, the victim is the newest sequence of the
+//     most-loaded group (with one group: the newest, as above).
+// With one group and equal priorities all of this is the FIFO above.
+//
 // Not thread-safe.
 #ifndef MINFER_ENGINE_RUNTIME_SCHEDULER_H_
 #define MINFER_ENGINE_RUNTIME_SCHEDULER_H_
@@ -83,6 +98,8 @@ class Scheduler {
   // Schedule or Commit runs; it must outlive the sequence) makes its blocks
   // cacheable; null: never cached.
   void Add(SeqId id, int64_t known, const std::vector<int32_t>* tokens = nullptr);
+  // Its group (share weight > 0) and priority; call right after Add.
+  void SetClass(SeqId id, uint32_t group, double weight, int32_t priority);
   // One more token is known (sampled after the step that completed it).
   void Append(SeqId id);
   // Forgets a sequence, waiting or running, and frees its blocks.
@@ -117,6 +134,7 @@ class Scheduler {
     int64_t blocks = 0;
     bool running = false;
     int64_t cached = 0;  // tokens taken from the prefix cache at its last admission
+    uint32_t group = 0;
   };
   std::optional<SeqInfo> Info(SeqId id) const;
   // Blocks held by each running sequence, in admission order.
@@ -139,7 +157,21 @@ class Scheduler {
     const std::vector<int32_t>* tokens = nullptr;
     int64_t published = 0;  // leading blocks published (or taken from the cache)
     int64_t cached = 0;
+    uint32_t group = 0;
+    double weight = 1.0;
+    int32_t priority = 0;
   };
+  // Running sequences of `group` over its weight.
+  double Load(uint32_t group, double weight) const;
+  // The next waiting sequence to admit (waiting_ must not be empty).
+  std::deque<SeqId>::iterator PickWaiting();
+  // The running sequence to preempt: the newest of the most-loaded group.
+  SeqId PickVictim() const;
+  // The most-loaded group's newest running sequence if that group is above
+  // its share and `group` (weight w) below its own; 0 if none.
+  SeqId FairnessVictim(uint32_t group, double w) const;
+  // Groups with work and the sum of their weights.
+  double ActiveWeight() const;
   // Prefix caching at admission: takes s's cached leading blocks.
   void TakeCachedPrefix(Seq& s);
   // Publishes the blocks of s that its computed rows fill.
@@ -158,6 +190,7 @@ class Scheduler {
   int64_t preemptions_ = 0;
   uint64_t salt_ = 0;
   int64_t prefix_hit_tokens_ = 0;
+  std::map<uint32_t, int64_t> running_by_group_;
 };
 
 }  // namespace minfer::runtime

@@ -37,9 +37,30 @@ class FakeEngine {
     sched_.Add(id, n, &ids_[id]);
     seqs_[id] = {n, max_new, {}};
   }
+  // A sequence of a share group (a tenant) with a weight and priority.
+  void AddInGroup(SeqId id, int64_t prompt, int64_t max_new, uint32_t group, double weight,
+                  int32_t priority = 0) {
+    Add(id, prompt, max_new);
+    sched_.SetClass(id, group, weight, priority);
+    group_[id] = group;
+    added_step_[id] = steps_;
+  }
   void Remove(SeqId id) {
     sched_.Remove(id);
     seqs_.erase(id);
+  }
+  // Tokens per step from Add to the last token.
+  double Rate(SeqId id) {
+    const auto& t = token_steps_[id];
+    return static_cast<double>(t.size()) / static_cast<double>(t.back() - added_step_[id]);
+  }
+  int64_t RunningIn(uint32_t group) const {
+    int64_t n = 0;
+    for (const auto& [id, g] : group_) {
+      auto info = sched_.Info(id);
+      if (info.has_value() && info->running && g == group) ++n;
+    }
+    return n;
   }
   // Every block a known sequence holds is held (refs >= 1), whatever was
   // evicted: the pool never hands out a block in use.
@@ -57,6 +78,9 @@ class FakeEngine {
   Scheduler::Step Step() {
     Scheduler::Step st = sched_.Schedule();
     ++steps_;
+    for (SeqId p : st.preempted) {
+      if (auto g = group_.find(p); g != group_.end()) preempted_in_[g->second]++;
+    }
     EXPECT_LE(st.tokens, opt_.token_budget);
     int64_t sum = 0;
     std::set<SeqId> seen;
@@ -119,6 +143,9 @@ class FakeEngine {
   std::map<SeqId, int64_t> evaluated_;
   std::map<SeqId, std::vector<int32_t>> ids_;      // AddTokens: prompt + sampled
   std::map<SeqId, std::vector<int32_t>> outputs_;  // AddTokens: sampled
+  std::map<SeqId, uint32_t> group_;                 // AddInGroup
+  std::map<SeqId, int64_t> added_step_;
+  std::map<uint32_t, int64_t> preempted_in_;
   std::vector<SeqId> finished_;
   int64_t steps_ = 0;
 };
@@ -476,6 +503,103 @@ TEST(SchedulerTest, EvictionUnderPressureNeverTakesABlockInUse) {
   EXPECT_EQ(e.alloc_.used(), 0);
   // Every sequence got its tokens in order (the fake's token indices).
   for (const auto& [id, toks] : e.outputs_) EXPECT_FALSE(toks.empty()) << id;
+}
+
+// Fair sharing between groups (tenants).
+
+// Tenant A opens 16 streams, then tenant B 2, equal weights, 8 sequence
+// slots: B's streams start at the next step (two of A's newest are
+// preempted: B is below its share of 4, A above), and each of B's streams
+// gets at least the per-stream rate of A's.
+TEST(SchedulerTest, ASmallTenantGetsItsShareAtOnce) {
+  FakeEngine e(Opt(8, 32), 1000);
+  for (SeqId id = 1; id <= 16; ++id) e.AddInGroup(id, 8, 40, /*group=*/1, 1.0);
+  for (int i = 0; i < 3; ++i) e.Step();
+  EXPECT_EQ(e.RunningIn(1), 8);
+  e.AddInGroup(101, 8, 40, /*group=*/2, 1.0);
+  e.AddInGroup(102, 8, 40, /*group=*/2, 1.0);
+  const Scheduler::Step st = e.Step();
+  EXPECT_EQ(st.preempted.size(), 2u);
+  EXPECT_EQ(e.RunningIn(2), 2);
+  EXPECT_EQ(e.RunningIn(1), 6);
+  e.RunToEnd();
+  double a = 0;
+  for (SeqId id = 1; id <= 16; ++id) a += e.Rate(id) / 16;
+  for (SeqId id : {101u, 102u}) {
+    EXPECT_GE(e.Rate(id), a) << "stream " << id;
+    EXPECT_EQ(e.seqs_.count(id), 0u);
+  }
+  EXPECT_EQ(e.preempted_in_[2], 0);
+}
+
+// Weights 3 : 1 share 8 slots 6 : 2 when both have more work than that.
+TEST(SchedulerTest, WeightsShareTheSequenceSlots) {
+  FakeEngine e(Opt(8, 64), 1000);
+  SeqId id = 1;
+  for (int i = 0; i < 12; ++i) e.AddInGroup(id++, 4, 30, /*group=*/2, 1.0);
+  for (int i = 0; i < 12; ++i) e.AddInGroup(id++, 4, 30, /*group=*/1, 3.0);
+  for (int i = 0; i < 5; ++i) {
+    e.Step();
+    EXPECT_EQ(e.RunningIn(1), 6) << "step " << i;
+    EXPECT_EQ(e.RunningIn(2), 2) << "step " << i;
+  }
+  e.RunToEnd();
+}
+
+// Within a group, a higher priority is admitted first; equal ones in order.
+TEST(SchedulerTest, PriorityOrdersAdmissionWithinAGroup) {
+  FakeEngine e(Opt(1, 16), 100);
+  e.AddInGroup(1, 4, 2, 0, 1.0, /*priority=*/0);
+  e.AddInGroup(2, 4, 2, 0, 1.0, /*priority=*/5);
+  e.AddInGroup(3, 4, 2, 0, 1.0, /*priority=*/1);
+  e.AddInGroup(4, 4, 2, 0, 1.0, /*priority=*/1);
+  e.RunToEnd();
+  EXPECT_EQ(e.finished_, (std::vector<SeqId>{2, 3, 4, 1}));
+}
+
+// The pool runs dry: the victims come from the most-loaded group (A: 6
+// streams, weight 1), never from the lighter one (B: 2 streams, weight 3).
+TEST(SchedulerTest, PoolPressurePreemptsTheTenantOverItsShare) {
+  FakeEngine e(Opt(8, 64, 16), 1 + 24);  // 384 rows for 8 x 100
+  for (SeqId id = 1; id <= 6; ++id) e.AddInGroup(id, 20, 80, /*group=*/1, 1.0);
+  for (SeqId id = 11; id <= 12; ++id) e.AddInGroup(id, 20, 80, /*group=*/2, 3.0);
+  e.RunToEnd();
+  EXPECT_GT(e.preempted_in_[1], 0);
+  EXPECT_EQ(e.preempted_in_[2], 0);
+  EXPECT_EQ(e.finished_.size(), 8u);
+}
+
+// Prefill chunks share the budget by weight: a tenant's long prompt does
+// not hold back another tenant's admission (with one group it would: an
+// admission gets only what the running prompts leave). Weights 1 : 1 give
+// 16 + 16 of a 32-token budget, 3 : 1 give 24 + 8.
+TEST(SchedulerTest, PrefillBudgetIsSharedByWeight) {
+  for (double w2 : {1.0, 1.0 / 3}) {
+    FakeEngine e(Opt(4, 32), 1000);
+    e.AddInGroup(1, 200, 2, /*group=*/1, 1.0);
+    Scheduler::Step st = e.Step();  // alone: the whole budget
+    ASSERT_EQ(st.work.size(), 1u);
+    EXPECT_EQ(st.work[0].count, 32);
+    e.AddInGroup(2, 200, 2, /*group=*/2, w2);
+    const int64_t second = w2 == 1.0 ? 16 : 8;
+    for (int i = 0; i < 3; ++i) {
+      st = e.Step();
+      ASSERT_EQ(st.work.size(), 2u);
+      EXPECT_EQ(st.work[0].id, 1u);
+      EXPECT_EQ(st.work[0].count, 32 - second) << "w2 " << w2 << " step " << i;
+      EXPECT_EQ(st.work[1].id, 2u);
+      EXPECT_EQ(st.work[1].count, second) << "w2 " << w2 << " step " << i;
+    }
+    e.RunToEnd();
+  }
+  // One group: the running prompt takes the budget, the next one waits.
+  FakeEngine one(Opt(4, 32), 1000);
+  one.Add(1, 200, 2);
+  one.Step();
+  one.Add(2, 200, 2);
+  Scheduler::Step st = one.Step();
+  ASSERT_EQ(st.work.size(), 1u);
+  EXPECT_EQ(st.work[0].count, 32);
 }
 
 }  // namespace

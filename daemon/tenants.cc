@@ -1,0 +1,167 @@
+#include "daemon/tenants.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+
+namespace minfer::daemon {
+namespace {
+
+// Equal lengths and bytes, in time that depends only on the lengths.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+TenantLease::~TenantLease() { owner_->Release(index_); }
+
+void TenantLease::Finished(int64_t prompt_tokens, int64_t completion_tokens,
+                           int64_t cached_tokens) {
+  if (finished_) return;
+  finished_ = true;
+  owner_->Book(index_, prompt_tokens, completion_tokens, cached_tokens);
+}
+
+const std::string& TenantLease::tenant() const { return owner_->name(index_); }
+
+absl::StatusOr<std::unique_ptr<Tenants>> Tenants::Create(std::vector<TenantConfig> configs) {
+  std::set<std::string> names, keys;
+  std::vector<Tenant> out;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    TenantConfig& c = configs[i];
+    const std::string where = c.name.empty() ? absl::StrCat("tenants[", i, "]")
+                                             : absl::StrCat("tenant '", c.name, "'");
+    if (c.name.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": name is empty"));
+    if (!names.insert(c.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " is listed twice"));
+    }
+    if (c.api_keys.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": no API key (api_keys or api_key_file)"));
+    }
+    for (const std::string& k : c.api_keys) {
+      if (k.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": an API key is empty"));
+      if (!keys.insert(k).second) {
+        // Never the key itself.
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": an API key is also another tenant's (or listed twice)"));
+      }
+    }
+    if (!(c.weight > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": weight must be > 0"));
+    }
+    if (c.max_streams < 0 || c.quota_tokens < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": max_streams and quota.tokens must be >= 0"));
+    }
+    if (c.quota_tokens > 0 && !(c.quota_window_seconds > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": quota.window_seconds must be > 0"));
+    }
+    Tenant t;
+    t.counters.name = c.name;
+    t.config = std::move(c);
+    out.push_back(std::move(t));
+  }
+  return std::unique_ptr<Tenants>(new Tenants(std::move(out)));
+}
+
+absl::StatusOr<int> Tenants::Identify(absl::string_view authorization) const {
+  if (authorization.empty()) {
+    return absl::UnauthenticatedError(
+        "no API key: send 'Authorization: Bearer KEY' (gRPC metadata or HTTP header) with a "
+        "tenant's key");
+  }
+  if (!absl::ConsumePrefix(&authorization, "Bearer ")) {
+    return absl::UnauthenticatedError("the Authorization value must read 'Bearer KEY'");
+  }
+  int found = -1;
+  // Every key is compared, whichever matches, so the time says nothing
+  // about which tenant (or how much of a key) matched.
+  for (size_t i = 0; i < tenants_.size(); ++i) {
+    for (const std::string& k : tenants_[i].config.api_keys) {
+      if (ConstantTimeEquals(authorization, k)) found = static_cast<int>(i);
+    }
+  }
+  if (found < 0) return absl::UnauthenticatedError("the API key is not valid");
+  return found;
+}
+
+int64_t Tenants::WindowTokens(Tenant& t, Clock::time_point now) const {
+  const auto window = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(t.config.quota_window_seconds));
+  while (!t.booked.empty() && now - t.booked.front().first > window) t.booked.pop_front();
+  int64_t sum = 0;
+  for (const auto& [when, n] : t.booked) sum += n;
+  return sum;
+}
+
+absl::StatusOr<std::shared_ptr<TenantLease>> Tenants::Admit(int index, const std::string& model,
+                                                           const std::string& resolved) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Tenant& t = tenants_[index];
+  const TenantConfig& c = t.config;
+  if (!c.models.empty() && std::find(c.models.begin(), c.models.end(), model) == c.models.end() &&
+      std::find(c.models.begin(), c.models.end(), resolved) == c.models.end()) {
+    t.counters.rejected_model++;
+    return absl::PermissionDeniedError(
+        absl::StrCat("tenant '", c.name, "' may not use model '", resolved, "'"));
+  }
+  if (c.max_streams > 0 && t.streams >= c.max_streams) {
+    t.counters.rejected_cap++;
+    return absl::ResourceExhaustedError(absl::StrCat("tenant '", c.name, "' has ", t.streams,
+                                                     " of its ", c.max_streams,
+                                                     " concurrent streams open"));
+  }
+  if (c.quota_tokens > 0) {
+    const int64_t used = WindowTokens(t, now_());
+    if (used >= c.quota_tokens) {
+      t.counters.rejected_quota++;
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "tenant '%s' used %d of its %d tokens in the last %g s; retry later", c.name, used,
+          c.quota_tokens, c.quota_window_seconds));
+    }
+  }
+  t.streams++;
+  t.counters.admitted++;
+  return std::shared_ptr<TenantLease>(new TenantLease(this, index));
+}
+
+void Tenants::Release(int index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tenants_[index].streams--;
+}
+
+void Tenants::Book(int index, int64_t prompt, int64_t completion, int64_t cached) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Tenant& t = tenants_[index];
+  t.booked.emplace_back(now_(), prompt + completion);
+  t.counters.prompt_tokens += static_cast<uint64_t>(prompt);
+  t.counters.completion_tokens += static_cast<uint64_t>(completion);
+  t.counters.cached_tokens += static_cast<uint64_t>(cached);
+}
+
+std::vector<Tenants::Usage> Tenants::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Usage> out;
+  for (Tenant& t : tenants_) {
+    Usage u = t.counters;
+    u.weight = t.config.weight;
+    u.streams = t.streams;
+    u.max_streams = t.config.max_streams;
+    u.quota_tokens = t.config.quota_tokens;
+    u.quota_window_seconds = t.config.quota_window_seconds;
+    u.window_tokens = WindowTokens(t, now_());
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+}  // namespace minfer::daemon
