@@ -173,6 +173,14 @@ absl::StatusOr<v1::ModelStatus> MinferClient::GetModelStatus(const std::string& 
   });
 }
 
+absl::StatusOr<v1::ListTenantsResponse> MinferClient::ListTenants() {
+  return Unary<v1::ListTenantsResponse>([&](v1::ListTenantsResponse* r) {
+    grpc::ClientContext c;
+    Prepare(&c, true);
+    return admin_->ListTenants(&c, v1::ListTenantsRequest(), r);
+  });
+}
+
 absl::StatusOr<v1::ServerStatus> MinferClient::GetServerStatus() {
   return Unary<v1::ServerStatus>([&](v1::ServerStatus* r) {
     grpc::ClientContext c;

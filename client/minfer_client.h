@@ -84,6 +84,7 @@ class MinferClient {
   absl::StatusOr<v1::SetAliasResponse> SetAlias(const std::string& alias, const std::string& model);
   absl::Status DeleteAlias(const std::string& alias);
   absl::StatusOr<v1::ListAliasesResponse> ListAliases();
+  absl::StatusOr<v1::ListTenantsResponse> ListTenants();
 
   // grpc.health.v1 Check of `service` ("" = the server as a whole, or a
   // model/alias name).

@@ -389,6 +389,9 @@ int main(int argc, char** argv) {
   CLI::App* c_alias_delete = c_alias->add_subcommand("delete", "remove an alias");
   c_alias_delete->add_option("alias", alias_name)->required();
 
+  CLI::App* c_tenants =
+      app.add_subcommand("tenants", "the configured tenants: shares, caps, quotas and usage");
+
   std::vector<std::string> bench_models;
   int bench_streams = 1, bench_tokens = 128;
   std::string bench_prompt = "The quick brown fox jumps over the lazy dog. Once upon a time";
@@ -694,6 +697,37 @@ int main(int argc, char** argv) {
     }
     std::vector<std::vector<std::string>> rows = {{"ALIAS", "MODEL"}};
     for (const v1::Alias& a : r->aliases()) rows.push_back({a.name(), a.model()});
+    PrintTable(rows);
+    return 0;
+  }
+
+  if (*c_tenants) {
+    absl::StatusOr<v1::ListTenantsResponse> r = client.ListTenants();
+    if (!r.ok()) return Fail(r.status());
+    if (g.json) {
+      PrintJson(*r);
+      return 0;
+    }
+    if (r->tenants().empty()) {
+      std::cout << "no tenants configured: generation is open to every client\n";
+      return 0;
+    }
+    std::vector<std::vector<std::string>> rows = {
+        {"TENANT", "WEIGHT", "STREAMS", "QUOTA (WINDOW)", "ADMITTED", "REJECTED cap/quota/model",
+         "TOKENS in/out", "CACHED"}};
+    for (const v1::TenantStatus& t : r->tenants()) {
+      rows.push_back(
+          {t.name(), absl::StrCat(t.weight()),
+           t.max_streams() > 0 ? absl::StrCat(t.streams(), " of ", t.max_streams())
+                               : absl::StrCat(t.streams()),
+           t.quota_tokens() > 0 ? absl::StrCat(t.window_tokens(), " of ", t.quota_tokens(),
+                                               " (", t.quota_window_seconds(), " s)")
+                                : std::string("-"),
+           absl::StrCat(t.admitted()),
+           absl::StrCat(t.rejected_cap(), "/", t.rejected_quota(), "/", t.rejected_model()),
+           absl::StrCat(t.prompt_tokens(), "/", t.completion_tokens()),
+           absl::StrCat(t.cached_tokens())});
+    }
     PrintTable(rows);
     return 0;
   }

@@ -186,8 +186,9 @@ void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& al
 }
 
 AdminServiceImpl::AdminServiceImpl(SlotManager* slots, ServingState* state, Metrics* metrics,
-                                   std::string admin_token)
-    : slots_(slots), state_(state), metrics_(metrics), admin_token_(std::move(admin_token)),
+                                   std::string admin_token, const Tenants* tenants)
+    : slots_(slots), state_(state), tenants_(tenants), metrics_(metrics),
+      admin_token_(std::move(admin_token)),
       started_(std::chrono::steady_clock::now()) {
   // Replaces the generated handlers (which answer a request that does not
   // parse with UNIMPLEMENTED and no message) with decoding ones.
@@ -208,6 +209,7 @@ AdminServiceImpl::AdminServiceImpl(SlotManager* slots, ServingState* state, Metr
   RegisterDecoded("ListModels", &AdminServiceImpl::ListModels);
   RegisterDecoded("GetModelStatus", &AdminServiceImpl::GetModelStatus);
   RegisterDecoded("GetServerStatus", &AdminServiceImpl::GetServerStatus);
+  RegisterDecoded("ListTenants", &AdminServiceImpl::ListTenants);
   RegisterDecoded("ListKnobs", &AdminServiceImpl::ListKnobs);
   RegisterDecoded("GetKnob", &AdminServiceImpl::GetKnob);
   RegisterDecoded("SetKnob", &AdminServiceImpl::SetKnob);
@@ -578,6 +580,34 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListAliases(grpc::CallbackServerCont
     a->set_model(model);
   }
   return Done(context, "ListAliases", "", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListTenants(grpc::CallbackServerContext* context,
+                                                        const v1::ListTenantsRequest*,
+                                                        v1::ListTenantsResponse* response) {
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) {
+    return Done(context, "ListTenants", "", auth);
+  }
+  if (tenants_ != nullptr) {
+    for (const Tenants::Usage& u : tenants_->Snapshot()) {
+      v1::TenantStatus* t = response->add_tenants();
+      t->set_name(u.name);
+      t->set_weight(u.weight);
+      t->set_streams(u.streams);
+      t->set_max_streams(u.max_streams);
+      t->set_window_tokens(u.window_tokens);
+      t->set_quota_tokens(u.quota_tokens);
+      t->set_quota_window_seconds(u.quota_window_seconds);
+      t->set_admitted(u.admitted);
+      t->set_rejected_cap(u.rejected_cap);
+      t->set_rejected_quota(u.rejected_quota);
+      t->set_rejected_model(u.rejected_model);
+      t->set_prompt_tokens(u.prompt_tokens);
+      t->set_completion_tokens(u.completion_tokens);
+      t->set_cached_tokens(u.cached_tokens);
+    }
+  }
+  return Done(context, "ListTenants", "", absl::OkStatus());
 }
 
 }  // namespace minfer::daemon

@@ -27,6 +27,7 @@
 #include "daemon/metrics.h"
 #include "daemon/serving_state.h"
 #include "daemon/slot_manager.h"
+#include "daemon/tenants.h"
 #include "minfer/v1/admin.grpc.pb.h"
 
 namespace minfer::daemon {
@@ -40,7 +41,7 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   // Pointers must outlive the service; `metrics` may be null. An empty
   // `admin_token` leaves the admin API open.
   AdminServiceImpl(SlotManager* slots, ServingState* state, Metrics* metrics,
-                   std::string admin_token);
+                   std::string admin_token, const Tenants* tenants = nullptr);
 
   grpc::ServerWriteReactor<v1::LoadModelResponse>* LoadModel(
       grpc::CallbackServerContext* context, const v1::LoadModelRequest* request) override;
@@ -53,6 +54,9 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   grpc::ServerUnaryReactor* GetModelStatus(grpc::CallbackServerContext* context,
                                            const v1::GetModelStatusRequest* request,
                                            v1::ModelStatus* response) override;
+  grpc::ServerUnaryReactor* ListTenants(grpc::CallbackServerContext* context,
+                                        const v1::ListTenantsRequest* request,
+                                        v1::ListTenantsResponse* response) override;
   grpc::ServerUnaryReactor* GetServerStatus(grpc::CallbackServerContext* context,
                                             const v1::GetServerStatusRequest* request,
                                             v1::ServerStatus* response) override;
@@ -91,6 +95,7 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
 
   SlotManager* const slots_;
   ServingState* const state_;
+  const Tenants* const tenants_;  // null: none configured
   Metrics* const metrics_;
   const std::string admin_token_;
   const std::chrono::steady_clock::time_point started_;

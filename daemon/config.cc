@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -312,7 +313,10 @@ absl::Status FinalizeConfig(DaemonConfig* c) {
     std::string line;
     while (std::getline(in, line)) {
       const std::string key(absl::StripAsciiWhitespace(line));
-      if (!key.empty() && key[0] != '#') t.api_keys.push_back(key);
+      if (!key.empty() && key[0] != '#' &&
+          std::find(t.api_keys.begin(), t.api_keys.end(), key) == t.api_keys.end()) {
+        t.api_keys.push_back(key);
+      }
     }
   }
   if (!c->tenants.empty() && !c->api_key_file.empty()) {

@@ -101,11 +101,12 @@ absl::Status Daemon::Init() {
   slots_ = std::make_unique<SlotManager>(so, metrics_.get());
   if (!config_.tenants.empty()) {
     ASSIGN_OR_RETURN(tenants_, Tenants::Create(config_.tenants));
+    tenants_->set_metrics(metrics_.get());
   }
   generation_ = std::make_unique<GenerationServiceImpl>(slots_.get(), config_.limits, &state_,
                                                         metrics_.get(), tenants_.get());
   admin_ = std::make_unique<AdminServiceImpl>(slots_.get(), &state_, metrics_.get(),
-                                              config_.admin_token);
+                                              config_.admin_token, tenants_.get());
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!config_.tls_cert_file.empty()) {

@@ -111,6 +111,23 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                .Help("Per finished stream: time from its first token to its last over the "
                      "tokens after the first.")
                .Register(r);
+  tenant_streams_ = &prometheus::BuildGauge()
+                         .Name("minfer_tenant_streams")
+                         .Help("A tenant's streams open now (counted against its cap).")
+                         .Register(r);
+  tenant_requests_ = &prometheus::BuildCounter()
+                          .Name("minfer_tenant_requests_total")
+                          .Help("A tenant's generation requests by admission result.")
+                          .Register(r);
+  tenant_tokens_ = &prometheus::BuildCounter()
+                        .Name("minfer_tenant_tokens_total")
+                        .Help("A tenant's tokens of finished streams: prompt, completion, and "
+                              "cached (prompt tokens taken from the prefix cache).")
+                        .Register(r);
+  tenant_queue_time_ = &prometheus::BuildHistogram()
+                            .Name("minfer_tenant_queue_time_seconds")
+                            .Help("Per finished stream of a tenant: arrival to the first step.")
+                            .Register(r);
   draining_ = &prometheus::BuildGauge()
                    .Name("minfer_draining")
                    .Help("1 while the server drains before exiting.")
@@ -140,6 +157,31 @@ void Metrics::RecordRequest(const std::string& method, const std::string& model,
                             const std::string& code, const std::string& api) {
   requests_->Add({{"api", api}, {"method", method}, {"model", model}, {"code", code}})
       .Increment();
+}
+
+Metrics::TenantMetrics* Metrics::ForTenant(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& t = tenants_[tenant];
+  if (t == nullptr) {
+    t = std::make_unique<TenantMetrics>();
+    const prometheus::Labels l = {{"tenant", tenant}};
+    t->streams = &tenant_streams_->Add(l);
+    auto req = [&](const char* result) {
+      return &tenant_requests_->Add({{"tenant", tenant}, {"result", result}});
+    };
+    t->admitted = req("admitted");
+    t->rejected_cap = req("rejected_cap");
+    t->rejected_quota = req("rejected_quota");
+    t->rejected_model = req("rejected_model");
+    auto tok = [&](const char* kind) {
+      return &tenant_tokens_->Add({{"tenant", tenant}, {"kind", kind}});
+    };
+    t->prompt_tokens = tok("prompt");
+    t->completion_tokens = tok("completion");
+    t->cached_tokens = tok("cached");
+    t->queue_time = &tenant_queue_time_->Add(l, LatencyBuckets());
+  }
+  return t.get();
 }
 
 ModelMetrics* Metrics::ForModel(const std::string& model) {

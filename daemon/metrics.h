@@ -25,6 +25,11 @@
 //   minfer_queue_time_seconds{model}                 arrival -> first step it ran in
 //   minfer_time_per_output_token_seconds{model}      per finished stream, after the first
 //   minfer_draining                                  1 while draining
+//   minfer_tenant_streams{tenant}                    streams open
+//   minfer_tenant_requests_total{tenant,result}      admitted / rejected_cap /
+//                                                    rejected_quota / rejected_model
+//   minfer_tenant_tokens_total{tenant,kind}          prompt / completion / cached
+//   minfer_tenant_queue_time_seconds{tenant}         arrival -> first step, per stream
 //
 // Per-model series of a slot are handed out as a ModelMetrics (stable
 // pointers); the slot's gauges are removed when the slot goes away, the
@@ -89,6 +94,19 @@ class Metrics {
   void RecordRequest(const std::string& method, const std::string& model,
                      const std::string& code, const std::string& api = "grpc");
   ModelMetrics* ForModel(const std::string& model);
+  // A tenant's series (stable pointers; created on first use).
+  struct TenantMetrics {
+    prometheus::Gauge* streams = nullptr;
+    prometheus::Counter* admitted = nullptr;
+    prometheus::Counter* rejected_cap = nullptr;
+    prometheus::Counter* rejected_quota = nullptr;
+    prometheus::Counter* rejected_model = nullptr;
+    prometheus::Counter* prompt_tokens = nullptr;
+    prometheus::Counter* completion_tokens = nullptr;
+    prometheus::Counter* cached_tokens = nullptr;
+    prometheus::Histogram* queue_time = nullptr;
+  };
+  TenantMetrics* ForTenant(const std::string& tenant);
   // "loading", "ready", "unloading", "failed"; the other states read 0.
   void SetSlotState(const std::string& model, const std::string& state);
   // Drops the model's gauges (its counters and histograms stay).
@@ -126,6 +144,11 @@ class Metrics {
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<ModelMetrics>> models_;  // guarded by mu_
+  std::map<std::string, std::unique_ptr<TenantMetrics>> tenants_;  // guarded by mu_
+  prometheus::Family<prometheus::Gauge>* tenant_streams_;
+  prometheus::Family<prometheus::Counter>* tenant_requests_;
+  prometheus::Family<prometheus::Counter>* tenant_tokens_;
+  prometheus::Family<prometheus::Histogram>* tenant_queue_time_;
 };
 
 }  // namespace minfer::daemon

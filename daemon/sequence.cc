@@ -67,7 +67,7 @@ void Sequence::Finish(SequenceResult result) {
   }
   if (tenant_ != nullptr) {
     tenant_->Finished(result_->stats.prompt_tokens, result_->stats.completion_tokens,
-                      result_->stats.cached_prompt_tokens);
+                      result_->stats.cached_prompt_tokens, result_->queue_seconds);
   }
   notifier_.Notify();
 }

@@ -24,10 +24,10 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 TenantLease::~TenantLease() { owner_->Release(index_); }
 
 void TenantLease::Finished(int64_t prompt_tokens, int64_t completion_tokens,
-                           int64_t cached_tokens) {
+                           int64_t cached_tokens, double queue_seconds) {
   if (finished_) return;
   finished_ = true;
-  owner_->Book(index_, prompt_tokens, completion_tokens, cached_tokens);
+  owner_->Book(index_, prompt_tokens, completion_tokens, cached_tokens, queue_seconds);
 }
 
 const std::string& TenantLease::tenant() const { return owner_->name(index_); }
@@ -111,11 +111,13 @@ absl::StatusOr<std::shared_ptr<TenantLease>> Tenants::Admit(int index, const std
   if (!c.models.empty() && std::find(c.models.begin(), c.models.end(), model) == c.models.end() &&
       std::find(c.models.begin(), c.models.end(), resolved) == c.models.end()) {
     t.counters.rejected_model++;
+    if (t.metrics != nullptr) t.metrics->rejected_model->Increment();
     return absl::PermissionDeniedError(
         absl::StrCat("tenant '", c.name, "' may not use model '", resolved, "'"));
   }
   if (c.max_streams > 0 && t.streams >= c.max_streams) {
     t.counters.rejected_cap++;
+    if (t.metrics != nullptr) t.metrics->rejected_cap->Increment();
     return absl::ResourceExhaustedError(absl::StrCat("tenant '", c.name, "' has ", t.streams,
                                                      " of its ", c.max_streams,
                                                      " concurrent streams open"));
@@ -124,6 +126,7 @@ absl::StatusOr<std::shared_ptr<TenantLease>> Tenants::Admit(int index, const std
     const int64_t used = WindowTokens(t, now_());
     if (used >= c.quota_tokens) {
       t.counters.rejected_quota++;
+      if (t.metrics != nullptr) t.metrics->rejected_quota->Increment();
       return absl::ResourceExhaustedError(absl::StrFormat(
           "tenant '%s' used %d of its %d tokens in the last %g s; retry later", c.name, used,
           c.quota_tokens, c.quota_window_seconds));
@@ -131,17 +134,38 @@ absl::StatusOr<std::shared_ptr<TenantLease>> Tenants::Admit(int index, const std
   }
   t.streams++;
   t.counters.admitted++;
+  if (t.metrics != nullptr) {
+    t.metrics->admitted->Increment();
+    t.metrics->streams->Set(t.streams);
+  }
   return std::shared_ptr<TenantLease>(new TenantLease(this, index));
 }
 
 void Tenants::Release(int index) {
   std::lock_guard<std::mutex> lock(mu_);
-  tenants_[index].streams--;
+  Tenant& t = tenants_[index];
+  t.streams--;
+  if (t.metrics != nullptr) t.metrics->streams->Set(t.streams);
 }
 
-void Tenants::Book(int index, int64_t prompt, int64_t completion, int64_t cached) {
+void Tenants::set_metrics(Metrics* metrics) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Tenant& t : tenants_) {
+    t.metrics = metrics != nullptr ? metrics->ForTenant(t.config.name) : nullptr;
+    if (t.metrics != nullptr) t.metrics->streams->Set(t.streams);
+  }
+}
+
+void Tenants::Book(int index, int64_t prompt, int64_t completion, int64_t cached,
+                   double queue_seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   Tenant& t = tenants_[index];
+  if (t.metrics != nullptr) {
+    t.metrics->prompt_tokens->Increment(static_cast<double>(prompt));
+    t.metrics->completion_tokens->Increment(static_cast<double>(completion));
+    t.metrics->cached_tokens->Increment(static_cast<double>(cached));
+    t.metrics->queue_time->Observe(queue_seconds);
+  }
   t.booked.emplace_back(now_(), prompt + completion);
   t.counters.prompt_tokens += static_cast<uint64_t>(prompt);
   t.counters.completion_tokens += static_cast<uint64_t>(completion);

@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "daemon/metrics.h"
 
 namespace minfer::daemon {
 
@@ -52,7 +53,8 @@ class TenantLease {
   ~TenantLease();
   TenantLease(const TenantLease&) = delete;
   TenantLease& operator=(const TenantLease&) = delete;
-  void Finished(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+  void Finished(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens,
+                double queue_seconds);
   const std::string& tenant() const;
 
  private:
@@ -107,6 +109,10 @@ class Tenants {
   };
   std::vector<Usage> Snapshot() const;
 
+  // Publishes each tenant's series (metrics.h) from now on; `metrics` must
+  // outlive this.
+  void set_metrics(Metrics* metrics);
+
   // Tests: the clock the quota window reads.
   void set_clock(std::function<Clock::time_point()> now) { now_ = std::move(now); }
 
@@ -117,11 +123,12 @@ class Tenants {
     int32_t streams = 0;
     std::deque<std::pair<Clock::time_point, int64_t>> booked;  // finished streams' tokens
     Usage counters;
+    Metrics::TenantMetrics* metrics = nullptr;
   };
   explicit Tenants(std::vector<Tenant> t) : tenants_(std::move(t)) {}
   int64_t WindowTokens(Tenant& t, Clock::time_point now) const;
   void Release(int index);
-  void Book(int index, int64_t prompt, int64_t completion, int64_t cached);
+  void Book(int index, int64_t prompt, int64_t completion, int64_t cached, double queue_seconds);
 
   mutable std::mutex mu_;
   // Guarded by mu_ (configs are immutable); mutable: reading the quota

@@ -131,6 +131,9 @@ TEST_F(MinferctlTest, LoadGenerateStatusUnload) {
   CommandResult server = Ctl({"status"});
   EXPECT_THAT(server.out, HasSubstr("version:"));
   EXPECT_THAT(server.out, HasSubstr("device:"));
+  CommandResult tenants = Ctl({"tenants"});
+  EXPECT_EQ(tenants.exit_code, 0);
+  EXPECT_EQ(tenants.out, "no tenants configured: generation is open to every client\n");
 
   CommandResult tok = Ctl({"--json", "tokenize", "tiny", "Hello world"});
   ASSERT_EQ(tok.exit_code, 0);

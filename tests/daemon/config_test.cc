@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "gmock/gmock.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace minfer::daemon {
@@ -86,6 +87,12 @@ TEST(ConfigTest, ErrorsNameTheKey) {
            {R"({"models": [{"name": "m"}]})", "models[0] needs a name and a path"},
            {R"({"models": [{"name": "m", "path": "p", "ctx": 3}]})", "unknown key 'models[0].ctx'"},
            {R"({"aliases": {"a": 1}})", "aliases.a must be a string"},
+           {R"({"tenants": {"a": 1}})", "tenants must be an array"},
+           {R"({"tenants": [{"name": "a", "wieght": 2}]})", "unknown key 'tenants[0].wieght'"},
+           {R"({"tenants": [{"name": "a", "api_keys": "k"}]})",
+            "tenants[0].api_keys must be an array of strings"},
+           {R"({"tenants": [{"name": "a", "quota": {"tokens": -5}}]})",
+            "tenants[0].quota.tokens must be an integer >= 0"},
            {R"({not json)", "not valid JSON"},
            {R"([1])", "must be an object"},
        }) {
@@ -135,6 +142,35 @@ TEST(ConfigTest, FinalizeChecksCrossFieldRules) {
   EXPECT_THAT(std::string(empty.message()), ::testing::HasSubstr("holds no key"));
   c.api_key_file = keys + ".missing";
   EXPECT_EQ(FinalizeConfig(&c).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ConfigTest, ReadsTenants) {
+  DaemonConfig c;
+  const std::string keys = std::string(std::getenv("TEST_TMPDIR")) + "/tenant-keys";
+  std::ofstream(keys) << "# search team\nsk-s1\n\nsk-s2\n";
+  ASSERT_TRUE(Apply(absl::StrCat(R"({"tenants": [
+      {"name": "search", "api_key_file": ")", keys, R"(", "weight": 2.5, "max_streams": 32,
+       "quota": {"tokens": 1000000, "window_seconds": 3600}, "models": ["prod", "m7"]},
+      {"name": "batch", "api_keys": ["sk-b"]}]})"),
+                    &c)
+                  .ok());
+  ASSERT_TRUE(FinalizeConfig(&c).ok());
+  ASSERT_EQ(c.tenants.size(), 2u);
+  const TenantConfig& s = c.tenants[0];
+  EXPECT_EQ(s.name, "search");
+  EXPECT_EQ(s.api_keys, (std::vector<std::string>{"sk-s1", "sk-s2"}));
+  EXPECT_EQ(s.weight, 2.5);
+  EXPECT_EQ(s.max_streams, 32);
+  EXPECT_EQ(s.quota_tokens, 1000000);
+  EXPECT_EQ(s.quota_window_seconds, 3600);
+  EXPECT_EQ(s.models, (std::vector<std::string>{"prod", "m7"}));
+  EXPECT_EQ(c.tenants[1].api_keys, (std::vector<std::string>{"sk-b"}));
+  EXPECT_EQ(c.tenants[1].weight, 1.0);
+  // The HTTP API's flat key file and tenants exclude each other.
+  c.api_key_file = keys;
+  absl::Status both = FinalizeConfig(&c);
+  EXPECT_EQ(both.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(both.message()), HasSubstr("exclude each other"));
 }
 
 TEST(ConfigTest, ByteSizes) {

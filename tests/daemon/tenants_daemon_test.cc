@@ -114,6 +114,24 @@ TEST_F(TenantsDaemonTest, KeysModelsAndCaps) {
   EXPECT_EQ(usage[1].streams, 0);
   EXPECT_GT(usage[1].completion_tokens, 600u);
   EXPECT_EQ(usage[2].rejected_model, 2u);
+
+  // The same through the admin API (minferctl tenants) and the metrics.
+  auto listed = admin_->ListTenants();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->tenants_size(), 3);
+  EXPECT_EQ(listed->tenants(1).name(), "beta");
+  EXPECT_EQ(listed->tenants(1).max_streams(), 2);
+  EXPECT_EQ(listed->tenants(1).rejected_cap(), 1u);
+  EXPECT_EQ(listed->tenants(1).completion_tokens(), usage[1].completion_tokens);
+  const std::string metrics = daemon_->metrics().Serialize();
+  EXPECT_NE(metrics.find("minfer_tenant_requests_total{result=\"rejected_cap\",tenant=\"beta\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("minfer_tenant_requests_total{result=\"rejected_model\",tenant=\"restricted\"} 2"),
+            std::string::npos);
+  EXPECT_NE(metrics.find(absl::StrCat("minfer_tenant_tokens_total{kind=\"completion\",tenant=\"beta\"} ",
+                                      usage[1].completion_tokens)),
+            std::string::npos);
+  EXPECT_NE(metrics.find("minfer_tenant_streams{tenant=\"beta\"} 0"), std::string::npos);
 }
 
 TEST_F(TenantsDaemonTest, ASmallTenantGetsAtLeastTheBigTenantsPerStreamRate) {

@@ -80,7 +80,7 @@ TEST(TenantsTest, ModelsCapAndQuota) {
   EXPECT_TRUE(absl::IsResourceExhausted(s3.status()));
   EXPECT_EQ(s3.status().message(), "tenant 'a' has 2 of its 2 concurrent streams open");
   EXPECT_EQ(t.Snapshot()[0].streams, 2);
-  (*s1)->Finished(30, 50, 16);
+  (*s1)->Finished(30, 50, 16, 0.0);
   s1->reset();
   EXPECT_EQ(t.Snapshot()[0].streams, 1);
 
@@ -89,8 +89,8 @@ TEST(TenantsTest, ModelsCapAndQuota) {
   auto s4 = t.Admit(0, "prod", "m7");
   ASSERT_TRUE(s4.ok());
   now += std::chrono::seconds(10);
-  (*s4)->Finished(10, 20, 0);
-  (*s4)->Finished(10, 20, 0);  // once only
+  (*s4)->Finished(10, 20, 0, 0.0);
+  (*s4)->Finished(10, 20, 0, 0.0);  // once only
   s4->reset();
   EXPECT_EQ(t.Snapshot()[0].window_tokens, 110);
   auto over = t.Admit(0, "prod", "m7");
