@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "engine/base/status.h"
 #include "nlohmann/json.hpp"
@@ -127,6 +128,7 @@ absl::Status ReadTenant(const Json& j, const std::string& path, const std::strin
   RETURN_IF_ERROR(r.String("api_key_file", &t->api_key_file));
   RETURN_IF_ERROR(r.Number("weight", &t->weight));
   RETURN_IF_ERROR(r.Integer("max_streams", &t->max_streams, 0));
+  RETURN_IF_ERROR(r.Integer("max_streams_per_model", &t->max_streams_per_model, 0));
   if (const Json* q = r.Get("quota")) {
     ObjectReader qr(*q, path + ".quota", source);
     RETURN_IF_ERROR(qr.Check());
@@ -269,6 +271,52 @@ absl::Status ApplyConfigFile(const std::string& path, DaemonConfig* config) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ApplyConfigJson(ss.str(), path, config);
+}
+
+absl::StatusOr<TenantConfig> ParseTenantFlag(const std::string& spec) {
+  TenantConfig t;
+  auto bad = [&](absl::string_view part, absl::string_view want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tenant '", spec, "': '", part, "' ", want));
+  };
+  for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
+    const size_t eq = part.find('=');
+    if (eq == absl::string_view::npos) return bad(part, "is not KEY=VALUE");
+    const absl::string_view key = part.substr(0, eq), value = part.substr(eq + 1);
+    if (key == "name") {
+      t.name = std::string(value);
+    } else if (key == "key_file") {
+      t.api_key_file = std::string(value);
+    } else if (key == "weight") {
+      if (!absl::SimpleAtod(value, &t.weight) || !(t.weight > 0)) return bad(part, "wants a number > 0");
+    } else if (key == "max_streams") {
+      if (!absl::SimpleAtoi(value, &t.max_streams) || t.max_streams < 0) {
+        return bad(part, "wants an integer >= 0");
+      }
+    } else if (key == "max_streams_per_model") {
+      if (!absl::SimpleAtoi(value, &t.max_streams_per_model) || t.max_streams_per_model < 0) {
+        return bad(part, "wants an integer >= 0");
+      }
+    } else if (key == "quota") {
+      const std::vector<absl::string_view> q = absl::StrSplit(value, '/');
+      if (q.size() != 2 || !absl::SimpleAtoi(q[0], &t.quota_tokens) || t.quota_tokens < 0 ||
+          !absl::SimpleAtod(q[1], &t.quota_window_seconds) || !(t.quota_window_seconds > 0)) {
+        return bad(part, "wants TOKENS/SECONDS, e.g. quota=1000000/3600");
+      }
+    } else if (key == "models") {
+      t.models = absl::StrSplit(value, '+', absl::SkipEmpty());
+    } else if (key == "keys" || key == "api_keys") {
+      return bad(part, "is not accepted: give the keys in a file (key_file=PATH)");
+    } else {
+      return bad(part,
+                 "has an unknown key (name, key_file, weight, max_streams, "
+                 "max_streams_per_model, quota, models)");
+    }
+  }
+  if (t.name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tenant '", spec, "' needs name=NAME"));
+  }
+  return t;
 }
 
 absl::Status FinalizeConfig(DaemonConfig* c) {

@@ -85,6 +85,14 @@ absl::Status ApplyConfigFile(const std::string& path, DaemonConfig* config);
 // model names unique, aliases pointing at listed models.
 absl::Status FinalizeConfig(DaemonConfig* config);
 
+// minferd's --tenant flag: comma-separated KEY=VALUE pairs, e.g.
+//   name=search,key_file=/etc/minfer/search.keys,weight=2,max_streams=32,
+//   max_streams_per_model=16,quota=1000000/3600,models=prod+m7
+// (quota = TOKENS/SECONDS; models joined by '+'). Keys only from a file:
+// a key on the command line would show in every process listing.
+// INVALID_ARGUMENT naming the part that is wrong.
+absl::StatusOr<TenantConfig> ParseTenantFlag(const std::string& spec);
+
 // "1073741824", "512M", "8G", "1.5GiB", "64KiB" -> bytes (binary units).
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
 

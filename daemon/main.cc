@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   int64_t ctx = 0;
   int32_t parallel = 0, queue_size = 0, max_prompt_tokens = 0, max_tokens = 0,
           default_max_tokens = 0;
-  std::vector<std::string> models, aliases;
+  std::vector<std::string> models, aliases, tenant_flags;
   bool version = false;
   app.add_option("--config", config_file, "JSON config file (flags override it)");
   auto* o_listen = app.add_option("--listen", listen, "gRPC address (default 127.0.0.1:50051)");
@@ -140,6 +140,10 @@ int main(int argc, char** argv) {
       app.add_option("--admin-token-file", admin_token_file, "file holding the admin token");
   app.add_option("--model", models, "NAME=PATH: load a model at start (repeatable)");
   app.add_option("--alias", aliases, "ALIAS=MODEL: set once MODEL is ready (repeatable)");
+  app.add_option("--tenant", tenant_flags,
+                 "name=N,key_file=F[,weight=W][,max_streams=S][,max_streams_per_model=M]"
+                 "[,quota=TOKENS/SECONDS][,models=A+B]: a tenant (repeatable; replaces the "
+                 "config file's tenant of that name)");
   auto* o_ctx = app.add_option("--ctx", ctx, "default context size per sequence (4096)");
   auto* o_parallel = app.add_option("--parallel", parallel, "default concurrent sequences per model (16)");
   auto* o_queue = app.add_option("--queue-size", queue_size, "default queue beyond parallel (16)");
@@ -203,6 +207,12 @@ int main(int argc, char** argv) {
     c.parallel = 0;
     c.queue_size = 0;
     config.models.push_back(std::move(c));
+  }
+  for (const std::string& t : tenant_flags) {
+    absl::StatusOr<minfer::daemon::TenantConfig> tc = minfer::daemon::ParseTenantFlag(t);
+    if (!tc.ok()) return Fail(std::string(tc.status().message()));
+    std::erase_if(config.tenants, [&](const auto& c) { return c.name == tc->name; });
+    config.tenants.push_back(*std::move(tc));
   }
   for (const std::string& a : aliases) {
     std::pair<std::string, std::string> kv;

@@ -21,7 +21,7 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 
 }  // namespace
 
-TenantLease::~TenantLease() { owner_->Release(index_); }
+TenantLease::~TenantLease() { owner_->Release(index_, model_); }
 
 void TenantLease::Finished(int64_t prompt_tokens, int64_t completion_tokens,
                            int64_t cached_tokens, double queue_seconds) {
@@ -58,9 +58,9 @@ absl::StatusOr<std::unique_ptr<Tenants>> Tenants::Create(std::vector<TenantConfi
     if (!(c.weight > 0)) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": weight must be > 0"));
     }
-    if (c.max_streams < 0 || c.quota_tokens < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": max_streams and quota.tokens must be >= 0"));
+    if (c.max_streams < 0 || c.max_streams_per_model < 0 || c.quota_tokens < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": max_streams, max_streams_per_model and quota.tokens must be >= 0"));
     }
     if (c.quota_tokens > 0 && !(c.quota_window_seconds > 0)) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": quota.window_seconds must be > 0"));
@@ -122,6 +122,13 @@ absl::StatusOr<std::shared_ptr<TenantLease>> Tenants::Admit(int index, const std
                                                      " of its ", c.max_streams,
                                                      " concurrent streams open"));
   }
+  if (c.max_streams_per_model > 0 && t.model_streams[resolved] >= c.max_streams_per_model) {
+    t.counters.rejected_cap++;
+    if (t.metrics != nullptr) t.metrics->rejected_cap->Increment();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tenant '", c.name, "' has ", t.model_streams[resolved], " of its ",
+        c.max_streams_per_model, " concurrent streams on model '", resolved, "' open"));
+  }
   if (c.quota_tokens > 0) {
     const int64_t used = WindowTokens(t, now_());
     if (used >= c.quota_tokens) {
@@ -133,18 +140,20 @@ absl::StatusOr<std::shared_ptr<TenantLease>> Tenants::Admit(int index, const std
     }
   }
   t.streams++;
+  t.model_streams[resolved]++;
   t.counters.admitted++;
   if (t.metrics != nullptr) {
     t.metrics->admitted->Increment();
     t.metrics->streams->Set(t.streams);
   }
-  return std::shared_ptr<TenantLease>(new TenantLease(this, index));
+  return std::shared_ptr<TenantLease>(new TenantLease(this, index, resolved));
 }
 
-void Tenants::Release(int index) {
+void Tenants::Release(int index, const std::string& model) {
   std::lock_guard<std::mutex> lock(mu_);
   Tenant& t = tenants_[index];
   t.streams--;
+  if (--t.model_streams[model] <= 0) t.model_streams.erase(model);
   if (t.metrics != nullptr) t.metrics->streams->Set(t.streams);
 }
 

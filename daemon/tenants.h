@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +38,7 @@ struct TenantConfig {
   std::string api_key_file;  // read into api_keys by FinalizeConfig
   double weight = 1.0;       // share of a model against other tenants (> 0)
   int32_t max_streams = 0;   // concurrent streams over all models; 0 = no cap
+  int32_t max_streams_per_model = 0;  // concurrent streams on any one model; 0 = no cap
   // Prompt + completion tokens of finished streams within the last
   // quota_window_seconds; 0 = no quota.
   int64_t quota_tokens = 0;
@@ -59,9 +61,11 @@ class TenantLease {
 
  private:
   friend class Tenants;
-  TenantLease(Tenants* owner, int index) : owner_(owner), index_(index) {}
+  TenantLease(Tenants* owner, int index, std::string model)
+      : owner_(owner), index_(index), model_(std::move(model)) {}
   Tenants* owner_;
   int index_;
+  std::string model_;  // resolved
   bool finished_ = false;
 };
 
@@ -121,13 +125,14 @@ class Tenants {
   struct Tenant {
     TenantConfig config;
     int32_t streams = 0;
+    std::map<std::string, int32_t> model_streams;  // by resolved model
     std::deque<std::pair<Clock::time_point, int64_t>> booked;  // finished streams' tokens
     Usage counters;
     Metrics::TenantMetrics* metrics = nullptr;
   };
   explicit Tenants(std::vector<Tenant> t) : tenants_(std::move(t)) {}
   int64_t WindowTokens(Tenant& t, Clock::time_point now) const;
-  void Release(int index);
+  void Release(int index, const std::string& model);
   void Book(int index, int64_t prompt, int64_t completion, int64_t cached, double queue_seconds);
 
   mutable std::mutex mu_;

@@ -173,6 +173,36 @@ TEST(ConfigTest, ReadsTenants) {
   EXPECT_THAT(std::string(both.message()), HasSubstr("exclude each other"));
 }
 
+TEST(ConfigTest, TenantFlag) {
+  auto t = ParseTenantFlag(
+      "name=search,key_file=/k,weight=2.5,max_streams=32,max_streams_per_model=8,"
+      "quota=1000/60,models=prod+m7");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->name, "search");
+  EXPECT_EQ(t->api_key_file, "/k");
+  EXPECT_EQ(t->weight, 2.5);
+  EXPECT_EQ(t->max_streams, 32);
+  EXPECT_EQ(t->max_streams_per_model, 8);
+  EXPECT_EQ(t->quota_tokens, 1000);
+  EXPECT_EQ(t->quota_window_seconds, 60);
+  EXPECT_EQ(t->models, (std::vector<std::string>{"prod", "m7"}));
+  struct Case {
+    std::string spec, want;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"key_file=/k", "needs name=NAME"},
+           {"name=a,weight=0", "'weight=0' wants a number > 0"},
+           {"name=a,quota=100", "'quota=100' wants TOKENS/SECONDS"},
+           {"name=a,keys=sk-1", "'keys=sk-1' is not accepted: give the keys in a file"},
+           {"name=a,colour=red", "'colour=red' has an unknown key"},
+           {"name=a,oops", "'oops' is not KEY=VALUE"},
+       }) {
+    auto r = ParseTenantFlag(k.spec);
+    ASSERT_FALSE(r.ok()) << k.spec;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(k.want)) << k.spec;
+  }
+}
+
 TEST(ConfigTest, ByteSizes) {
   EXPECT_EQ(*ParseByteSize("1073741824"), 1073741824u);
   EXPECT_EQ(*ParseByteSize("512M"), 512u << 20);

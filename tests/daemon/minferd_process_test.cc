@@ -117,6 +117,38 @@ TEST_F(MinferdProcessTest, SigtermDrainsTheInFlightStreamAndExitsZero) {
   EXPECT_FALSE(std::ifstream(ready_).good()) << ready_;
 }
 
+// --tenant on the command line: the key comes from a file, generation then
+// needs it, and a malformed flag fails startup naming the part.
+TEST_F(MinferdProcessTest, TenantFlagRequiresItsKey) {
+  const std::string keys = absl::StrCat(std::getenv("TEST_TMPDIR"), "/team.keys");
+  std::ofstream(keys) << "# team\nsk-team-1\n";
+  Start({"--model", "a=" + path_, "--tenant",
+         absl::StrCat("name=team,key_file=", keys, ",max_streams=4,models=a")});
+  ASSERT_TRUE(WaitFor([&] { return Serving("a"); })) << proc_->ReadStderr();
+  auto anonymous = client_->Generate(TextRequest("a", "hi", 3));
+  EXPECT_EQ(anonymous.status().code(), absl::StatusCode::kUnauthenticated) << anonymous.status();
+  client::ClientOptions o;
+  o.address = address_;
+  o.token = "sk-team-1";
+  auto team = *client::MinferClient::Create(o);
+  auto ok = team->Generate(TextRequest("a", "hi", 3));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->token_ids.size(), 3u);
+  auto tenants = client_->ListTenants();  // the admin API is open here
+  ASSERT_TRUE(tenants.ok());
+  ASSERT_EQ(tenants->tenants_size(), 1);
+  EXPECT_EQ(tenants->tenants(0).max_streams(), 4);
+  EXPECT_EQ(tenants->tenants(0).admitted(), 1u);
+  proc_->Signal(SIGTERM);
+  ASSERT_TRUE(proc_->Wait(std::chrono::seconds(20)).ok());
+
+  auto bad = minfer::testing::RunCommand(
+      {RunfilePath("daemon/minferd"), "--listen", "127.0.0.1:0", "--tenant", "name=x,keys=sk"});
+  ASSERT_TRUE(bad.ok());
+  EXPECT_NE(bad->exit_code, 0);
+  EXPECT_THAT(bad->err, HasSubstr("'keys=sk' is not accepted: give the keys in a file"));
+}
+
 // The second SIGTERM/SIGINT during a drain used to wait out the drain
 // timeout; now what is left is cancelled and minferd exits 0 at once.
 TEST_F(MinferdProcessTest, SecondSignalCutsTheDrainShort) {

@@ -111,5 +111,23 @@ TEST(TenantsTest, ModelsCapAndQuota) {
   EXPECT_EQ(u.streams, 1);  // s2
 }
 
+TEST(TenantsTest, PerModelCap) {
+  TenantConfig a = T("a", {"ka"});
+  a.max_streams_per_model = 1;
+  auto tt = Tenants::Create({a});
+  ASSERT_TRUE(tt.ok());
+  Tenants& t = **tt;
+  auto on_m = t.Admit(0, "prod", "m");  // through an alias: counted on the model
+  ASSERT_TRUE(on_m.ok());
+  auto again = t.Admit(0, "m", "m");
+  EXPECT_TRUE(absl::IsResourceExhausted(again.status()));
+  EXPECT_EQ(again.status().message(),
+            "tenant 'a' has 1 of its 1 concurrent streams on model 'm' open");
+  auto other = t.Admit(0, "n", "n");  // another model: its own count
+  EXPECT_TRUE(other.ok());
+  on_m->reset();
+  EXPECT_TRUE(t.Admit(0, "m", "m").ok());
+}
+
 }  // namespace
 }  // namespace minfer::daemon
