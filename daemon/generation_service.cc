@@ -349,9 +349,23 @@ void GenerationServiceImpl::RegisterDecoded(
       new grpc::internal::CallbackUnaryHandler<Decoded<Request>, Response>(
           [this, name, method](grpc::CallbackServerContext* context,
                                const Decoded<Request>* request, Response* response) {
+            // With tenants, Tokenize and Detokenize need a tenant's key too
+            // (they reveal which models exist), checked first.
+            if (absl::Status who = Identify(context).status(); !who.ok()) {
+              return Done(context, name, "", who);
+            }
             if (!request->status.ok()) return Done(context, name, "", request->status);
             return (this->*method)(context, &request->message, response);
           }));
+}
+
+absl::StatusOr<int> GenerationServiceImpl::Identify(grpc::CallbackServerContext* context) const {
+  if (tenants_ == nullptr) return -1;
+  const auto& md = context->client_metadata();
+  auto it = md.find("authorization");
+  return tenants_->Identify(it == md.end()
+                                ? absl::string_view()
+                                : absl::string_view(it->second.data(), it->second.size()));
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::Done(grpc::CallbackServerContext* context,
@@ -367,10 +381,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
   auto* reactor = new GenerateReactor(state_, metrics_, &pumps_, deadline);
   TenantRef tenant;
   if (tenants_ != nullptr) {
-    const auto& md = context->client_metadata();
-    auto it = md.find("authorization");
-    absl::StatusOr<int> who = tenants_->Identify(
-        it == md.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size()));
+    absl::StatusOr<int> who = Identify(context);
     if (!who.ok()) {
       reactor->FinishWith(ToGrpcStatus(who.status()));
       return reactor;

@@ -100,6 +100,8 @@ class GenerationServiceImpl final : public v1::GenerationService::CallbackServic
   ServingState* const state_;
   Metrics* const metrics_;
   Tenants* const tenants_;  // null: no tenants
+  // The caller's tenant from its metadata (-1 without tenants).
+  absl::StatusOr<int> Identify(grpc::CallbackServerContext* context) const;
   // Runs the streams' gRPC writes off the slots' decode loops.
   PumpQueue pumps_;
 };

@@ -342,26 +342,36 @@ void HttpServer::Route() {
     res.set_content(Dump(json{{"status", draining ? "draining" : "ok"}}), "application/json");
   });
 
-  auto ready_names = [this] {
+  // Ready models and aliases; with tenants, only those the caller's tenant
+  // may use (pre-routing checked the key).
+  auto ready_names = [this](const httplib::Request& req) {
+    int tenant = -1;
+    if (tenants_ != nullptr) {
+      absl::StatusOr<int> who = tenants_->Identify(req.get_header_value("Authorization"));
+      if (who.ok()) tenant = *who;
+    }
+    auto allowed = [&](const std::string& name, const std::string& resolved) {
+      return tenants_ == nullptr || (tenant >= 0 && tenants_->Allows(tenant, name, resolved));
+    };
     std::vector<std::string> names;
     std::map<std::string, bool> ready;
     for (const auto& slot : slots_->List()) {
       ready[slot->name()] = slot->state() == SlotState::kReady;
-      if (ready[slot->name()]) names.push_back(slot->name());
+      if (ready[slot->name()] && allowed(slot->name(), slot->name())) names.push_back(slot->name());
     }
     for (const auto& [alias, model] : slots_->ListAliases()) {
-      if (ready[model]) names.push_back(alias);
+      if (ready[model] && allowed(alias, model)) names.push_back(alias);
     }
     return names;
   };
-  s.Get("/v1/models", [this, ready_names](const httplib::Request&, httplib::Response& res) {
-    res.set_content(Dump(openai::ModelList(ready_names(), created_)), "application/json");
+  s.Get("/v1/models", [this, ready_names](const httplib::Request& req, httplib::Response& res) {
+    res.set_content(Dump(openai::ModelList(ready_names(req), created_)), "application/json");
     if (metrics_ != nullptr) metrics_->RecordRequest("/v1/models", "", "200", "http");
   });
   s.Get(R"(/v1/models/([^/]+))",
         [this, ready_names](const httplib::Request& req, httplib::Response& res) {
           const std::string id = req.matches[1];
-          for (const std::string& n : ready_names()) {
+          for (const std::string& n : ready_names(req)) {
             if (n == id) {
               res.set_content(Dump(openai::ModelObject(n, created_)), "application/json");
               return;

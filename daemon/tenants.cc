@@ -21,13 +21,16 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 
 }  // namespace
 
-TenantLease::~TenantLease() { owner_->Release(index_, model_); }
+TenantLease::~TenantLease() {
+  if (!finished_) owner_->Release(index_, model_);
+}
 
 void TenantLease::Finished(int64_t prompt_tokens, int64_t completion_tokens,
                            int64_t cached_tokens, double queue_seconds) {
   if (finished_) return;
   finished_ = true;
   owner_->Book(index_, prompt_tokens, completion_tokens, cached_tokens, queue_seconds);
+  owner_->Release(index_, model_);
 }
 
 const std::string& TenantLease::tenant() const { return owner_->name(index_); }
@@ -103,13 +106,19 @@ int64_t Tenants::WindowTokens(Tenant& t, Clock::time_point now) const {
   return sum;
 }
 
+bool Tenants::Allows(int index, const std::string& model, const std::string& resolved) const {
+  // (configs are immutable: no lock)
+  const std::vector<std::string>& m = tenants_[index].config.models;
+  return m.empty() || std::find(m.begin(), m.end(), model) != m.end() ||
+         std::find(m.begin(), m.end(), resolved) != m.end();
+}
+
 absl::StatusOr<std::shared_ptr<TenantLease>> Tenants::Admit(int index, const std::string& model,
                                                            const std::string& resolved) {
   std::lock_guard<std::mutex> lock(mu_);
   Tenant& t = tenants_[index];
   const TenantConfig& c = t.config;
-  if (!c.models.empty() && std::find(c.models.begin(), c.models.end(), model) == c.models.end() &&
-      std::find(c.models.begin(), c.models.end(), resolved) == c.models.end()) {
+  if (!Allows(index, model, resolved)) {
     t.counters.rejected_model++;
     if (t.metrics != nullptr) t.metrics->rejected_model->Increment();
     return absl::PermissionDeniedError(

@@ -48,8 +48,11 @@ struct TenantConfig {
 
 class Tenants;
 
-// One admitted stream of a tenant: counts against its cap until destroyed;
-// Finished() books its tokens against the quota.
+// One admitted stream of a tenant: counts against its caps until it has
+// Finished() (which also books its tokens against the quota) or, if it
+// never ran, until the lease is destroyed. Finished comes before the client
+// sees the stream's end, so a client that opens its next stream at once is
+// never refused for the one that just ended.
 class TenantLease {
  public:
   ~TenantLease();
@@ -89,6 +92,9 @@ class Tenants {
   // stream cap or quota.
   absl::StatusOr<std::shared_ptr<TenantLease>> Admit(int index, const std::string& model,
                                                      const std::string& resolved);
+
+  // Whether tenant `index` may use `model` (as named) resolved to `resolved`.
+  bool Allows(int index, const std::string& model, const std::string& resolved) const;
 
   const std::string& name(int index) const { return tenants_[index].config.name; }
   double weight(int index) const { return tenants_[index].config.weight; }

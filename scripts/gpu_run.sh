@@ -15,12 +15,20 @@
 #                                        per-stream tok/s, TTFT percentiles, failures, and
 #                                        every stream's ids against `minfer run`
 #   bash .gpu/gpu_run.sh ab KNOB SPEC..  minfer bench per SPEC with KNOB=0 then KNOB=1 (A/B)
+#   bash .gpu/gpu_run.sh prefix [SPEC [LONG [SYSTEM [STREAMS]]]]
+#                                        prefix caching (issue 16): TTFT of a LONG-token
+#                                        (default 4000) prompt cold and cached, then STREAMS
+#                                        (32) streams sharing a SYSTEM-token (2000) prompt
+#                                        with the cache off and on (BACKEND=cpu for a dry run)
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
 # Logs go to $OUT (when set) so they come back with the device tool.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-/tmp/minfer-out}"
 mkdir -p "$out" /tmp/minfer-lib /tmp/minfer-models
+# MINFER_GPU_RUN_LOCAL=1: use the binaries already on PATH (a dry run of a
+# mode on the development machine), unpack nothing.
+if [[ "${MINFER_GPU_RUN_LOCAL:-0}" != 1 ]]; then
 [[ -f /tmp/minfer-lib/.ok ]] || { xz -dc "$here/lib.tar.xz" | tar -C /tmp/minfer-lib -xf - && touch /tmp/minfer-lib/.ok; }
 [[ -f /tmp/tokenizer.json ]] || xz -dc "$here/tokenizer.json.xz" > /tmp/tokenizer.json
 # Binaries: unpacked fresh each time (the bundle may have been rebuilt).
@@ -28,6 +36,7 @@ rm -rf /tmp/minfer-bin && mkdir -p /tmp/minfer-bin && xz -dc "$here/bin.tar.xz" 
 export LD_LIBRARY_PATH=/tmp/minfer-lib
 export MINFER_TOKENIZER_JSON=/tmp/tokenizer.json
 export PATH="/tmp/minfer-bin:$PATH"
+fi
 bin=/tmp/minfer-bin
 mode="${1:-tests}"; shift || true
 
@@ -187,6 +196,66 @@ PY
         (export "$knob=$v"; run_bench "$spec") 2>&1 | grep -E "^\|.*(pp|tg)[0-9]|peak VRAM" | tee -a "$out/ab.log"
       done
     done ;;
+  prefix)
+    spec="${1:-m7:7b:q4_k_m}"; long="${2:-4000}"; sys="${3:-2000}"; n="${4:-32}"
+    backend="${BACKEND:-cuda}"
+    IFS=: read -r name shape type <<< "$spec"
+    f="/tmp/minfer-models/$shape-$type.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tee -a "$out/mkmodel.log"
+    # Text of about N tokens (~11 per phrase), distinct per TAG.
+    text() { python3 -c 'import sys
+n, tag = int(sys.argv[1]) // 11, sys.argv[2]
+print(" ".join(f"{tag} item {i} costs {i * 7 % 100} dollars." for i in range(n)))' "$1" "$2"; }
+    rm -f /tmp/ready-prefix.json
+    minferd --listen 127.0.0.1:50061 --metrics-listen "" --ready-file /tmp/ready-prefix.json \
+      > "$out/prefix-minferd.log" 2>&1 &
+    d=$!
+    for _ in $(seq 100); do [[ -f /tmp/ready-prefix.json ]] && break; sleep 0.1; done
+    ctl() { minferctl --addr 127.0.0.1:50061 "$@"; }
+    ctl load "$name" "$f" --backend "$backend" --ctx $((long + sys + 512)) --parallel "$n" \
+      --queue-size 256 -q | tee -a "$out/prefix.log"
+    p_long="$(text "$long" alpha) Question: what is the total?"
+    p_sys="$(text "$sys" beta) Question: which item is cheapest?"
+    for p in "$p_long" "$p_sys"; do
+      ctl --json tokenize "$name" "$p" | python3 -c 'import json,sys; print("prompt tokens:", len(json.load(sys.stdin)["ids"]))' \
+        | tee -a "$out/prefix.log"
+    done
+    cache() { ctl knobs set MINFER_PREFIX_CACHE "$1" --model "$name" > /dev/null; }
+    cache 0
+    for r in cold1 cold2; do ctl --json bench "$name" -c 1 -n 16 -p "$p_long" > "$out/prefix-$r.json"; done
+    cache 1
+    for r in miss hit1 hit2; do ctl --json bench "$name" -c 1 -n 16 -p "$p_long" > "$out/prefix-$r.json"; done
+    cache 0
+    ctl --json bench "$name" -c "$n" -n 64 -p "$p_sys" > "$out/prefix-shared-off.json"
+    cache 1
+    ctl --json bench "$name" -c "$n" -n 64 -p "$p_sys" > "$out/prefix-shared-on.json"
+    ctl --json bench "$name" -c "$n" -n 64 -p "$p_sys" > "$out/prefix-shared-warm.json"
+    ctl status "$name" | tee -a "$out/prefix.log"
+    kill -TERM "$d"; wait "$d"; echo "minferd exit: $?" | tee -a "$out/prefix.log"
+    python3 - "$out" <<'PY' | tee -a "$out/prefix.log"
+import json, sys
+out = sys.argv[1]
+def load(r):
+    return json.load(open(f"{out}/prefix-{r}.json"))
+def p50(v):
+    v = sorted(v)
+    return v[len(v) // 2] if v else 0
+ttft = {r: load(r)["streams"][0]["ttft_s"] for r in ["cold1", "cold2", "miss", "hit1", "hit2"]}
+cold = min(ttft["cold1"], ttft["cold2"])
+hit = max(ttft["hit1"], ttft["hit2"])
+print("| run | TTFT (s) |")
+print("| --- | ---: |")
+for r, t in ttft.items():
+    print(f"| {r} | {t:.4f} |")
+print(f"cached / cold TTFT: {hit / cold:.3f}")
+print("| shared system prompt | aggregate tok/s | TTFT p50 / max (s) | failed |")
+print("| --- | ---: | ---: | ---: |")
+for r in ["shared-off", "shared-on", "shared-warm"]:
+    j = load(r)
+    t = [x["ttft_s"] for x in j["streams"] if x["ok"]]
+    print(f"| {r} | {j['aggregate_tps']:.1f} | {p50(t):.3f} / {max(t) if t else 0:.3f} | {j['failed']} |")
+PY
+    ;;
   cmd) "$@" ;;
   *) echo "usage: gpu_run.sh tests|bench|cmd ..." >&2; exit 2 ;;
 esac

@@ -71,6 +71,11 @@ TEST_F(TenantsDaemonTest, KeysModelsAndCaps) {
   EXPECT_EQ(wrong.status().message(), "the API key is not valid");
   auto denied = As("key-restricted")->Generate(req);
   EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied) << denied.status();
+  v1::TokenizeRequest tok;
+  tok.set_model("m");
+  tok.set_text("hello");
+  EXPECT_EQ(admin_->Tokenize(tok).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(As("key-alpha")->Tokenize(tok).ok());
   auto ok = As("key-alpha")->Generate(req);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->token_ids.size(), 4u);
@@ -106,6 +111,17 @@ TEST_F(TenantsDaemonTest, KeysModelsAndCaps) {
   EXPECT_EQ(curl("key-beta"), "200");
   EXPECT_EQ(curl("key-nobody"), "401");
   EXPECT_EQ(curl("key-restricted"), "403");
+  // /v1/models lists what the caller's tenant may use.
+  auto models = [&](const std::string& key) {
+    auto r = minfer::testing::RunCommand(
+        {"/usr/bin/env", "curl", "-s", "-H", "Authorization: Bearer " + key,
+         absl::StrCat("http://", daemon_->http_address(), "/v1/models")});
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? r->out : std::string();
+  };
+  EXPECT_NE(models("key-beta").find("\"id\":\"m\""), std::string::npos) << models("key-beta");
+  EXPECT_EQ(models("key-restricted").find("\"id\":\"m\""), std::string::npos)
+      << models("key-restricted");
 
   const auto usage = daemon_->tenants()->Snapshot();
   ASSERT_EQ(usage.size(), 3u);

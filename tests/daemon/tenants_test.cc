@@ -80,7 +80,8 @@ TEST(TenantsTest, ModelsCapAndQuota) {
   EXPECT_TRUE(absl::IsResourceExhausted(s3.status()));
   EXPECT_EQ(s3.status().message(), "tenant 'a' has 2 of its 2 concurrent streams open");
   EXPECT_EQ(t.Snapshot()[0].streams, 2);
-  (*s1)->Finished(30, 50, 16, 0.0);
+  (*s1)->Finished(30, 50, 16, 0.0);  // the slot is free as soon as the stream ends
+  EXPECT_EQ(t.Snapshot()[0].streams, 1);
   s1->reset();
   EXPECT_EQ(t.Snapshot()[0].streams, 1);
 
