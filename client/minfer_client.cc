@@ -59,8 +59,10 @@ MinferClient::MinferClient(const ClientOptions& options, std::shared_ptr<grpc::C
       admin_(v1::AdminService::NewStub(channel_)),
       health_(grpc::health::v1::Health::NewStub(channel_)) {}
 
-void MinferClient::Prepare(grpc::ClientContext* context, bool unary) const {
-  if (!options_.token.empty()) context->AddMetadata("authorization", "Bearer " + options_.token);
+void MinferClient::Prepare(grpc::ClientContext* context, bool unary, bool generation) const {
+  const std::string& bearer =
+      generation && !options_.api_key.empty() ? options_.api_key : options_.token;
+  if (!bearer.empty()) context->AddMetadata("authorization", "Bearer " + bearer);
   if (unary && options_.timeout_seconds > 0) {
     context->set_deadline(std::chrono::system_clock::now() +
                           std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -73,7 +75,7 @@ absl::StatusOr<GenerateResult> MinferClient::Generate(const v1::GenerateRequest&
                                                       double deadline_seconds,
                                                       GenerateResult* partial) {
   grpc::ClientContext context;
-  Prepare(&context, /*unary=*/false);
+  Prepare(&context, /*unary=*/false, /*generation=*/true);
   if (deadline_seconds > 0) {
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -107,7 +109,7 @@ absl::StatusOr<GenerateResult> MinferClient::Generate(const v1::GenerateRequest&
 absl::StatusOr<v1::TokenizeResponse> MinferClient::Tokenize(const v1::TokenizeRequest& request) {
   return Unary<v1::TokenizeResponse>([&](v1::TokenizeResponse* r) {
     grpc::ClientContext c;
-    Prepare(&c, true);
+    Prepare(&c, true, /*generation=*/true);
     return generation_->Tokenize(&c, request, r);
   });
 }
@@ -122,7 +124,7 @@ absl::StatusOr<std::string> MinferClient::Detokenize(const std::string& model,
   absl::StatusOr<v1::DetokenizeResponse> r =
       Unary<v1::DetokenizeResponse>([&](v1::DetokenizeResponse* out) {
         grpc::ClientContext c;
-        Prepare(&c, true);
+        Prepare(&c, true, /*generation=*/true);
         return generation_->Detokenize(&c, request, out);
       });
   if (!r.ok()) return r.status();

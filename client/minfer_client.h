@@ -29,6 +29,9 @@ struct ClientOptions {
   std::string address = "127.0.0.1:50051";
   // Admin bearer token (sent as "authorization: Bearer <token>").
   std::string token;
+  // A tenant's API key: the bearer of Generate, Tokenize and Detokenize
+  // when set (else `token` is sent there too).
+  std::string api_key;
   bool tls = false;
   std::string ca_cert_file;  // PEM roots to trust ("" = the system's)
   // Name to verify in the server's certificate instead of the address's
@@ -96,7 +99,8 @@ class MinferClient {
  private:
   MinferClient(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel);
   // Token metadata and the unary deadline.
-  void Prepare(grpc::ClientContext* context, bool unary) const;
+  // `generation`: a GenerationService call (the API key's bearer).
+  void Prepare(grpc::ClientContext* context, bool unary, bool generation = false) const;
 
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -10,7 +10,9 @@
 //     alias set ALIAS MODEL | alias list | alias delete ALIAS
 //     health [NAME]
 //     bench MODEL... [-c STREAMS] [-n TOKENS] [-p PROMPT] [--chat]   (a load test)
-//           [--http URL [--api-key K]]   (through the OpenAI-compatible HTTP API)
+//           [--http URL]   (through the OpenAI-compatible HTTP API)
+//   --api-key K (MINFER_API_KEY): a tenant's key for generate, bench,
+//   tokenize and detokenize; --token stays the admin token
 //
 // Tables by default, JSON (the API messages, proto field names) with --json.
 // Errors print one line, "minferctl: CODE: message", and exit 1 (usage
@@ -273,6 +275,10 @@ int main(int argc, char** argv) {
   app.add_option("--addr", g.client.address, "server address (env MINFER_ADDR)")
       ->capture_default_str();
   app.add_option("--token", g.client.token, "admin bearer token")->envname("MINFER_ADMIN_TOKEN");
+  app.add_option("--api-key", g.client.api_key,
+                 "a tenant's API key: the bearer of generate, bench, tokenize, detokenize "
+                 "(default: --token)")
+      ->envname("MINFER_API_KEY");
   app.add_flag("--json", g.json, "print JSON (the API's messages)");
   app.add_flag("--tls", g.client.tls, "connect with TLS");
   app.add_option("--ca-cert", g.client.ca_cert_file, "PEM roots to trust (with --tls)");
@@ -409,7 +415,6 @@ int main(int argc, char** argv) {
   c_bench->add_option("--http", bench_http.url,
                       "stream through the OpenAI-compatible HTTP API at this URL "
                       "(http://host:port) instead of gRPC");
-  c_bench->add_option("--api-key", bench_http.api_key, "HTTP API key")->envname("MINFER_API_KEY");
 
   std::string health_name;
   CLI::App* c_health = app.add_subcommand("health", "grpc.health.v1 check (server or model)");
@@ -737,6 +742,7 @@ int main(int argc, char** argv) {
       return Fail(absl::InvalidArgumentError("bench wants --streams >= 1 and --max-tokens >= 2"));
     }
     double wall = 0;
+    bench_http.api_key = g.client.api_key;  // the global --api-key
     std::vector<BenchStream> runs =
         RunBench(client, bench_models, bench_streams, bench_tokens, bench_prompt, bench_chat,
                  bench_http.url.empty() ? nullptr : &bench_http, &wall);

@@ -249,6 +249,36 @@ TEST_F(MinferctlTest, AdminTokenFromFlagOrEnvironment) {
   EXPECT_EQ(Ctl({"health"}).exit_code, 0);  // health needs no token
 }
 
+// With tenants and an admin token: --api-key is the bearer of generation
+// calls, --token of the admin ones.
+TEST_F(MinferctlTest, ApiKeyForGenerationTokenForAdmin) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  std::ofstream(dir + "/admin") << "letmein\n";
+  std::ofstream(dir + "/team.keys") << "sk-team\n";
+  StartDaemon({"--admin-token-file", dir + "/admin", "--model", "tiny=" + path_, "--tenant",
+               absl::StrCat("name=team,key_file=", dir, "/team.keys,max_streams=2")});
+  ASSERT_TRUE(daemon::testing::WaitFor([&] {
+    return Ctl({"health", "tiny"}).out.find("SERVING") != std::string::npos;
+  }, std::chrono::seconds(20)));
+  const std::vector<std::string> gen = {"generate", "tiny", "Hello", "-n", "4", "--ignore-eos"};
+  auto with = [](std::vector<std::string> pre, const std::vector<std::string>& cmd) {
+    pre.insert(pre.end(), cmd.begin(), cmd.end());
+    return pre;
+  };
+  CommandResult admin_only = Ctl(with({"--token", "letmein"}, gen));
+  EXPECT_EQ(admin_only.exit_code, 1);
+  EXPECT_THAT(admin_only.err, StartsWith("minferctl: UNAUTHENTICATED"));
+  CommandResult both = Ctl(with({"--token", "letmein", "--api-key", "sk-team"}, gen));
+  EXPECT_EQ(both.exit_code, 0) << both.err;
+  CommandResult tenants = Ctl({"--token", "letmein", "--api-key", "sk-team", "tenants"});
+  EXPECT_EQ(tenants.exit_code, 0) << tenants.err;
+  EXPECT_THAT(tenants.out, HasSubstr("team"));
+  EXPECT_THAT(tenants.out, HasSubstr("0 of 2"));
+  CommandResult key_only = Ctl({"--api-key", "sk-team", "tenants"});  // not an admin token
+  EXPECT_EQ(key_only.exit_code, 1);
+  EXPECT_THAT(key_only.err, StartsWith("minferctl: UNAUTHENTICATED"));
+}
+
 TEST_F(MinferctlTest, UnreachableServerIsAnError) {
   addr_ = "127.0.0.1:1";
   CommandResult r = Ctl({"--timeout", "2", "list"});
