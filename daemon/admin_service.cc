@@ -39,15 +39,6 @@ v1::ModelState StateToProto(SlotState s) {
   return v1::MODEL_STATE_UNSPECIFIED;
 }
 
-// Compares without an early exit, so the time taken does not tell how much
-// of a guessed token was right.
-bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
-  unsigned char diff = given.size() == expected.size() ? 0 : 1;
-  const size_t n = std::min(given.size(), expected.size());
-  for (size_t i = 0; i < n; ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
-  return diff == 0;
-}
-
 std::string CpuModelName() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;

@@ -1,5 +1,7 @@
 #include "daemon/client_input.h"
 
+#include <algorithm>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
@@ -38,6 +40,13 @@ absl::Status CheckPath(absl::string_view path, absl::string_view field) {
         absl::StrCat(field, " must not contain a NUL byte, got ", QuoteInput(path)));
   }
   return absl::OkStatus();
+}
+
+bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  const size_t n = std::min(given.size(), expected.size());
+  for (size_t i = 0; i < n; ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
+  return diff == 0;
 }
 
 }  // namespace minfer::daemon

@@ -41,6 +41,11 @@ absl::Status CheckName(absl::string_view name, absl::string_view field);
 // no NUL byte. INVALID_ARGUMENT as for CheckName.
 absl::Status CheckPath(absl::string_view path, absl::string_view field);
 
+// A secret a client gives (admin token, API key) against one the server
+// holds, without an early exit: the time taken does not tell how much of a
+// guess was right.
+bool ConstantTimeEquals(absl::string_view given, absl::string_view expected);
+
 }  // namespace minfer::daemon
 
 #endif  // MINFER_DAEMON_CLIENT_INPUT_H_

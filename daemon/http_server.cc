@@ -163,13 +163,6 @@ struct Generation {
   int fd = -1;
 };
 
-bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 }  // namespace
 
 HttpServer::HttpServer(HttpOptions options, SlotManager* slots, GenerationLimits limits,

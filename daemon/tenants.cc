@@ -7,20 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "daemon/client_input.h"
 
 namespace minfer::daemon {
-namespace {
-
-// Equal lengths and bytes, in time that depends only on the lengths.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-}  // namespace
-
 TenantLease::~TenantLease() {
   if (!finished_) owner_->Release(index_, model_);
 }

@@ -164,17 +164,14 @@ Scheduler::SeqId Scheduler::PickVictim() const {
   // with one group this is running_.back().
   SeqId victim = running_.back();
   double worst = -1;
-  uint32_t worst_group = 0;
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
     const Seq& s = seqs_.at(*it);
     const double load = Load(s.group, s.weight);
     if (load > worst) {
       worst = load;
-      worst_group = s.group;
       victim = *it;
     }
   }
-  (void)worst_group;
   return victim;
 }
 
@@ -223,7 +220,8 @@ Scheduler::Step Scheduler::Schedule() {
         return std::find_if(step.work.begin(), step.work.end(),
                             [&](const Work& x) { return x.id == id; });
       };
-      const int64_t already = has() != step.work.end() ? has()->count : 0;
+      const auto prior = has();
+      const int64_t already = prior != step.work.end() ? prior->count : 0;
       int64_t count = std::min(total_need - already, budget);
       if (allowance != nullptr) count = std::min(count, (*allowance)[s.group]);
       if (count <= 0) continue;

@@ -69,5 +69,14 @@ TEST(ClientInputTest, PathsAreBoundedAndChecked) {
             "path must not contain a NUL byte, got 'a\\x00\\x62'");
 }
 
+TEST(ConstantTimeEqualsTest, EqualOnlyForTheSameBytes) {
+  EXPECT_TRUE(ConstantTimeEquals("sk-team", "sk-team"));
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
+  EXPECT_FALSE(ConstantTimeEquals("sk-tea", "sk-team"));   // a prefix
+  EXPECT_FALSE(ConstantTimeEquals("sk-teamX", "sk-team"));  // longer
+  EXPECT_FALSE(ConstantTimeEquals("sk-teaM", "sk-team"));
+  EXPECT_FALSE(ConstantTimeEquals("", "k"));
+}
+
 }  // namespace
 }  // namespace minfer::daemon
