@@ -208,6 +208,14 @@ void CudaBackend::RefreshKnobs() {
   k.mmq_min_tokens = std::clamp<int64_t>(r.GetInt("MINFER_MMQ_MIN_TOKENS", knob_overrides_), 2, 9);
   k.mmq_small_tokens =
       std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_TOKENS", knob_overrides_), 0, kMmqSmallMaxTokens);
+  k.mmq_small_min_tokens =
+      std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_MIN_TOKENS", knob_overrides_), 2, kMmqSmallMaxTokens);
+  k.mmq_small_chunks =
+      static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_CHUNKS", knob_overrides_), 1, 64));
+  k.mmq_small_form =
+      static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_FORM", knob_overrides_), 0, 2));
+  k.mmq_small_mt =
+      static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_MT", knob_overrides_), 0, 2));
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
   const bool changed = !(k == knobs_);
   knobs_ = k;
@@ -395,9 +403,30 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
   ASSIGN_OR_RETURN(uint8_t * xp, Ptr(x, k * nt * 4));
   const float* xf = reinterpret_cast<const float*>(xp);
   cudaStream_t st = state_->stream();
+  // One weight on the vector kernels: MMVQ for the quantized types up to 8
+  // tokens, else the f32-activation matvec.
+  auto vector_path = [&](const WeightView* w, float* y) -> absl::Status {
+    bool mmvq = MmvqSupports(w->type) && nt <= 8 && !(IsKQuant(w->type) && !knobs_.kq_mmvq);
+    // The shape gate (seed §3.2.5): a small decode matmul whose input no
+    // fused producer quantized pays a quantize launch before MMVQ; below the
+    // gate the f32-activation matvec (one launch) is the faster choice.
+    if (mmvq && nt == 1 && w->rows * k < knobs_.mmvq_min_elems &&
+        q8_valid_.count(Key{x.buffer, x.offset}) == 0) {
+      mmvq = false;
+    }
+    if (mmvq) {
+      ASSIGN_OR_RETURN(const BlockQ8A* q, Quantized(x, k, nt));
+      return Check(LaunchMmvq(*w, q, y, w->rows, nt, st), "MMVQ");
+    }
+    return Check(LaunchMatvecF32(*w, xf, y, w->rows, nt, st), "matvec f32");
+  };
   // The decision tree (seed §2.2, §3.2.5): prefill-shaped batches go to the
-  // tiled GEMM, decode shapes to MMVQ, float weights to the f32 kernels.
-  if (nt >= knobs_.mmq_min_tokens && knobs_.prefill_gemm) {
+  // tiled GEMM, decode batches of MINFER_MMQ_SMALL_MIN_TOKENS..
+  // MINFER_MMQ_SMALL_TOKENS tokens to the few-token GEMM, smaller decode
+  // shapes to MMVQ, float weights to the f32 kernels.
+  const bool small_batch = nt >= knobs_.mmq_small_min_tokens && nt <= knobs_.mmq_small_tokens &&
+                           knobs_.mmq && mmq_device_;
+  if ((nt >= knobs_.mmq_min_tokens || small_batch) && knobs_.prefill_gemm) {
     // Each weight as its own MatMul would run it: MMQ for the quantized
     // types (runs of consecutive weights of one type share a launch:
     // FusedQKV's q and k, often v too), the f16 GEMM for the rest and on
@@ -434,7 +463,18 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
       tuning.split_workspace = ws;
       tuning.split_bytes = MmqSplitKBytes();
     }
+    tuning.small_form = knobs_.mmq_small_form;
+    tuning.small_mtiles = knobs_.mmq_small_mt;
+    tuning.small_min_chunks = knobs_.mmq_small_chunks;
     for (size_t i = 0; i < ws.size();) {
+      if (!(mmq && MmqSupports(ws[i]->type)) && nt < knobs_.mmq_min_tokens) {
+        // A decode batch that only the few-token GEMM took here: the other
+        // weights keep the vector kernels.
+        RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
+        RETURN_IF_ERROR(vector_path(ws[i], ys[i]));
+        ++i;
+        continue;
+      }
       if (!(mmq && MmqSupports(ws[i]->type))) {
         RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
         stats_.gemm_f16++;
@@ -456,6 +496,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         if (err != cudaErrorNotSupported) {
           RETURN_IF_ERROR(Check(err, "MMQ few-token"));
           stats_.mmq_small++;
+          if (seg.n > 1) stats_.mmq_segmented++;
           continue;
         }
         cudaGetLastError();
@@ -487,24 +528,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(CheckNotDead(n, x, k * nt * 4));
-  for (size_t i = 0; i < ws.size(); ++i) {
-    const WeightView* w = ws[i];
-    float* y = ys[i];
-    bool mmvq = MmvqSupports(w->type) && nt <= 8 && !(IsKQuant(w->type) && !knobs_.kq_mmvq);
-    // The shape gate (seed §3.2.5): a small decode matmul whose input no
-    // fused producer quantized pays a quantize launch before MMVQ; below the
-    // gate the f32-activation matvec (one launch) is the faster choice.
-    if (mmvq && nt == 1 && w->rows * k < knobs_.mmvq_min_elems &&
-        q8_valid_.count(Key{x.buffer, x.offset}) == 0) {
-      mmvq = false;
-    }
-    if (mmvq) {
-      ASSIGN_OR_RETURN(const BlockQ8A* q, Quantized(x, k, nt));
-      RETURN_IF_ERROR(Check(LaunchMmvq(*w, q, y, w->rows, nt, st), "MMVQ"));
-    } else {
-      RETURN_IF_ERROR(Check(LaunchMatvecF32(*w, xf, y, w->rows, nt, st), "matvec f32"));
-    }
-  }
+  for (size_t i = 0; i < ws.size(); ++i) RETURN_IF_ERROR(vector_path(ws[i], ys[i]));
   return absl::OkStatus();
 }
 

@@ -122,7 +122,11 @@ class CudaBackend : public graph::Backend {
     bool mmq_stream_k = true;
     bool mmq_split_k = true;
     int64_t mmq_min_tokens = 9;
-    int64_t mmq_small_tokens = 0;
+    int64_t mmq_small_tokens = 32;
+    int64_t mmq_small_min_tokens = 6;
+    int mmq_small_chunks = 2;
+    int mmq_small_form = 0;
+    int mmq_small_mt = 0;
     int64_t mmvq_min_elems = 0;
     bool attn_prefill_tc = true;
     bool skip_write = true;  // mode 2 (MINFER_NO_SKIP_WRITE=0)

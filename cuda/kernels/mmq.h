@@ -179,7 +179,17 @@ struct MmqTuning {
   int split_k = 0;
   void* split_workspace = nullptr;  // 16-byte aligned; null: no split-k
   int64_t split_bytes = 0;
+  // The few-token kernel's form (LaunchMmqSmall): kMmqSmallAuto = staged
+  // where its alignment holds, else direct; kMmqSmallDirect / Staged force
+  // one (the staged form falls back to direct when it cannot run).
+  int small_form = 0;
+  // Staged form: 16-row m-tiles per warp (1 or 2); 0 = 1.
+  int small_mtiles = 0;
+  // Staged form, automatic split-k: at least this many k-chunks per split
+  // (a CTA's pipeline needs a few to reach its stride); 0 = 2.
+  int small_min_chunks = 0;
 };
+inline constexpr int kMmqSmallAuto = 0, kMmqSmallDirect = 1, kMmqSmallStaged = 2;
 inline constexpr int kMmqSplitAuto = -1;
 
 // Bytes of workspace automatic split-k uses at most (the backend allocates
@@ -221,15 +231,19 @@ cudaError_t LaunchMmqSegments(const MmqSegments& segments, const void* act, int6
                               const MmqTuning* tuning = nullptr);
 
 // The few-token GEMM (mmq_small.cu): 1..kMmqSmallMaxTokens tokens on the
-// same activation layout, one warp per 16 weight rows with its weights
-// decoded straight from global memory into mma fragments (no shared-memory
-// staging: the tiled kernel's fixed cost per weight byte is what limits a
-// decode batch). Segments as LaunchMmqSegments, in one launch; split-k
-// from `tuning` (split_k / split_workspace; kMmqSplitAuto: enough warps to
-// fill the GPU). Numerics as above: bit-identical to VecDotQ8A without a
-// split. cudaErrorNotSupported (nothing launched, *why_not says why) for
-// more tokens, raw Q6_K blocks, weights or rows not 4-byte aligned, or a
-// GPU before sm_80.
+// same activation layout, every warp owning 16 (or 32) weight rows across
+// all tokens, so each weight byte is read once and decoded once (the tiled
+// kernel's fixed cost per weight byte is what limits a decode batch). Two
+// forms: staged (weights warp-private and activations per CTA copied into
+// shared memory by 16-byte cp.async, a few chunks ahead; weight bases and
+// row strides 16-byte aligned) and direct (4-byte loads from global memory
+// straight into mma fragments; 4-byte alignment). Segments as
+// LaunchMmqSegments, in one launch; split-k from `tuning` (split_k /
+// split_workspace; kMmqSplitAuto: enough CTAs to fill the GPU's resident
+// slots in whole waves). Numerics as above: bit-identical to VecDotQ8A
+// without a split, both forms. cudaErrorNotSupported (nothing launched,
+// *why_not says why) for more tokens, raw Q6_K blocks, weights or rows not
+// 4-byte aligned, or a GPU before sm_80.
 inline constexpr int64_t kMmqSmallMaxTokens = 64;
 cudaError_t LaunchMmqSmall(const MmqSegments& segments, const void* act, int64_t nt,
                            cudaStream_t stream, const MmqTuning* tuning = nullptr,

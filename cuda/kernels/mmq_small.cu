@@ -1,8 +1,10 @@
 // The few-token int8 GEMM (mmq.h LaunchMmqSmall): the matmuls of a decode
-// batch, 1..64 tokens, on tensor cores without the tiled GEMM's shared-
-// memory staging.
+// batch, 1..64 tokens, on tensor cores, every weight byte read and decoded
+// once for all the tokens. Two forms: direct (below: fragments loaded from
+// global memory) and staged (further down: the same math on bytes copied
+// into shared memory by 16-byte cp.async), which the launcher prefers.
 //
-// Why a second kernel. The tiled MMQ stages 128 weight rows per chunk in
+// Why a kernel beside the tiled MMQ. The tiled MMQ stages 128 weight rows per chunk in
 // shared memory and decodes them for a tile of 32-128 tokens; its cost per
 // weight byte is fixed by that staging and decode, so at a few tokens it
 // streams weights at 0.2-0.8 TB/s (7B shapes on the H200, matmul_bench
@@ -12,8 +14,10 @@
 // registers (mmq_impl.cuh's Tr<T>::frag, the same bit operations), reads
 // the activation codes of up to 64 tokens (B fragments, from L1/L2: every
 // warp of an SM reads the same few KB), and issues one mma.m16n8k32 per 32
-// weights and 8 tokens. No shared memory, no barriers: many warps per SM
-// keep enough weight loads in flight to stream near bandwidth.
+// weights and 8 tokens. No shared memory, no barriers; but a warp's 4-byte
+// load over rows g = 0..7 touches 8 cache lines, so the L1's wavefronts
+// bound this form near 1 TB/s (docs/benchmarks.md): the staged form below
+// moves the same bytes in 16-byte pieces.
 //
 // Work: warp w of the grid's x dimension is row group w (16 rows) across
 // all segments; grid.y = the k splits (split z takes chunks [z n_chunks /
@@ -32,7 +36,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/mmq_impl.cuh"
@@ -47,7 +53,6 @@ using mmq::mma_k32;
 using mmq::Tr;
 
 constexpr int kWarpsPerCta = 4;
-constexpr int kMaxTokens = 64;
 
 struct Seg {
   const uint8_t* w;
@@ -191,6 +196,230 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) mmq_small_kernel(const Para
 #endif  // __CUDA_ARCH__ >= 800
 }
 
+// ---------------------------------------------------------- staged form
+//
+// The direct form above reads every weight and activation word with its
+// own 4-byte load: a warp's load of rows g = 0..7 touches 8 cache lines for
+// 128 useful bytes, so the L1's wavefronts (one line per cycle), not HBM,
+// bound it at 0.5-1 TB/s. The staged form moves the same bytes with 16-byte
+// cp.async (a warp's copy instruction is 512 contiguous-or-row-run bytes,
+// 4 lines) into shared memory, kStages chunks ahead, and decodes from there
+// with conflict-free 4-byte shared loads (row strides Tr<T>::kWS and kAS are
+// odd multiples of 16 bytes):
+//  * weights: warp-private. Warp w copies its own 16 * MT rows of each
+//    chunk; no other warp reads them.
+//  * activations: one copy per CTA and chunk (8 * NT8 token rows of 256
+//    codes, and the chunk's d / s entries), read by all the CTA's warps:
+//    the CTA's rows share them, so L2 delivers them once per 64 * MT rows
+//    instead of once per 16.
+// One __syncthreads per chunk orders the refill of a stage after every
+// warp's reads of it (the multistage ring of the tiled MMQ). The math per
+// block is the direct form's, in the same order: results are bit-identical.
+//
+// A chunk is a super-block of a K-quant or 8 blocks of a legacy type; a
+// legacy row's last chunk may be short (k not a multiple of 256): only its
+// whole 16-byte pieces that hold blocks are copied (rows are 16-byte padded,
+// so the pieces stay inside the row), and only its blocks are used.
+constexpr int kStagedWarps = 4;
+constexpr int kStages = 4;
+
+template <GgmlType T, int NT8, int MT>
+struct StagedSmem {
+  using X = Tr<T>;
+  static constexpr int kTok = 8 * NT8;
+  static constexpr int kW = 16 * MT * X::kWS;           // one warp's rows
+  static constexpr int kA = kTok * mmq::kAS;             // codes
+  static constexpr int kD = mmq::kKB * kTok * 4;         // d [kb][token]
+  static constexpr int kS = X::kMin ? kD : 0;            // s [kb][token]
+  static constexpr int kStage = kStagedWarps * kW + kA + kD + kS;
+  static constexpr int kBytes = kStages * kStage;
+  static_assert(kW % 16 == 0 && kA % 16 == 0 && kD % 16 == 0, "alignment");
+};
+
+template <GgmlType T, int NT8, int MT>
+__global__ void __launch_bounds__(32 * kStagedWarps)
+    mmq_staged_kernel(const Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using X = Tr<T>;
+  using S = StagedSmem<T, NT8, MT>;
+  constexpr int kTok = S::kTok;
+  constexpr int kPieces = X::kCB / 16;  // 16-byte pieces of a whole chunk row
+  constexpr int kRowsW = 16 * MT;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int group = blockIdx.x * kStagedWarps + warp;
+  // Warps past the last group still copy activations and meet the barriers.
+  const bool active = group < p.groups;
+  const int grp = active ? group : p.groups - 1;
+  const int sg = p.n_seg > 1 && grp >= p.group_begin[1]
+                     ? (p.n_seg > 2 && grp >= p.group_begin[2] ? 2 : 1)
+                     : 0;
+  auto pick = [&](auto field) {
+    return sg == 0 ? p.seg[0].*field : sg == 1 ? p.seg[1].*field : p.seg[2].*field;
+  };
+  const int64_t rows = pick(&Seg::rows);
+  const int64_t row_bytes = pick(&Seg::row_bytes);
+  const uint8_t* const wseg = pick(&Seg::w);
+  const int gb = sg == 0 ? 0 : sg == 1 ? p.group_begin[1] : p.group_begin[2];
+  const int64_t rbase = static_cast<int64_t>(grp - gb) * kRowsW;
+  const int z = blockIdx.y;
+  const int c_begin = static_cast<int>(static_cast<int64_t>(z) * p.n_chunks / p.splits);
+  const int c_end = static_cast<int>(static_cast<int64_t>(z + 1) * p.n_chunks / p.splits);
+  const int nc = c_end - c_begin;
+
+  // Issues the copies of chunk c into stage st (the caller commits).
+  auto load = [&](int c, int st) {
+    uint8_t* const base = smem + st * S::kStage;
+    const int nkb = min(8, p.nb - c * 8);
+    const int pieces = nkb == 8 ? kPieces : (nkb * X::kBS + 15) / 16;
+    if (active) {
+      uint8_t* const sw = base + warp * S::kW;
+      const uint8_t* const src = wseg + static_cast<int64_t>(c) * p.src_cb;
+#pragma unroll
+      for (int i = lane; i < kRowsW * kPieces; i += 32) {
+        const int r = i / kPieces, q = i % kPieces;
+        if (q < pieces) {
+          const int64_t row = min(rbase + r, rows - 1);
+          cp_async16(smem_addr(sw + r * X::kWS + 16 * q), src + row * row_bytes + 16 * q, 16);
+        }
+      }
+    }
+    // Activations: codes of tokens 0..kTok-1 (rows of kAS bytes), then d
+    // and s [kb][token]. The layout pads tokens to kMmqTokenPad >= 64, so
+    // every token row read here exists.
+    uint8_t* const sa = base + kStagedWarps * S::kW;
+    const int code_pieces = 2 * nkb;  // 16-byte pieces per token row
+    for (int i = threadIdx.x; i < kTok * 16; i += 32 * kStagedWarps) {
+      const int tok = i >> 4, q = i & 15;
+      if (q < code_pieces) {
+        cp_async16(smem_addr(sa + tok * mmq::kAS + 16 * q),
+                   p.aq + static_cast<int64_t>(tok) * p.k + static_cast<int64_t>(c) * 256 + 16 * q,
+                   16);
+      }
+    }
+    constexpr int kDP = kTok / 4;  // 16-byte pieces of one kb row of d
+    uint8_t* const sd = sa + S::kA;
+    for (int i = threadIdx.x; i < (X::kMin ? 2 : 1) * 8 * kDP; i += 32 * kStagedWarps) {
+      const int plane = i / (8 * kDP), kb = (i / kDP) % 8, q = i % kDP;
+      if (kb < nkb) {
+        const float* src = (plane ? p.as : p.ad) + (static_cast<int64_t>(c) * 8 + kb) * p.ntp + 4 * q;
+        cp_async16(smem_addr(sd + plane * S::kD + (kb * kTok + 4 * q) * 4), src, 16);
+      }
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nc) load(c_begin + s, s);
+    cp_async_commit();
+  }
+
+  float acc[MT][NT8][4];
+#pragma unroll
+  for (int j = 0; j < MT; ++j)
+#pragma unroll
+    for (int n = 0; n < NT8; ++n) acc[j][n][0] = acc[j][n][1] = acc[j][n][2] = acc[j][n][3] = 0.0f;
+
+  for (int i = 0; i < nc; ++i) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // chunk i is in; every warp is done with chunk i - 1's stage
+    if (i + kStages - 1 < nc) load(c_begin + i + kStages - 1, (i + kStages - 1) % kStages);
+    cp_async_commit();
+    const int c = c_begin + i;
+    const uint8_t* const base = smem + (i % kStages) * S::kStage;
+    const uint8_t* const sw = base + warp * S::kW;
+    const uint8_t* const sa = base + kStagedWarps * S::kW;
+    const float* const sd = reinterpret_cast<const float*>(sa + S::kA);
+    const float* const ss = sd + 8 * kTok;
+    const int nkb = min(8, p.nb - c * 8);
+    if (!active) continue;
+    float2 tab[MT][2][2];  // [m-tile][row g / g + 8][block 2t / 2t + 1]
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      const uint8_t* const r0 = sw + (16 * j + g) * X::kWS;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int kb = 2 * t + e;
+        tab[j][0][e] = kb < nkb ? X::table(r0, kb) : make_float2(0.0f, 0.0f);
+        tab[j][1][e] = kb < nkb ? X::table(r0 + 8 * X::kWS, kb) : make_float2(0.0f, 0.0f);
+      }
+    }
+#pragma unroll
+    for (int kb = 0; kb < 8; ++kb) {
+      if (kb >= nkb) break;  // warp-uniform
+      uint32_t a[MT][4];
+      float2 f0[MT], f1[MT];
+      const int src = (lane & ~3) | (kb >> 1);
+#pragma unroll
+      for (int j = 0; j < MT; ++j) {
+        const uint8_t* const r0 = sw + (16 * j + g) * X::kWS;
+        X::frag(r0, kb, t, &a[j][0], &a[j][2]);
+        X::frag(r0 + 8 * X::kWS, kb, t, &a[j][1], &a[j][3]);
+        const float2 e0 = tab[j][0][kb & 1], e1 = tab[j][1][kb & 1];
+        f0[j] = make_float2(__shfl_sync(kFullWarpMask, e0.x, src),
+                            __shfl_sync(kFullWarpMask, e0.y, src));
+        f1[j] = make_float2(__shfl_sync(kFullWarpMask, e1.x, src),
+                            __shfl_sync(kFullWarpMask, e1.y, src));
+      }
+#pragma unroll
+      for (int n = 0; n < NT8; ++n) {
+        const uint8_t* const ap = sa + (8 * n + g) * mmq::kAS + 32 * kb + 4 * t;
+        const uint32_t bq0 = *reinterpret_cast<const uint32_t*>(ap);
+        const uint32_t bq1 = *reinterpret_cast<const uint32_t*>(ap + 16);
+        const float2 da = *reinterpret_cast<const float2*>(sd + kb * kTok + 8 * n + 2 * t);
+        float2 sa2 = make_float2(0.0f, 0.0f);
+        if constexpr (X::kMin) sa2 = *reinterpret_cast<const float2*>(ss + kb * kTok + 8 * n + 2 * t);
+#pragma unroll
+        for (int j = 0; j < MT; ++j) {
+          float* const ac = acc[j][n];
+          if constexpr (X::kSplit) {
+            int c16[4];
+            mma_k16(c16, a[j][0], a[j][1], bq0);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float f = (e >> 1) ? f1[j].x : f0[j].x;
+              ac[e] = fmaf(exact_i2f(c16[e]), __fmul_rn(f, (e & 1) ? da.y : da.x), ac[e]);
+            }
+            mma_k16(c16, a[j][2], a[j][3], bq1);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float f = (e >> 1) ? f1[j].y : f0[j].y;
+              ac[e] = fmaf(exact_i2f(c16[e]), __fmul_rn(f, (e & 1) ? da.y : da.x), ac[e]);
+            }
+          } else {
+            int cc[4];
+            mma_k32(cc, a[j], bq0, bq1);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float2 f = (e >> 1) ? f1[j] : f0[j];
+              float v = fmaf(exact_i2f(cc[e]), __fmul_rn(f.x, (e & 1) ? da.y : da.x), ac[e]);
+              if constexpr (X::kMin) v = fmaf(f.y, (e & 1) ? sa2.y : sa2.x, v);
+              ac[e] = v;
+            }
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  if (!active) return;
+  float* const y =
+      p.splits > 1 ? pick(&Seg::part) + static_cast<int64_t>(z) * p.split_stride : pick(&Seg::y);
+#pragma unroll
+  for (int j = 0; j < MT; ++j) {
+#pragma unroll
+    for (int n = 0; n < NT8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = rbase + 16 * j + g + ((e >> 1) ? 8 : 0);
+        const int tok = 8 * n + 2 * t + (e & 1);
+        if (row < rows && tok < p.nt) y[static_cast<int64_t>(tok) * rows + row] = acc[j][n][e];
+      }
+    }
+  }
+#endif  // __CUDA_ARCH__ >= 800
+}
+
 // y = sum over splits, in order (per segment).
 __global__ void reduce_kernel(const Params p) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -237,6 +466,98 @@ void Dispatch(GgmlType type, const Params& p, cudaStream_t stream) {
     case GgmlType::kQ6_K: return LaunchNt<GgmlType::kQ6_K>(p, stream);
     default: return;
   }
+}
+
+// The staged form's launch facts, per instantiation: its shared memory
+// (opted in once, beyond the 48 KB default) and how many of its CTAs an SM
+// holds. Computed at the first launch, which the backend makes outside a
+// capture window.
+struct StagedInfo {
+  int smem = 0;
+  int ctas_per_sm = 0;  // 0: cannot run
+};
+
+template <GgmlType T, int NT8, int MT>
+const StagedInfo& Info() {
+  static const StagedInfo info = [] {
+    StagedInfo i;
+    i.smem = StagedSmem<T, NT8, MT>::kBytes;
+    auto* kernel = &mmq_staged_kernel<T, NT8, MT>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, i.smem) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&i.ctas_per_sm, kernel, 32 * kStagedWarps,
+                                                      i.smem) != cudaSuccess) {
+      (void)cudaGetLastError();
+      i.ctas_per_sm = 0;
+    }
+    return i;
+  }();
+  return info;
+}
+
+template <GgmlType T, int NT8, int MT>
+bool LaunchStagedTyped(const Params& p, cudaStream_t stream) {
+  const StagedInfo& info = Info<T, NT8, MT>();
+  if (info.ctas_per_sm <= 0) return false;
+  const dim3 grid(static_cast<unsigned>((p.groups + kStagedWarps - 1) / kStagedWarps),
+                  static_cast<unsigned>(p.splits));
+  mmq_staged_kernel<T, NT8, MT><<<grid, 32 * kStagedWarps, info.smem, stream>>>(p);
+  return true;
+}
+
+template <GgmlType T, int MT>
+bool StagedNt(const Params& p, cudaStream_t stream, int* ctas_per_sm) {
+  const int nt8 = (p.nt + 7) / 8;
+  auto go = [&](auto nt8c) {
+    constexpr int kNt8 = decltype(nt8c)::value;
+    if (ctas_per_sm != nullptr) {
+      *ctas_per_sm = Info<T, kNt8, MT>().ctas_per_sm;
+      return *ctas_per_sm > 0;
+    }
+    return LaunchStagedTyped<T, kNt8, MT>(p, stream);
+  };
+  if (nt8 <= 1) return go(std::integral_constant<int, 1>{});
+  if (nt8 <= 2) return go(std::integral_constant<int, 2>{});
+  if (nt8 <= 4) return go(std::integral_constant<int, 4>{});
+  return go(std::integral_constant<int, 8>{});
+}
+
+template <GgmlType T>
+bool StagedMt(const Params& p, int mt, cudaStream_t stream, int* ctas_per_sm) {
+  return mt == 2 ? StagedNt<T, 2>(p, stream, ctas_per_sm) : StagedNt<T, 1>(p, stream, ctas_per_sm);
+}
+
+// With ctas_per_sm non-null: only reports the instantiation's residency
+// (0 = cannot run); else launches it. False: nothing launched.
+bool DispatchStaged(GgmlType type, const Params& p, int mt, cudaStream_t stream,
+                    int* ctas_per_sm) {
+  switch (type) {
+    case GgmlType::kQ4_0: return StagedMt<GgmlType::kQ4_0>(p, mt, stream, ctas_per_sm);
+    case GgmlType::kQ4_1: return StagedMt<GgmlType::kQ4_1>(p, mt, stream, ctas_per_sm);
+    case GgmlType::kQ5_0: return StagedMt<GgmlType::kQ5_0>(p, mt, stream, ctas_per_sm);
+    case GgmlType::kQ5_1: return StagedMt<GgmlType::kQ5_1>(p, mt, stream, ctas_per_sm);
+    case GgmlType::kQ8_0: return StagedMt<GgmlType::kQ8_0>(p, mt, stream, ctas_per_sm);
+    case GgmlType::kQ4_K: return StagedMt<GgmlType::kQ4_K>(p, mt, stream, ctas_per_sm);
+    case GgmlType::kQ5_K: return StagedMt<GgmlType::kQ5_K>(p, mt, stream, ctas_per_sm);
+    case GgmlType::kQ6_K: return StagedMt<GgmlType::kQ6_K>(p, mt, stream, ctas_per_sm);
+    default: return false;
+  }
+}
+
+// Splits for a grid of `ctas` CTAs (per split) on `slots` resident CTA
+// slots: the fewest whose waves are at least 80% full (a grid of 1.5
+// waves idles a quarter of the GPU in its second), else the fullest; at
+// most `max_splits`.
+int64_t WaveSplits(int64_t ctas, int64_t slots, int64_t max_splits) {
+  int64_t best = 1;
+  double best_eff = 0.0;
+  for (int64_t s = 1; s <= std::max<int64_t>(max_splits, 1); ++s) {
+    const double waves = static_cast<double>(ctas * s) / static_cast<double>(slots);
+    const double eff = waves / std::ceil(waves);
+    if (eff >= 0.8) return s;
+    if (eff > best_eff + 1e-9) best = s, best_eff = eff;
+  }
+  return best;
 }
 
 int Sms() {
@@ -303,6 +624,7 @@ cudaError_t LaunchMmqSmall(const MmqSegments& s, const void* act, int64_t nt, cu
   p.ntp = ntp;
   p.nt = static_cast<int>(nt);
   int64_t weight_bytes = 0, stride = 0;
+  bool aligned16 = true;
   for (int i = 0; i < s.n; ++i) {
     const WeightView& w = s.w[i];
     if (w.type != type || w.k != k || w.rows < 0 || w.q6k_padded != s.w[0].q6k_padded ||
@@ -318,15 +640,13 @@ cudaError_t LaunchMmqSmall(const MmqSegments& s, const void* act, int64_t nt, cu
       *why_not = "weight base or row stride not 4-byte aligned";
       return cudaErrorNotSupported;
     }
+    aligned16 = aligned16 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.row_bytes % 16 == 0;
     mmq_small::Seg& g = p.seg[p.n_seg];
     if (w.rows == 0) continue;
     g.w = static_cast<const uint8_t*>(w.data);
     g.row_bytes = w.row_bytes;
     g.rows = w.rows;
     g.y = s.y[i];
-    g.groups = static_cast<int>((w.rows + 15) / 16);
-    p.group_begin[p.n_seg] = p.groups;
-    p.groups += g.groups;
     weight_bytes += w.rows * w.row_bytes;
     stride += nt * w.rows;
     ++p.n_seg;
@@ -336,16 +656,41 @@ cudaError_t LaunchMmqSmall(const MmqSegments& s, const void* act, int64_t nt, cu
     *why_not = "GPU older than sm_80 (no int8 mma.m16n8k32)";
     return cudaErrorNotSupported;
   }
-  // Split-k: about 24 warps per SM in all, at most 16 splits and the
-  // chunks, and no more partial traffic (written and read) than half the
-  // weight bytes.
+  // The form, and the rows one warp owns (its row groups).
+  const int form = tuning != nullptr ? tuning->small_form : kMmqSmallAuto;
+  // One m-tile per warp unless asked: on the H200, 2 was slower at every
+  // token count of the 7B's shapes (docs/benchmarks.md).
+  int mt = tuning != nullptr && tuning->small_mtiles == 2 ? 2 : 1;
+  int ctas_per_sm = 0;
+  const bool staged = form != kMmqSmallDirect && aligned16 &&
+                      mmq_small::DispatchStaged(type, p, mt, stream, &ctas_per_sm);
+  if (!staged) mt = 1;
+  const int rows_per_group = 16 * mt;
+  p.groups = 0;
+  for (int i = 0; i < p.n_seg; ++i) {
+    p.seg[i].groups = static_cast<int>((p.seg[i].rows + rows_per_group - 1) / rows_per_group);
+    p.group_begin[i] = p.groups;
+    p.groups += p.seg[i].groups;
+  }
+  // Split-k: the staged form fills the resident CTA slots in whole waves
+  // (WaveSplits), keeping at least small_min_chunks chunks per split so its
+  // pipeline has something to overlap; the direct form aims at about 24 warps per SM.
+  // Both: at most 16 splits, and no more partial traffic (written and
+  // read) than half the weight bytes.
   p.splits = 1;
   if (tuning != nullptr && tuning->split_k != 0 && tuning->split_workspace != nullptr) {
     int64_t splits = tuning->split_k;
-    if (splits < 0) {
+    const int64_t traffic_cap = weight_bytes / std::max<int64_t>(16 * stride, 1);
+    if (splits < 0 && staged) {
+      const int64_t ctas = (p.groups + mmq_small::kStagedWarps - 1) / mmq_small::kStagedWarps;
+      const int64_t min_chunks =
+          tuning->small_min_chunks > 0 ? tuning->small_min_chunks : int64_t{2};
+      const int64_t cap =
+          std::min<int64_t>({16, std::max<int64_t>(p.n_chunks / min_chunks, 1), traffic_cap});
+      splits = mmq_small::WaveSplits(ctas, int64_t{mmq_small::Sms()} * ctas_per_sm, cap);
+    } else if (splits < 0) {
       const int64_t target = int64_t{mmq_small::Sms()} * 24;
-      splits = std::min<int64_t>({target / std::max(p.groups, 1), 16,
-                                  weight_bytes / std::max<int64_t>(16 * stride, 1)});
+      splits = std::min<int64_t>({target / std::max(p.groups, 1), 16, traffic_cap});
     }
     splits = std::min<int64_t>({splits, p.n_chunks,
                                 tuning->split_bytes / 4 / std::max<int64_t>(stride, 1)});
@@ -361,7 +706,9 @@ cudaError_t LaunchMmqSmall(const MmqSegments& s, const void* act, int64_t nt, cu
       p.split_stride = stride;
     }
   }
-  mmq_small::Dispatch(type, p, stream);
+  if (!(staged && mmq_small::DispatchStaged(type, p, mt, stream, nullptr))) {
+    mmq_small::Dispatch(type, p, stream);
+  }
   if (p.splits > 1) {
     mmq_small::reduce_kernel<<<static_cast<unsigned>((stride + 255) / 256), 256, 0, stream>>>(p);
   }

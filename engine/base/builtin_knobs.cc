@@ -80,12 +80,28 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        KnobEffect::kRecapture,
        "Matmuls of at least this many tokens run the GEMM (MMQ / f16), fewer the multi-token "
        "MMVQ: 2..9 (MMVQ covers 1..8 tokens)."});
-  add({"MINFER_MMQ_SMALL_TOKENS", KnobType::kInt, "0", KnobScope::kPerModel,
+  add({"MINFER_MMQ_SMALL_TOKENS", KnobType::kInt, "32", KnobScope::kPerModel,
        KnobEffect::kRecapture,
-       "Quantized GEMMs of at most this many tokens (a decode batch) run the few-token kernel "
-       "(weights decoded from global memory straight into tensor-core fragments) instead of "
-       "the tiled MMQ: 0..64; 0 (the default until it is measured end to end) = always the "
-       "tiled MMQ."});
+       "Quantized matmuls of MINFER_MMQ_SMALL_MIN_TOKENS up to this many tokens (a decode "
+       "batch) run the few-token GEMM (every weight byte read and decoded once for all the "
+       "tokens) instead of MMVQ or the tiled MMQ: 0..64; 0 = never. On the H200 it beats "
+       "the tiled MMQ up to 32 tokens of the 7B (docs/benchmarks.md)."});
+  add({"MINFER_MMQ_SMALL_MIN_TOKENS", KnobType::kInt, "6", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "The fewest tokens a matmul needs to run the few-token GEMM rather than MMVQ: 2..64 "
+       "(MMVQ's cost grows with every token, the few-token GEMM's hardly; on the H200 they "
+       "cross between 4 and 8)."});
+  add({"MINFER_MMQ_SMALL_CHUNKS", KnobType::kInt, "2", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "The staged few-token GEMM's automatic split-k keeps at least this many 256-element "
+       "k-chunks per split: 1..64."});
+  add({"MINFER_MMQ_SMALL_FORM", KnobType::kInt, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "The few-token kernel's form: 0 = staged where the weights are 16-byte aligned (weights "
+       "and activations copied into shared memory by 16-byte cp.async), else direct; 1 = "
+       "direct (4-byte loads from global memory into the fragments); 2 = staged."});
+  add({"MINFER_MMQ_SMALL_MT", KnobType::kInt, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "The staged few-token kernel's 16-row m-tiles per warp: 1 or 2; 0 = 1."});
   add({"MINFER_MMQ_SPLIT_K", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
        "MMQ launches whose tiles fill at most half the resident CTA slots (the few-token "
        "GEMMs of a decode batch) split each tile's k range over several CTAs and add the "

@@ -300,7 +300,10 @@ TEST_F(CudaBackendOpTest, MatMulMmqEveryQuantType) {
     auto w = MakeWeight("w", t, k, rows);
     OpHarness h({&w->w});
     ASSERT_NE(h.gpu(), nullptr);
-    for (int64_t nt : {9, 17, 100, 511}) {
+    // 6, 9 and 17 tokens are decode batches (the few-token GEMM, by the
+    // default MINFER_MMQ_SMALL_MIN_TOKENS / MINFER_MMQ_SMALL_TOKENS), 100
+    // and 511 the tiled kernel.
+    for (int64_t nt : {6, 9, 17, 100, 511}) {
       Node mm = MakeNode(OpKind::kMatMul, Shape(rows, nt), {&w->w});
       mm.inputs = {0};
       auto x = RandomFloats(k * nt);
@@ -308,7 +311,8 @@ TEST_F(CudaBackendOpTest, MatMulMmqEveryQuantType) {
       h.Run(mm, {Bytes(x)}, &c, &g);
       EXPECT_LT(RelErr(g, c), 1e-5) << "nt " << nt;
     }
-    EXPECT_EQ(h.gpu()->stats().mmq_fast + h.gpu()->stats().mmq_generic, 4);
+    EXPECT_EQ(h.gpu()->stats().mmq_small, 3);
+    EXPECT_EQ(h.gpu()->stats().mmq_fast + h.gpu()->stats().mmq_generic, 2);
     EXPECT_EQ(h.gpu()->stats().gemm_f16, 0);
   }
 }
@@ -393,7 +397,8 @@ TEST_F(CudaBackendOpTest, UnalignedRowsArePaddedOnTheDevice) {
       h.Run(mm, {Bytes(x)}, &c, &g);
       EXPECT_LT(RelErr(g, c), 1e-5) << "nt " << nt;
     }
-    EXPECT_EQ(h.gpu()->stats().mmq_fast, 3);
+    EXPECT_EQ(h.gpu()->stats().mmq_small, 1);  // nt 9: a decode batch
+    EXPECT_EQ(h.gpu()->stats().mmq_fast, 2);
     EXPECT_EQ(h.gpu()->stats().mmq_generic, 0);
     std::vector<int32_t> ids = {0, 299, 17, 150};
     Node gr = MakeNode(OpKind::kGetRows, Shape(k, 4), {&w->w});
