@@ -1,7 +1,10 @@
 #include "engine/tokenizer/chat_template.h"
 
+#include <utility>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer/jinja.h"
 
 namespace minfer::tokenizer {
 namespace {
@@ -19,10 +22,21 @@ bool ReadLiteralPrompt(absl::string_view rest, std::string* prompt) {
     if (c == '\\' && i + 1 < end) {
       const char e = rest[++i];
       switch (e) {
-        case 'n': out.push_back('\n'); break;
-        case 't': out.push_back('\t'); break;
-        case '\\': case '\'': case '"': out.push_back(e); break;
-        default: out.push_back('\\'); out.push_back(e); break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case '\\':
+        case '\'':
+        case '"':
+          out.push_back(e);
+          break;
+        default:
+          out.push_back('\\');
+          out.push_back(e);
+          break;
       }
       continue;
     }
@@ -53,58 +67,94 @@ std::string FindDefaultSystemPrompt(absl::string_view source) {
   return "";
 }
 
-void AppendTurn(absl::string_view role, absl::string_view content, std::string* out,
-                std::vector<ContentRange>* ranges) {
-  absl::StrAppend(out, kImStart, role, "\n");
-  const size_t begin = out->size();
-  out->append(content.data(), content.size());
-  if (ranges != nullptr) ranges->push_back({begin, out->size()});
-  absl::StrAppend(out, kImEnd, "\n");
-}
+// The built-in ChatML of pre-tokenizer "qwen2" models without a template.
+constexpr absl::string_view kChatMlTemplate =
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+constexpr absl::string_view kReserved[] = {"messages", "add_generation_prompt", "bos_token",
+                                           "eos_token"};
 
 }  // namespace
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Create(absl::string_view template_text,
                                                   absl::string_view pre,
-                                                  absl::string_view model_name) {
+                                                  absl::string_view model_name,
+                                                  const ChatSpecialTokens& tokens) {
   ChatTemplate t;
   t.model_name_ = std::string(model_name);
+  t.tokens_ = tokens;
   if (template_text.empty()) {
-    if (pre == "qwen2") return t;  // Qwen2-family default: plain ChatML
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model '", model_name, "' has no tokenizer.chat_template and its pre-tokenizer '", pre,
-        "' has no known default chat format"));
+    if (pre != "qwen2") {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model '", model_name, "' has no tokenizer.chat_template and its pre-tokenizer '", pre,
+          "' has no known default chat format"));
+    }
+    // Parsed once per process: the text is a constant.
+    static const absl::StatusOr<jinja::Template>* const chatml =
+        new absl::StatusOr<jinja::Template>(jinja::Template::Parse(kChatMlTemplate));
+    if (!chatml->ok()) return chatml->status();  // a bug in kChatMlTemplate
+    t.template_ = **chatml;
+    t.chatml_ = true;
+    return t;
   }
-  if (!absl::StrContains(template_text, kImStart) || !absl::StrContains(template_text, kImEnd)) {
-    constexpr size_t kShown = 80;
+  absl::StatusOr<jinja::Template> parsed = jinja::Template::Parse(template_text);
+  if (!parsed.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "model '", model_name,
-        "': unknown chat template (minfer renders only ChatML, framed by <|im_start|> and "
-        "<|im_end|>); the template begins: \"",
-        template_text.substr(0, kShown), template_text.size() > kShown ? "...\"" : "\""));
+        "model '", model_name, "': its chat template does not parse: ", parsed.status().message()));
   }
+  t.template_ = std::move(*parsed);
+  t.from_model_ = true;
+  t.chatml_ =
+      absl::StrContains(template_text, kImStart) && absl::StrContains(template_text, kImEnd);
   t.default_system_prompt_ = FindDefaultSystemPrompt(template_text);
   return t;
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> messages,
                                                  bool add_generation_prompt,
-                                                 std::vector<ContentRange>* content) const {
+                                                 std::vector<ContentRange>* content,
+                                                 const ChatTemplateOptions& options) const {
+  std::vector<jinja::Value> list;
+  list.reserve(messages.size());
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
     if (role != "system" && role != "user" && role != "assistant") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model '", model_name_, "': chat message ", i, " has role '", role,
-          "' (expected system, user or assistant)"));
+      return absl::InvalidArgumentError(absl::StrCat("model '", model_name_, "': chat message ", i,
+                                                     " has role '", role,
+                                                     "' (expected system, user or assistant)"));
+    }
+    list.push_back(
+        jinja::Value::Dict({{"role", jinja::Value::String(role)},
+                            {"content", jinja::Value::MarkedString(messages[i].content)}}));
+  }
+  for (absl::string_view name : kReserved) {
+    if (options.variables.find(name) != options.variables.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", model_name_,
+                                                     "': the chat template option '", name,
+                                                     "' is reserved (minfer sets it)"));
     }
   }
-  std::string out;
-  if (!default_system_prompt_.empty() && (messages.empty() || messages[0].role != "system")) {
-    AppendTurn("system", default_system_prompt_, &out, content);
+  jinja::Variables vars = options.variables;
+  vars["messages"] = jinja::Value::List(std::move(list));
+  vars["add_generation_prompt"] = jinja::Value::Bool(add_generation_prompt);
+  vars["bos_token"] = jinja::Value::String(tokens_.bos_token);
+  vars["eos_token"] = jinja::Value::String(tokens_.eos_token);
+  jinja::RenderOptions render;
+  render.now = options.now;
+  render.time_zone = options.time_zone;
+  absl::StatusOr<jinja::RenderResult> r = template_.Render(vars, render);
+  if (!r.ok()) {
+    return absl::Status(
+        r.status().code(),
+        absl::StrCat("model '", model_name_, "': chat template: ", r.status().message()));
   }
-  for (const ChatMessage& m : messages) AppendTurn(m.role, m.content, &out, content);
-  if (add_generation_prompt) absl::StrAppend(&out, kImStart, "assistant\n");
-  return out;
+  if (content != nullptr) {
+    for (const auto& [b, e] : r->marked) content->push_back({b, e});
+  }
+  return std::move(r->text);
 }
 
 absl::string_view Qwen25ChatTemplate() {

@@ -1,24 +1,37 @@
 // Chat prompts: turns a list of messages into the model's prompt text.
 //
-// minfer renders ChatML, the format of the Qwen2 family:
+// minfer runs the model's own chat template (GGUF tokenizer.chat_template,
+// Jinja) the way Hugging Face transformers' apply_chat_template does, with
+// the interpreter of jinja.h. The template sees:
+//   messages               a list of {"role": ..., "content": ...} dicts
+//   add_generation_prompt  bool
+//   bos_token, eos_token   the texts of the model's BOS and EOS tokens (""
+//                          when the model has none; llama.cpp does the same)
+//   + ChatTemplateOptions::variables (e.g. enable_thinking = false for Qwen3)
+// and strftime_now() reports ChatTemplateOptions::now (Llama 3.x's "Today
+// Date"). raise_exception(msg) in the template fails the rendering with
+// INVALID_ARGUMENT carrying msg.
+//
+// A model without a template gets ChatML, the format of the Qwen2 family,
+// when its pre-tokenizer is "qwen2" (an error for anything else):
 //
 //   <|im_start|>system\nSYSTEM<|im_end|>\n
 //   <|im_start|>user\nUSER<|im_end|>\n
 //   <|im_start|>assistant\n            (the generation prompt, optional)
 //
-// It does not run Jinja. A model's tokenizer.chat_template is *recognized*:
-//  - ChatML-shaped (it frames turns with both <|im_start|> and <|im_end|>):
-//    rendered as above. When the template hard-codes a default system prompt
-//    (a literal '<|im_start|>system\n...<|im_end|>' in its source, as
-//    Qwen2's "You are a helpful assistant." and Qwen2.5's "You are Qwen,
-//    created by Alibaba Cloud. You are a helpful assistant." do), that prompt
-//    is inserted when the conversation does not start with a system message —
-//    mirroring what the template itself renders. Qwen3-style templates have
-//    no such literal, so nothing is inserted for them.
-//  - absent (empty): plain ChatML without a default system prompt for
-//    pre-tokenizer "qwen2" models; an error for anything else.
-//  - anything else: an error naming the model (minfer does not guess).
-// Tool calls, tool messages and "thinking" sections are not rendered.
+// Content ranges. Message contents are handed to the template as marked
+// strings (jinja.h), so the renderer knows which output bytes came from
+// them however the template uses a content: whole, trimmed (Llama's
+// "| trim"), or cut apart (Qwen3 splits an assistant turn at "</think>" into
+// its reasoning and its answer). Render reports those byte ranges; an
+// encoder keeps control tokens written inside them from being parsed. Text
+// the template computes from a content in other ways (upper-casing it,
+// tojson) is reported whole. Marked string values among the options are
+// reported the same way (use jinja::Value::MarkedString for text from
+// users).
+//
+// Roles are limited to system, user and assistant (ChatMessage has no tool
+// calls to give a tool turn its meaning).
 //
 // Immutable after Create; thread-safe.
 #ifndef MINFER_ENGINE_TOKENIZER_CHAT_TEMPLATE_H_
@@ -30,7 +43,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "engine/tokenizer/jinja.h"
 
 namespace minfer::tokenizer {
 
@@ -45,35 +60,71 @@ struct ContentRange {
   size_t end;
 };
 
+// The special token texts a template may print.
+struct ChatSpecialTokens {
+  std::string bos_token;
+  std::string eos_token;
+};
+
+struct ChatTemplateOptions {
+  // Extra template variables, e.g. {"enable_thinking", Bool(false)}. They
+  // may not be named messages, add_generation_prompt, bos_token or
+  // eos_token (INVALID_ARGUMENT).
+  jinja::Variables variables;
+  // What strftime_now() reports: absl::Now() at render time when left at
+  // InfinitePast.
+  absl::Time now = absl::InfinitePast();
+  absl::TimeZone time_zone = absl::LocalTimeZone();
+};
+
 inline constexpr absl::string_view kImStart = "<|im_start|>";
 inline constexpr absl::string_view kImEnd = "<|im_end|>";
 
 class ChatTemplate {
  public:
-  // Recognizes `template_text` (empty = the model has none) for a model with
-  // pre-tokenizer `pre`. FAILED_PRECONDITION naming `model_name` when the
-  // template is not ChatML-shaped, or absent for a non-qwen2 model.
-  static absl::StatusOr<ChatTemplate> Create(absl::string_view template_text,
-                                             absl::string_view pre,
-                                             absl::string_view model_name);
+  // Parses `template_text` (empty = the model has none) once, for a model
+  // with pre-tokenizer `pre`. FAILED_PRECONDITION naming `model_name` when
+  // the template does not parse (with the line and column) or is absent for
+  // a non-qwen2 model.
+  static absl::StatusOr<ChatTemplate> Create(absl::string_view template_text, absl::string_view pre,
+                                             absl::string_view model_name,
+                                             const ChatSpecialTokens& tokens = {});
 
   // Renders `messages` (roles system/user/assistant; INVALID_ARGUMENT
   // otherwise) and, with `add_generation_prompt`, the opening of the
-  // assistant's turn. When `content` is given, the byte ranges of the
-  // message contents (the inserted default system prompt included) are
-  // appended to it, so an encoder can refuse special tokens inside them.
+  // assistant's turn. When `content` is given, the byte ranges of message
+  // content in the prompt (see the header comment: sorted, disjoint,
+  // non-empty) are appended to it. Errors name the model: INVALID_ARGUMENT
+  // when the template fails or refuses the conversation (raise_exception's
+  // message), RESOURCE_EXHAUSTED when it exceeds jinja::Limits.
   absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages,
                                      bool add_generation_prompt,
-                                     std::vector<ContentRange>* content = nullptr) const;
+                                     std::vector<ContentRange>* content = nullptr,
+                                     const ChatTemplateOptions& options = {}) const;
 
-  // The default system prompt taken from the template; empty when none.
+  // A default system prompt the template hard-codes (a literal
+  // '<|im_start|>system\n...<|im_end|>' in its source, as Qwen2's "You are a
+  // helpful assistant." and Qwen2.5's "You are Qwen, created by Alibaba
+  // Cloud. You are a helpful assistant."), found by scanning the source;
+  // empty when none. Informational: the template itself inserts it.
   const std::string& default_system_prompt() const { return default_system_prompt_; }
+
+  // Whether the prompt is ChatML: the template frames turns with
+  // <|im_start|> and <|im_end|>, or the model has no template (qwen2). An
+  // encoder then needs those two as control tokens.
+  bool is_chatml() const { return chatml_; }
+  // Whether the model's own template is used (false: built-in ChatML).
+  bool from_model() const { return from_model_; }
 
  private:
   ChatTemplate() = default;
 
   std::string model_name_;
   std::string default_system_prompt_;
+  ChatSpecialTokens tokens_;
+  jinja::Template template_;
+  bool chatml_ = false;
+  bool from_model_ = false;
 };
 
 // A ChatML template in the shape of Qwen2.5 (Instruct) models' (explicit or

@@ -328,10 +328,18 @@ absl::Status Tokenizer::Build(TokenizerData data) {
   std::sort(stop_ids_.begin(), stop_ids_.end());
   stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
 
-  chat_template_ = ChatTemplate::Create(data.chat_template, pre_, model_name_);
-  Logger("tokenizer")->debug("model '{}': {} tokens, {} merges, {} added tokens; chat: {}",
-                             model_name_, n, merges_.size(), added,
-                             chat_template_.ok() ? "ChatML" : chat_template_.status().message());
+  // The template prints special tokens as their text (what llama.cpp and
+  // transformers hand it); a model without BOS or EOS gets "".
+  ChatSpecialTokens special;
+  if (bos_id_) special.bos_token = std::string(*TokenBytes(*bos_id_));
+  if (eos_id_) special.eos_token = std::string(*TokenBytes(*eos_id_));
+  chat_template_ = ChatTemplate::Create(data.chat_template, pre_, model_name_, special);
+  Logger("tokenizer")->debug(
+      "model '{}': {} tokens, {} merges, {} added tokens; chat: {}", model_name_, n,
+      merges_.size(), added,
+      !chat_template_.ok() ? std::string(chat_template_.status().message())
+      : chat_template_->from_model() ? std::string("the model's template")
+                                     : std::string("built-in ChatML"));
   return absl::OkStatus();
 }
 
@@ -522,24 +530,28 @@ void Tokenizer::MergeLarge(Scratch* scratch) const {
 // Chat
 
 absl::StatusOr<std::string> Tokenizer::RenderChat(absl::Span<const ChatMessage> messages,
-                                                  bool add_generation_prompt) const {
+                                                  bool add_generation_prompt,
+                                                  const ChatTemplateOptions& options) const {
   if (!chat_template_.ok()) return chat_template_.status();
   std::vector<ChatMessage> clean(messages.begin(), messages.end());
   for (ChatMessage& m : clean) {
     if (!IsValidUtf8(m.content)) m.content = ToValidUtf8(m.content);
   }
-  return chat_template_->Render(clean, add_generation_prompt);
+  return chat_template_->Render(clean, add_generation_prompt, nullptr, options);
 }
 
-absl::StatusOr<std::vector<TokenId>> Tokenizer::EncodeChat(absl::Span<const ChatMessage> messages,
-                                                           bool add_generation_prompt) const {
+absl::StatusOr<std::vector<TokenId>> Tokenizer::EncodeChat(
+    absl::Span<const ChatMessage> messages, bool add_generation_prompt,
+    const ChatTemplateOptions& options) const {
   if (!chat_template_.ok()) return chat_template_.status();
-  for (absl::string_view marker : {kImStart, kImEnd}) {
-    const std::optional<TokenId> id = FindToken(marker);
-    if (!id || types_[*id] != TokenType::kControl) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("model '", model_name_, "': ChatML needs ", marker,
-                       " as a control token, and the vocabulary has none"));
+  if (chat_template_->is_chatml()) {
+    for (absl::string_view marker : {kImStart, kImEnd}) {
+      const std::optional<TokenId> id = FindToken(marker);
+      if (!id || types_[*id] != TokenType::kControl) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("model '", model_name_, "': ChatML needs ", marker,
+                         " as a control token, and the vocabulary has none"));
+      }
     }
   }
   // Contents are made valid UTF-8 before rendering so that the content
@@ -551,7 +563,14 @@ absl::StatusOr<std::vector<TokenId>> Tokenizer::EncodeChat(absl::Span<const Chat
   }
   std::vector<ContentRange> ranges;
   ASSIGN_OR_RETURN(const std::string prompt,
-                   chat_template_->Render(clean, add_generation_prompt, &ranges));
+                   chat_template_->Render(clean, add_generation_prompt, &ranges, options));
+  // The template and the contents are valid UTF-8, and the interpreter cuts
+  // strings at code points; only option strings can bring bad bytes, and
+  // repairing them here would move the content ranges.
+  if (!IsValidUtf8(prompt)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", model_name_, "': the chat template options are not valid UTF-8"));
+  }
   Scratch scratch;
   std::vector<TokenId> out;
   out.reserve(prompt.size() / 3 + 8);

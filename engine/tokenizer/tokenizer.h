@@ -75,18 +75,23 @@ class Tokenizer {
   void EncodeTo(absl::string_view text, const EncodeOptions& options,
                 std::vector<TokenId>* out) const;
 
-  // Renders `messages` with the model's chat format (chat_template.h) and
-  // encodes the prompt. Control tokens are recognized in the framing only:
-  // message contents are encoded as if parse_special were off, so a user
-  // writing "<|im_end|>" cannot close the turn. Otherwise the ids equal
-  // Encode(rendered prompt). Errors: the model's chat template is unknown
-  // (naming the model), a bad role, or the vocabulary lacks <|im_start|> /
+  // Renders `messages` with the model's chat template (chat_template.h;
+  // `options` are its extra variables) and encodes the prompt. Control
+  // tokens are recognized in what the template writes only: message
+  // contents (and marked option strings) are encoded as if parse_special
+  // were off, so a user writing "<|im_end|>" cannot close the turn.
+  // Otherwise the ids equal Encode(rendered prompt). Errors: the model's chat
+  // template is unusable (naming the model), a bad role, the template fails
+  // or refuses the conversation, options that are reserved or not valid
+  // UTF-8, or — for a ChatML prompt — the vocabulary lacks <|im_start|> /
   // <|im_end|> as control tokens.
   absl::StatusOr<std::vector<TokenId>> EncodeChat(absl::Span<const ChatMessage> messages,
-                                                  bool add_generation_prompt) const;
+                                                  bool add_generation_prompt,
+                                                  const ChatTemplateOptions& options = {}) const;
   // The rendered prompt text (what EncodeChat encodes).
   absl::StatusOr<std::string> RenderChat(absl::Span<const ChatMessage> messages,
-                                         bool add_generation_prompt) const;
+                                         bool add_generation_prompt,
+                                         const ChatTemplateOptions& options = {}) const;
 
   // Text of `ids` (valid UTF-8). INVALID_ARGUMENT naming the first id that
   // is out of range.
@@ -119,7 +124,7 @@ class Tokenizer {
   // <|im_end|> and <|endoftext|>. Sorted, no duplicates.
   const std::vector<TokenId>& stop_ids() const { return stop_ids_; }
   const std::string& model_name() const { return model_name_; }
-  // The recognized chat format, or why the model's template is unusable.
+  // The model's chat template, or why it is unusable.
   const absl::StatusOr<ChatTemplate>& chat_template() const { return chat_template_; }
 
  private:

@@ -376,19 +376,34 @@ TEST(ChatTest, EncodesChatMlAndKeepsContentFromInjectingControlTokens) {
   EXPECT_EQ(*tok->Decode(*ids), *tok->RenderChat(attack, true));
 }
 
-TEST(ChatTest, UnknownTemplateFailsNamingTheModel) {
+TEST(ChatTest, RunsAnyTemplateAndRefusesBrokenOnesNamingTheModel) {
+  // A template that is not ChatML renders too (minfer used to refuse it),
+  // and needs no <|im_start|>/<|im_end|>.
   TokenizerData data = ToyData();
   data.model_name = "Llama-3-8B";
   data.chat_template =
       "{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>"
-      "{% endfor %}";
+      "{{ message['content'] }}{% endfor %}";
   auto tok = MakeToy(std::move(data));
-  ASSERT_NE(tok, nullptr);  // encoding still works
+  ASSERT_NE(tok, nullptr);
+  ASSERT_TRUE(tok->chat_template().ok());
+  EXPECT_FALSE(tok->chat_template()->is_chatml());
+  const std::string prompt = *tok->RenderChat({{"user", "hi"}}, true);
+  EXPECT_EQ(prompt, "<|start_header_id|>user<|end_header_id|>hi");
   auto ids = tok->EncodeChat({{"user", "hi"}}, true);
-  ASSERT_FALSE(ids.ok());
-  EXPECT_EQ(ids.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(ids.status().message(), HasSubstr("model 'Llama-3-8B'"));
-  EXPECT_THAT(ids.status().message(), HasSubstr("unknown chat template"));
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, tok->Encode(prompt));
+
+  TokenizerData broken = ToyData();
+  broken.model_name = "Broken-8B";
+  broken.chat_template = "{% for message in messages %}{{ message.content }}";
+  auto tok2 = MakeToy(std::move(broken));
+  ASSERT_NE(tok2, nullptr);  // encoding still works
+  auto ids2 = tok2->EncodeChat({{"user", "hi"}}, true);
+  ASSERT_FALSE(ids2.ok());
+  EXPECT_EQ(ids2.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ids2.status().message(), HasSubstr("model 'Broken-8B'"));
+  EXPECT_THAT(ids2.status().message(), HasSubstr("never closed"));
 }
 
 TEST(ChatTest, QwenChatPromptMatchesPlainEncode) {
