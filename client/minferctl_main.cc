@@ -4,7 +4,7 @@
 //     load NAME PATH [--ctx N --parallel N --kv-type T --backend B --knob K=V ...]
 //     unload NAME [--drain-timeout S | --cancel]
 //     list | status [NAME]
-//     generate NAME PROMPT [--chat] [--system S] [sampling and stopping flags]
+//     generate NAME PROMPT [--chat] [--system S] [--template-kwarg K=V] [sampling and stopping flags]
 //     tokenize NAME TEXT | detokenize NAME ID...
 //     knobs list | knobs get K | knobs set K V | knobs reset K   [--model NAME]
 //     alias set ALIAS MODEL | alias list | alias delete ALIAS
@@ -336,6 +336,10 @@ int main(int argc, char** argv) {
   c_gen->add_option("prompt", gen_prompt)->required();
   c_gen->add_flag("--chat", gen_chat, "send the prompt as a user message (chat template)");
   c_gen->add_option("--system", gen_system, "system message (with --chat)");
+  std::vector<std::string> gen_kwargs;
+  c_gen->add_option("--template-kwarg", gen_kwargs,
+                    "K=V: a chat template variable, V read as JSON (e.g. enable_thinking=false; "
+                    "repeatable, with --chat)");
   // Sent as given, 0 included, so the server's own check answers (a
   // silent default for 0 would hide that the API refuses it).
   auto* o_max_tokens = c_gen->add_option("-n,--max-tokens", gen_max_tokens,
@@ -548,6 +552,17 @@ int main(int argc, char** argv) {
       v1::ChatMessage* u = req.mutable_chat()->add_messages();
       u->set_role("user");
       u->set_content(gen_prompt);
+      for (const std::string& kv : gen_kwargs) {
+        const size_t eq = kv.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          std::fprintf(stderr, "minferctl: --template-kwarg wants K=V, got '%s'\n", kv.c_str());
+          return 2;
+        }
+        (*req.mutable_chat()->mutable_template_kwargs())[kv.substr(0, eq)] = kv.substr(eq + 1);
+      }
+    } else if (!gen_kwargs.empty()) {
+      std::fprintf(stderr, "minferctl: --template-kwarg needs --chat\n");
+      return 2;
     } else {
       req.set_text(gen_prompt);
     }

@@ -1,5 +1,7 @@
 #include "daemon/generation_service.h"
 
+#include "daemon/chat_options.h"
+
 #include <chrono>
 #include <random>
 #include <string>
@@ -195,8 +197,10 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
       if (request.chat().messages().empty()) {
         return absl::InvalidArgumentError("chat.messages: no messages");
       }
+      ASSIGN_OR_RETURN(const tokenizer::ChatTemplateOptions options,
+                       ChatTemplateOptionsOf(request.chat()));
       absl::StatusOr<std::vector<int32_t>> ids =
-          tok.EncodeChat(ChatMessages(request.chat()), /*add_generation_prompt=*/true);
+          tok.EncodeChat(ChatMessages(request.chat()), /*add_generation_prompt=*/true, options);
       if (!ids.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("chat: ", ids.status().message()));
       }
@@ -422,8 +426,10 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerCo
       break;
     }
     case v1::TokenizeRequest::kChat: {
+      absl::StatusOr<tokenizer::ChatTemplateOptions> options = ChatTemplateOptionsOf(request->chat());
+      if (!options.ok()) return Done(context, "Tokenize", model_name, options.status());
       absl::StatusOr<std::vector<int32_t>> chat =
-          tok.EncodeChat(ChatMessages(request->chat()), /*add_generation_prompt=*/true);
+          tok.EncodeChat(ChatMessages(request->chat()), /*add_generation_prompt=*/true, *options);
       if (!chat.ok()) {
         return Done(context, "Tokenize", model_name, absl::InvalidArgumentError(
                                         absl::StrCat("chat: ", chat.status().message())));

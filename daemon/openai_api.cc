@@ -143,6 +143,15 @@ absl::Status ParseMessages(const json& body, v1::Chat* chat) {
     out->set_role(r);
     out->set_content(std::move(text));
   }
+  // vLLM's and SGLang's name for the template's extra variables (Qwen3's
+  // enable_thinking); each value travels as its JSON text.
+  const json& kwargs = Get(body, "chat_template_kwargs");
+  if (!kwargs.is_null()) {
+    if (!kwargs.is_object()) return WrongType("chat_template_kwargs", "an object", kwargs);
+    for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
+      (*chat->mutable_template_kwargs())[it.key()] = it->dump();
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -177,8 +177,9 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   w.SetU32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(vocab.pad_id));
   w.SetU32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos_id));
   w.SetBool("tokenizer.ggml.add_bos_token", false);
-  // The ChatML framing Qwen2 models are trained on.
+  // The ChatML framing Qwen2 models are trained on, unless asked otherwise.
   w.SetString("tokenizer.chat_template",
+              !opt.chat_template.empty() ? opt.chat_template :
               "{%- for message in messages %}"
               "{%- if loop.first and message['role'] != 'system' %}"
               "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"

@@ -32,6 +32,8 @@ struct MkModelOptions {
   std::string output;
   double top_logit = 20.0;
   double residual_mix = 0.6;  // total residual-branch norm relative to the embedding row
+  // tokenizer.chat_template; empty: ChatML with Qwen2's default system prompt.
+  std::string chat_template;
 };
 
 struct MkModelReport {

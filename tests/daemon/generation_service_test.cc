@@ -4,6 +4,8 @@
 // load, cancellation, deadlines, the queue bound and parameter validation.
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "client/minfer_client.h"
 #include "daemon/daemon.h"
+#include "engine/base/thread_pool.h"
+#include "engine/tools/mkmodel.h"
+#include "engine/tools/model_spec.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -92,6 +97,73 @@ struct Stream {
     if (thread.joinable()) thread.join();
   }
 };
+
+// Chat template options reach the model's own template: a model whose
+// template greets whoever template_kwargs names. The chat's ids equal the
+// ids of the text the template renders, with and without the option; a
+// reserved name is refused naming it.
+TEST_F(GenerationServiceTest, ChatTemplateKwargsReachTheModelsTemplate) {
+  auto json = minfer::testing::TokenizerJsonPath();
+  ASSERT_TRUE(json.ok()) << json.status();
+  tools::MkModelOptions opt;
+  opt.shape = *tools::ShapePreset("tiny");
+  opt.recipe = *tools::ParseQuantRecipe("q8_0");
+  opt.tokenizer_json = *json;
+  opt.output = absl::StrCat(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp",
+                            "/greeter.gguf");
+  opt.chat_template =
+      "{% if greet is defined %}Hello {{ greet }}! {% endif %}"
+      "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+      "{% if add_generation_prompt %}[assistant]{% endif %}";
+  ThreadPool pool(0);
+  ASSERT_TRUE(tools::WriteSyntheticModel(opt, &pool).ok());
+  Start();
+  ASSERT_TRUE(Load(*client_, "g", opt.output).ok());
+  auto ids_of_text = [&](const std::string& text) {
+    v1::TokenizeRequest t;
+    t.set_model("g");
+    t.set_text(text);
+    auto r = client_->Tokenize(t);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? std::vector<int32_t>(r->ids().begin(), r->ids().end()) : std::vector<int32_t>{};
+  };
+  auto ids = [](const v1::TokenizeResponse& r) {
+    return std::vector<int32_t>(r.ids().begin(), r.ids().end());
+  };
+  auto ids_of_chat = [&](const std::map<std::string, std::string>& kwargs) {
+    v1::TokenizeRequest t;
+    t.set_model("g");
+    v1::ChatMessage* m = t.mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content("two plus two");
+    for (const auto& [k, v] : kwargs) (*t.mutable_chat()->mutable_template_kwargs())[k] = v;
+    return client_->Tokenize(t);
+  };
+  auto plain = ids_of_chat({});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(ids(*plain), ids_of_text("[user] two plus two\n[assistant]"));
+  auto greeted = ids_of_chat({{"greet", "\"Bob\""}});
+  ASSERT_TRUE(greeted.ok()) << greeted.status();
+  EXPECT_EQ(ids(*greeted), ids_of_text("Hello Bob! [user] two plus two\n[assistant]"));
+  auto reserved = ids_of_chat({{"messages", "[]"}});
+  EXPECT_EQ(reserved.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(reserved.status().message(), "messages")) << reserved.status();
+  // Generate takes the same options: a greeted chat generates what its
+  // rendered text generates.
+  v1::GenerateRequest chat_req = TextRequest("g", "", 6);
+  v1::ChatMessage* m = chat_req.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("two plus two");
+  (*chat_req.mutable_chat()->mutable_template_kwargs())["greet"] = "\"Bob\"";
+  auto from_chat = client_->Generate(chat_req);
+  ASSERT_TRUE(from_chat.ok()) << from_chat.status();
+  v1::GenerateRequest tok_req = TextRequest("g", "", 6);
+  for (int32_t id : greeted->ids()) tok_req.mutable_tokens()->add_ids(id);
+  auto from_ids = client_->Generate(tok_req);
+  ASSERT_TRUE(from_ids.ok()) << from_ids.status();
+  EXPECT_EQ(from_chat->token_ids, from_ids->token_ids);
+  EXPECT_EQ(from_chat->usage.prompt_tokens(), greeted->ids_size());
+}
 
 TEST_F(GenerationServiceTest, StreamMatchesInProcessGeneration) {
   Start();

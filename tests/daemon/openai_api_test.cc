@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "engine/runtime/model.h"
@@ -74,6 +75,24 @@ TEST(OpenAiParseTest, ChatFieldsMapOntoTheGenerateRequest) {
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(r.top_logprobs, 3);
   EXPECT_TRUE(r.return_token_ids);
+}
+
+TEST(OpenAiParseTest, ChatTemplateKwargsTravelAsJsonText) {
+  ParsedRequest r = MustParse(Endpoint::kChatCompletions, R"({
+    "model": "m", "messages": [{"role": "user", "content": "hi"}],
+    "chat_template_kwargs": {"enable_thinking": false, "who": "Bob", "n": 3, "l": [1, 2]}
+  })");
+  const auto& kw = r.generate.chat().template_kwargs();
+  ASSERT_EQ(kw.size(), 4u);
+  EXPECT_EQ(kw.at("enable_thinking"), "false");
+  EXPECT_EQ(kw.at("who"), "\"Bob\"");
+  EXPECT_EQ(kw.at("n"), "3");
+  EXPECT_EQ(kw.at("l"), "[1,2]");
+  auto bad = ParseRequest(Endpoint::kChatCompletions, json::parse(R"({
+    "model": "m", "messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": [1]
+  })"));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "chat_template_kwargs")) << bad.status();
 }
 
 TEST(OpenAiParseTest, UnsetFieldsStayUnset) {
