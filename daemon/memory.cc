@@ -23,7 +23,10 @@ std::string MemoryEstimate::ToString() const {
 
 uint64_t GraphScratchBound(const models::Qwen2Hparams& hp, int64_t n_tokens) {
   const uint64_t t = static_cast<uint64_t>(std::max<int64_t>(n_tokens, 1));
-  const uint64_t per_token = 6 * hp.n_embd + 4 * hp.n_embd_kv() + 3 * hp.n_ff;
+  // Activations of the widest of the stream and q / the attention output
+  // (Qwen3's q is wider than its stream).
+  const uint64_t wide = static_cast<uint64_t>(std::max(hp.n_embd, hp.n_embd_q()));
+  const uint64_t per_token = 6 * wide + 4 * hp.n_embd_kv() + 3 * hp.n_ff;
   return 4 * t * per_token + 4 * static_cast<uint64_t>(hp.n_vocab) + 2 * t * hp.n_ff;
 }
 

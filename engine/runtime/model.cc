@@ -134,9 +134,10 @@ std::string Model::Summary() const {
   }
   for (const auto& [t, n] : by_type) absl::StrAppend(&types, types.empty() ? "" : " ", t, "x", n);
   return absl::StrFormat(
-      "qwen2 %d layers, n_embd %d, %d/%d heads, vocab %d%s; weights %.1f MiB (%s); "
+      "%s %d layers, n_embd %d, %d/%d heads%s, vocab %d%s; weights %.1f MiB (%s); "
       "placement: %s; KV %s",
-      hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.n_vocab,
+      hp.arch, hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv,
+      hp.n_embd_q() != hp.n_embd ? absl::StrCat(" x ", hp.head_dim) : std::string(), hp.n_vocab,
       hp.tied_embeddings ? " (tied)" : "", weight_bytes() / 1048576.0, types,
       backends_.front()->name(), graph::DTypeName(DefaultKvType()));
 }

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <numeric>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "engine/gguf/writer.h"
 #include "engine/quant/quantize.h"
 #include "engine/tools/qwen_vocab.h"
+#include "nlohmann/json.hpp"
 
 namespace minfer::tools {
 namespace {
@@ -100,6 +103,23 @@ struct TensorPlan {
 
 }  // namespace
 
+// The chat_template of the tokenizer_config.json beside `tokenizer_json`
+// (the npm tokenizer packages ship both), or "" when there is none.
+static std::string TemplateBeside(const std::string& tokenizer_json) {
+  const size_t slash = tokenizer_json.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : tokenizer_json.substr(0, slash);
+  std::ifstream in(dir + "/tokenizer_config.json");
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("chat_template") ||
+      !j["chat_template"].is_string()) {
+    return "";
+  }
+  return j["chat_template"].get<std::string>();
+}
+
 int64_t SyntheticSuccessor(int64_t token, int64_t n_normal) {
   return static_cast<int64_t>(
       (static_cast<__int128>(token) * SuccessorMultiplier(n_normal) + kSuccessorOffset) % n_normal);
@@ -108,15 +128,22 @@ int64_t SyntheticSuccessor(int64_t token, int64_t n_normal) {
 absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, ThreadPool* pool) {
   auto t0 = std::chrono::steady_clock::now();
   const Qwen2Shape& s = opt.shape;
-  if (s.n_head <= 0 || s.n_head_kv <= 0 || s.n_embd % s.n_head != 0 || s.n_head % s.n_head_kv != 0) {
+  if (s.arch != "qwen2" && s.arch != "qwen3") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("architecture '", s.arch, "' is not one mkmodel writes (qwen2, qwen3)"));
+  }
+  const bool qwen3 = s.arch == "qwen3";
+  if (s.n_head <= 0 || s.n_head_kv <= 0 || (s.head_dim <= 0 && s.n_embd % s.n_head != 0) ||
+      s.n_head % s.n_head_kv != 0) {
     return absl::InvalidArgumentError(absl::StrCat("bad head configuration: n_embd ", s.n_embd,
                                                    ", n_head ", s.n_head, ", n_head_kv ", s.n_head_kv));
   }
   std::string json = opt.tokenizer_json.empty() ? DefaultTokenizerJsonPath() : opt.tokenizer_json;
   ASSIGN_OR_RETURN(QwenVocab vocab, LoadQwenVocab(json, s.n_vocab_base, s.n_vocab));
 
-  const int64_t head_dim = s.n_embd / s.n_head;
+  const int64_t head_dim = s.HeadDim();
   const int64_t n_embd_kv = head_dim * s.n_head_kv;
+  const int64_t n_embd_q = head_dim * s.n_head;
   const double d = static_cast<double>(s.n_embd);
   // Embedding row rms: a tied head scores <norm(x), E_j> ~ n_embd * r for the
   // current token, so r = top/n_embd puts that logit near top_logit; untied
@@ -127,7 +154,7 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   const float in_scale = static_cast<float>(1.0 / std::sqrt(d));
   // silu(g) * u with g, u ~ N(0, 1) has rms ~ 0.6.
   const float down_scale = branch / (0.6f * std::sqrt(static_cast<float>(s.n_ff)));
-  const float out_scale = branch / std::sqrt(static_cast<float>(s.n_embd));
+  const float out_scale = branch / std::sqrt(static_cast<float>(n_embd_q));
 
   std::vector<TensorPlan> plans;
   auto add = [&](std::string name, std::vector<int64_t> dims, TensorPlan::Kind kind, float scale) {
@@ -138,13 +165,17 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   for (int64_t l = 0; l < s.n_layer; ++l) {
     std::string p = absl::StrCat("blk.", l, ".");
     add(p + "attn_norm.weight", {s.n_embd}, TensorPlan::kNormGain, 0.1f);
-    add(p + "attn_q.weight", {s.n_embd, s.n_embd}, TensorPlan::kGaussian, in_scale);
-    add(p + "attn_q.bias", {s.n_embd}, TensorPlan::kGaussian, 0.1f);
+    add(p + "attn_q.weight", {s.n_embd, n_embd_q}, TensorPlan::kGaussian, in_scale);
+    if (!qwen3) add(p + "attn_q.bias", {n_embd_q}, TensorPlan::kGaussian, 0.1f);
     add(p + "attn_k.weight", {s.n_embd, n_embd_kv}, TensorPlan::kGaussian, in_scale);
-    add(p + "attn_k.bias", {n_embd_kv}, TensorPlan::kGaussian, 0.1f);
+    if (!qwen3) add(p + "attn_k.bias", {n_embd_kv}, TensorPlan::kGaussian, 0.1f);
     add(p + "attn_v.weight", {s.n_embd, n_embd_kv}, TensorPlan::kGaussian, in_scale);
-    add(p + "attn_v.bias", {n_embd_kv}, TensorPlan::kGaussian, 0.1f);
-    add(p + "attn_output.weight", {s.n_embd, s.n_embd}, TensorPlan::kGaussian, out_scale);
+    if (!qwen3) add(p + "attn_v.bias", {n_embd_kv}, TensorPlan::kGaussian, 0.1f);
+    if (qwen3) {
+      add(p + "attn_q_norm.weight", {head_dim}, TensorPlan::kNormGain, 0.1f);
+      add(p + "attn_k_norm.weight", {head_dim}, TensorPlan::kNormGain, 0.1f);
+    }
+    add(p + "attn_output.weight", {n_embd_q, s.n_embd}, TensorPlan::kGaussian, out_scale);
     add(p + "ffn_norm.weight", {s.n_embd}, TensorPlan::kNormGain, 0.1f);
     add(p + "ffn_gate.weight", {s.n_embd, s.n_ff}, TensorPlan::kGaussian, in_scale);
     add(p + "ffn_up.weight", {s.n_embd, s.n_ff}, TensorPlan::kGaussian, in_scale);
@@ -154,20 +185,26 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   if (!s.tied) add("output.weight", {s.n_embd, s.n_vocab}, TensorPlan::kOutputHead, head_scale);
 
   gguf::GgufWriter w;
-  w.SetString("general.architecture", "qwen2");
+  w.SetString("general.architecture", s.arch);
   w.SetString("general.type", "model");
-  w.SetString("general.name", absl::StrCat("minfer synthetic Qwen2.5 ", s.name, " ", opt.recipe.name));
+  w.SetString("general.name", absl::StrCat(qwen3 ? "minfer synthetic Qwen3 " : "minfer synthetic Qwen2.5 ",
+                                           s.name, " ", opt.recipe.name));
   w.SetU32("general.file_type", opt.recipe.file_type);
   w.SetString("general.description",
               absl::StrCat("Synthetic weights (seed ", opt.seed, ") written by minfer mkmodel"));
-  w.SetU32("qwen2.block_count", static_cast<uint32_t>(s.n_layer));
-  w.SetU32("qwen2.context_length", static_cast<uint32_t>(s.context_length));
-  w.SetU32("qwen2.embedding_length", static_cast<uint32_t>(s.n_embd));
-  w.SetU32("qwen2.feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  w.SetU32("qwen2.attention.head_count", static_cast<uint32_t>(s.n_head));
-  w.SetU32("qwen2.attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-  w.SetF32("qwen2.rope.freq_base", static_cast<float>(s.rope_freq_base));
-  w.SetF32("qwen2.attention.layer_norm_rms_epsilon", static_cast<float>(s.rms_eps));
+  const std::string A = s.arch + ".";
+  w.SetU32(A + "block_count", static_cast<uint32_t>(s.n_layer));
+  w.SetU32(A + "context_length", static_cast<uint32_t>(s.context_length));
+  w.SetU32(A + "embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.SetU32(A + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.SetU32(A + "attention.head_count", static_cast<uint32_t>(s.n_head));
+  w.SetU32(A + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  w.SetF32(A + "rope.freq_base", static_cast<float>(s.rope_freq_base));
+  w.SetF32(A + "attention.layer_norm_rms_epsilon", static_cast<float>(s.rms_eps));
+  if (qwen3) {
+    w.SetU32(A + "attention.key_length", static_cast<uint32_t>(head_dim));
+    w.SetU32(A + "attention.value_length", static_cast<uint32_t>(head_dim));
+  }
   w.SetString("tokenizer.ggml.model", "gpt2");
   w.SetString("tokenizer.ggml.pre", "qwen2");
   w.Set("tokenizer.ggml.tokens", gguf::Value::StringArray(vocab.tokens));
@@ -177,9 +214,13 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   w.SetU32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(vocab.pad_id));
   w.SetU32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos_id));
   w.SetBool("tokenizer.ggml.add_bos_token", false);
-  // The ChatML framing Qwen2 models are trained on, unless asked otherwise.
+  // The chat template: the one asked for; for Qwen3 the real one shipped
+  // beside the tokenizer (its thinking switch included); else the ChatML
+  // framing Qwen2 models are trained on.
+  std::string chat_template = opt.chat_template;
+  if (chat_template.empty() && qwen3) chat_template = TemplateBeside(json);
   w.SetString("tokenizer.chat_template",
-              !opt.chat_template.empty() ? opt.chat_template :
+              !chat_template.empty() ? chat_template :
               "{%- for message in messages %}"
               "{%- if loop.first and message['role'] != 'system' %}"
               "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"

@@ -10,7 +10,7 @@
 namespace minfer::tools {
 
 int MkModelMain(int argc, char** argv) {
-  CLI::App app{"Write a synthetic Qwen2 GGUF model (real shapes and tokenizer, seeded random weights)",
+  CLI::App app{"Write a synthetic Qwen2 / Qwen3 GGUF model (real shapes and tokenizer, seeded random weights)",
                "minfer mkmodel"};
   std::string shape_name = "tiny", type_name = "q8_0", output, tokenizer_json;
   uint64_t seed = 1;
@@ -56,9 +56,9 @@ int MkModelMain(int argc, char** argv) {
   }
   std::string types;
   for (const auto& [t, n] : report->tensors_by_type) types += " " + t + "x" + std::to_string(n);
-  std::printf("wrote %s: Qwen2 %s %s, %.1f M params, %.1f MiB, %.2f s (%.0f MiB/s, %d threads); "
+  std::printf("wrote %s: %s %s %s, %.1f M params, %.1f MiB, %.2f s (%.0f MiB/s, %d threads); "
               "matrices:%s\n",
-              output.c_str(), opt.shape.name.c_str(), opt.recipe.name.c_str(),
+              output.c_str(), opt.shape.arch.c_str(), opt.shape.name.c_str(), opt.recipe.name.c_str(),
               report->n_params / 1e6, report->file_bytes / 1048576.0, report->seconds,
               report->file_bytes / 1048576.0 / report->seconds, pool.num_threads(), types.c_str());
   return 0;

@@ -27,6 +27,18 @@ std::vector<Qwen2Shape> Presets() {
   p.push_back({"tiny-untied", 256, 768, 2, 8, 2, 1536 + 22, 1536, false});
   // The embedded default of the README's main job: real vocab, small body.
   p.push_back({"small", 256, 768, 4, 4, 2, 151936, kFullBase, false});
+  // Qwen3 (dense): the real shapes, and a unit-test one whose q (4 heads x
+  // 128) is twice the stream's width, like the 0.6B's.
+  auto qwen3 = [&](const char* name, int64_t e, int64_t ff, int64_t layers, int64_t heads,
+                   int64_t kv, int64_t vocab, int64_t base, bool tied, int64_t ctx) {
+    Qwen2Shape s{name, e, ff, layers, heads, kv, vocab, base, tied, ctx};
+    s.arch = "qwen3";
+    s.head_dim = 128;
+    p.push_back(s);
+  };
+  qwen3("qwen3-0.6b", 1024, 3072, 28, 16, 8, 151936, kFullBase, true, 40960);
+  qwen3("qwen3-8b", 4096, 12288, 36, 32, 8, 151936, kFullBase, false, 40960);
+  qwen3("qwen3-tiny", 256, 768, 2, 4, 2, 1536 + 22, 1536, false, 32768);
   return p;
 }
 

@@ -26,10 +26,18 @@ struct Qwen2Shape {
   int64_t context_length = 32768;
   double rope_freq_base = 1e6;
   double rms_eps = 1e-6;
+  // general.architecture: "qwen2" (QKV biases) or "qwen3" (no biases, a
+  // per-head RMSNorm of q and k before RoPE, head_dim set on its own).
+  std::string arch = "qwen2";
+  int64_t head_dim = 0;  // 0: n_embd / n_head
+  int64_t HeadDim() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
 };
 
 // Presets: "0.5b", "1.5b", "7b", "14b" (the real Qwen2.5 shapes, full vocab),
-// and "tiny", "tiny-untied", "small" (a few MB; truncated vocab; GQA, biases).
+// "tiny", "tiny-untied", "small" (a few MB; truncated vocab; GQA, biases);
+// Qwen3: "qwen3-0.6b", "qwen3-8b" (the real shapes: 16 x 128 = 2,048-wide q
+// over a 1,024-wide stream in the 0.6B) and "qwen3-tiny" (untied, 4 heads x
+// 128 over 256).
 absl::StatusOr<Qwen2Shape> ShapePreset(const std::string& name);
 std::vector<std::string> ShapePresetNames();
 

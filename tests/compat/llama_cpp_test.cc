@@ -130,7 +130,10 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair{"tiny-untied", "q5_1"}, std::pair{"tiny-untied", "q8_0"},
                       std::pair{"tiny-untied", "q4_k"}, std::pair{"tiny-untied", "q5_k"},
                       std::pair{"tiny-untied", "q6_k"}, std::pair{"tiny-untied", "q4_k_m"},
-                      std::pair{"tiny-untied", "q5_k_m"}, std::pair{"tiny", "q4_k_m"}),
+                      std::pair{"tiny-untied", "q5_k_m"}, std::pair{"tiny", "q4_k_m"},
+                      // Qwen3: per-head q/k norms, a q twice the stream's width.
+                      std::pair{"qwen3-tiny", "f32"}, std::pair{"qwen3-tiny", "q8_0"},
+                      std::pair{"qwen3-tiny", "q4_k_m"}),
     [](const auto& info) {
       std::string n = info.param.first + "_" + info.param.second;
       for (char& c : n) {

@@ -54,13 +54,18 @@ absl::StatusOr<const Weight*> Qwen2Model::Resolve(const gguf::GgufFile& f, const
 
 absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::GgufFile& f) {
   ASSIGN_OR_RETURN(std::string arch, f.GetString("general.architecture"));
-  if (arch != "qwen2") {
+  if (arch != "qwen2" && arch != "qwen3") {
     return absl::InvalidArgumentError(absl::StrCat("model '", f.path(), "': architecture '", arch,
-                                                   "' is not supported (supported: qwen2)"));
+                                                   "' is not supported (supported: ",
+                                                   kSupportedArchitectures, ")"));
   }
+  const bool qwen3 = arch == "qwen3";
   std::unique_ptr<Qwen2Model> m(new Qwen2Model);
   Qwen2Hparams& hp = m->hp_;
-  auto get_int = [&](const char* key, int64_t* out) -> absl::Status {
+  hp.arch = arch;
+  // Keys are named after the architecture: "qwen3.block_count", ...
+  const std::string A = arch + ".";
+  auto get_int = [&](const std::string& key, int64_t* out) -> absl::Status {
     ASSIGN_OR_RETURN(*out, f.GetInt(key));
     if (*out <= 0) {
       return absl::InvalidArgumentError(
@@ -68,27 +73,47 @@ absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::Ggu
     }
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(get_int("qwen2.embedding_length", &hp.n_embd));
-  RETURN_IF_ERROR(get_int("qwen2.feed_forward_length", &hp.n_ff));
-  RETURN_IF_ERROR(get_int("qwen2.block_count", &hp.n_layer));
-  RETURN_IF_ERROR(get_int("qwen2.attention.head_count", &hp.n_head));
-  RETURN_IF_ERROR(get_int("qwen2.context_length", &hp.context_length));
+  RETURN_IF_ERROR(get_int(A + "embedding_length", &hp.n_embd));
+  RETURN_IF_ERROR(get_int(A + "feed_forward_length", &hp.n_ff));
+  RETURN_IF_ERROR(get_int(A + "block_count", &hp.n_layer));
+  RETURN_IF_ERROR(get_int(A + "attention.head_count", &hp.n_head));
+  RETURN_IF_ERROR(get_int(A + "context_length", &hp.context_length));
   hp.n_head_kv = hp.n_head;
-  if (f.Has("qwen2.attention.head_count_kv")) {
-    RETURN_IF_ERROR(get_int("qwen2.attention.head_count_kv", &hp.n_head_kv));
+  if (f.Has(A + "attention.head_count_kv")) {
+    RETURN_IF_ERROR(get_int(A + "attention.head_count_kv", &hp.n_head_kv));
   }
-  if (hp.n_embd % hp.n_head != 0 || hp.n_head % hp.n_head_kv != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model '", f.path(), "': n_embd ", hp.n_embd, ", n_head ", hp.n_head, ", n_head_kv ",
-        hp.n_head_kv, " do not divide"));
+  if (hp.n_head % hp.n_head_kv != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", f.path(), "': n_head ", hp.n_head,
+                                                   " is not a multiple of n_head_kv ", hp.n_head_kv));
   }
-  hp.head_dim = hp.n_embd / hp.n_head;
-  if (f.Has("qwen2.rope.freq_base")) {
-    ASSIGN_OR_RETURN(double base, f.GetFloat("qwen2.rope.freq_base"));
+  // head_dim: attention.key_length when the file has it (Qwen3 always),
+  // else n_embd / n_head. Values as wide as keys is what the attention
+  // kernels implement.
+  if (f.Has(A + "attention.key_length")) {
+    RETURN_IF_ERROR(get_int(A + "attention.key_length", &hp.head_dim));
+    int64_t value_length = hp.head_dim;
+    if (f.Has(A + "attention.value_length")) {
+      RETURN_IF_ERROR(get_int(A + "attention.value_length", &value_length));
+    }
+    if (value_length != hp.head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", f.path(), "': key '", A, "attention.value_length' = ", value_length,
+          " differs from key_length ", hp.head_dim, " (not supported)"));
+    }
+  } else if (hp.n_embd % hp.n_head != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", f.path(), "': n_embd ", hp.n_embd,
+                                                   " is not a multiple of n_head ", hp.n_head,
+                                                   " and the file has no ", A,
+                                                   "attention.key_length"));
+  } else {
+    hp.head_dim = hp.n_embd / hp.n_head;
+  }
+  if (f.Has(A + "rope.freq_base")) {
+    ASSIGN_OR_RETURN(double base, f.GetFloat(A + "rope.freq_base"));
     hp.rope_base = static_cast<float>(base);
   }
-  if (f.Has("qwen2.attention.layer_norm_rms_epsilon")) {
-    ASSIGN_OR_RETURN(double eps, f.GetFloat("qwen2.attention.layer_norm_rms_epsilon"));
+  if (f.Has(A + "attention.layer_norm_rms_epsilon")) {
+    ASSIGN_OR_RETURN(double eps, f.GetFloat(A + "attention.layer_norm_rms_epsilon"));
     hp.rms_eps = static_cast<float>(eps);
   }
   if (!(hp.rope_base > 0) || !(hp.rms_eps > 0)) {
@@ -102,7 +127,8 @@ absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::Ggu
   }
   hp.n_vocab = embd->dims[1];
 
-  const int64_t E = hp.n_embd, KV = hp.n_embd_kv(), F = hp.n_ff, V = hp.n_vocab;
+  const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff, V = hp.n_vocab;
+  const int64_t HD = hp.head_dim;
   ASSIGN_OR_RETURN(m->token_embd_, m->Resolve(f, "token_embd.weight", {E, V}, false));
   ASSIGN_OR_RETURN(m->output_norm_, m->Resolve(f, "output_norm.weight", {E}, false));
   ASSIGN_OR_RETURN(m->output_, m->Resolve(f, "output.weight", {E, V}, true));
@@ -114,18 +140,25 @@ absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::Ggu
     const std::string p = absl::StrCat("blk.", l, ".");
     Qwen2Layer L;
     ASSIGN_OR_RETURN(L.attn_norm, m->Resolve(f, p + "attn_norm.weight", {E}, false));
-    ASSIGN_OR_RETURN(L.wq, m->Resolve(f, p + "attn_q.weight", {E, E}, false));
+    ASSIGN_OR_RETURN(L.wq, m->Resolve(f, p + "attn_q.weight", {E, Q}, false));
     ASSIGN_OR_RETURN(L.wk, m->Resolve(f, p + "attn_k.weight", {E, KV}, false));
     ASSIGN_OR_RETURN(L.wv, m->Resolve(f, p + "attn_v.weight", {E, KV}, false));
-    ASSIGN_OR_RETURN(L.bq, m->Resolve(f, p + "attn_q.bias", {E}, true));
+    ASSIGN_OR_RETURN(L.bq, m->Resolve(f, p + "attn_q.bias", {Q}, true));
     ASSIGN_OR_RETURN(L.bk, m->Resolve(f, p + "attn_k.bias", {KV}, true));
     ASSIGN_OR_RETURN(L.bv, m->Resolve(f, p + "attn_v.bias", {KV}, true));
-    ASSIGN_OR_RETURN(L.wo, m->Resolve(f, p + "attn_output.weight", {E, E}, false));
+    // Qwen3's per-head q/k norms are part of the architecture: required.
+    ASSIGN_OR_RETURN(L.q_norm, m->Resolve(f, p + "attn_q_norm.weight", {HD}, !qwen3));
+    ASSIGN_OR_RETURN(L.k_norm, m->Resolve(f, p + "attn_k_norm.weight", {HD}, !qwen3));
+    if ((L.q_norm == nullptr) != (L.k_norm == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", f.path(), "': layer ", l, " has one of attn_q_norm / attn_k_norm, not both"));
+    }
+    ASSIGN_OR_RETURN(L.wo, m->Resolve(f, p + "attn_output.weight", {Q, E}, false));
     ASSIGN_OR_RETURN(L.ffn_norm, m->Resolve(f, p + "ffn_norm.weight", {E}, false));
     ASSIGN_OR_RETURN(L.w_gate, m->Resolve(f, p + "ffn_gate.weight", {E, F}, false));
     ASSIGN_OR_RETURN(L.w_up, m->Resolve(f, p + "ffn_up.weight", {E, F}, false));
     ASSIGN_OR_RETURN(L.w_down, m->Resolve(f, p + "ffn_down.weight", {F, E}, false));
-    for (const Weight* w : {L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv}) {
+    for (const Weight* w : {L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv, L.q_norm, L.k_norm}) {
       if (w != nullptr && w->type != GgmlType::kF32) {
         return absl::InvalidArgumentError(absl::StrCat("model '", f.path(), "': tensor '", w->name,
                                                        "' must be f32, is ", GgmlTypeName(w->type)));
@@ -163,7 +196,10 @@ absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const Grap
     // Attention block.
     NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
     NodeId q, store;
-    if (nt > 1 && gp.fuse_qkv_prefill) {
+    // The q/k-norm layers (Qwen3) take the unfused chain: the fused
+    // epilogue has no norm between the bias and RoPE, and the decode fusion
+    // pass leaves a chain with one unmatched.
+    if (nt > 1 && gp.fuse_qkv_prefill && L.q_norm == nullptr) {
       // Prefill QKV fusion: one FusedQKV (planar q | k | v; one GEMM launch
       // on a GPU) and one epilogue for the biases, RoPE and the KV store,
       // whose output is the roped q. The same values as the chain below.
@@ -180,6 +216,10 @@ absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const Grap
       if (L.bv) v = b.Add(v, L.bv, p + "v_bias");
       q = b.Reshape(q, Shape(hd, nh, nt), p + "q_heads");
       k = b.Reshape(k, Shape(hd, nkv, nt), p + "k_heads");
+      if (L.q_norm != nullptr) {
+        q = b.QkNorm(q, L.q_norm, hp.rms_eps, p + "q_norm");
+        k = b.QkNorm(k, L.k_norm, hp.rms_eps, p + "k_norm");
+      }
       q = b.RoPE(q, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "q_rope");
       k = b.RoPE(k, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "k_rope");
       store = b.KvcacheStore(k, v, pos, l, p + "kv_store");
@@ -241,7 +281,7 @@ absl::StatusOr<graph::Graph> BuildQwen2BatchGraph(const Qwen2Model& model,
     const std::string p = absl::StrCat("blk.", l, ".");
     NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
     NodeId q, store;
-    if (gp.fuse_qkv) {
+    if (gp.fuse_qkv && L.q_norm == nullptr) {  // (q/k norms: unfused, as above)
       NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
       q = store = b.QkvBiasRopeStore({qkv}, L.bq, L.bk, L.bv, pos, nh, nkv, static_cast<int>(hd),
                                      RopeStyle::kNeoX, hp.rope_base, l,
@@ -255,6 +295,10 @@ absl::StatusOr<graph::Graph> BuildQwen2BatchGraph(const Qwen2Model& model,
       if (L.bv) v = b.Add(v, L.bv, p + "v_bias");
       q = b.Reshape(q, Shape(hd, nh, nt), p + "q_heads");
       k = b.Reshape(k, Shape(hd, nkv, nt), p + "k_heads");
+      if (L.q_norm != nullptr) {
+        q = b.QkNorm(q, L.q_norm, hp.rms_eps, p + "q_norm");
+        k = b.QkNorm(k, L.k_norm, hp.rms_eps, p + "k_norm");
+      }
       q = b.RoPE(q, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "q_rope");
       k = b.RoPE(k, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "k_rope");
       store = b.KvcacheStore(k, v, io.kv_rows, l, p + "kv_store");

@@ -1,11 +1,17 @@
-// Qwen2 (Qwen2 / Qwen2.5) architecture: hyperparameters and weights read
-// from GGUF, and the layer builder that turns them into a compute graph.
+// The Qwen2 family of architectures: Qwen2 / Qwen2.5 (`qwen2`) and dense
+// Qwen3 (`qwen3`): hyperparameters and weights read from GGUF, and the layer
+// builder that turns them into a compute graph.
 //
-// Per layer (pre-norm, GQA, QKV biases, SwiGLU FFN, NeoX RoPE):
-//   h   = x + W_o · Attn(RoPE(W_q·n + b_q), RoPE(W_k·n + b_k), W_v·n + b_v),
+// Per layer (pre-norm, GQA, SwiGLU FFN, NeoX RoPE):
+//   h   = x + W_o · Attn(RoPE(N_q(W_q·n + b_q)), RoPE(N_k(W_k·n + b_k)), W_v·n + b_v),
 //         n = RmsNorm(x) * g_attn
 //   x'  = h + W_down · (silu(W_gate·m) * (W_up·m)),  m = RmsNorm(h) * g_ffn
 // logits = W_out · (RmsNorm(x_L) * g_out)   (W_out = token_embd when tied)
+// qwen2: QKV biases b_q, b_k, b_v; N_q = N_k = identity; head_dim = n_embd /
+// n_head. qwen3: no biases; N_q, N_k = RMSNorm of each head with its own
+// [head_dim] gain (attn_q_norm / attn_k_norm); head_dim from
+// attention.key_length, so q and the attention output are n_head x head_dim
+// wide, which need not be n_embd (Qwen3-0.6B: 16 x 128 over 1,024).
 #ifndef MINFER_ENGINE_MODELS_QWEN2_QWEN2_H_
 #define MINFER_ENGINE_MODELS_QWEN2_QWEN2_H_
 
@@ -33,9 +39,14 @@ struct Qwen2Hparams {
   float rope_base = 1e6f;
   float rms_eps = 1e-6f;
   bool tied_embeddings = false;
+  std::string arch = "qwen2";  // general.architecture
 
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }
+  int64_t n_embd_q() const { return n_head * head_dim; }  // q and attention output
 };
+
+// The architectures FromGguf reads, for error messages and listings.
+inline constexpr const char* kSupportedArchitectures = "qwen2, qwen3";
 
 struct Qwen2Layer {
   const graph::Weight* attn_norm = nullptr;
@@ -45,6 +56,8 @@ struct Qwen2Layer {
   const graph::Weight* bq = nullptr;  // biases are optional
   const graph::Weight* bk = nullptr;
   const graph::Weight* bv = nullptr;
+  const graph::Weight* q_norm = nullptr;  // qwen3: per-head RMSNorm gains [head_dim]
+  const graph::Weight* k_norm = nullptr;
   const graph::Weight* wo = nullptr;
   const graph::Weight* ffn_norm = nullptr;
   const graph::Weight* w_gate = nullptr;

@@ -158,7 +158,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(RunnerCase{"tiny", "q8_0", 16, graph::DType::kF32},
                       RunnerCase{"tiny", "q8_0", 64, graph::DType::kF16},
                       RunnerCase{"tiny-untied", "q4_k_m", 32, graph::DType::kF32},
-                      RunnerCase{"tiny-untied", "q8_0", 128, graph::DType::kQ8_0}));
+                      RunnerCase{"tiny-untied", "q8_0", 128, graph::DType::kQ8_0},
+                      // Qwen3: per-head q/k norms, q wider than the stream.
+                      RunnerCase{"qwen3-tiny", "q8_0", 32, graph::DType::kF16}));
 
 // Runs every request through one Engine and returns each one's tokens.
 std::vector<std::vector<int32_t>> RunEngine(std::shared_ptr<Model> model,
@@ -219,8 +221,10 @@ std::vector<GenerateRequest> Requests(const Model& model, int n, int max_tokens,
   return reqs;
 }
 
-TEST(EngineTest, GreedyTokensEqualAloneRuns) {
-  auto model = LoadModel("tiny-untied", "q8_0");
+class EngineGreedyTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EngineGreedyTest, GreedyTokensEqualAloneRuns) {
+  auto model = LoadModel(GetParam(), "q8_0");
   ASSERT_NE(model, nullptr);
   SamplingParams greedy;
   greedy.temperature = 0.0f;
@@ -239,6 +243,14 @@ TEST(EngineTest, GreedyTokensEqualAloneRuns) {
     EXPECT_GE(std::set<int32_t>(want.begin(), want.end()).size(), 6u) << "request " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineGreedyTest,
+                         ::testing::Values("tiny-untied", "qwen3-tiny"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
 
 TEST(EngineTest, PreemptionKeepsGreedyTokens) {
   auto model = LoadModel("tiny-untied", "q8_0");
