@@ -407,9 +407,10 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
   // tokens, else the f32-activation matvec.
   auto vector_path = [&](const WeightView* w, float* y) -> absl::Status {
     bool mmvq = MmvqSupports(w->type) && nt <= 8 && !(IsKQuant(w->type) && !knobs_.kq_mmvq);
-    // The shape gate (seed §3.2.5): a small decode matmul whose input no
-    // fused producer quantized pays a quantize launch before MMVQ; below the
-    // gate the f32-activation matvec (one launch) is the faster choice.
+    // The shape gate (MINFER_MMVQ_MIN_ELEMS): a small decode matmul whose
+    // input no fused producer quantized pays a quantize launch before MMVQ;
+    // below the gate the f32-activation matvec (one launch) is the faster
+    // choice (matmul_bench --gates measures it).
     if (mmvq && nt == 1 && w->rows * k < knobs_.mmvq_min_elems &&
         q8_valid_.count(Key{x.buffer, x.offset}) == 0) {
       mmvq = false;
