@@ -20,12 +20,13 @@
 // moves the same bytes in 16-byte pieces.
 //
 // Work: warp w of the grid's x dimension is row group w (16 rows) across
-// all segments; grid.y = the k splits (split z takes chunks [z n_chunks /
-// S, (z + 1) n_chunks / S)). A lane (g = lane / 4, t = lane % 4) holds
-// rows g and g + 8 of the group and, per 8-token n-tile, tokens 2t and
-// 2t + 1 of the C fragment. Scales: lane t decodes the table entries
-// (Tr<T>::table) of blocks 2t and 2t + 1 of its two rows, and the warp
-// shuffles them to the lanes that fold with them.
+// all segments (the staged form: CTA x is the tile of row groups 4x..4x+3);
+// grid.y = the k splits (split z takes chunks [z n_chunks / S, (z + 1)
+// n_chunks / S)). A lane (g = lane / 4, t = lane % 4) holds rows g and
+// g + 8 of the group and, per 8-token n-tile, tokens 2t and 2t + 1 of the C
+// fragment. Scales: lane t decodes the table entries (Tr<T>::table) of
+// blocks 2t and 2t + 1 of its two rows, and the warp shuffles them to the
+// lanes that fold with them.
 //
 // Numerics: per 32-element block an exact int32 dot (int8 mma), folded as
 // fma(float(I), f * d_a, acc) (Q6_K: per 16 elements) and the min as
@@ -79,6 +80,7 @@ struct Params {
   int nt;
   int splits;
   int64_t split_stride;  // floats per split slab
+  int tiles;             // staged form: CTAs per split (4 row groups each)
 };
 
 __device__ __forceinline__ uint32_t ldg_u32(const int8_t* p) {
@@ -221,6 +223,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) mmq_small_kernel(const Para
 // whole 16-byte pieces that hold blocks are copied (rows are 16-byte padded,
 // so the pieces stay inside the row), and only its blocks are used.
 constexpr int kStagedWarps = 4;
+constexpr int kStagedThreads = 32 * kStagedWarps;
 constexpr int kStages = 4;
 
 template <GgmlType T, int NT8, int MT>
@@ -236,187 +239,229 @@ struct StagedSmem {
   static_assert(kW % 16 == 0 && kA % 16 == 0 && kD % 16 == 0, "alignment");
 };
 
+// One warp's rows within the tile (4 warps x 16 * MT rows) being worked on.
+struct WarpRows {
+  bool active;  // false: past the last row group (still copies activations, meets barriers)
+  int sg;       // segment
+  int64_t rows, row_bytes, rbase;
+  const uint8_t* w;
+};
+
+template <int MT>
+__device__ __forceinline__ WarpRows RowsOf(const Params& p, int group) {
+  WarpRows r;
+  r.active = group < p.groups;
+  const int grp = r.active ? group : p.groups - 1;
+  r.sg = p.n_seg > 1 && grp >= p.group_begin[1] ? (p.n_seg > 2 && grp >= p.group_begin[2] ? 2 : 1)
+                                                : 0;
+  // Field-by-field selects: indexing the parameter array with a run-time
+  // index would copy it to local memory.
+  auto pick = [&](auto field) {
+    return r.sg == 0 ? p.seg[0].*field : r.sg == 1 ? p.seg[1].*field : p.seg[2].*field;
+  };
+  r.rows = pick(&Seg::rows);
+  r.row_bytes = pick(&Seg::row_bytes);
+  r.w = pick(&Seg::w);
+  const int gb = r.sg == 0 ? 0 : r.sg == 1 ? p.group_begin[1] : p.group_begin[2];
+  r.rbase = static_cast<int64_t>(grp - gb) * 16 * MT;
+  return r;
+}
+
+__device__ __forceinline__ float* SegOut(const Params& p, int sg, int z) {
+  if (p.splits > 1) {
+    return (sg == 0 ? p.seg[0].part : sg == 1 ? p.seg[1].part : p.seg[2].part) +
+           static_cast<int64_t>(z) * p.split_stride;
+  }
+  return sg == 0 ? p.seg[0].y : sg == 1 ? p.seg[1].y : p.seg[2].y;
+}
+
+// Issues the copies of chunk c of this warp's rows (wr) and of the
+// activations into stage st (the caller commits).
 template <GgmlType T, int NT8, int MT>
-__global__ void __launch_bounds__(32 * kStagedWarps)
-    mmq_staged_kernel(const Params p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void StagedLoad(const Params& p, uint8_t* smem, const WarpRows& wr, int c,
+                                           int st) {
   using X = Tr<T>;
   using S = StagedSmem<T, NT8, MT>;
   constexpr int kTok = S::kTok;
   constexpr int kPieces = X::kCB / 16;  // 16-byte pieces of a whole chunk row
   constexpr int kRowsW = 16 * MT;
-  extern __shared__ __align__(16) uint8_t smem[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int group = blockIdx.x * kStagedWarps + warp;
-  // Warps past the last group still copy activations and meet the barriers.
-  const bool active = group < p.groups;
-  const int grp = active ? group : p.groups - 1;
-  const int sg = p.n_seg > 1 && grp >= p.group_begin[1]
-                     ? (p.n_seg > 2 && grp >= p.group_begin[2] ? 2 : 1)
-                     : 0;
-  auto pick = [&](auto field) {
-    return sg == 0 ? p.seg[0].*field : sg == 1 ? p.seg[1].*field : p.seg[2].*field;
-  };
-  const int64_t rows = pick(&Seg::rows);
-  const int64_t row_bytes = pick(&Seg::row_bytes);
-  const uint8_t* const wseg = pick(&Seg::w);
-  const int gb = sg == 0 ? 0 : sg == 1 ? p.group_begin[1] : p.group_begin[2];
-  const int64_t rbase = static_cast<int64_t>(grp - gb) * kRowsW;
-  const int z = blockIdx.y;
-  const int c_begin = static_cast<int>(static_cast<int64_t>(z) * p.n_chunks / p.splits);
-  const int c_end = static_cast<int>(static_cast<int64_t>(z + 1) * p.n_chunks / p.splits);
-  const int nc = c_end - c_begin;
-
-  // Issues the copies of chunk c into stage st (the caller commits).
-  auto load = [&](int c, int st) {
-    uint8_t* const base = smem + st * S::kStage;
-    const int nkb = min(8, p.nb - c * 8);
-    const int pieces = nkb == 8 ? kPieces : (nkb * X::kBS + 15) / 16;
-    if (active) {
-      uint8_t* const sw = base + warp * S::kW;
-      const uint8_t* const src = wseg + static_cast<int64_t>(c) * p.src_cb;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  uint8_t* const base = smem + st * S::kStage;
+  const int nkb = min(8, p.nb - c * 8);
+  const int pieces = nkb == 8 ? kPieces : (nkb * X::kBS + 15) / 16;
+  if (wr.active) {
+    uint8_t* const sw = base + warp * S::kW;
+    const uint8_t* const src = wr.w + static_cast<int64_t>(c) * p.src_cb;
 #pragma unroll
-      for (int i = lane; i < kRowsW * kPieces; i += 32) {
-        const int r = i / kPieces, q = i % kPieces;
-        if (q < pieces) {
-          const int64_t row = min(rbase + r, rows - 1);
-          cp_async16(smem_addr(sw + r * X::kWS + 16 * q), src + row * row_bytes + 16 * q, 16);
-        }
+    for (int i = lane; i < kRowsW * kPieces; i += 32) {
+      const int r = i / kPieces, q = i % kPieces;
+      if (q < pieces) {
+        const int64_t row = min(wr.rbase + r, wr.rows - 1);
+        cp_async16(smem_addr(sw + r * X::kWS + 16 * q), src + row * wr.row_bytes + 16 * q, 16);
       }
     }
-    // Activations: codes of tokens 0..kTok-1 (rows of kAS bytes), then d
-    // and s [kb][token]. The layout pads tokens to kMmqTokenPad >= 64, so
-    // every token row read here exists.
-    uint8_t* const sa = base + kStagedWarps * S::kW;
-    const int code_pieces = 2 * nkb;  // 16-byte pieces per token row
-    for (int i = threadIdx.x; i < kTok * 16; i += 32 * kStagedWarps) {
-      const int tok = i >> 4, q = i & 15;
-      if (q < code_pieces) {
-        cp_async16(smem_addr(sa + tok * mmq::kAS + 16 * q),
-                   p.aq + static_cast<int64_t>(tok) * p.k + static_cast<int64_t>(c) * 256 + 16 * q,
-                   16);
-      }
-    }
-    constexpr int kDP = kTok / 4;  // 16-byte pieces of one kb row of d
-    uint8_t* const sd = sa + S::kA;
-    for (int i = threadIdx.x; i < (X::kMin ? 2 : 1) * 8 * kDP; i += 32 * kStagedWarps) {
-      const int plane = i / (8 * kDP), kb = (i / kDP) % 8, q = i % kDP;
-      if (kb < nkb) {
-        const float* src = (plane ? p.as : p.ad) + (static_cast<int64_t>(c) * 8 + kb) * p.ntp + 4 * q;
-        cp_async16(smem_addr(sd + plane * S::kD + (kb * kTok + 4 * q) * 4), src, 16);
-      }
-    }
-  };
-
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nc) load(c_begin + s, s);
-    cp_async_commit();
   }
+  // Activations: codes of tokens 0..kTok-1 (rows of kAS bytes), then d and
+  // s [kb][token]. The layout pads tokens to kMmqTokenPad >= 64, so every
+  // token row read here exists.
+  uint8_t* const sa = base + kStagedWarps * S::kW;
+  const int code_pieces = 2 * nkb;  // 16-byte pieces per token row
+  for (int i = threadIdx.x; i < kTok * 16; i += kStagedThreads) {
+    const int tok = i >> 4, q = i & 15;
+    if (q < code_pieces) {
+      cp_async16(smem_addr(sa + tok * mmq::kAS + 16 * q),
+                 p.aq + static_cast<int64_t>(tok) * p.k + static_cast<int64_t>(c) * 256 + 16 * q, 16);
+    }
+  }
+  constexpr int kDP = kTok / 4;  // 16-byte pieces of one kb row of d
+  uint8_t* const sd = sa + S::kA;
+  for (int i = threadIdx.x; i < (X::kMin ? 2 : 1) * 8 * kDP; i += kStagedThreads) {
+    const int plane = i / (8 * kDP), kb = (i / kDP) % 8, q = i % kDP;
+    if (kb < nkb) {
+      const float* src = (plane ? p.as : p.ad) + (static_cast<int64_t>(c) * 8 + kb) * p.ntp + 4 * q;
+      cp_async16(smem_addr(sd + plane * S::kD + (kb * kTok + 4 * q) * 4), src, 16);
+    }
+  }
+}
 
-  float acc[MT][NT8][4];
+// Folds chunk c, resident in stage st, into this warp's accumulators.
+template <GgmlType T, int NT8, int MT>
+__device__ __forceinline__ void StagedChunk(const Params& p, const uint8_t* smem, int c, int st,
+                                            float (&acc)[MT][NT8][4]) {
+  using X = Tr<T>;
+  using S = StagedSmem<T, NT8, MT>;
+  constexpr int kTok = S::kTok;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const uint8_t* const base = smem + st * S::kStage;
+  const uint8_t* const sw = base + warp * S::kW;
+  const uint8_t* const sa = base + kStagedWarps * S::kW;
+  const float* const sd = reinterpret_cast<const float*>(sa + S::kA);
+  const float* const ss = sd + 8 * kTok;
+  const int nkb = min(8, p.nb - c * 8);
+  float2 tab[MT][2][2];  // [m-tile][row g / g + 8][block 2t / 2t + 1]
 #pragma unroll
-  for (int j = 0; j < MT; ++j)
+  for (int j = 0; j < MT; ++j) {
+    const uint8_t* const r0 = sw + (16 * j + g) * X::kWS;
 #pragma unroll
-    for (int n = 0; n < NT8; ++n) acc[j][n][0] = acc[j][n][1] = acc[j][n][2] = acc[j][n][3] = 0.0f;
-
-  for (int i = 0; i < nc; ++i) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // chunk i is in; every warp is done with chunk i - 1's stage
-    if (i + kStages - 1 < nc) load(c_begin + i + kStages - 1, (i + kStages - 1) % kStages);
-    cp_async_commit();
-    const int c = c_begin + i;
-    const uint8_t* const base = smem + (i % kStages) * S::kStage;
-    const uint8_t* const sw = base + warp * S::kW;
-    const uint8_t* const sa = base + kStagedWarps * S::kW;
-    const float* const sd = reinterpret_cast<const float*>(sa + S::kA);
-    const float* const ss = sd + 8 * kTok;
-    const int nkb = min(8, p.nb - c * 8);
-    if (!active) continue;
-    float2 tab[MT][2][2];  // [m-tile][row g / g + 8][block 2t / 2t + 1]
+    for (int e = 0; e < 2; ++e) {
+      const int kb = 2 * t + e;
+      tab[j][0][e] = kb < nkb ? X::table(r0, kb) : make_float2(0.0f, 0.0f);
+      tab[j][1][e] = kb < nkb ? X::table(r0 + 8 * X::kWS, kb) : make_float2(0.0f, 0.0f);
+    }
+  }
+#pragma unroll
+  for (int kb = 0; kb < 8; ++kb) {
+    if (kb >= nkb) break;  // warp-uniform
+    uint32_t a[MT][4];
+    float2 f0[MT], f1[MT];
+    const int src = (lane & ~3) | (kb >> 1);
 #pragma unroll
     for (int j = 0; j < MT; ++j) {
       const uint8_t* const r0 = sw + (16 * j + g) * X::kWS;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int kb = 2 * t + e;
-        tab[j][0][e] = kb < nkb ? X::table(r0, kb) : make_float2(0.0f, 0.0f);
-        tab[j][1][e] = kb < nkb ? X::table(r0 + 8 * X::kWS, kb) : make_float2(0.0f, 0.0f);
-      }
+      X::frag(r0, kb, t, &a[j][0], &a[j][2]);
+      X::frag(r0 + 8 * X::kWS, kb, t, &a[j][1], &a[j][3]);
+      const float2 e0 = tab[j][0][kb & 1], e1 = tab[j][1][kb & 1];
+      f0[j] = make_float2(__shfl_sync(kFullWarpMask, e0.x, src), __shfl_sync(kFullWarpMask, e0.y, src));
+      f1[j] = make_float2(__shfl_sync(kFullWarpMask, e1.x, src), __shfl_sync(kFullWarpMask, e1.y, src));
     }
 #pragma unroll
-    for (int kb = 0; kb < 8; ++kb) {
-      if (kb >= nkb) break;  // warp-uniform
-      uint32_t a[MT][4];
-      float2 f0[MT], f1[MT];
-      const int src = (lane & ~3) | (kb >> 1);
+    for (int n = 0; n < NT8; ++n) {
+      const uint8_t* const ap = sa + (8 * n + g) * mmq::kAS + 32 * kb + 4 * t;
+      const uint32_t bq0 = *reinterpret_cast<const uint32_t*>(ap);
+      const uint32_t bq1 = *reinterpret_cast<const uint32_t*>(ap + 16);
+      const float2 da = *reinterpret_cast<const float2*>(sd + kb * kTok + 8 * n + 2 * t);
+      float2 sa2 = make_float2(0.0f, 0.0f);
+      if constexpr (X::kMin) sa2 = *reinterpret_cast<const float2*>(ss + kb * kTok + 8 * n + 2 * t);
 #pragma unroll
       for (int j = 0; j < MT; ++j) {
-        const uint8_t* const r0 = sw + (16 * j + g) * X::kWS;
-        X::frag(r0, kb, t, &a[j][0], &a[j][2]);
-        X::frag(r0 + 8 * X::kWS, kb, t, &a[j][1], &a[j][3]);
-        const float2 e0 = tab[j][0][kb & 1], e1 = tab[j][1][kb & 1];
-        f0[j] = make_float2(__shfl_sync(kFullWarpMask, e0.x, src),
-                            __shfl_sync(kFullWarpMask, e0.y, src));
-        f1[j] = make_float2(__shfl_sync(kFullWarpMask, e1.x, src),
-                            __shfl_sync(kFullWarpMask, e1.y, src));
-      }
+        float* const ac = acc[j][n];
+        if constexpr (X::kSplit) {
+          int c16[4];
+          mma_k16(c16, a[j][0], a[j][1], bq0);
 #pragma unroll
-      for (int n = 0; n < NT8; ++n) {
-        const uint8_t* const ap = sa + (8 * n + g) * mmq::kAS + 32 * kb + 4 * t;
-        const uint32_t bq0 = *reinterpret_cast<const uint32_t*>(ap);
-        const uint32_t bq1 = *reinterpret_cast<const uint32_t*>(ap + 16);
-        const float2 da = *reinterpret_cast<const float2*>(sd + kb * kTok + 8 * n + 2 * t);
-        float2 sa2 = make_float2(0.0f, 0.0f);
-        if constexpr (X::kMin) sa2 = *reinterpret_cast<const float2*>(ss + kb * kTok + 8 * n + 2 * t);
+          for (int e = 0; e < 4; ++e) {
+            const float f = (e >> 1) ? f1[j].x : f0[j].x;
+            ac[e] = fmaf(exact_i2f(c16[e]), __fmul_rn(f, (e & 1) ? da.y : da.x), ac[e]);
+          }
+          mma_k16(c16, a[j][2], a[j][3], bq1);
 #pragma unroll
-        for (int j = 0; j < MT; ++j) {
-          float* const ac = acc[j][n];
-          if constexpr (X::kSplit) {
-            int c16[4];
-            mma_k16(c16, a[j][0], a[j][1], bq0);
+          for (int e = 0; e < 4; ++e) {
+            const float f = (e >> 1) ? f1[j].y : f0[j].y;
+            ac[e] = fmaf(exact_i2f(c16[e]), __fmul_rn(f, (e & 1) ? da.y : da.x), ac[e]);
+          }
+        } else {
+          int cc[4];
+          mma_k32(cc, a[j], bq0, bq1);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float f = (e >> 1) ? f1[j].x : f0[j].x;
-              ac[e] = fmaf(exact_i2f(c16[e]), __fmul_rn(f, (e & 1) ? da.y : da.x), ac[e]);
-            }
-            mma_k16(c16, a[j][2], a[j][3], bq1);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float f = (e >> 1) ? f1[j].y : f0[j].y;
-              ac[e] = fmaf(exact_i2f(c16[e]), __fmul_rn(f, (e & 1) ? da.y : da.x), ac[e]);
-            }
-          } else {
-            int cc[4];
-            mma_k32(cc, a[j], bq0, bq1);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float2 f = (e >> 1) ? f1[j] : f0[j];
-              float v = fmaf(exact_i2f(cc[e]), __fmul_rn(f.x, (e & 1) ? da.y : da.x), ac[e]);
-              if constexpr (X::kMin) v = fmaf(f.y, (e & 1) ? sa2.y : sa2.x, v);
-              ac[e] = v;
-            }
+          for (int e = 0; e < 4; ++e) {
+            const float2 f = (e >> 1) ? f1[j] : f0[j];
+            float v = fmaf(exact_i2f(cc[e]), __fmul_rn(f.x, (e & 1) ? da.y : da.x), ac[e]);
+            if constexpr (X::kMin) v = fmaf(f.y, (e & 1) ? sa2.y : sa2.x, v);
+            ac[e] = v;
           }
         }
       }
     }
   }
-  cp_async_wait<0>();
-  if (!active) return;
-  float* const y =
-      p.splits > 1 ? pick(&Seg::part) + static_cast<int64_t>(z) * p.split_stride : pick(&Seg::y);
+}
+
+// y[tok * rows + row] for this warp's rows and the batch's tokens.
+template <int NT8, int MT>
+__device__ __forceinline__ void StagedStore(float* y, const WarpRows& wr, int nt,
+                                            const float (&acc)[MT][NT8][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
 #pragma unroll
     for (int n = 0; n < NT8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t row = rbase + 16 * j + g + ((e >> 1) ? 8 : 0);
+        const int64_t row = wr.rbase + 16 * j + g + ((e >> 1) ? 8 : 0);
         const int tok = 8 * n + 2 * t + (e & 1);
-        if (row < rows && tok < p.nt) y[static_cast<int64_t>(tok) * rows + row] = acc[j][n][e];
+        if (row < wr.rows && tok < nt) y[static_cast<int64_t>(tok) * wr.rows + row] = acc[j][n][e];
       }
     }
   }
+}
+
+template <int NT8, int MT>
+__device__ __forceinline__ void Zero(float (&acc)[MT][NT8][4]) {
+#pragma unroll
+  for (int j = 0; j < MT; ++j)
+#pragma unroll
+    for (int n = 0; n < NT8; ++n) acc[j][n][0] = acc[j][n][1] = acc[j][n][2] = acc[j][n][3] = 0.0f;
+}
+
+// Split-k schedule: CTA (x, z) = tile x, chunks [z n_chunks / S, (z + 1)
+// n_chunks / S).
+template <GgmlType T, int NT8, int MT>
+__global__ void __launch_bounds__(kStagedThreads) mmq_staged_kernel(const Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x >> 5;
+  const WarpRows wr = RowsOf<MT>(p, blockIdx.x * kStagedWarps + warp);
+  const int z = blockIdx.y;
+  const int c_begin = static_cast<int>(static_cast<int64_t>(z) * p.n_chunks / p.splits);
+  const int c_end = static_cast<int>(static_cast<int64_t>(z + 1) * p.n_chunks / p.splits);
+  const int nc = c_end - c_begin;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nc) StagedLoad<T, NT8, MT>(p, smem, wr, c_begin + s, s);
+    cp_async_commit();
+  }
+  float acc[MT][NT8][4];
+  Zero(acc);
+  for (int i = 0; i < nc; ++i) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // chunk i is in; every warp is done with chunk i - 1's stage
+    if (i + kStages - 1 < nc) {
+      StagedLoad<T, NT8, MT>(p, smem, wr, c_begin + i + kStages - 1, (i + kStages - 1) % kStages);
+    }
+    cp_async_commit();
+    if (wr.active) StagedChunk<T, NT8, MT>(p, smem, c_begin + i, i % kStages, acc);
+  }
+  cp_async_wait<0>();
+  if (wr.active) StagedStore(SegOut(p, wr.sg, z), wr, p.nt, acc);
 #endif  // __CUDA_ARCH__ >= 800
 }
 
@@ -485,7 +530,7 @@ const StagedInfo& Info() {
     auto* kernel = &mmq_staged_kernel<T, NT8, MT>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, i.smem) !=
             cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&i.ctas_per_sm, kernel, 32 * kStagedWarps,
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&i.ctas_per_sm, kernel, kStagedThreads,
                                                       i.smem) != cudaSuccess) {
       (void)cudaGetLastError();
       i.ctas_per_sm = 0;
@@ -499,9 +544,8 @@ template <GgmlType T, int NT8, int MT>
 bool LaunchStagedTyped(const Params& p, cudaStream_t stream) {
   const StagedInfo& info = Info<T, NT8, MT>();
   if (info.ctas_per_sm <= 0) return false;
-  const dim3 grid(static_cast<unsigned>((p.groups + kStagedWarps - 1) / kStagedWarps),
-                  static_cast<unsigned>(p.splits));
-  mmq_staged_kernel<T, NT8, MT><<<grid, 32 * kStagedWarps, info.smem, stream>>>(p);
+  const dim3 grid(static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.splits));
+  mmq_staged_kernel<T, NT8, MT><<<grid, kStagedThreads, info.smem, stream>>>(p);
   return true;
 }
 
@@ -672,6 +716,7 @@ cudaError_t LaunchMmqSmall(const MmqSegments& s, const void* act, int64_t nt, cu
     p.group_begin[i] = p.groups;
     p.groups += p.seg[i].groups;
   }
+  p.tiles = (p.groups + mmq_small::kStagedWarps - 1) / mmq_small::kStagedWarps;
   // Split-k: the staged form fills the resident CTA slots in whole waves
   // (WaveSplits), keeping at least small_min_chunks chunks per split so its
   // pipeline has something to overlap; the direct form aims at about 24 warps per SM.
@@ -682,12 +727,11 @@ cudaError_t LaunchMmqSmall(const MmqSegments& s, const void* act, int64_t nt, cu
     int64_t splits = tuning->split_k;
     const int64_t traffic_cap = weight_bytes / std::max<int64_t>(16 * stride, 1);
     if (splits < 0 && staged) {
-      const int64_t ctas = (p.groups + mmq_small::kStagedWarps - 1) / mmq_small::kStagedWarps;
       const int64_t min_chunks =
           tuning->small_min_chunks > 0 ? tuning->small_min_chunks : int64_t{2};
       const int64_t cap =
           std::min<int64_t>({16, std::max<int64_t>(p.n_chunks / min_chunks, 1), traffic_cap});
-      splits = mmq_small::WaveSplits(ctas, int64_t{mmq_small::Sms()} * ctas_per_sm, cap);
+      splits = mmq_small::WaveSplits(p.tiles, int64_t{mmq_small::Sms()} * ctas_per_sm, cap);
     } else if (splits < 0) {
       const int64_t target = int64_t{mmq_small::Sms()} * 24;
       splits = std::min<int64_t>({target / std::max(p.groups, 1), 16, traffic_cap});

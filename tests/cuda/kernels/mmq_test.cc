@@ -984,7 +984,7 @@ TEST(MmqSmallTest, MatchesCpuAndTheTiledKernel) {
       for (int64_t rows : {int64_t{77}, int64_t{3584}}) {
         const HostWeight hw = MakeWeight(type, rows, k, 1);
         auto dw = Upload(hw, q6k, 0, q6k ? 0 : DeviceRowBytes(type, k) - RowBytes(type, k));
-        for (int64_t nt : {1, 3, 8, 16, 33, 64}) {
+        for (int64_t nt : {1, 3, 8, 16, 24, 33, 64}) {
           const Acts a = MakeActs(k, nt);
           DeviceBuffer<uint8_t> dact(a.layout);
           cudaError_t err;
