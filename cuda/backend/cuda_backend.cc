@@ -216,6 +216,8 @@ void CudaBackend::RefreshKnobs() {
       static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_FORM", knob_overrides_), 0, 2));
   k.mmq_small_mt =
       static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_MT", knob_overrides_), 0, 2));
+  k.mmq_small_stages = static_cast<int>(
+      std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_STAGES", knob_overrides_), 0, 4));
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
   const bool changed = !(k == knobs_);
   knobs_ = k;
@@ -467,6 +469,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     tuning.small_form = knobs_.mmq_small_form;
     tuning.small_mtiles = knobs_.mmq_small_mt;
     tuning.small_min_chunks = knobs_.mmq_small_chunks;
+    tuning.small_stages = knobs_.mmq_small_stages;
     for (size_t i = 0; i < ws.size();) {
       if (!(mmq && MmqSupports(ws[i]->type)) && nt < knobs_.mmq_min_tokens) {
         // A decode batch that only the few-token GEMM took here: the other

@@ -127,6 +127,7 @@ class CudaBackend : public graph::Backend {
     int mmq_small_chunks = 2;
     int mmq_small_form = 0;
     int mmq_small_mt = 0;
+    int mmq_small_stages = 0;
     int64_t mmvq_min_elems = 0;
     bool attn_prefill_tc = true;
     bool skip_write = true;  // mode 2 (MINFER_NO_SKIP_WRITE=0)

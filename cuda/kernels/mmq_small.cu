@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) mmq_small_kernel(const Para
 // 128 useful bytes, so the L1's wavefronts (one line per cycle), not HBM,
 // bound it at 0.5-1 TB/s. The staged form moves the same bytes with 16-byte
 // cp.async (a warp's copy instruction is 512 contiguous-or-row-run bytes,
-// 4 lines) into shared memory, kStages chunks ahead, and decodes from there
+// 4 lines) into shared memory, 2-3 chunks ahead, and decodes from there
 // with conflict-free 4-byte shared loads (row strides Tr<T>::kWS and kAS are
 // odd multiples of 16 bytes):
 //  * weights: warp-private. Warp w copies its own 16 * MT rows of each
@@ -224,7 +224,9 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) mmq_small_kernel(const Para
 // so the pieces stay inside the row), and only its blocks are used.
 constexpr int kStagedWarps = 4;
 constexpr int kStagedThreads = 32 * kStagedWarps;
-constexpr int kStages = 4;
+// cp.async stages: 4 by default; 3 lets 4 CTAs share an SM's shared memory,
+// and that variant is built for 4 CTAs per SM (at most 128 registers).
+constexpr int kMinCtas(int stages) { return stages == 3 ? 4 : 1; }
 
 template <GgmlType T, int NT8, int MT>
 struct StagedSmem {
@@ -235,7 +237,6 @@ struct StagedSmem {
   static constexpr int kD = mmq::kKB * kTok * 4;         // d [kb][token]
   static constexpr int kS = X::kMin ? kD : 0;            // s [kb][token]
   static constexpr int kStage = kStagedWarps * kW + kA + kD + kS;
-  static constexpr int kBytes = kStages * kStage;
   static_assert(kW % 16 == 0 && kA % 16 == 0 && kD % 16 == 0, "alignment");
 };
 
@@ -434,8 +435,9 @@ __device__ __forceinline__ void Zero(float (&acc)[MT][NT8][4]) {
 
 // Split-k schedule: CTA (x, z) = tile x, chunks [z n_chunks / S, (z + 1)
 // n_chunks / S).
-template <GgmlType T, int NT8, int MT>
-__global__ void __launch_bounds__(kStagedThreads) mmq_staged_kernel(const Params p) {
+template <GgmlType T, int NT8, int MT, int kStages>
+__global__ void __launch_bounds__(kStagedThreads, kMinCtas(kStages))
+    mmq_staged_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x >> 5;
@@ -522,12 +524,12 @@ struct StagedInfo {
   int ctas_per_sm = 0;  // 0: cannot run
 };
 
-template <GgmlType T, int NT8, int MT>
+template <GgmlType T, int NT8, int MT, int ST>
 const StagedInfo& Info() {
   static const StagedInfo info = [] {
     StagedInfo i;
-    i.smem = StagedSmem<T, NT8, MT>::kBytes;
-    auto* kernel = &mmq_staged_kernel<T, NT8, MT>;
+    i.smem = ST * StagedSmem<T, NT8, MT>::kStage;
+    auto* kernel = &mmq_staged_kernel<T, NT8, MT, ST>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, i.smem) !=
             cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&i.ctas_per_sm, kernel, kStagedThreads,
@@ -540,25 +542,25 @@ const StagedInfo& Info() {
   return info;
 }
 
-template <GgmlType T, int NT8, int MT>
+template <GgmlType T, int NT8, int MT, int ST>
 bool LaunchStagedTyped(const Params& p, cudaStream_t stream) {
-  const StagedInfo& info = Info<T, NT8, MT>();
+  const StagedInfo& info = Info<T, NT8, MT, ST>();
   if (info.ctas_per_sm <= 0) return false;
   const dim3 grid(static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.splits));
-  mmq_staged_kernel<T, NT8, MT><<<grid, kStagedThreads, info.smem, stream>>>(p);
+  mmq_staged_kernel<T, NT8, MT, ST><<<grid, kStagedThreads, info.smem, stream>>>(p);
   return true;
 }
 
-template <GgmlType T, int MT>
+template <GgmlType T, int MT, int ST>
 bool StagedNt(const Params& p, cudaStream_t stream, int* ctas_per_sm) {
   const int nt8 = (p.nt + 7) / 8;
   auto go = [&](auto nt8c) {
     constexpr int kNt8 = decltype(nt8c)::value;
     if (ctas_per_sm != nullptr) {
-      *ctas_per_sm = Info<T, kNt8, MT>().ctas_per_sm;
+      *ctas_per_sm = Info<T, kNt8, MT, ST>().ctas_per_sm;
       return *ctas_per_sm > 0;
     }
-    return LaunchStagedTyped<T, kNt8, MT>(p, stream);
+    return LaunchStagedTyped<T, kNt8, MT, ST>(p, stream);
   };
   if (nt8 <= 1) return go(std::integral_constant<int, 1>{});
   if (nt8 <= 2) return go(std::integral_constant<int, 2>{});
@@ -566,24 +568,27 @@ bool StagedNt(const Params& p, cudaStream_t stream, int* ctas_per_sm) {
   return go(std::integral_constant<int, 8>{});
 }
 
+// The built variants: one m-tile with 4 or 3 stages, two m-tiles with 4.
 template <GgmlType T>
-bool StagedMt(const Params& p, int mt, cudaStream_t stream, int* ctas_per_sm) {
-  return mt == 2 ? StagedNt<T, 2>(p, stream, ctas_per_sm) : StagedNt<T, 1>(p, stream, ctas_per_sm);
+bool StagedMt(const Params& p, int mt, int stages, cudaStream_t stream, int* ctas_per_sm) {
+  if (mt == 2) return StagedNt<T, 2, 4>(p, stream, ctas_per_sm);
+  return stages == 3 ? StagedNt<T, 1, 3>(p, stream, ctas_per_sm)
+                     : StagedNt<T, 1, 4>(p, stream, ctas_per_sm);
 }
 
 // With ctas_per_sm non-null: only reports the instantiation's residency
 // (0 = cannot run); else launches it. False: nothing launched.
-bool DispatchStaged(GgmlType type, const Params& p, int mt, cudaStream_t stream,
+bool DispatchStaged(GgmlType type, const Params& p, int mt, int stages, cudaStream_t stream,
                     int* ctas_per_sm) {
   switch (type) {
-    case GgmlType::kQ4_0: return StagedMt<GgmlType::kQ4_0>(p, mt, stream, ctas_per_sm);
-    case GgmlType::kQ4_1: return StagedMt<GgmlType::kQ4_1>(p, mt, stream, ctas_per_sm);
-    case GgmlType::kQ5_0: return StagedMt<GgmlType::kQ5_0>(p, mt, stream, ctas_per_sm);
-    case GgmlType::kQ5_1: return StagedMt<GgmlType::kQ5_1>(p, mt, stream, ctas_per_sm);
-    case GgmlType::kQ8_0: return StagedMt<GgmlType::kQ8_0>(p, mt, stream, ctas_per_sm);
-    case GgmlType::kQ4_K: return StagedMt<GgmlType::kQ4_K>(p, mt, stream, ctas_per_sm);
-    case GgmlType::kQ5_K: return StagedMt<GgmlType::kQ5_K>(p, mt, stream, ctas_per_sm);
-    case GgmlType::kQ6_K: return StagedMt<GgmlType::kQ6_K>(p, mt, stream, ctas_per_sm);
+    case GgmlType::kQ4_0: return StagedMt<GgmlType::kQ4_0>(p, mt, stages, stream, ctas_per_sm);
+    case GgmlType::kQ4_1: return StagedMt<GgmlType::kQ4_1>(p, mt, stages, stream, ctas_per_sm);
+    case GgmlType::kQ5_0: return StagedMt<GgmlType::kQ5_0>(p, mt, stages, stream, ctas_per_sm);
+    case GgmlType::kQ5_1: return StagedMt<GgmlType::kQ5_1>(p, mt, stages, stream, ctas_per_sm);
+    case GgmlType::kQ8_0: return StagedMt<GgmlType::kQ8_0>(p, mt, stages, stream, ctas_per_sm);
+    case GgmlType::kQ4_K: return StagedMt<GgmlType::kQ4_K>(p, mt, stages, stream, ctas_per_sm);
+    case GgmlType::kQ5_K: return StagedMt<GgmlType::kQ5_K>(p, mt, stages, stream, ctas_per_sm);
+    case GgmlType::kQ6_K: return StagedMt<GgmlType::kQ6_K>(p, mt, stages, stream, ctas_per_sm);
     default: return false;
   }
 }
@@ -705,9 +710,10 @@ cudaError_t LaunchMmqSmall(const MmqSegments& s, const void* act, int64_t nt, cu
   // One m-tile per warp unless asked: on the H200, 2 was slower at every
   // token count of the 7B's shapes (docs/benchmarks.md).
   int mt = tuning != nullptr && tuning->small_mtiles == 2 ? 2 : 1;
+  const int stages = tuning != nullptr && tuning->small_stages == 3 && mt == 1 ? 3 : 4;
   int ctas_per_sm = 0;
   const bool staged = form != kMmqSmallDirect && aligned16 &&
-                      mmq_small::DispatchStaged(type, p, mt, stream, &ctas_per_sm);
+                      mmq_small::DispatchStaged(type, p, mt, stages, stream, &ctas_per_sm);
   if (!staged) mt = 1;
   const int rows_per_group = 16 * mt;
   p.groups = 0;
@@ -750,7 +756,7 @@ cudaError_t LaunchMmqSmall(const MmqSegments& s, const void* act, int64_t nt, cu
       p.split_stride = stride;
     }
   }
-  if (!(staged && mmq_small::DispatchStaged(type, p, mt, stream, nullptr))) {
+  if (!(staged && mmq_small::DispatchStaged(type, p, mt, stages, stream, nullptr))) {
     mmq_small::Dispatch(type, p, stream);
   }
   if (p.splits > 1) {

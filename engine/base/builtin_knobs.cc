@@ -102,6 +102,10 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "direct (4-byte loads from global memory into the fragments); 2 = staged."});
   add({"MINFER_MMQ_SMALL_MT", KnobType::kInt, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
        "The staged few-token kernel's 16-row m-tiles per warp: 1 or 2; 0 = 1."});
+  add({"MINFER_MMQ_SMALL_STAGES", KnobType::kInt, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "The staged few-token kernel's cp.async stages with one m-tile: 3 (4 CTAs per SM, at "
+       "most 128 registers) or 4 (3 CTAs per SM); 0 = 4."});
   add({"MINFER_MMQ_SPLIT_K", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
        "MMQ launches whose tiles fill at most half the resident CTA slots (the few-token "
        "GEMMs of a decode batch) split each tile's k range over several CTAs and add the "

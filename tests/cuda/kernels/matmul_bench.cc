@@ -490,7 +490,7 @@ int DecodeBatchMain() {
                        {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944},
                        {"q6_K output 152064x3584", GgmlType::kQ6_K, 152064, 3584}};
   std::printf("\n== decode-batch matmuls: us per call (weight GB/s)\n%-24s %4s | %14s | %14s %14s %14s | %14s %14s %14s %14s %14s %14s\n",
-              "shape", "nt", "mmvq", "small direct", "staged mt1", "staged mt2", "mmq", "split auto", "split 2",
+              "shape", "nt", "mmvq", "small direct", "staged", "staged 3 st", "mmq", "split auto", "split 2",
               "split 4", "split 8", "split 16");
   for (const DS& s : shapes) {
     std::vector<Matrix> rot = MakeRotation(s.type, s.rows, s.k);
@@ -508,14 +508,15 @@ int DecodeBatchMain() {
       };
       std::string mmvq = "-";
       if (nt <= 8) mmvq = cell(MmvqUs(rot, a, nt, MmvqTuning{}, batch, reps, true));
-      // The few-token kernel, split-k automatic: direct form, staged with 1
-      // and 2 m-tiles per warp.
+      // The few-token kernel, split-k automatic: direct form, staged with 4
+      // and with 3 cp.async stages.
       std::string small[3];
       for (int sp = 0; sp < 3; ++sp) {
         MmqTuning tu;
         tu.split_k = kMmqSplitAuto;
         tu.small_form = sp == 0 ? kMmqSmallDirect : kMmqSmallStaged;
-        tu.small_mtiles = sp;
+        tu.small_mtiles = 1;
+        tu.small_stages = sp == 2 ? 3 : 4;
         tu.split_workspace = ws;
         tu.split_bytes = MmqSplitKBytes();
         const int n = std::max<int>(batch, static_cast<int>(rot.size()));

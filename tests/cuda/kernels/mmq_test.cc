@@ -964,7 +964,7 @@ TEST(MmqSplitKTest, MatchesCpuDeterministically) {
 
 
 // The few-token kernel (mmq.h LaunchMmqSmall), both forms (direct; staged
-// with 1 and 2 m-tiles per warp): every type, 1..64 tokens, rows that are
+// with 1 m-tile per warp and 4 or 3 stages, and with 2 m-tiles): every type, 1..64 tokens, rows that are
 // not multiples of 16, a legacy k with a short last chunk: bit-identical to
 // the CPU's VecDotQ8A terms without a split (CheckAgainstCpu's bound, and
 // the generic rung's bits), within the bound with automatic and forced
@@ -994,11 +994,13 @@ TEST(MmqSmallTest, MatchesCpuAndTheTiledKernel) {
           ASSERT_EQ(err, cudaSuccess);
           const RefTable refs = MakeRefTable(hw, a);
           struct Form {
-            int form, mt;
+            int form, mt, stages;
             const char* name;
           };
-          for (const Form f : {Form{kMmqSmallDirect, 0, "direct"}, Form{kMmqSmallStaged, 1, "staged mt1"},
-                               Form{kMmqSmallStaged, 2, "staged mt2"}}) {
+          for (const Form f : {Form{kMmqSmallDirect, 0, 0, "direct"},
+                               Form{kMmqSmallStaged, 1, 4, "staged mt1"},
+                               Form{kMmqSmallStaged, 1, 3, "staged mt1 3 stages"},
+                               Form{kMmqSmallStaged, 2, 4, "staged mt2"}}) {
             const std::string what = Describe(type, q6k, rows, k, nt) + " " + f.name;
             auto run = [&](int split) {
               MmqTuning tu;
@@ -1007,6 +1009,7 @@ TEST(MmqSmallTest, MatchesCpuAndTheTiledKernel) {
               tu.split_bytes = ws_bytes;
               tu.small_form = f.form;
               tu.small_mtiles = f.mt;
+              tu.small_stages = f.stages;
               return RunPoisoned(rows, nt, [&](float* y) {
                 MmqSegments seg;
                 seg.n = 1;
