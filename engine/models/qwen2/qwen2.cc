@@ -54,23 +54,19 @@ absl::StatusOr<const Weight*> Qwen2Model::Resolve(const gguf::GgufFile& f, const
 
 absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::GgufFile& f) {
   ASSIGN_OR_RETURN(std::string arch, f.GetString("general.architecture"));
-  if (arch != "qwen2" && arch != "qwen3" && arch != "llama") {
+  const ArchitectureSpec* spec = FindArchitecture(arch);
+  if (spec == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("model '", f.path(), "': architecture '", arch,
                                                    "' is not supported (supported: ",
-                                                   kSupportedArchitectures, ")"));
+                                                   SupportedArchitectures(), ")"));
   }
-  const bool qwen3 = arch == "qwen3";
-  const bool llama = arch == "llama";
   std::unique_ptr<Qwen2Model> m(new Qwen2Model);
   Qwen2Hparams& hp = m->hp_;
   hp.arch = arch;
-  // llama.cpp ropes `llama` on adjacent pairs, the Qwen family NeoX-style.
-  hp.rope_style = llama ? RopeStyle::kInterleaved : RopeStyle::kNeoX;
-  // Llama's defaults where a file leaves the key out (llama.cpp's too).
-  if (llama) {
-    hp.rope_base = 10000.0f;
-    hp.rms_eps = 1e-5f;
-  }
+  hp.rope_style = spec->rope_style;
+  // Defaults where a file leaves the key out.
+  hp.rope_base = spec->default_rope_base;
+  hp.rms_eps = spec->default_rms_eps;
   // Keys are named after the architecture: "qwen3.block_count", ...
   const std::string A = arch + ".";
   auto get_int = [&](const std::string& key, int64_t* out) -> absl::Status {
@@ -207,8 +203,8 @@ absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::Ggu
     ASSIGN_OR_RETURN(L.bk, m->Resolve(f, p + "attn_k.bias", {KV}, true));
     ASSIGN_OR_RETURN(L.bv, m->Resolve(f, p + "attn_v.bias", {KV}, true));
     // Qwen3's per-head q/k norms are part of the architecture: required.
-    ASSIGN_OR_RETURN(L.q_norm, m->Resolve(f, p + "attn_q_norm.weight", {HD}, !qwen3));
-    ASSIGN_OR_RETURN(L.k_norm, m->Resolve(f, p + "attn_k_norm.weight", {HD}, !qwen3));
+    ASSIGN_OR_RETURN(L.q_norm, m->Resolve(f, p + "attn_q_norm.weight", {HD}, !spec->qk_norm));
+    ASSIGN_OR_RETURN(L.k_norm, m->Resolve(f, p + "attn_k_norm.weight", {HD}, !spec->qk_norm));
     if ((L.q_norm == nullptr) != (L.k_norm == nullptr)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model '", f.path(), "': layer ", l, " has one of attn_q_norm / attn_k_norm, not both"));

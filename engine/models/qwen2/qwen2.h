@@ -18,6 +18,9 @@
 // architecture), with the optional per-pair frequency factors of the tensor
 // rope_freqs.weight [head_dim/2] (Llama 3.1/3.2's "llama3" context scaling
 // baked into the file: pair i turns by pos * base^(-2i/d) / factor_i).
+// Which architecture gets which switches is the registry's row
+// (engine/models/architectures.h); q/k/v biases are read when a file has
+// them, for every architecture, as llama.cpp does.
 #ifndef MINFER_ENGINE_MODELS_QWEN2_QWEN2_H_
 #define MINFER_ENGINE_MODELS_QWEN2_QWEN2_H_
 
@@ -30,6 +33,7 @@
 #include "engine/gguf/gguf.h"
 #include "engine/graph/graph.h"
 #include "engine/graph/weight.h"
+#include "engine/models/architectures.h"
 
 namespace minfer::models {
 
@@ -52,8 +56,6 @@ struct Qwen2Hparams {
   int64_t n_embd_q() const { return n_head * head_dim; }  // q and attention output
 };
 
-// The architectures FromGguf reads, for error messages and listings.
-inline constexpr const char* kSupportedArchitectures = "qwen2, qwen3, llama";
 
 struct Qwen2Layer {
   const graph::Weight* attn_norm = nullptr;
@@ -78,6 +80,8 @@ class Qwen2Model {
  public:
   // Reads hyperparameters (errors name the missing/invalid key) and resolves
   // every weight by name once, checking its shape (errors name the tensor).
+  // An architecture without a registry row is INVALID_ARGUMENT naming the
+  // supported ones.
   static absl::StatusOr<std::unique_ptr<Qwen2Model>> FromGguf(const gguf::GgufFile& file);
 
   const Qwen2Hparams& hparams() const { return hp_; }
