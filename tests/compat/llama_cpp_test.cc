@@ -257,7 +257,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // Llama 3: adjacent-pair RoPE with rope_freqs factors,
                       // BOS, the llama-bpe pre-tokenizer.
                       std::pair{"llama-tiny", "f32"}, std::pair{"llama-tiny", "q8_0"},
-                      std::pair{"llama-tiny", "q4_k_m"}),
+                      std::pair{"llama-tiny", "q4_k_m"},
+                      // Tied head over the full 128,256-token vocabulary.
+                      std::pair{"llama-small", "q8_0"}),
     [](const auto& info) {
       std::string n = info.param.first + "_" + info.param.second;
       for (char& c : n) {
