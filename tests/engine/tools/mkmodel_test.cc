@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "engine/gguf/gguf.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/session.h"
+#include "engine/tools/commands.h"
 #include "engine/tools/model_spec.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -303,6 +305,42 @@ TEST(MkModelTest, LlamaTinyFile) {
   EXPECT_EQ(tok.TokenText(*tok.bos_id()), "<|begin_of_text|>");
   EXPECT_EQ(tok.TokenText(*tok.eos_id()), "<|eot_id|>");
   EXPECT_EQ(tok.vocab_size(), 1536 + 256);
+}
+
+}  // namespace
+}  // namespace minfer::tools
+
+namespace minfer::tools {
+namespace {
+
+int RunMkModel(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return MkModelMain(static_cast<int>(argv.size()), argv.data());
+}
+
+// `minfer mkmodel --arch FAMILY --shape SHAPE`: the family's preset of that
+// name (llama + tiny = llama-tiny, llama + 3.2-1b = llama3.2-1b, qwen3 +
+// tiny = qwen3-tiny, qwen2 + tiny = tiny); a preset of another family is
+// refused.
+TEST(MkModelCmdTest, ArchPicksTheFamilysPreset) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp ? tmp : "/tmp";
+  for (const auto& [arch, shape] : std::vector<std::pair<std::string, std::string>>{
+           {"llama", "tiny"}, {"qwen3", "tiny"}, {"qwen2", "tiny"}}) {
+    SCOPED_TRACE(arch);
+    const std::string out = dir + "/cmd-" + arch + ".gguf";
+    ASSERT_EQ(RunMkModel({"mkmodel", "--arch", arch, "--shape", shape, "--type", "q8_0",
+                          "--threads", "2", "-o", out}),
+              0);
+    auto f = gguf::GgufFile::Open(out);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(*(*f)->GetString("general.architecture"), arch);
+  }
+  EXPECT_EQ(RunMkModel({"mkmodel", "--arch", "qwen3", "--shape", "llama-tiny", "-o",
+                        dir + "/never.gguf"}),
+            2);
+  EXPECT_FALSE(std::ifstream(dir + "/never.gguf").good());
 }
 
 }  // namespace
