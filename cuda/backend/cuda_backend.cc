@@ -883,8 +883,12 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
                                                        static_cast<int>(n.p.rope_style)));
       }
       const auto& s = n.shape;
+      // The factors are read on the host (the weight's mapped bytes) into
+      // the launch's frequency table.
+      const graph::Weight* factors = graph::RopeFactors(n);
       return Check(LaunchRope(f(0), i32(1), out, s.ne[0], s.ne[1], s.ne[2], n.p.n_rot,
-                              n.p.rope_style == graph::RopeStyle::kNeoX ? 0 : 1, n.p.rope_base, st),
+                              n.p.rope_style == graph::RopeStyle::kNeoX ? 0 : 1, n.p.rope_base, st,
+                              factors ? reinterpret_cast<const float*>(factors->data) : nullptr),
                    "RoPE");
     }
     case OpKind::kKvcacheStore: {
@@ -1053,6 +1057,7 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
                                                        " positions for ", nt, " tokens"));
       }
       const float* bias[3] = {nullptr, nullptr, nullptr};
+      const graph::Weight* factors = graph::RopeFactors(n);  // host bytes, as for RoPE
       for (int j = 0; j < 3; ++j) {
         ASSIGN_OR_RETURN(const WeightView* w, Weight(n.weights[j]));
         if (w) bias[j] = static_cast<const float*>(w->data);
@@ -1074,7 +1079,9 @@ absl::Status CudaBackend::Dispatch(const Node& n, const ExecArgs& a) {
       return Check(LaunchQkvBiasRopeStore(q, k, v, bias[0], bias[1], bias[2], i32(pos_index), nt,
                                           out, kc, vc, ap,
                                           p.rope_style == graph::RopeStyle::kNeoX ? 0 : 1,
-                                          p.rope_base, err_flag, st, rows),
+                                          p.rope_base, err_flag, st, rows,
+                                          factors ? reinterpret_cast<const float*>(factors->data)
+                                                  : nullptr),
                    "QkvBiasRopeStore");
     }
     case OpKind::kTopK: {

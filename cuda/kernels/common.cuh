@@ -247,17 +247,20 @@ __device__ __forceinline__ float4 kv_to_float4(const KvRaw<KV>& r) {
 
 // --- RoPE -----------------------------------------------------------------------
 
-// Rotation frequencies freq[i] = powf(base, -2i/n_rot), computed on the host
-// with the same float expression as the CPU backend (so both rotate by the
-// same angles) and passed by value (a graph constant).
+// Rotation frequencies freq[i] = powf(base, -2i/n_rot) (divided by the
+// frequency factor factors[i] when there are factors: Llama 3.1's
+// rope_freqs), computed on the host with the same float expressions as the
+// CPU backend (so both rotate by the same angles) and passed by value (a
+// graph constant).
 inline constexpr int kRopeMaxPairs = 128;  // n_rot <= 256
 struct RopeFreqs {
   float f[kRopeMaxPairs];
 };
 
 // Fills freq[0, n_rot/2) on the host (defined in rope.cu); false when n_rot
-// is not even, positive and <= 2 * kRopeMaxPairs.
-bool MakeRopeFreqs(int n_rot, float base, RopeFreqs* out);
+// is not even, positive and <= 2 * kRopeMaxPairs. `factors` is a HOST
+// pointer to n_rot/2 floats, or null.
+bool MakeRopeFreqs(int n_rot, float base, const float* factors, RopeFreqs* out);
 
 // cos/sin of theta = float(pos) * freq rounded to float, evaluated in double
 // and rounded to float — what the CPU computes (std::cos/std::sin of the

@@ -75,9 +75,11 @@ cudaError_t LaunchRmsNormMmq(const float* x, const float* w, float eps, void* ac
 // CPU does: theta = float(pos) * powf(base, -2i/n_rot) rounded to float, then
 // cos/sin of that float (in double, rounded). n_rot == 0 means head_dim;
 // n_rot must be even, <= head_dim and <= 256. Dims past n_rot pass through.
+// host_factors (a HOST pointer, read during the call; may be null): n_rot/2
+// frequency factors, freq[i] = powf(base, -2i/n_rot) / host_factors[i].
 cudaError_t LaunchRope(const float* x, const int32_t* pos, float* y, int64_t head_dim,
                        int64_t n_heads, int64_t nt, int n_rot, int style, float base,
-                       cudaStream_t stream);
+                       cudaStream_t stream, const float* host_factors = nullptr);
 
 // --- KV cache -----------------------------------------------------------------
 // Writes k/v rows (n_kv_embd floats per token) of nt tokens to cache row
@@ -100,13 +102,15 @@ cudaError_t LaunchKvStore(const float* k, const float* v, const int32_t* pos, in
 // head_dim % 32 == 0; nt <= 65535.
 // `rows` (may be null: the positions) are the cache rows of the store, for
 // a paged cache (graph.h), where a token's row is not its position.
+// host_rope_factors: as LaunchRope's host_factors (head_dim/2 values).
 cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* v,
                                    const float* bq, const float* bk, const float* bv,
                                    const int32_t* pos, int64_t nt, float* q_out, void* k_cache,
                                    void* v_cache,
                                    const AttnParams& p, int rope_style, float rope_base,
                                    int32_t* error_flag, cudaStream_t stream,
-                                   const int32_t* rows = nullptr);
+                                   const int32_t* rows = nullptr,
+                                   const float* host_rope_factors = nullptr);
 
 // --- attention ----------------------------------------------------------------
 // Decode (one query token at position pos[0]): split-KV over kAttnSplits

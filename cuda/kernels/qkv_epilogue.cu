@@ -95,7 +95,8 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
                                    const float* bk, const float* bv, const int32_t* pos, int64_t nt,
                                    float* q_out, void* k_cache, void* v_cache, const AttnParams& p,
                                    int rope_style, float rope_base, int32_t* error_flag,
-                                   cudaStream_t stream, const int32_t* rows) {
+                                   cudaStream_t stream, const int32_t* rows,
+                                   const float* host_rope_factors) {
   if (nt < 0 || nt > 65535) return cudaErrorInvalidValue;
   if (nt == 0) return cudaSuccess;
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
@@ -105,7 +106,9 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
   if (p.kv_type == KvType::kQ8_0 && p.head_dim % 32 != 0) return cudaErrorInvalidValue;
   if (p.kv_type == KvType::kF16 && p.head_dim % 4 != 0) return cudaErrorInvalidValue;
   RopeFreqs freqs;
-  if (!MakeRopeFreqs(p.head_dim, rope_base, &freqs)) return cudaErrorInvalidValue;
+  if (!MakeRopeFreqs(p.head_dim, rope_base, host_rope_factors, &freqs)) {
+    return cudaErrorInvalidValue;
+  }
   QkvArgs a;
   a.src[0] = q;
   a.src[1] = k;

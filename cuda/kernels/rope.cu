@@ -59,24 +59,25 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-bool MakeRopeFreqs(int n_rot, float base, RopeFreqs* out) {
+bool MakeRopeFreqs(int n_rot, float base, const float* factors, RopeFreqs* out) {
   if (n_rot <= 0 || n_rot % 2 != 0 || n_rot / 2 > kRopeMaxPairs) return false;
   for (int i = 0; i < n_rot / 2; ++i) {
-    // Exactly the CPU backend's expression (engine/cpu/elementwise.cc).
+    // Exactly the CPU backend's expressions (engine/cpu/elementwise.cc).
     out->f[i] = std::pow(base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
+    if (factors != nullptr) out->f[i] /= factors[i];
   }
   return true;
 }
 
 cudaError_t LaunchRope(const float* x, const int32_t* pos, float* y, int64_t head_dim,
                        int64_t n_heads, int64_t nt, int n_rot, int style, float base,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, const float* host_factors) {
   if (nt <= 0 || n_heads <= 0) return cudaSuccess;
   if (n_rot == 0) n_rot = static_cast<int>(head_dim);
   RopeFreqs freqs;
   if (style != 0 && style != 1) return cudaErrorInvalidValue;
   if (head_dim <= 0 || n_rot > head_dim || n_heads * head_dim > (int64_t{1} << 30) ||
-      !MakeRopeFreqs(n_rot, base, &freqs)) {
+      !MakeRopeFreqs(n_rot, base, host_factors, &freqs)) {
     return cudaErrorInvalidValue;
   }
   const unsigned blocks = static_cast<unsigned>(nt < 65536 ? nt : 65536);

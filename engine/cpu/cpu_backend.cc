@@ -153,8 +153,10 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
           node.p.rope_style != graph::RopeStyle::kInterleaved) {
         return absl::InvalidArgumentError("cpu RoPE: unknown style");
       }
+      const graph::Weight* factors = graph::RopeFactors(node);
       RopeF32(f(0), i32(1), out, s.ne[0], s.ne[1], s.ne[2], node.p.n_rot, node.p.rope_style,
-              node.p.rope_base);
+              node.p.rope_base,
+              factors ? reinterpret_cast<const float*>(factors->data) : nullptr);
       return absl::OkStatus();
     }
     case OpKind::kKvcacheStore: {
@@ -262,6 +264,8 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       ASSIGN_OR_RETURN(uint8_t * vc, Ptr(args.kv->v, args.kv->v.bytes));
       // Token by token, each gathered into one scratch row q | k | v.
       std::vector<float> qkv(nq + 2 * nkv);
+      const graph::Weight* fw = graph::RopeFactors(node);
+      const float* factors = fw ? reinterpret_cast<const float*>(fw->data) : nullptr;
       for (int64_t t = 0; t < nt; ++t) {
         int64_t off = 0;
         for (int j = 0; j < 3; ++j) {
@@ -273,9 +277,9 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
           off += sizes[j];
         }
         RopeF32(qkv.data(), pos + t, out + t * nq, p.head_dim, p.n_head, 1, p.n_rot,
-                p.rope_style, p.rope_base);
+                p.rope_style, p.rope_base, factors);
         RopeF32(qkv.data() + nq, pos + t, qkv.data() + nq, p.head_dim, p.n_head_kv, 1, p.n_rot,
-                p.rope_style, p.rope_base);
+                p.rope_style, p.rope_base, factors);
         RETURN_IF_ERROR(
             KvStore(qkv.data() + nq, qkv.data() + nq + nkv, rows + t, 1, args.kv_layout, kc, vc));
       }

@@ -77,13 +77,14 @@ void RmsNormRows(ThreadPool& pool, const float* x, const float* w, float eps, fl
 }
 
 void RopeF32(const float* x, const int32_t* pos, float* y, int64_t head_dim, int64_t n_heads,
-             int64_t nt, int n_rot, graph::RopeStyle style, float base) {
+             int64_t nt, int n_rot, graph::RopeStyle style, float base, const float* factors) {
   const int half = n_rot / 2;
   std::vector<float> freq(half);
-  // Computed in float as powf(base, -2i/n_rot), the form GPU kernels use,
-  // so both backends rotate by the same angles.
+  // Computed in float as powf(base, -2i/n_rot) (divided by the factor), the
+  // form GPU kernels use, so both backends rotate by the same angles.
   for (int i = 0; i < half; ++i) {
     freq[i] = std::pow(base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
+    if (factors != nullptr) freq[i] /= factors[i];
   }
   std::vector<float> cs(half), sn(half);
   for (int64_t t = 0; t < nt; ++t) {

@@ -26,9 +26,12 @@ void SoftmaxRows(const float* a, float* y, int64_t ne0, int64_t rows);
 void RmsNormRows(ThreadPool& pool, const float* x, const float* w, float eps, float* y,
                  int64_t ne0, int64_t rows);
 
-// Rotary embedding of x [head_dim, n_heads, nt] -> y (may alias x).
+// Rotary embedding of x [head_dim, n_heads, nt] -> y (may alias x). Pair i
+// turns by pos * freq[i], freq[i] = powf(base, -2i/n_rot) / factors[i] in
+// float (factors: n_rot/2 values, or null for none).
 void RopeF32(const float* x, const int32_t* pos, float* y, int64_t head_dim, int64_t n_heads,
-             int64_t nt, int n_rot, graph::RopeStyle style, float base);
+             int64_t nt, int n_rot, graph::RopeStyle style, float base,
+             const float* factors = nullptr);
 
 void PermuteF32(const float* x, const graph::Shape& xs, const std::array<int8_t, 4>& perm,
                 float* y);

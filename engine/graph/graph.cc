@@ -216,7 +216,7 @@ NodeId GraphBuilder::MatMul(NodeId x, const Weight* w, std::string name) {
 }
 
 NodeId GraphBuilder::RoPE(NodeId x, NodeId pos, RopeStyle style, float base, int n_rot,
-                          std::string name) {
+                          std::string name, const Weight* factors) {
   if (!Valid(x) || !Valid(pos)) return kNoNode;
   const Node& nx = node(x);
   const Node& np = node(pos);
@@ -228,7 +228,12 @@ NodeId GraphBuilder::RoPE(NodeId x, NodeId pos, RopeStyle style, float base, int
              absl::StrCat("x ", nx.shape.ToString(), " needs i32 positions [", nx.shape.ne[2],
                           "] and an even n_rot <= head_dim (n_rot ", n_rot, ")")))
     return kNoNode;
+  if (!Check(factors == nullptr || (factors->type == GgmlType::kF32 && factors->dims.size() == 1 &&
+                                    factors->ne0() == n_rot / 2),
+             "RoPE " + name, absl::StrCat("frequency factors must be f32 [", n_rot / 2, "]")))
+    return kNoNode;
   Node n = Unary(OpKind::kRoPE, nx, std::move(name));
+  if (factors != nullptr) n.weights = {factors};
   n.inputs.push_back(pos);
   n.p.rope_style = style;
   n.p.rope_base = base;
@@ -433,7 +438,8 @@ NodeId GraphBuilder::FusedQKV(NodeId x, const Weight* wq, const Weight* wk, cons
 NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
                                       const Weight* bk, const Weight* bv, NodeId pos, int n_head,
                                       int n_head_kv, int head_dim, RopeStyle style, float base,
-                                      int layer, std::string name, NodeId rows) {
+                                      int layer, std::string name, NodeId rows,
+                                      const Weight* rope_factors) {
   std::string label = "QkvBiasRopeStore " + name;
   if (!Check(qkv.size() == 1 || qkv.size() == 3, label, "needs qkv or q, k, v")) return kNoNode;
   for (NodeId id : qkv) {
@@ -455,6 +461,11 @@ NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
   if (!Check(bias_ok(bq, nq) && bias_ok(bk, nkv) && bias_ok(bv, nkv), label,
              "biases must be f32 and match q/k/v"))
     return kNoNode;
+  if (!Check(rope_factors == nullptr ||
+                 (rope_factors->type == GgmlType::kF32 && rope_factors->dims.size() == 1 &&
+                  rope_factors->ne0() == head_dim / 2),
+             label, absl::StrCat("RoPE frequency factors must be f32 [", head_dim / 2, "]")))
+    return kNoNode;
   Node n;
   n.op = OpKind::kQkvBiasRopeStore;
   n.shape = Shape(head_dim, n_head, nt);
@@ -468,6 +479,7 @@ NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
   n.inputs.push_back(pos);
   if (rows != kNoNode) n.inputs.push_back(rows);
   n.weights = {bq, bk, bv};
+  if (rope_factors != nullptr) n.weights.push_back(rope_factors);
   n.p.n_head = n_head;
   n.p.n_head_kv = n_head_kv;
   n.p.head_dim = head_dim;

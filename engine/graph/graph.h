@@ -14,7 +14,10 @@
 //                    order), x is [K, nt], y is [N, nt]
 //   RoPE x, pos      rotary embedding of x [head_dim, n_heads, nt] at positions
 //                    pos [nt] (i32), NeoX (pairs i, i + n_rot/2) or
-//                    interleaved (pairs 2i, 2i+1) style
+//                    interleaved (pairs 2i, 2i+1; llama.cpp's "normal" mode,
+//                    Llama's) style. Pair i turns by pos * base^(-2i/n_rot)
+//                    / f[i]; f is the optional weight [n_rot/2] f32 of
+//                    frequency factors (Llama 3.1's rope_freqs), else 1
 //   KvcacheStore k, v, pos   writes rows k[:, t], v[:, t] into the layer's KV
 //                    cache at rows pos[t] (a paged cache: the token's
 //                    physical row); output is a 1-element token that orders
@@ -48,7 +51,8 @@
 //                    at positions pos[t], stores k and v of token t at cache
 //                    row rows[t] (pos[t] without rows); output is the roped q
 //                    [head_dim, n_head, nt]; qkv is one FusedQKV output
-//                    (planar) or q, k, v given separately
+//                    (planar) or q, k, v given separately; weights[3], when
+//                    present and non-null, are RoPE's frequency factors
 //   FusedFFN x       silu(Wgate x) * (Wup x)  (decode only)
 //   TopK logits, mode   per column r of logits [n_vocab, n_out] (ids >=
 //                    p.vocab_limit excluded): mode[r] 0 = nothing (the row is
@@ -152,7 +156,8 @@ struct Node {
   Shape shape;
   std::vector<NodeId> inputs;
   // Weights the op reads: MatMul/GetRows/RmsNorm/Add/Mul: [0];
-  // FusedQKV: Wq, Wk, Wv; QkvBiasRopeStore: bq, bk, bv; FusedFFN: Wgate, Wup.
+  // FusedQKV: Wq, Wk, Wv; QkvBiasRopeStore: bq, bk, bv [, rope factors];
+  // RoPE: [rope factors] (empty: none); FusedFFN: Wgate, Wup.
   std::vector<const Weight*> weights;
   OpParams p;
   std::string name;  // for logs and errors, e.g. "blk.3.q"
@@ -164,6 +169,13 @@ struct Node {
 // positions, then optionally the cache rows of the store.
 inline int QkvParts(const Node& n) { return n.inputs.size() >= 4 ? 3 : 1; }
 inline bool QkvHasRows(const Node& n) { return n.inputs.size() == 3 || n.inputs.size() == 5; }
+
+// The RoPE frequency factors of a RoPE or QkvBiasRopeStore node (f32
+// [n_rot / 2]), or null when the node has none.
+inline const Weight* RopeFactors(const Node& n) {
+  const size_t i = n.op == OpKind::kRoPE ? 0 : 3;
+  return n.weights.size() > i ? n.weights[i] : nullptr;
+}
 
 // Which tensors of the graph the runtime fills and reads.
 struct GraphIO {
@@ -218,7 +230,9 @@ class GraphBuilder {
   NodeId RmsNorm(NodeId x, const Weight* w, float eps, std::string name = "");
   NodeId QkNorm(NodeId x, const Weight* w, float eps, std::string name = "");
   NodeId MatMul(NodeId x, const Weight* w, std::string name = "");
-  NodeId RoPE(NodeId x, NodeId pos, RopeStyle style, float base, int n_rot, std::string name = "");
+  // factors: RoPE frequency factors, f32 [n_rot / 2], or null.
+  NodeId RoPE(NodeId x, NodeId pos, RopeStyle style, float base, int n_rot, std::string name = "",
+              const Weight* factors = nullptr);
   NodeId KvcacheStore(NodeId k, NodeId v, NodeId pos, int layer, std::string name = "");
   // shape: [n_kv_embd, n_ctx]; dtype: the cache element type.
   NodeId KvcacheLoad(NodeId store, int layer, KvKind kv, Shape shape, DType dtype,
@@ -239,10 +253,12 @@ class GraphBuilder {
                   std::string name = "");
   // qkv: a FusedQKV output, or three inputs q, k, v given separately.
   // rows: the cache rows of the store (kNoNode: the positions).
+  // rope_factors: as RoPE's factors (f32 [head_dim / 2]), or null.
   NodeId QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq, const Weight* bk,
                           const Weight* bv, NodeId pos, int n_head, int n_head_kv,
                           int head_dim, RopeStyle style, float base, int layer,
-                          std::string name = "", NodeId rows = kNoNode);
+                          std::string name = "", NodeId rows = kNoNode,
+                          const Weight* rope_factors = nullptr);
   NodeId FusedFFN(NodeId x, const Weight* wgate, const Weight* wup, std::string name = "");
   NodeId TopK(NodeId logits, NodeId mode, int top_k, int vocab_limit, std::string name = "");
 

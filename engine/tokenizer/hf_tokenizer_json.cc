@@ -47,28 +47,53 @@ bool LooksSpecial(absl::string_view s) {
          (absl::StartsWith(s, "<\xEF\xBD\x9C") && absl::EndsWith(s, "\xEF\xBD\x9C>"));
 }
 
-bool IsQwen2PreTokenizer(const json& pre) {
+// The split regex of a Split + ByteLevel(use_regex false) pre-tokenizer
+// sequence (Qwen2's and Llama 3's shape), or nullopt for any other shape.
+std::optional<std::string> SplitRegex(const json& pre) {
   const std::optional<std::string> type = StringMember(pre, "type");
-  if (!type || *type != "Sequence") return false;
+  if (!type || *type != "Sequence") return std::nullopt;
   const json* list = Member(pre, "pretokenizers");
-  if (list == nullptr || !list->is_array() || list->size() != 2) return false;
+  if (list == nullptr || !list->is_array() || list->size() != 2) return std::nullopt;
   const json& split = (*list)[0];
   const json& byte_level = (*list)[1];
-  if (StringMember(split, "type") != std::optional<std::string>("Split")) return false;
+  if (StringMember(split, "type") != std::optional<std::string>("Split")) return std::nullopt;
   const json* pattern = Member(split, "pattern");
-  if (pattern == nullptr) return false;
-  if (StringMember(*pattern, "Regex") != std::optional<std::string>(std::string(kQwen2SplitRegex))) {
-    return false;
-  }
-  if (StringMember(split, "behavior") != std::optional<std::string>("Isolated")) return false;
+  if (pattern == nullptr) return std::nullopt;
+  std::optional<std::string> regex = StringMember(*pattern, "Regex");
+  if (StringMember(split, "behavior") != std::optional<std::string>("Isolated")) return std::nullopt;
   const json* invert = Member(split, "invert");
-  if (invert != nullptr && !(invert->is_boolean() && !invert->get<bool>())) return false;
-  if (StringMember(byte_level, "type") != std::optional<std::string>("ByteLevel")) return false;
+  if (invert != nullptr && !(invert->is_boolean() && !invert->get<bool>())) return std::nullopt;
+  if (StringMember(byte_level, "type") != std::optional<std::string>("ByteLevel")) {
+    return std::nullopt;
+  }
   const json* use_regex = Member(byte_level, "use_regex");
   const json* prefix = Member(byte_level, "add_prefix_space");
-  if (use_regex == nullptr || !use_regex->is_boolean() || use_regex->get<bool>()) return false;
-  if (prefix != nullptr && !(prefix->is_boolean() && !prefix->get<bool>())) return false;
-  return true;
+  if (use_regex == nullptr || !use_regex->is_boolean() || use_regex->get<bool>()) {
+    return std::nullopt;
+  }
+  if (prefix != nullptr && !(prefix->is_boolean() && !prefix->get<bool>())) return std::nullopt;
+  return regex;
+}
+
+// The special token a TemplateProcessing post-processor (alone or in a
+// Sequence) puts before a single sequence: how Llama 3's tokenizer.json
+// says "prepend BOS". nullopt when there is none.
+std::optional<std::string> PrependedSpecial(const json& post) {
+  const std::optional<std::string> type = StringMember(post, "type");
+  if (type == std::optional<std::string>("Sequence")) {
+    const json* list = Member(post, "processors");
+    if (list == nullptr || !list->is_array()) return std::nullopt;
+    for (const json& p : *list) {
+      if (std::optional<std::string> t = PrependedSpecial(p)) return t;
+    }
+    return std::nullopt;
+  }
+  if (type != std::optional<std::string>("TemplateProcessing")) return std::nullopt;
+  const json* single = Member(post, "single");
+  if (single == nullptr || !single->is_array() || single->empty()) return std::nullopt;
+  const json* special = Member((*single)[0], "SpecialToken");
+  if (special == nullptr) return std::nullopt;
+  return StringMember(*special, "id");
 }
 
 // A token named in tokenizer_config.json: a string or {"content": ...}.
@@ -95,7 +120,7 @@ absl::Status ApplyConfig(const json& config, TokenizerData* data) {
     if (it == index.end()) return std::nullopt;
     return it->second;
   };
-  data->bos_id = lookup("bos_token");
+  if (std::optional<TokenId> bos = lookup("bos_token")) data->bos_id = bos;
   data->eos_id = lookup("eos_token");
   data->pad_id = lookup("pad_token");
   if (const json* add_bos = Member(config, "add_bos_token"); add_bos && add_bos->is_boolean()) {
@@ -122,15 +147,35 @@ absl::StatusOr<TokenizerData> TokenizerDataFromHfJsonText(absl::string_view text
         "' is not supported (only byte-level BPE)"));
   }
   const json* pre = Member(root, "pre_tokenizer");
-  if (pre == nullptr || !IsQwen2PreTokenizer(*pre)) {
+  const std::optional<std::string> regex = pre == nullptr ? std::nullopt : SplitRegex(*pre);
+  const bool qwen2 = regex == std::optional<std::string>(std::string(kQwen2SplitRegex));
+  const bool llama3 = regex == std::optional<std::string>(std::string(kLlama3SplitRegex));
+  if (!qwen2 && !llama3) {
     return absl::UnimplementedError(
-        absl::StrCat(name, ": pre-tokenizer is not Qwen2's (Split on the Qwen2 regex, then "
-                           "ByteLevel); minfer supports only that one"));
+        absl::StrCat(name, ": pre-tokenizer is neither Qwen2's nor Llama 3's (Split on their "
+                           "regex, then ByteLevel); minfer supports only those"));
   }
   const json* normalizer = Member(root, "normalizer");
-  if (normalizer == nullptr || StringMember(*normalizer, "type") != std::optional<std::string>("NFC")) {
+  const bool nfc = normalizer != nullptr &&
+                   StringMember(*normalizer, "type") == std::optional<std::string>("NFC");
+  const bool no_normalizer = normalizer == nullptr || normalizer->is_null();
+  if (qwen2 && !nfc) {
     return absl::UnimplementedError(
-        absl::StrCat(name, ": normalizer is not NFC; minfer supports only that one"));
+        absl::StrCat(name, ": normalizer is not NFC, which the Qwen2 pre-tokenizer needs"));
+  }
+  if (llama3 && !no_normalizer) {
+    return absl::UnimplementedError(
+        absl::StrCat(name, ": Llama 3's pre-tokenizer with a normalizer is not supported"));
+  }
+  // Llama 3's tokenizer (what minfer's llama-bpe implements) takes whole
+  // vocabulary entries as they are; a file without that setting would
+  // tokenize differently.
+  if (llama3) {
+    const json* ignore = Member(*model, "ignore_merges");
+    if (ignore == nullptr || !ignore->is_boolean() || !ignore->get<bool>()) {
+      return absl::UnimplementedError(
+          absl::StrCat(name, ": Llama 3's pre-tokenizer without ignore_merges is not supported"));
+    }
   }
 
   const json* vocab = Member(*model, "vocab");
@@ -180,7 +225,7 @@ absl::StatusOr<TokenizerData> TokenizerDataFromHfJsonText(absl::string_view text
   TokenizerData data;
   data.model_name = name;
   data.model = "gpt2";
-  data.pre = "qwen2";
+  data.pre = llama3 ? "llama-bpe" : "qwen2";
   data.tokens.reserve(entries.size());
   data.token_types.reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -205,6 +250,20 @@ absl::StatusOr<TokenizerData> TokenizerDataFromHfJsonText(absl::string_view text
     } else {
       return Malformed(name, absl::StrCat("merge #", data.merges.size(),
                                           " is neither \"a b\" nor [\"a\", \"b\"]"));
+    }
+  }
+  // A post-processor that prepends a special token to every input is BOS
+  // handling (Llama 3: <|begin_of_text|>).
+  if (const json* post = Member(root, "post_processor"); post != nullptr) {
+    if (std::optional<std::string> first = PrependedSpecial(*post)) {
+      for (size_t i = 0; i < data.tokens.size(); ++i) {
+        if (data.tokens[i] == *first &&
+            data.token_types[i] == static_cast<int32_t>(TokenType::kControl)) {
+          data.bos_id = static_cast<TokenId>(i);
+          data.add_bos = true;
+          break;
+        }
+      }
     }
   }
   return data;

@@ -2,15 +2,19 @@
 // file; e.g. Qwen2.5's), for tests, benchmarks and model writers.
 //
 // Supported: model type BPE with the Qwen2 pre-tokenizer (Split on the Qwen2
-// regex + ByteLevel without its own regex) and NFC normalization; anything
-// else is UNIMPLEMENTED. The result matches what llama.cpp's converter
-// writes to GGUF:
+// regex + ByteLevel without its own regex) and NFC normalization (pre
+// "qwen2"), or with Llama 3's (its regex, no normalizer, ignore_merges: pre
+// "llama-bpe"); anything else is UNIMPLEMENTED. The result matches what
+// llama.cpp's converter writes to GGUF:
 //  - base vocabulary entries are kNormal;
 //  - added tokens are kControl when marked "special" or shaped like
 //    "<|...|>" (llama.cpp's rule; so Qwen2.5's <|fim_prefix|> is a control
 //    token although its "special" flag is false), else kUserDefined;
 //  - ids no entry uses become "[PAD<id>]" of type kUnused;
 //  - merges become "left right" strings in file order.
+//  - a post_processor that puts a control token before every input
+//    (Llama 3's TemplateProcessing with <|begin_of_text|>) makes that token
+//    BOS with add_bos set.
 // From a tokenizer_config.json next to the file (when present and wanted):
 // chat_template, add_bos_token and the bos/eos/pad token ids.
 #ifndef MINFER_ENGINE_TOKENIZER_HF_TOKENIZER_JSON_H_
@@ -48,6 +52,10 @@ absl::StatusOr<TokenizerData> TokenizerDataFromHfJsonText(
 // The Qwen2 pre-tokenizer's split regex, as it appears in tokenizer.json.
 inline constexpr absl::string_view kQwen2SplitRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// Llama 3's (numbers in runs of up to three digits).
+inline constexpr absl::string_view kLlama3SplitRegex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 }  // namespace minfer::tokenizer
 

@@ -18,8 +18,10 @@ inline bool FoldsTo(char32_t cp, char lower) {
 // The scanner over one decoded text. Index n is one past the last code point.
 class Scanner {
  public:
-  Scanner(const char32_t* cps, const uint8_t* classes, size_t n)
-      : cps_(cps), cls_(classes), n_(n) {}
+  // max_digits: the longest number run one piece takes (1: Qwen2's \p{N},
+  // 3: Llama 3's \p{N}{1,3}).
+  Scanner(const char32_t* cps, const uint8_t* classes, size_t n, size_t max_digits)
+      : cps_(cps), cls_(classes), n_(n), max_digits_(max_digits) {}
 
   // End (code point index) of the match that starts at `i` (< n).
   size_t MatchAt(size_t i) const {
@@ -45,8 +47,13 @@ class Scanner {
     if (!(cls_[i] & (kCharNumber | kCharCrLf)) && i + 1 < n_ && IsLetter(i + 1)) {
       return LetterRunEnd(i + 1);
     }
-    // 3. \p{N}: a single digit.
-    if (cls_[i] & kCharNumber) return i + 1;
+    // 3. \p{N} or \p{N}{1,3}: greedy, so as many digits as there are, up
+    //    to the bound.
+    if (cls_[i] & kCharNumber) {
+      size_t j = i + 1;
+      while (j < n_ && j - i < max_digits_ && (cls_[j] & kCharNumber)) ++j;
+      return j;
+    }
     // 4. " ?[^\s\p{L}\p{N}]+[\r\n]*". The optional space is kept only when
     //    the class matches right after it; the trailing [\r\n]* is greedy.
     size_t j = i;
@@ -92,6 +99,7 @@ class Scanner {
   const char32_t* cps_;
   const uint8_t* cls_;
   size_t n_;
+  size_t max_digits_;
 };
 
 // Classes of ASCII code points, without a function call per character.
@@ -104,7 +112,8 @@ struct AsciiClasses {
 
 }  // namespace
 
-void SplitQwen2(absl::string_view text, SplitScratch* scratch, std::vector<PieceSpan>* out) {
+void SplitPieces(absl::string_view text, PreTokenizer kind, SplitScratch* scratch,
+                 std::vector<PieceSpan>* out) {
   if (text.empty()) return;
   static const AsciiClasses* ascii = new AsciiClasses();
   auto& offsets = scratch->offsets;
@@ -134,7 +143,7 @@ void SplitQwen2(absl::string_view text, SplitScratch* scratch, std::vector<Piece
   }
   const size_t n = cps.size();
   offsets.push_back(text.size());
-  const Scanner scanner(cps.data(), classes.data(), n);
+  const Scanner scanner(cps.data(), classes.data(), n, kind == PreTokenizer::kLlama3 ? 3 : 1);
   for (size_t i = 0; i < n;) {
     const size_t j = scanner.MatchAt(i);
     out->push_back({offsets[i], offsets[j]});
@@ -142,10 +151,10 @@ void SplitQwen2(absl::string_view text, SplitScratch* scratch, std::vector<Piece
   }
 }
 
-std::vector<std::string> SplitQwen2(absl::string_view text) {
+std::vector<std::string> SplitPieces(absl::string_view text, PreTokenizer kind) {
   SplitScratch scratch;
   std::vector<PieceSpan> spans;
-  SplitQwen2(text, &scratch, &spans);
+  SplitPieces(text, kind, &scratch, &spans);
   std::vector<std::string> pieces;
   pieces.reserve(spans.size());
   for (const PieceSpan& s : spans) {

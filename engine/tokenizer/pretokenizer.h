@@ -1,9 +1,14 @@
-// The Qwen2 pre-tokenizer: splits text into the pieces that byte-level BPE
-// then encodes one by one, exactly as Hugging Face's Qwen2 tokenizer does with
-// its split regex (tokenizer.json, pre_tokenizer Split, behavior Isolated):
+// The Qwen2 and Llama 3 pre-tokenizers: split text into the pieces that
+// byte-level BPE then encodes one by one, exactly as Hugging Face's
+// tokenizers do with their split regexes (tokenizer.json, pre_tokenizer
+// Split, behavior Isolated). Qwen2's:
 //
 //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}
 //   | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//
+// Llama 3's (GGUF tokenizer.ggml.pre = llama-bpe) is the same pattern with
+// numbers in runs of up to three digits, \p{N}{1,3}, instead of one:
+// "12345" is "123" + "45".
 //
 // implemented as a hand-written scanner over code points (no regex engine):
 // at each position the first alternative that matches wins, with the
@@ -33,7 +38,9 @@ struct PieceSpan {
   size_t end;
 };
 
-// Reusable buffers for SplitQwen2 (keeps allocations out of the hot loop).
+enum class PreTokenizer : uint8_t { kQwen2, kLlama3 };
+
+// Reusable buffers for Split (keeps allocations out of the hot loop).
 struct SplitScratch {
   std::vector<size_t> offsets;  // byte offset of each code point, plus the end
   std::vector<char32_t> cps;
@@ -43,10 +50,21 @@ struct SplitScratch {
 // Splits `text` (valid UTF-8, already NFC-normalized as the tokenizer does)
 // and appends the pieces, in order, to `out`. Empty text
 // yields no pieces.
-void SplitQwen2(absl::string_view text, SplitScratch* scratch, std::vector<PieceSpan>* out);
+void SplitPieces(absl::string_view text, PreTokenizer kind, SplitScratch* scratch,
+                 std::vector<PieceSpan>* out);
+inline void SplitQwen2(absl::string_view text, SplitScratch* scratch,
+                       std::vector<PieceSpan>* out) {
+  SplitPieces(text, PreTokenizer::kQwen2, scratch, out);
+}
 
-// Convenience form returning the pieces as strings (tests, tools).
-std::vector<std::string> SplitQwen2(absl::string_view text);
+// Convenience forms returning the pieces as strings (tests, tools).
+std::vector<std::string> SplitPieces(absl::string_view text, PreTokenizer kind);
+inline std::vector<std::string> SplitQwen2(absl::string_view text) {
+  return SplitPieces(text, PreTokenizer::kQwen2);
+}
+inline std::vector<std::string> SplitLlama3(absl::string_view text) {
+  return SplitPieces(text, PreTokenizer::kLlama3);
+}
 
 }  // namespace minfer::tokenizer
 

@@ -136,12 +136,20 @@ absl::Status Tokenizer::Build(TokenizerData data) {
         who, ": tokenizer model '", data.model,
         "' is not supported (minfer implements byte-level BPE, tokenizer.ggml.model = gpt2)"));
   }
-  if (data.pre != "qwen2") {
+  // llama.cpp's names for Llama 3's pre-tokenizer.
+  const bool llama3 = data.pre == "llama-bpe" || data.pre == "llama3" || data.pre == "llama-v3";
+  if (data.pre != "qwen2" && !llama3) {
     return absl::UnimplementedError(absl::StrCat(
         who, ": pre-tokenizer '", data.pre,
-        "' is not supported (minfer implements tokenizer.ggml.pre = qwen2)"));
+        "' is not supported (minfer implements tokenizer.ggml.pre = qwen2, llama-bpe)"));
   }
   pre_ = data.pre;
+  // Llama 3's tokenizer.json has no normalizer and sets ignore_merges (a
+  // piece that is a vocabulary entry is that token, whatever BPE would do);
+  // llama.cpp does both for this pre-tokenizer too.
+  split_ = llama3 ? PreTokenizer::kLlama3 : PreTokenizer::kQwen2;
+  nfc_ = !llama3;
+  ignore_merges_ = llama3;
   const size_t n = data.tokens.size();
   if (n == 0) {
     return absl::InvalidArgumentError(
@@ -321,7 +329,12 @@ absl::Status Tokenizer::Build(TokenizerData data) {
 
   if (eos_id_) stop_ids_.push_back(*eos_id_);
   if (eot_id_) stop_ids_.push_back(*eot_id_);
-  for (absl::string_view end_text : {kImEnd, absl::string_view("<|endoftext|>")}) {
+  // By text, as llama.cpp decides end of generation: ChatML's and Qwen's
+  // ends, and Llama 3's end of turn, end of text and end of message (a
+  // tool call awaiting its result).
+  for (absl::string_view end_text :
+       {kImEnd, absl::string_view("<|endoftext|>"), absl::string_view("<|eot_id|>"),
+        absl::string_view("<|end_of_text|>"), absl::string_view("<|eom_id|>")}) {
     const std::optional<TokenId> id = FindToken(end_text);
     if (id && types_[*id] == TokenType::kControl) stop_ids_.push_back(*id);
   }
@@ -409,11 +422,14 @@ void Tokenizer::EncodeImpl(absl::string_view text, bool parse_special,
 void Tokenizer::EncodeSegment(absl::string_view segment, Scratch* scratch,
                               std::vector<TokenId>* out) const {
   if (segment.empty()) return;
-  scratch->normalized.clear();
-  AppendNfc(segment, &scratch->normalized);
-  const absl::string_view text = scratch->normalized;
+  absl::string_view text = segment;
+  if (nfc_) {
+    scratch->normalized.clear();
+    AppendNfc(segment, &scratch->normalized);
+    text = scratch->normalized;
+  }
   scratch->pieces.clear();
-  SplitQwen2(text, &scratch->split, &scratch->pieces);
+  SplitPieces(text, split_, &scratch->split, &scratch->pieces);
   for (const PieceSpan& p : scratch->pieces) {
     EncodePiece(text.substr(p.begin, p.end - p.begin), scratch, out);
   }
@@ -431,6 +447,10 @@ void Tokenizer::EncodePiece(absl::string_view piece, Scratch* scratch,
   uint8_t memo = 0;
   if (auto it = bytes_index_.find(piece); it != bytes_index_.end()) {
     whole = it->second;
+    if (ignore_merges_) {
+      out->push_back(whole);
+      return;
+    }
     memo = whole_token_[whole].load(std::memory_order_relaxed);
     if (memo == 1) {
       out->push_back(whole);
@@ -574,7 +594,11 @@ absl::StatusOr<std::vector<TokenId>> Tokenizer::EncodeChat(
   Scratch scratch;
   std::vector<TokenId> out;
   out.reserve(prompt.size() / 3 + 8);
+  // A model that wants BOS gets exactly one at the start, whether its
+  // template writes bos_token (Llama 3's do) or not: llama.cpp's rule.
+  if (add_bos_ && bos_id_) out.push_back(*bos_id_);
   EncodeImpl(prompt, /*parse_special=*/true, ranges, &scratch, &out);
+  if (out.size() >= 2 && add_bos_ && bos_id_ && out[1] == *bos_id_) out.erase(out.begin());
   return out;
 }
 

@@ -1,6 +1,7 @@
-// Byte-level BPE tokenizer for GGUF "gpt2" vocabularies with the Qwen2
-// pre-tokenizer: produces the same token ids as Hugging Face's Qwen2
-// tokenizer (tokenizers/transformers) for the same vocabulary.
+// Byte-level BPE tokenizer for GGUF "gpt2" vocabularies with the Qwen2 or
+// the Llama 3 pre-tokenizer (tokenizer.ggml.pre = qwen2 / llama-bpe):
+// produces the same token ids as Hugging Face's Qwen2 and Llama 3 tokenizers
+// (tokenizers/transformers) for the same vocabulary.
 //
 // Encoding, in Hugging Face's order:
 //  1. Ill-formed UTF-8 in the input is replaced by U+FFFD, one per maximal
@@ -13,10 +14,14 @@
 //     "|", "im", ...), so untrusted text cannot inject control tokens — the
 //     semantics of HF's encode_special_tokens and llama.cpp's
 //     parse_special=false.
-//  3. Every other segment is NFC-normalized on its own, split by the Qwen2
-//     pre-tokenizer (pretokenizer.h), and each piece's UTF-8 bytes are
-//     BPE-merged by merge rank (ties: leftmost first), starting from the 256
-//     byte tokens. O(n log n) in a piece's length.
+//  3. Every other segment is NFC-normalized on its own (Qwen2; Llama 3 has
+//     no normalizer), split by the pre-tokenizer (pretokenizer.h), and each
+//     piece's UTF-8 bytes are BPE-merged by merge rank (ties: leftmost
+//     first), starting from the 256 byte tokens. O(n log n) in a piece's
+//     length. Llama 3 (HF's ignore_merges) takes a piece that is a whole
+//     ordinary token as that token without merging.
+//  The BOS token is prepended when the model's add_bos_token says so (Llama
+//  3 yes, Qwen2 no) and the caller does not turn it off.
 //
 // Decoding maps each token to its bytes (normal tokens through the
 // byte-level alphabet; added tokens as their text; unused tokens to nothing)
@@ -42,6 +47,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/pretokenizer.h"
 #include "engine/tokenizer/tokenizer_data.h"
 
 namespace minfer::tokenizer {
@@ -84,7 +90,9 @@ class Tokenizer {
   // template is unusable (naming the model), a bad role, the template fails
   // or refuses the conversation, options that are reserved or not valid
   // UTF-8, or — for a ChatML prompt — the vocabulary lacks <|im_start|> /
-  // <|im_end|> as control tokens.
+  // <|im_end|> as control tokens. A model with add_bos_token gets one BOS
+  // first, whether the template writes bos_token or not (llama.cpp's rule);
+  // otherwise the ids are the template's alone.
   absl::StatusOr<std::vector<TokenId>> EncodeChat(absl::Span<const ChatMessage> messages,
                                                   bool add_generation_prompt,
                                                   const ChatTemplateOptions& options = {}) const;
@@ -121,7 +129,8 @@ class Tokenizer {
   std::optional<TokenId> pad_id() const { return pad_id_; }
   bool add_bos() const { return add_bos_; }
   // Ids that end generation: EOS, EOT and, when they are control tokens,
-  // <|im_end|> and <|endoftext|>. Sorted, no duplicates.
+  // <|im_end|>, <|endoftext|>, <|eot_id|>, <|end_of_text|> and <|eom_id|>
+  // (llama.cpp's end-of-generation set). Sorted, no duplicates.
   const std::vector<TokenId>& stop_ids() const { return stop_ids_; }
   const std::string& model_name() const { return model_name_; }
   // The model's chat template, or why it is unusable.
@@ -176,6 +185,9 @@ class Tokenizer {
 
   std::string model_name_;
   std::string pre_;
+  PreTokenizer split_ = PreTokenizer::kQwen2;
+  bool nfc_ = true;             // NFC-normalize segments before splitting
+  bool ignore_merges_ = false;  // a piece that is a normal token is that token
   std::string text_arena_;             // vocabulary strings, concatenated
   std::vector<uint32_t> text_offsets_;  // vocab_size + 1 offsets into text_arena_
   std::vector<TokenType> types_;

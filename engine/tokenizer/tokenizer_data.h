@@ -31,7 +31,8 @@ struct TokenizerData {
   std::string model_name;
   // tokenizer.ggml.model; only "gpt2" (byte-level BPE) is supported.
   std::string model = "gpt2";
-  // tokenizer.ggml.pre; only "qwen2" is supported.
+  // tokenizer.ggml.pre; "qwen2" and Llama 3's "llama-bpe" (also spelled
+  // "llama3", "llama-v3") are supported.
   std::string pre = "qwen2";
   // tokenizer.ggml.tokens: token id -> vocabulary string (byte-level alphabet
   // for normal tokens, plain text for added ones).

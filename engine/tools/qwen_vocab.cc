@@ -1,5 +1,6 @@
 #include "engine/tools/qwen_vocab.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -116,6 +117,123 @@ absl::StatusOr<QwenVocab> LoadQwenVocab(const std::string& json_path, int64_t n_
     v.types[id] = absl::StartsWith(tok, "<|") ? kTokenControl : kTokenUserDefined;
     if (tok == "<|endoftext|>") v.bos_id = v.pad_id = static_cast<int32_t>(id);
     if (tok == "<|im_end|>") v.eos_id = static_cast<int32_t>(id);
+  }
+  for (int64_t id = n_base + n_added; id < n_vocab; ++id) {
+    v.tokens[id] = absl::StrCat("[PAD", id, "]");
+    v.types[id] = kTokenUnused;
+  }
+  v.n_normal = n_base;
+  return v;
+}
+
+namespace {
+
+// The eos_token of the tokenizer_config.json beside `json_path`, or "".
+std::string ConfigEosToken(const std::string& json_path) {
+  const size_t slash = json_path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : json_path.substr(0, slash);
+  std::ifstream in(dir + "/tokenizer_config.json");
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token")) return "";
+  const nlohmann::json& e = j["eos_token"];
+  if (e.is_string()) return e.get<std::string>();
+  if (e.is_object() && e.contains("content") && e["content"].is_string()) {
+    return e["content"].get<std::string>();
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<QwenVocab> LoadLlama3Vocab(const std::string& json_path, int64_t n_base,
+                                          int64_t n_vocab) {
+  auto parsed = ParsedJson(json_path);
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& j = **parsed;
+  const auto& vocab = j["model"]["vocab"];
+  const auto& merges = j["model"]["merges"];
+  const int64_t full_base = static_cast<int64_t>(vocab.size());
+  if (n_base < 256 || n_base > full_base) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab base size ", n_base, " must be in [256, ", full_base, "]"));
+  }
+  if (!j.contains("added_tokens") || !j["added_tokens"].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", json_path, "' has no added_tokens"));
+  }
+  // Added tokens in id order (the file lists them so; sorted to be sure).
+  std::vector<std::pair<int64_t, std::string>> added;
+  for (const auto& a : j["added_tokens"]) {
+    if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
+        !a["content"].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat("malformed added token in ", json_path));
+    }
+    added.emplace_back(a["id"].get<int64_t>(), a["content"].get<std::string>());
+  }
+  std::sort(added.begin(), added.end());
+  const int64_t n_added = static_cast<int64_t>(added.size());
+  if (n_vocab < n_base + n_added) {
+    return absl::InvalidArgumentError(absl::StrCat("model vocab ", n_vocab, " is smaller than ",
+                                                   n_base, " BPE + ", n_added, " added tokens"));
+  }
+  QwenVocab v;
+  v.tokens.assign(n_vocab, "");
+  v.types.assign(n_vocab, kTokenNormal);
+  std::unordered_map<std::string, int64_t> index;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const int64_t id = it.value().get<int64_t>();
+    if (id < 0 || id >= full_base) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " out of range in ", json_path));
+    }
+    if (id < n_base) {
+      v.tokens[id] = it.key();
+      index.emplace(it.key(), id);
+    }
+  }
+  for (int64_t id = 0; id < n_base; ++id) {
+    if (v.tokens[id].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " missing in ", json_path));
+    }
+  }
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const auto& m = merges[r];
+    std::string left, right;
+    if (m.is_array() && m.size() == 2) {
+      left = m[0].get<std::string>();
+      right = m[1].get<std::string>();
+    } else if (m.is_string()) {
+      const std::string both = m.get<std::string>();
+      const size_t sp = both.find(' ');
+      if (sp == std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat("merge ", r, " malformed in ", json_path));
+      }
+      left = both.substr(0, sp);
+      right = both.substr(sp + 1);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("merge ", r, " malformed in ", json_path));
+    }
+    if (index.count(left) && index.count(right) && index.count(left + right)) {
+      v.merges.push_back(left + " " + right);
+    }
+  }
+  for (int64_t k = 0; k < n_added; ++k) {
+    const int64_t id = n_base + k;
+    v.tokens[id] = added[k].second;
+    // Every Llama 3 added token is special (llama.cpp: control).
+    v.types[id] = kTokenControl;
+    if (added[k].second == "<|begin_of_text|>") v.bos_id = static_cast<int32_t>(id);
+  }
+  const std::string eos = ConfigEosToken(json_path);
+  for (int64_t k = 0; k < n_added; ++k) {
+    if (added[k].second == (eos.empty() ? "<|end_of_text|>" : eos)) {
+      v.eos_id = static_cast<int32_t>(n_base + k);
+    }
+  }
+  if (v.bos_id < 0 || v.eos_id < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", json_path, "' lacks <|begin_of_text|> or its eos token"));
   }
   for (int64_t id = n_base + n_added; id < n_vocab; ++id) {
     v.tokens[id] = absl::StrCat("[PAD", id, "]");

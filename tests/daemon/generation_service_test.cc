@@ -2,11 +2,13 @@
 // loopback port: streamed outputs against the engine's own output for the
 // same request, concurrency across models, unload and alias switches under
 // load, cancellation, deadlines, the queue bound and parameter validation.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "client/minfer_client.h"
 #include "daemon/daemon.h"
 #include "engine/base/thread_pool.h"
+#include "engine/runtime/model.h"
 #include "engine/tools/mkmodel.h"
 #include "engine/tools/model_spec.h"
 #include "gmock/gmock.h"
@@ -231,6 +234,55 @@ TEST_F(GenerationServiceTest, StreamMatchesInProcessGeneration) {
   ASSERT_TRUE(ri.ok()) << ri.status();
   EXPECT_EQ(ri->token_ids, refi->ids);
   EXPECT_EQ(ri->usage.prompt_tokens(), 3);
+}
+
+// A Llama 3 model through the daemon: text prompts start with BOS, a chat
+// is framed by the file's own template (Llama 3.2's) with one BOS, and the
+// streamed tokens equal the in-process generation's for both.
+TEST_F(GenerationServiceTest, LlamaModelServesTextAndChat) {
+  auto path = minfer::testing::TestModelPath("llama-tiny", "q8_0", 1);
+  ASSERT_TRUE(path.ok()) << path.status();
+  Start();
+  ASSERT_TRUE(Load(*client_, "llama", *path).ok());
+  v1::TokenizeRequest t;
+  t.set_model("llama");
+  t.set_text("Hello 12345");
+  auto tok = client_->Tokenize(t);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto model = runtime::Model::Load(*path, {.backend = "cpu"});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int32_t bos = *(*model)->tokenizer().bos_id();
+  ASSERT_GE(tok->ids_size(), 2);
+  EXPECT_EQ(tok->ids(0), bos);
+
+  const v1::GenerateRequest text = TextRequest("llama", "Hello world", 24);
+  auto r = client_->Generate(text);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto ref = ReferenceGenerate(*path, text);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_EQ(r->token_ids, ref->ids);
+  EXPECT_EQ(r->usage.completion_tokens(), 24);
+  EXPECT_GE(std::set<int32_t>(r->token_ids.begin(), r->token_ids.end()).size(), 12u);
+
+  v1::GenerateRequest chat = TextRequest("llama", "", 16);
+  chat.clear_text();
+  auto* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("Write <|eot_id|> a haiku");
+  auto rc = client_->Generate(chat);
+  auto refc = ReferenceGenerate(*path, chat);
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  ASSERT_TRUE(refc.ok()) << refc.status();
+  EXPECT_EQ(rc->token_ids, refc->ids);
+  auto want = (*model)->tokenizer().EncodeChat({{"user", "Write <|eot_id|> a haiku"}}, true);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(rc->usage.prompt_tokens(), static_cast<int32_t>(want->size()));
+  EXPECT_EQ((*want)[0], bos);
+  EXPECT_EQ(std::count(want->begin(), want->end(), bos), 1);
+  // The user's "<|eot_id|>" is text, not the control token: the only
+  // <|eot_id|> ids are the template's own end-of-turn markers.
+  const int32_t eot = *(*model)->tokenizer().FindToken("<|eot_id|>");
+  EXPECT_EQ(std::count(want->begin(), want->end(), eot), 2);  // system turn, user turn
 }
 
 TEST_F(GenerationServiceTest, UnsetSeedIsDrawnAndReported) {

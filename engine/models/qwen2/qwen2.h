@@ -1,17 +1,26 @@
-// The Qwen2 family of architectures: Qwen2 / Qwen2.5 (`qwen2`) and dense
-// Qwen3 (`qwen3`): hyperparameters and weights read from GGUF, and the layer
-// builder that turns them into a compute graph.
+// The dense pre-norm decoder architectures minfer runs: Qwen2 / Qwen2.5
+// (`qwen2`), dense Qwen3 (`qwen3`) and Llama 3.x (`llama`): hyperparameters
+// and weights read from GGUF, and the layer builder that turns them into a
+// compute graph.
 //
-// Per layer (pre-norm, GQA, SwiGLU FFN, NeoX RoPE):
+// Per layer (pre-norm, GQA, SwiGLU FFN, RoPE):
 //   h   = x + W_o · Attn(RoPE(N_q(W_q·n + b_q)), RoPE(N_k(W_k·n + b_k)), W_v·n + b_v),
 //         n = RmsNorm(x) * g_attn
 //   x'  = h + W_down · (silu(W_gate·m) * (W_up·m)),  m = RmsNorm(h) * g_ffn
 // logits = W_out · (RmsNorm(x_L) * g_out)   (W_out = token_embd when tied)
 // qwen2: QKV biases b_q, b_k, b_v; N_q = N_k = identity; head_dim = n_embd /
-// n_head. qwen3: no biases; N_q, N_k = RMSNorm of each head with its own
-// [head_dim] gain (attn_q_norm / attn_k_norm); head_dim from
-// attention.key_length, so q and the attention output are n_head x head_dim
-// wide, which need not be n_embd (Qwen3-0.6B: 16 x 128 over 1,024).
+// n_head; NeoX RoPE (pairs i, i + head_dim/2). qwen3: no biases; N_q, N_k =
+// RMSNorm of each head with its own [head_dim] gain (attn_q_norm /
+// attn_k_norm); head_dim from attention.key_length, so q and the attention
+// output are n_head x head_dim wide, which need not be n_embd (Qwen3-0.6B:
+// 16 x 128 over 1,024); NeoX RoPE. llama: no biases, no q/k norms; RoPE on
+// adjacent pairs (2i, 2i+1: llama.cpp's "normal" mode for this
+// architecture), with the optional per-pair frequency factors of the tensor
+// rope_freqs.weight [head_dim/2] (Llama 3.1/3.2's "llama3" context scaling
+// baked into the file: pair i turns by pos * base^(-2i/d) / factor_i).
+// Which architecture gets which switches is the registry's row
+// (engine/models/architectures.h); q/k/v biases are read when a file has
+// them, for every architecture, as llama.cpp does.
 #ifndef MINFER_ENGINE_MODELS_QWEN2_QWEN2_H_
 #define MINFER_ENGINE_MODELS_QWEN2_QWEN2_H_
 
@@ -24,6 +33,7 @@
 #include "engine/gguf/gguf.h"
 #include "engine/graph/graph.h"
 #include "engine/graph/weight.h"
+#include "engine/models/architectures.h"
 
 namespace minfer::models {
 
@@ -38,6 +48,7 @@ struct Qwen2Hparams {
   int64_t context_length = 0;
   float rope_base = 1e6f;
   float rms_eps = 1e-6f;
+  graph::RopeStyle rope_style = graph::RopeStyle::kNeoX;
   bool tied_embeddings = false;
   std::string arch = "qwen2";  // general.architecture
 
@@ -45,8 +56,6 @@ struct Qwen2Hparams {
   int64_t n_embd_q() const { return n_head * head_dim; }  // q and attention output
 };
 
-// The architectures FromGguf reads, for error messages and listings.
-inline constexpr const char* kSupportedArchitectures = "qwen2, qwen3";
 
 struct Qwen2Layer {
   const graph::Weight* attn_norm = nullptr;
@@ -71,12 +80,16 @@ class Qwen2Model {
  public:
   // Reads hyperparameters (errors name the missing/invalid key) and resolves
   // every weight by name once, checking its shape (errors name the tensor).
+  // An architecture without a registry row is INVALID_ARGUMENT naming the
+  // supported ones.
   static absl::StatusOr<std::unique_ptr<Qwen2Model>> FromGguf(const gguf::GgufFile& file);
 
   const Qwen2Hparams& hparams() const { return hp_; }
   const graph::Weight* token_embd() const { return token_embd_; }
   const graph::Weight* output_norm() const { return output_norm_; }
   const graph::Weight* output() const { return output_; }  // token_embd when tied
+  // RoPE frequency factors (rope_freqs.weight, f32 [head_dim/2]), or null.
+  const graph::Weight* rope_freqs() const { return rope_freqs_; }
   const std::vector<Qwen2Layer>& layers() const { return layers_; }
   // Every weight (for registration on device backends and accounting).
   const std::vector<std::unique_ptr<graph::Weight>>& weights() const { return weights_; }
@@ -92,6 +105,7 @@ class Qwen2Model {
   const graph::Weight* token_embd_ = nullptr;
   const graph::Weight* output_norm_ = nullptr;
   const graph::Weight* output_ = nullptr;
+  const graph::Weight* rope_freqs_ = nullptr;
   std::vector<Qwen2Layer> layers_;
 };
 

@@ -85,8 +85,9 @@ class BatchEngineGpuTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(BatchEngineGpuTest, GreedyEqualsCpuEngineAndSingleSequenceGpu) {
-  // Shapes whose greedy paths move (head_dim 32 and 64, GQA 4 and 2).
-  for (const std::string shape : {"tiny-untied", "small"}) {
+  // Shapes whose greedy paths move (head_dim 32 and 64, GQA 4 and 2; Llama
+  // 3's adjacent-pair RoPE with rope_freqs factors).
+  for (const std::string shape : {"tiny-untied", "small", "llama-tiny"}) {
     SCOPED_TRACE(shape);
     auto cpu = Load(shape, GetParam(), "cpu");
     auto gpu = Load(shape, GetParam(), "cuda");

@@ -238,6 +238,29 @@ TEST_F(CudaBackendOpTest, RmsNormAndRope) {
     h.Run(rope, {Bytes(x), Bytes(pos)}, &c, &g);
     EXPECT_LT(RelErr(g, c), 1e-5) << static_cast<int>(style);
   }
+  // Llama 3.1's frequency factors (rope_freqs.weight on the node, read on
+  // the host by both backends), on Llama's adjacent pairs.
+  auto factors = MakeWeight("rope_freqs.weight", GgmlType::kF32, 64, 1, 1.0f);
+  float* fv = reinterpret_cast<float*>(factors->bytes.data());
+  for (int i = 0; i < 64; ++i) fv[i] = 1.0f + 0.5f * i;
+  {
+    const int64_t hd = 128, heads = 8, nt = 5;
+    Node rope = MakeNode(OpKind::kRoPE, Shape(hd, heads, nt), {&factors->w});
+    rope.p.rope_style = graph::RopeStyle::kInterleaved;
+    rope.p.rope_base = 5e5f;
+    rope.p.n_rot = hd;
+    rope.inputs = {0, 1};
+    auto x = RandomFloats(hd * heads * nt);
+    std::vector<int32_t> pos = {0, 1, 77, 4095, 32767};
+    h.Run(rope, {Bytes(x), Bytes(pos)}, &c, &g);
+    EXPECT_LT(RelErr(g, c), 1e-5) << "with rope_freqs";
+    // The factors matter: the same node without them gives other values.
+    Node plain = rope;
+    plain.weights.clear();
+    std::vector<float> c2, g2;
+    h.Run(plain, {Bytes(x), Bytes(pos)}, &c2, &g2);
+    EXPECT_GT(RelErr(c2, c), 1e-3);
+  }
 }
 
 const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
@@ -640,7 +663,7 @@ class CudaModelTest : public ::testing::TestWithParam<std::string> {
 // prompt long enough to take the GEMM arm (nt >= 9) and decode steps that
 // take MMVQ + split-KV + the fusions + graph replay.
 TEST_P(CudaModelTest, GreedyEqualsCpu) {
-  for (const std::string shape : {"tiny", "tiny-untied"}) {
+  for (const std::string shape : {"tiny", "tiny-untied", "llama-tiny"}) {
     SCOPED_TRACE(shape);
     auto cpu = Load(shape, GetParam(), "cpu");
     auto gpu = Load(shape, GetParam(), "cuda");
@@ -651,11 +674,11 @@ TEST_P(CudaModelTest, GreedyEqualsCpu) {
   }
 }
 
-// Greedy output of the CUDA path equals the CPU path's on both tiny shapes
-// of `type`, for a 25-token prompt (the GEMM/MMQ arm, and >= 16 tokens for
+// Greedy output of the CUDA path equals the CPU path's on the tiny shapes
+// (Qwen2 tied and untied, Llama 3) of `type`, for a 25-token prompt (the GEMM/MMQ arm, and >= 16 tokens for
 // the tensor-core prefill attention), with whatever knobs the caller set.
 void ExpectGreedyEqualsCpu(const std::string& type) {
-  for (const std::string shape : {"tiny", "tiny-untied"}) {
+  for (const std::string shape : {"tiny", "tiny-untied", "llama-tiny"}) {
     SCOPED_TRACE(shape);
     auto cpu = Load(shape, type, "cpu");
     auto gpu = Load(shape, type, "cuda");

@@ -82,5 +82,50 @@ TEST(ElementwiseTest, SwiGluIndependentOfSplit) {
   }
 }
 
+// RoPE against a double loop for both pair layouts, with and without
+// frequency factors: pair i turns by pos * base^(-2i/n_rot) / factor_i,
+// NeoX over (i, i + n_rot/2), interleaved over (2i, 2i+1); dims past n_rot
+// pass through. The kernel rounds the angle to float first, so the bound is
+// a few float ulps of the angle (pos <= 300) times the values.
+TEST(ElementwiseTest, RopeStylesAndFrequencyFactors) {
+  const int64_t hd = 64, heads = 3, nt = 4;
+  const std::vector<int32_t> pos = {0, 1, 37, 300};
+  const auto x = Random(hd * heads * nt, 7);
+  std::vector<float> factors(24);
+  for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 3.5f * i;
+  for (auto style : {graph::RopeStyle::kNeoX, graph::RopeStyle::kInterleaved}) {
+    for (bool with_factors : {false, true}) {
+      const int n_rot = 48;
+      std::vector<float> y(x.size());
+      RopeF32(x.data(), pos.data(), y.data(), hd, heads, nt, n_rot, style, 500000.0f,
+              with_factors ? factors.data() : nullptr);
+      for (int64_t t = 0; t < nt; ++t) {
+        for (int64_t h = 0; h < heads; ++h) {
+          const float* xh = x.data() + (t * heads + h) * hd;
+          const float* yh = y.data() + (t * heads + h) * hd;
+          for (int i = 0; i < n_rot / 2; ++i) {
+            double theta = pos[t] * std::pow(500000.0, -2.0 * i / n_rot);
+            if (with_factors) theta /= factors[i];
+            const int i0 = style == graph::RopeStyle::kNeoX ? i : 2 * i;
+            const int i1 = style == graph::RopeStyle::kNeoX ? i + n_rot / 2 : 2 * i + 1;
+            const double want0 = xh[i0] * std::cos(theta) - xh[i1] * std::sin(theta);
+            const double want1 = xh[i0] * std::sin(theta) + xh[i1] * std::cos(theta);
+            const double tol = 1e-5 * (1 + std::abs(theta)) * (std::abs(xh[i0]) + std::abs(xh[i1]));
+            ASSERT_NEAR(yh[i0], want0, tol) << t << " " << h << " " << i;
+            ASSERT_NEAR(yh[i1], want1, tol) << t << " " << h << " " << i;
+          }
+          for (int64_t i = n_rot; i < hd; ++i) ASSERT_EQ(yh[i], xh[i]);
+        }
+      }
+      // The factors change the result (away from position 0).
+      if (with_factors) {
+        std::vector<float> plain(x.size());
+        RopeF32(x.data(), pos.data(), plain.data(), hd, heads, nt, n_rot, style, 500000.0f);
+        EXPECT_NE(plain, y);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace minfer::cpu

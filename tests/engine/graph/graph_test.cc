@@ -76,5 +76,37 @@ TEST(GraphBuilderTest, MarksProducersReadOnlyByInt8DotMatMuls) {
   }
 }
 
+// RoPE frequency factors ride on the node as its weight (RopeFactors reads
+// them back for RoPE and QkvBiasRopeStore); a table of the wrong size or
+// type is a build error naming the op.
+TEST(GraphBuilderTest, RopeFrequencyFactors) {
+  const Weight factors = MakeWeight("rope_freqs.weight", GgmlType::kF32, {32});
+  const Weight wrong = MakeWeight("rope_freqs.weight", GgmlType::kF32, {16});
+  GraphBuilder b;
+  const NodeId x = b.Input(DType::kF32, Shape(64, 4, 2), "x");
+  const NodeId pos = b.Input(DType::kI32, Shape(2), "pos");
+  const NodeId plain = b.RoPE(x, pos, RopeStyle::kInterleaved, 5e5f, 64, "plain");
+  const NodeId scaled = b.RoPE(x, pos, RopeStyle::kInterleaved, 5e5f, 64, "scaled", &factors);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(RopeFactors(b.node(plain)), nullptr);
+  EXPECT_EQ(RopeFactors(b.node(scaled)), &factors);
+  const NodeId qkv = b.Input(DType::kF32, Shape(64 * (4 + 2 * 2), 2), "qkv");
+  const NodeId fused = b.QkvBiasRopeStore({qkv}, nullptr, nullptr, nullptr, pos, 4, 2, 64,
+                                          RopeStyle::kInterleaved, 5e5f, 0, "store", kNoNode,
+                                          &factors);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(RopeFactors(b.node(fused)), &factors);
+  const NodeId unfactored = b.QkvBiasRopeStore({qkv}, nullptr, nullptr, nullptr, pos, 4, 2, 64,
+                                               RopeStyle::kNeoX, 5e5f, 1, "store1");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(RopeFactors(b.node(unfactored)), nullptr);
+  b.RoPE(x, pos, RopeStyle::kInterleaved, 5e5f, 64, "bad", &wrong);
+  EXPECT_FALSE(b.ok());
+  GraphIO io;
+  auto g = b.Finish(io, 2);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("RoPE bad"), std::string::npos) << g.status();
+}
+
 }  // namespace
 }  // namespace minfer::graph

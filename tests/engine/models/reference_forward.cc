@@ -28,16 +28,28 @@ absl::StatusOr<std::vector<double>> Load(const gguf::GgufFile& f, const std::str
 
 }  // namespace
 
-absl::StatusOr<ReferenceQwen2> ReferenceQwen2::Load(const gguf::GgufFile& f) {
+absl::StatusOr<ReferenceQwen2> ReferenceQwen2::Load(const gguf::GgufFile& f,
+                                                    bool force_neox_no_factors) {
   ReferenceQwen2 m;
-  ASSIGN_OR_RETURN(m.n_embd_, f.GetInt("qwen2.embedding_length"));
-  ASSIGN_OR_RETURN(m.n_ff_, f.GetInt("qwen2.feed_forward_length"));
-  ASSIGN_OR_RETURN(int64_t n_layer, f.GetInt("qwen2.block_count"));
-  ASSIGN_OR_RETURN(m.n_head_, f.GetInt("qwen2.attention.head_count"));
-  ASSIGN_OR_RETURN(m.n_head_kv_, f.GetInt("qwen2.attention.head_count_kv"));
-  ASSIGN_OR_RETURN(m.rope_base_, f.GetFloat("qwen2.rope.freq_base"));
-  ASSIGN_OR_RETURN(m.eps_, f.GetFloat("qwen2.attention.layer_norm_rms_epsilon"));
+  ASSIGN_OR_RETURN(const std::string arch, f.GetString("general.architecture"));
+  if (arch != "qwen2" && arch != "llama") {
+    return absl::InvalidArgumentError(absl::StrCat("reference: architecture ", arch));
+  }
+  const std::string A = arch + ".";
+  ASSIGN_OR_RETURN(m.n_embd_, f.GetInt(A + "embedding_length"));
+  ASSIGN_OR_RETURN(m.n_ff_, f.GetInt(A + "feed_forward_length"));
+  ASSIGN_OR_RETURN(int64_t n_layer, f.GetInt(A + "block_count"));
+  ASSIGN_OR_RETURN(m.n_head_, f.GetInt(A + "attention.head_count"));
+  ASSIGN_OR_RETURN(m.n_head_kv_, f.GetInt(A + "attention.head_count_kv"));
+  ASSIGN_OR_RETURN(m.rope_base_, f.GetFloat(A + "rope.freq_base"));
+  ASSIGN_OR_RETURN(m.eps_, f.GetFloat(A + "attention.layer_norm_rms_epsilon"));
   m.head_dim_ = m.n_embd_ / m.n_head_;
+  m.adjacent_pairs_ = arch == "llama";
+  ASSIGN_OR_RETURN(m.rope_factors_, minfer::testing::Load(f, "rope_freqs.weight", true));
+  if (force_neox_no_factors) {
+    m.adjacent_pairs_ = false;
+    m.rope_factors_.clear();
+  }
   ASSIGN_OR_RETURN(m.embd_, minfer::testing::Load(f, "token_embd.weight"));
   m.n_vocab_ = static_cast<int64_t>(m.embd_.size()) / m.n_embd_;
   ASSIGN_OR_RETURN(m.output_norm_, minfer::testing::Load(f, "output_norm.weight"));
@@ -95,10 +107,13 @@ std::vector<std::vector<double>> ReferenceQwen2::Forward(const std::vector<int32
     for (int64_t h = 0; h < n_heads; ++h) {
       for (int64_t i = 0; i < hd / 2; ++i) {
         double theta = pos * std::pow(rope_base_, -2.0 * i / hd);
+        if (!rope_factors_.empty()) theta /= rope_factors_[i];
         double c = std::cos(theta), s = std::sin(theta);
-        double a = v[h * hd + i], b = v[h * hd + i + hd / 2];
-        v[h * hd + i] = a * c - b * s;
-        v[h * hd + i + hd / 2] = a * s + b * c;
+        const int64_t i0 = adjacent_pairs_ ? 2 * i : i;
+        const int64_t i1 = adjacent_pairs_ ? 2 * i + 1 : i + hd / 2;
+        double a = v[h * hd + i0], b = v[h * hd + i1];
+        v[h * hd + i0] = a * c - b * s;
+        v[h * hd + i1] = a * s + b * c;
       }
     }
   };

@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "engine/runtime/batch_runner.h"
+#include "engine/runtime/completion.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/generation.h"
 #include "engine/runtime/model.h"
@@ -160,7 +161,10 @@ INSTANTIATE_TEST_SUITE_P(
                       RunnerCase{"tiny-untied", "q4_k_m", 32, graph::DType::kF32},
                       RunnerCase{"tiny-untied", "q8_0", 128, graph::DType::kQ8_0},
                       // Qwen3: per-head q/k norms, q wider than the stream.
-                      RunnerCase{"qwen3-tiny", "q8_0", 32, graph::DType::kF16}));
+                      RunnerCase{"qwen3-tiny", "q8_0", 32, graph::DType::kF16},
+                      // Llama 3: adjacent-pair RoPE with rope_freqs factors.
+                      RunnerCase{"llama-tiny", "q8_0", 32, graph::DType::kF16},
+                      RunnerCase{"llama-tiny", "q4_k_m", 16, graph::DType::kF32}));
 
 // Runs every request through one Engine and returns each one's tokens.
 std::vector<std::vector<int32_t>> RunEngine(std::shared_ptr<Model> model,
@@ -245,7 +249,7 @@ TEST_P(EngineGreedyTest, GreedyTokensEqualAloneRuns) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, EngineGreedyTest,
-                         ::testing::Values("tiny-untied", "qwen3-tiny"),
+                         ::testing::Values("tiny-untied", "qwen3-tiny", "llama-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) c = c == '-' ? '_' : c;
@@ -418,6 +422,57 @@ TEST(EngineTest, AChatReusesItsEarlierTurns) {
     history.insert(history.end(), answer.begin(), answer.end());
     const std::vector<int32_t> q = Prompt(9 + turn, 60 + turn, vocab);
     history.insert(history.end(), q.begin(), q.end());
+  }
+}
+
+// A Llama 3 file: prompts start with BOS, its chat template (the GGUF's
+// tokenizer.chat_template, Llama 3.2's) frames a conversation with one BOS,
+// and each of Llama 3's ends of generation finishes a sequence.
+TEST(EngineTest, LlamaBosChatTemplateAndEndsOfGeneration) {
+  auto model = LoadModel("llama-tiny", "q8_0");
+  ASSERT_NE(model, nullptr);
+  const tokenizer::Tokenizer& tok = model->tokenizer();
+  ASSERT_TRUE(tok.bos_id().has_value());
+  const int32_t bos = *tok.bos_id();
+  EXPECT_EQ(tok.TokenText(bos), "<|begin_of_text|>");
+  const std::vector<int32_t> ids = tok.Encode("Hello 2024");
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids[0], bos);
+  ASSERT_TRUE(tok.chat_template().ok()) << tok.chat_template().status();
+  EXPECT_TRUE(tok.chat_template()->from_model());
+  auto chat = tok.EncodeChat({{"user", "Hi"}}, /*add_generation_prompt=*/true);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ((*chat)[0], bos);
+  EXPECT_EQ(std::count(chat->begin(), chat->end(), bos), 1);
+  auto text = tok.Decode(*chat);
+  ASSERT_TRUE(text.ok());
+  EXPECT_TRUE(absl::EndsWith(*text, "<|start_header_id|>assistant<|end_header_id|>\n\n"))
+      << *text;
+
+  std::vector<int32_t> eog;
+  for (const char* name : {"<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"}) {
+    auto id = tok.FindToken(name);
+    ASSERT_TRUE(id.has_value()) << name;
+    eog.push_back(*id);
+  }
+  std::sort(eog.begin(), eog.end());
+  EXPECT_EQ(tok.stop_ids(), eog);
+  for (int32_t stop : eog) {
+    GenerateRequest req;
+    req.prompt = ids;
+    req.max_tokens = 8;
+    auto c = Completion::Create(*model, req, 64);
+    ASSERT_TRUE(c.ok()) << c.status();
+    SampledToken s;
+    s.token = 1000;  // an ordinary token goes on
+    ASSERT_TRUE((*c)->Accept(s, static_cast<int64_t>(ids.size()) + 1).ok());
+    EXPECT_FALSE((*c)->done());
+    s.token = stop;
+    auto out = (*c)->Accept(s, static_cast<int64_t>(ids.size()) + 2);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE((*c)->done()) << stop;
+    EXPECT_EQ((*c)->finish_reason(), FinishReason::kEos) << stop;
+    EXPECT_EQ(out->text, "") << "an end of generation is not rendered";
   }
 }
 

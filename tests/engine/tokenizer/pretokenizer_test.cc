@@ -55,6 +55,34 @@ TEST(Qwen2SplitTest, HandDerivedCases) {
   }
 }
 
+// Llama 3's split differs only in numbers: runs of up to three digits
+// (\p{N}{1,3}, greedy), any Unicode number included.
+TEST(Llama3SplitTest, NumbersInRunsOfThree) {
+  struct Case {
+    std::string in;
+    Pieces out;
+  };
+  const Case cases[] = {
+      {"", {}},
+      {"1", {"1"}},
+      {"12", {"12"}},
+      {"123", {"123"}},
+      {"1234567", {"123", "456", "7"}},
+      {"abc123", {"abc", "123"}},
+      {" 12345 x", {" ", "123", "45", " x"}},
+      {"3.14159", {"3", ".", "141", "59"}},
+      {"\xD9\xA1\xD9\xA2\xD9\xA3\xD9\xA4", {"\xD9\xA1\xD9\xA2\xD9\xA3", "\xD9\xA4"}},  // Arabic-Indic 1234
+      // Everything else as Qwen2's.
+      {"I'LL", {"I", "'LL"}},
+      {"Hello world", {"Hello", " world"}},
+      {"x  \n  y", {"x", "  \n", " ", " y"}},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(SplitLlama3(c.in), c.out) << "input: " << c.in;
+  }
+  EXPECT_EQ(SplitQwen2("1234"), (Pieces{"1", "2", "3", "4"}));
+}
+
 TEST(Qwen2SplitTest, PiecesTileTheInput) {
   const std::string s = "Mixed: 中文, English123 'S   \n\n\t end!! \xF0\x9F\x98\x80\xF0\x9F\x98\x80 ";
   std::string joined;

@@ -1,6 +1,9 @@
 #include "engine/tools/mkmodel.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -11,6 +14,7 @@
 #include "engine/gguf/gguf.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/session.h"
+#include "engine/tools/commands.h"
 #include "engine/tools/model_spec.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -148,7 +152,7 @@ TEST(MkModelTest, IndependentReaderAgrees) {
   ASSERT_TRUE(std::ifstream(npm + "/@huggingface/gguf/package.json").good())
       << "npm packages missing: run scripts/install_deps.sh";
   for (const auto& [shape, type] : std::vector<std::pair<std::string, std::string>>{
-           {"tiny", "q4_k_m"}, {"tiny-untied", "f16"}, {"tiny", "q5_1"}}) {
+           {"tiny", "q4_k_m"}, {"tiny-untied", "f16"}, {"tiny", "q5_1"}, {"llama-tiny", "q8_0"}}) {
     SCOPED_TRACE(shape + " " + type);
     auto path = testing::TestModelPath(shape, type);
     ASSERT_TRUE(path.ok());
@@ -199,6 +203,144 @@ TEST(MkModelTest, IndependentReaderAgrees) {
       EXPECT_EQ(jt["shape"].get<std::vector<std::string>>(), dims) << t.name;
     }
   }
+}
+
+}  // namespace
+}  // namespace minfer::tools
+
+namespace minfer::tools {
+namespace {
+
+// Llama 3.1's rope scaling (factor 32, low 1, high 4, original 8192) over
+// the 8B's 128-wide heads at base 500,000: pairs whose wavelength is below
+// 8192 / 4 keep factor 1, those above 8192 get 32, a smooth ramp between.
+TEST(ModelSpecTest, Llama3RopeFactorsFollowTheWavelengthRule) {
+  auto s = ShapePreset("llama3.1-8b");
+  ASSERT_TRUE(s.ok()) << s.status();
+  const std::vector<float> f = Llama3RopeFactors(*s);
+  ASSERT_EQ(f.size(), 64u);
+  const double pi = 3.14159265358979323846;
+  int ones = 0, full = 0, ramp = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double wavelen = 2 * pi * std::pow(500000.0, 2.0 * i / 128);
+    if (wavelen < 2048) {
+      EXPECT_EQ(f[i], 1.0f) << i;
+      ++ones;
+    } else if (wavelen > 8192) {
+      EXPECT_EQ(f[i], 32.0f) << i;
+      ++full;
+    } else {
+      const double smooth = (8192 / wavelen - 1) / 3;
+      EXPECT_NEAR(f[i], 1 / ((1 - smooth) / 32 + smooth), 1e-5) << i;
+      EXPECT_GT(f[i], 1.0f);
+      EXPECT_LT(f[i], 32.0f);
+      ++ramp;
+    }
+    if (i > 0) {
+      EXPECT_GE(f[i], f[i - 1]);
+    }
+  }
+  EXPECT_GT(ones, 0);
+  EXPECT_GT(full, 0);
+  EXPECT_GT(ramp, 0);
+  // Shapes without rope scaling write no factors.
+  EXPECT_TRUE(Llama3RopeFactors(*ShapePreset("qwen3-tiny")).empty());
+}
+
+TEST(ModelSpecTest, LlamaPresetsHaveTheRealShapes) {
+  auto one = ShapePreset("llama3.2-1b");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->arch, "llama");
+  EXPECT_EQ(one->n_embd, 2048);
+  EXPECT_EQ(one->n_layer, 16);
+  EXPECT_EQ(one->n_head, 32);
+  EXPECT_EQ(one->n_head_kv, 8);
+  EXPECT_EQ(one->n_ff, 8192);
+  EXPECT_EQ(one->n_vocab, 128256);
+  EXPECT_TRUE(one->tied);
+  EXPECT_EQ(one->rope_freq_base, 500000);
+  auto eight = ShapePreset("llama3.1-8b");
+  ASSERT_TRUE(eight.ok());
+  EXPECT_EQ(eight->n_embd, 4096);
+  EXPECT_EQ(eight->n_layer, 32);
+  EXPECT_EQ(eight->n_ff, 14336);
+  EXPECT_EQ(eight->n_head_kv, 8);
+  EXPECT_FALSE(eight->tied);
+}
+
+// What a llama-tiny file holds: Llama's keys and tokenizer (llama-bpe, BOS
+// added, <|begin_of_text|> / <|eot_id|>), rope_freqs as the shape's factors,
+// no QKV biases, and a loaded model that reads them so.
+TEST(MkModelTest, LlamaTinyFile) {
+  auto path = minfer::testing::TestModelPath("llama-tiny", "q8_0");
+  ASSERT_TRUE(path.ok()) << path.status();
+  auto f = gguf::GgufFile::Open(*path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(*(*f)->GetString("general.architecture"), "llama");
+  EXPECT_EQ(*(*f)->GetString("tokenizer.ggml.pre"), "llama-bpe");
+  EXPECT_TRUE(*(*f)->GetBool("tokenizer.ggml.add_bos_token"));
+  EXPECT_EQ(*(*f)->GetInt("llama.rope.dimension_count"), 64);
+  EXPECT_EQ((*f)->FindTensor("blk.0.attn_q.bias"), nullptr);
+  EXPECT_EQ((*f)->FindTensor("output.weight") != nullptr, true);  // untied
+  const gguf::TensorInfo* rf = (*f)->FindTensor("rope_freqs.weight");
+  ASSERT_NE(rf, nullptr);
+  ASSERT_EQ(rf->dims, std::vector<int64_t>{32});
+  const std::vector<float> want = Llama3RopeFactors(*ShapePreset("llama-tiny"));
+  ASSERT_EQ(want.size(), 32u);
+  const float* got = reinterpret_cast<const float*>(rf->data);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(got[i], want[i]) << i;
+  // The short original context makes most pairs scaled (the test models'
+  // positions see them).
+  EXPECT_GT(std::count(want.begin(), want.end(), 32.0f), 16);
+
+  auto m = runtime::Model::Load(*path, {.backend = "cpu"});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->hparams().arch, "llama");
+  EXPECT_EQ((*m)->hparams().rope_base, 500000.0f);
+  EXPECT_EQ((*m)->hparams().rms_eps, 1e-5f);
+  EXPECT_FALSE((*m)->hparams().tied_embeddings);
+  EXPECT_NE((*m)->arch().rope_freqs(), nullptr);
+  const auto& tok = (*m)->tokenizer();
+  EXPECT_TRUE(tok.add_bos());
+  EXPECT_EQ(tok.TokenText(*tok.bos_id()), "<|begin_of_text|>");
+  EXPECT_EQ(tok.TokenText(*tok.eos_id()), "<|eot_id|>");
+  EXPECT_EQ(tok.vocab_size(), 1536 + 256);
+}
+
+}  // namespace
+}  // namespace minfer::tools
+
+namespace minfer::tools {
+namespace {
+
+int RunMkModel(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return MkModelMain(static_cast<int>(argv.size()), argv.data());
+}
+
+// `minfer mkmodel --arch FAMILY --shape SHAPE`: the family's preset of that
+// name (llama + tiny = llama-tiny, llama + 3.2-1b = llama3.2-1b, qwen3 +
+// tiny = qwen3-tiny, qwen2 + tiny = tiny); a preset of another family is
+// refused.
+TEST(MkModelCmdTest, ArchPicksTheFamilysPreset) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp ? tmp : "/tmp";
+  for (const auto& [arch, shape] : std::vector<std::pair<std::string, std::string>>{
+           {"llama", "tiny"}, {"qwen3", "tiny"}, {"qwen2", "tiny"}}) {
+    SCOPED_TRACE(arch);
+    const std::string out = dir + "/cmd-" + arch + ".gguf";
+    ASSERT_EQ(RunMkModel({"mkmodel", "--arch", arch, "--shape", shape, "--type", "q8_0",
+                          "--threads", "2", "-o", out}),
+              0);
+    auto f = gguf::GgufFile::Open(out);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(*(*f)->GetString("general.architecture"), arch);
+  }
+  EXPECT_EQ(RunMkModel({"mkmodel", "--arch", "qwen3", "--shape", "llama-tiny", "-o",
+                        dir + "/never.gguf"}),
+            2);
+  EXPECT_FALSE(std::ifstream(dir + "/never.gguf").good());
 }
 
 }  // namespace

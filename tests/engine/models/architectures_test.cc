@@ -1,0 +1,32 @@
+// The architecture registry: one row per supported general.architecture,
+// with the switches the shared decoder builder reads.
+#include "engine/models/architectures.h"
+
+#include "gtest/gtest.h"
+
+namespace minfer::models {
+namespace {
+
+TEST(ArchitecturesTest, RowsAndTheirSwitches) {
+  EXPECT_EQ(SupportedArchitectures(), "qwen2, qwen3, llama");
+  ASSERT_EQ(Architectures().size(), 3u);
+  const ArchitectureSpec* qwen2 = FindArchitecture("qwen2");
+  const ArchitectureSpec* qwen3 = FindArchitecture("qwen3");
+  const ArchitectureSpec* llama = FindArchitecture("llama");
+  ASSERT_TRUE(qwen2 && qwen3 && llama);
+  EXPECT_EQ(qwen2->rope_style, graph::RopeStyle::kNeoX);
+  EXPECT_EQ(qwen3->rope_style, graph::RopeStyle::kNeoX);
+  EXPECT_EQ(llama->rope_style, graph::RopeStyle::kInterleaved);
+  EXPECT_FALSE(qwen2->qk_norm);
+  EXPECT_TRUE(qwen3->qk_norm);
+  EXPECT_FALSE(llama->qk_norm);
+  EXPECT_EQ(llama->default_rope_base, 10000.0f);
+  EXPECT_EQ(llama->default_rms_eps, 1e-5f);
+  EXPECT_EQ(qwen2->default_rope_base, 1e6f);
+  EXPECT_EQ(FindArchitecture("gemma2"), nullptr);
+  EXPECT_EQ(FindArchitecture(""), nullptr);
+  EXPECT_EQ(FindArchitecture("Llama"), nullptr);  // names are exact, as in GGUF keys
+}
+
+}  // namespace
+}  // namespace minfer::models
