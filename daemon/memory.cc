@@ -21,38 +21,14 @@ std::string MemoryEstimate::ToString() const {
                       Bytes(scratch), " = ", Bytes(total()));
 }
 
-uint64_t GraphScratchBound(const models::Qwen2Hparams& hp, int64_t n_tokens) {
-  const uint64_t t = static_cast<uint64_t>(std::max<int64_t>(n_tokens, 1));
-  // Activations of the widest of the stream and q / the attention output
-  // (Qwen3's q is wider than its stream).
-  const uint64_t wide = static_cast<uint64_t>(std::max(hp.n_embd, hp.n_embd_q()));
-  const uint64_t per_token = 6 * wide + 4 * hp.n_embd_kv() + 3 * hp.n_ff;
-  return 4 * t * per_token + 4 * static_cast<uint64_t>(hp.n_vocab) + 2 * t * hp.n_ff;
-}
-
-uint64_t BatchScratchBound(const models::Qwen2Hparams& hp, int64_t n_tokens, int64_t n_rows,
-                           int64_t max_blocks) {
-  const uint64_t t = static_cast<uint64_t>(std::max<int64_t>(n_tokens, 1));
-  const uint64_t r = static_cast<uint64_t>(std::clamp<int64_t>(n_rows, 1, n_tokens));
-  // Rows are rounded up to a power of two (the runner's row buckets).
-  uint64_t rows = 1;
-  while (rows < r) rows <<= 1;
-  rows = std::min(rows, t);
-  const uint64_t logits = 4 * static_cast<uint64_t>(hp.n_vocab) * rows;
-  const uint64_t top = 4 * (2 + 2 * 1024) * rows;  // TopK rows, at its largest k
-  const uint64_t tables = 4 * (t + 1) * static_cast<uint64_t>(std::max<int64_t>(max_blocks, 1));
-  const uint64_t inputs = 4 * (4 * t) + 16 * (t + 1 + t / 64) + 8 * rows;
-  return GraphScratchBound(hp, n_tokens) + logits + top + tables + inputs;
-}
-
 namespace {
-int64_t ClampCtx(const models::Qwen2Hparams& hp, int64_t n_ctx) {
+int64_t ClampCtx(const models::DecoderHparams& hp, int64_t n_ctx) {
   return std::clamp<int64_t>(n_ctx, 2, std::max<int64_t>(hp.context_length, 2));
 }
 int64_t Blocks(int64_t rows, int64_t bs) { return (rows + bs - 1) / bs; }
 }  // namespace
 
-int64_t PoolBlocks(const models::Qwen2Hparams& hp, const EstimateParams& params) {
+int64_t PoolBlocks(const models::DecoderHparams& hp, const EstimateParams& params) {
   const int64_t bs = std::max<int32_t>(params.kv_block, 1);
   const int64_t n_ctx = ClampCtx(hp, params.n_ctx);
   if (params.kv_tokens > 0) return Blocks(params.kv_tokens, bs) + 1;
@@ -60,7 +36,7 @@ int64_t PoolBlocks(const models::Qwen2Hparams& hp, const EstimateParams& params)
   return seqs * Blocks(n_ctx, bs) + 1;
 }
 
-MemoryEstimate EstimateMemory(const gguf::GgufFile& file, const models::Qwen2Hparams& hp,
+MemoryEstimate EstimateMemory(const gguf::GgufFile& file, const models::DecoderHparams& hp,
                               const EstimateParams& params) {
   MemoryEstimate e;
   for (const gguf::TensorInfo& t : file.tensors()) e.weights += t.nbytes;
@@ -70,7 +46,7 @@ MemoryEstimate EstimateMemory(const gguf::GgufFile& file, const models::Qwen2Hpa
          static_cast<uint64_t>(graph::DTypeBytes(kv_type, hp.n_embd_kv())) * bs;
   const int64_t budget = std::max<int64_t>(params.token_budget, 1);
   const int64_t rows = std::min<int64_t>(budget, std::max(params.parallel, 1));
-  e.scratch = BatchScratchBound(hp, budget, rows, Blocks(ClampCtx(hp, params.n_ctx), bs));
+  e.scratch = models::BatchScratchBound(hp, budget, rows, Blocks(ClampCtx(hp, params.n_ctx), bs));
   return e;
 }
 

@@ -12,9 +12,10 @@
 //             KV element type; "auto" counts as f32 (the largest), so the
 //             figure is an upper bound; n_ctx is clamped to the model's
 //             context length like the engine does
-//   scratch = BatchScratchBound(token_budget): every graph's activations
-//             share one arena, which the largest graph (token_budget tokens,
-//             an output row per sequence) sizes
+//   scratch = models::BatchScratchBound(token_budget), the architecture's
+//             activation estimate: every graph's activations share one
+//             arena, which the largest graph (token_budget tokens, an output
+//             row per sequence) sizes
 // For CPU models the budget is the --memory-limit, or else the host's
 // available memory (MemAvailable) at the time of the load. Models offered to
 // a GPU are also admitted against its free memory (DeviceBudget), with the
@@ -32,7 +33,7 @@
 #include "absl/status/statusor.h"
 #include "engine/gguf/gguf.h"
 #include "engine/graph/tensor.h"
-#include "engine/models/qwen2/qwen2.h"
+#include "engine/models/decoder/decoder.h"
 
 namespace minfer::daemon {
 
@@ -58,20 +59,12 @@ struct EstimateParams {
 
 // Blocks of the KV pool the engine allocates for `params` (the reserved
 // block included): EngineOptions::kv_blocks.
-int64_t PoolBlocks(const models::Qwen2Hparams& hp, const EstimateParams& params);
+int64_t PoolBlocks(const models::DecoderHparams& hp, const EstimateParams& params);
 
 // Estimates from the file's tensor table and hyperparameters (no weights are
 // read).
-MemoryEstimate EstimateMemory(const gguf::GgufFile& file, const models::Qwen2Hparams& hp,
+MemoryEstimate EstimateMemory(const gguf::GgufFile& file, const models::DecoderHparams& hp,
                               const EstimateParams& params);
-// Bytes of activation buffers the estimate allows one graph of `n_tokens`
-// (a Session's graph: the logits of one row).
-uint64_t GraphScratchBound(const models::Qwen2Hparams& hp, int64_t n_tokens);
-// The same for a batched graph of n_tokens with n_rows output rows and
-// max_blocks block-table entries per sequence: GraphScratchBound plus the
-// logits and TopK rows and the batch description inputs.
-uint64_t BatchScratchBound(const models::Qwen2Hparams& hp, int64_t n_tokens, int64_t n_rows,
-                           int64_t max_blocks);
 
 struct HostMemory {
   uint64_t total = 0;

@@ -9,7 +9,7 @@
 #include "engine/base/logging.h"
 #include "engine/base/status.h"
 #include "engine/gguf/gguf.h"
-#include "engine/models/qwen2/qwen2.h"
+#include "engine/models/decoder/decoder.h"
 #include "engine/runtime/device_backend.h"
 
 namespace minfer::daemon {
@@ -350,9 +350,9 @@ absl::Status Slot::Load() {
   {
     absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(config_.path);
     if (!file.ok()) return Annotate(file.status(), where);
-    auto arch = models::Qwen2Model::FromGguf(**file);
+    auto arch = models::DecoderModel::FromGguf(**file);
     if (!arch.ok()) return Annotate(arch.status(), where);
-    const models::Qwen2Hparams& hp = (*arch)->hparams();
+    const models::DecoderHparams& hp = (*arch)->hparams();
     EstimateParams ep;
     ep.n_ctx = config_.n_ctx;
     ep.parallel = config_.parallel;

@@ -61,7 +61,7 @@ CudaBackend::CudaBackend(CudaState* state, const KnobOverrides* knobs,
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
-    CudaState* state, const models::Qwen2Model& model, const KnobOverrides* knobs,
+    CudaState* state, const models::DecoderModel& model, const KnobOverrides* knobs,
     const std::function<void(uint64_t, uint64_t)>& progress, const uint64_t* knob_generation) {
   std::vector<const graph::Weight*> weights;
   for (const auto& w : model.weights()) weights.push_back(w.get());

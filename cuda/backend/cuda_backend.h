@@ -43,7 +43,7 @@
 #include "engine/base/knobs.h"
 #include "engine/graph/backend.h"
 #include "engine/graph/buffer_pool.h"
-#include "engine/models/qwen2/qwen2.h"
+#include "engine/models/decoder/decoder.h"
 
 namespace minfer::cuda {
 
@@ -53,7 +53,7 @@ class CudaBackend : public graph::Backend {
   // a weight whose type has no kernel keeps the model off the GPU, and the
   // error names the first such tensor).
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
-      CudaState* state, const models::Qwen2Model& model, const KnobOverrides* knobs,
+      CudaState* state, const models::DecoderModel& model, const KnobOverrides* knobs,
       const std::function<void(uint64_t, uint64_t)>& progress,
       const uint64_t* knob_generation = nullptr);
   // The same for an explicit list of weights (tests).

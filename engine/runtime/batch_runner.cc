@@ -117,7 +117,7 @@ absl::StatusOr<BatchRunner::Cached*> BatchRunner::GetGraph(int64_t n_tokens, int
       return &graphs_.front();
     }
   }
-  ASSIGN_OR_RETURN(graph::Graph g, models::BuildQwen2BatchGraph(model_->arch(), p));
+  ASSIGN_OR_RETURN(graph::Graph g, models::BuildDecoderBatchGraph(model_->arch(), p));
   Cached c;
   c.params = p;
   c.graph = std::make_shared<graph::Graph>(std::move(g));

@@ -15,14 +15,14 @@
 #include "absl/status/statusor.h"
 #include "engine/base/knobs.h"
 #include "engine/graph/backend.h"
-#include "engine/models/qwen2/qwen2.h"
+#include "engine/models/decoder/decoder.h"
 
 namespace minfer::runtime {
 
 using DeviceProgressFn = std::function<void(uint64_t, uint64_t)>;
 
 struct DeviceBackendRequest {
-  const models::Qwen2Model* model = nullptr;  // outlives the backend
+  const models::DecoderModel* model = nullptr;  // outlives the backend
   const KnobOverrides* knobs = nullptr;
   // Moves whenever `knobs` changes (Model::knob_generation); the backend
   // re-reads its switches between steps when it or the global registry's

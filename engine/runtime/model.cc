@@ -44,7 +44,7 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
   std::shared_ptr<Model> m(new Model);
   m->knobs_ = options.knobs;
   ASSIGN_OR_RETURN(m->file_, gguf::GgufFile::Open(path));
-  ASSIGN_OR_RETURN(m->arch_, models::Qwen2Model::FromGguf(*m->file_));
+  ASSIGN_OR_RETURN(m->arch_, models::DecoderModel::FromGguf(*m->file_));
   ASSIGN_OR_RETURN(tokenizer::TokenizerData td, tokenizer::TokenizerDataFromGguf(*m->file_));
   ASSIGN_OR_RETURN(m->tokenizer_, tokenizer::Tokenizer::Create(std::move(td)));
   if (m->tokenizer_->vocab_size() > m->hparams().n_vocab) {

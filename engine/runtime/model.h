@@ -18,7 +18,7 @@
 #include "engine/base/thread_pool.h"
 #include "engine/gguf/gguf.h"
 #include "engine/graph/backend.h"
-#include "engine/models/qwen2/qwen2.h"
+#include "engine/models/decoder/decoder.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace minfer::runtime {
@@ -47,8 +47,8 @@ class Model {
 
   const std::string& path() const { return file_->path(); }
   const gguf::GgufFile& file() const { return *file_; }
-  const models::Qwen2Model& arch() const { return *arch_; }
-  const models::Qwen2Hparams& hparams() const { return arch_->hparams(); }
+  const models::DecoderModel& arch() const { return *arch_; }
+  const models::DecoderHparams& hparams() const { return arch_->hparams(); }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& name() const { return name_; }
 
@@ -80,7 +80,7 @@ class Model {
   Model() = default;
 
   std::unique_ptr<gguf::GgufFile> file_;
-  std::unique_ptr<models::Qwen2Model> arch_;
+  std::unique_ptr<models::DecoderModel> arch_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::vector<std::unique_ptr<graph::Backend>> backends_;
   std::string name_;

@@ -71,7 +71,7 @@ absl::StatusOr<graph::GraphExec*> Session::GetGraph(int64_t n_tokens, int64_t n_
       return graphs_.front().exec.get();
     }
   }
-  ASSIGN_OR_RETURN(graph::Graph g, models::BuildQwen2Graph(model_->arch(), p));
+  ASSIGN_OR_RETURN(graph::Graph g, models::BuildDecoderGraph(model_->arch(), p));
   CachedGraph c;
   c.params = p;
   c.graph = std::make_shared<graph::Graph>(std::move(g));

@@ -12,11 +12,11 @@ double Elements(const graph::Weight* w) {
 
 }  // namespace
 
-double PrefillOps(const models::Qwen2Model& arch, int64_t n_tokens, int64_t depth) {
-  const models::Qwen2Hparams& hp = arch.hparams();
+double PrefillOps(const models::DecoderModel& arch, int64_t n_tokens, int64_t depth) {
+  const models::DecoderHparams& hp = arch.hparams();
   const double n = static_cast<double>(n_tokens), d = static_cast<double>(depth);
   double layer_weights = 0;
-  for (const models::Qwen2Layer& l : arch.layers()) {
+  for (const models::DecoderLayer& l : arch.layers()) {
     for (const graph::Weight* w : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down}) {
       layer_weights += Elements(w);
     }

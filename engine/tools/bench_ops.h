@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "engine/models/qwen2/qwen2.h"
+#include "engine/models/decoder/decoder.h"
 
 namespace minfer::tools {
 
@@ -17,7 +17,7 @@ namespace minfer::tools {
 // out (they are <1% of the total at these shapes). Prefill tokens/s times
 // this / n_tokens is the achieved ops/s, to set against the GPU's dense
 // int8 or f16 peak.
-double PrefillOps(const models::Qwen2Model& arch, int64_t n_tokens, int64_t depth);
+double PrefillOps(const models::DecoderModel& arch, int64_t n_tokens, int64_t depth);
 
 }  // namespace minfer::tools
 

@@ -23,7 +23,7 @@
 #include "client/minfer_client.h"
 #include "daemon/daemon.h"
 #include "daemon/memory.h"
-#include "engine/models/qwen2/qwen2.h"
+#include "engine/models/decoder/decoder.h"
 #include "engine/base/knobs.h"
 #include "engine/gguf/gguf.h"
 #include "engine/runtime/device_backend.h"
@@ -352,9 +352,9 @@ TEST_F(AdminServiceTest, MemoryAdmissionRefusesWithTheFigures) {
   const uint64_t kv = (8ull * 4096 / 16 + 1) * 16 * 2 * 2 * 128 * 4;
   // Scratch: the arena of the largest batched graph, 512 tokens with 8
   // output rows (tiny: n_embd 256, n_embd_kv 128, n_ff 512, vocab 1046).
-  auto hp = models::Qwen2Model::FromGguf(**file);
+  auto hp = models::DecoderModel::FromGguf(**file);
   ASSERT_TRUE(hp.ok());
-  const uint64_t scratch = BatchScratchBound((*hp)->hparams(), 512, 8, 4096 / 16);
+  const uint64_t scratch = models::BatchScratchBound((*hp)->hparams(), 512, 8, 4096 / 16);
   const uint64_t total = weights + kv + scratch;
   const std::string msg(big.status().message());
   EXPECT_THAT(msg, HasSubstr(absl::StrCat("weights 1.5 MiB (", weights, " B)")));
@@ -372,7 +372,7 @@ TEST_F(AdminServiceTest, MemoryAdmissionRefusesWithTheFigures) {
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_EQ(small->memory().reserved_bytes(),
             weights + (256ull / 16 + 1) * 16 * 2 * 2 * 128 * 4 +
-                BatchScratchBound((*hp)->hparams(), 512, 1, 256 / 16));
+                models::BatchScratchBound((*hp)->hparams(), 512, 1, 256 / 16));
   EXPECT_TRUE(client_->Generate(TextRequest("small", "fits", 5)).ok());
   // What it reserved counts against the next load.
   auto server = client_->GetServerStatus();

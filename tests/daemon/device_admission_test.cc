@@ -7,7 +7,7 @@
 #include "client/minfer_client.h"
 #include "daemon/daemon.h"
 #include "daemon/memory.h"
-#include "engine/models/qwen2/qwen2.h"
+#include "engine/models/decoder/decoder.h"
 #include "engine/runtime/session.h"
 #include "engine/runtime/device_backend.h"
 #include "gmock/gmock.h"
@@ -124,7 +124,7 @@ TEST_F(DeviceAdmissionTest, DeviceEstimateUsesTheDeviceTokenBudget) {
   ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
   auto file = gguf::GgufFile::Open(path_);
   ASSERT_TRUE(file.ok());
-  auto arch = models::Qwen2Model::FromGguf(**file);
+  auto arch = models::DecoderModel::FromGguf(**file);
   ASSERT_TRUE(arch.ok());
   EstimateParams ep;
   ep.n_ctx = 4096;

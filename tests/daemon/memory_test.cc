@@ -86,7 +86,7 @@ TEST(MemoryTest, ScratchBoundHoldsForRealGraphs) {
       for (int64_t i = 0; i < t; ++i) ids[i] = static_cast<int32_t>(i % 1000);
       ASSERT_TRUE((*s)->Eval(ids).ok());
       const uint64_t used = static_cast<uint64_t>((*s)->graph_bytes());
-      const uint64_t bound = GraphScratchBound(hp, t);
+      const uint64_t bound = models::GraphScratchBound(hp, t);
       EXPECT_LE(used, bound) << shape << " T=" << t;
       std::printf("%s T=%ld: graph %lu B, bound %lu B (%.2fx)\n", shape.c_str(), t, used, bound,
                   static_cast<double>(bound) / used);

@@ -3,7 +3,7 @@
 #include <set>
 
 #include "engine/cpu/cpu_backend.h"
-#include "engine/models/qwen2/qwen2.h"
+#include "engine/models/decoder/decoder.h"
 #include "engine/runtime/model.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_models.h"
@@ -74,7 +74,7 @@ TEST(ExecutorTest, LivenessAllocationNeverOverlapsLiveTensors) {
     p.n_tokens = nt;
     p.n_out = nt;
     p.n_ctx = 16;
-    auto g = models::BuildQwen2Graph(model->arch(), p);
+    auto g = models::BuildDecoderGraph(model->arch(), p);
     ASSERT_TRUE(g.ok()) << g.status();
     auto graph = std::make_shared<Graph>(std::move(*g));
     auto kv = KvCache::Create(model->kv_backend(), 2, {DType::kF32, 16, model->hparams().n_embd_kv()});
@@ -101,7 +101,7 @@ TEST(ExecutorTest, KvRegionsPersistAcrossGraphRebuilds) {
     models::GraphParams p;
     p.n_tokens = 3 + round;
     p.n_ctx = 16;
-    auto g = models::BuildQwen2Graph(model->arch(), p);
+    auto g = models::BuildDecoderGraph(model->arch(), p);
     auto e = GraphExec::Create(std::make_shared<Graph>(std::move(*g)), model->backends(), kv->get());
     ASSERT_TRUE(e.ok());
     // Destroying the exec frees its activation buffers; the KV regions stay.
@@ -122,7 +122,7 @@ TEST(ExecutorTest, MultiBackendSplitsMatchSingleBackend) {
   p.n_tokens = 5;
   p.n_out = 5;
   p.n_ctx = 16;
-  auto g = models::BuildQwen2Graph(model->arch(), p);
+  auto g = models::BuildDecoderGraph(model->arch(), p);
   auto graph = std::make_shared<Graph>(std::move(*g));
   const std::vector<int32_t> tokens = {3, 99, 500, 7, 12}, pos = {0, 1, 2, 3, 4}, rows = {0, 1, 2, 3, 4};
 
@@ -161,7 +161,7 @@ TEST(ExecutorTest, UnsupportedNodeIsAClearError) {
   PickyCpu no_attn("no-attn", {OpKind::kAttn});
   models::GraphParams p;
   p.n_ctx = 8;
-  auto g = models::BuildQwen2Graph(model->arch(), p);
+  auto g = models::BuildDecoderGraph(model->arch(), p);
   auto kv = KvCache::Create(&no_attn, 2, {DType::kF32, 8, model->hparams().n_embd_kv()});
   auto e = GraphExec::Create(std::make_shared<Graph>(std::move(*g)), {&no_attn}, kv->get());
   ASSERT_FALSE(e.ok());
@@ -184,7 +184,7 @@ TEST(ExecutorTest, Qwen2MarksInt8OnlyProducersByQuantMix) {
     p.n_tokens = 16;
     p.n_out = 1;
     p.n_ctx = 32;
-    auto g = models::BuildQwen2Graph((*model)->arch(), p);
+    auto g = models::BuildDecoderGraph((*model)->arch(), p);
     ASSERT_TRUE(g.ok()) << g.status();
     int marked = 0;
     for (const Node& n : g->nodes()) {

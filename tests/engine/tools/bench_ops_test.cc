@@ -15,7 +15,7 @@ TEST(BenchOpsTest, PrefillOpsFromTheShapes) {
     ASSERT_TRUE(path.ok()) << path.status();
     auto model = runtime::Model::Load(*path, {.backend = "cpu"});
     ASSERT_TRUE(model.ok()) << model.status();
-    const models::Qwen2Hparams& hp = (*model)->arch().hparams();
+    const models::DecoderHparams& hp = (*model)->arch().hparams();
     const double e = hp.n_embd, kv = hp.n_embd_kv(), ff = hp.n_ff, q = hp.n_head * hp.head_dim;
     // q, k, v, o, gate, up, down per layer; the head is [n_vocab, n_embd].
     const double layer = q * e + 2 * kv * e + e * q + 3 * ff * e;

@@ -1,5 +1,6 @@
-#include "engine/models/qwen2/qwen2.h"
+#include "engine/models/decoder/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -23,13 +24,13 @@ std::string GraphParams::ToString() const {
                       " gpu=", gpu);
 }
 
-uint64_t Qwen2Model::weight_bytes() const {
+uint64_t DecoderModel::weight_bytes() const {
   uint64_t total = 0;
   for (const auto& w : weights_) total += w->nbytes;
   return total;
 }
 
-absl::StatusOr<const Weight*> Qwen2Model::Resolve(const gguf::GgufFile& f, const std::string& name,
+absl::StatusOr<const Weight*> DecoderModel::Resolve(const gguf::GgufFile& f, const std::string& name,
                                                   std::vector<int64_t> dims, bool optional) {
   const gguf::TensorInfo* t = f.FindTensor(name);
   if (t == nullptr) {
@@ -52,7 +53,7 @@ absl::StatusOr<const Weight*> Qwen2Model::Resolve(const gguf::GgufFile& f, const
   return weights_.back().get();
 }
 
-absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::GgufFile& f) {
+absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::FromGguf(const gguf::GgufFile& f) {
   ASSIGN_OR_RETURN(std::string arch, f.GetString("general.architecture"));
   const ArchitectureSpec* spec = FindArchitecture(arch);
   if (spec == nullptr) {
@@ -60,8 +61,8 @@ absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::Ggu
                                                    "' is not supported (supported: ",
                                                    SupportedArchitectures(), ")"));
   }
-  std::unique_ptr<Qwen2Model> m(new Qwen2Model);
-  Qwen2Hparams& hp = m->hp_;
+  std::unique_ptr<DecoderModel> m(new DecoderModel);
+  DecoderHparams& hp = m->hp_;
   hp.arch = arch;
   hp.rope_style = spec->rope_style;
   // Defaults where a file leaves the key out.
@@ -194,7 +195,7 @@ absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::Ggu
   }
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
-    Qwen2Layer L;
+    DecoderLayer L;
     ASSIGN_OR_RETURN(L.attn_norm, m->Resolve(f, p + "attn_norm.weight", {E}, false));
     ASSIGN_OR_RETURN(L.wq, m->Resolve(f, p + "attn_q.weight", {E, Q}, false));
     ASSIGN_OR_RETURN(L.wk, m->Resolve(f, p + "attn_k.weight", {E, KV}, false));
@@ -229,12 +230,12 @@ absl::StatusOr<std::unique_ptr<Qwen2Model>> Qwen2Model::FromGguf(const gguf::Ggu
   return m;
 }
 
-absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const GraphParams& gp) {
-  const Qwen2Hparams& hp = model.hparams();
+absl::StatusOr<graph::Graph> BuildDecoderGraph(const DecoderModel& model, const GraphParams& gp) {
+  const DecoderHparams& hp = model.hparams();
   const int64_t nt = gp.n_tokens, hd = hp.head_dim;
   const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
   if (nt <= 0 || gp.n_out <= 0 || gp.n_out > nt || gp.n_ctx <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("qwen2 graph: bad params ", gp.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat("decoder graph: bad params ", gp.ToString()));
   }
   GraphBuilder b;
   graph::GraphIO io;
@@ -247,7 +248,7 @@ absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const Grap
 
   NodeId x = b.GetRows(model.token_embd(), io.tokens, "embd");
   for (int l = 0; l < static_cast<int>(hp.n_layer); ++l) {
-    const Qwen2Layer& L = model.layers()[l];
+    const DecoderLayer& L = model.layers()[l];
     const std::string p = absl::StrCat("blk.", l, ".");
     // Attention block.
     NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
@@ -311,15 +312,15 @@ std::string BatchGraphParams::ToString() const {
                       " top_k=", top_k, " vocab_limit=", vocab_limit);
 }
 
-absl::StatusOr<graph::Graph> BuildQwen2BatchGraph(const Qwen2Model& model,
+absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,
                                                   const BatchGraphParams& gp) {
-  const Qwen2Hparams& hp = model.hparams();
+  const DecoderHparams& hp = model.hparams();
   const int64_t nt = gp.n_tokens, hd = hp.head_dim;
   const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
   if (nt <= 0 || gp.n_out <= 0 || gp.n_out > nt || gp.n_tiles <= 0 || gp.n_table_rows <= 0 ||
       gp.max_blocks <= 0 || gp.kv_block <= 0 || gp.cache_rows <= 0 ||
       gp.cache_rows % gp.kv_block != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("qwen2 batch graph: bad params ", gp.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat("decoder batch graph: bad params ", gp.ToString()));
   }
   GraphBuilder b;
   graph::GraphIO io;
@@ -336,7 +337,7 @@ absl::StatusOr<graph::Graph> BuildQwen2BatchGraph(const Qwen2Model& model,
 
   NodeId x = b.GetRows(model.token_embd(), io.tokens, "embd");
   for (int l = 0; l < static_cast<int>(hp.n_layer); ++l) {
-    const Qwen2Layer& L = model.layers()[l];
+    const DecoderLayer& L = model.layers()[l];
     const std::string p = absl::StrCat("blk.", l, ".");
     NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
     NodeId q, store;
@@ -385,6 +386,30 @@ absl::StatusOr<graph::Graph> BuildQwen2BatchGraph(const Qwen2Model& model,
   io.logits = b.MatMul(x, model.output(), "logits");
   io.top = b.TopK(io.logits, io.top_mode, gp.top_k, gp.vocab_limit, "top");
   return b.Finish(io, static_cast<int>(hp.n_layer));
+}
+
+uint64_t GraphScratchBound(const DecoderHparams& hp, int64_t n_tokens) {
+  const uint64_t t = static_cast<uint64_t>(std::max<int64_t>(n_tokens, 1));
+  // Activations of the widest of the stream and q / the attention output
+  // (Qwen3's q is wider than its stream).
+  const uint64_t wide = static_cast<uint64_t>(std::max(hp.n_embd, hp.n_embd_q()));
+  const uint64_t per_token = 6 * wide + 4 * hp.n_embd_kv() + 3 * hp.n_ff;
+  return 4 * t * per_token + 4 * static_cast<uint64_t>(hp.n_vocab) + 2 * t * hp.n_ff;
+}
+
+uint64_t BatchScratchBound(const DecoderHparams& hp, int64_t n_tokens, int64_t n_rows,
+                           int64_t max_blocks) {
+  const uint64_t t = static_cast<uint64_t>(std::max<int64_t>(n_tokens, 1));
+  const uint64_t r = static_cast<uint64_t>(std::clamp<int64_t>(n_rows, 1, n_tokens));
+  // Rows are rounded up to a power of two (the runner's row buckets).
+  uint64_t rows = 1;
+  while (rows < r) rows <<= 1;
+  rows = std::min(rows, t);
+  const uint64_t logits = 4 * static_cast<uint64_t>(hp.n_vocab) * rows;
+  const uint64_t top = 4 * (2 + 2 * 1024) * rows;  // TopK rows, at its largest k
+  const uint64_t tables = 4 * (t + 1) * static_cast<uint64_t>(std::max<int64_t>(max_blocks, 1));
+  const uint64_t inputs = 4 * (4 * t) + 16 * (t + 1 + t / 64) + 8 * rows;
+  return GraphScratchBound(hp, n_tokens) + logits + top + tables + inputs;
 }
 
 }  // namespace minfer::models

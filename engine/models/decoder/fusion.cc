@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status.h"
-#include "engine/models/qwen2/qwen2.h"
+#include "engine/models/decoder/decoder.h"
 
 namespace minfer::models {
 

@@ -21,8 +21,8 @@
 // Which architecture gets which switches is the registry's row
 // (engine/models/architectures.h); q/k/v biases are read when a file has
 // them, for every architecture, as llama.cpp does.
-#ifndef MINFER_ENGINE_MODELS_QWEN2_QWEN2_H_
-#define MINFER_ENGINE_MODELS_QWEN2_QWEN2_H_
+#ifndef MINFER_ENGINE_MODELS_DECODER_DECODER_H_
+#define MINFER_ENGINE_MODELS_DECODER_DECODER_H_
 
 #include <cstdint>
 #include <memory>
@@ -37,7 +37,7 @@
 
 namespace minfer::models {
 
-struct Qwen2Hparams {
+struct DecoderHparams {
   int64_t n_embd = 0;
   int64_t n_ff = 0;
   int64_t n_layer = 0;
@@ -57,7 +57,7 @@ struct Qwen2Hparams {
 };
 
 
-struct Qwen2Layer {
+struct DecoderLayer {
   const graph::Weight* attn_norm = nullptr;
   const graph::Weight* wq = nullptr;
   const graph::Weight* wk = nullptr;
@@ -74,39 +74,39 @@ struct Qwen2Layer {
   const graph::Weight* w_down = nullptr;
 };
 
-// Hyperparameters and resolved weights of one Qwen2 GGUF file. Holds
+// Hyperparameters and resolved weights of one decoder GGUF file. Holds
 // pointers into the file's mapping: the GgufFile must outlive it.
-class Qwen2Model {
+class DecoderModel {
  public:
   // Reads hyperparameters (errors name the missing/invalid key) and resolves
   // every weight by name once, checking its shape (errors name the tensor).
   // An architecture without a registry row is INVALID_ARGUMENT naming the
   // supported ones.
-  static absl::StatusOr<std::unique_ptr<Qwen2Model>> FromGguf(const gguf::GgufFile& file);
+  static absl::StatusOr<std::unique_ptr<DecoderModel>> FromGguf(const gguf::GgufFile& file);
 
-  const Qwen2Hparams& hparams() const { return hp_; }
+  const DecoderHparams& hparams() const { return hp_; }
   const graph::Weight* token_embd() const { return token_embd_; }
   const graph::Weight* output_norm() const { return output_norm_; }
   const graph::Weight* output() const { return output_; }  // token_embd when tied
   // RoPE frequency factors (rope_freqs.weight, f32 [head_dim/2]), or null.
   const graph::Weight* rope_freqs() const { return rope_freqs_; }
-  const std::vector<Qwen2Layer>& layers() const { return layers_; }
+  const std::vector<DecoderLayer>& layers() const { return layers_; }
   // Every weight (for registration on device backends and accounting).
   const std::vector<std::unique_ptr<graph::Weight>>& weights() const { return weights_; }
   uint64_t weight_bytes() const;
 
  private:
-  Qwen2Model() = default;
+  DecoderModel() = default;
   absl::StatusOr<const graph::Weight*> Resolve(const gguf::GgufFile& f, const std::string& name,
                                                std::vector<int64_t> dims, bool optional);
 
-  Qwen2Hparams hp_;
+  DecoderHparams hp_;
   std::vector<std::unique_ptr<graph::Weight>> weights_;
   const graph::Weight* token_embd_ = nullptr;
   const graph::Weight* output_norm_ = nullptr;
   const graph::Weight* output_ = nullptr;
   const graph::Weight* rope_freqs_ = nullptr;
-  std::vector<Qwen2Layer> layers_;
+  std::vector<DecoderLayer> layers_;
 };
 
 // The parameters that change a built graph: two graphs built with equal
@@ -133,9 +133,9 @@ struct GraphParams {
   std::string ToString() const;
 };
 
-// Builds the unfused Qwen2 graph, then applies the decode fusion pass when
+// Builds the unfused decoder graph, then applies the decode fusion pass when
 // params ask for it and n_tokens == 1.
-absl::StatusOr<graph::Graph> BuildQwen2Graph(const Qwen2Model& model, const GraphParams& params);
+absl::StatusOr<graph::Graph> BuildDecoderGraph(const DecoderModel& model, const GraphParams& params);
 
 // The parameters of a batched graph over a paged KV pool (graph.h's paged
 // Attn): n_tokens tokens of any number of sequences, each with its own
@@ -160,11 +160,11 @@ struct BatchGraphParams {
   std::string ToString() const;
 };
 
-// Per layer: the same math as BuildQwen2Graph (q/k/v as FusedQKV +
+// Per layer: the same math as BuildDecoderGraph (q/k/v as FusedQKV +
 // QkvBiasRopeStore when fuse_qkv, FusedFFN at one token when fuse_ffn),
 // with K/V stored at the tokens' kv_rows and attention reading each token's
 // own sequence through its block table.
-absl::StatusOr<graph::Graph> BuildQwen2BatchGraph(const Qwen2Model& model,
+absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,
                                                   const BatchGraphParams& params);
 
 // The decode fusion pass (exposed for tests): rewrites, for single-token
@@ -174,6 +174,18 @@ absl::StatusOr<graph::Graph> BuildQwen2BatchGraph(const Qwen2Model& model,
 // values. Graphs with n_tokens != 1 are returned unchanged.
 absl::StatusOr<graph::Graph> FuseDecode(const graph::Graph& g, bool fuse_qkv, bool fuse_ffn);
 
+// Activation memory, for admission before a model is loaded: an upper bound
+// on the bytes of the intermediate tensors of one graph of n_tokens tokens
+// (its residual stream, q/k/v, attention output, FFN, one row of logits),
+// as the graph planner lays them out.
+uint64_t GraphScratchBound(const DecoderHparams& hp, int64_t n_tokens);
+// The same for a batched graph of n_tokens tokens producing n_rows rows of
+// logits (rounded up to the runner's power-of-two row buckets) with
+// max_blocks block-table entries per sequence: the graph's activations
+// plus logits, TopK candidates, block tables and the per-token inputs.
+uint64_t BatchScratchBound(const DecoderHparams& hp, int64_t n_tokens, int64_t n_rows,
+                           int64_t max_blocks);
+
 }  // namespace minfer::models
 
-#endif  // MINFER_ENGINE_MODELS_QWEN2_QWEN2_H_
+#endif  // MINFER_ENGINE_MODELS_DECODER_DECODER_H_
