@@ -188,7 +188,7 @@ struct MmqTuning {
   // Staged form, automatic split-k: at least this many k-chunks per split
   // (a CTA's pipeline needs a few to reach its stride); 0 = 2.
   int small_min_chunks = 0;
-  // Staged form, one m-tile: cp.async stages, 3 or 4; 0 = 4. The 3-stage
+  // Staged form, one m-tile: cp.async stages, 3 or 4; 0 = 3. The 3-stage
   // build fits 4 CTAs per SM (shared memory, at most 128 registers) instead
   // of 3, for more warps to hide the fold's latencies.
   int small_stages = 0;

@@ -105,7 +105,8 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
   add({"MINFER_MMQ_SMALL_STAGES", KnobType::kInt, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "The staged few-token kernel's cp.async stages with one m-tile: 3 (4 CTAs per SM, at "
-       "most 128 registers) or 4 (3 CTAs per SM); 0 = 4."});
+       "most 128 registers) or 4 (3 CTAs per SM); 0 = 3, which measured 1-5% faster on the "
+       "H200."});
   add({"MINFER_MMQ_SPLIT_K", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
        "MMQ launches whose tiles fill at most half the resident CTA slots (the few-token "
        "GEMMs of a decode batch) split each tile's k range over several CTAs and add the "

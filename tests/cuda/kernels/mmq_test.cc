@@ -998,8 +998,8 @@ TEST(MmqSmallTest, MatchesCpuAndTheTiledKernel) {
             const char* name;
           };
           for (const Form f : {Form{kMmqSmallDirect, 0, 0, "direct"},
-                               Form{kMmqSmallStaged, 1, 4, "staged mt1"},
-                               Form{kMmqSmallStaged, 1, 3, "staged mt1 3 stages"},
+                               Form{kMmqSmallStaged, 1, 4, "staged mt1 4 stages"},
+                               Form{kMmqSmallStaged, 1, 3, "staged mt1"},
                                Form{kMmqSmallStaged, 2, 4, "staged mt2"}}) {
             const std::string what = Describe(type, q6k, rows, k, nt) + " " + f.name;
             auto run = [&](int split) {
