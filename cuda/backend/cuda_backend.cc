@@ -423,7 +423,8 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     }
     return Check(LaunchMatvecF32(*w, xf, y, w->rows, nt, st), "matvec f32");
   };
-  // The decision tree (seed §2.2, §3.2.5): prefill-shaped batches go to the
+  // The decision tree (docs/design.md, which kernel runs a matmul):
+  // prefill-shaped batches go to the
   // tiled GEMM, decode batches of MINFER_MMQ_SMALL_MIN_TOKENS..
   // MINFER_MMQ_SMALL_TOKENS tokens to the few-token GEMM, smaller decode
   // shapes to MMVQ, float weights to the f32 kernels.

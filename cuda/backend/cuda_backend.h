@@ -1,4 +1,5 @@
-// CudaBackend: the engine's Backend on an NVIDIA GPU (seed §3.2.3-§3.2.9).
+// CudaBackend: the engine's Backend on an NVIDIA GPU (docs/design.md, the
+// CUDA backend).
 //
 // One instance per loaded model (slot); all share the process-wide
 // CudaState (device, stream, stream lock, weight registry). Its job is
@@ -162,7 +163,8 @@ class CudaBackend : public graph::Backend {
   // memoized per input range until something overwrites it.
   absl::StatusOr<void*> MmqActivations(const graph::Node& n, const graph::BufferRef& x,
                                        const float* xf, int64_t k, int64_t nt);
-  // Mode 2 (seed §3.2.6): whether a producer marked int8_consumers writes
+  // Mode 2 (docs/design.md, prefill matmuls): whether a producer marked
+  // int8_consumers writes
   // only MMQ's activation layout for nt rows of k, and the bookkeeping after
   // it did (the MMQ memo points at the scratch; the f32 range is dead).
   bool Int8OnlyApplies(const graph::Node& n, int64_t k, int64_t nt) const;

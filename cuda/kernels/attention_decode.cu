@@ -1,15 +1,15 @@
-// Split-KV decode attention (seed §2.4, §3.2.7): one query token at position
+// Split-KV decode attention (docs/design.md, attention): one query token at position
 // pos[0] attends to cache rows [0, pos[0]]. The KV range is cut into
 // n_splits (kAttnSplits = 32) stripes; each stripe's partial attention
 // (running max, running sum, head_dim accumulators) goes to a slab
 // partial[split][head][pstr], and a combine kernel merges the stripes.
 // Grids are static: the context length is read on the device from pos[0], so
-// a captured launch stays valid at any later length (seed §2.5).
+// a captured launch stays valid at any later length.
 //
 // Two bodies write the same partials; both are launched and each checks the
 // device-side length against `long_min_rows` and returns if it is not its
-// turn (seed D3-4):
-//  * one-warp body (the seed's): grid (n_splits, n_head), one warp per block,
+// turn:
+//  * one-warp body: grid (n_splits, n_head), one warp per block,
 //    lane i owns head dims 4i..4i+3, the warp walks its stripe 4 rows at a
 //    time. Best when stripes are short: every block finishes in a few steps.
 //  * GQA body (long contexts): grid (n_splits, n_head / NG), 8 warps per
@@ -343,7 +343,7 @@ __global__ void __launch_bounds__(32 * kLongWarps) attn_decode_gqa_kernel(Decode
   }
 }
 
-// Merges the stripes (seed §2.4): gm = max m_sp, w_sp = 2^(m_sp - gm),
+// Merges the stripes: gm = max m_sp, w_sp = 2^(m_sp - gm),
 // out = sum w_sp acc_sp / sum w_sp S_sp. One warp per head; lane sp reads
 // stripe sp's max and sum, lane i owns dims 4i..4i+3 of the output.
 __global__ void __launch_bounds__(32)

@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
           s[j][3] = c + 1 <= p1 ? s[j][3] : -INFINITY;
         }
       }
-      // Online softmax (seed §2.4) in base 2. The max used for the
+      // Online softmax in base 2. The max used for the
       // exponents is 0 while a row has seen nothing (all -inf), so no
       // inf - inf appears: its weights and correction are then 2^-inf = 0.
       float mx0 = m0, mx1 = m1;

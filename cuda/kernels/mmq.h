@@ -1,4 +1,4 @@
-// MMQ: the int8 tensor-core prefill GEMM (seed §2.3, §3.2.6). Quantized
+// MMQ: the int8 tensor-core prefill GEMM (docs/design.md, prefill matmuls). Quantized
 // weight bytes feed `mma.sync.m16n8k32.s8` directly: the raw GGUF blocks are
 // staged into shared memory and decoded to int8 in registers, the f32
 // activations are quantized once per matmul into the padded int8 layout
@@ -46,7 +46,7 @@
 //    bit-identical to each other; the test reports (but does not require)
 //    the bit-exact count against the CPU.
 //
-// Scale planes (W_dsc for Q4_K, W_exp for Q6_K; seed §2.3). A K-quant
+// Scale planes (W_dsc for Q4_K, W_exp for Q6_K). A K-quant
 // block's per-32-element float scales (Q4_K: d * sc and -(dmin * m); Q6_K:
 // d * scales[2j], d * scales[2j + 1]) can be precomputed once at load time
 // into a plane of float2 [rows][k / 32] (8 bytes per 32 weights: +44% of

@@ -1,6 +1,6 @@
 // Multi-token MMVQ (nt 2..8): the kernel of mmvq_impl.cuh with an in-block
-// token loop, so each weight byte is read once for all nt tokens (seed §2.2,
-// the middle band between decode and the prefill GEMM). Its own translation
+// token loop, so each weight byte is read once for all nt tokens (the middle
+// band between decode and the prefill GEMM). Its own translation
 // unit so the many instantiations compile in parallel with mmvq.cu.
 #include <cuda_runtime.h>
 

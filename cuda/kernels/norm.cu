@@ -1,6 +1,7 @@
 // RmsNorm (and QkNorm, which is RmsNorm over head rows), with an optional
 // fused epilogue that quantizes the normalized rows to BlockQ8A for the next
-// MMVQ (seed §3.2.4: decode producers skip the standalone quantize launch).
+// MMVQ (decode producers skip the standalone quantize launch: docs/design.md,
+// decode matmuls).
 //
 // Numerics: the sum of squares is accumulated in double, as the CPU does
 // (engine/cpu/elementwise.cc RmsNormRows): products of floats are exact in

@@ -1,9 +1,10 @@
-// Non-matmul kernels of the Qwen2 graph: norms, RoPE, elementwise ops, the
+// Non-matmul kernels of the decoder graph: norms, RoPE, elementwise ops, the
 // KV cache store, attention (split-KV decode and prefill) and the decode
 // QKV epilogue. Semantics are the CPU backend's (engine/cpu/kernels.h; the
 // graph ops are documented in engine/graph/graph.h). Launchers return the
 // launch error and never synchronize. Positions and ids are int32 device
-// arrays; kernels never read them on the host (replay-safe: seed §2.5).
+// arrays; kernels never read them on the host (replay-safe: docs/design.md,
+// CUDA graphs).
 //
 // Errors: a shape or parameter a kernel does not handle returns
 // cudaErrorInvalidValue before anything is launched; a pointer without the
@@ -122,7 +123,7 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
 // [0, n_ctx) is clamped into the cache (the store flagged it).
 //
 // Two bodies share the partials (attention_decode.cu): contexts shorter than
-// kAttnLongMinRows run the seed's one-warp-per-(stripe, head) body, longer
+// kAttnLongMinRows run the one-warp-per-(stripe, head) body, longer
 // ones a GQA body (8 warps per (stripe, group of heads sharing a KV head)).
 // Both are launched; each checks the device-side length and the other exits.
 inline constexpr int32_t kAttnLongMinRows = 512;

@@ -1,7 +1,7 @@
 // Types shared by the CUDA kernels (device) and their host launchers: plain
 // C++, includable by g++ and nvcc alike. Weight blocks are the GGUF layouts
 // of engine/quant/blocks.h, byte for byte, except Q6_K, which the device
-// registry stores padded to 224 bytes (seed §3.2.2) so kernels can use
+// registry stores padded to 224 bytes so kernels can use
 // aligned 16-byte loads; for the same reason the registry starts every row
 // on a 16-byte boundary (DeviceRowBytes).
 #ifndef MINFER_CUDA_KERNELS_TYPES_H_
@@ -80,7 +80,7 @@ struct AttnParams {
 
 // Split-KV decode attention: the KV range is cut into this many stripes, one
 // warp each per head, merged by a combine kernel. Frozen: it is baked into
-// captured graphs and changing it changes numerics (seed §2.4).
+// captured graphs and changing it changes numerics.
 inline constexpr int kAttnSplits = 32;
 
 // Device error flag values (CudaState keeps one int on the device; kernels

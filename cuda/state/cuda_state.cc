@@ -143,7 +143,7 @@ uint64_t CudaState::NewOwnerId() {
 namespace {
 
 // Lays a weight out as the device holds it: each row's blocks (Q6_K
-// super-blocks repacked from 210 into 224-byte slots, seed §3.2.2), the row
+// super-blocks repacked from 210 into 224-byte slots), the row
 // zero-padded to dst_row bytes (DeviceRowBytes: 16-byte aligned rows).
 std::vector<uint8_t> DeviceLayout(const graph::Weight& w, int64_t dst_row) {
   const int64_t rows = w.rows();

@@ -1,4 +1,5 @@
-// CudaState: the process-wide CUDA device layer (seed §3.2.2) shared by every
+// CudaState: the process-wide CUDA device layer (docs/design.md, one device
+// layer) shared by every
 // model slot — the device, one stream, the process-wide stream lock, the
 // weight registry, device allocation, pinned staging and the device error
 // flag.

@@ -27,7 +27,7 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
   add({"MINFER_NO_FUSE_FFN", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kGraphRebuild,
        "Disable the decode FFN fusion (FusedFFN): separate gate/up matmuls and SwiGLU."});
-  // CUDA backend (seed §4 escape hatches). Each defaults to the fast path;
+  // CUDA backend. Each defaults to the fast path;
   // setting it restores the simpler mechanism, so every step stays A/B-able.
   add({"MINFER_DISABLE_CUDA", KnobType::kBool, "0", KnobScope::kGlobal, KnobEffect::kRestart,
        "Never use the GPU: models load on the CPU backend."});

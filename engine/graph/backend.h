@@ -1,7 +1,8 @@
 // The interface every compute backend (CPU, CUDA) implements, and the
 // storage references the scheduler hands it.
 //
-// Contract (seed §3.2.3-3.2.9): placement is decided when a graph is
+// Contract (docs/design.md, backends and the graph): placement is decided
+// when a graph is
 // planned, by SupportsOp in backend priority order, and never changes while
 // it runs; a backend that was assigned a node must execute it or return an
 // error carrying the values that violated its invariant — it never falls

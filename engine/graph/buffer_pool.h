@@ -1,4 +1,5 @@
-// The buffer pool every backend keeps (seed §3.2.9): allocations identified
+// The buffer pool every backend keeps (docs/design.md, backends and the
+// graph): allocations identified
 // by small integer ids, recycled through a byte-matched free list and never
 // released before the pool dies — so an address captured in a recorded
 // graph stays valid — plus `gen`, which moves on every allocation or reuse

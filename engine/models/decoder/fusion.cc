@@ -1,4 +1,4 @@
-// The decode fusion pass (seed §3.2.4; docs 06): pattern-matches each
+// The decode fusion pass (docs/design.md, decode matmuls): pattern-matches each
 // layer's projections in a single-token graph and rebuilds the graph with
 // fused ops. Matching is structural, so any graph with these shapes —
 // not only Qwen2's — is fused the same way.

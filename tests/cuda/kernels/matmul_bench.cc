@@ -264,7 +264,7 @@ int One(int argc, char** argv) {
   return 0;
 }
 
-// --gates: the MMVQ shape gates (seed §3.2.5), re-measured: for each type
+// --gates: the MMVQ shape gates (docs/design.md, decode matmuls), re-measured: for each type
 // and the decode shapes of the 0.5B, 1.5B and 7B models, MMVQ (plus the
 // activation quantize it needs when no fused producer wrote the int8 plane)
 // against the f32-activation matvec, nt = 1, weights from HBM.
