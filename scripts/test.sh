@@ -21,6 +21,25 @@ if [[ -n "$not_static" ]]; then
   echo "test.sh: these libraries use CUDA and need linkstatic = True: $not_static" >&2
   exit 1
 fi
+# Every test belongs to one of the top-level suites (BUILD.bazel).
+unsuited=$(bazel query 'tests(//...) except tests(//:cpu + //:daemon + //:compat + //:gpu)' 2>/dev/null)
+if [[ -n "$unsuited" ]]; then
+  echo "test.sh: these tests are in no top-level suite (BUILD.bazel): $unsuited" >&2
+  exit 1
+fi
+# The layering (README, layout): the engine's libraries know nothing of the
+# CUDA backend, the daemon or the client (binaries pick backends by linking
+# them), and the client knows nothing of the engine.
+upward=$(bazel query 'deps(//engine/... except //engine/tools/...) intersect (//cuda/... + //daemon/... + //client/...)' 2>/dev/null)
+if [[ -n "$upward" ]]; then
+  echo "test.sh: engine libraries depend on cuda/, daemon/ or client/: $upward" >&2
+  exit 1
+fi
+client_engine=$(bazel query 'deps(//client/...) intersect //engine/...' 2>/dev/null)
+if [[ -n "$client_engine" ]]; then
+  echo "test.sh: client depends on engine/: $client_engine" >&2
+  exit 1
+fi
 if [[ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]]; then
   echo "test.sh: CUDA toolkit found: building and testing with --config=cuda"
   bazel build "${jobs_flag[@]}" --config=cuda //... //cuda/...
