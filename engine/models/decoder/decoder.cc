@@ -230,6 +230,56 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::FromGguf(const gguf:
   return m;
 }
 
+namespace {
+
+struct QkvNodes {
+  NodeId q;      // roped q, [head_dim, n_head, nt]
+  NodeId store;  // the layer's KV store (its cache loads depend on it)
+};
+
+// One layer's q, k and v from the normed stream n: with `fused`, one
+// FusedQKV (planar q | k | v; one GEMM launch on a GPU) and one epilogue for
+// the biases, RoPE and the KV store; otherwise the chain of matmuls, biases,
+// per-head q/k norms (Qwen3), RoPE and the store, the same values. The q/k-norm
+// layers always take the chain: the fused epilogue has no norm between the
+// bias and RoPE. kv_rows: the cache rows the tokens' K/V go to (kNoNode:
+// their positions, a session's contiguous cache).
+QkvNodes BuildQkv(GraphBuilder& b, const DecoderModel& model, const DecoderLayer& L, int layer,
+                  NodeId n, NodeId pos, NodeId kv_rows, int64_t nt, bool fused,
+                  const std::string& p) {
+  const DecoderHparams& hp = model.hparams();
+  const int64_t hd = hp.head_dim;
+  const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
+  if (fused && L.q_norm == nullptr) {
+    NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
+    NodeId q = b.QkvBiasRopeStore({qkv}, L.bq, L.bk, L.bv, pos, nh, nkv, static_cast<int>(hd),
+                                  hp.rope_style, hp.rope_base, layer,
+                                  p + "qkv_bias_rope_store", kv_rows, model.rope_freqs());
+    return {q, q};
+  }
+  NodeId q = b.MatMul(n, L.wq, p + "q");
+  NodeId k = b.MatMul(n, L.wk, p + "k");
+  NodeId v = b.MatMul(n, L.wv, p + "v");
+  if (L.bq) q = b.Add(q, L.bq, p + "q_bias");
+  if (L.bk) k = b.Add(k, L.bk, p + "k_bias");
+  if (L.bv) v = b.Add(v, L.bv, p + "v_bias");
+  q = b.Reshape(q, Shape(hd, nh, nt), p + "q_heads");
+  k = b.Reshape(k, Shape(hd, nkv, nt), p + "k_heads");
+  if (L.q_norm != nullptr) {
+    q = b.QkNorm(q, L.q_norm, hp.rms_eps, p + "q_norm");
+    k = b.QkNorm(k, L.k_norm, hp.rms_eps, p + "k_norm");
+  }
+  q = b.RoPE(q, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "q_rope",
+             model.rope_freqs());
+  k = b.RoPE(k, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "k_rope",
+             model.rope_freqs());
+  NodeId store = b.KvcacheStore(k, v, kv_rows == graph::kNoNode ? pos : kv_rows, layer,
+                                p + "kv_store");
+  return {q, store};
+}
+
+}  // namespace
+
 absl::StatusOr<graph::Graph> BuildDecoderGraph(const DecoderModel& model, const GraphParams& gp) {
   const DecoderHparams& hp = model.hparams();
   const int64_t nt = gp.n_tokens, hd = hp.head_dim;
@@ -252,38 +302,9 @@ absl::StatusOr<graph::Graph> BuildDecoderGraph(const DecoderModel& model, const 
     const std::string p = absl::StrCat("blk.", l, ".");
     // Attention block.
     NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
-    NodeId q, store;
-    // The q/k-norm layers (Qwen3) take the unfused chain: the fused
-    // epilogue has no norm between the bias and RoPE, and the decode fusion
-    // pass leaves a chain with one unmatched.
-    if (nt > 1 && gp.fuse_qkv_prefill && L.q_norm == nullptr) {
-      // Prefill QKV fusion: one FusedQKV (planar q | k | v; one GEMM launch
-      // on a GPU) and one epilogue for the biases, RoPE and the KV store,
-      // whose output is the roped q. The same values as the chain below.
-      NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
-      q = store = b.QkvBiasRopeStore({qkv}, L.bq, L.bk, L.bv, pos, static_cast<int>(nh),
-                                     static_cast<int>(nkv), static_cast<int>(hd), hp.rope_style,
-                                     hp.rope_base, l, p + "qkv_bias_rope_store", graph::kNoNode,
-                                     model.rope_freqs());
-    } else {
-      q = b.MatMul(n, L.wq, p + "q");
-      NodeId k = b.MatMul(n, L.wk, p + "k");
-      NodeId v = b.MatMul(n, L.wv, p + "v");
-      if (L.bq) q = b.Add(q, L.bq, p + "q_bias");
-      if (L.bk) k = b.Add(k, L.bk, p + "k_bias");
-      if (L.bv) v = b.Add(v, L.bv, p + "v_bias");
-      q = b.Reshape(q, Shape(hd, nh, nt), p + "q_heads");
-      k = b.Reshape(k, Shape(hd, nkv, nt), p + "k_heads");
-      if (L.q_norm != nullptr) {
-        q = b.QkNorm(q, L.q_norm, hp.rms_eps, p + "q_norm");
-        k = b.QkNorm(k, L.k_norm, hp.rms_eps, p + "k_norm");
-      }
-      q = b.RoPE(q, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "q_rope",
-                 model.rope_freqs());
-      k = b.RoPE(k, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "k_rope",
-                 model.rope_freqs());
-      store = b.KvcacheStore(k, v, pos, l, p + "kv_store");
-    }
+    // Prefill QKV fusion at nt > 1 (the decode fusion pass fuses nt == 1).
+    const auto [q, store] =
+        BuildQkv(b, model, L, l, n, pos, graph::kNoNode, nt, nt > 1 && gp.fuse_qkv_prefill, p);
     NodeId kc = b.KvcacheLoad(store, l, KvKind::kK, kv_shape, gp.kv_type, p + "k_cache");
     NodeId vc = b.KvcacheLoad(store, l, KvKind::kV, kv_shape, gp.kv_type, p + "v_cache");
     NodeId a = b.Attn(q, kc, vc, pos, nh, nkv, static_cast<int>(hd), attn_scale, l, p + "attn");
@@ -340,31 +361,7 @@ absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,
     const DecoderLayer& L = model.layers()[l];
     const std::string p = absl::StrCat("blk.", l, ".");
     NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
-    NodeId q, store;
-    if (gp.fuse_qkv && L.q_norm == nullptr) {  // (q/k norms: unfused, as above)
-      NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
-      q = store = b.QkvBiasRopeStore({qkv}, L.bq, L.bk, L.bv, pos, nh, nkv, static_cast<int>(hd),
-                                     hp.rope_style, hp.rope_base, l, p + "qkv_bias_rope_store",
-                                     io.kv_rows, model.rope_freqs());
-    } else {
-      q = b.MatMul(n, L.wq, p + "q");
-      NodeId k = b.MatMul(n, L.wk, p + "k");
-      NodeId v = b.MatMul(n, L.wv, p + "v");
-      if (L.bq) q = b.Add(q, L.bq, p + "q_bias");
-      if (L.bk) k = b.Add(k, L.bk, p + "k_bias");
-      if (L.bv) v = b.Add(v, L.bv, p + "v_bias");
-      q = b.Reshape(q, Shape(hd, nh, nt), p + "q_heads");
-      k = b.Reshape(k, Shape(hd, nkv, nt), p + "k_heads");
-      if (L.q_norm != nullptr) {
-        q = b.QkNorm(q, L.q_norm, hp.rms_eps, p + "q_norm");
-        k = b.QkNorm(k, L.k_norm, hp.rms_eps, p + "k_norm");
-      }
-      q = b.RoPE(q, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "q_rope",
-                 model.rope_freqs());
-      k = b.RoPE(k, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "k_rope",
-                 model.rope_freqs());
-      store = b.KvcacheStore(k, v, io.kv_rows, l, p + "kv_store");
-    }
+    const auto [q, store] = BuildQkv(b, model, L, l, n, pos, io.kv_rows, nt, gp.fuse_qkv, p);
     NodeId kc = b.KvcacheLoad(store, l, KvKind::kK, kv_shape, gp.kv_type, p + "k_cache");
     NodeId vc = b.KvcacheLoad(store, l, KvKind::kV, kv_shape, gp.kv_type, p + "v_cache");
     NodeId a = b.PagedAttn(q, kc, vc, pos, io.attn_tiles, io.block_tables, gp.kv_block, nh, nkv,

@@ -4,16 +4,13 @@
 // test time (hf_llama3_reference.js); every id of every corpus string must
 // match — with special tokens and BOS (transformers' default encode) and
 // without either — and the decoded text must equal the reference's.
-#include <sys/stat.h>
 
-#include <cstdio>
-#include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <algorithm>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -41,43 +38,15 @@ struct Case {
   std::string decoded;
 };
 
-std::vector<std::string> ReadInputs(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "cannot read " << path;
-  std::vector<std::string> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_string()) {
-      out.push_back(j.get<std::string>());
-    } else if (j.is_object() && j.contains("hex")) {
-      out.push_back(absl::HexStringToBytes(j["hex"].get<std::string>()));
-    } else {
-      ADD_FAILURE() << path << ": bad line " << line;
-    }
-  }
-  return out;
-}
-
 std::vector<Case> RunReference(const std::string& path) {
   if (!RequireInstalled(kHfTokenizersCjs) || !RequireInstalled(kLlamaJson)) return {};
-  const std::vector<std::string> inputs = ReadInputs(path);
+  const std::vector<std::string> inputs = ReadJsonlInputs(path);
   const std::string cmd =
-      absl::StrCat("node '", kScript, "' '", kHfTokenizersCjs, "' '", kLlamaJson, "' '", path, "'");
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "cannot run: " << cmd;
-    return {};
-  }
-  std::string output;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) output.append(buf, n);
-  const int rc = pclose(pipe);
-  if (rc != 0) {
-    ADD_FAILURE() << "reference tokenizer failed (exit " << rc << "): " << cmd;
-    return {};
-  }
+      absl::StrCat(NodeBinary(), " '", kScript, "' '", kHfTokenizersCjs, "' '", kLlamaJson, "' '",
+                   path, "'");
+  const std::optional<std::string> out = ShellOutput(cmd);
+  if (!out) return {};
+  const std::string& output = *out;
   std::vector<Case> cases;
   size_t pos = 0;
   for (const std::string& input : inputs) {

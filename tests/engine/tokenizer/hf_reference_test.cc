@@ -3,14 +3,11 @@
 // trimmed to Qwen2.5's added tokens on both sides. Node runs at test time
 // (hf_reference.js); every id of every corpus string must match, with
 // special-token parsing on and off, and decode(encode(s)) must give NFC(s).
-#include <sys/stat.h>
 
-#include <cstdio>
-#include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -39,55 +36,16 @@ struct Case {
   Reference ref;
 };
 
-std::string NodeBinary() {
-  struct stat st;
-  for (const char* p : {"/usr/bin/node", "/usr/local/bin/node"}) {
-    if (stat(p, &st) == 0) return p;
-  }
-  return "node";
-}
-
-// Reads a JSONL input file: JSON strings, or {"hex": ...} for raw bytes.
-std::vector<std::string> ReadInputs(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "cannot read " << path;
-  std::vector<std::string> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_string()) {
-      out.push_back(j.get<std::string>());
-    } else if (j.is_object() && j.contains("hex")) {
-      out.push_back(absl::HexStringToBytes(j["hex"].get<std::string>()));
-    } else {
-      ADD_FAILURE() << path << ": bad line " << line;
-    }
-  }
-  return out;
-}
-
 // Runs the reference over `path`; empty (with a failure) on any problem.
 std::vector<Case> RunReference(const std::string& path) {
   if (!RequireInstalled(kHfTokenizersCjs) || !RequireInstalled(kQwenTokenizerJson)) return {};
-  const std::vector<std::string> inputs = ReadInputs(path);
+  const std::vector<std::string> inputs = ReadJsonlInputs(path);
   const std::string cmd = absl::StrCat(NodeBinary(), " '", kScript, "' '", kHfTokenizersCjs,
                                        "' '", kQwenTokenizerJson, "' ", kQwen25VocabLimit, " '",
                                        path, "'");
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "cannot run: " << cmd;
-    return {};
-  }
-  std::string output;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) output.append(buf, n);
-  const int rc = pclose(pipe);
-  if (rc != 0) {
-    ADD_FAILURE() << "reference tokenizer failed (exit " << rc << "): " << cmd
-                  << "\nIs node installed? Run scripts/install_deps.sh.";
-    return {};
-  }
+  const std::optional<std::string> out = ShellOutput(cmd);
+  if (!out) return {};
+  const std::string& output = *out;
   std::vector<Case> cases;
   size_t pos = 0;
   for (const std::string& input : inputs) {
@@ -156,7 +114,7 @@ int CompareIds(const std::vector<Case>& cases, bool parse_special) {
 }
 
 TEST(HfReferenceTest, CorpusIsLargeAndDiverse) {
-  const std::vector<std::string> inputs = ReadInputs(kCorpus);
+  const std::vector<std::string> inputs = ReadJsonlInputs(kCorpus);
   EXPECT_GE(inputs.size(), 200u);
   size_t longest = 0;
   bool has_empty = false;

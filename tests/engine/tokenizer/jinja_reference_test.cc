@@ -9,12 +9,11 @@
 // and the content ranges must cover exactly text that came from message
 // contents. The prompts then go through the real Qwen tokenizer: control
 // tokens written by users stay text.
-#include <sys/stat.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,14 +43,6 @@ struct Model {
   std::string source;  // chat_template
   ChatSpecialTokens tokens;
 };
-
-std::string NodeBinary() {
-  struct stat st;
-  for (const char* p : {"/usr/bin/node", "/usr/local/bin/node"}) {
-    if (stat(p, &st) == 0) return p;
-  }
-  return "node";
-}
 
 // A special token of tokenizer_config.json: a string, {"content": ...}, or
 // null ("": what minfer hands a template for a model without the token).
@@ -215,21 +206,9 @@ std::vector<Case> RenderAll(const std::vector<Model>& models) {
   input.close();
   const std::string cmd =
       absl::StrCat("TZ=UTC ", NodeBinary(), " '", kScript, "' '", kHfJinja, "' '", input_path, "'");
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "cannot run: " << cmd;
-    return {};
-  }
-  std::string output;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) output.append(buf, n);
-  const int rc = pclose(pipe);
-  if (rc != 0) {
-    ADD_FAILURE() << "the reference failed (exit " << rc << "): " << cmd
-                  << "\nIs node installed? Run scripts/install_deps.sh.";
-    return {};
-  }
+  const std::optional<std::string> out = ShellOutput(cmd);
+  if (!out) return {};
+  const std::string& output = *out;
   std::istringstream lines(output);
   std::string line;
   size_t i = 0;

@@ -1,8 +1,11 @@
 #include "tests/engine/tokenizer/test_util.h"
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <sys/stat.h>
 
+#include "absl/strings/escaping.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/hf_tokenizer_json.h"
 #include "engine/tokenizer/unicode.h"
@@ -98,6 +101,51 @@ TokenizerData ToyData() {
 
 std::string Escape(const std::string& s) {
   return nlohmann::json(ToValidUtf8(s)).dump(-1, ' ', /*ensure_ascii=*/true);
+}
+
+std::string NodeBinary() {
+  struct stat st;
+  for (const char* p : {"/usr/bin/node", "/usr/local/bin/node"}) {
+    if (stat(p, &st) == 0) return p;
+  }
+  return "node";
+}
+
+std::vector<std::string> ReadJsonlInputs(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in) << "cannot read " << path;
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_string()) {
+      out.push_back(j.get<std::string>());
+    } else if (j.is_object() && j.contains("hex")) {
+      out.push_back(absl::HexStringToBytes(j["hex"].get<std::string>()));
+    } else {
+      ADD_FAILURE() << path << ": bad line " << line;
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> ShellOutput(const std::string& cmd) {
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "cannot run: " << cmd;
+    return std::nullopt;
+  }
+  std::string output;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) output.append(buf, n);
+  const int rc = pclose(pipe);
+  if (rc != 0) {
+    ADD_FAILURE() << "the reference failed (exit " << rc << "): " << cmd
+                  << "\nIs node installed? Run scripts/install_deps.sh.";
+    return std::nullopt;
+  }
+  return output;
 }
 
 }  // namespace minfer::tokenizer::testing

@@ -4,7 +4,9 @@
 #ifndef MINFER_TESTS_ENGINE_TOKENIZER_TEST_UTIL_H_
 #define MINFER_TESTS_ENGINE_TOKENIZER_TEST_UTIL_H_
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/tokenizer_data.h"
@@ -41,6 +43,17 @@ inline constexpr TokenId kToyHe = 256, kToyLl = 257, kToyHell = 258, kToyHello =
 
 // `s` as a JSON string literal with non-ASCII escaped (for messages).
 std::string Escape(const std::string& s);
+
+// The reference runners (node scripts beside the tests):
+// The node binary: /usr/bin/node or /usr/local/bin/node, else "node" on PATH.
+std::string NodeBinary();
+// A JSONL input file: JSON strings, or {"hex": ...} for raw bytes; a test
+// failure names a line that is neither.
+std::vector<std::string> ReadJsonlInputs(const std::string& path);
+// Runs `cmd` through the shell and returns its standard output; nullopt,
+// with a test failure naming the command and its exit status, when it
+// cannot start or exits non-zero.
+std::optional<std::string> ShellOutput(const std::string& cmd);
 
 }  // namespace minfer::tokenizer::testing
 
