@@ -40,9 +40,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "daemon/limits.h"
-#include "daemon/slot.h"
-#include "daemon/tenants.h"
+#include "daemon/serving/limits.h"
+#include "daemon/serving/slot.h"
+#include "daemon/serving/tenants.h"
 
 namespace minfer::daemon {
 

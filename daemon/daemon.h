@@ -35,15 +35,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "daemon/admin_service.h"
 #include "daemon/config.h"
-#include "daemon/generation_service.h"
-#include "daemon/heap_trim.h"
-#include "daemon/http_server.h"
-#include "daemon/metrics.h"
-#include "daemon/reflection_v1.h"
-#include "daemon/serving_state.h"
-#include "daemon/slot_manager.h"
+#include "daemon/grpc/admin_service.h"
+#include "daemon/grpc/generation_service.h"
+#include "daemon/grpc/reflection_v1.h"
+#include "daemon/http/http_server.h"
+#include "daemon/serving/heap_trim.h"
+#include "daemon/serving/metrics.h"
+#include "daemon/serving/serving_state.h"
+#include "daemon/serving/slot_manager.h"
 #include "grpcpp/grpcpp.h"
 
 namespace minfer::daemon {

@@ -168,27 +168,27 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
     const BatchItem& it = items[i];
     const int64_t n = static_cast<int64_t>(it.tokens.size());
     if (n < 1 || it.pos0 < 0 || it.pos0 + n > opt_.n_ctx) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch runner: item ", i, " has ", n, " tokens at position ", it.pos0,
+      return absl::InternalError(absl::StrCat(
+          "batch runner invariant: item ", i, " has ", n, " tokens at position ", it.pos0,
           " (each sequence holds at most n_ctx ", opt_.n_ctx, " tokens)"));
     }
     if (static_cast<int64_t>(it.blocks.size()) < BlocksFor(it.pos0 + n, bs) ||
         static_cast<int64_t>(it.blocks.size()) > max_blocks_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch runner: item ", i, " has ", it.blocks.size(), " blocks for ", it.pos0 + n,
+      return absl::InternalError(absl::StrCat(
+          "batch runner invariant: item ", i, " has ", it.blocks.size(), " blocks for ", it.pos0 + n,
           " rows (blocks of ", bs, ", at most ", max_blocks_, ")"));
     }
     for (int32_t b : it.blocks) {
       if (b <= KvPool::kTrashBlock || b >= pool_->n_blocks()) {
-        return absl::InvalidArgumentError(absl::StrCat("batch runner: item ", i, " block ", b,
+        return absl::InternalError(absl::StrCat("batch runner invariant: item ", i, " block ", b,
                                                        " is not a block of the pool [1, ",
                                                        pool_->n_blocks(), ")"));
       }
     }
     for (int32_t t : it.tokens) {
       if (t < 0 || t >= n_vocab) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "batch runner: item ", i, ": token id ", t, " is outside the vocabulary [0, ",
+        return absl::InternalError(absl::StrCat(
+            "batch runner invariant: item ", i, ": token id ", t, " is outside the vocabulary [0, ",
             n_vocab, ")"));
       }
     }

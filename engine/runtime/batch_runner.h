@@ -103,9 +103,14 @@ class BatchRunner {
 
   // Evaluates `items` (at most max_seqs, at most max_tokens tokens in all)
   // and fills results[i] for each item that asked for logits (others are
-  // left empty). INVALID_ARGUMENT naming the item for a token outside the
-  // vocabulary, positions past n_ctx or a block table that does not cover
-  // them. On error the KV rows of this step may be partly written.
+  // left empty). INVALID_ARGUMENT for more items or tokens than the
+  // options allow. Preconditions on each item, which the engine guarantees
+  // (its requests passed ValidateGenerateRequest, its scheduler sizes the
+  // block tables): tokens in the vocabulary, positions within n_ctx, a block
+  // table of pool blocks covering them. They are still checked, since a
+  // wrong id or block would read or write outside the device buffers: a
+  // violation is INTERNAL ("batch runner invariant: item i ..."), a bug in
+  // the caller. On error the KV rows of this step may be partly written.
   absl::Status Run(absl::Span<const BatchItem> items, std::vector<RowResult>* results);
 
   // Changes the token budget (graphs are rebuilt for the new buckets).

@@ -7,26 +7,42 @@
 
 namespace minfer::runtime {
 
+absl::Status ValidateGenerateRequest(const GenerateRequest& request, const Model& model,
+                                     int64_t n_ctx) {
+  if (request.prompt.empty()) return absl::InvalidArgumentError("prompt: no tokens");
+  const int64_t n_vocab = model.hparams().n_vocab;
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    const int32_t t = request.prompt[i];
+    if (t < 0 || t >= n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt[", i, "]: token id ", t,
+                                                     " is outside the vocabulary [0, ", n_vocab,
+                                                     ")"));
+    }
+  }
+  const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
+  if (n_prompt >= n_ctx) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt: ", n_prompt, " tokens do not fit the model's context of ", n_ctx,
+                     " (one position must remain for the completion)"));
+  }
+  if (request.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be >= 1, got ", request.max_tokens));
+  }
+  RETURN_IF_ERROR(request.sampling.Validate());
+  for (size_t i = 0; i < request.stop.size(); ++i) {
+    if (request.stop[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is empty"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Completion>> Completion::Create(const Model& model,
                                                                GenerateRequest request,
                                                                int64_t n_ctx) {
-  if (request.prompt.empty()) return absl::InvalidArgumentError("prompt: no tokens");
-  if (request.max_tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_tokens must be at least 1, got ", request.max_tokens));
-  }
+  RETURN_IF_ERROR(ValidateGenerateRequest(request, model, n_ctx));
   const int64_t n_vocab = model.hparams().n_vocab;
-  for (int32_t t : request.prompt) {
-    if (t < 0 || t >= n_vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("prompt: token id ", t, " is outside the vocabulary [0, ", n_vocab, ")"));
-    }
-  }
-  if (static_cast<int64_t>(request.prompt.size()) >= n_ctx) {
-    return absl::OutOfRangeError(absl::StrCat("prompt of ", request.prompt.size(),
-                                              " tokens does not fit the context of ", n_ctx,
-                                              " (one token must remain)"));
-  }
   std::unique_ptr<Completion> c(new Completion);
   c->model_ = &model;
   c->n_ctx_ = n_ctx;

@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "gmock/gmock.h"
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace minfer::daemon {

@@ -6,10 +6,10 @@
 
 #include "client/minfer_client.h"
 #include "daemon/daemon.h"
-#include "daemon/memory.h"
+#include "daemon/serving/memory.h"
 #include "engine/models/decoder/decoder.h"
-#include "engine/runtime/session.h"
 #include "engine/runtime/device_backend.h"
+#include "engine/runtime/session.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/test_util.h"

@@ -3,7 +3,7 @@
 // loads and unloads (refused: FAILED_PRECONDITION or NOT_FOUND). Each
 // cycle's model, tokenizer, KV caches and graphs are freed; the daemon must
 // give that memory back, not keep it in the allocator's per-thread arenas
-// (daemon/heap_trim.h, and the malloc thresholds minferd's main() sets).
+// (daemon/serving/heap_trim.h, and the malloc thresholds minferd's main() sets).
 #include <signal.h>
 
 #include <algorithm>

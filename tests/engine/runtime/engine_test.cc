@@ -8,12 +8,14 @@
 // fit the pool is refused with the figures.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "engine/runtime/batch_runner.h"
 #include "engine/runtime/completion.h"
 #include "engine/runtime/engine.h"
@@ -329,6 +331,76 @@ TEST(EngineTest, RefusesRequestsThatCannotFitThePool) {
   EXPECT_TRUE(absl::StrContains(id.status().message(), "holds 4 blocks")) << id.status();
   r.max_tokens = 35;  // 64 rows: fits
   EXPECT_TRUE((*e)->Add(r).ok());
+}
+
+// The request rules live in ValidateGenerateRequest alone; Engine::Add
+// returns its error unchanged, and the batch runner refuses an item that
+// breaks them as an invariant violation (its caller's bug), not as a client
+// error.
+TEST(EngineTest, RequestRulesAreCheckedOnceAndTheRunnerAssertsThem) {
+  auto model = LoadModel("tiny", "q8_0");
+  ASSERT_NE(model, nullptr);
+  const int32_t n_vocab = static_cast<int32_t>(model->hparams().n_vocab);
+  GenerateRequest ok;
+  ok.prompt = {1, 2, 3};
+  ok.max_tokens = 4;
+  EXPECT_TRUE(ValidateGenerateRequest(ok, *model, 4).ok());
+  struct Case {
+    std::function<void(GenerateRequest&)> edit;
+    int64_t n_ctx;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](GenerateRequest& r) { r.prompt.clear(); }, 16, "prompt: no tokens"},
+      {[&](GenerateRequest& r) { r.prompt[1] = n_vocab; }, 16,
+       absl::StrCat("prompt[1]: token id ", n_vocab, " is outside the vocabulary [0, ", n_vocab,
+                    ")")},
+      {[](GenerateRequest& r) { r.prompt[2] = -1; }, 16,
+       absl::StrCat("prompt[2]: token id -1 is outside the vocabulary [0, ",
+                    model->hparams().n_vocab, ")")},
+      {[](GenerateRequest&) {}, 3,
+       "prompt: 3 tokens do not fit the model's context of 3 (one position must remain for the "
+       "completion)"},
+      {[](GenerateRequest& r) { r.max_tokens = 0; }, 16, "max_tokens must be >= 1, got 0"},
+      {[](GenerateRequest& r) { r.stop = {"a", ""}; }, 16, "stop[1] is empty"},
+      {[](GenerateRequest& r) { r.sampling.top_p = 2; }, 16, "SamplingParams.top_p"},
+  };
+  EngineOptions eo;
+  eo.max_seqs = 2;
+  eo.token_budget = 64;
+  eo.n_ctx = 16;
+  auto e = Engine::Create(model, eo);
+  ASSERT_TRUE(e.ok()) << e.status();
+  for (const Case& c : cases) {
+    GenerateRequest r = ok;
+    c.edit(r);
+    const absl::Status v = ValidateGenerateRequest(r, *model, c.n_ctx);
+    EXPECT_TRUE(absl::IsInvalidArgument(v)) << v;
+    EXPECT_TRUE(absl::StartsWith(v.message(), c.message)) << v << " vs " << c.message;
+    if (c.n_ctx == eo.n_ctx) {
+      auto id = (*e)->Add(r);
+      EXPECT_EQ(id.status(), v) << "Engine::Add returns the validation's error";
+    }
+  }
+
+  BatchRunnerOptions ro;
+  ro.max_tokens = 16;
+  ro.max_seqs = 2;
+  ro.n_ctx = 64;
+  auto runner = BatchRunner::Create(model, ro);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  const std::vector<int32_t> bad = {1, n_vocab};
+  const std::vector<int32_t> blocks = {1};
+  BatchItem it;
+  it.tokens = absl::MakeConstSpan(bad);
+  it.pos0 = 0;
+  it.blocks = absl::MakeConstSpan(blocks);
+  it.logits = true;
+  std::vector<RowResult> res;
+  const absl::Status st = (*runner)->Run({it}, &res);
+  EXPECT_TRUE(absl::IsInternal(st)) << st;
+  EXPECT_EQ(st.message(), absl::StrCat("batch runner invariant: item 0: token id ", n_vocab,
+                                       " is outside the vocabulary [0, ", n_vocab, ")"));
 }
 
 // Prefix caching: prompts that share a 50-token system prompt, two

@@ -1,0 +1,178 @@
+#include "daemon/api/generate_request.h"
+
+#include <mutex>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/api/chat_options.h"
+#include "daemon/serving/client_input.h"
+#include "engine/base/status.h"
+#include "engine/sampling/sampling_params.h"
+
+namespace minfer::daemon {
+namespace {
+
+constexpr size_t kMaxStopStrings = 16;
+
+uint64_t RandomSeed() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mu);
+  return rng();
+}
+
+// runtime::ValidateGenerateRequest names the engine request's fields; the
+// API's are: SamplingParams.x -> sampling.x (n_logprobs is
+// options.top_logprobs, checked before), max_tokens -> stopping.max_tokens,
+// stop[i] -> stopping.stop[i], and prompt[i] -> tokens.ids[i] when the
+// client sent ids (a text or chat prompt keeps "prompt": its ids are the
+// tokenizer's).
+absl::Status ToApiFields(const absl::Status& s, bool ids_input) {
+  std::string msg(s.message());
+  if (absl::StartsWith(msg, "SamplingParams.")) {
+    msg = "sampling." + msg.substr(15);
+  } else if (absl::StartsWith(msg, "max_tokens") || absl::StartsWith(msg, "stop[")) {
+    msg = "stopping." + msg;
+  } else if (ids_input && absl::StartsWith(msg, "prompt[")) {
+    msg = "tokens.ids[" + msg.substr(7);
+  }
+  return absl::Status(s.code(), msg);
+}
+
+}  // namespace
+
+std::vector<tokenizer::ChatMessage> ChatMessages(const v1::Chat& chat) {
+  std::vector<tokenizer::ChatMessage> out;
+  out.reserve(chat.messages_size());
+  for (const auto& m : chat.messages()) out.push_back({m.role(), m.content()});
+  return out;
+}
+
+absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
+                                                              const runtime::Model& model,
+                                                              int64_t n_ctx,
+                                                              const GenerationLimits& limits) {
+  runtime::GenerateRequest out;
+  const tokenizer::Tokenizer& tok = model.tokenizer();
+  switch (request.input_case()) {
+    case v1::GenerateRequest::kText: {
+      if (request.text().empty()) return absl::InvalidArgumentError("text: the prompt is empty");
+      tokenizer::EncodeOptions eo;
+      eo.parse_special = request.options().parse_special();
+      out.prompt = tok.Encode(request.text(), eo);
+      break;
+    }
+    case v1::GenerateRequest::kChat: {
+      if (request.chat().messages().empty()) {
+        return absl::InvalidArgumentError("chat.messages: no messages");
+      }
+      ASSIGN_OR_RETURN(const tokenizer::ChatTemplateOptions options,
+                       ChatTemplateOptionsOf(request.chat()));
+      absl::StatusOr<std::vector<int32_t>> ids =
+          tok.EncodeChat(ChatMessages(request.chat()), /*add_generation_prompt=*/true, options);
+      if (!ids.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("chat: ", ids.status().message()));
+      }
+      out.prompt = std::move(*ids);
+      break;
+    }
+    case v1::GenerateRequest::kTokens: {
+      const auto& ids = request.tokens().ids();
+      if (ids.empty()) return absl::InvalidArgumentError("tokens.ids: no tokens");
+      out.prompt.assign(ids.begin(), ids.end());
+      break;
+    }
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      return absl::InvalidArgumentError("input: set one of text, chat or tokens");
+  }
+  const int64_t n_prompt = static_cast<int64_t>(out.prompt.size());
+  if (n_prompt == 0) return absl::InvalidArgumentError("prompt: it encodes to no tokens");
+  if (n_prompt > limits.max_prompt_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt: ", n_prompt, " tokens exceed the server's limit of ",
+                     limits.max_prompt_tokens, " (max_prompt_tokens)"));
+  }
+
+  const v1::SamplingParams& sp = request.sampling();
+  SamplingParams& s = out.sampling;
+  if (sp.has_temperature()) s.temperature = sp.temperature();
+  if (sp.has_top_k()) s.top_k = sp.top_k();
+  if (sp.has_top_p()) s.top_p = sp.top_p();
+  if (sp.has_min_p()) s.min_p = sp.min_p();
+  if (sp.has_repetition_penalty()) s.repetition_penalty = sp.repetition_penalty();
+  if (sp.has_frequency_penalty()) s.frequency_penalty = sp.frequency_penalty();
+  if (sp.has_presence_penalty()) s.presence_penalty = sp.presence_penalty();
+  if (sp.has_penalty_last_n()) s.penalty_last_n = sp.penalty_last_n();
+  s.seed = sp.has_seed() ? sp.seed() : RandomSeed();
+  const int32_t top_logprobs = request.options().top_logprobs();
+  if (top_logprobs < 0 || top_logprobs > kMaxLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("options.top_logprobs must be in [0, ",
+                                                   kMaxLogprobs, "], got ", top_logprobs));
+  }
+  s.n_logprobs = top_logprobs;
+
+  const v1::StoppingCriteria& st = request.stopping();
+  if (st.has_max_tokens()) {
+    if (st.max_tokens() > limits.max_tokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stopping.max_tokens ", st.max_tokens(),
+                       " exceeds the server's limit of ", limits.max_tokens));
+    }
+    out.max_tokens = st.max_tokens();
+  } else {
+    out.max_tokens = std::min(limits.default_max_tokens, limits.max_tokens);
+  }
+  if (static_cast<size_t>(st.stop_size()) > kMaxStopStrings) {
+    return absl::InvalidArgumentError(absl::StrCat("stopping.stop: at most ", kMaxStopStrings,
+                                                   " stop strings, got ", st.stop_size()));
+  }
+  out.stop.assign(st.stop().begin(), st.stop().end());
+  out.ignore_eos = st.ignore_eos();
+  // The engine's own rules (vocabulary, context, max_tokens, sampling, stop
+  // strings), checked here once; the layers below take them as given.
+  if (absl::Status v = runtime::ValidateGenerateRequest(out, model, n_ctx); !v.ok()) {
+    return ToApiFields(v, request.input_case() == v1::GenerateRequest::kTokens);
+  }
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
+    SlotManager* slots, const ServingState& state, const v1::GenerateRequest& request,
+    const GenerationLimits& limits, Clock::time_point arrival, Clock::time_point deadline,
+    const char* api, std::shared_ptr<const runtime::Model>* model_out, const TenantRef& tenant) {
+  if (state.draining()) {
+    return absl::UnavailableError("the server is draining; it accepts no new generations");
+  }
+  if (request.model().empty()) {
+    return absl::InvalidArgumentError("model: name a loaded model or alias");
+  }
+  RETURN_IF_ERROR(CheckName(request.model(), "model"));
+  return slots->Submit(
+      request.model(),
+      [&](Slot& slot, const std::string& model) -> absl::StatusOr<std::shared_ptr<Sequence>> {
+        std::shared_ptr<const runtime::Model> m = slot.model();
+        if (m == nullptr) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("model '", model, "' is ", SlotStateName(slot.state()), ", not ready"));
+        }
+        ASSIGN_OR_RETURN(runtime::GenerateRequest r,
+                         BuildGenerateRequest(request, *m, slot.n_ctx(), limits));
+        r.priority = request.options().priority();
+        std::shared_ptr<TenantLease> lease;
+        if (tenant.tenants != nullptr) {
+          ASSIGN_OR_RETURN(lease, tenant.tenants->Admit(tenant.index, request.model(), model));
+          r.group = Tenants::Group(tenant.index);
+          r.weight = tenant.tenants->weight(tenant.index);
+        }
+        auto seq = std::make_shared<Sequence>(std::move(r), model, arrival, deadline);
+        seq->set_api(api);
+        seq->set_tenant(std::move(lease));
+        if (model_out != nullptr) *model_out = m;
+        return seq;
+      });
+}
+
+}  // namespace minfer::daemon

@@ -1,0 +1,71 @@
+// From a minfer.v1.GenerateRequest to a sequence in its model's slot: the
+// one place where a generation request is validated, for the gRPC and the
+// HTTP front doors alike (the HTTP API translates its JSON into a
+// v1::GenerateRequest first). What leaves here is a valid
+// runtime::GenerateRequest for the slot's model and context: prompt ids in
+// the vocabulary, the prompt shorter than the context, sampling parameters
+// in range, max_tokens within the server's limits. The layers below (the
+// slot, the batched engine, the completion) state these as preconditions
+// and check them only as invariants.
+//
+// Thread-safe (pure functions over their arguments; SubmitGenerate calls
+// the thread-safe SlotManager).
+#ifndef MINFER_DAEMON_API_GENERATE_REQUEST_H_
+#define MINFER_DAEMON_API_GENERATE_REQUEST_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/serving/limits.h"
+#include "daemon/serving/sequence.h"
+#include "daemon/serving/serving_state.h"
+#include "daemon/serving/slot_manager.h"
+#include "daemon/serving/tenants.h"
+#include "engine/runtime/completion.h"
+#include "engine/runtime/model.h"
+#include "engine/tokenizer/chat_template.h"
+#include "minfer/v1/generation.pb.h"
+
+namespace minfer::daemon {
+
+// Validates `request` against the limits and the model and builds the
+// engine request (tokenizing text or chat input). INVALID_ARGUMENT names the
+// proto field ("sampling.top_p must be in (0, 1] ..."). An unset seed is
+// drawn at random.
+absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
+                                                              const runtime::Model& model,
+                                                              int64_t n_ctx,
+                                                              const GenerationLimits& limits);
+
+// The chat's messages as the tokenizer's chat template takes them.
+std::vector<tokenizer::ChatMessage> ChatMessages(const v1::Chat& chat);
+
+// A request's tenant: `tenants` null (none configured) or the index
+// Tenants::Identify returned.
+struct TenantRef {
+  Tenants* tenants = nullptr;
+  int index = -1;
+};
+
+// Validates, tokenizes and submits `request` to its model's slot: the one
+// way a generation enters a slot, for the gRPC and the HTTP API alike.
+// Errors: UNAVAILABLE while `state` drains; INVALID_ARGUMENT for a missing
+// or malformed model name and as BuildGenerateRequest; the slot manager's
+// NOT_FOUND, FAILED_PRECONDITION (not ready) and RESOURCE_EXHAUSTED (queue
+// full). `arrival` and `deadline` (Clock::time_point::max() for none) as
+// Sequence takes them; `api` ("grpc", "http") labels the request in the
+// slot's log. With `model`, also returns the model that serves it (its
+// tokenizer renders the response). With a tenant: Tenants::Admit's
+// PERMISSION_DENIED and RESOURCE_EXHAUSTED, and the sequence is scheduled
+// in the tenant's share group with its weight.
+absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
+    SlotManager* slots, const ServingState& state, const v1::GenerateRequest& request,
+    const GenerationLimits& limits, Clock::time_point arrival, Clock::time_point deadline,
+    const char* api, std::shared_ptr<const runtime::Model>* model = nullptr,
+    const TenantRef& tenant = {});
+
+}  // namespace minfer::daemon
+
+#endif  // MINFER_DAEMON_API_GENERATE_REQUEST_H_

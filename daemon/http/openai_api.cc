@@ -1,0 +1,673 @@
+#include "daemon/http/openai_api.h"
+
+#include <cmath>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/base/status.h"
+#include "engine/sampling/sampling_params.h"
+
+namespace minfer::daemon::openai {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kParamPayload = "type.minfer.dev/openai.param";
+
+// Stop strings a request may give: OpenAI allows 4, the generation path 16.
+constexpr size_t kMaxStop = 16;
+
+const char* TypeName(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a number";
+    default:
+      return "another type";
+  }
+}
+
+absl::Status WrongType(const std::string& field, const char* want, const json& got) {
+  return FieldError(field, absl::StrCat(field, " must be ", want, ", got ", TypeName(got)));
+}
+
+// The field's value, or null when absent: OpenAI treats an explicit null as
+// "not given".
+const json& Get(const json& body, const char* field) {
+  static const json kNull;
+  auto it = body.find(field);
+  return it == body.end() ? kNull : *it;
+}
+
+absl::StatusOr<std::optional<double>> OptNumber(const json& body, const char* field) {
+  const json& v = Get(body, field);
+  if (v.is_null()) return std::optional<double>();
+  if (!v.is_number()) return WrongType(field, "a number", v);
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) return FieldError(field, absl::StrCat(field, " must be finite"));
+  return std::optional<double>(d);
+}
+
+absl::StatusOr<std::optional<int64_t>> OptInt(const json& body, const char* field) {
+  const json& v = Get(body, field);
+  if (v.is_null()) return std::optional<int64_t>();
+  if (v.is_number_integer()) return std::optional<int64_t>(v.get<int64_t>());
+  // 5.0 is an integer to a JSON writer that has only doubles.
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) {
+      return std::optional<int64_t>(static_cast<int64_t>(d));
+    }
+  }
+  return WrongType(field, "an integer", v);
+}
+
+absl::StatusOr<std::optional<bool>> OptBool(const json& body, const char* field) {
+  const json& v = Get(body, field);
+  if (v.is_null()) return std::optional<bool>();
+  if (!v.is_boolean()) return WrongType(field, "a boolean", v);
+  return std::optional<bool>(v.get<bool>());
+}
+
+absl::Status InRange(const char* field, double v, double lo, double hi) {
+  if (v < lo || v > hi) {
+    return FieldError(field, absl::StrCat(field, " must be in [", lo, ", ", hi, "], got ", v));
+  }
+  return absl::OkStatus();
+}
+
+// The text of a message's content: a string, or an array of text parts.
+absl::StatusOr<std::string> ContentText(const json& content, const std::string& field) {
+  if (content.is_null()) return std::string();
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return WrongType(field, "a string or an array of content parts", content);
+  std::string text;
+  for (size_t j = 0; j < content.size(); ++j) {
+    const json& part = content[j];
+    const std::string pf = absl::StrCat(field, "[", j, "]");
+    if (!part.is_object()) return WrongType(pf, "an object", part);
+    const json& type = Get(part, "type");
+    if (!type.is_string()) return WrongType(pf + ".type", "a string", type);
+    if (type.get<std::string>() != "text") {
+      return FieldError(pf + ".type",
+                        absl::StrCat(pf, ".type '", type.get<std::string>(),
+                                     "' is not supported: this model reads text parts only"));
+    }
+    const json& t = Get(part, "text");
+    if (!t.is_string()) return WrongType(pf + ".text", "a string", t);
+    text += t.get<std::string>();
+  }
+  return text;
+}
+
+absl::Status ParseMessages(const json& body, v1::Chat* chat) {
+  const json& messages = Get(body, "messages");
+  if (messages.is_null()) return FieldError("messages", "messages is required");
+  if (!messages.is_array()) return WrongType("messages", "an array", messages);
+  if (messages.empty()) return FieldError("messages", "messages must not be empty");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
+    const std::string f = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return WrongType(f, "an object", m);
+    const json& role = Get(m, "role");
+    if (!role.is_string()) return WrongType(f + ".role", "a string", role);
+    std::string r = role.get<std::string>();
+    // OpenAI's newer name for the system role.
+    if (r == "developer") r = "system";
+    if (r != "system" && r != "user" && r != "assistant") {
+      return FieldError(f + ".role",
+                        absl::StrCat(f, ".role '", r,
+                                     "' is not supported: use system, developer, user or "
+                                     "assistant (minfer serves no tools)"));
+    }
+    if (!Get(m, "tool_calls").is_null() && !Get(m, "tool_calls").empty()) {
+      return FieldError(f + ".tool_calls", "tool calls are not supported");
+    }
+    ASSIGN_OR_RETURN(std::string text, ContentText(Get(m, "content"), f + ".content"));
+    v1::ChatMessage* out = chat->add_messages();
+    out->set_role(r);
+    out->set_content(std::move(text));
+  }
+  // vLLM's and SGLang's name for the template's extra variables (Qwen3's
+  // enable_thinking); each value travels as its JSON text.
+  const json& kwargs = Get(body, "chat_template_kwargs");
+  if (!kwargs.is_null()) {
+    if (!kwargs.is_object()) return WrongType("chat_template_kwargs", "an object", kwargs);
+    for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
+      (*chat->mutable_template_kwargs())[it.key()] = it->dump();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParsePrompt(const json& body, v1::GenerateRequest* g) {
+  const json& prompt = Get(body, "prompt");
+  if (prompt.is_null()) return FieldError("prompt", "prompt is required");
+  auto token_ids = [&](const json& ids, const std::string& field) -> absl::Status {
+    v1::TokenIds* t = g->mutable_tokens();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (!ids[i].is_number_integer()) {
+        return WrongType(absl::StrCat(field, "[", i, "]"), "an integer token id", ids[i]);
+      }
+      const int64_t id = ids[i].get<int64_t>();
+      if (id < 0 || id > INT32_MAX) {
+        return FieldError(field, absl::StrCat(field, "[", i, "] = ", id, " is not a token id"));
+      }
+      t->add_ids(static_cast<int32_t>(id));
+    }
+    return absl::OkStatus();
+  };
+  if (prompt.is_string()) {
+    g->set_text(prompt.get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!prompt.is_array()) {
+    return WrongType("prompt", "a string, an array of one string or an array of token ids",
+                     prompt);
+  }
+  if (prompt.empty()) return FieldError("prompt", "prompt must not be empty");
+  if (prompt[0].is_number()) return token_ids(prompt, "prompt");
+  if (prompt.size() > 1) {
+    return FieldError("prompt", absl::StrCat("prompt holds ", prompt.size(),
+                                             " prompts; minfer serves one per request"));
+  }
+  if (prompt[0].is_string()) {
+    g->set_text(prompt[0].get<std::string>());
+    return absl::OkStatus();
+  }
+  if (prompt[0].is_array()) return token_ids(prompt[0], "prompt[0]");
+  return WrongType("prompt[0]", "a string or an array of token ids", prompt[0]);
+}
+
+absl::Status ParseStop(const json& body, v1::StoppingCriteria* st) {
+  const json& stop = Get(body, "stop");
+  if (stop.is_null()) return absl::OkStatus();
+  if (stop.is_string()) {
+    if (!stop.get<std::string>().empty()) st->add_stop(stop.get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!stop.is_array()) return WrongType("stop", "a string or an array of strings", stop);
+  if (stop.size() > kMaxStop) {
+    return FieldError("stop", absl::StrCat("stop holds ", stop.size(), " strings; at most ",
+                                           kMaxStop));
+  }
+  for (size_t i = 0; i < stop.size(); ++i) {
+    if (!stop[i].is_string()) return WrongType(absl::StrCat("stop[", i, "]"), "a string", stop[i]);
+    // An empty stop string would end every generation at once; OpenAI
+    // ignores it.
+    if (!stop[i].get<std::string>().empty()) st->add_stop(stop[i].get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+// Fields minfer cannot honour: refused rather than silently ignored.
+absl::Status RefuseUnsupported(Endpoint endpoint, const json& body) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> n, OptInt(body, "n"));
+  if (n.has_value() && *n != 1) {
+    return FieldError("n", absl::StrCat("n = ", *n, " is not supported: minfer returns one choice "
+                                        "per request (send several requests)"));
+  }
+  ASSIGN_OR_RETURN(std::optional<int64_t> best_of, OptInt(body, "best_of"));
+  if (best_of.has_value() && *best_of != 1) {
+    return FieldError("best_of", "best_of is not supported (only 1)");
+  }
+  const json& tools = Get(body, "tools");
+  if (!tools.is_null() && !(tools.is_array() && tools.empty())) {
+    return FieldError("tools", "tools are not supported");
+  }
+  const json& functions = Get(body, "functions");
+  if (!functions.is_null() && !(functions.is_array() && functions.empty())) {
+    return FieldError("functions", "functions are not supported");
+  }
+  const json& bias = Get(body, "logit_bias");
+  if (!bias.is_null() && !(bias.is_object() && bias.empty())) {
+    return FieldError("logit_bias", "logit_bias is not supported");
+  }
+  const json& format = Get(body, "response_format");
+  if (!format.is_null()) {
+    if (!format.is_object()) return WrongType("response_format", "an object", format);
+    const json& type = Get(format, "type");
+    if (!type.is_string() || type.get<std::string>() != "text") {
+      return FieldError("response_format.type",
+                        "response_format: only {\"type\": \"text\"} is supported (no JSON "
+                        "mode or schemas)");
+    }
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    ASSIGN_OR_RETURN(std::optional<bool> echo, OptBool(body, "echo"));
+    if (echo.value_or(false)) return FieldError("echo", "echo is not supported");
+    const json& suffix = Get(body, "suffix");
+    if (!suffix.is_null() && !(suffix.is_string() && suffix.get<std::string>().empty())) {
+      return FieldError("suffix", "suffix is not supported");
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string TokenString(const tokenizer::Tokenizer* tok, int32_t id) {
+  absl::StatusOr<absl::string_view> bytes = tok->TokenBytes(id);
+  return bytes.ok() ? std::string(*bytes) : std::string();
+}
+
+json Bytes(const std::string& s) {
+  json out = json::array();
+  for (unsigned char c : s) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+}  // namespace
+
+absl::Status FieldError(const std::string& param, const std::string& message) {
+  absl::Status s = absl::InvalidArgumentError(message);
+  s.SetPayload(kParamPayload, absl::Cord(param));
+  return s;
+}
+
+std::string Param(const absl::Status& status) {
+  auto p = status.GetPayload(kParamPayload);
+  return p.has_value() ? std::string(*p) : std::string();
+}
+
+ApiError ApiErrorFor(const absl::Status& status) {
+  ApiError e;
+  e.message = std::string(status.message());
+  e.param = Param(status);
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      e.http_status = 400;
+      e.type = "invalid_request_error";
+      if (absl::StrContains(e.message, "do not fit the model's context")) {
+        e.code = "context_length_exceeded";
+      }
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      e.http_status = 401;
+      e.type = "invalid_request_error";
+      e.code = "invalid_api_key";
+      break;
+    case absl::StatusCode::kPermissionDenied:
+      e.http_status = 403;
+      e.type = "permission_error";
+      break;
+    case absl::StatusCode::kNotFound:
+      e.http_status = 404;
+      e.type = "invalid_request_error";
+      e.code = "model_not_found";
+      if (e.param.empty()) e.param = "model";
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      e.http_status = 429;
+      e.type = "rate_limit_error";
+      e.code = "queue_full";
+      break;
+    case absl::StatusCode::kFailedPrecondition:
+      e.http_status = 503;
+      e.type = "service_unavailable";
+      e.code = "model_not_ready";
+      break;
+    case absl::StatusCode::kUnavailable:
+      e.http_status = 503;
+      e.type = "service_unavailable";
+      e.code = "unavailable";
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      e.http_status = 504;
+      e.type = "timeout";
+      break;
+    case absl::StatusCode::kCancelled:
+      // nginx's "client closed request": nobody reads it, the logs do.
+      e.http_status = 499;
+      e.type = "cancelled";
+      break;
+    default:
+      e.http_status = 500;
+      e.type = "server_error";
+      break;
+  }
+  return e;
+}
+
+json ErrorBody(const ApiError& error) {
+  json e = {{"message", error.message},
+            {"type", error.type},
+            {"param", error.param.empty() ? json() : json(error.param)},
+            {"code", error.code.empty() ? json() : json(error.code)}};
+  return json{{"error", std::move(e)}};
+}
+
+absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const json& body) {
+  if (!body.is_object()) return WrongType("body", "a JSON object", body);
+  ParsedRequest out;
+  out.endpoint = endpoint;
+  v1::GenerateRequest& g = out.generate;
+
+  const json& model = Get(body, "model");
+  if (model.is_null()) return FieldError("model", "model is required: a loaded model or alias");
+  if (!model.is_string()) return WrongType("model", "a string", model);
+  g.set_model(model.get<std::string>());
+
+  RETURN_IF_ERROR(RefuseUnsupported(endpoint, body));
+  if (endpoint == Endpoint::kChatCompletions) {
+    RETURN_IF_ERROR(ParseMessages(body, g.mutable_chat()));
+  } else {
+    RETURN_IF_ERROR(ParsePrompt(body, &g));
+  }
+
+  ASSIGN_OR_RETURN(std::optional<bool> stream, OptBool(body, "stream"));
+  out.stream = stream.value_or(false);
+  const json& so = Get(body, "stream_options");
+  if (!so.is_null()) {
+    if (!so.is_object()) return WrongType("stream_options", "an object", so);
+    if (!out.stream) {
+      return FieldError("stream_options", "stream_options is only allowed with stream: true");
+    }
+    ASSIGN_OR_RETURN(std::optional<bool> usage, OptBool(so, "include_usage"));
+    out.include_usage = usage.value_or(false);
+  }
+
+  v1::SamplingParams* sp = g.mutable_sampling();
+  ASSIGN_OR_RETURN(std::optional<double> temperature, OptNumber(body, "temperature"));
+  if (temperature.has_value()) {
+    RETURN_IF_ERROR(InRange("temperature", *temperature, 0, 2));
+    sp->set_temperature(static_cast<float>(*temperature));
+  }
+  ASSIGN_OR_RETURN(std::optional<double> top_p, OptNumber(body, "top_p"));
+  if (top_p.has_value()) {
+    if (*top_p <= 0 || *top_p > 1) {
+      return FieldError("top_p", absl::StrCat("top_p must be in (0, 1], got ", *top_p));
+    }
+    sp->set_top_p(static_cast<float>(*top_p));
+  }
+  for (const char* f : {"presence_penalty", "frequency_penalty"}) {
+    ASSIGN_OR_RETURN(std::optional<double> v, OptNumber(body, f));
+    if (!v.has_value()) continue;
+    RETURN_IF_ERROR(InRange(f, *v, -2, 2));
+    if (f[0] == 'p') {
+      sp->set_presence_penalty(static_cast<float>(*v));
+    } else {
+      sp->set_frequency_penalty(static_cast<float>(*v));
+    }
+  }
+  ASSIGN_OR_RETURN(std::optional<int64_t> seed, OptInt(body, "seed"));
+  if (seed.has_value()) sp->set_seed(static_cast<uint64_t>(*seed));
+  // Extensions (llama-server's and vLLM's names).
+  ASSIGN_OR_RETURN(std::optional<int64_t> top_k, OptInt(body, "top_k"));
+  if (top_k.has_value()) {
+    // vLLM's "off" is -1, llama-server's 0.
+    if (*top_k < -1 || *top_k > INT32_MAX) {
+      return FieldError("top_k", absl::StrCat("top_k must be >= 0 (or -1: off), got ", *top_k));
+    }
+    sp->set_top_k(static_cast<int32_t>(std::max<int64_t>(*top_k, 0)));
+  }
+  ASSIGN_OR_RETURN(std::optional<double> min_p, OptNumber(body, "min_p"));
+  if (min_p.has_value()) {
+    RETURN_IF_ERROR(InRange("min_p", *min_p, 0, 1));
+    sp->set_min_p(static_cast<float>(*min_p));
+  }
+  for (const char* f : {"repetition_penalty", "repeat_penalty"}) {
+    ASSIGN_OR_RETURN(std::optional<double> v, OptNumber(body, f));
+    if (!v.has_value()) continue;
+    if (*v <= 0) return FieldError(f, absl::StrCat(f, " must be > 0, got ", *v));
+    sp->set_repetition_penalty(static_cast<float>(*v));
+  }
+  ASSIGN_OR_RETURN(std::optional<int64_t> last_n, OptInt(body, "repeat_last_n"));
+  if (last_n.has_value()) {
+    if (*last_n < -1 || *last_n > INT32_MAX) {
+      return FieldError("repeat_last_n",
+                        absl::StrCat("repeat_last_n must be >= -1, got ", *last_n));
+    }
+    sp->set_penalty_last_n(static_cast<int32_t>(*last_n));
+  }
+
+  v1::StoppingCriteria* st = g.mutable_stopping();
+  // max_completion_tokens is the chat API's newer name; either may come.
+  for (const char* f : {"max_tokens", "max_completion_tokens"}) {
+    ASSIGN_OR_RETURN(std::optional<int64_t> v, OptInt(body, f));
+    if (!v.has_value()) continue;
+    if (*v < 1) return FieldError(f, absl::StrCat(f, " must be >= 1, got ", *v));
+    st->set_max_tokens(static_cast<int32_t>(std::min<int64_t>(*v, INT32_MAX)));
+  }
+  RETURN_IF_ERROR(ParseStop(body, st));
+  ASSIGN_OR_RETURN(std::optional<bool> ignore_eos, OptBool(body, "ignore_eos"));
+  st->set_ignore_eos(ignore_eos.value_or(false));
+  // vLLM's name: orders the request within its tenant (higher first).
+  ASSIGN_OR_RETURN(std::optional<int64_t> priority, OptInt(body, "priority"));
+  if (priority.has_value()) {
+    RETURN_IF_ERROR(InRange("priority", static_cast<double>(*priority), -1000000, 1000000));
+    g.mutable_options()->set_priority(static_cast<int32_t>(*priority));
+  }
+
+  // Logprobs: chat has logprobs (bool) + top_logprobs; completions has
+  // logprobs (the number of alternatives).
+  if (endpoint == Endpoint::kChatCompletions) {
+    ASSIGN_OR_RETURN(std::optional<bool> lp, OptBool(body, "logprobs"));
+    out.logprobs = lp.value_or(false);
+    ASSIGN_OR_RETURN(std::optional<int64_t> top, OptInt(body, "top_logprobs"));
+    if (top.has_value()) {
+      if (!out.logprobs) {
+        return FieldError("top_logprobs", "top_logprobs needs logprobs: true");
+      }
+      RETURN_IF_ERROR(InRange("top_logprobs", static_cast<double>(*top), 0, kMaxLogprobs));
+      out.top_logprobs = static_cast<int32_t>(*top);
+    }
+  } else {
+    ASSIGN_OR_RETURN(std::optional<int64_t> lp, OptInt(body, "logprobs"));
+    if (lp.has_value()) {
+      RETURN_IF_ERROR(InRange("logprobs", static_cast<double>(*lp), 0, kMaxLogprobs));
+      out.logprobs = true;
+      out.top_logprobs = static_cast<int32_t>(*lp);
+    }
+  }
+  // The sampler reports a token's logprob only with at least one
+  // alternative (greedy skips the normalization otherwise); the writer
+  // trims to what was asked.
+  if (out.logprobs) g.mutable_options()->set_top_logprobs(std::max(out.top_logprobs, 1));
+
+  ASSIGN_OR_RETURN(std::optional<bool> ids, OptBool(body, "return_token_ids"));
+  out.return_token_ids = ids.value_or(false);
+  const json& user = Get(body, "user");
+  if (!user.is_null() && !user.is_string()) return WrongType("user", "a string", user);
+  return out;
+}
+
+absl::Status ToApiFieldError(Endpoint endpoint, const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kInvalidArgument || !Param(status).empty()) {
+    return status;
+  }
+  const std::string prompt = endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
+  // Proto field prefix -> API field.
+  const std::pair<const char*, std::string> kRenames[] = {
+      {"text: ", prompt},
+      {"chat: ", prompt},
+      {"tokens.ids", prompt},
+      {"prompt: ", prompt},
+      {"stopping.max_tokens", "max_tokens"},
+      {"stopping.stop", "stop"},
+      {"options.top_logprobs", "top_logprobs"},
+      {"sampling.", ""},
+  };
+  std::string msg(status.message());
+  for (const auto& [from, to] : kRenames) {
+    if (!absl::StartsWith(msg, from)) continue;
+    std::string param = to;
+    std::string rest = msg.substr(std::string(from).size());
+    if (param.empty()) {
+      // "sampling.top_p must be ..." -> "top_p must be ...".
+      param = rest.substr(0, rest.find_first_of(" :"));
+      return FieldError(param, rest);
+    }
+    if (absl::EndsWith(from, ": ")) return FieldError(param, absl::StrCat(param, ": ", rest));
+    return FieldError(param, absl::StrCat(param, rest));
+  }
+  return status;
+}
+
+const char* OpenAiFinishReason(FinishReason reason) {
+  return reason == FinishReason::kLength ? "length" : "stop";
+}
+
+ResponseWriter::ResponseWriter(const ParsedRequest& request, std::string id, int64_t created,
+                               std::string model, const tokenizer::Tokenizer* tokenizer)
+    : request_(request),
+      id_(std::move(id)),
+      created_(created),
+      model_(std::move(model)),
+      tokenizer_(tokenizer) {}
+
+json ResponseWriter::Envelope(const char* object) const {
+  return json{{"id", id_},
+              {"object", object},
+              {"created", created_},
+              {"model", model_},
+              {"system_fingerprint", "minfer"}};
+}
+
+json ResponseWriter::LogprobsJson(const std::vector<SampledToken>& logprobs,
+                                  size_t* text_offset) const {
+  const size_t n_top = static_cast<size_t>(request_.top_logprobs);
+  if (request_.endpoint == Endpoint::kChatCompletions) {
+    json content = json::array();
+    for (const SampledToken& s : logprobs) {
+      const std::string tok = TokenString(tokenizer_, s.token);
+      json top = json::array();
+      for (size_t i = 0; i < s.top_logprobs.size() && i < n_top; ++i) {
+        const std::string t = TokenString(tokenizer_, s.top_logprobs[i].token);
+        top.push_back({{"token", t}, {"logprob", s.top_logprobs[i].logprob}, {"bytes", Bytes(t)}});
+      }
+      content.push_back(
+          {{"token", tok}, {"logprob", s.logprob}, {"bytes", Bytes(tok)}, {"top_logprobs", top}});
+    }
+    return json{{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  for (const SampledToken& s : logprobs) {
+    const std::string tok = TokenString(tokenizer_, s.token);
+    tokens.push_back(tok);
+    token_logprobs.push_back(s.logprob);
+    json alternatives = json::object();
+    for (size_t i = 0; i < s.top_logprobs.size() && i < n_top; ++i) {
+      alternatives[TokenString(tokenizer_, s.top_logprobs[i].token)] = s.top_logprobs[i].logprob;
+    }
+    top.push_back(std::move(alternatives));
+    offsets.push_back(*text_offset);
+    *text_offset += tok.size();
+  }
+  return json{{"tokens", std::move(tokens)},
+              {"token_logprobs", std::move(token_logprobs)},
+              {"top_logprobs", std::move(top)},
+              {"text_offset", std::move(offsets)}};
+}
+
+json ResponseWriter::Choice(const std::string& text, const std::vector<int32_t>& ids,
+                            const std::vector<SampledToken>& logprobs,
+                            const char* finish_reason) {
+  json choice = {{"index", 0}};
+  choice["logprobs"] = request_.logprobs && !logprobs.empty()
+                           ? LogprobsJson(logprobs, &text_offset_)
+                           : json();
+  choice["finish_reason"] = finish_reason != nullptr ? json(finish_reason) : json();
+  if (request_.return_token_ids) choice["token_ids"] = ids;
+  return choice;
+}
+
+json ResponseWriter::Usage(const SequenceResult& result) const {
+  return json{{"prompt_tokens", result.stats.prompt_tokens},
+              {"completion_tokens", result.stats.completion_tokens},
+              {"total_tokens", result.stats.prompt_tokens + result.stats.completion_tokens},
+              // OpenAI's field for prompt tokens served from a prompt cache.
+              {"prompt_tokens_details", {{"cached_tokens", result.stats.cached_prompt_tokens}}}};
+}
+
+std::vector<json> ResponseWriter::StreamChunks(const SequenceChunk& chunk) {
+  const bool chat = request_.endpoint == Endpoint::kChatCompletions;
+  const char* object = chat ? "chat.completion.chunk" : "text_completion";
+  std::vector<json> out;
+  auto add = [&](json choice) {
+    json c = Envelope(object);
+    c["choices"] = json::array({std::move(choice)});
+    if (request_.include_usage) c["usage"] = nullptr;
+    out.push_back(std::move(c));
+  };
+  if (chat && !sent_role_) {
+    sent_role_ = true;
+    json choice = Choice("", {}, {}, nullptr);
+    choice["delta"] = {{"role", "assistant"}, {"content", ""}};
+    add(std::move(choice));
+  }
+  if (!chunk.text.empty() || !chunk.tokens.empty()) {
+    json choice = Choice(chunk.text, chunk.tokens, chunk.logprobs, nullptr);
+    if (chat) {
+      choice["delta"] = {{"content", chunk.text}};
+    } else {
+      choice["text"] = chunk.text;
+    }
+    add(std::move(choice));
+  }
+  if (chunk.result.has_value() && chunk.result->status.ok()) {
+    json choice = Choice("", {}, {}, OpenAiFinishReason(chunk.result->finish_reason));
+    if (chat) {
+      choice["delta"] = json::object();
+    } else {
+      choice["text"] = "";
+    }
+    add(std::move(choice));
+    if (request_.include_usage) {
+      json u = Envelope(object);
+      u["choices"] = json::array();
+      u["usage"] = Usage(*chunk.result);
+      out.push_back(std::move(u));
+    }
+  }
+  return out;
+}
+
+void ResponseWriter::Accumulate(const SequenceChunk& chunk) {
+  text_ += chunk.text;
+  ids_.insert(ids_.end(), chunk.tokens.begin(), chunk.tokens.end());
+  logprobs_.insert(logprobs_.end(), chunk.logprobs.begin(), chunk.logprobs.end());
+}
+
+json ResponseWriter::Response(const SequenceResult& result) const {
+  // Choice() advances the streaming text offset; a copy keeps this const.
+  ResponseWriter w = *this;
+  w.text_offset_ = 0;
+  const bool chat = request_.endpoint == Endpoint::kChatCompletions;
+  json choice = w.Choice(text_, ids_, logprobs_, OpenAiFinishReason(result.finish_reason));
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text_}, {"refusal", nullptr}};
+  } else {
+    choice["text"] = text_;
+  }
+  json r = Envelope(chat ? "chat.completion" : "text_completion");
+  r["choices"] = json::array({std::move(choice)});
+  r["usage"] = Usage(result);
+  return r;
+}
+
+json ModelObject(const std::string& name, int64_t created) {
+  return json{{"id", name}, {"object", "model"}, {"created", created}, {"owned_by", "minfer"}};
+}
+
+json ModelList(const std::vector<std::string>& names, int64_t created) {
+  json data = json::array();
+  for (const std::string& n : names) data.push_back(ModelObject(n, created));
+  return json{{"object", "list"}, {"data", std::move(data)}};
+}
+
+}  // namespace minfer::daemon::openai

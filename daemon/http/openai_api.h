@@ -1,0 +1,131 @@
+// The OpenAI-compatible HTTP API's JSON, translated to and from minfer's
+// own generation request (minfer.v1.GenerateRequest) and stream (Sequence
+// chunks): no HTTP here, so every rule is testable on its own. The HTTP
+// server (http_server.h) submits what ParseRequest builds through the same
+// path as gRPC's Generate (SubmitGenerate), so the two front doors cannot
+// drift apart.
+//
+// Requests: POST /v1/chat/completions and /v1/completions bodies. Fields
+// follow OpenAI's API; unknown fields are ignored as OpenAI's server
+// ignores them, a known field of the wrong type or out of range is an
+// error naming it. Features minfer does not serve (n > 1, tools, logit_bias,
+// echo, a JSON response_format, ...) are refused, never silently dropped.
+// Extensions, under llama-server's and vLLM's names: top_k, min_p,
+// repetition_penalty (or repeat_penalty), repeat_last_n, ignore_eos, and
+// return_token_ids (each choice then carries the completion's token ids).
+//
+// Errors: absl::Status whose code maps to the HTTP status (ApiErrorFor);
+// a request field's error carries the field's name as a payload (Param).
+#ifndef MINFER_DAEMON_HTTP_OPENAI_API_H_
+#define MINFER_DAEMON_HTTP_OPENAI_API_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/serving/sequence.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "minfer/v1/generation.pb.h"
+#include "nlohmann/json.hpp"
+
+namespace minfer::daemon::openai {
+
+enum class Endpoint { kChatCompletions, kCompletions };
+
+// An error as OpenAI's API reports it: the HTTP status and the body
+// {"error": {"message", "type", "param", "code"}} (empty param / code are
+// null).
+struct ApiError {
+  int http_status = 500;
+  std::string type;
+  std::string message;
+  std::string param;
+  std::string code;
+};
+
+// INVALID_ARGUMENT about request field `param` (the payload ApiErrorFor
+// reads).
+absl::Status FieldError(const std::string& param, const std::string& message);
+// The field a FieldError names ("" for other statuses).
+std::string Param(const absl::Status& status);
+
+// The HTTP error for a status from parsing, authentication or the
+// generation path: INVALID_ARGUMENT 400 (code context_length_exceeded when
+// the prompt does not fit), UNAUTHENTICATED 401, PERMISSION_DENIED 403,
+// NOT_FOUND 404 (model_not_found), RESOURCE_EXHAUSTED 429 (queue full),
+// FAILED_PRECONDITION 503 (model not ready), UNAVAILABLE 503 (draining),
+// DEADLINE_EXCEEDED 504, CANCELLED 499, anything else 500.
+ApiError ApiErrorFor(const absl::Status& status);
+nlohmann::json ErrorBody(const ApiError& error);
+
+// What a request asks for besides the generation itself.
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::kChatCompletions;
+  // model, input (chat or text or tokens), sampling, stopping, options.
+  v1::GenerateRequest generate;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;       // report the sampled tokens' logprobs
+  int32_t top_logprobs = 0;    // and this many alternatives each
+  bool return_token_ids = false;
+};
+
+// Parses a request body (already JSON). Errors are FieldErrors.
+absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const nlohmann::json& body);
+
+// Renames the generation path's field names (BuildGenerateRequest speaks
+// the proto's: "sampling.top_p", "stopping.max_tokens", "text: ...") to the
+// API's, keeping other statuses as they are.
+absl::Status ToApiFieldError(Endpoint endpoint, const absl::Status& status);
+
+// Builds the responses of one request.
+class ResponseWriter {
+ public:
+  // `id`: "chatcmpl-..." / "cmpl-..."; `created`: Unix seconds; `model`:
+  // the model that serves it; `tokenizer` (outliving the writer) renders
+  // the logprobs' tokens.
+  ResponseWriter(const ParsedRequest& request, std::string id, int64_t created,
+                 std::string model, const tokenizer::Tokenizer* tokenizer);
+
+  // Streaming: the chunks for what a Sequence published (chat: the first
+  // call also sends the role delta), then, with the chunk that carries the
+  // result, the finish chunk and, with include_usage, the usage chunk. An
+  // empty delta makes no chunk. Each element is one SSE event's data.
+  std::vector<nlohmann::json> StreamChunks(const SequenceChunk& chunk);
+
+  // Non-streaming: accumulates chunks, then the whole response.
+  void Accumulate(const SequenceChunk& chunk);
+  nlohmann::json Response(const SequenceResult& result) const;
+
+ private:
+  nlohmann::json Envelope(const char* object) const;
+  nlohmann::json Choice(const std::string& text, const std::vector<int32_t>& ids,
+                        const std::vector<SampledToken>& logprobs, const char* finish_reason);
+  nlohmann::json LogprobsJson(const std::vector<SampledToken>& logprobs, size_t* text_offset) const;
+  nlohmann::json Usage(const SequenceResult& result) const;
+
+  const ParsedRequest& request_;
+  const std::string id_;
+  const int64_t created_;
+  const std::string model_;
+  const tokenizer::Tokenizer* const tokenizer_;
+  bool sent_role_ = false;
+  size_t text_offset_ = 0;  // completions' logprobs.text_offset, streamed
+  // Non-streaming accumulation.
+  std::string text_;
+  std::vector<int32_t> ids_;
+  std::vector<SampledToken> logprobs_;
+};
+
+// "stop" / "length": OpenAI's finish_reason for how a generation ended.
+const char* OpenAiFinishReason(FinishReason reason);
+
+// The model list of GET /v1/models: `names` are models and aliases.
+nlohmann::json ModelList(const std::vector<std::string>& names, int64_t created);
+nlohmann::json ModelObject(const std::string& name, int64_t created);
+
+}  // namespace minfer::daemon::openai
+
+#endif  // MINFER_DAEMON_HTTP_OPENAI_API_H_

@@ -1,0 +1,123 @@
+// Memory admission: what a model will need before it is loaded, and the
+// budget that loads reserve against, so a load that cannot fit is refused
+// up front (RESOURCE_EXHAUSTED with the figures) instead of failing halfway
+// or pushing the host into swap.
+//
+// The estimate, per slot (every figure in bytes), for the batched engine
+// (engine/runtime/engine.h): one KV pool and one set of graphs per model.
+//   weights = sum of the GGUF file's tensor bytes (the mmap'ed or uploaded
+//             weights)
+//   kv      = the KV pool: PoolBlocks() blocks (the reserved one included)
+//             x 2 (K and V) x n_layer x block x row(n_embd_kv), row() in the
+//             KV element type; "auto" counts as f32 (the largest), so the
+//             figure is an upper bound; n_ctx is clamped to the model's
+//             context length like the engine does
+//   scratch = models::BatchScratchBound(token_budget), the architecture's
+//             activation estimate: every graph's activations share one
+//             arena, which the largest graph (token_budget tokens, an output
+//             row per sequence) sizes
+// For CPU models the budget is the --memory-limit, or else the host's
+// available memory (MemAvailable) at the time of the load. Models offered to
+// a GPU are also admitted against its free memory (DeviceBudget), with the
+// weights in their device layout.
+#ifndef MINFER_DAEMON_SERVING_MEMORY_H_
+#define MINFER_DAEMON_SERVING_MEMORY_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/gguf/gguf.h"
+#include "engine/graph/tensor.h"
+#include "engine/models/decoder/decoder.h"
+
+namespace minfer::daemon {
+
+struct MemoryEstimate {
+  uint64_t weights = 0;
+  uint64_t kv = 0;
+  uint64_t scratch = 0;
+  uint64_t total() const { return weights + kv + scratch; }
+  // "weights 1.5 MiB (1572864 B) + KV ... = total ..."
+  std::string ToString() const;
+};
+
+struct EstimateParams {
+  int64_t n_ctx = 4096;
+  int32_t parallel = 1;  // sequences running at once
+  // Unset: the model's default (counted as f32).
+  std::optional<graph::DType> kv_type;
+  // KV pool size in tokens (rounded up to blocks); 0: parallel x n_ctx.
+  int64_t kv_tokens = 0;
+  int32_t kv_block = 16;
+  int64_t token_budget = 512;  // tokens per batched step
+};
+
+// Blocks of the KV pool the engine allocates for `params` (the reserved
+// block included): EngineOptions::kv_blocks.
+int64_t PoolBlocks(const models::DecoderHparams& hp, const EstimateParams& params);
+
+// Estimates from the file's tensor table and hyperparameters (no weights are
+// read).
+MemoryEstimate EstimateMemory(const gguf::GgufFile& file, const models::DecoderHparams& hp,
+                              const EstimateParams& params);
+
+struct HostMemory {
+  uint64_t total = 0;
+  uint64_t available = 0;
+};
+// /proc/meminfo's MemTotal and MemAvailable.
+absl::StatusOr<HostMemory> ReadHostMemory();
+
+// Reservations of the loaded slots against the admission limit.
+// Thread-safe.
+class MemoryBudget {
+ public:
+  // `limit` 0: admit each load against the host's available memory at that
+  // moment (memory already taken by loaded slots is no longer available).
+  explicit MemoryBudget(uint64_t limit = 0);
+
+  // Reserves `estimate` for `name`, or RESOURCE_EXHAUSTED with the estimate
+  // by kind, what is free and the limit (in bytes).
+  absl::Status Reserve(const std::string& name, const MemoryEstimate& estimate);
+  void Release(const std::string& name);
+  uint64_t reserved() const;
+  uint64_t limit() const { return limit_; }
+
+ private:
+  const uint64_t limit_;
+  mutable std::mutex mu_;
+  std::map<std::string, uint64_t> reserved_;  // guarded by mu_
+};
+
+// Admission against a GPU's memory. The free memory a device reports already
+// excludes what loaded models hold, but not what loads still in progress
+// are about to upload: those are reserved here from admission until the
+// load ends (Release), so two concurrent loads cannot both count the same
+// free bytes. kHeadroom stays free for the CUDA context, captured graphs and
+// allocator slack. Thread-safe.
+class DeviceBudget {
+ public:
+  static constexpr uint64_t kHeadroom = uint64_t{512} << 20;
+
+  // Reserves `estimate` (device bytes by kind) for `name` on a device with
+  // `free_bytes` free of `total_bytes`, or RESOURCE_EXHAUSTED naming the
+  // model, the device and every figure.
+  absl::Status Reserve(const std::string& name, const std::string& device,
+                       const MemoryEstimate& estimate, uint64_t free_bytes,
+                       uint64_t total_bytes);
+  void Release(const std::string& name);
+  uint64_t pending() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, uint64_t> pending_;  // guarded by mu_
+};
+
+}  // namespace minfer::daemon
+
+#endif  // MINFER_DAEMON_SERVING_MEMORY_H_

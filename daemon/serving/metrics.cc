@@ -1,0 +1,255 @@
+#include "daemon/serving/metrics.h"
+
+#include <exception>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
+
+namespace minfer::daemon {
+namespace {
+
+constexpr const char* kStates[] = {"loading", "ready", "unloading", "failed"};
+
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  // 0.5 ms ... ~16 s, doubling: covers a GPU decode step through a long
+  // CPU prefill.
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 0.0005; v < 20; v *= 2) b.push_back(v);
+  return b;
+}
+
+// Counts per step (sequences, tokens): 1, 2, 4, ... 8192.
+prometheus::Histogram::BucketBoundaries CountBuckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 1; v <= 8192; v *= 2) b.push_back(v);
+  return b;
+}
+
+}  // namespace
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& r = *registry_;
+  requests_ = &prometheus::BuildCounter()
+                   .Name("minfer_requests_total")
+                   .Help("Requests by API (grpc, http), method or route, model and final status.")
+                   .Register(r);
+  prompt_tokens_ = &prometheus::BuildCounter()
+                        .Name("minfer_prompt_tokens_total")
+                        .Help("Prompt tokens of admitted generation requests.")
+                        .Register(r);
+  completion_tokens_ = &prometheus::BuildCounter()
+                            .Name("minfer_completion_tokens_total")
+                            .Help("Generated tokens.")
+                            .Register(r);
+  ttft_ = &prometheus::BuildHistogram()
+               .Name("minfer_time_to_first_token_seconds")
+               .Help("From the request's arrival to its first token (queueing included).")
+               .Register(r);
+  itl_ = &prometheus::BuildHistogram()
+              .Name("minfer_inter_token_latency_seconds")
+              .Help("Time between consecutive tokens of a stream.")
+              .Register(r);
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("minfer_queue_depth")
+                      .Help("Generation requests waiting for a free sequence.")
+                      .Register(r);
+  active_ = &prometheus::BuildGauge()
+                 .Name("minfer_active_sequences")
+                 .Help("Sequences being generated.")
+                 .Register(r);
+  slot_state_ = &prometheus::BuildGauge()
+                     .Name("minfer_slot_state")
+                     .Help("1 for the model slot's current state.")
+                     .Register(r);
+  slot_memory_ = &prometheus::BuildGauge()
+                      .Name("minfer_slot_memory_bytes")
+                      .Help("Memory of a model slot by kind (weights, kv, scratch).")
+                      .Register(r);
+  backend_memory_ = &prometheus::BuildGauge()
+                        .Name("minfer_backend_memory_bytes")
+                        .Help("Everything a model's backend holds (on a GPU: weights and the planes "
+                              "derived from them, KV cache, graph buffers, kernel workspaces).")
+                        .Register(r);
+  kv_blocks_ = &prometheus::BuildGauge()
+                    .Name("minfer_kv_blocks")
+                    .Help("Blocks of the model's KV pool by state (used, free; cached: free "
+                          "blocks that hold a prefix a new sequence can reuse).")
+                    .Register(r);
+  preemptions_ = &prometheus::BuildCounter()
+                      .Name("minfer_preemptions_total")
+                      .Help("Sequences preempted because the KV pool ran dry (recomputed later).")
+                      .Register(r);
+  prefix_hit_tokens_ = &prometheus::BuildCounter()
+                            .Name("minfer_prefix_cache_hit_tokens_total")
+                            .Help("Prompt tokens whose KV came from the prefix cache instead of "
+                                  "being computed.")
+                            .Register(r);
+  prefix_evictions_ = &prometheus::BuildCounter()
+                           .Name("minfer_prefix_cache_evictions_total")
+                           .Help("Cached KV blocks reused for other contents (the pool needed "
+                                 "them).")
+                           .Register(r);
+  step_sequences_ = &prometheus::BuildHistogram()
+                         .Name("minfer_step_sequences")
+                         .Help("Sequences evaluated per batched forward step.")
+                         .Register(r);
+  step_tokens_ = &prometheus::BuildHistogram()
+                      .Name("minfer_step_tokens")
+                      .Help("Tokens evaluated per batched forward step (decodes + prefill chunks).")
+                      .Register(r);
+  step_seconds_ = &prometheus::BuildHistogram()
+                       .Name("minfer_step_seconds")
+                       .Help("Wall time of a batched step (schedule, forward, sampling).")
+                       .Register(r);
+  queue_time_ = &prometheus::BuildHistogram()
+                     .Name("minfer_queue_time_seconds")
+                     .Help("From a request's arrival to the first step it ran in.")
+                     .Register(r);
+  tpot_ = &prometheus::BuildHistogram()
+               .Name("minfer_time_per_output_token_seconds")
+               .Help("Per finished stream: time from its first token to its last over the "
+                     "tokens after the first.")
+               .Register(r);
+  tenant_streams_ = &prometheus::BuildGauge()
+                         .Name("minfer_tenant_streams")
+                         .Help("A tenant's streams open now (counted against its cap).")
+                         .Register(r);
+  tenant_requests_ = &prometheus::BuildCounter()
+                          .Name("minfer_tenant_requests_total")
+                          .Help("A tenant's generation requests by admission result.")
+                          .Register(r);
+  tenant_tokens_ = &prometheus::BuildCounter()
+                        .Name("minfer_tenant_tokens_total")
+                        .Help("A tenant's tokens of finished streams: prompt, completion, and "
+                              "cached (prompt tokens taken from the prefix cache).")
+                        .Register(r);
+  tenant_queue_time_ = &prometheus::BuildHistogram()
+                            .Name("minfer_tenant_queue_time_seconds")
+                            .Help("Per finished stream of a tenant: arrival to the first step.")
+                            .Register(r);
+  draining_ = &prometheus::BuildGauge()
+                   .Name("minfer_draining")
+                   .Help("1 while the server drains before exiting.")
+                   .Register(r)
+                   .Add({});
+}
+
+Metrics::~Metrics() = default;
+
+absl::Status Metrics::StartExposer(const std::string& address) {
+  // prometheus-cpp (civetweb) reports a failure to bind by throwing; this is
+  // the boundary where that becomes a Status.
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on '", address, "': ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  std::vector<int> ports = exposer_->GetListeningPorts();
+  const std::string host = address.substr(0, address.rfind(':'));
+  exposer_address_ = absl::StrCat(host, ":", ports.empty() ? 0 : ports.front());
+  return absl::OkStatus();
+}
+
+void Metrics::RecordRequest(const std::string& method, const std::string& model,
+                            const std::string& code, const std::string& api) {
+  requests_->Add({{"api", api}, {"method", method}, {"model", model}, {"code", code}})
+      .Increment();
+}
+
+Metrics::TenantMetrics* Metrics::ForTenant(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& t = tenants_[tenant];
+  if (t == nullptr) {
+    t = std::make_unique<TenantMetrics>();
+    const prometheus::Labels l = {{"tenant", tenant}};
+    t->streams = &tenant_streams_->Add(l);
+    auto req = [&](const char* result) {
+      return &tenant_requests_->Add({{"tenant", tenant}, {"result", result}});
+    };
+    t->admitted = req("admitted");
+    t->rejected_cap = req("rejected_cap");
+    t->rejected_quota = req("rejected_quota");
+    t->rejected_model = req("rejected_model");
+    auto tok = [&](const char* kind) {
+      return &tenant_tokens_->Add({{"tenant", tenant}, {"kind", kind}});
+    };
+    t->prompt_tokens = tok("prompt");
+    t->completion_tokens = tok("completion");
+    t->cached_tokens = tok("cached");
+    t->queue_time = &tenant_queue_time_->Add(l, LatencyBuckets());
+  }
+  return t.get();
+}
+
+ModelMetrics* Metrics::ForModel(const std::string& model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = models_[model];
+  if (slot == nullptr) {
+    slot = std::make_unique<ModelMetrics>();
+    const prometheus::Labels l = {{"model", model}};
+    slot->prompt_tokens = &prompt_tokens_->Add(l);
+    slot->completion_tokens = &completion_tokens_->Add(l);
+    slot->ttft = &ttft_->Add(l, LatencyBuckets());
+    slot->itl = &itl_->Add(l, LatencyBuckets());
+    slot->queue_depth = &queue_depth_->Add(l);
+    slot->active = &active_->Add(l);
+    slot->weights_bytes = &slot_memory_->Add({{"model", model}, {"kind", "weights"}});
+    slot->kv_bytes = &slot_memory_->Add({{"model", model}, {"kind", "kv"}});
+    slot->scratch_bytes = &slot_memory_->Add({{"model", model}, {"kind", "scratch"}});
+    slot->backend_bytes = &backend_memory_->Add(l);
+    slot->kv_blocks_used = &kv_blocks_->Add({{"model", model}, {"state", "used"}});
+    slot->kv_blocks_free = &kv_blocks_->Add({{"model", model}, {"state", "free"}});
+    slot->kv_blocks_cached = &kv_blocks_->Add({{"model", model}, {"state", "cached"}});
+    slot->preemptions = &preemptions_->Add(l);
+    slot->prefix_hit_tokens = &prefix_hit_tokens_->Add(l);
+    slot->prefix_evictions = &prefix_evictions_->Add(l);
+    slot->step_sequences = &step_sequences_->Add(l, CountBuckets());
+    slot->step_tokens = &step_tokens_->Add(l, CountBuckets());
+    slot->step_seconds = &step_seconds_->Add(l, LatencyBuckets());
+    slot->queue_time = &queue_time_->Add(l, LatencyBuckets());
+    slot->tpot = &tpot_->Add(l, LatencyBuckets());
+  }
+  return slot.get();
+}
+
+void Metrics::SetSlotState(const std::string& model, const std::string& state) {
+  for (const char* s : kStates) {
+    slot_state_->Add({{"model", model}, {"state", s}}).Set(state == s ? 1 : 0);
+  }
+}
+
+void Metrics::RemoveModel(const std::string& model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(model);
+  if (it != models_.end()) {
+    ModelMetrics& m = *it->second;
+    queue_depth_->Remove(m.queue_depth);
+    active_->Remove(m.active);
+    slot_memory_->Remove(m.weights_bytes);
+    slot_memory_->Remove(m.kv_bytes);
+    slot_memory_->Remove(m.scratch_bytes);
+    backend_memory_->Remove(m.backend_bytes);
+    kv_blocks_->Remove(m.kv_blocks_used);
+    kv_blocks_->Remove(m.kv_blocks_free);
+    kv_blocks_->Remove(m.kv_blocks_cached);
+    // Counters and histograms stay registered; forget only our pointers to
+    // the removed gauges by dropping the entry (a reload re-adds them).
+    models_.erase(it);
+  }
+  for (const char* s : kStates) {
+    slot_state_->Remove(&slot_state_->Add({{"model", model}, {"state", s}}));
+  }
+}
+
+void Metrics::SetDraining(bool draining) { draining_->Set(draining ? 1 : 0); }
+
+std::string Metrics::Serialize() const {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+}  // namespace minfer::daemon

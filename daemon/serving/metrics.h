@@ -1,0 +1,156 @@
+// Prometheus metrics of the daemon (prometheus-cpp), served by an HTTP
+// exposer on their own address so scraping never competes with gRPC.
+//
+//   minfer_requests_total{api,method,model,code}     requests by final status: api
+//                                                    "grpc" (method = RPC, code = gRPC
+//                                                    code) or "http" (method = route,
+//                                                    code = HTTP status)
+//   minfer_prompt_tokens_total{model}                tokens in
+//   minfer_completion_tokens_total{model}            tokens out
+//   minfer_time_to_first_token_seconds{model}        arrival -> first token
+//   minfer_inter_token_latency_seconds{model}        between streamed tokens
+//   minfer_queue_depth{model}                        requests waiting
+//   minfer_active_sequences{model}                   sequences running
+//   minfer_slot_state{model,state}                   1 for the slot's state
+//   minfer_slot_memory_bytes{model,kind}             weights / kv / scratch
+//   minfer_backend_memory_bytes{model}               all the backend holds
+//   minfer_kv_blocks{model,state}                    KV pool blocks used / free / cached
+//                                                    (cached: free, holding a reusable prefix)
+//   minfer_prefix_cache_hit_tokens_total{model}      prompt tokens taken from the prefix cache
+//   minfer_prefix_cache_evictions_total{model}       cached blocks reused for other contents
+//   minfer_preemptions_total{model}                  sequences preempted (KV pool dry)
+//   minfer_step_sequences{model}                     sequences per batched step
+//   minfer_step_tokens{model}                        tokens per batched step
+//   minfer_step_seconds{model}                       wall time of a batched step
+//   minfer_queue_time_seconds{model}                 arrival -> first step it ran in
+//   minfer_time_per_output_token_seconds{model}      per finished stream, after the first
+//   minfer_draining                                  1 while draining
+//   minfer_tenant_streams{tenant}                    streams open
+//   minfer_tenant_requests_total{tenant,result}      admitted / rejected_cap /
+//                                                    rejected_quota / rejected_model
+//   minfer_tenant_tokens_total{tenant,kind}          prompt / completion / cached
+//   minfer_tenant_queue_time_seconds{tenant}         arrival -> first step, per stream
+//
+// Per-model series of a slot are handed out as a ModelMetrics (stable
+// pointers); the slot's gauges are removed when the slot goes away, the
+// counters and histograms stay (Prometheus expects counters to persist).
+//
+// Thread-safe.
+#ifndef MINFER_DAEMON_SERVING_METRICS_H_
+#define MINFER_DAEMON_SERVING_METRICS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace minfer::daemon {
+
+// The series of one model. Pointers stay valid until Metrics::RemoveModel.
+struct ModelMetrics {
+  prometheus::Counter* prompt_tokens = nullptr;
+  prometheus::Counter* completion_tokens = nullptr;
+  prometheus::Histogram* ttft = nullptr;
+  prometheus::Histogram* itl = nullptr;
+  prometheus::Gauge* queue_depth = nullptr;
+  prometheus::Gauge* active = nullptr;
+  prometheus::Gauge* weights_bytes = nullptr;
+  prometheus::Gauge* kv_bytes = nullptr;
+  prometheus::Gauge* scratch_bytes = nullptr;
+  prometheus::Gauge* backend_bytes = nullptr;
+  prometheus::Gauge* kv_blocks_used = nullptr;
+  prometheus::Gauge* kv_blocks_free = nullptr;
+  prometheus::Gauge* kv_blocks_cached = nullptr;
+  prometheus::Counter* preemptions = nullptr;
+  prometheus::Counter* prefix_hit_tokens = nullptr;
+  prometheus::Counter* prefix_evictions = nullptr;
+  prometheus::Histogram* step_sequences = nullptr;
+  prometheus::Histogram* step_tokens = nullptr;
+  prometheus::Histogram* step_seconds = nullptr;
+  prometheus::Histogram* queue_time = nullptr;
+  prometheus::Histogram* tpot = nullptr;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+
+  // Serves /metrics on `address` ("host:port"; port 0 picks a free one).
+  absl::Status StartExposer(const std::string& address);
+  // "host:port" actually bound, empty when not serving.
+  std::string exposer_address() const { return exposer_address_; }
+
+  void RecordRequest(const std::string& method, const std::string& model,
+                     const std::string& code, const std::string& api = "grpc");
+  ModelMetrics* ForModel(const std::string& model);
+  // A tenant's series (stable pointers; created on first use).
+  struct TenantMetrics {
+    prometheus::Gauge* streams = nullptr;
+    prometheus::Counter* admitted = nullptr;
+    prometheus::Counter* rejected_cap = nullptr;
+    prometheus::Counter* rejected_quota = nullptr;
+    prometheus::Counter* rejected_model = nullptr;
+    prometheus::Counter* prompt_tokens = nullptr;
+    prometheus::Counter* completion_tokens = nullptr;
+    prometheus::Counter* cached_tokens = nullptr;
+    prometheus::Histogram* queue_time = nullptr;
+  };
+  TenantMetrics* ForTenant(const std::string& tenant);
+  // "loading", "ready", "unloading", "failed"; the other states read 0.
+  void SetSlotState(const std::string& model, const std::string& state);
+  // Drops the model's gauges (its counters and histograms stay).
+  void RemoveModel(const std::string& model);
+  void SetDraining(bool draining);
+
+  // The text exposition of every series (what /metrics serves).
+  std::string Serialize() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string exposer_address_;
+
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Counter>* prompt_tokens_;
+  prometheus::Family<prometheus::Counter>* completion_tokens_;
+  prometheus::Family<prometheus::Histogram>* ttft_;
+  prometheus::Family<prometheus::Histogram>* itl_;
+  prometheus::Family<prometheus::Gauge>* queue_depth_;
+  prometheus::Family<prometheus::Gauge>* active_;
+  prometheus::Family<prometheus::Gauge>* slot_state_;
+  prometheus::Family<prometheus::Gauge>* slot_memory_;
+  prometheus::Family<prometheus::Gauge>* backend_memory_;
+  prometheus::Family<prometheus::Gauge>* kv_blocks_;
+  prometheus::Family<prometheus::Counter>* preemptions_;
+  prometheus::Family<prometheus::Counter>* prefix_hit_tokens_;
+  prometheus::Family<prometheus::Counter>* prefix_evictions_;
+  prometheus::Family<prometheus::Histogram>* step_sequences_;
+  prometheus::Family<prometheus::Histogram>* step_tokens_;
+  prometheus::Family<prometheus::Histogram>* step_seconds_;
+  prometheus::Family<prometheus::Histogram>* queue_time_;
+  prometheus::Family<prometheus::Histogram>* tpot_;
+  prometheus::Gauge* draining_;
+
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<ModelMetrics>> models_;  // guarded by mu_
+  std::map<std::string, std::unique_ptr<TenantMetrics>> tenants_;  // guarded by mu_
+  prometheus::Family<prometheus::Gauge>* tenant_streams_;
+  prometheus::Family<prometheus::Counter>* tenant_requests_;
+  prometheus::Family<prometheus::Counter>* tenant_tokens_;
+  prometheus::Family<prometheus::Histogram>* tenant_queue_time_;
+};
+
+}  // namespace minfer::daemon
+
+#endif  // MINFER_DAEMON_SERVING_METRICS_H_

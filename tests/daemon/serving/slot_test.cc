@@ -1,0 +1,244 @@
+// The slot's worker (schedule -> run -> update between engine steps) with a
+// fake engine (runtime::StepEngine), the way TF Serving tests its manager
+// with fake loaders: cancellation, deadlines, drain and unload act between
+// two steps, never lose a sequence, and are counted in steps, not timed.
+// The model file is real (admission and Model::Load run); the engine is not.
+#include "daemon/serving/slot.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "daemon/serving/memory.h"
+#include "daemon/serving/sequence.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_models.h"
+
+namespace minfer::daemon {
+namespace {
+
+// Produces one token per sequence per step (ids 100, 101, ...), finishing a
+// sequence at its max_tokens. Records what the slot asked of it.
+class FakeEngine : public runtime::StepEngine {
+ public:
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t steps = 0;
+    std::set<uint64_t> cancelled;
+    std::map<uint64_t, int64_t> produced;
+    int step_ms = 1;
+  };
+  explicit FakeEngine(Shared* s) : s_(s) {}
+
+  absl::StatusOr<uint64_t> Add(runtime::GenerateRequest r) override {
+    if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: no tokens");
+    const uint64_t id = next_++;
+    seqs_[id] = r.max_tokens;
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->produced[id] = 0;
+    return id;
+  }
+  void Cancel(uint64_t id) override {
+    seqs_.erase(id);
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->cancelled.insert(id);
+  }
+  absl::Status Step(std::vector<runtime::EngineEvent>* events) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(s_->step_ms));
+    std::lock_guard<std::mutex> lock(s_->mu);
+    ++s_->steps;
+    for (auto it = seqs_.begin(); it != seqs_.end();) {
+      runtime::EngineEvent ev;
+      ev.id = it->first;
+      const int64_t n = s_->produced[it->first]++;
+      ev.out.tokens = {static_cast<int32_t>(100 + n)};
+      ev.out.text = "x";
+      if (n + 1 >= it->second) {
+        ev.finished = true;
+        ev.reason = FinishReason::kLength;
+        ev.stats.completion_tokens = static_cast<int32_t>(n + 1);
+        it = seqs_.erase(it);
+      } else {
+        ++it;
+      }
+      events->push_back(std::move(ev));
+    }
+    s_->cv.notify_all();
+    return absl::OkStatus();
+  }
+  runtime::EngineSnapshot Snapshot() const override {
+    runtime::EngineSnapshot s;
+    s.running = static_cast<int64_t>(seqs_.size());
+    s.kv_block = 16;
+    s.kv_blocks_total = 100;
+    s.token_budget = 64;
+    s.n_ctx = 256;
+    return s;
+  }
+
+ private:
+  Shared* s_;
+  std::map<uint64_t, int64_t> seqs_;
+  uint64_t next_ = 1;
+};
+
+class SlotTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto path = minfer::testing::TestModelPath("tiny", "q8_0", 1);
+    ASSERT_TRUE(path.ok()) << path.status();
+    SlotConfig c;
+    c.name = "m";
+    c.path = *path;
+    c.backend = "cpu";
+    c.n_ctx = 256;
+    c.parallel = 8;
+    c.queue_size = 8;
+    Slot::Hooks h;
+    h.budget = &budget_;
+    h.make_engine = [this](std::shared_ptr<runtime::Model>, const runtime::EngineOptions&)
+        -> absl::StatusOr<std::unique_ptr<runtime::StepEngine>> {
+      return std::unique_ptr<runtime::StepEngine>(new FakeEngine(&shared_));
+    };
+    slot_ = Slot::Start(c, h);
+    for (int i = 0; i < 500 && slot_->state() == SlotState::kLoading; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_EQ(slot_->state(), SlotState::kReady);
+  }
+  void TearDown() override { slot_.reset(); }
+
+  std::shared_ptr<Sequence> Submit(int32_t max_tokens,
+                                   Clock::time_point deadline = Clock::time_point::max()) {
+    runtime::GenerateRequest r;
+    r.prompt = {1, 2, 3};
+    r.max_tokens = max_tokens;
+    auto seq = std::make_shared<Sequence>(std::move(r), "m", Clock::now(), deadline);
+    EXPECT_TRUE(slot_->Submit(seq).ok());
+    return seq;
+  }
+  // Drains a sequence's output until its result arrives (or 10 s).
+  SequenceResult Wait(Sequence& seq, int64_t* tokens) {
+    for (int i = 0; i < 10000; ++i) {
+      SequenceChunk c;
+      while (seq.TakeChunk(&c)) {
+        *tokens += static_cast<int64_t>(c.tokens.size());
+        if (c.result.has_value()) return *c.result;
+        c = SequenceChunk{};
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ADD_FAILURE() << "no result";
+    return SequenceResult{};
+  }
+  void WaitSteps(int64_t n) {
+    std::unique_lock<std::mutex> lock(shared_.mu);
+    shared_.cv.wait_for(lock, std::chrono::seconds(10), [&] { return shared_.steps >= n; });
+  }
+
+  MemoryBudget budget_;
+  FakeEngine::Shared shared_;
+  std::shared_ptr<Slot> slot_;
+};
+
+TEST_F(SlotTest, CancelTakesTheSequenceOutBeforeTheNextStep) {
+  auto a = Submit(100000);
+  auto b = Submit(40);
+  WaitSteps(5);
+  a->Cancel(absl::CancelledError("client went away"));
+  int64_t ta = 0, tb = 0;
+  const SequenceResult ra = Wait(*a, &ta);
+  EXPECT_TRUE(absl::IsCancelled(ra.status)) << ra.status;
+  EXPECT_GE(ta, 4);
+  {
+    std::lock_guard<std::mutex> lock(shared_.mu);
+    EXPECT_EQ(shared_.cancelled.size(), 1u);  // the engine was told, once
+    EXPECT_LE(shared_.produced[*shared_.cancelled.begin()], ta + 1);
+  }
+  // The other stream never noticed: it runs to its end.
+  const SequenceResult rb = Wait(*b, &tb);
+  EXPECT_TRUE(rb.status.ok()) << rb.status;
+  EXPECT_EQ(tb, 40);
+  EXPECT_EQ(rb.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(slot_->Status().counters.cancelled, 1u);
+  EXPECT_EQ(slot_->Status().counters.completed, 1u);
+}
+
+TEST_F(SlotTest, DeadlineEndsTheSequenceBetweenSteps) {
+  shared_.step_ms = 5;
+  auto a = Submit(100000, Clock::now() + std::chrono::milliseconds(60));
+  int64_t ta = 0;
+  const SequenceResult ra = Wait(*a, &ta);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(ra.status)) << ra.status;
+  EXPECT_GT(ta, 0);
+  std::lock_guard<std::mutex> lock(shared_.mu);
+  EXPECT_EQ(shared_.cancelled.size(), 1u);
+  // It ran no step after the one that crossed its deadline.
+  EXPECT_LE(shared_.produced.begin()->second, ta + 1);
+}
+
+TEST_F(SlotTest, DrainFinishesWhatCanAndCancelsTheRestAtTheDeadline) {
+  shared_.step_ms = 2;
+  auto quick = Submit(10);
+  auto slow = Submit(100000);
+  WaitSteps(2);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  UnloadResult result;
+  ASSERT_TRUE(slot_
+                  ->BeginUnload(Clock::now() + std::chrono::milliseconds(200),
+                                absl::UnavailableError("model 'm' is being unloaded"),
+                                [&](const UnloadResult& r) {
+                                  std::lock_guard<std::mutex> lock(mu);
+                                  result = r;
+                                  done = true;
+                                  cv.notify_all();
+                                })
+                  .ok());
+  // New work is refused while draining.
+  runtime::GenerateRequest r;
+  r.prompt = {1};
+  auto late = std::make_shared<Sequence>(std::move(r), "m", Clock::now(), Clock::time_point::max());
+  const absl::Status refused = slot_->Submit(late);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  int64_t tq = 0, ts = 0;
+  const SequenceResult rq = Wait(*quick, &tq);
+  const SequenceResult rs = Wait(*slow, &ts);
+  EXPECT_TRUE(rq.status.ok()) << rq.status;
+  EXPECT_EQ(tq, 10);
+  EXPECT_TRUE(absl::IsUnavailable(rs.status)) << rs.status;
+  EXPECT_GT(ts, 10);
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return done; }));
+  EXPECT_EQ(result.completed, 1);
+  EXPECT_EQ(result.cancelled, 1);
+  EXPECT_EQ(slot_->state(), SlotState::kStopped);
+}
+
+TEST_F(SlotTest, StatusReportsTheEnginesPool) {
+  const SlotStatus st = slot_->Status();
+  EXPECT_EQ(st.kv_block, 16);
+  EXPECT_EQ(st.kv_blocks_total, 100);
+  EXPECT_EQ(st.token_budget, 64);
+  EXPECT_EQ(st.n_ctx, 256);
+}
+
+TEST_F(SlotTest, EngineRefusalFinishesTheSequenceWithItsError) {
+  runtime::GenerateRequest r;  // empty prompt: the fake refuses it
+  auto seq = std::make_shared<Sequence>(std::move(r), "m", Clock::now(), Clock::time_point::max());
+  ASSERT_TRUE(slot_->Submit(seq).ok());
+  int64_t t = 0;
+  const SequenceResult res = Wait(*seq, &t);
+  EXPECT_TRUE(absl::IsInvalidArgument(res.status)) << res.status;
+  EXPECT_EQ(t, 0);
+  EXPECT_EQ(slot_->Status().counters.failed, 1u);
+}
+
+}  // namespace
+}  // namespace minfer::daemon
