@@ -12,13 +12,17 @@
 // process-wide stream lock, so another slot's work can neither interleave
 // with it nor be recorded into a capture.
 //
-// CUDA Graphs: a split (graph uid, node range) runs directly twice, is
-// captured on its third execution (the window is closed, instantiated and
-// launched by Synchronize) and replayed from then on; a pool_gen change
-// (any buffer allocation or reuse) invalidates the recording. Prefill-shaped
-// splits capture too unless MINFER_NO_PREFILL_CAPTURE=1; MINFER_NO_CUDA_GRAPH=1
+// CUDA Graphs (the state machine is GraphRecorder, graph_recorder.h): a
+// split (graph uid, node range) runs directly twice, is captured on its
+// third execution (the window is closed, instantiated and launched by
+// Synchronize) and replayed from then on; a pool_gen change (any buffer
+// allocation or reuse) invalidates the recording. Prefill-shaped splits
+// capture too unless MINFER_NO_PREFILL_CAPTURE=1; MINFER_NO_CUDA_GRAPH=1
 // forces direct launches. A failed capture or replay disables graphs for
 // this backend, loudly.
+//
+// Dispatch: each op kind maps to one handler (HandlerFor), one per op
+// family, defined in ops_<family>.cc next to this file.
 //
 // A sticky CUDA error (e.g. an illegal address) fails this backend's
 // requests from then on with a status naming the original error.
@@ -33,13 +37,14 @@
 #include <set>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "cuda/backend/activation_memos.h"
+#include "cuda/backend/graph_recorder.h"
 #include "cuda/state/cuda_state.h"
 #include "engine/base/knobs.h"
 #include "engine/graph/backend.h"
@@ -81,11 +86,8 @@ class CudaBackend : public graph::Backend {
   int64_t MemoryBytes() const override;
 
   // Introspection (tests, status reports).
-  struct Stats {
-    int64_t captures = 0;
-    int64_t replays = 0;
-    int64_t direct_splits = 0;
-    int64_t recaptures = 0;  // recordings dropped for a pool_gen change
+  // captures, replays, direct_splits, recaptures: GraphCounters.
+  struct Stats : GraphCounters {
     int64_t quantize_launches = 0;
     int64_t quantize_skipped = 0;  // the norm epilogue already wrote the int8 plane
     int64_t mmq_fast = 0;          // MMQ launches by variant
@@ -99,7 +101,7 @@ class CudaBackend : public graph::Backend {
                                    // only MMQ's activation layout)
   };
   const Stats& stats() const { return stats_; }
-  bool graphs_enabled() const { return graphs_enabled_; }
+  bool graphs_enabled() const { return recorder_.enabled(); }
   uint64_t weight_bytes() const;
   // VRAM of the MMQ scale planes built at load (MINFER_MMQ_Q4K_DSC /
   // MINFER_MMQ_Q6K_EXP); not part of weight_bytes, part of MemoryBytes.
@@ -135,8 +137,6 @@ class CudaBackend : public graph::Backend {
     bool op_timing = false;
     bool operator==(const Knobs&) const = default;
   };
-  using Key = std::tuple<int32_t, int64_t>;  // (buffer, offset) of an activation
-
   // Builds the scale planes the plane knobs (with the model's overrides)
   // ask for, after the upload; the VRAM they take is logged per type.
   absl::Status BuildScalePlanes(const std::vector<const graph::Weight*>& weights,
@@ -164,19 +164,67 @@ class CudaBackend : public graph::Backend {
   absl::StatusOr<void*> MmqActivations(const graph::Node& n, const graph::BufferRef& x,
                                        const float* xf, int64_t k, int64_t nt);
   // Mode 2 (docs/design.md, prefill matmuls): whether a producer marked
-  // int8_consumers writes
-  // only MMQ's activation layout for nt rows of k, and the bookkeeping after
-  // it did (the MMQ memo points at the scratch; the f32 range is dead).
+  // int8_consumers writes only MMQ's activation layout for nt rows of k,
+  // and the bookkeeping after it did (the MMQ memo points at the scratch;
+  // the f32 range is dead; counted).
   bool Int8OnlyApplies(const graph::Node& n, int64_t k, int64_t nt) const;
   void MarkInt8Only(const graph::BufferRef& out, int64_t k, int64_t nt, void* act);
-  // The dead-write guard: an error naming the node if `in` overlaps an f32
-  // range a mode-2 producer did not write in this window.
-  absl::Status CheckNotDead(const graph::Node& n, const graph::BufferRef& in, int64_t bytes) const;
-  // Drops the memos whose source overlaps `written`.
-  void InvalidateMemos(const graph::BufferRef& written, int64_t bytes);
+
+  // One node's launch: its resolved device pointers (every input at its
+  // full size, the output at the node's size) and what every handler uses.
+  struct OpArgs {
+    const graph::Node& n;
+    const graph::ExecArgs& a;
+    std::vector<uint8_t*> in;
+    float* out;
+    int64_t n_el;       // output elements
+    int32_t* err_flag;  // the device error flag (bad positions, token ids)
+    cudaStream_t st;
+    const float* f(size_t i) const { return reinterpret_cast<const float*>(in[i]); }
+    const int32_t* i32(size_t i) const { return reinterpret_cast<const int32_t*>(in[i]); }
+  };
+  using Handler = absl::Status (CudaBackend::*)(const OpArgs&);
+  // The handler of each op kind; null for a kind without a kernel.
+  static Handler HandlerFor(graph::OpKind op);
   absl::Status Dispatch(const graph::Node& n, const graph::ExecArgs& a);
-  void AbortCapture(const absl::Status& why);
-  void DropGraphs();
+  // The handlers, by family (ops_<family>.cc).
+  absl::Status RunNothing(const OpArgs& o);  // Input and the alias ops
+  // ops_elementwise.cc
+  absl::Status RunBinary(const OpArgs& o);  // Add, Mul
+  absl::Status RunScale(const OpArgs& o);
+  absl::Status RunSilu(const OpArgs& o);
+  absl::Status RunSwiGlu(const OpArgs& o);
+  absl::Status RunSoftmax(const OpArgs& o);
+  absl::Status RunPermute(const OpArgs& o);
+  // ops_norm.cc
+  absl::Status RunNorm(const OpArgs& o);  // RmsNorm, QkNorm
+  // ops_matmul.cc
+  absl::Status RunMatMul(const OpArgs& o);
+  absl::Status RunFusedQkv(const OpArgs& o);
+  absl::Status RunFusedFfn(const OpArgs& o);
+  // ops_attention.cc
+  absl::Status RunRope(const OpArgs& o);
+  absl::Status RunQkvBiasRopeStore(const OpArgs& o);
+  absl::Status RunKvStore(const OpArgs& o);
+  absl::Status RunAttention(const OpArgs& o);
+  // ops_rows.cc
+  absl::Status RunGetRows(const OpArgs& o);
+  absl::Status RunTopK(const OpArgs& o);
+
+  // The recorder's device side: capture, instantiate, launch and destroy on
+  // the shared stream.
+  class StreamGraphs : public GraphDevice {
+   public:
+    explicit StreamGraphs(CudaState* state) : state_(state) {}
+    absl::Status BeginCapture() override;
+    absl::StatusOr<Exec> EndCaptureAndLaunch() override;
+    void DiscardCapture() override;
+    absl::Status Launch(Exec exec) override;
+    void Destroy(Exec exec) override;
+
+   private:
+    CudaState* state_;
+  };
 
   std::string name_ = "cuda";
   CudaState* state_;
@@ -201,25 +249,10 @@ class CudaBackend : public graph::Backend {
   int64_t pinned_out_cap_ = 0;
 
   std::map<std::string, std::pair<void*, int64_t>> scratch_;  // tag -> (ptr, bytes)
-  // Execution-window memos of quantized activations, each valid until a
-  // node (or a host write) writes over its source range or the window ends:
-  //   q8_valid_: activation (buffer, offset) -> source bytes, whose BlockQ8A
-  //              plane (Q8Plane) holds its current contents;
-  //   mmq_act_:  which activation the shared MMQ scratch holds (Q/K/V, and
-  //              gate/up, read the same input back to back).
-  std::map<Key, int64_t> q8_valid_;
-  struct MmqAct {
-    bool valid = false;
-    Key key{};
-    int64_t bytes = 0;  // source range
-    int64_t k = 0, nt = 0;
-    void* scratch = nullptr;
-  };
-  MmqAct mmq_act_;
-  // Mode-2 outputs of this window whose f32 contents were never written:
-  // (buffer, offset) -> bytes. Cleared by a write over them and at the end
-  // of the window.
-  std::map<Key, int64_t> int8_only_;
+  // Execution-window memos of quantized activations (the q8 planes, the
+  // MMQ scratch) and the mode-2 dead ranges, each valid until a node (or a
+  // host write) writes over its source range or the window ends.
+  ActivationMemos memos_;
   bool mmq_device_ = false;  // sm_80+: MMQ (and so mode 2) can run
   // The stream-k workspace (scratch "mmq_stream_k"), once allocated.
   void* mmq_sk_ws_ = nullptr;
@@ -228,20 +261,13 @@ class CudaBackend : public graph::Backend {
   // logged.
   std::set<std::tuple<int, int64_t, int64_t, int>> mmq_logged_;
 
-  struct Recorded {
-    uint64_t uid;
-    int begin, end;
-    cudaGraphExec_t exec;
-    uint64_t pool_gen;
-  };
-  std::vector<Recorded> graph_execs_;
-  std::map<std::tuple<uint64_t, int, int>, int> graph_runs_;
-  std::optional<std::tuple<uint64_t, int, int>> capturing_;
-  bool capture_aborted_ = false;
-  bool graphs_enabled_ = true;
-
   Stats stats_;
   std::map<std::string, std::pair<double, int64_t>> op_timing_;
+
+  // Declared after stats_ (it counts into it) and destroyed before
+  // graph_device_.
+  StreamGraphs graph_device_{state_};
+  GraphRecorder recorder_{&graph_device_, &stats_};
 };
 
 }  // namespace minfer::cuda

@@ -1,0 +1,86 @@
+// The CUDA backend's elementwise handlers: Add/Mul (a tensor or a weight
+// operand), Scale, Silu, SwiGLU (mode 2 when its consumers are GEMMs),
+// Softmax and Permute.
+#include "cuda/backend/cuda_backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "cuda/kernels/mmq.h"
+#include "cuda/kernels/ops.h"
+#include "engine/base/status.h"
+
+namespace minfer::cuda {
+
+using graph::ExecArgs;
+using graph::Node;
+using graph::OpKind;
+
+absl::Status CudaBackend::RunBinary(const OpArgs& o) {
+  const Node& n = o.n;
+  const ExecArgs& a = o.a;
+  float* out = o.out;
+  cudaStream_t st = o.st;
+  const int64_t n_el = o.n_el;
+  const float* b;
+  int64_t nb;
+  if (!n.weights.empty()) {
+    ASSIGN_OR_RETURN(const WeightView* w, Weight(n.weights[0]));
+    b = static_cast<const float*>(w->data);
+    nb = w->k * w->rows;
+  } else {
+    b = o.f(1);
+    nb = a.inputs[1].bytes / 4;
+  }
+  return Check(n.op == OpKind::kAdd ? LaunchAdd(o.f(0), b, nb, out, n_el, st)
+                                    : LaunchMul(o.f(0), b, nb, out, n_el, st),
+               graph::OpName(n.op));
+}
+
+absl::Status CudaBackend::RunScale(const OpArgs& o) {
+  const Node& n = o.n;
+  float* out = o.out;
+  cudaStream_t st = o.st;
+  const int64_t n_el = o.n_el;
+  return Check(LaunchScale(o.f(0), n.p.scale, out, n_el, st), "Scale");
+}
+
+absl::Status CudaBackend::RunSilu(const OpArgs& o) {
+  float* out = o.out;
+  cudaStream_t st = o.st;
+  const int64_t n_el = o.n_el;
+  return Check(LaunchSilu(o.f(0), out, n_el, st), "Silu");
+}
+
+absl::Status CudaBackend::RunSwiGlu(const OpArgs& o) {
+  const Node& n = o.n;
+  const ExecArgs& a = o.a;
+  float* out = o.out;
+  cudaStream_t st = o.st;
+  const int64_t n_el = o.n_el;
+  const int64_t k = n.shape.ne[0], rows = n.shape.rows();
+  if (Int8OnlyApplies(n, k, rows)) {
+    ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(k, rows)));
+    RETURN_IF_ERROR(Check(LaunchSwiGluMmq(o.f(0), o.f(1), act, k, rows, st), "SwiGLU (int8 only)"));
+    MarkInt8Only(a.output, k, rows, act);
+    return absl::OkStatus();
+  }
+  return Check(LaunchSwiGlu(o.f(0), o.f(1), out, n_el, st), "SwiGLU");
+}
+
+absl::Status CudaBackend::RunSoftmax(const OpArgs& o) {
+  const Node& n = o.n;
+  float* out = o.out;
+  cudaStream_t st = o.st;
+  return Check(LaunchSoftmaxRows(o.f(0), out, n.shape.ne[0], n.shape.rows(), st), "Softmax");
+}
+
+absl::Status CudaBackend::RunPermute(const OpArgs& o) {
+  const Node& n = o.n;
+  float* out = o.out;
+  cudaStream_t st = o.st;
+  int64_t x_ne[4];
+  for (int i = 0; i < 4; ++i) x_ne[i] = n.shape.ne[n.p.perm[i]];
+  int8_t perm[4] = {n.p.perm[0], n.p.perm[1], n.p.perm[2], n.p.perm[3]};
+  return Check(LaunchPermute(o.f(0), x_ne, perm, out, st), "Permute");
+}
+
+}  // namespace minfer::cuda
