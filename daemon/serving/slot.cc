@@ -506,6 +506,8 @@ void Slot::Serve() {
       a.id = *id;
       a.seed = seq->seed();
       a.added = Clock::now();
+      Logger("daemon")->debug("model '{}': sequence of {} prompt tokens added {:.4f} s after arrival",
+                              config_.name, prompt, Seconds(a.added - seq->arrival()));
       a.stats.prompt_tokens = prompt;
       if (metrics_ != nullptr) metrics_->prompt_tokens->Increment(prompt);
       {
@@ -575,7 +577,15 @@ void Slot::Serve() {
 }
 
 void Slot::RecordStep(const runtime::EngineStepStats& step) {
-  if (metrics_ == nullptr || step.sequences == 0) return;
+  if (step.sequences == 0) return;
+  // One line per step at debug level: where a request's time goes (with the
+  // admission line below), e.g. to tell a slow step from a wait before it.
+  Logger("daemon")->debug(
+      "model '{}': step of {} sequences, {} tokens ({} prefill, {} from the prefix cache), "
+      "{:.4f} s",
+      config_.name, step.sequences, step.tokens, step.prefill_tokens, step.cached_tokens,
+      step.seconds);
+  if (metrics_ == nullptr) return;
   metrics_->step_sequences->Observe(static_cast<double>(step.sequences));
   metrics_->step_tokens->Observe(static_cast<double>(step.tokens));
   metrics_->step_seconds->Observe(step.seconds);
