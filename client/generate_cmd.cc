@@ -1,0 +1,142 @@
+// minferctl generate.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/commands.h"
+
+namespace minfer::ctl {
+namespace {
+
+// The flags; the sampling values below 0 (and --repeat-last-n below -1)
+// mean "not given": the request leaves those fields unset, so the server's
+// defaults apply.
+struct GenerateArgs {
+  std::string model, prompt, system;
+  std::vector<std::string> template_kwargs;  // K=V
+  bool chat = false, ignore_eos = false, parse_special = false;
+  int32_t max_tokens = 0, top_k = -1, logprobs = 0, last_n = -2;
+  float temp = -1, top_p = -1, min_p = -1, rep = -1, freq = 0, pres = 0;
+  int64_t seed = -1;
+  std::vector<std::string> stop;
+  // Options whose every value is valid: sent only when given.
+  CLI::Option* max_tokens_given = nullptr;
+  CLI::Option* freq_given = nullptr;
+  CLI::Option* pres_given = nullptr;
+};
+
+int Generate(const GenerateArgs& a, const Globals& g, client::MinferClient& client) {
+  v1::GenerateRequest req;
+  req.set_model(a.model);
+  if (a.chat) {
+    if (!a.system.empty()) {
+      v1::ChatMessage* s = req.mutable_chat()->add_messages();
+      s->set_role("system");
+      s->set_content(a.system);
+    }
+    v1::ChatMessage* u = req.mutable_chat()->add_messages();
+    u->set_role("user");
+    u->set_content(a.prompt);
+    for (const std::string& kv : a.template_kwargs) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::fprintf(stderr, "minferctl: --template-kwarg wants K=V, got '%s'\n", kv.c_str());
+        return 2;
+      }
+      (*req.mutable_chat()->mutable_template_kwargs())[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+  } else if (!a.template_kwargs.empty()) {
+    std::fprintf(stderr, "minferctl: --template-kwarg needs --chat\n");
+    return 2;
+  } else {
+    req.set_text(a.prompt);
+  }
+  v1::SamplingParams* sp = req.mutable_sampling();
+  if (a.temp >= 0) sp->set_temperature(a.temp);
+  if (a.top_k >= 0) sp->set_top_k(a.top_k);
+  if (a.top_p >= 0) sp->set_top_p(a.top_p);
+  if (a.min_p >= 0) sp->set_min_p(a.min_p);
+  if (a.rep >= 0) sp->set_repetition_penalty(a.rep);
+  if (*a.freq_given) sp->set_frequency_penalty(a.freq);
+  if (*a.pres_given) sp->set_presence_penalty(a.pres);
+  if (a.last_n >= -1) sp->set_penalty_last_n(a.last_n);
+  if (a.seed >= 0) sp->set_seed(static_cast<uint64_t>(a.seed));
+  if (*a.max_tokens_given) req.mutable_stopping()->set_max_tokens(a.max_tokens);
+  for (const std::string& s : a.stop) req.mutable_stopping()->add_stop(s);
+  req.mutable_stopping()->set_ignore_eos(a.ignore_eos);
+  req.mutable_options()->set_top_logprobs(a.logprobs);
+  req.mutable_options()->set_parse_special(a.parse_special);
+  std::vector<v1::SampledTokenLogprobs> logprobs;
+  client::GenerateResult partial;
+  absl::StatusOr<client::GenerateResult> r = client.Generate(
+      req,
+      [&](const v1::GenerateResponse& chunk) {
+        if (g.json) {
+          logprobs.insert(logprobs.end(), chunk.logprobs().begin(), chunk.logprobs().end());
+        } else {
+          std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
+          std::fflush(stdout);
+        }
+        return true;
+      },
+      0, &partial);
+  if (!g.json && !partial.text.empty()) {
+    std::printf("\n");
+    std::fflush(stdout);  // before the summary on (unbuffered) stderr
+  }
+  if (!r.ok()) return Fail(r.status());
+  if (g.json) {
+    v1::GenerateResponse all;  // the whole stream as one message
+    all.mutable_token_ids()->Add(r->token_ids.begin(), r->token_ids.end());
+    all.set_text(r->text);
+    for (auto& lp : logprobs) *all.add_logprobs() = lp;
+    all.set_finish_reason(r->finish_reason);
+    *all.mutable_usage() = r->usage;
+    all.set_model(r->model);
+    PrintJson(all);
+  } else {
+    const v1::Usage& u = r->usage;
+    std::fprintf(stderr,
+                 "[%s] %s: %d prompt + %d completion tokens; ttft %.3f s, %.1f tok/s, "
+                 "seed %llu\n",
+                 FinishName(r->finish_reason).c_str(), r->model.c_str(), u.prompt_tokens(),
+                 u.completion_tokens(), u.time_to_first_token_seconds(),
+                 u.decode_tokens_per_second(), static_cast<unsigned long long>(u.seed()));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddGenerateCommand(CLI::App& app, const Globals& g, CommandTable& table) {
+  auto a = std::make_shared<GenerateArgs>();
+  CLI::App* c = app.add_subcommand("generate", "stream a completion to stdout");
+  c->add_option("model", a->model, "model or alias")->required();
+  c->add_option("prompt", a->prompt)->required();
+  c->add_flag("--chat", a->chat, "send the prompt as a user message (chat template)");
+  c->add_option("--system", a->system, "system message (with --chat)");
+  c->add_option("--template-kwarg", a->template_kwargs,
+                "K=V: a chat template variable, V read as JSON (e.g. enable_thinking=false; "
+                "repeatable, with --chat)");
+  // Sent as given, 0 included, so the server's own check answers (a
+  // silent default for 0 would hide that the API refuses it).
+  a->max_tokens_given = c->add_option("-n,--max-tokens", a->max_tokens,
+                                      "completion tokens at most (default: the server's)");
+  c->add_option("--stop", a->stop, "stop string (repeatable)");
+  c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-turn");
+  c->add_flag("--parse-special", a->parse_special, "recognize control tokens in the prompt");
+  c->add_option("--temp", a->temp, "temperature (0 = greedy; server default 1)");
+  c->add_option("--top-k", a->top_k, "top-k (0 = off)");
+  c->add_option("--top-p", a->top_p, "top-p (1 = off)");
+  c->add_option("--min-p", a->min_p, "min-p (0 = off)");
+  c->add_option("--repeat-penalty", a->rep, "repetition penalty (1 = off)");
+  a->freq_given = c->add_option("--frequency-penalty", a->freq, "frequency penalty");
+  a->pres_given = c->add_option("--presence-penalty", a->pres, "presence penalty");
+  c->add_option("--repeat-last-n", a->last_n, "penalty window (-1 = all, 0 = off)");
+  c->add_option("--seed", a->seed, "sampling seed (default: random)");
+  c->add_option("--logprobs", a->logprobs, "top-n logprobs per token (with --json)");
+  table.Add(c, [a, &g](client::MinferClient& client) { return Generate(*a, g, client); });
+}
+
+}  // namespace minfer::ctl

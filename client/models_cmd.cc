@@ -1,0 +1,261 @@
+// minferctl load, unload, list and status.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/commands.h"
+
+namespace minfer::ctl {
+namespace {
+
+void PrintModel(const v1::ModelStatus& m) {
+  Table rows = {
+      {"name:", m.name()},
+      {"state:", StateName(m.state()) + (m.reason().empty() ? "" : " (" + m.reason() + ")")},
+      {"path:", m.path()},
+      {"backend:", m.backend()},
+      {"context:", absl::StrCat(m.n_ctx(), " tokens x ", m.parallel(), " sequences, KV ",
+                                m.kv_type())},
+      {"sequences:", absl::StrCat(m.active_sequences(), " active, ", m.queued_sequences(),
+                                  " queued (queue size ", m.queue_size(), ")")},
+      {"memory:", absl::StrCat(Mib(m.memory().total_bytes()), " (weights ",
+                               Mib(m.memory().weights_bytes()), ", KV ",
+                               Mib(m.memory().kv_bytes()), ", scratch ",
+                               Mib(m.memory().scratch_bytes()), "; reserved ",
+                               Mib(m.memory().reserved_bytes()), "; held by the backend ",
+                               Mib(m.memory().backend_bytes()), ")")},
+      {"requests:", absl::StrCat(m.counters().requests(), " (", m.counters().completed(),
+                                 " completed, ", m.counters().cancelled(), " cancelled, ",
+                                 m.counters().failed(), " failed, ",
+                                 m.counters().rejected_queue_full(), " rejected: queue full)")},
+      {"tokens:", absl::StrCat(m.counters().prompt_tokens(), " in, ",
+                               m.counters().completion_tokens(), " out")},
+  };
+  if (m.has_kv_pool()) {
+    const v1::KvPoolStatus& kv = m.kv_pool();
+    rows.push_back({"kv pool:", absl::StrCat(kv.blocks_used(), " of ", kv.blocks_total(),
+                                             " blocks used (", kv.block_tokens(), " tokens, ",
+                                             Mib(kv.block_bytes()), " each); per sequence: ",
+                                             kv.sequence_blocks_size() == 0
+                                                 ? std::string("-")
+                                                 : absl::StrJoin(kv.sequence_blocks(), " "))});
+    rows.push_back({"batching:", absl::StrCat(kv.steps(), " steps of up to ", kv.token_budget(),
+                                              " tokens, ", kv.preemptions(), " preemptions")});
+    rows.push_back(
+        {"prefixes:",
+         kv.prefix_cache()
+             ? absl::StrCat(kv.blocks_cached(), " free blocks cached; ", kv.prefix_hit_tokens(),
+                            " prompt tokens reused, ", kv.prefix_evictions(), " evictions")
+             : std::string("off")});
+  }
+  if (m.state() == v1::MODEL_STATE_LOADING) {
+    rows.push_back({"loaded:", absl::StrCat(Mib(m.load_bytes_done()), " of ",
+                                            Mib(m.load_bytes_total()))});
+  } else {
+    rows.push_back({"load time:", absl::StrFormat("%.2f s", m.load_seconds())});
+  }
+  if (!m.knobs().empty()) {
+    std::vector<std::string> kv;
+    for (const auto& [k, v] : m.knobs()) kv.push_back(k + "=" + v);
+    std::sort(kv.begin(), kv.end());
+    rows.push_back({"knobs:", absl::StrJoin(kv, " ")});
+  }
+  if (!m.aliases().empty()) rows.push_back({"aliases:", absl::StrJoin(m.aliases(), ", ")});
+  if (!m.summary().empty()) rows.push_back({"model:", m.summary()});
+  PrintTable(rows);
+}
+
+void PrintServer(const v1::ServerStatus& r) {
+  Table rows = {
+      {"version:", r.version()},
+      {"uptime:", absl::StrFormat("%.1f s", r.uptime_seconds())},
+      {"draining:", r.draining() ? "yes" : "no"},
+      {"models:", absl::StrCat(r.models())},
+      {"sequences:", absl::StrCat(r.active_sequences(), " active, ", r.queued_sequences(),
+                                  " queued")},
+      {"memory:", absl::StrCat(Mib(r.memory_reserved_bytes()), " reserved of ",
+                               r.memory_limit_bytes() > 0 ? Mib(r.memory_limit_bytes())
+                                                          : std::string("available memory"))},
+  };
+  for (const v1::Device& d : r.devices()) {
+    rows.push_back({"device:", absl::StrCat(d.kind(), " ", d.name(), ", ", d.cores(), " cores, ",
+                                            Mib(d.memory_free_bytes()), " free of ",
+                                            Mib(d.memory_total_bytes()))});
+  }
+  PrintTable(rows);
+}
+
+// "loading NAME [##########----------]  50% 12.3/24.6 MiB" on stderr, redrawn
+// in place (\r) on every progress message; a newline once READY.
+void ProgressBar(const std::string& name, const v1::LoadModelResponse& p) {
+  if (p.bytes_total() == 0 && p.state() != v1::MODEL_STATE_READY) {
+    std::fprintf(stderr, "\rloading %s ...", name.c_str());
+    std::fflush(stderr);
+    return;
+  }
+  const double frac = p.bytes_total() > 0 ? static_cast<double>(p.bytes_done()) / p.bytes_total()
+                                          : (p.state() == v1::MODEL_STATE_READY ? 1.0 : 0.0);
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(frac * kWidth + 0.5);
+  std::fprintf(stderr, "\rloading %s [%s%s] %3d%% %s/%s", name.c_str(),
+               std::string(filled, '#').c_str(), std::string(kWidth - filled, '-').c_str(),
+               static_cast<int>(frac * 100 + 0.5), Mib(p.bytes_done()).c_str(),
+               Mib(p.bytes_total()).c_str());
+  if (p.state() == v1::MODEL_STATE_READY) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+struct LoadArgs {
+  v1::LoadModelRequest request;  // name and path; the rest is set from the flags below
+  int64_t ctx = 0;
+  int32_t parallel = 0, queue = 0;
+  int64_t kv_tokens = 0;
+  std::string kv_type, backend;
+  std::vector<std::string> knobs;  // K=V
+  bool quiet = false;
+};
+
+int Load(LoadArgs& a, const Globals& g, client::MinferClient& client) {
+  v1::LoadModelRequest& load = a.request;
+  load.set_n_ctx(a.ctx);
+  load.set_parallel(a.parallel);
+  load.set_queue_size(a.queue);
+  load.set_kv_tokens(a.kv_tokens);
+  load.set_kv_type(a.kv_type);
+  load.set_backend(a.backend);
+  for (const std::string& kv : a.knobs) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--knob wants K=V, got '", kv, "'")));
+    }
+    (*load.mutable_knobs())[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  const bool bar = !a.quiet && !g.json;
+  absl::StatusOr<v1::ModelStatus> st = client.LoadModel(load, [&](const v1::LoadModelResponse& p) {
+    if (bar) ProgressBar(load.name(), p);
+  });
+  if (!st.ok()) {
+    if (bar) std::fprintf(stderr, "\n");
+    return Fail(st.status());
+  }
+  if (g.json) {
+    PrintJson(*st);
+  } else {
+    std::cout << "loaded " << st->name() << ": " << st->summary() << "\n";
+  }
+  return 0;
+}
+
+struct UnloadArgs {
+  std::string name;
+  double drain_timeout = -1;
+  CLI::Option* drain_given = nullptr;  // --drain-timeout: sent only when given
+  bool cancel = false;
+};
+
+int Unload(const UnloadArgs& a, const Globals& g, client::MinferClient& client) {
+  v1::UnloadModelRequest req;
+  req.set_name(a.name);
+  if (*a.drain_given) req.set_drain_timeout_seconds(a.drain_timeout);
+  req.set_cancel(a.cancel);
+  absl::StatusOr<v1::UnloadModelResponse> r = client.UnloadModel(req);
+  if (!r.ok()) return Fail(r.status());
+  if (g.json) {
+    PrintJson(*r);
+  } else {
+    std::cout << absl::StrFormat("unloaded %s in %.2f s (%d streams finished, %d cancelled)\n",
+                                 a.name, r->seconds(), r->completed_sequences(),
+                                 r->cancelled_sequences());
+  }
+  return 0;
+}
+
+int List(const Globals& g, client::MinferClient& client) {
+  absl::StatusOr<v1::ListModelsResponse> r = client.ListModels();
+  if (!r.ok()) return Fail(r.status());
+  if (g.json) {
+    PrintJson(*r);
+    return 0;
+  }
+  Table rows = {
+      {"NAME", "STATE", "BACKEND", "CTX", "PARALLEL", "ACTIVE", "QUEUED", "MEMORY", "ALIASES"}};
+  for (const v1::ModelStatus& m : r->models()) {
+    rows.push_back({m.name(), StateName(m.state()), m.backend(), absl::StrCat(m.n_ctx()),
+                    absl::StrCat(m.parallel()), absl::StrCat(m.active_sequences()),
+                    absl::StrCat(m.queued_sequences()), Mib(m.memory().total_bytes()),
+                    absl::StrJoin(m.aliases(), ",")});
+  }
+  PrintTable(rows);
+  return 0;
+}
+
+// `name` empty: the server's status, else the model's (or alias's).
+int Status(const std::string& name, const Globals& g, client::MinferClient& client) {
+  if (!name.empty()) {
+    absl::StatusOr<v1::ModelStatus> r = client.GetModelStatus(name);
+    if (!r.ok()) return Fail(r.status());
+    if (g.json) {
+      PrintJson(*r);
+    } else {
+      PrintModel(*r);
+    }
+    return 0;
+  }
+  absl::StatusOr<v1::ServerStatus> r = client.GetServerStatus();
+  if (!r.ok()) return Fail(r.status());
+  if (g.json) {
+    PrintJson(*r);
+  } else {
+    PrintServer(*r);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddModelCommands(CLI::App& app, const Globals& g, CommandTable& table) {
+  auto load = std::make_shared<LoadArgs>();
+  CLI::App* c_load = app.add_subcommand("load", "load a GGUF model into a new slot");
+  c_load->add_option("name", *load->request.mutable_name(), "serving name")->required();
+  c_load->add_option("path", *load->request.mutable_path(), "GGUF file, as the daemon sees it")
+      ->required();
+  c_load->add_option("--ctx", load->ctx, "context per sequence (0 = server default)");
+  c_load->add_option("--parallel", load->parallel, "concurrent sequences (0 = server default)");
+  c_load->add_option("--queue-size", load->queue, "queued requests beyond parallel");
+  c_load->add_option("--kv-tokens", load->kv_tokens,
+                     "KV pool size in tokens (0 = parallel x ctx; smaller pools preempt)");
+  c_load->add_option("--kv-type", load->kv_type, "f32, f16 or q8_0");
+  c_load->add_option("--backend", load->backend, "cpu, cuda or auto");
+  c_load->add_option("--knob", load->knobs, "K=V per-model knob override (repeatable)");
+  c_load->add_flag("-q,--quiet", load->quiet, "no progress bar");
+  table.Add(c_load, [load, &g](client::MinferClient& client) { return Load(*load, g, client); });
+
+  auto unload = std::make_shared<UnloadArgs>();
+  CLI::App* c_unload = app.add_subcommand("unload", "drain and unload a model");
+  c_unload->add_option("name", unload->name)->required();
+  unload->drain_given = c_unload->add_option(
+      "--drain-timeout", unload->drain_timeout,
+      "seconds in-flight streams may run (default: server's)");
+  c_unload->add_flag("--cancel", unload->cancel, "cancel in-flight streams at once")
+      ->excludes(unload->drain_given);
+  table.Add(c_unload,
+            [unload, &g](client::MinferClient& client) { return Unload(*unload, g, client); });
+
+  CLI::App* c_list = app.add_subcommand("list", "list the models");
+  table.Add(c_list, [&g](client::MinferClient& client) { return List(g, client); });
+
+  auto status_name = std::make_shared<std::string>();
+  CLI::App* c_status = app.add_subcommand("status", "server status, or one model's");
+  c_status->add_option("name", *status_name, "model or alias");
+  table.Add(c_status, [status_name, &g](client::MinferClient& client) {
+    return Status(*status_name, g, client);
+  });
+}
+
+}  // namespace minfer::ctl
