@@ -1,12 +1,10 @@
 #include "daemon/grpc/generation_service.h"
 
 #include <chrono>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/api/chat_options.h"
 #include "daemon/api/generate_request.h"
