@@ -26,17 +26,31 @@ void ActivationMemos::SetQ8(const graph::BufferRef& x, int64_t bytes) { q8_[KeyO
 
 bool ActivationMemos::MmqHolds(const graph::BufferRef& x, int64_t k, int64_t nt,
                                const void* scratch) const {
-  return mmq_.valid && mmq_.key == KeyOf(x) && mmq_.k == k && mmq_.nt == nt &&
-         mmq_.scratch == scratch;
+  return mmq_.Holds(KeyOf(x), k, nt, scratch);
 }
 
 void ActivationMemos::SetMmq(const graph::BufferRef& x, int64_t k, int64_t nt, void* scratch) {
   mmq_ = {true, KeyOf(x), k * nt * 4, k, nt, scratch};
 }
 
+bool ActivationMemos::DqHolds(const graph::BufferRef& x, int64_t k, int64_t nt,
+                              const void* scratch) const {
+  return dq_.Holds(KeyOf(x), k, nt, scratch);
+}
+
+void ActivationMemos::SetDq(const graph::BufferRef& x, int64_t k, int64_t nt, void* scratch) {
+  dq_ = {true, KeyOf(x), k * nt * 4, k, nt, scratch};
+}
+
 void ActivationMemos::MarkInt8Only(const graph::BufferRef& out, int64_t k, int64_t nt,
                                    void* scratch) {
   SetMmq(out, k, nt, scratch);
+  dead_[KeyOf(out)] = k * nt * 4;
+}
+
+void ActivationMemos::MarkDqOnly(const graph::BufferRef& out, int64_t k, int64_t nt,
+                                 void* scratch) {
+  SetDq(out, k, nt, scratch);
   dead_[KeyOf(out)] = k * nt * 4;
 }
 
@@ -47,7 +61,7 @@ absl::Status ActivationMemos::CheckNotDead(const graph::Node& n, const graph::Bu
       return absl::FailedPreconditionError(absl::StrCat(
           "cuda ", graph::OpName(n.op), " ", n.name,
           ": dead-write guard: its input is the output of a mode-2 producer, which wrote only the "
-          "int8 activation plane of the GEMMs the graph said read it, not the f32 values "
+          "int8 (or DQ f16) activation plane of the GEMMs the graph said read it, not the f32 values "
           "(refusing to read the unwritten buffer; MINFER_NO_SKIP_WRITE=1 disables mode 2)"));
     }
   }
@@ -60,6 +74,7 @@ void ActivationMemos::Invalidate(const graph::BufferRef& written, int64_t bytes)
     it = overlaps(it->first, it->second) ? q8_.erase(it) : std::next(it);
   }
   if (mmq_.valid && overlaps(mmq_.key, mmq_.bytes)) mmq_.valid = false;
+  if (dq_.valid && overlaps(dq_.key, dq_.bytes)) dq_.valid = false;
   // Written now: no longer a dead range.
   for (auto it = dead_.begin(); it != dead_.end();) {
     it = overlaps(it->first, it->second) ? dead_.erase(it) : std::next(it);
@@ -69,6 +84,7 @@ void ActivationMemos::Invalidate(const graph::BufferRef& written, int64_t bytes)
 void ActivationMemos::EndWindow() {
   q8_.clear();
   mmq_.valid = false;
+  dq_.valid = false;
   dead_.clear();
 }
 

@@ -8,7 +8,8 @@
 //     wrote it in its epilogue, or a quantize launch did);
 //   - the MMQ scratch: which activation (and k x nt shape) the one shared
 //     MMQ activation scratch holds, so matmuls of the same input back to
-//     back (Q/K/V, gate/up) quantize it once;
+//     back (Q/K/V, gate/up) quantize it once; the same for the DQ GEMM's
+//     f16 activation scratch;
 //   - dead ranges (mode 2): outputs whose producer wrote only MMQ's int8
 //     layout, so their f32 bytes were never written in this window.
 // A write that shares a byte with a source range invalidates what was
@@ -51,10 +52,16 @@ class ActivationMemos {
   void SetMmq(const graph::BufferRef& x, int64_t k, int64_t nt, void* scratch);
   void ClearMmq() { mmq_.valid = false; }
 
+  // --- the DQ GEMM's activation scratch (the same contract).
+  bool DqHolds(const graph::BufferRef& x, int64_t k, int64_t nt, const void* scratch) const;
+  void SetDq(const graph::BufferRef& x, int64_t k, int64_t nt, void* scratch);
+
   // --- dead ranges (mode 2).
   // A producer wrote `out`'s k x nt activations only into `scratch` (MMQ's
   // layout): the scratch memo points at it and its f32 range is dead.
   void MarkInt8Only(const graph::BufferRef& out, int64_t k, int64_t nt, void* scratch);
+  // The same with the DQ GEMM's layout in its scratch.
+  void MarkDqOnly(const graph::BufferRef& out, int64_t k, int64_t nt, void* scratch);
   bool HasDead() const { return !dead_.empty(); }
   // An error naming node `n` if `bytes` bytes at `in` overlap a dead range.
   absl::Status CheckNotDead(const graph::Node& n, const graph::BufferRef& in, int64_t bytes) const;
@@ -70,14 +77,19 @@ class ActivationMemos {
   static Key KeyOf(const graph::BufferRef& r) { return Key{r.buffer, r.offset}; }
 
   std::map<Key, int64_t> q8_;  // start -> source bytes its plane holds
-  struct Mmq {
+  // A scratch holding one activation in a kernel's layout.
+  struct Derived {
     bool valid = false;
     Key key{};
     int64_t bytes = 0;  // source range
     int64_t k = 0, nt = 0;
     const void* scratch = nullptr;
+    bool Holds(const Key& x, int64_t k_, int64_t nt_, const void* s) const {
+      return valid && key == x && k == k_ && nt == nt_ && scratch == s;
+    }
   };
-  Mmq mmq_;
+  Derived mmq_;
+  Derived dq_;
   std::map<Key, int64_t> dead_;  // start -> bytes
 };
 

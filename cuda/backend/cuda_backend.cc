@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cuda/kernels/dq_gemm.h"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/ops.h"
@@ -78,6 +79,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   for (const graph::Weight* w : weights) {
     auto v = state->RegisterWeight(b->owner_, *w);
     if (!v.ok()) return v.status();  // ~CudaBackend releases what was uploaded
+    if (w->dims.size() == 2 && DqSupports(v->type, v->q6k_padded)) {
+      b->dq_max_k_ = std::max(b->dq_max_k_, v->k);
+    } else if (w->dims.size() == 2 && IsIntegerDotType(v->type)) {
+      b->dq_all_ = false;
+    }
     done += w->nbytes;
     if (progress) progress(done, total);
   }
@@ -145,12 +151,13 @@ CudaBackend::~CudaBackend() {
   Logger("cuda")->debug(
       "backend stats: graphs {} captured, {} replayed, {} re-captured, {} direct splits; "
       "quantize {} launched, {} skipped; prefill matmuls {} MMQ fast ({} with a scale plane, "
-      "{} stream-k), {} MMQ generic, {} f16 GEMM; "
-      "{} int8-only (mode 2) producer writes",
+      "{} stream-k), {} MMQ generic, {} f16 GEMM; decode batches {} few-token MMQ, {} DQ "
+      "GEMM; {} int8-only and {} DQ-only (mode 2) producer writes",
       stats_.captures, stats_.replays, stats_.recaptures, stats_.direct_splits,
       stats_.quantize_launches, stats_.quantize_skipped, stats_.mmq_fast, stats_.mmq_plane,
       stats_.mmq_stream_k, stats_.mmq_generic,
-      stats_.gemm_f16, stats_.int8_only_writes);
+      stats_.gemm_f16, stats_.mmq_small, stats_.dq_gemm, stats_.int8_only_writes,
+      stats_.dq_only_writes);
   if (knobs_.op_timing && !op_timing_.empty()) {
     for (const auto& [op, t] : op_timing_) {
       Logger("cuda")->info("op timing: {:<18} {:>8} calls {:>10.3f} ms total {:>8.2f} us/call", op,
@@ -200,6 +207,12 @@ void CudaBackend::RefreshKnobs() {
       static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_MT", knob_overrides_), 0, 2));
   k.mmq_small_stages = static_cast<int>(
       std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_STAGES", knob_overrides_), 0, 4));
+  k.dq = r.GetBool("MINFER_DQ_GEMM", knob_overrides_);
+  k.dq_min_tokens =
+      std::clamp<int64_t>(r.GetInt("MINFER_DQ_MIN_TOKENS", knob_overrides_), 2, kDqMaxTokens);
+  k.dq_max_tokens =
+      std::clamp<int64_t>(r.GetInt("MINFER_DQ_MAX_TOKENS", knob_overrides_), 0, kDqMaxTokens);
+  k.dq_mt = static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQ_MT", knob_overrides_), 0, 2));
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
   const bool changed = !(k == knobs_);
   knobs_ = k;
@@ -454,11 +467,11 @@ absl::Status CudaBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
     memos_.Invalidate(args.output, std::max<int64_t>(args.output.bytes, node.bytes()));
   }
   absl::Status s;
-  // The dead-write guard for every reader but MatMul (which checks when it
-  // would quantize or read the f32 values itself) and the ops that read
-  // nothing.
+  // The dead-write guard for every reader but the matmuls (which check when
+  // they would quantize or read the f32 values themselves) and the ops that
+  // read nothing.
   if (memos_.HasDead() && node.op != OpKind::kMatMul && node.op != OpKind::kFusedQKV &&
-      node.op != OpKind::kView &&
+      node.op != OpKind::kFusedFFN && node.op != OpKind::kView &&
       node.op != OpKind::kReshape && node.op != OpKind::kKvcacheLoad) {
     for (const BufferRef& in : args.inputs) {
       s = memos_.CheckNotDead(node, in, in.bytes);

@@ -95,10 +95,12 @@ class CudaBackend : public graph::Backend {
     int64_t mmq_plane = 0;         // fast launches that read a scale plane
     int64_t mmq_segmented = 0;     // launches over several weights (FusedQKV)
     int64_t mmq_small = 0;         // GEMMs of few tokens on the few-token kernel
+    int64_t dq_gemm = 0;           // GEMMs of few tokens on the dequantizing f16 kernel
     int64_t mmq_stream_k = 0;      // fast launches whose last waves ran as stream-k
     int64_t gemm_f16 = 0;          // prefill matmuls on the f16 GEMM
     int64_t int8_only_writes = 0;  // mode-2 producers (RmsNorm/SwiGLU wrote
                                    // only MMQ's activation layout)
+    int64_t dq_only_writes = 0;    // ... only the DQ GEMM's layout
   };
   const Stats& stats() const { return stats_; }
   bool graphs_enabled() const { return recorder_.enabled(); }
@@ -131,6 +133,10 @@ class CudaBackend : public graph::Backend {
     int mmq_small_form = 0;
     int mmq_small_mt = 0;
     int mmq_small_stages = 0;
+    bool dq = true;  // the dequantizing f16 GEMM for decode batches (dq_gemm.h)
+    int64_t dq_min_tokens = 4;
+    int64_t dq_max_tokens = 64;
+    int dq_mt = 0;
     int64_t mmvq_min_elems = 0;
     bool attn_prefill_tc = true;
     bool skip_write = true;  // mode 2 (MINFER_NO_SKIP_WRITE=0)
@@ -163,12 +169,30 @@ class CudaBackend : public graph::Backend {
   // memoized per input range until something overwrites it.
   absl::StatusOr<void*> MmqActivations(const graph::Node& n, const graph::BufferRef& x,
                                        const float* xf, int64_t k, int64_t nt);
+  // x in the DQ GEMM's f16 layout (the "dq_act" scratch, sized once for
+  // the model's widest input), memoized like MmqActivations.
+  absl::StatusOr<void*> DqActivations(const graph::Node& n, const graph::BufferRef& x,
+                                      const float* xf, int64_t k, int64_t nt);
+  // Whether a matmul of nt tokens is a decode batch for the DQ GEMM (its
+  // Q4_K / Q6_K weights run it; the others keep their kernels).
+  bool DqBatch(int64_t nt) const {
+    return knobs_.dq && mmq_device_ && dq_max_k_ > 0 && nt >= knobs_.dq_min_tokens &&
+           nt <= knobs_.dq_max_tokens;
+  }
   // Mode 2 (docs/design.md, prefill matmuls): whether a producer marked
   // int8_consumers writes only MMQ's activation layout for nt rows of k,
   // and the bookkeeping after it did (the MMQ memo points at the scratch;
   // the f32 range is dead; counted).
   bool Int8OnlyApplies(const graph::Node& n, int64_t k, int64_t nt) const;
   void MarkInt8Only(const graph::BufferRef& out, int64_t k, int64_t nt, void* act);
+  // The same for the DQ GEMM: in a decode batch of a model whose quantized
+  // matmul weights the DQ GEMM all takes, a producer marked int8_consumers
+  // writes only the DQ activation layout (the "dq_act" scratch).
+  bool DqOnlyApplies(const graph::Node& n, int64_t k, int64_t nt) const {
+    return n.p.int8_consumers && knobs_.skip_write && dq_all_ && DqBatch(nt) && k % 32 == 0;
+  }
+  absl::StatusOr<void*> DqScratch(int64_t k);
+  void MarkDqOnly(const graph::BufferRef& out, int64_t k, int64_t nt, void* act);
 
   // One node's launch: its resolved device pointers (every input at its
   // full size, the output at the node's size) and what every handler uses.
@@ -254,6 +278,12 @@ class CudaBackend : public graph::Backend {
   // host write) writes over its source range or the window ends.
   ActivationMemos memos_;
   bool mmq_device_ = false;  // sm_80+: MMQ (and so mode 2) can run
+  // The largest k of a weight the DQ GEMM takes (0: none): its activation
+  // scratch holds kDqMaxTokens rows of it.
+  int64_t dq_max_k_ = 0;
+  // Whether every integer-dot weight of the model is one the DQ GEMM takes
+  // (so any int8 consumer of a decode batch runs it).
+  bool dq_all_ = true;
   // The stream-k workspace (scratch "mmq_stream_k"), once allocated.
   void* mmq_sk_ws_ = nullptr;
   int64_t mmq_sk_bytes_ = 0;

@@ -172,7 +172,8 @@ absl::Status CudaBackend::RunAttention(const OpArgs& o) {
     RETURN_IF_ERROR(Check(LaunchAttnDecodePaged(o.f(0), o.i32(3), o.in[1], o.in[2],
                                                 static_cast<float*>(partial), out, ap, pg, st),
                           "attention decode (paged)"));
-    if (nt == 1) return absl::OkStatus();  // the one tile is a decode token
+    // One decode token, or a step of decode tokens only: no multi-token tiles.
+    if (nt == 1 || p.single_token_tiles) return absl::OkStatus();
     const bool tc = knobs_.attn_prefill_tc && nt >= kAttnPrefillTcMinTokens;
     return Check(LaunchAttnPrefillPaged(o.f(0), o.i32(3), o.in[1], o.in[2], out, ap, pg, tc, st),
                  "attention prefill (paged)");

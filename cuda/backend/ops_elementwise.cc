@@ -4,6 +4,7 @@
 #include "cuda/backend/cuda_backend.h"
 
 #include "absl/strings/str_cat.h"
+#include "cuda/kernels/dq_gemm.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/ops.h"
 #include "engine/base/status.h"
@@ -61,6 +62,12 @@ absl::Status CudaBackend::RunSwiGlu(const OpArgs& o) {
     ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(k, rows)));
     RETURN_IF_ERROR(Check(LaunchSwiGluMmq(o.f(0), o.f(1), act, k, rows, st), "SwiGLU (int8 only)"));
     MarkInt8Only(a.output, k, rows, act);
+    return absl::OkStatus();
+  }
+  if (DqOnlyApplies(n, k, rows)) {
+    ASSIGN_OR_RETURN(void* act, DqScratch(k));
+    RETURN_IF_ERROR(Check(LaunchSwiGluDq(o.f(0), o.f(1), act, k, rows, st), "SwiGLU (DQ only)"));
+    MarkDqOnly(a.output, k, rows, act);
     return absl::OkStatus();
   }
   return Check(LaunchSwiGlu(o.f(0), o.f(1), out, n_el, st), "SwiGLU");

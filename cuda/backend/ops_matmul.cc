@@ -1,13 +1,16 @@
 // The CUDA backend's matmul handlers (MatMul, FusedQKV, FusedFFN) and the
 // decision tree they share: MMVQ / f32 matvec for decode shapes, the
-// few-token GEMM, MMQ or the f16 GEMM for prefill shapes; the activation
+// dequantizing f16 GEMM for decode batches of Q4_K / Q6_K, the few-token
+// GEMM, MMQ or the f16 GEMM for prefill shapes; the activation
 // quantizations and their memos.
 #include "cuda/backend/cuda_backend.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cuda/kernels/dq_gemm.h"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/ops.h"
@@ -53,9 +56,37 @@ absl::StatusOr<const BlockQ8A*> CudaBackend::Quantized(const BufferRef& x, int64
 
 bool CudaBackend::Int8OnlyApplies(const Node& n, int64_t k, int64_t nt) const {
   // The consumers are MMQ GEMMs exactly when the matmul decision tree sends
-  // them there: nt >= 9, the GEMM arm on, MMQ on and runnable.
+  // them there: nt >= 9, the GEMM arm on, MMQ on and runnable, and not a
+  // decode batch of a model whose weights the DQ GEMM takes (it reads the
+  // f32 values).
   return n.p.int8_consumers && knobs_.skip_write && knobs_.mmq && knobs_.prefill_gemm &&
-         mmq_device_ && nt >= knobs_.mmq_min_tokens && k % 32 == 0;
+         mmq_device_ && nt >= knobs_.mmq_min_tokens && k % 32 == 0 && !DqBatch(nt);
+}
+
+absl::StatusOr<void*> CudaBackend::DqScratch(int64_t k) {
+  // One scratch for every DQ matmul, its size fixed at the first use (the
+  // widest input of the model times the most tokens), so its address never
+  // moves under recorded graphs.
+  return Scratch("dq_act", DqActivationBytes(std::max(k, dq_max_k_), kDqMaxTokens));
+}
+
+void CudaBackend::MarkDqOnly(const BufferRef& out, int64_t k, int64_t nt, void* act) {
+  memos_.MarkDqOnly(out, k, nt, act);
+  stats_.dq_only_writes++;
+}
+
+absl::StatusOr<void*> CudaBackend::DqActivations(const Node& n, const BufferRef& x,
+                                                 const float* xf, int64_t k, int64_t nt) {
+  ASSIGN_OR_RETURN(void* act, DqScratch(k));
+  if (memos_.DqHolds(x, k, nt, act)) {
+    stats_.quantize_skipped++;
+    return act;
+  }
+  RETURN_IF_ERROR(memos_.CheckNotDead(n, x, k * nt * 4));
+  RETURN_IF_ERROR(Check(LaunchQuantizeDq(xf, act, k, nt, state_->stream()), "DQ quantize"));
+  stats_.quantize_launches++;
+  memos_.SetDq(x, k, nt, act);
+  return act;
 }
 
 void CudaBackend::MarkInt8Only(const BufferRef& out, int64_t k, int64_t nt, void* act) {
@@ -127,7 +158,10 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
   // shapes to MMVQ, float weights to the f32 kernels.
   const bool small_batch = nt >= knobs_.mmq_small_min_tokens && nt <= knobs_.mmq_small_tokens &&
                            knobs_.mmq && mmq_device_;
-  if ((nt >= knobs_.mmq_min_tokens || small_batch) && knobs_.prefill_gemm) {
+  // Decode batches of MINFER_DQ_MIN_TOKENS..MINFER_DQ_MAX_TOKENS tokens run
+  // their Q4_K / Q6_K weights on the dequantizing f16 GEMM first of all.
+  const bool dq_batch = DqBatch(nt);
+  if ((nt >= knobs_.mmq_min_tokens || small_batch || dq_batch) && knobs_.prefill_gemm) {
     // Each weight as its own MatMul would run it: MMQ for the quantized
     // types (runs of consecutive weights of one type share a launch:
     // FusedQKV's q and k, often v too), the f16 GEMM for the rest and on
@@ -168,10 +202,43 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     tuning.small_mtiles = knobs_.mmq_small_mt;
     tuning.small_min_chunks = knobs_.mmq_small_chunks;
     tuning.small_stages = knobs_.mmq_small_stages;
+    size_t no_dq_until = 0;  // weights [.., no_dq_until) that the DQ GEMM declined
     for (size_t i = 0; i < ws.size();) {
-      if (!(mmq && MmqSupports(ws[i]->type)) && nt < knobs_.mmq_min_tokens) {
-        // A decode batch that only the few-token GEMM took here: the other
-        // weights keep the vector kernels.
+      if (dq_batch && i >= no_dq_until && DqSupports(ws[i]->type, ws[i]->q6k_padded)) {
+        // A run of consecutive weights of one type shares a launch (FusedQKV).
+        MmqSegments seg;
+        const size_t begin = i;
+        while (i < ws.size() && seg.n < kMmqMaxSegments &&
+               (seg.n == 0 || ws[i]->type == seg.w[0].type)) {
+          seg.w[seg.n] = *ws[i];
+          seg.y[seg.n++] = ys[i++];
+        }
+        ASSIGN_OR_RETURN(void* act, DqActivations(n, x, xf, k, nt));
+        DqTuning dt;
+        dt.m_tiles = knobs_.dq_mt;
+        dt.split_k = knobs_.mmq_split_k ? kMmqSplitAuto : 0;
+        dt.split_workspace = tuning.split_workspace;  // (before sm_90)
+        dt.split_bytes = tuning.split_bytes;
+        const char* why = nullptr;
+        const cudaError_t err = LaunchDqGemm(seg, act, nt, st, &dt, &why);
+        if (err != cudaErrorNotSupported) {
+          RETURN_IF_ERROR(Check(err, "DQ GEMM"));
+          stats_.dq_gemm++;
+          continue;
+        }
+        cudaGetLastError();
+        if (knobs_.mmq_debug &&
+            mmq_logged_.insert({static_cast<int>(seg.w[0].type), -3, k, 0}).second) {
+          Logger("cuda")->info("DQ GEMM skipped for {}: {}", GgmlTypeName(seg.w[0].type), why);
+        }
+        no_dq_until = i;
+        i = begin;
+        continue;
+      }
+      const bool gemm_ok = mmq && MmqSupports(ws[i]->type);
+      if (nt < knobs_.mmq_min_tokens && !(gemm_ok && small_batch)) {
+        // A decode batch that only the few-token GEMM or the DQ GEMM took
+        // here: the other weights keep the vector kernels.
         RETURN_IF_ERROR(memos_.CheckNotDead(n, x, k * nt * 4));
         RETURN_IF_ERROR(vector_path(ws[i], ys[i]));
         ++i;
@@ -298,12 +365,40 @@ absl::Status CudaBackend::RunFusedFfn(const OpArgs& o) {
   const ExecArgs& a = o.a;
   float* out = o.out;
   cudaStream_t st = o.st;
-  if (n.shape.ne[1] != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda FusedFFN ", n.name,
-                                                   ": decode only, got nt = ", n.shape.ne[1]));
-  }
   ASSIGN_OR_RETURN(const WeightView* g, Weight(n.weights[0]));
   ASSIGN_OR_RETURN(const WeightView* u, Weight(n.weights[1]));
+  const int64_t nt = n.shape.ne[1], nff = g->rows;
+  if (nt > 1) {
+    // A decode batch: gate and up as one MatMul of two weights (one launch
+    // where their kernel takes segments) into a scratch [gate | up], then
+    // the SwiGLU, written as the down projection reads it (mode 2) or as
+    // f32.
+    if (u->rows != nff || o.n_el != nff * nt) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda FusedFFN ", n.name, ": gate rows ", nff,
+                                                     ", up rows ", u->rows, ", output ", o.n_el,
+                                                     " for ", nt, " tokens"));
+    }
+    // (Sized for the largest decode batch at once: a growing scratch would
+    // move under recorded graphs.)
+    ASSIGN_OR_RETURN(void* gu, Scratch("ffn_gate_up", 2 * nff * std::max(nt, kDqMaxTokens) * 4));
+    float* const gbuf = static_cast<float*>(gu);
+    float* const ubuf = gbuf + nff * nt;
+    RETURN_IF_ERROR(MatMulWeights(n, {g, u}, a.inputs[0], {gbuf, ubuf}));
+    if (DqOnlyApplies(n, nff, nt)) {
+      ASSIGN_OR_RETURN(void* act, DqScratch(nff));
+      RETURN_IF_ERROR(Check(LaunchSwiGluDq(gbuf, ubuf, act, nff, nt, st), "FusedFFN (DQ only)"));
+      MarkDqOnly(a.output, nff, nt, act);
+      return absl::OkStatus();
+    }
+    if (Int8OnlyApplies(n, nff, nt)) {
+      ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(nff, nt)));
+      RETURN_IF_ERROR(
+          Check(LaunchSwiGluMmq(gbuf, ubuf, act, nff, nt, st), "FusedFFN (int8 only)"));
+      MarkInt8Only(a.output, nff, nt, act);
+      return absl::OkStatus();
+    }
+    return Check(LaunchSwiGlu(gbuf, ubuf, out, nff * nt, st), "FusedFFN swiglu");
+  }
   const bool mmvq = MmvqSupports(g->type) && MmvqSupports(u->type) &&
                     !((IsKQuant(g->type) || IsKQuant(u->type)) && !knobs_.kq_mmvq);
   if (mmvq) {

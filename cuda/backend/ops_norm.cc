@@ -1,8 +1,9 @@
 // The CUDA backend's norm handler: RmsNorm and QkNorm, with the int8
-// epilogues (the decode q8 plane, mode 2's MMQ layout).
+// epilogues (the decode q8 plane, mode 2's MMQ and DQ layouts).
 #include "cuda/backend/cuda_backend.h"
 
 #include "absl/strings/str_cat.h"
+#include "cuda/kernels/dq_gemm.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/ops.h"
 #include "engine/base/status.h"
@@ -35,6 +36,14 @@ absl::Status CudaBackend::RunNorm(const OpArgs& o) {
     RETURN_IF_ERROR(
         Check(LaunchRmsNormMmq(o.f(0), w, n.p.eps, act, ne0, rows, st), "RmsNorm (int8 only)"));
     MarkInt8Only(a.output, ne0, rows, act);
+    return absl::OkStatus();
+  }
+  if (n.op == OpKind::kRmsNorm && DqOnlyApplies(n, ne0, rows)) {
+    // The same for a decode batch's DQ GEMMs.
+    ASSIGN_OR_RETURN(void* act, DqScratch(ne0));
+    RETURN_IF_ERROR(
+        Check(LaunchRmsNormDq(o.f(0), w, n.p.eps, act, ne0, rows, st), "RmsNorm (DQ only)"));
+    MarkDqOnly(a.output, ne0, rows, act);
     return absl::OkStatus();
   }
   BlockQ8A* q8 = nullptr;

@@ -81,14 +81,6 @@ struct TcLayout {
 // compiles an empty kernel body and would warn about unused helpers)
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
-// c += A (16x16 f16) * B (16x8 f16), f32 accumulate.
-__device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // 2^x, one MUFU.EX2 (max relative error ~2^-22; exp2f adds the scaling
 // that keeps subnormal results, which here are weights below 2^-126 of the
 // row max: flushing them to 0 is far inside the f16 rounding of P).

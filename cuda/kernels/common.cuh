@@ -338,6 +338,17 @@ __device__ __forceinline__ Q8Group QuantizeQ8Group(float4 v) {
   return g;
 }
 
+// A lane's 4 codes of a Q8Group as the DQ GEMM's activations (dq_gemm.h):
+// the f16 values d * q of elements 0, 2 (first word) and 1, 3 (second).
+__device__ __forceinline__ uint2 DqPack(const Q8Group& g) {
+  auto val = [&](int i) {
+    const int code = static_cast<int8_t>((g.packed >> (8 * i)) & 0xFF);
+    return __half_as_ushort(__float2half_rn(__fmul_rn(g.d, static_cast<float>(code))));
+  };
+  return make_uint2(static_cast<uint32_t>(val(0)) | (static_cast<uint32_t>(val(2)) << 16),
+                    static_cast<uint32_t>(val(1)) | (static_cast<uint32_t>(val(3)) << 16));
+}
+
 }  // namespace minfer::cuda
 
 #endif  // MINFER_CUDA_KERNELS_COMMON_CUH_

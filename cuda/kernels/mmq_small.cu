@@ -43,6 +43,7 @@
 
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/mmq_impl.cuh"
+#include "cuda/kernels/split_k.cuh"
 
 namespace minfer::cuda {
 namespace mmq_small {
@@ -242,32 +243,8 @@ struct StagedSmem {
 };
 
 // One warp's rows within the tile (4 warps x 16 * MT rows) being worked on.
-struct WarpRows {
-  bool active;  // false: past the last row group (still copies activations, meets barriers)
-  int sg;       // segment
-  int64_t rows, row_bytes, rbase;
-  const uint8_t* w;
-};
-
-template <int MT>
-__device__ __forceinline__ WarpRows RowsOf(const Params& p, int group) {
-  WarpRows r;
-  r.active = group < p.groups;
-  const int grp = r.active ? group : p.groups - 1;
-  r.sg = p.n_seg > 1 && grp >= p.group_begin[1] ? (p.n_seg > 2 && grp >= p.group_begin[2] ? 2 : 1)
-                                                : 0;
-  // Field-by-field selects: indexing the parameter array with a run-time
-  // index would copy it to local memory.
-  auto pick = [&](auto field) {
-    return r.sg == 0 ? p.seg[0].*field : r.sg == 1 ? p.seg[1].*field : p.seg[2].*field;
-  };
-  r.rows = pick(&Seg::rows);
-  r.row_bytes = pick(&Seg::row_bytes);
-  r.w = pick(&Seg::w);
-  const int gb = r.sg == 0 ? 0 : r.sg == 1 ? p.group_begin[1] : p.group_begin[2];
-  r.rbase = static_cast<int64_t>(grp - gb) * 16 * MT;
-  return r;
-}
+using splitk::RowsOf;
+using splitk::WarpRows;
 
 __device__ __forceinline__ float* SegOut(const Params& p, int sg, int z) {
   if (p.splits > 1) {
@@ -468,24 +445,6 @@ __global__ void __launch_bounds__(kStagedThreads, kMinCtas(kStages))
 #endif  // __CUDA_ARCH__ >= 800
 }
 
-// y = sum over splits, in order (per segment).
-__global__ void reduce_kernel(const Params p) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t base = 0;
-  for (int sg = 0; sg < p.n_seg; ++sg) {
-    const Seg& S = p.seg[sg];
-    const int64_t n = static_cast<int64_t>(p.nt) * S.rows;
-    if (i < base + n) {
-      const int64_t j = i - base;
-      float v = __ldcg(S.part + j);
-      for (int z = 1; z < p.splits; ++z) v += __ldcg(S.part + z * p.split_stride + j);
-      S.y[j] = v;
-      return;
-    }
-    base += n;
-  }
-}
-
 template <GgmlType T, int NT8>
 void LaunchTyped(const Params& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.groups + kWarpsPerCta - 1) / kWarpsPerCta),
@@ -594,48 +553,6 @@ bool DispatchStaged(GgmlType type, const Params& p, int mt, int stages, cudaStre
   }
 }
 
-// Splits for a grid of `ctas` CTAs (per split) on `slots` resident CTA
-// slots: the fewest whose waves are at least 80% full (a grid of 1.5
-// waves idles a quarter of the GPU in its second), else the fullest; at
-// most `max_splits`.
-int64_t WaveSplits(int64_t ctas, int64_t slots, int64_t max_splits) {
-  int64_t best = 1;
-  double best_eff = 0.0;
-  for (int64_t s = 1; s <= std::max<int64_t>(max_splits, 1); ++s) {
-    const double waves = static_cast<double>(ctas * s) / static_cast<double>(slots);
-    const double eff = waves / std::ceil(waves);
-    if (eff >= 0.8) return s;
-    if (eff > best_eff + 1e-9) best = s, best_eff = eff;
-  }
-  return best;
-}
-
-int Sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    return n;
-  }();
-  return sms;
-}
-
-int Major() {
-  static const int major = [] {
-    int dev = 0, m = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    return m;
-  }();
-  return major;
-}
-
 }  // namespace
 }  // namespace mmq_small
 
@@ -702,7 +619,7 @@ cudaError_t LaunchMmqSmall(const MmqSegments& s, const void* act, int64_t nt, cu
     ++p.n_seg;
   }
   if (p.n_seg == 0) return cudaSuccess;
-  if (mmq_small::Major() < 8) {
+  if (splitk::CurrentDevice().major < 8) {
     *why_not = "GPU older than sm_80 (no int8 mma.m16n8k32)";
     return cudaErrorNotSupported;
   }
@@ -717,14 +634,7 @@ cudaError_t LaunchMmqSmall(const MmqSegments& s, const void* act, int64_t nt, cu
   const bool staged = form != kMmqSmallDirect && aligned16 &&
                       mmq_small::DispatchStaged(type, p, mt, stages, stream, &ctas_per_sm);
   if (!staged) mt = 1;
-  const int rows_per_group = 16 * mt;
-  p.groups = 0;
-  for (int i = 0; i < p.n_seg; ++i) {
-    p.seg[i].groups = static_cast<int>((p.seg[i].rows + rows_per_group - 1) / rows_per_group);
-    p.group_begin[i] = p.groups;
-    p.groups += p.seg[i].groups;
-  }
-  p.tiles = (p.groups + mmq_small::kStagedWarps - 1) / mmq_small::kStagedWarps;
+  splitk::AssignGroups(&p, mt, mmq_small::kStagedWarps);
   // Split-k: the staged form fills the resident CTA slots in whole waves
   // (WaveSplits), keeping at least small_min_chunks chunks per split so its
   // pipeline has something to overlap; the direct form aims at about 24 warps per SM.
@@ -739,31 +649,21 @@ cudaError_t LaunchMmqSmall(const MmqSegments& s, const void* act, int64_t nt, cu
           tuning->small_min_chunks > 0 ? tuning->small_min_chunks : int64_t{2};
       const int64_t cap =
           std::min<int64_t>({16, std::max<int64_t>(p.n_chunks / min_chunks, 1), traffic_cap});
-      splits = mmq_small::WaveSplits(p.tiles, int64_t{mmq_small::Sms()} * ctas_per_sm, cap);
+      splits = splitk::WaveSplits(p.tiles, int64_t{splitk::CurrentDevice().sms} * ctas_per_sm, cap);
     } else if (splits < 0) {
-      const int64_t target = int64_t{mmq_small::Sms()} * 24;
+      const int64_t target = int64_t{splitk::CurrentDevice().sms} * 24;
       splits = std::min<int64_t>({target / std::max(p.groups, 1), 16, traffic_cap});
     }
     splits = std::min<int64_t>({splits, p.n_chunks,
                                 tuning->split_bytes / 4 / std::max<int64_t>(stride, 1)});
-    if (splits >= 2) {
-      if (reinterpret_cast<uintptr_t>(tuning->split_workspace) % 16 != 0) return cudaErrorInvalidValue;
-      float* part = static_cast<float*>(tuning->split_workspace);
-      int64_t off = 0;
-      for (int i = 0; i < p.n_seg; ++i) {
-        p.seg[i].part = part + off;
-        off += nt * p.seg[i].rows;
-      }
-      p.splits = static_cast<int>(splits);
-      p.split_stride = stride;
+    if (splits >= 2 && !splitk::SetSplits(&p, tuning->split_workspace, nt, splits, stride)) {
+      return cudaErrorInvalidValue;
     }
   }
   if (!(staged && mmq_small::DispatchStaged(type, p, mt, stages, stream, nullptr))) {
     mmq_small::Dispatch(type, p, stream);
   }
-  if (p.splits > 1) {
-    mmq_small::reduce_kernel<<<static_cast<unsigned>((stride + 255) / 256), 256, 0, stream>>>(p);
-  }
+  if (p.splits > 1) splitk::Reduce(p, stride, stream);
   return cudaGetLastError();
 }
 

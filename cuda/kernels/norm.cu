@@ -94,6 +94,17 @@ struct MmqSink {
   }
 };
 
+// The DQ GEMM's activation layout (dq_gemm.h): this token's row of f16
+// values, 4 per lane and float4 (DqPack).
+struct DqSink {
+  uint2* act;
+  __device__ __forceinline__ bool on() const { return true; }
+  __device__ __forceinline__ void put(float4 v, bool active, int j) const {
+    const Q8Group g = QuantizeQ8Group(v);
+    if (active) act[j] = DqPack(g);
+  }
+};
+
 // x may equal y: every element is read and written by the same thread, and
 // all reads of an element precede its write.
 //
@@ -178,6 +189,13 @@ struct MmqSinks {
   int64_t ntp;
   __device__ __forceinline__ MmqSink row(int64_t r, int ne0) const {
     return MmqSink{codes + r * ne0, d + r, s + r, ntp};
+  }
+};
+
+struct DqSinks {
+  uint2* act;
+  __device__ __forceinline__ DqSink row(int64_t r, int ne0) const {
+    return DqSink{act + r * (ne0 / 4)};
   }
 };
 
@@ -267,6 +285,16 @@ cudaError_t LaunchRmsNormMmq(const float* x, const float* w, float eps, void* ac
   return cudaMemset2DAsync(d + nt, static_cast<size_t>(ntp * 4), 0,
                            static_cast<size_t>((ntp - nt) * 4), static_cast<size_t>(2 * nb),
                            stream);
+}
+
+cudaError_t LaunchRmsNormDq(const float* x, const float* w, float eps, void* act, int64_t ne0,
+                            int64_t nt, cudaStream_t stream) {
+  if (nt <= 0) return cudaSuccess;
+  if (ne0 <= 0 || ne0 % 32 != 0 || ne0 > (int64_t{1} << 30) || x == nullptr || act == nullptr ||
+      reinterpret_cast<uintptr_t>(act) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  return LaunchRms(x, w, eps, nullptr, DqSinks{static_cast<uint2*>(act)}, ne0, nt, stream);
 }
 
 }  // namespace minfer::cuda

@@ -69,6 +69,11 @@ cudaError_t LaunchRmsNorm(const float* x, const float* w, float eps, float* y, B
 // f32 buffer then LaunchQuantizeMmq of it. ne0 % 32 == 0.
 cudaError_t LaunchRmsNormMmq(const float* x, const float* w, float eps, void* act, int64_t ne0,
                              int64_t nt, cudaStream_t stream);
+// The same written only as the DQ GEMM's f16 activation layout (dq_gemm.h;
+// `act` 16-byte aligned, nt rows of 2 ne0 bytes): bit-identical to
+// LaunchRmsNorm then LaunchQuantizeDq. ne0 % 32 == 0.
+cudaError_t LaunchRmsNormDq(const float* x, const float* w, float eps, void* act, int64_t ne0,
+                            int64_t nt, cudaStream_t stream);
 
 // --- RoPE ---------------------------------------------------------------------
 // x [head_dim, n_heads, nt] -> y (may equal x). style 0 = NeoX (pairs i,

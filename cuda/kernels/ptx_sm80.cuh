@@ -1,5 +1,6 @@
-// PTX wrappers shared by the sm_80+ tensor-core kernels (MMQ, the prefill
-// flash attention): shared-memory addresses, cp.async, ldmatrix. nvcc only;
+// PTX wrappers shared by the sm_80+ tensor-core kernels (MMQ, the DQ GEMM,
+// the prefill flash attention): shared-memory addresses, cp.async,
+// ldmatrix, the f16 mma. nvcc only;
 // internal to cuda/kernels. Call them only from code compiled for sm_80+
 // (the kernels guard their bodies with __CUDA_ARCH__ >= 800).
 #ifndef MINFER_CUDA_KERNELS_PTX_SM80_CUH_
@@ -46,6 +47,17 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+// c += A (16x16 f16, row-major) * B (16x8 f16), f32 accumulators: lane (g,
+// t) = (L / 4, L % 4) holds A words (row g, k 2t..2t+1), (row g+8, same),
+// (row g, k 2t+8..2t+9), (row g+8, same); B words (k 2t..2t+1, column g),
+// (k 2t+8..2t+9, column g); C (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+__device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 }  // namespace minfer::cuda

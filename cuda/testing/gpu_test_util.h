@@ -29,6 +29,18 @@ inline bool DeviceAvailable() {
     }                                                         \
   } while (0)
 
+// MINFER_REQUIRE_GPU, and a skip on GPUs before sm_80 (the tensor-core
+// kernels' mma shapes and cp.async; their launchers answer
+// cudaErrorNotSupported there).
+#define MINFER_REQUIRE_SM80_GPU()                                                \
+  do {                                                                           \
+    MINFER_REQUIRE_GPU();                                                        \
+    int dev_ = 0, major_ = 0;                                                    \
+    cudaGetDevice(&dev_);                                                        \
+    cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, dev_);    \
+    if (major_ < 8) GTEST_SKIP() << "needs sm_80+";                              \
+  } while (0)
+
 #define MINFER_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(expr)
 
 // Asserts that a CUDA call succeeded, naming it and the error.

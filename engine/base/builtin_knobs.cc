@@ -91,6 +91,29 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "The fewest tokens a matmul needs to run the few-token GEMM rather than MMVQ: 2..64 "
        "(MMVQ's cost grows with every token, the few-token GEMM's hardly; on the H200 they "
        "cross between 4 and 8)."});
+  add({"MINFER_ATTN_SHORT_RUN", KnobType::kInt, "16", KnobScope::kPerModel,
+       KnobEffect::kImmediate,
+       "A batched step attends a sequence's run of at most this many tokens that starts after "
+       "128 positions of earlier context (a prompt whose prefix came from the prefix cache, a "
+       "chat's next turn) one token per tile, on the split-KV decode kernel, instead of as one "
+       "tile whose keys one CTA per head walks: 0 = never."});
+  add({"MINFER_DQ_GEMM", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "Q4_K / Q6_K matmuls of a decode batch (MINFER_DQ_MIN_TOKENS..MINFER_DQ_MAX_TOKENS "
+       "tokens) run the dequantizing GEMM: weights decoded to f16 with their scales applied, "
+       "activations the Q8 values as f16, f16 tensor cores with f32 accumulation (no "
+       "per-block fold); 0 = the int8 few-token kernel / MMVQ / MMQ as before."});
+  add({"MINFER_DQ_MIN_TOKENS", KnobType::kInt, "4", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "The fewest tokens a Q4_K / Q6_K matmul needs to run the dequantizing GEMM rather than "
+       "MMVQ: 2..64 (on the H200 it is faster from 4 tokens on every 7B shape, MMVQ at 2)."});
+  add({"MINFER_DQ_MAX_TOKENS", KnobType::kInt, "64", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "The most tokens a Q4_K / Q6_K matmul may have to run the dequantizing GEMM (more: the "
+       "tiled MMQ): 0..64; 0 = never."});
+  add({"MINFER_DQ_MT", KnobType::kInt, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "The dequantizing GEMM's 16-row m-tiles per warp: 1 or 2; 0 = by shape (2 above 16 "
+       "tokens for rows of 8192+ elements or outputs of 65536+ rows, and for 16384+ rows up to "
+       "32 tokens; measured on the H200)."});
   add({"MINFER_MMQ_SMALL_CHUNKS", KnobType::kInt, "2", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "The staged few-token GEMM's automatic split-k keeps at least this many 256-element "

@@ -235,7 +235,8 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       return MatMulConcat(pool, ws, f(0), out, scratch_);
     }
     case OpKind::kFusedFFN:
-      return FusedFfn(pool, *node.weights[0], *node.weights[1], f(0), out, scratch_);
+      return FusedFfn(pool, *node.weights[0], *node.weights[1], f(0), node.shape.ne[1], out,
+                      scratch_);
     case OpKind::kQkvBiasRopeStore: {
       if (args.kv == nullptr) return absl::InternalError("QkvBiasRopeStore without a KV binding");
       const auto& p = node.p;

@@ -49,9 +49,10 @@ absl::Status MatMul(ThreadPool& pool, const graph::Weight& w, const float* x, in
 // concatenated (FusedQKV); the activation is quantized once.
 absl::Status MatMulConcat(ThreadPool& pool, const std::vector<const graph::Weight*>& ws,
                           const float* x, float* y, std::vector<uint8_t>& scratch);
-// silu(Wg x) * (Wu x) for one token.
+// silu(Wg x) * (Wu x) for nt tokens (x [K, nt], y [N, nt]), token by token:
+// each row's values equal MatMul's, then SwiGLU's.
 absl::Status FusedFfn(ThreadPool& pool, const graph::Weight& wg, const graph::Weight& wu,
-                      const float* x, float* y, std::vector<uint8_t>& scratch);
+                      const float* x, int64_t nt, float* y, std::vector<uint8_t>& scratch);
 
 // Writes k/v rows [n_kv_embd] of nt tokens into the cache at pos[t].
 absl::Status KvStore(const float* k, const float* v, const int32_t* pos, int64_t nt,

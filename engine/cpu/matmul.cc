@@ -189,17 +189,19 @@ absl::Status MatMulConcat(ThreadPool& pool, const std::vector<const graph::Weigh
 }
 
 absl::Status FusedFfn(ThreadPool& pool, const graph::Weight& wg, const graph::Weight& wu,
-                      const float* x, float* y, std::vector<uint8_t>& scratch) {
-  const int64_t n = wg.rows();
+                      const float* x, int64_t nt, float* y, std::vector<uint8_t>& scratch) {
+  const int64_t n = wg.rows(), k = wg.ne0();
   std::vector<const graph::Weight*> ws = {&wg, &wu};
   // Reused across calls (a fresh zeroed 2 x n_ff vector per layer and token
   // costs more than the SwiGLU itself); thread_local as backends may run on
   // several threads.
   thread_local std::vector<float> both;
   if (both.size() < static_cast<size_t>(2 * n)) both.resize(2 * n);
-  absl::Status s = MatMulConcat(pool, ws, x, both.data(), scratch);
-  if (!s.ok()) return s;
-  SwiGluF32Row(both.data(), both.data() + n, y, n);
+  for (int64_t t = 0; t < nt; ++t) {
+    absl::Status s = MatMulConcat(pool, ws, x + t * k, both.data(), scratch);
+    if (!s.ok()) return s;
+    SwiGluF32Row(both.data(), both.data() + n, y + t * n, n);
+  }
   return absl::OkStatus();
 }
 

@@ -315,7 +315,7 @@ NodeId GraphBuilder::Attn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId pos, 
 NodeId GraphBuilder::PagedAttn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId pos,
                                NodeId tiles, NodeId tables, int kv_block, int n_head,
                                int n_head_kv, int head_dim, float scale, int layer,
-                               std::string name) {
+                               std::string name, bool single_token_tiles) {
   if (!Valid(tiles) || !Valid(tables)) return kNoNode;
   const std::string label = "Attn " + name;
   const Node& nt = node(tiles);
@@ -335,6 +335,7 @@ NodeId GraphBuilder::PagedAttn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId 
   n.inputs.push_back(tables);
   n.p.kv_block = kv_block;
   n.p.max_blocks = static_cast<int32_t>(nb.shape.ne[0]);
+  n.p.single_token_tiles = single_token_tiles;
   return id;
 }
 
@@ -500,10 +501,11 @@ NodeId GraphBuilder::FusedFFN(NodeId x, const Weight* wgate, const Weight* wup, 
                  wgate->dims[1] == wup->dims[1],
              label, "gate/up weights must match each other and the input"))
     return kNoNode;
-  if (!Check(nx.shape.ne[1] == 1, label, "decode only (nt must be 1)")) return kNoNode;
+  if (!Check(nx.shape.ne[1] >= 1 && nx.shape.ne[2] == 1, label, "input must be [n_embd, nt]"))
+    return kNoNode;
   Node n;
   n.op = OpKind::kFusedFFN;
-  n.shape = Shape(wgate->dims[1], 1);
+  n.shape = Shape(wgate->dims[1], nx.shape.ne[1]);
   n.inputs = {x};
   n.weights = {wgate, wup};
   n.name = std::move(name);
@@ -557,14 +559,15 @@ void GraphBuilder::MarkInt8Consumers() {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       readers[n.inputs[i]]++;
       // A MatMul's or a FusedQKV's activations, every weight int8-dot.
-      bool int8 = (n.op == OpKind::kMatMul || n.op == OpKind::kFusedQKV) && i == 0 &&
-                  !n.weights.empty();
+      bool int8 = (n.op == OpKind::kMatMul || n.op == OpKind::kFusedQKV ||
+                   n.op == OpKind::kFusedFFN) &&
+                  i == 0 && !n.weights.empty();
       for (const Weight* w : n.weights) int8 = int8 && w != nullptr && IsInt8DotType(w->type);
       if (int8) int8_readers[n.inputs[i]]++;
     }
   }
   for (Node& n : g_.nodes_) {
-    if (n.op != OpKind::kRmsNorm && n.op != OpKind::kSwiGLU) continue;
+    if (n.op != OpKind::kRmsNorm && n.op != OpKind::kSwiGLU && n.op != OpKind::kFusedFFN) continue;
     // The graph's output is read by the runtime, as f32.
     n.p.int8_consumers =
         n.id != g_.io.logits && readers[n.id] > 0 && readers[n.id] == int8_readers[n.id];

@@ -53,7 +53,7 @@
 //                    [head_dim, n_head, nt]; qkv is one FusedQKV output
 //                    (planar) or q, k, v given separately; weights[3], when
 //                    present and non-null, are RoPE's frequency factors
-//   FusedFFN x       silu(Wgate x) * (Wup x)  (decode only)
+//   FusedFFN x       silu(Wgate x) * (Wup x)  [n_ff, nt]
 //   TopK logits, mode   per column r of logits [n_vocab, n_out] (ids >=
 //                    p.vocab_limit excluded): mode[r] 0 = nothing (the row is
 //                    read in full), 1 = the argmax, 2 = the p.top_k largest
@@ -138,10 +138,14 @@ struct OpParams {
   std::array<int8_t, 4> perm = {0, 1, 2, 3};  // Permute
   int32_t kv_block = 0;      // Attn: rows per block of a paged cache (0: contiguous)
   int32_t max_blocks = 0;    // Attn: block-table entries per sequence
+  // Attn (paged): every tile holds one token (a step of decode tokens only),
+  // so a backend may skip its multi-token attention path.
+  bool single_token_tiles = false;
   int32_t top_k = 0;         // TopK: candidates per row
   int32_t vocab_limit = 0;   // TopK: ids at or above are never candidates
-  // RmsNorm, SwiGLU: every consumer of the output is a MatMul that takes it
-  // as its activations and whose weight has an int8 dot (IsInt8DotType).
+  // RmsNorm, SwiGLU, FusedFFN: every consumer of the output is a MatMul,
+  // FusedQKV or FusedFFN that takes it as its activations and whose weights
+  // have an int8 dot (IsInt8DotType).
   // Set by GraphBuilder::Finish. A backend may then write only the int8
   // activation plane those MatMuls read and skip the f32 output (the CUDA
   // backend's mode 2 at prefill); a model whose quant mix gives any
@@ -241,9 +245,12 @@ class GraphBuilder {
               int head_dim, float scale, int layer, std::string name = "");
   // The paged form (see the op table): tiles [4, n_tiles] and tables
   // [max_blocks, n_rows] i32 inputs, kv_block rows per block.
+  // single_token_tiles: the caller promises tiles of one token each
+  // (OpParams::single_token_tiles).
   NodeId PagedAttn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId pos, NodeId tiles,
                    NodeId tables, int kv_block, int n_head, int n_head_kv, int head_dim,
-                   float scale, int layer, std::string name = "");
+                   float scale, int layer, std::string name = "",
+                   bool single_token_tiles = false);
   NodeId View(NodeId x, Shape shape, int64_t byte_offset, std::string name = "");
   NodeId Reshape(NodeId x, Shape shape, std::string name = "");
   NodeId Permute(NodeId x, std::array<int8_t, 4> perm, std::string name = "");
@@ -274,7 +281,7 @@ class GraphBuilder {
 
  private:
   NodeId Push(Node n);
-  // Sets OpParams::int8_consumers on every RmsNorm / SwiGLU node.
+  // Sets OpParams::int8_consumers on every RmsNorm / SwiGLU / FusedFFN node.
   void MarkInt8Consumers();
   bool Check(bool cond, const std::string& op_name, const std::string& what);
   bool Valid(NodeId id);

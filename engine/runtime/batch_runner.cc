@@ -16,6 +16,9 @@ namespace {
 // Graphs kept per runner (each bucket pair that occurred recently).
 constexpr size_t kMaxGraphs = 48;
 constexpr int64_t kPow2Buckets = 256;  // powers of two up to here, then multiples of it
+// A short run (batch_runner.h) is attended token by token only over at
+// least this much earlier context: below it the one tile costs little.
+constexpr int64_t kShortRunMinContext = 128;
 
 int64_t CeilPow2(int64_t n) {
   int64_t p = 1;
@@ -78,7 +81,8 @@ int64_t BatchRunner::activation_bytes() const {
   return total;
 }
 
-models::BatchGraphParams BatchRunner::Params(int64_t n_tokens, int64_t n_out) const {
+models::BatchGraphParams BatchRunner::Params(int64_t n_tokens, int64_t n_out,
+                                             bool decode_only) const {
   KnobRegistry& knobs = KnobRegistry::Global();
   const KnobOverrides* ov = &model_->knobs();
   models::BatchGraphParams p;
@@ -90,6 +94,11 @@ models::BatchGraphParams BatchRunner::Params(int64_t n_tokens, int64_t n_out) co
   // needs its own (see Run).
   const int64_t tile = graph::kAttnTileTokens;
   p.n_tiles = std::min<int64_t>(n_tokens, (n_tokens + tile - 1) / tile + table_rows);
+  // A step of decode tokens only (the steady state of serving) has its own
+  // graphs: a tile per token, padding included, and no multi-token
+  // attention launch.
+  p.decode_only = decode_only && n_tokens > 1;
+  if (p.decode_only) p.n_tiles = n_tokens;
   p.max_blocks = max_blocks_;
   p.kv_block = opt_.kv_block;
   p.cache_rows = pool_->rows();
@@ -104,13 +113,14 @@ models::BatchGraphParams BatchRunner::Params(int64_t n_tokens, int64_t n_out) co
   return p;
 }
 
-absl::StatusOr<BatchRunner::Cached*> BatchRunner::GetGraph(int64_t n_tokens, int64_t n_out) {
+absl::StatusOr<BatchRunner::Cached*> BatchRunner::GetGraph(int64_t n_tokens, int64_t n_out,
+                                                           bool decode_only) {
   const uint64_t gen = KnobRegistry::Global().generation() + model_->knob_generation();
   if (gen != knob_gen_) {
     graphs_.clear();  // a knob that shapes graphs may have changed
     knob_gen_ = gen;
   }
-  const models::BatchGraphParams p = Params(n_tokens, n_out);
+  const models::BatchGraphParams p = Params(n_tokens, n_out, decode_only);
   for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
     if (it->params == p) {
       graphs_.splice(graphs_.begin(), graphs_, it);
@@ -202,7 +212,9 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
   }
   const int64_t T = TokenBucket(n_tokens);
   const int64_t O = RowBucket(std::max<int64_t>(n_rows, 1), T);
-  ASSIGN_OR_RETURN(Cached * c, GetGraph(T, O));
+  bool decode_only = true;
+  for (int64_t i = 0; i < n_items; ++i) decode_only = decode_only && items[i].tokens.size() == 1;
+  ASSIGN_OR_RETURN(Cached * c, GetGraph(T, O, decode_only));
   const models::BatchGraphParams& p = c->params;
 
   tokens_.assign(T, 0);
@@ -213,12 +225,28 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
   out_rows_.assign(O, 0);
   top_mode_.assign(O, 0);
   int64_t t = 0, n_tile = 0, row = 0;
-  auto add_tiles = [&](int64_t table_row, int64_t t0, int64_t n) {
-    for (int64_t s = 0; s < n; s += graph::kAttnTileTokens) {
+  auto tiles_for = [](int64_t n) {
+    return (n + graph::kAttnTileTokens - 1) / graph::kAttnTileTokens;
+  };
+  // Tiles the graph holds beyond what whole tiles need: short runs may
+  // spend them on one tile per token (batch_runner.h).
+  int64_t spare = p.n_tiles - (n_tokens < T ? tiles_for(T - n_tokens) : 0);
+  for (int64_t i = 0; i < n_items; ++i) spare -= tiles_for(static_cast<int64_t>(items[i].tokens.size()));
+  const int64_t short_run = KnobRegistry::Global().GetInt("MINFER_ATTN_SHORT_RUN", &model_->knobs());
+  auto add_tiles = [&](int64_t table_row, int64_t t0, int64_t n, int64_t pos0) {
+    const bool short_tiles = !p.decode_only && n > 1 && n <= short_run &&
+                             pos0 >= kShortRunMinContext && n - 1 <= spare;
+    // (A decode-only graph has a tile per token, the padding's too.)
+    const int64_t per_tile = p.decode_only || short_tiles ? 1 : graph::kAttnTileTokens;
+    if (short_tiles) {
+      spare -= n - 1;
+      stats_.short_run_tokens += n;
+    }
+    for (int64_t s = 0; s < n; s += per_tile) {
       int32_t* tile = tiles_.data() + 4 * n_tile++;
       tile[0] = static_cast<int32_t>(table_row);
       tile[1] = static_cast<int32_t>(t0 + s);
-      tile[2] = static_cast<int32_t>(std::min<int64_t>(graph::kAttnTileTokens, n - s));
+      tile[2] = static_cast<int32_t>(std::min<int64_t>(per_tile, n - s));
     }
   };
   for (int64_t i = 0; i < n_items; ++i) {
@@ -231,7 +259,7 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
       positions_[t] = static_cast<int32_t>(pos);
       kv_rows_[t] = static_cast<int32_t>(static_cast<int64_t>(it.blocks[pos / bs]) * bs + pos % bs);
     }
-    add_tiles(i, t0, t - t0);
+    add_tiles(i, t0, t - t0, it.pos0);
     if (it.logits) {
       out_rows_[row] = static_cast<int32_t>(t - 1);
       top_mode_[row] = static_cast<int32_t>(it.mode);
@@ -240,7 +268,7 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
   }
   // Padding: each token at position 0 of the reserved sequence (the last
   // table row, all entries the reserved block).
-  if (t < T) add_tiles(p.n_table_rows - 1, t, T - t);
+  if (t < T) add_tiles(p.n_table_rows - 1, t, T - t, 0);
 
   graph::RunInputs in;
   in.tokens = tokens_;
@@ -252,6 +280,7 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
   in.top_mode = top_mode_;
   RETURN_IF_ERROR(c->exec->Run(in, nullptr));
   stats_.steps++;
+  if (p.decode_only) stats_.decode_only_steps++;
   stats_.tokens += n_tokens;
   stats_.padded_tokens += T;
 

@@ -29,6 +29,17 @@
 // MMQ above) and decode attention's split count on the number of tiles, so
 // logits move by float rounding (see docs/design.md, "batch invariance").
 //
+// Attention tiles: a sequence's run is cut into tiles of up to
+// kAttnTileTokens tokens, which a GPU attends together (one pass over the
+// sequence's keys per tile and head). A short run over a long context — a
+// prompt whose prefix came from the cache, a chat's next turn — would then
+// walk that context with one CTA per head: instead, runs of at most
+// MINFER_ATTN_SHORT_RUN tokens that start after position
+// kShortRunMinContext become one tile per token, which the split-KV decode
+// kernel spreads over the whole GPU, as far as the graph's static tile
+// count leaves room. On the CPU the tiling changes nothing (every token's
+// row is computed alone).
+//
 // Not thread-safe: one thread (the slot's worker) drives it and its model's
 // backends.
 #ifndef MINFER_ENGINE_RUNTIME_BATCH_RUNNER_H_
@@ -93,6 +104,12 @@ struct BatchRunnerStats {
   int64_t padded_tokens = 0;  // including bucket padding
   int64_t graph_builds = 0;
   int64_t full_rows = 0;      // whole rows read back
+  // Tokens of short runs over earlier context attended as one-token tiles
+  // (MINFER_ATTN_SHORT_RUN).
+  int64_t short_run_tokens = 0;
+  // Steps of decode tokens only, which run their own graphs (one token per
+  // attention tile).
+  int64_t decode_only_steps = 0;
 };
 
 class BatchRunner {
@@ -142,8 +159,8 @@ class BatchRunner {
     std::shared_ptr<graph::Graph> graph;
     std::unique_ptr<graph::GraphExec> exec;
   };
-  absl::StatusOr<Cached*> GetGraph(int64_t n_tokens, int64_t n_out);
-  models::BatchGraphParams Params(int64_t n_tokens, int64_t n_out) const;
+  absl::StatusOr<Cached*> GetGraph(int64_t n_tokens, int64_t n_out, bool decode_only = false);
+  models::BatchGraphParams Params(int64_t n_tokens, int64_t n_out, bool decode_only) const;
 
   std::shared_ptr<const Model> model_;
   BatchRunnerOptions opt_;

@@ -330,7 +330,8 @@ std::string BatchGraphParams::ToString() const {
                       n_table_rows, " max_blocks=", max_blocks, " kv_block=", kv_block,
                       " cache_rows=", cache_rows, " kv=", graph::DTypeName(kv_type),
                       " fuse_qkv=", fuse_qkv, " fuse_ffn=", fuse_ffn, " gpu=", gpu,
-                      " top_k=", top_k, " vocab_limit=", vocab_limit);
+                      " top_k=", top_k, " vocab_limit=", vocab_limit,
+                      " decode_only=", decode_only);
 }
 
 absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,
@@ -340,7 +341,7 @@ absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,
   const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
   if (nt <= 0 || gp.n_out <= 0 || gp.n_out > nt || gp.n_tiles <= 0 || gp.n_table_rows <= 0 ||
       gp.max_blocks <= 0 || gp.kv_block <= 0 || gp.cache_rows <= 0 ||
-      gp.cache_rows % gp.kv_block != 0) {
+      gp.cache_rows % gp.kv_block != 0 || (gp.decode_only && gp.n_tiles != nt)) {
     return absl::InvalidArgumentError(absl::StrCat("decoder batch graph: bad params ", gp.ToString()));
   }
   GraphBuilder b;
@@ -365,11 +366,13 @@ absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,
     NodeId kc = b.KvcacheLoad(store, l, KvKind::kK, kv_shape, gp.kv_type, p + "k_cache");
     NodeId vc = b.KvcacheLoad(store, l, KvKind::kV, kv_shape, gp.kv_type, p + "v_cache");
     NodeId a = b.PagedAttn(q, kc, vc, pos, io.attn_tiles, io.block_tables, gp.kv_block, nh, nkv,
-                           static_cast<int>(hd), attn_scale, l, p + "attn");
+                           static_cast<int>(hd), attn_scale, l, p + "attn", gp.decode_only);
     x = b.Add(x, b.MatMul(a, L.wo, p + "attn_out"), p + "attn_residual");
     NodeId m = b.RmsNorm(x, L.ffn_norm, hp.rms_eps, p + "ffn_norm");
     NodeId s;
-    if (nt == 1 && gp.fuse_ffn) {
+    // On a GPU a decode batch fuses gate/up too: one launch over both
+    // weights' rows, its SwiGLU writing the down projection's activations.
+    if (gp.fuse_ffn && (nt == 1 || (gp.gpu && nt <= kFusedFfnMaxTokens))) {
       s = b.FusedFFN(m, L.w_gate, L.w_up, p + "ffn_gate_up");
     } else {
       NodeId g = b.MatMul(m, L.w_gate, p + "gate");

@@ -141,6 +141,10 @@ absl::StatusOr<graph::Graph> BuildDecoderGraph(const DecoderModel& model, const 
 // Attn): n_tokens tokens of any number of sequences, each with its own
 // positions, cache rows and block table; logits for n_out selected rows and
 // their TopK candidates. Equal params give identical graphs.
+// The most tokens a GPU batch graph's FusedFFN covers (its backend keeps
+// gate and up in a scratch of 2 n_ff nt floats).
+inline constexpr int64_t kFusedFfnMaxTokens = 64;
+
 struct BatchGraphParams {
   int64_t n_tokens = 1;
   int64_t n_out = 1;
@@ -151,17 +155,23 @@ struct BatchGraphParams {
   int64_t cache_rows = 0;    // rows of the pool's cache (blocks x kv_block)
   graph::DType kv_type = graph::DType::kF32;
   bool fuse_qkv = true;      // n_tokens == 1: MINFER_NO_FUSE_QKV; else MINFER_NO_FUSE_QKV_PREFILL
-  bool fuse_ffn = true;      // n_tokens == 1 only
+  bool fuse_ffn = true;      // n_tokens == 1, or up to kFusedFfnMaxTokens on a GPU
   bool gpu = false;
   int32_t top_k = 1;         // TopK candidates per row
   int32_t vocab_limit = 1;   // ids at or above are never candidates
+  // Every item of the step is one decode token: n_tiles == n_tokens, one
+  // token per tile, and attention needs no multi-token path.
+  bool decode_only = false;
 
   bool operator==(const BatchGraphParams& o) const = default;
   std::string ToString() const;
 };
 
 // Per layer: the same math as BuildDecoderGraph (q/k/v as FusedQKV +
-// QkvBiasRopeStore when fuse_qkv, FusedFFN at one token when fuse_ffn),
+// QkvBiasRopeStore when fuse_qkv, FusedFFN when fuse_ffn at one token and,
+// for a GPU, at up to kFusedFfnMaxTokens (a decode batch: one launch for
+// gate and up; CPU graphs keep gate, up and SwiGLU apart at nt > 1, where
+// the CPU's batched matmul is faster than FusedFFN's token loop)),
 // with K/V stored at the tokens' kv_rows and attention reading each token's
 // own sequence through its block table.
 absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,

@@ -1,5 +1,5 @@
-// ActivationMemos: q8-plane validity, the MMQ scratch memo and the mode-2
-// dead ranges, under writes that do and do not overlap their sources.
+// ActivationMemos: q8-plane validity, the MMQ and DQ scratch memos and the
+// mode-2 dead ranges, under writes that do and do not overlap their sources.
 #include "cuda/backend/activation_memos.h"
 
 #include <string>
@@ -62,9 +62,11 @@ TEST_P(ActivationMemosWrite, DropsExactlyTheOverlappedMemos) {
   void* scratch = &m;
   m.SetQ8(At(kBuf, kOff), kLen);
   m.SetMmq(At(kBuf, kOff), /*k=*/64, /*nt=*/4, scratch);  // 64 * 4 * 4 = kLen bytes
+  m.SetDq(At(kBuf, kOff), 64, 4, scratch);
   m.Invalidate(At(c.buffer, c.offset), c.bytes);
   EXPECT_EQ(m.HasQ8(At(kBuf, kOff)), !c.drops) << c.what;
   EXPECT_EQ(m.MmqHolds(At(kBuf, kOff), 64, 4, scratch), !c.drops) << c.what;
+  EXPECT_EQ(m.DqHolds(At(kBuf, kOff), 64, 4, scratch), !c.drops) << c.what;
 }
 
 TEST_P(ActivationMemosWrite, ClearsExactlyTheOverlappedDeadRanges) {
@@ -124,6 +126,45 @@ TEST(ActivationMemosMmq, HoldsOnlyTheSameInputShapeAndScratch) {
   EXPECT_TRUE(m.MmqHolds(At(kBuf, 0), 64, 4, &s1));
   m.ClearMmq();
   EXPECT_FALSE(m.MmqHolds(At(kBuf, 0), 64, 4, &s1));
+}
+
+TEST(ActivationMemosDq, HoldsOnlyTheSameInputShapeAndScratchApartFromMmq) {
+  ActivationMemos m;
+  int s1 = 0, s2 = 0;
+  EXPECT_FALSE(m.DqHolds(At(kBuf, kOff), 64, 4, &s1));
+  m.SetDq(At(kBuf, kOff), 64, 4, &s1);
+  EXPECT_TRUE(m.DqHolds(At(kBuf, kOff), 64, 4, &s1));
+  EXPECT_FALSE(m.DqHolds(At(kBuf, kOff), 32, 8, &s1));
+  EXPECT_FALSE(m.DqHolds(At(kBuf, kOff), 64, 4, &s2));
+  EXPECT_FALSE(m.DqHolds(At(kBuf, kOff + 4), 64, 4, &s1));
+  // The two scratches are separate memos: setting or clearing MMQ's leaves
+  // the DQ one alone, and the other way round.
+  EXPECT_FALSE(m.MmqHolds(At(kBuf, kOff), 64, 4, &s1));
+  m.SetMmq(At(kBuf, 0), 64, 4, &s2);
+  EXPECT_TRUE(m.DqHolds(At(kBuf, kOff), 64, 4, &s1));
+  m.ClearMmq();
+  EXPECT_TRUE(m.DqHolds(At(kBuf, kOff), 64, 4, &s1));
+  m.SetMmq(At(kBuf, 0), 64, 4, &s2);
+  m.SetDq(At(kBuf, 2048), 64, 4, &s1);
+  EXPECT_FALSE(m.DqHolds(At(kBuf, kOff), 64, 4, &s1));
+  EXPECT_TRUE(m.MmqHolds(At(kBuf, 0), 64, 4, &s2));
+  m.EndWindow();
+  EXPECT_FALSE(m.DqHolds(At(kBuf, 2048), 64, 4, &s1));
+}
+
+TEST(ActivationMemosDead, DqOnlyProducersLeaveADeadRangeAndTheDqMemo) {
+  ActivationMemos m;
+  int scratch = 0;
+  m.MarkDqOnly(At(kBuf, kOff), 64, 4, &scratch);
+  EXPECT_TRUE(m.HasDead());
+  EXPECT_TRUE(m.DqHolds(At(kBuf, kOff), 64, 4, &scratch));
+  EXPECT_FALSE(m.MmqHolds(At(kBuf, kOff), 64, 4, &scratch));
+  const absl::Status s = m.CheckNotDead(Reader(graph::OpKind::kAdd, "blk.3.ffn_out"), At(kBuf, kOff + 8), 4);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("blk.3.ffn_out"), std::string::npos) << s;
+  m.Invalidate(At(kBuf, kOff), kLen);
+  EXPECT_FALSE(m.HasDead());
+  EXPECT_FALSE(m.DqHolds(At(kBuf, kOff), 64, 4, &scratch));
 }
 
 TEST(ActivationMemosDead, ReadOfADeadRangeIsRefusedNamingTheReader) {

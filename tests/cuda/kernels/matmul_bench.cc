@@ -30,6 +30,10 @@
 // automatic and forced to 2, 4, 8, 16: us per call and weight GB/s, to
 // choose the MMVQ/MMQ crossover and the split policy.
 //
+// --dq: the dequantizing f16 GEMM of decode batches (dq_gemm.h, one and two
+// m-tiles per warp, split-k automatic or off) beside MMVQ, the staged
+// few-token MMQ and the tiled MMQ, nt = 1..64 on the 7B shapes.
+//
 // Weights are random valid blocks (f16 scales finite, codes random): speed
 // does not depend on values, but all-zero data could.
 #include <cuda_runtime_api.h>
@@ -46,6 +50,7 @@
 #include <vector>
 
 #include "cuda/testing/check_cuda.h"
+#include "cuda/kernels/dq_gemm.h"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmq.h"
 #include "engine/quant/blocks.h"
@@ -474,6 +479,99 @@ int MmqMain(bool quick) {
   return 0;
 }
 
+// --dq: the dequantizing f16 GEMM (dq_gemm.h) against the kernels a decode
+// batch ran before it (MMVQ up to 8 tokens, the staged few-token MMQ with 3
+// stages, the tiled MMQ with automatic split-k), on the 7B's shapes.
+int DqMain() {
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int reps = 5, batch = 8;
+  void* ws = nullptr;
+  CHECK_CUDA(cudaMalloc(&ws, MmqSplitKBytes()));
+  struct DS {
+    const char* name;
+    GgmlType type;
+    int64_t rows, k;
+  };
+  const DS shapes[] = {{"q4_K qkv 4608x3584", GgmlType::kQ4_K, 4608, 3584},
+                       {"q4_K attn_o 3584x3584", GgmlType::kQ4_K, 3584, 3584},
+                       {"q4_K gate 18944x3584", GgmlType::kQ4_K, 18944, 3584},
+                       {"q6_K down 3584x18944", GgmlType::kQ6_K, 3584, 18944},
+                       {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944},
+                       {"q6_K output 152064x3584", GgmlType::kQ6_K, 152064, 3584}};
+  std::printf("\n== decode-batch matmuls, DQ GEMM: us per call (weight GB/s)\n%-24s %4s | %14s %14s %14s | %14s %14s %14s %14s %14s %14s\n",
+              "shape", "nt", "mmvq", "staged 3 st", "mmq split", "dq auto", "dq mt1", "dq mt2",
+              "dq nosplit", "dq mt1 nosplit", "dq mt2 nosplit");
+  for (const DS& s : shapes) {
+    std::vector<Matrix> rot = MakeRotation(s.type, s.rows, s.k);
+    for (int64_t nt : {1, 2, 4, 8, 16, 32, 48, 64}) {
+      Acts a = MakeActs(s.k, nt, s.rows * nt);
+      void* act = nullptr;
+      void* dact = nullptr;
+      CHECK_CUDA(cudaMalloc(&act, MmqActivationBytes(s.k, nt)));
+      CHECK_CUDA(cudaMalloc(&dact, DqActivationBytes(s.k, nt)));
+      CHECK_CUDA(LaunchQuantizeMmq(a.x, act, s.k, nt, stream));
+      CHECK_CUDA(LaunchQuantizeDq(a.x, dact, s.k, nt, stream));
+      const double gb = static_cast<double>(rot[0].bytes) / 1e9;
+      auto cell = [&](double us) {
+        char b[32];
+        if (us < 0) return std::string("refused");
+        std::snprintf(b, sizeof(b), "%7.1f (%4.0f)", us, gb / (us * 1e-6));
+        return std::string(b);
+      };
+      const int n = std::max<int>(batch, static_cast<int>(rot.size()));
+      auto one = [&](const Matrix& mm) {
+        MmqSegments seg;
+        seg.n = 1;
+        seg.w[0] = mm.view;
+        seg.y[0] = a.y;
+        return seg;
+      };
+      std::string mmvq = "-";
+      if (nt <= 8) mmvq = cell(MmvqUs(rot, a, nt, MmvqTuning{}, batch, reps, true));
+      MmqTuning st;
+      st.split_k = kMmqSplitAuto;
+      st.small_form = kMmqSmallStaged;
+      st.small_mtiles = 1;
+      st.small_stages = 3;
+      st.split_workspace = ws;
+      st.split_bytes = MmqSplitKBytes();
+      const std::string staged = cell(TimeLaunches(
+          [&](int i) { return LaunchMmqSmall(one(rot[i % rot.size()]), act, nt, stream, &st); },
+          n, reps, true));
+      MmqTuning mt;
+      mt.split_k = kMmqSplitAuto;
+      mt.split_workspace = ws;
+      mt.split_bytes = MmqSplitKBytes();
+      const std::string mmq = cell(TimeLaunches(
+          [&](int i) {
+            return LaunchMmqQuantized(rot[i % rot.size()].view, act, a.y, nt, stream, nullptr, &mt);
+          },
+          n, reps, true));
+      std::string dq[6];
+      for (int v = 0; v < 6; ++v) {
+        DqTuning tu;
+        tu.m_tiles = v == 1 || v == 4 ? 1 : v == 2 || v == 5 ? 2 : 0;
+        tu.split_k = v >= 3 ? 0 : kMmqSplitAuto;
+        tu.split_workspace = ws;
+        tu.split_bytes = MmqSplitKBytes();
+        dq[v] = cell(TimeLaunches(
+            [&](int i) { return LaunchDqGemm(one(rot[i % rot.size()]), dact, nt, stream, &tu); },
+            n, reps, true));
+      }
+      std::printf("%-24s %4lld | %14s %14s %14s | %14s %14s %14s %14s %14s %14s\n", s.name,
+                  static_cast<long long>(nt), mmvq.c_str(), staged.c_str(), mmq.c_str(),
+                  dq[0].c_str(), dq[1].c_str(), dq[2].c_str(), dq[3].c_str(), dq[4].c_str(),
+                  dq[5].c_str());
+      cudaFree(act);
+      cudaFree(dact);
+      FreeActs(a);
+    }
+    Free(rot);
+  }
+  cudaFree(ws);
+  return 0;
+}
+
 int DecodeBatchMain() {
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int reps = 5, batch = 8;
@@ -563,6 +661,7 @@ int DecodeBatchMain() {
 int Main(int argc, char** argv) {
   bool sweep = false, quick = false, mmq = false;
   if (argc >= 2 && !std::strcmp(argv[1], "--decode-batch")) return DecodeBatchMain();
+  if (argc >= 2 && !std::strcmp(argv[1], "--dq")) return DqMain();
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--quick")) quick = true;

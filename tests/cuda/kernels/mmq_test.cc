@@ -53,14 +53,7 @@ using namespace ::minfer::cuda::testing;  // the weight fixtures
 
 
 // MMQ needs int8 mma.m16n8k32 (sm_80+); older GPUs get cudaErrorNotSupported.
-#define REQUIRE_MMQ_GPU()                                          \
-  do {                                                             \
-    MINFER_REQUIRE_GPU();                                          \
-    int dev_ = 0, major_ = 0;                                      \
-    cudaGetDevice(&dev_);                                          \
-    cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, dev_); \
-    if (major_ < 8) GTEST_SKIP() << "MMQ needs sm_80+";            \
-  } while (0)
+#define REQUIRE_MMQ_GPU() MINFER_REQUIRE_SM80_GPU()
 
 constexpr double kU = 1.0 / (1 << 24);
 constexpr int64_t kGuard = 64;  // poisoned floats after y

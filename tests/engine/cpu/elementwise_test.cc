@@ -1,5 +1,6 @@
 // Elementwise CPU kernels against plain double-precision loops, including
-// the split-independence that decode == prefill relies on.
+// the split-independence that decode == prefill relies on; FusedFFN's rows
+// against MatMul then SwiGLU.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -7,6 +8,8 @@
 #include "engine/base/thread_pool.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/vec_math.h"
+#include "engine/graph/weight.h"
+#include "engine/quant/quantize.h"
 #include "gtest/gtest.h"
 
 namespace minfer::cpu {
@@ -18,6 +21,40 @@ std::vector<float> Random(int64_t n, uint32_t seed, float sd = 1.0f) {
   std::vector<float> v(n);
   for (auto& x : v) x = nd(rng);
   return v;
+}
+
+// FusedFFN over several tokens (a GPU decode batch's op, run here when a
+// graph falls back to the CPU): every token's row equals MatMul of gate and
+// up, then SwiGLU, bit for bit.
+TEST(FusedFfnTest, TokensEqualMatMulsThenSwiGlu) {
+  ThreadPool pool(2);
+  const int64_t k = 256, n = 96;
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ8_0, GgmlType::kF32}) {
+    std::vector<std::vector<uint8_t>> bytes(2);
+    graph::Weight w[2];
+    for (int i = 0; i < 2; ++i) {
+      const auto f = Random(k * n, 10 + i, 0.05f);
+      bytes[i].resize(RowBytes(type, k) * n);
+      for (int64_t r = 0; r < n; ++r) {
+        ASSERT_TRUE(QuantizeRow(type, f.data() + r * k, bytes[i].data() + r * RowBytes(type, k), k).ok());
+      }
+      w[i].name = i ? "up" : "gate";
+      w[i].type = type;
+      w[i].dims = {k, n};
+      w[i].data = bytes[i].data();
+      w[i].nbytes = bytes[i].size();
+    }
+    for (int64_t nt : {1, 3, 17}) {
+      const auto x = Random(k * nt, 7);
+      std::vector<uint8_t> scratch;
+      std::vector<float> fused(n * nt), g(n * nt), u(n * nt), want(n * nt);
+      ASSERT_TRUE(FusedFfn(pool, w[0], w[1], x.data(), nt, fused.data(), scratch).ok());
+      ASSERT_TRUE(MatMul(pool, w[0], x.data(), nt, g.data(), scratch).ok());
+      ASSERT_TRUE(MatMul(pool, w[1], x.data(), nt, u.data(), scratch).ok());
+      SwiGluF32(pool, g.data(), u.data(), want.data(), n * nt);
+      EXPECT_EQ(fused, want) << GgmlTypeName(type) << " nt " << nt;
+    }
+  }
 }
 
 TEST(ElementwiseTest, AddAndMulWithRepeatingOperand) {

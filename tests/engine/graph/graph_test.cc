@@ -1,4 +1,4 @@
-// GraphBuilder::Finish marks the RmsNorm / SwiGLU nodes whose every reader is
+// GraphBuilder::Finish marks the RmsNorm / SwiGLU / FusedFFN nodes whose every reader is
 // a MatMul over an int8-dot weight (OpParams::int8_consumers): the precondition
 // for a backend to write only their int8 activation plane (the CUDA
 // backend's mode 2). Any other reader — a MatMul over an f16/f32 weight (a
@@ -54,10 +54,18 @@ TEST(GraphBuilderTest, MarksProducersReadOnlyByInt8DotMatMuls) {
   const NodeId d1 = b.MatMul(s_int8, &down_q6, "d1");
   const NodeId s_f32 = b.SwiGLU(g, u, "s_f32");
   const NodeId d2 = b.MatMul(s_f32, &down_f32, "d2");
+  // A norm read by a FusedFFN of q4_K weights, whose output a q6_K down
+  // projection reads: both marked; a FusedFFN read by an f32 one: not.
+  const NodeId ffn_norm = b.RmsNorm(x, &norm, 1e-6f, "ffn_norm");
+  const NodeId ffn = b.FusedFFN(ffn_norm, &gate, &up, "ffn");
+  const NodeId d3 = b.MatMul(ffn, &down_q6, "d3");
+  const NodeId ffn_f32 = b.FusedFFN(ffn_norm, &gate, &up, "ffn_f32");
+  const NodeId d4 = b.MatMul(ffn_f32, &down_f32, "d4");
   // A norm nobody reads, and one that is the graph's output: not marked.
   const NodeId unread = b.RmsNorm(x, &norm, 1e-6f, "unread");
   const NodeId out = b.RmsNorm(sum, &norm, 1e-6f, "out");
-  (void)m1, (void)m2, (void)m3, (void)m4, (void)m5, (void)d1, (void)d2, (void)head;
+  (void)m1, (void)m2, (void)m3, (void)m4, (void)m5, (void)d1, (void)d2, (void)d3, (void)d4,
+      (void)head;
   io.logits = out;
   absl::StatusOr<Graph> graph = b.Finish(io, 0);
   ASSERT_TRUE(graph.ok()) << graph.status();
@@ -66,11 +74,15 @@ TEST(GraphBuilderTest, MarksProducersReadOnlyByInt8DotMatMuls) {
   EXPECT_FALSE(graph->node(elementwise).p.int8_consumers);
   EXPECT_TRUE(graph->node(s_int8).p.int8_consumers);
   EXPECT_FALSE(graph->node(s_f32).p.int8_consumers);
+  EXPECT_TRUE(graph->node(ffn_norm).p.int8_consumers);
+  EXPECT_TRUE(graph->node(ffn).p.int8_consumers);
+  EXPECT_FALSE(graph->node(ffn_f32).p.int8_consumers);
+  EXPECT_EQ(graph->node(ffn).shape.ne[1], nt);  // FusedFFN takes any token count
   EXPECT_FALSE(graph->node(unread).p.int8_consumers);
   EXPECT_FALSE(graph->node(out).p.int8_consumers);
-  // Only the two producer kinds are ever marked.
+  // Only the three producer kinds are ever marked.
   for (const Node& n : graph->nodes()) {
-    if (n.op != OpKind::kRmsNorm && n.op != OpKind::kSwiGLU) {
+    if (n.op != OpKind::kRmsNorm && n.op != OpKind::kSwiGLU && n.op != OpKind::kFusedFFN) {
       EXPECT_FALSE(n.p.int8_consumers) << n.name;
     }
   }

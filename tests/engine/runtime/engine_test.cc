@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/base/knobs.h"
 #include "engine/runtime/batch_runner.h"
 #include "engine/runtime/completion.h"
 #include "engine/runtime/engine.h"
@@ -154,6 +155,8 @@ TEST_P(BatchRunnerTest, LogitsEqualAloneRunsBitForBit) {
   EXPECT_EQ(rows_checked, static_cast<int64_t>(lens.size()) * kSteps);
   EXPECT_GT(mixed_steps, 2) << "the schedule never mixed decode tokens with prefill chunks";
   EXPECT_GT((*runner)->stats().graph_builds, 1);
+  // Steps of decode tokens only ran their own graphs (a tile per token).
+  EXPECT_GT((*runner)->stats().decode_only_steps, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -167,6 +170,66 @@ INSTANTIATE_TEST_SUITE_P(
                       // Llama 3: adjacent-pair RoPE with rope_freqs factors.
                       RunnerCase{"llama-tiny", "q8_0", 32, graph::DType::kF16},
                       RunnerCase{"llama-tiny", "q4_k_m", 16, graph::DType::kF32}));
+
+// A short run over a long context (a cached prefix's last tokens, a chat's
+// next turn) is attended one token per tile (MINFER_ATTN_SHORT_RUN); on the
+// CPU that changes no bit, and only such runs are split: not a run that
+// starts before 128 positions of context, not a run longer than the knob,
+// and not when the knob is 0.
+TEST(BatchRunnerShortRunTest, ShortRunsOverContextAreTokenTilesWithTheSameLogits) {
+  auto model = LoadModel("tiny", "q8_0");
+  ASSERT_NE(model, nullptr);
+  const int64_t V = model->hparams().n_vocab;
+  const std::vector<int32_t> prompt = Prompt(220, 7, model->tokenizer().vocab_size());
+  // Each case: the prompt's first `ctx` tokens prefilled in chunks of 64,
+  // then one step of the next `run` tokens (with a one-token decode of a
+  // second sequence beside it); the expected short-run token count.
+  struct Case {
+    int64_t ctx, run, knob, split;
+  };
+  for (const Case c : {Case{200, 8, 16, 8}, Case{200, 16, 16, 16}, Case{200, 17, 16, 0},
+                       Case{100, 8, 16, 0}, Case{200, 8, 0, 0}, Case{128, 2, 16, 2}}) {
+    SCOPED_TRACE(absl::StrCat("ctx ", c.ctx, " run ", c.run, " knob ", c.knob));
+    ASSERT_TRUE(KnobRegistry::Global().Set("MINFER_ATTN_SHORT_RUN", absl::StrCat(c.knob)).ok());
+    BatchRunnerOptions ro;
+    ro.max_tokens = 64;
+    ro.max_seqs = 16;  // the graphs' tile count leaves room for token tiles
+    ro.n_ctx = 512;
+    auto runner = BatchRunner::Create(model, ro);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    std::vector<int32_t> blocks, other;
+    ASSERT_TRUE((*runner)->pool().blocks().Allocate(16, &blocks));
+    ASSERT_TRUE((*runner)->pool().blocks().Allocate(1, &other));
+    std::vector<RowResult> res;
+    for (int64_t p0 = 0; p0 < c.ctx; p0 += 64) {
+      BatchItem it;
+      it.tokens = absl::MakeConstSpan(prompt).subspan(p0, std::min<int64_t>(64, c.ctx - p0));
+      it.pos0 = p0;
+      it.blocks = blocks;
+      it.logits = false;
+      ASSERT_TRUE((*runner)->Run({it}, &res).ok());
+    }
+    // (The prefix's own last chunk may be a short run too.)
+    const int64_t before = (*runner)->stats().short_run_tokens;
+    BatchItem run, decode;
+    run.tokens = absl::MakeConstSpan(prompt).subspan(c.ctx, c.run);
+    run.pos0 = c.ctx;
+    run.blocks = blocks;
+    run.mode = RowMode::kFull;
+    decode.tokens = absl::MakeConstSpan(prompt).subspan(0, 1);
+    decode.pos0 = 0;
+    decode.blocks = other;
+    ASSERT_TRUE((*runner)->Run({decode, run}, &res).ok());
+    EXPECT_EQ((*runner)->stats().short_run_tokens - before, c.split);
+    // The same logits as the whole prefix and run evaluated alone.
+    const AloneRun alone = RunAlone(
+        model, std::vector<int32_t>(prompt.begin(), prompt.begin() + c.ctx + c.run), 1,
+        graph::DType::kF32);
+    ASSERT_NE(res[1].logits, nullptr);
+    EXPECT_EQ(0, std::memcmp(res[1].logits, alone.logits[0].data(), V * sizeof(float)));
+  }
+  ASSERT_TRUE(KnobRegistry::Global().Reset("MINFER_ATTN_SHORT_RUN").ok());
+}
 
 // Runs every request through one Engine and returns each one's tokens.
 std::vector<std::vector<int32_t>> RunEngine(std::shared_ptr<Model> model,

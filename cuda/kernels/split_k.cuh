@@ -1,0 +1,153 @@
+// Row groups and split-k, shared by the GEMMs of a decode batch (the int8
+// few-token MMQ in mmq_small.cu, the dequantizing f16 GEMM in dq_gemm.cu).
+// nvcc only; internal to cuda/kernels.
+//
+// Both kernels give every warp a "row group" (16 or 32 rows of one weight)
+// across all the batch's tokens, over up to three weights ("segments", the
+// q/k/v of a FusedQKV) in one launch; a parameter struct P then holds
+//   Seg seg[n] with fields w (bytes), row_bytes, rows, y (output [nt][rows]),
+//     part (its partials in split 0's slab)
+//   int group_begin[n], n_seg, groups, nt, splits; int64_t split_stride.
+// With split-k, CTA y index z computes a run of k-chunks into its own slab of
+// partials and reduce_kernel adds the slabs in split order: deterministic,
+// but associated otherwise than one CTA's sum.
+#ifndef MINFER_CUDA_KERNELS_SPLIT_K_CUH_
+#define MINFER_CUDA_KERNELS_SPLIT_K_CUH_
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+namespace minfer::cuda::splitk {
+
+// The current device's SM count and compute capability major (0 when the
+// runtime cannot say), read once.
+struct DeviceFacts {
+  int sms = 0;
+  int major = 0;
+};
+inline const DeviceFacts& CurrentDevice() {
+  static const DeviceFacts facts = [] {
+    DeviceFacts d;
+    int id = 0;
+    if (cudaGetDevice(&id) != cudaSuccess ||
+        cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, id) != cudaSuccess ||
+        cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, id) != cudaSuccess) {
+      (void)cudaGetLastError();
+      d = DeviceFacts{};
+    }
+    return d;
+  }();
+  return facts;
+}
+
+// Splits for a grid of `ctas` CTAs (per split) on `slots` resident CTA
+// slots: the fewest whose waves are at least 80% full (a grid of 1.5 waves
+// idles a quarter of the GPU in its second), else the fullest; at most
+// `max_splits`.
+inline int64_t WaveSplits(int64_t ctas, int64_t slots, int64_t max_splits) {
+  int64_t best = 1;
+  double best_eff = 0.0;
+  for (int64_t s = 1; s <= std::max<int64_t>(max_splits, 1); ++s) {
+    const double waves = static_cast<double>(ctas * s) / static_cast<double>(slots);
+    const double eff = waves / std::ceil(waves);
+    if (eff >= 0.8) return s;
+    if (eff > best_eff + 1e-9) best = s, best_eff = eff;
+  }
+  return best;
+}
+
+// Numbers the row groups of 16 * mt rows over the segments (seg[].groups,
+// group_begin, groups) and sets p->tiles, the CTAs of `warps` groups.
+template <class P>
+void AssignGroups(P* p, int mt, int warps) {
+  const int rows_per_group = 16 * mt;
+  p->groups = 0;
+  for (int i = 0; i < p->n_seg; ++i) {
+    p->seg[i].groups = static_cast<int>((p->seg[i].rows + rows_per_group - 1) / rows_per_group);
+    p->group_begin[i] = p->groups;
+    p->groups += p->seg[i].groups;
+  }
+  p->tiles = (p->groups + warps - 1) / warps;
+}
+
+// Lays `splits` (>= 2) slabs of partials out in `workspace` (16-byte
+// aligned, at least splits * stride floats: stride = nt * all segments'
+// rows) and sets p->splits and p->split_stride. False: the workspace is
+// misaligned.
+template <class P>
+bool SetSplits(P* p, void* workspace, int64_t nt, int64_t splits, int64_t stride) {
+  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return false;
+  float* part = static_cast<float*>(workspace);
+  int64_t off = 0;
+  for (int i = 0; i < p->n_seg; ++i) {
+    p->seg[i].part = part + off;
+    off += nt * p->seg[i].rows;
+  }
+  p->splits = static_cast<int>(splits);
+  p->split_stride = stride;
+  return true;
+}
+
+// One warp's rows: row group `group` of the launch (16 * MT rows of one
+// segment).
+struct WarpRows {
+  bool active;  // false: past the last row group (still copies activations, meets barriers)
+  int sg;       // segment
+  int64_t rows, row_bytes, rbase;
+  const uint8_t* w;
+};
+
+template <int MT, class P>
+__device__ __forceinline__ WarpRows RowsOf(const P& p, int group) {
+  WarpRows r;
+  r.active = group < p.groups;
+  const int grp = r.active ? group : p.groups - 1;
+  r.sg = p.n_seg > 1 && grp >= p.group_begin[1] ? (p.n_seg > 2 && grp >= p.group_begin[2] ? 2 : 1)
+                                                : 0;
+  // Field-by-field selects: indexing the parameter array with a run-time
+  // index would copy it to local memory.
+  auto pick = [&](auto field) {
+    return r.sg == 0 ? p.seg[0].*field : r.sg == 1 ? p.seg[1].*field : p.seg[2].*field;
+  };
+  using Seg = typename std::remove_cv_t<std::remove_reference_t<decltype(p.seg[0])>>;
+  r.rows = pick(&Seg::rows);
+  r.row_bytes = pick(&Seg::row_bytes);
+  r.w = pick(&Seg::w);
+  const int gb = r.sg == 0 ? 0 : r.sg == 1 ? p.group_begin[1] : p.group_begin[2];
+  r.rbase = static_cast<int64_t>(grp - gb) * 16 * MT;
+  return r;
+}
+
+// y = sum over the splits' partials, in split order (per segment); one
+// thread per output.
+template <class P>
+__global__ void reduce_kernel(const P p) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t base = 0;
+  for (int sg = 0; sg < p.n_seg; ++sg) {
+    const auto& s = p.seg[sg];
+    const int64_t n = static_cast<int64_t>(p.nt) * s.rows;
+    if (i < base + n) {
+      const int64_t j = i - base;
+      float v = __ldcg(s.part + j);
+      for (int z = 1; z < p.splits; ++z) v += __ldcg(s.part + z * p.split_stride + j);
+      s.y[j] = v;
+      return;
+    }
+    base += n;
+  }
+}
+
+// Launches reduce_kernel over the launch's `outputs` outputs.
+template <class P>
+void Reduce(const P& p, int64_t outputs, cudaStream_t stream) {
+  reduce_kernel<P><<<static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream>>>(p);
+}
+
+}  // namespace minfer::cuda::splitk
+
+#endif  // MINFER_CUDA_KERNELS_SPLIT_K_CUH_
