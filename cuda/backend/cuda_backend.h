@@ -192,6 +192,12 @@ class CudaBackend : public graph::Backend {
     return n.p.int8_consumers && knobs_.skip_write && dq_all_ && DqBatch(nt) && k % 32 == 0;
   }
   absl::StatusOr<void*> DqScratch(int64_t k);
+  // y = silu(g) * u for node n's [k, rows] output (SwiGLU, and FusedFFN's
+  // last step): written as the GEMMs that read it take it when mode 2
+  // applies (MMQ's or the DQ GEMM's layout, the f32 range then dead), else
+  // as f32 at `out`.
+  absl::Status SwiGluInto(const graph::Node& n, const float* g, const float* u,
+                          const graph::BufferRef& out_ref, float* out, cudaStream_t st);
   void MarkDqOnly(const graph::BufferRef& out, int64_t k, int64_t nt, void* act);
 
   // One node's launch: its resolved device pointers (every input at its

@@ -11,6 +11,7 @@
 
 namespace minfer::cuda {
 
+using graph::BufferRef;
 using graph::ExecArgs;
 using graph::Node;
 using graph::OpKind;
@@ -52,25 +53,25 @@ absl::Status CudaBackend::RunSilu(const OpArgs& o) {
 }
 
 absl::Status CudaBackend::RunSwiGlu(const OpArgs& o) {
-  const Node& n = o.n;
-  const ExecArgs& a = o.a;
-  float* out = o.out;
-  cudaStream_t st = o.st;
-  const int64_t n_el = o.n_el;
+  return SwiGluInto(o.n, o.f(0), o.f(1), o.a.output, o.out, o.st);
+}
+
+absl::Status CudaBackend::SwiGluInto(const Node& n, const float* g, const float* u,
+                                     const BufferRef& out_ref, float* out, cudaStream_t st) {
   const int64_t k = n.shape.ne[0], rows = n.shape.rows();
   if (Int8OnlyApplies(n, k, rows)) {
     ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(k, rows)));
-    RETURN_IF_ERROR(Check(LaunchSwiGluMmq(o.f(0), o.f(1), act, k, rows, st), "SwiGLU (int8 only)"));
-    MarkInt8Only(a.output, k, rows, act);
+    RETURN_IF_ERROR(Check(LaunchSwiGluMmq(g, u, act, k, rows, st), "SwiGLU (int8 only)"));
+    MarkInt8Only(out_ref, k, rows, act);
     return absl::OkStatus();
   }
   if (DqOnlyApplies(n, k, rows)) {
     ASSIGN_OR_RETURN(void* act, DqScratch(k));
-    RETURN_IF_ERROR(Check(LaunchSwiGluDq(o.f(0), o.f(1), act, k, rows, st), "SwiGLU (DQ only)"));
-    MarkDqOnly(a.output, k, rows, act);
+    RETURN_IF_ERROR(Check(LaunchSwiGluDq(g, u, act, k, rows, st), "SwiGLU (DQ only)"));
+    MarkDqOnly(out_ref, k, rows, act);
     return absl::OkStatus();
   }
-  return Check(LaunchSwiGlu(o.f(0), o.f(1), out, n_el, st), "SwiGLU");
+  return Check(LaunchSwiGlu(g, u, out, k * rows, st), "SwiGLU");
 }
 
 absl::Status CudaBackend::RunSoftmax(const OpArgs& o) {

@@ -384,20 +384,7 @@ absl::Status CudaBackend::RunFusedFfn(const OpArgs& o) {
     float* const gbuf = static_cast<float*>(gu);
     float* const ubuf = gbuf + nff * nt;
     RETURN_IF_ERROR(MatMulWeights(n, {g, u}, a.inputs[0], {gbuf, ubuf}));
-    if (DqOnlyApplies(n, nff, nt)) {
-      ASSIGN_OR_RETURN(void* act, DqScratch(nff));
-      RETURN_IF_ERROR(Check(LaunchSwiGluDq(gbuf, ubuf, act, nff, nt, st), "FusedFFN (DQ only)"));
-      MarkDqOnly(a.output, nff, nt, act);
-      return absl::OkStatus();
-    }
-    if (Int8OnlyApplies(n, nff, nt)) {
-      ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(nff, nt)));
-      RETURN_IF_ERROR(
-          Check(LaunchSwiGluMmq(gbuf, ubuf, act, nff, nt, st), "FusedFFN (int8 only)"));
-      MarkInt8Only(a.output, nff, nt, act);
-      return absl::OkStatus();
-    }
-    return Check(LaunchSwiGlu(gbuf, ubuf, out, nff * nt, st), "FusedFFN swiglu");
+    return SwiGluInto(n, gbuf, ubuf, a.output, out, st);
   }
   const bool mmvq = MmvqSupports(g->type) && MmvqSupports(u->type) &&
                     !((IsKQuant(g->type) || IsKQuant(u->type)) && !knobs_.kq_mmvq);

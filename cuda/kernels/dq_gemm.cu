@@ -119,10 +119,6 @@ struct Params {
   int splits;
   int64_t split_stride;  // floats per split slab
   int tiles;             // CTAs per split
-  // Segment sg's partials in split 0's slab.
-  __device__ __forceinline__ float* seg_part(int sg) const {
-    return sg == 0 ? seg[0].part : sg == 1 ? seg[1].part : seg[2].part;
-  }
 };
 
 template <int MT>
@@ -326,11 +322,6 @@ __device__ __forceinline__ void Compute(const uint8_t* stage, int c, float (&acc
 
 #endif  // sm_80+
 
-// Segment sg's output.
-__device__ __forceinline__ float* SegOut(const Params& p, int sg, int) {
-  return sg == 0 ? p.seg[0].y : sg == 1 ? p.seg[1].y : p.seg[2].y;
-}
-
 template <GgmlType T, int NT8, int MT>
 __global__ void __launch_bounds__(kThreads) dq_gemm_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -363,23 +354,24 @@ __global__ void __launch_bounds__(kThreads) dq_gemm_kernel(const Params p) {
     if (wr.active) Compute<T, NT8, MT>(smem + (i % kStages) * kStage, c_begin + i, acc);
   }
   cp_async_wait<0>();
-  const int lane = threadIdx.x & 31;
-  // Output (row, token) of accumulator (j, n, e) of lane `ln`.
-  auto out_row = [&](int j, int e, int ln) { return 16 * j + (ln >> 2) + ((e >> 1) ? 8 : 0); };
-  auto out_tok = [&](int n, int e, int ln) { return 8 * n + 2 * (ln & 3) + (e & 1); };
-  // Without a split, y; with splits, split z's slab of partials (added by
-  // splitk::Reduce).
   if (!wr.active) return;
-  float* const y = p.splits > 1 ? p.seg_part(wr.sg) + static_cast<int64_t>(z) * p.split_stride
-                                : SegOut(p, wr.sg, 0);
+  // Without a split, y; with splits, split z's slab of partials (added by
+  // splitk::Reduce). C fragment: rows g, g + 8 and tokens 2t, 2t + 1.
+  // (Field-by-field selects: a reference into the parameter array by a
+  // run-time index would copy it to local memory.)
+  float* const y =
+      p.splits > 1 ? (wr.sg == 0 ? p.seg[0].part : wr.sg == 1 ? p.seg[1].part : p.seg[2].part) +
+                         static_cast<int64_t>(z) * p.split_stride
+                   : (wr.sg == 0 ? p.seg[0].y : wr.sg == 1 ? p.seg[1].y : p.seg[2].y);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
 #pragma unroll
     for (int n = 0; n < NT8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t row = wr.rbase + out_row(j, e, lane);
-        const int tok = out_tok(n, e, lane);
+        const int64_t row = wr.rbase + 16 * j + g + ((e >> 1) ? 8 : 0);
+        const int tok = 8 * n + 2 * t + (e & 1);
         if (row < wr.rows && tok < p.nt) y[static_cast<int64_t>(tok) * wr.rows + row] = acc[j][n][e];
       }
     }
@@ -420,28 +412,12 @@ __global__ void __launch_bounds__(256) quantize_dq_kernel(const float* __restric
   out[blk * 8 + sub] = DqPack(q);
 }
 
-struct Info {
-  int smem = 0;
-  int ctas_per_sm = 0;  // 0: cannot run
-};
+using Info = splitk::KernelFacts;
 
 template <GgmlType T, int NT8, int MT>
 const Info& InfoOf() {
-  // Computed at the first launch of the instantiation, which the backend
-  // makes outside a capture window.
-  static const Info info = [] {
-    Info i;
-    i.smem = kStages * StageBytes<MT>(NT8);
-    auto* kernel = &dq_gemm_kernel<T, NT8, MT>;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, i.smem) !=
-            cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&i.ctas_per_sm, kernel, kThreads, i.smem) !=
-            cudaSuccess) {
-      (void)cudaGetLastError();
-      i.ctas_per_sm = 0;
-    }
-    return i;
-  }();
+  static const Info info =
+      splitk::FactsOf(&dq_gemm_kernel<T, NT8, MT>, kThreads, kStages * StageBytes<MT>(NT8));
   return info;
 }
 

@@ -479,26 +479,13 @@ void Dispatch(GgmlType type, const Params& p, cudaStream_t stream) {
 // (opted in once, beyond the 48 KB default) and how many of its CTAs an SM
 // holds. Computed at the first launch, which the backend makes outside a
 // capture window.
-struct StagedInfo {
-  int smem = 0;
-  int ctas_per_sm = 0;  // 0: cannot run
-};
+using StagedInfo = splitk::KernelFacts;
 
 template <GgmlType T, int NT8, int MT, int ST>
 const StagedInfo& Info() {
-  static const StagedInfo info = [] {
-    StagedInfo i;
-    i.smem = ST * StagedSmem<T, NT8, MT>::kStage;
-    auto* kernel = &mmq_staged_kernel<T, NT8, MT, ST>;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, i.smem) !=
-            cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&i.ctas_per_sm, kernel, kStagedThreads,
-                                                      i.smem) != cudaSuccess) {
-      (void)cudaGetLastError();
-      i.ctas_per_sm = 0;
-    }
-    return i;
-  }();
+  static const StagedInfo info = splitk::FactsOf(&mmq_staged_kernel<T, NT8, MT, ST>,
+                                                 kStagedThreads,
+                                                 ST * StagedSmem<T, NT8, MT>::kStage);
   return info;
 }
 

@@ -44,6 +44,28 @@ inline const DeviceFacts& CurrentDevice() {
   return facts;
 }
 
+// A kernel's launch facts: its dynamic shared memory (opted in beyond the
+// 48 KB default) and how many of its CTAs of `threads` an SM holds (0: it
+// cannot run). Call once per kernel (a function-local static) at its first
+// launch, which the backend makes outside a capture window.
+struct KernelFacts {
+  int smem = 0;
+  int ctas_per_sm = 0;
+};
+template <class Kernel>
+KernelFacts FactsOf(Kernel* kernel, int threads, int smem) {
+  KernelFacts f;
+  f.smem = smem;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.ctas_per_sm, kernel, threads, smem) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();
+    f.ctas_per_sm = 0;
+  }
+  return f;
+}
+
 // Splits for a grid of `ctas` CTAs (per split) on `slots` resident CTA
 // slots: the fewest whose waves are at least 80% full (a grid of 1.5 waves
 // idles a quarter of the GPU in its second), else the fullest; at most

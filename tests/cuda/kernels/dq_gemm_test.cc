@@ -45,12 +45,6 @@ using namespace ::minfer::cuda::testing;  // the weight fixtures
 constexpr int64_t kGuard = 64;
 constexpr double kBound = 1.0 / 512;  // 2^-9
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 struct Acts {
   int64_t k = 0, nt = 0;
   std::vector<float> x;         // nt x k

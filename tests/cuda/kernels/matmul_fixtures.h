@@ -7,6 +7,7 @@
 #define MINFER_TESTS_CUDA_KERNELS_MATMUL_FIXTURES_H_
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -21,6 +22,13 @@ inline constexpr GgmlType kQuantTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, Ggm
                                            GgmlType::kQ5_K, GgmlType::kQ6_K};
 
 bool IsFloatType(GgmlType t);
+
+// A float's bit pattern (exact comparisons, poisoned-output checks).
+inline uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
 
 // The fixtures' generator, seeded from TestSeed() (MINFER_TEST_SEED repeats
 // a run).

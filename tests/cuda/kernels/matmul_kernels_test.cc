@@ -50,12 +50,6 @@ using namespace ::minfer::cuda::testing;  // the weight fixtures
 
 constexpr double kU = 1.0 / (1 << 24);
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 // Quantized activations: nt rows of k, CPU-quantized (so the MMVQ tests do
 // not depend on the GPU quantizer), plus their float64 dequantization.
 struct Acts {

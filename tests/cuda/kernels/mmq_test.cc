@@ -58,12 +58,6 @@ using namespace ::minfer::cuda::testing;  // the weight fixtures
 constexpr double kU = 1.0 / (1 << 24);
 constexpr int64_t kGuard = 64;  // poisoned floats after y
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 // -------------------------------------------------------------- activations
 
 struct Acts {
