@@ -100,8 +100,8 @@ absl::StatusOr<uint64_t> Engine::Add(GenerateRequest request) {
   s.c = std::move(c);
   s.added = std::chrono::steady_clock::now();
   // The map's node (and so s.tokens) stays put until the sequence ends.
-  scheduler_->Add(id, prompt, &s.tokens);
   const GenerateRequest& r = s.c->request();
+  scheduler_->Add(id, prompt, &s.tokens, r.cache_ns);
   scheduler_->SetClass(id, r.group, r.weight, r.priority);
   return id;
 }

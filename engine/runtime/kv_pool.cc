@@ -14,7 +14,7 @@ BlockAllocator::BlockAllocator(int64_t n_blocks, int64_t first)
   for (int64_t b = n_blocks_ - 1; b >= first_; --b) fresh_.push_back(static_cast<int32_t>(b));
 }
 
-uint64_t BlockAllocator::Key(int32_t parent, uint64_t salt,
+uint64_t BlockAllocator::Key(int32_t parent, uint64_t salt, absl::string_view ns,
                              absl::Span<const int32_t> tokens) const {
   // splitmix64 steps over the chain's identity and the tokens; equality is
   // checked on lookup, so this only has to spread.
@@ -26,6 +26,12 @@ uint64_t BlockAllocator::Key(int32_t parent, uint64_t salt,
   };
   const uint64_t pgen = parent == kNoParent ? 0 : blocks_[parent].gen;
   uint64_t h = mix(salt ^ mix((static_cast<uint64_t>(static_cast<uint32_t>(parent)) << 32) | pgen));
+  // Only a first block carries the namespace; a later one is reached
+  // through its parent, which matched it exactly.
+  if (parent == kNoParent) {
+    h = mix(h ^ ns.size());
+    for (unsigned char c : ns) h = mix(h ^ c);
+  }
   for (int32_t t : tokens) h = mix(h ^ static_cast<uint32_t>(t));
   return h;
 }
@@ -74,33 +80,35 @@ void BlockAllocator::Free(absl::Span<const int32_t> blocks) {
   }
 }
 
-void BlockAllocator::Publish(int32_t b, int32_t parent, uint64_t salt,
+void BlockAllocator::Publish(int32_t b, int32_t parent, uint64_t salt, absl::string_view ns,
                              absl::Span<const int32_t> tokens) {
   Block& k = blocks_[b];
   if (k.published) return;
-  const uint64_t key = Key(parent, salt, tokens);
+  const uint64_t key = Key(parent, salt, ns, tokens);
   if (!index_.emplace(key, b).second) return;  // the chain is cached already (or a collision)
   k.published = true;
   k.key = key;
   k.parent = parent;
   k.parent_gen = parent == kNoParent ? 0 : blocks_[parent].gen;
   k.salt = salt;
+  k.ns = parent == kNoParent ? std::string(ns) : std::string();
   k.tokens.assign(tokens.begin(), tokens.end());
 }
 
 int64_t BlockAllocator::AcquirePrefix(absl::Span<const int32_t> tokens, int32_t block_size,
-                                      int64_t max_blocks, uint64_t salt,
+                                      int64_t max_blocks, uint64_t salt, absl::string_view ns,
                                       std::vector<int32_t>* out) {
   int32_t parent = kNoParent;
   int64_t n = 0;
   for (; n < max_blocks && (n + 1) * block_size <= static_cast<int64_t>(tokens.size()); ++n) {
     const absl::Span<const int32_t> t = tokens.subspan(n * block_size, block_size);
-    auto it = index_.find(Key(parent, salt, t));
+    auto it = index_.find(Key(parent, salt, ns, t));
     if (it == index_.end()) break;
     const int32_t b = it->second;
     const Block& k = blocks_[b];
     const uint32_t pgen = parent == kNoParent ? 0 : blocks_[parent].gen;
     if (k.parent != parent || k.parent_gen != pgen || k.salt != salt ||
+        (parent == kNoParent && k.ns != ns) ||
         !std::equal(k.tokens.begin(), k.tokens.end(), t.begin(), t.end())) {
       break;
     }

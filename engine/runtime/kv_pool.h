@@ -16,7 +16,9 @@
 // earlier blocks" (its parent block, recorded with the parent's allocation
 // generation, so a parent that was evicted and reused never matches), under
 // a salt for everything else that shapes its contents (the engine's knob
-// generation). A later sequence whose prompt starts with the same tokens
+// generation), and in a cache namespace (a string: the tenant, a tenant's
+// cache group or a request's cache_salt, chosen by the daemon). A later
+// sequence whose prompt starts with the same tokens, in the same namespace,
 // takes the chain's blocks instead of computing them (AcquirePrefix): they
 // are read-only for it, as it writes only rows past them. A block is
 // reference-counted; when the last holder frees a published block it stays
@@ -25,6 +27,13 @@
 // left (an eviction). A block any sequence holds is never evicted. Lookups
 // compare the tokens themselves, so a hash collision cannot match.
 //
+// Namespaces isolate: the namespace is part of the identity of a chain's
+// first block, compared byte for byte (not only through the hash), and every
+// later block names its parent, so no block of one namespace is reachable
+// from a lookup in another. Without isolation one client could learn
+// another's prompts from which of its own prompts hit the cache (usage's
+// cached tokens, time to first token). The empty namespace is the default.
+//
 // Not thread-safe: the slot's worker owns both.
 #ifndef MINFER_ENGINE_RUNTIME_KV_POOL_H_
 #define MINFER_ENGINE_RUNTIME_KV_POOL_H_
@@ -32,10 +41,12 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "engine/graph/backend.h"
 #include "engine/graph/kv_cache.h"
@@ -67,14 +78,24 @@ class BlockAllocator {
 
   // Publishes held block `b` as holding `tokens` (one block's worth) after
   // block `parent` (kNoParent for a sequence's first block; it must be
-  // published or held) under `salt`. Nothing happens when b is published
-  // already or an entry for the same chain and tokens exists.
-  void Publish(int32_t b, int32_t parent, uint64_t salt, absl::Span<const int32_t> tokens);
+  // published or held) under `salt` in namespace `ns` (what a first block
+  // is matched by; a later block inherits its parent's). Nothing happens
+  // when b is published already or an entry for the same chain and tokens
+  // exists.
+  void Publish(int32_t b, int32_t parent, uint64_t salt, absl::string_view ns,
+               absl::Span<const int32_t> tokens);
+  void Publish(int32_t b, int32_t parent, uint64_t salt, absl::Span<const int32_t> tokens) {
+    Publish(b, parent, salt, absl::string_view(), tokens);
+  }
   // The longest chain of published blocks holding tokens[0, n * block_size)
-  // for n <= max_blocks under `salt`: appends them to *out, each held once
-  // more, and returns n.
+  // for n <= max_blocks under `salt` in namespace `ns`: appends them to
+  // *out, each held once more, and returns n.
   int64_t AcquirePrefix(absl::Span<const int32_t> tokens, int32_t block_size, int64_t max_blocks,
-                        uint64_t salt, std::vector<int32_t>* out);
+                        uint64_t salt, absl::string_view ns, std::vector<int32_t>* out);
+  int64_t AcquirePrefix(absl::Span<const int32_t> tokens, int32_t block_size, int64_t max_blocks,
+                        uint64_t salt, std::vector<int32_t>* out) {
+    return AcquirePrefix(tokens, block_size, max_blocks, salt, absl::string_view(), out);
+  }
 
   // Tests: how many sequences hold block b; whether it is published.
   int32_t refs(int32_t b) const { return blocks_[b].refs; }
@@ -89,10 +110,12 @@ class BlockAllocator {
     int32_t parent = kNoParent;
     uint32_t parent_gen = 0;
     uint64_t salt = 0;
+    std::string ns;  // first blocks only (kNoParent); later ones inherit it
     std::vector<int32_t> tokens;
     std::list<int32_t>::iterator lru;  // valid while cached
   };
-  uint64_t Key(int32_t parent, uint64_t salt, absl::Span<const int32_t> tokens) const;
+  uint64_t Key(int32_t parent, uint64_t salt, absl::string_view ns,
+              absl::Span<const int32_t> tokens) const;
   void Unpublish(int32_t b);
 
   int64_t n_blocks_, first_;

@@ -1,6 +1,7 @@
 #include "engine/runtime/scheduler.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace minfer::runtime {
 
@@ -15,10 +16,12 @@ bool Scheduler::Fits(int64_t rows) const {
   return BlocksFor(std::min(rows, opt_.max_seq_rows), opt_.block_size) <= alloc_->total();
 }
 
-void Scheduler::Add(SeqId id, int64_t known, const std::vector<int32_t>* tokens) {
+void Scheduler::Add(SeqId id, int64_t known, const std::vector<int32_t>* tokens,
+                    std::string cache_ns) {
   Seq s;
   s.known = known;
   s.tokens = tokens;
+  s.cache_ns = std::move(cache_ns);
   seqs_[id] = std::move(s);
   waiting_.push_back(id);
 }
@@ -111,7 +114,7 @@ void Scheduler::TakeCachedPrefix(Seq& s) {
   if (usable < opt_.block_size) return;
   const int64_t n = alloc_->AcquirePrefix(
       absl::MakeConstSpan(*s.tokens).first(static_cast<size_t>(usable)), opt_.block_size,
-      usable / opt_.block_size, salt_, &s.blocks);
+      usable / opt_.block_size, salt_, s.cache_ns, &s.blocks);
   s.computed = n * opt_.block_size;
   s.published = n;
   s.cached = s.computed;
@@ -124,7 +127,7 @@ void Scheduler::PublishFull(Seq& s) {
   for (; s.published < full; ++s.published) {
     const int64_t j = s.published;
     alloc_->Publish(s.blocks[j], j == 0 ? BlockAllocator::kNoParent : s.blocks[j - 1], salt_,
-                    absl::MakeConstSpan(*s.tokens).subspan(j * opt_.block_size, opt_.block_size));
+                    s.cache_ns, absl::MakeConstSpan(*s.tokens).subspan(j * opt_.block_size, opt_.block_size));
   }
 }
 

@@ -33,7 +33,10 @@
 // least its last known token is always computed, as its row gives the next
 // token. Whenever a step fills one of its blocks, the block is published
 // for later sequences. A preempted sequence that is admitted again finds
-// its own published blocks, unless they were evicted meanwhile.
+// its own published blocks, unless they were evicted meanwhile. A sequence
+// matches and publishes blocks only in its own cache namespace (Add's
+// `cache_ns`; BlockAllocator explains why): sequences of different
+// namespaces never share blocks.
 //
 // Fair sharing. Every sequence belongs to a group (a tenant) with a weight,
 // and carries a priority. A group's load is its running sequences over its
@@ -59,6 +62,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -96,8 +100,10 @@ class Scheduler {
   // Queues a sequence whose first `known` tokens are known (its prompt).
   // `tokens` (prompt and sampled tokens, at least `known` of them whenever
   // Schedule or Commit runs; it must outlive the sequence) makes its blocks
-  // cacheable; null: never cached.
-  void Add(SeqId id, int64_t known, const std::vector<int32_t>* tokens = nullptr);
+  // cacheable; null: never cached. `cache_ns` is its prefix-cache namespace
+  // ("" the default one).
+  void Add(SeqId id, int64_t known, const std::vector<int32_t>* tokens = nullptr,
+           std::string cache_ns = {});
   // Its group (share weight > 0) and priority; call right after Add.
   void SetClass(SeqId id, uint32_t group, double weight, int32_t priority);
   // One more token is known (sampled after the step that completed it).
@@ -155,6 +161,7 @@ class Scheduler {
     std::vector<int32_t> blocks;
     bool running = false;
     const std::vector<int32_t>* tokens = nullptr;
+    std::string cache_ns;
     int64_t published = 0;  // leading blocks published (or taken from the cache)
     int64_t cached = 0;
     uint32_t group = 0;

@@ -560,6 +560,55 @@ TEST(EngineTest, AChatReusesItsEarlierTurns) {
   }
 }
 
+// Prefix-cache namespaces (the daemon's tenants and cache salts), one
+// engine throughout: the same 50-token prompt sent in namespace "a", then
+// "b", then "a" and "b" again. A namespace's first request computes every
+// token (cached_prompt_tokens 0, whatever another namespace has cached);
+// its second takes its own 3 full blocks (48 tokens); the answers are the
+// same throughout.
+TEST(EngineTest, PrefixCacheNamespacesNeverShareBlocks) {
+  auto model = LoadModel("tiny-untied", "q8_0");
+  ASSERT_NE(model, nullptr);
+  EngineOptions eo;
+  eo.max_seqs = 2;
+  eo.token_budget = 64;
+  eo.n_ctx = 256;
+  eo.kv_block = 16;
+  eo.prefix_cache = true;
+  auto e = Engine::Create(model, eo);
+  ASSERT_TRUE(e.ok()) << e.status();
+  GenerateRequest r;
+  r.prompt = Prompt(50, 31, model->tokenizer().vocab_size());
+  r.max_tokens = 6;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0.0f;
+  const std::vector<int32_t> want = RunGeneration(model, r);
+  auto run = [&](const std::string& ns, std::vector<int32_t>* answer) {
+    GenerateRequest q = r;
+    q.cache_ns = ns;
+    auto id = (*e)->Add(q);
+    EXPECT_TRUE(id.ok()) << id.status();
+    GenerationStats stats;
+    std::vector<EngineEvent> ev;
+    while ((*e)->HasWork()) {
+      ev.clear();
+      EXPECT_TRUE((*e)->Step(&ev).ok());
+      for (const EngineEvent& x : ev) {
+        for (int32_t t : x.out.tokens) answer->push_back(t);
+        if (x.finished) stats = x.stats;
+      }
+    }
+    return stats.cached_prompt_tokens;
+  };
+  const std::pair<std::string, int32_t> order[] = {{"a", 0}, {"b", 0}, {"", 0}, {"a", 48}, {"b", 48}};
+  for (const auto& [ns, cached] : order) {
+    std::vector<int32_t> answer;
+    EXPECT_EQ(run(ns, &answer), cached) << "namespace '" << ns << "'";
+    EXPECT_EQ(answer, want) << "namespace '" << ns << "'";
+  }
+  EXPECT_EQ((*e)->Snapshot().prefix_hit_tokens, 96);
+}
+
 // A Llama 3 file: prompts start with BOS, its chat template (the GGUF's
 // tokenizer.chat_template, Llama 3.2's) frames a conversation with one BOS,
 // and each of Llama 3's ends of generation finishes a sequence.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -31,10 +32,11 @@ class FakeEngine {
   }
   // The same with the prompt's token ids (cacheable: the scheduler sees
   // the ids, and each sampled token is appended to them).
-  void AddTokens(SeqId id, std::vector<int32_t> prompt, int64_t max_new) {
+  void AddTokens(SeqId id, std::vector<int32_t> prompt, int64_t max_new,
+                 std::string cache_ns = {}) {
     const int64_t n = static_cast<int64_t>(prompt.size());
     ids_[id] = std::move(prompt);
-    sched_.Add(id, n, &ids_[id]);
+    sched_.Add(id, n, &ids_[id], std::move(cache_ns));
     seqs_[id] = {n, max_new, {}};
   }
   // A sequence of a share group (a tenant) with a weight and priority.
@@ -377,6 +379,40 @@ TEST(BlockAllocatorTest, PublishedBlocksAreFoundByTheirChainAndTokens) {
   EXPECT_EQ(got3, c);
 }
 
+// Namespaces (tenants, cache salts): a chain published in one is found
+// only in the same one, compared exactly, and its later blocks are not
+// reachable from another namespace's first block either.
+TEST(BlockAllocatorTest, NamespacesNeverShareBlocks) {
+  BlockAllocator a(10, 1);
+  const std::vector<int32_t> t = Ids(8, 4);  // 2 blocks of 4
+  std::vector<int32_t> b;
+  ASSERT_TRUE(a.Allocate(2, &b));
+  a.Publish(b[0], BlockAllocator::kNoParent, 7, "tenant-a", absl::MakeConstSpan(t).subspan(0, 4));
+  a.Publish(b[1], b[0], 7, "tenant-a", absl::MakeConstSpan(t).subspan(4, 4));
+  std::vector<int32_t> none;
+  EXPECT_EQ(a.AcquirePrefix(t, 4, 2, 7, "tenant-b", &none), 0);
+  EXPECT_EQ(a.AcquirePrefix(t, 4, 2, 7, &none), 0);              // the default namespace
+  EXPECT_EQ(a.AcquirePrefix(t, 4, 2, 7, "tenant-", &none), 0);   // a prefix of the name
+  EXPECT_EQ(a.AcquirePrefix(t, 4, 2, 7, "tenant-aa", &none), 0);
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(a.refs(b[0]), 1);
+  std::vector<int32_t> got;
+  EXPECT_EQ(a.AcquirePrefix(t, 4, 2, 7, "tenant-a", &got), 2);
+  EXPECT_EQ(got, b);
+  // Another namespace publishes the same tokens in blocks of its own; both
+  // chains are then cached side by side, each found only by its own.
+  std::vector<int32_t> c;
+  ASSERT_TRUE(a.Allocate(2, &c));
+  a.Publish(c[0], BlockAllocator::kNoParent, 7, "tenant-b", absl::MakeConstSpan(t).subspan(0, 4));
+  a.Publish(c[1], c[0], 7, "tenant-b", absl::MakeConstSpan(t).subspan(4, 4));
+  EXPECT_TRUE(a.published(c[0]) && a.published(c[1]));
+  std::vector<int32_t> got_b, got_a;
+  EXPECT_EQ(a.AcquirePrefix(t, 4, 2, 7, "tenant-b", &got_b), 2);
+  EXPECT_EQ(got_b, c);
+  EXPECT_EQ(a.AcquirePrefix(t, 4, 2, 7, "tenant-a", &got_a), 2);
+  EXPECT_EQ(got_a, b);
+}
+
 TEST(BlockAllocatorTest, CachedBlocksAreEvictedLeastRecentFirstAndNeverWhileHeld) {
   BlockAllocator a(5, 1);  // 4 blocks
   const std::vector<int32_t> t = Ids(8, 2);
@@ -458,6 +494,38 @@ TEST(SchedulerTest, APromptStartingWithACachedPrefixComputesOnlyTheRest) {
   e.RunToEnd();
   EXPECT_EQ(e.alloc_.used(), 0);
   EXPECT_GT(e.alloc_.cached(), 0);
+}
+
+// Two namespaces (two tenants, or two cache salts) sending the same prompt:
+// the second namespace computes all of it; a second request of the first
+// namespace takes the cached blocks.
+TEST(SchedulerTest, SequencesOfAnotherNamespaceNeverTakeCachedBlocks) {
+  FakeEngine e(Opt(4, 128, 16, 4096, /*cache=*/true), 100);
+  const std::vector<int32_t> prompt = Ids(70, 5);  // 4 full blocks + 6
+  e.AddTokens(1, prompt, 2, "a");
+  e.RunToEnd();
+  e.AddTokens(2, prompt, 2, "b");
+  Scheduler::Step st = e.Step();
+  ASSERT_EQ(st.work.size(), 1u);
+  EXPECT_EQ(st.work[0].start, 0);
+  EXPECT_EQ(st.cached, 0);
+  EXPECT_EQ(e.sched_.Info(2)->cached, 0);
+  e.RunToEnd();
+  EXPECT_EQ(e.sched_.prefix_hit_tokens(), 0);
+  e.AddTokens(3, prompt, 2, "");  // the default namespace: nothing either
+  st = e.Step();
+  EXPECT_EQ(st.cached, 0);
+  e.RunToEnd();
+  e.AddTokens(4, prompt, 2, "a");
+  st = e.Step();
+  ASSERT_EQ(st.work.size(), 1u);
+  EXPECT_EQ(st.work[0].start, 64);
+  EXPECT_EQ(st.cached, 64);
+  e.RunToEnd();
+  e.AddTokens(5, prompt, 2, "b");  // b's own blocks, published by sequence 2
+  EXPECT_EQ(e.Step().cached, 64);
+  e.RunToEnd();
+  EXPECT_EQ(e.sched_.prefix_hit_tokens(), 128);
 }
 
 TEST(SchedulerTest, AChatOfFiveTurnsRecomputesOnlyEachTurnsNewTokens) {
