@@ -137,6 +137,7 @@ absl::Status ReadTenant(const Json& j, const std::string& path, const std::strin
     RETURN_IF_ERROR(qr.Done());
   }
   RETURN_IF_ERROR(ReadStringList(r, "models", &t->models));
+  RETURN_IF_ERROR(r.String("cache_group", &t->cache_group));
   return r.Done();
 }
 
@@ -305,12 +306,14 @@ absl::StatusOr<TenantConfig> ParseTenantFlag(const std::string& spec) {
       }
     } else if (key == "models") {
       t.models = absl::StrSplit(value, '+', absl::SkipEmpty());
+    } else if (key == "cache_group") {
+      t.cache_group = std::string(value);
     } else if (key == "keys" || key == "api_keys") {
       return bad(part, "is not accepted: give the keys in a file (key_file=PATH)");
     } else {
       return bad(part,
                  "has an unknown key (name, key_file, weight, max_streams, "
-                 "max_streams_per_model, quota, models)");
+                 "max_streams_per_model, quota, models, cache_group)");
     }
   }
   if (t.name.empty()) {
@@ -365,6 +368,21 @@ absl::Status FinalizeConfig(DaemonConfig* c) {
           std::find(t.api_keys.begin(), t.api_keys.end(), key) == t.api_keys.end()) {
         t.api_keys.push_back(key);
       }
+    }
+  }
+  // The admin token is not an API key: a client holding one key must not
+  // gain the other's powers (and a leaked tenant key must not be the admin
+  // token). Keys are never echoed; the tenant is named.
+  if (!c->admin_token.empty()) {
+    for (const TenantConfig& t : c->tenants) {
+      if (std::find(t.api_keys.begin(), t.api_keys.end(), c->admin_token) != t.api_keys.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tenant '", t.name, "': an API key equals the admin token; they must differ"));
+      }
+    }
+    if (std::find(c->api_keys.begin(), c->api_keys.end(), c->admin_token) != c->api_keys.end()) {
+      return absl::InvalidArgumentError(
+          "api_key_file: a key equals the admin token; they must differ");
     }
   }
   if (!c->tenants.empty() && !c->api_key_file.empty()) {

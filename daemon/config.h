@@ -23,7 +23,9 @@
 //     "tenants": [{"name": "search", "api_keys": ["..."],  // or "api_key_file"
 //                  "weight": 2, "max_streams": 32,
 //                  "quota": {"tokens": 1000000, "window_seconds": 3600},
-//                  "models": ["prod"]}],                // empty or absent: all
+//                  "models": ["prod"],                  // empty or absent: all
+//                  "cache_group": "shared"}],           // share the prefix cache with
+//                                                       // tenants of the same group
 //     "log_level": "info"
 //   }
 //
@@ -82,12 +84,14 @@ absl::Status ApplyConfigFile(const std::string& path, DaemonConfig* config);
 // api_key_file into api_keys (one per line; blank lines and lines starting
 // with '#' skipped) and
 // checks cross-field rules: limits positive, TLS cert and key together,
-// model names unique, aliases pointing at listed models.
+// model names unique, aliases pointing at listed models, no API key (a
+// tenant's or api_key_file's) equal to the admin token (INVALID_ARGUMENT
+// naming the tenant).
 absl::Status FinalizeConfig(DaemonConfig* config);
 
 // minferd's --tenant flag: comma-separated KEY=VALUE pairs, e.g.
 //   name=search,key_file=/etc/minfer/search.keys,weight=2,max_streams=32,
-//   max_streams_per_model=16,quota=1000000/3600,models=prod+m7
+//   max_streams_per_model=16,quota=1000000/3600,models=prod+m7,cache_group=shared
 // (quota = TOKENS/SECONDS; models joined by '+'). Keys only from a file:
 // a key on the command line would show in every process listing.
 // INVALID_ARGUMENT naming the part that is wrong.

@@ -61,6 +61,8 @@ bool IsIdentifier(const std::string& s) {
 
 }  // namespace
 
+bool IsRefusedTemplateKwarg(absl::string_view key) { return key == "tools" || key == "functions"; }
+
 absl::StatusOr<tokenizer::ChatTemplateOptions> ChatTemplateOptionsOf(const v1::Chat& chat) {
   tokenizer::ChatTemplateOptions options;
   const auto& kwargs = chat.template_kwargs();
@@ -86,6 +88,12 @@ absl::StatusOr<tokenizer::ChatTemplateOptions> ChatTemplateOptionsOf(const v1::C
         key == "eos_token") {
       return absl::InvalidArgumentError(absl::StrCat(
           "chat.template_kwargs: '", key, "' is set by the server, not by template_kwargs"));
+    }
+    if (IsRefusedTemplateKwarg(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat.template_kwargs.", key, ": ", key,
+          " are not supported (minfer serves no tool calls; the template would describe them "
+          "to the model)"));
     }
     // A value that is not JSON (a bare word) is the string itself.
     json j = json::parse(text, nullptr, /*allow_exceptions=*/false);

@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/tokenizer/chat_template.h"
 #include "minfer/v1/generation.pb.h"
 
@@ -22,9 +23,16 @@ inline constexpr size_t kMaxTemplateKwargsBytes = 64 * 1024;
 // as client text (jinja::Value::MarkedString), so control tokens in them
 // are never parsed. INVALID_ARGUMENT naming the key for a name the template
 // already receives (messages, add_generation_prompt, bos_token, eos_token)
-// or that is not an identifier, and for more than kMaxTemplateKwargs
-// entries or kMaxTemplateKwargsBytes of keys and values.
+// or that is not an identifier, for a variable that changes what the
+// request means (IsRefusedTemplateKwarg), and for more than
+// kMaxTemplateKwargs entries or kMaxTemplateKwargsBytes of keys and values.
 absl::StatusOr<tokenizer::ChatTemplateOptions> ChatTemplateOptionsOf(const v1::Chat& chat);
+
+// Template variables that would change what a request means rather than how
+// its prompt is rendered: "tools" and "functions" make a template describe
+// tools to the model, which would then answer with tool calls that minfer
+// neither parses nor reports. Refused until minfer serves tool calls.
+bool IsRefusedTemplateKwarg(absl::string_view key);
 
 }  // namespace minfer::daemon
 

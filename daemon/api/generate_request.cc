@@ -1,5 +1,6 @@
 #include "daemon/api/generate_request.h"
 
+#include <algorithm>
 #include <mutex>
 #include <random>
 #include <string>
@@ -44,6 +45,12 @@ absl::Status ToApiFields(const absl::Status& s, bool ids_input) {
 
 }  // namespace
 
+std::string PrefixCacheNamespace(absl::string_view tenant_ns, absl::string_view cache_salt) {
+  if (tenant_ns.empty() && cache_salt.empty()) return std::string();
+  // Length-prefixed: ("ab", "c") and ("a", "bc") differ.
+  return absl::StrCat(tenant_ns.size(), ":", tenant_ns, cache_salt.size(), ":", cache_salt);
+}
+
 std::vector<tokenizer::ChatMessage> ChatMessages(const v1::Chat& chat) {
   std::vector<tokenizer::ChatMessage> out;
   out.reserve(chat.messages_size());
@@ -57,6 +64,11 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
                                                               const GenerationLimits& limits) {
   runtime::GenerateRequest out;
   const tokenizer::Tokenizer& tok = model.tokenizer();
+  if (request.cache_salt().size() > kMaxCacheSaltBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("cache_salt: ", request.cache_salt().size(),
+                                                   " bytes, at most ", kMaxCacheSaltBytes));
+  }
+  out.cache_ns = PrefixCacheNamespace("", request.cache_salt());
   switch (request.input_case()) {
     case v1::GenerateRequest::kText: {
       if (request.text().empty()) return absl::InvalidArgumentError("text: the prompt is empty");
@@ -163,9 +175,17 @@ absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
         r.priority = request.options().priority();
         std::shared_ptr<TenantLease> lease;
         if (tenant.tenants != nullptr) {
-          ASSIGN_OR_RETURN(lease, tenant.tenants->Admit(tenant.index, request.model(), model));
+          // The most the stream can use: its prompt and max_tokens, or what
+          // the context leaves after the prompt if that is less.
+          const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+          const int64_t completion =
+              std::min<int64_t>(r.max_tokens, std::max<int64_t>(slot.n_ctx() - prompt, 0));
+          ASSIGN_OR_RETURN(lease, tenant.tenants->Admit(tenant.index, request.model(), model,
+                                                        prompt, completion));
           r.group = Tenants::Group(tenant.index);
           r.weight = tenant.tenants->weight(tenant.index);
+          r.cache_ns = PrefixCacheNamespace(tenant.tenants->CacheNamespace(tenant.index),
+                                            request.cache_salt());
         }
         auto seq = std::make_shared<Sequence>(std::move(r), model, arrival, deadline);
         seq->set_api(api);

@@ -15,9 +15,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "daemon/serving/limits.h"
 #include "daemon/serving/sequence.h"
 #include "daemon/serving/serving_state.h"
@@ -30,14 +32,27 @@
 
 namespace minfer::daemon {
 
+// The longest cache_salt a request may carry.
+inline constexpr size_t kMaxCacheSaltBytes = 256;
+
 // Validates `request` against the limits and the model and builds the
 // engine request (tokenizing text or chat input). INVALID_ARGUMENT names the
 // proto field ("sampling.top_p must be in (0, 1] ..."). An unset seed is
-// drawn at random.
+// drawn at random. The request's prefix-cache namespace is its cache_salt's
+// alone (PrefixCacheNamespace("", cache_salt)); SubmitGenerate adds the
+// tenant's.
 absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
                                                               const runtime::Model& model,
                                                               int64_t n_ctx,
                                                               const GenerationLimits& limits);
+
+// The engine's prefix-cache namespace (runtime::GenerateRequest::cache_ns)
+// of a request of a tenant (Tenants::CacheNamespace; "" without tenants)
+// with a cache_salt ("" for none): "" when both are empty, so requests
+// without either share the cache as they always did; otherwise an encoding
+// that keeps the two parts apart (no tenant namespace and salt can spell
+// another pair's).
+std::string PrefixCacheNamespace(absl::string_view tenant_ns, absl::string_view cache_salt);
 
 // The chat's messages as the tokenizer's chat template takes them.
 std::vector<tokenizer::ChatMessage> ChatMessages(const v1::Chat& chat);
@@ -58,8 +73,10 @@ struct TenantRef {
 // Sequence takes them; `api` ("grpc", "http") labels the request in the
 // slot's log. With `model`, also returns the model that serves it (its
 // tokenizer renders the response). With a tenant: Tenants::Admit's
-// PERMISSION_DENIED and RESOURCE_EXHAUSTED, and the sequence is scheduled
-// in the tenant's share group with its weight.
+// PERMISSION_DENIED and RESOURCE_EXHAUSTED (QuotaExceededError when its
+// quota can not hold the request's prompt + max_tokens), the sequence is
+// scheduled in the tenant's share group with its weight, and its prefix
+// cache is the tenant's (or its cache group's).
 absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
     SlotManager* slots, const ServingState& state, const v1::GenerateRequest& request,
     const GenerationLimits& limits, Clock::time_point arrival, Clock::time_point deadline,

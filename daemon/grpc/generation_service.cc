@@ -206,6 +206,18 @@ absl::StatusOr<int> GenerationServiceImpl::Identify(grpc::CallbackServerContext*
                                 : absl::string_view(it->second.data(), it->second.size()));
 }
 
+absl::Status GenerationServiceImpl::CheckModelAllowed(grpc::CallbackServerContext* context,
+                                                      const std::string& model,
+                                                      const std::string& resolved) const {
+  if (tenants_ == nullptr) return absl::OkStatus();
+  // (The registered handler identified the caller already; Identify is a
+  // constant-time scan of the keys, cheap beside tokenizing.)
+  ASSIGN_OR_RETURN(const int who, Identify(context));
+  if (tenants_->Allows(who, model, resolved)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("tenant '", tenants_->name(who),
+                                                  "' may not use model '", resolved, "'"));
+}
+
 grpc::ServerUnaryReactor* GenerationServiceImpl::Done(grpc::CallbackServerContext* context,
                                                       const char* method, const std::string& model,
                                                       const absl::Status& status) {
@@ -245,6 +257,10 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerCo
   std::string model_name;
   absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Find(request->model(), &model_name);
   if (!slot.ok()) return Done(context, "Tokenize", model_name, slot.status());
+  if (absl::Status allowed = CheckModelAllowed(context, request->model(), model_name);
+      !allowed.ok()) {
+    return Done(context, "Tokenize", model_name, allowed);
+  }
   std::shared_ptr<const runtime::Model> model = (*slot)->model();
   if (model == nullptr) {
     return Done(context, "Tokenize", model_name, absl::FailedPreconditionError(absl::StrCat(
@@ -309,6 +325,10 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(grpc::CallbackServer
   std::string model_name;
   absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Find(request->model(), &model_name);
   if (!slot.ok()) return Done(context, "Detokenize", model_name, slot.status());
+  if (absl::Status allowed = CheckModelAllowed(context, request->model(), model_name);
+      !allowed.ok()) {
+    return Done(context, "Detokenize", model_name, allowed);
+  }
   std::shared_ptr<const runtime::Model> model = (*slot)->model();
   if (model == nullptr) {
     return Done(context, "Detokenize", model_name, absl::FailedPreconditionError(absl::StrCat(

@@ -11,7 +11,8 @@
 // not decode is answered INVALID_ARGUMENT saying why. Model names are
 // checked at this boundary (client_input.h), so no error quotes more than a
 // short prefix of one. Tokenize and Detokenize are held to the prompt
-// limits, as Generate is.
+// limits, as Generate is, and with tenants to the tenant's models
+// (PERMISSION_DENIED), as Generate is.
 //
 // Thread-safe (gRPC calls the handlers concurrently).
 #ifndef MINFER_DAEMON_GRPC_GENERATION_SERVICE_H_
@@ -70,6 +71,10 @@ class GenerationServiceImpl final : public v1::GenerationService::CallbackServic
   Tenants* const tenants_;  // null: no tenants
   // The caller's tenant from its metadata (-1 without tenants).
   absl::StatusOr<int> Identify(grpc::CallbackServerContext* context) const;
+  // PERMISSION_DENIED unless the caller's tenant may use `model` (as named)
+  // resolved to `resolved`; OK without tenants.
+  absl::Status CheckModelAllowed(grpc::CallbackServerContext* context, const std::string& model,
+                                 const std::string& resolved) const;
   // Runs the streams' gRPC writes off the slots' decode loops.
   PumpQueue pumps_;
 };

@@ -7,6 +7,9 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/api/chat_options.h"
+#include "daemon/api/generate_request.h"
+#include "daemon/serving/tenants.h"
 #include "engine/base/status.h"
 #include "engine/sampling/sampling_params.h"
 
@@ -149,6 +152,12 @@ absl::Status ParseMessages(const json& body, v1::Chat* chat) {
   if (!kwargs.is_null()) {
     if (!kwargs.is_object()) return WrongType("chat_template_kwargs", "an object", kwargs);
     for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
+      // The template would render tools into the prompt: the same request
+      // as a top-level "tools", which is refused (chat_options.h).
+      if (IsRefusedTemplateKwarg(it.key())) {
+        const std::string f = "chat_template_kwargs." + it.key();
+        return FieldError(f, absl::StrCat(f, " is not supported: minfer serves no tool calls"));
+      }
       (*chat->mutable_template_kwargs())[it.key()] = it->dump();
     }
   }
@@ -234,6 +243,39 @@ absl::Status RefuseUnsupported(Endpoint endpoint, const json& body) {
   if (!functions.is_null() && !(functions.is_array() && functions.empty())) {
     return FieldError("functions", "functions are not supported");
   }
+  // Tool and function selection: with no tools (refused above) "none" and
+  // "auto" select nothing and change nothing; "required" or a named tool
+  // asks for a tool call minfer can not make.
+  for (const char* f : {"tool_choice", "function_call"}) {
+    const json& choice = Get(body, f);
+    if (choice.is_null()) continue;
+    if (choice.is_string() &&
+        (choice.get<std::string>() == "none" || choice.get<std::string>() == "auto")) {
+      continue;
+    }
+    return FieldError(f, absl::StrCat(f, " is not supported (only \"none\" or \"auto\": "
+                                         "minfer serves no tool calls)"));
+  }
+  // With no tools, parallel tool calls are none either way.
+  ASSIGN_OR_RETURN(std::optional<bool> parallel, OptBool(body, "parallel_tool_calls"));
+  (void)parallel;
+  // Output other than text, predicted outputs and web search would change
+  // what the response is; refused until minfer serves them.
+  for (const char* f : {"audio", "prediction", "web_search_options"}) {
+    if (!Get(body, f).is_null()) {
+      return FieldError(f, absl::StrCat(f, " is not supported"));
+    }
+  }
+  const json& modalities = Get(body, "modalities");
+  if (!modalities.is_null()) {
+    if (!modalities.is_array()) return WrongType("modalities", "an array", modalities);
+    for (const json& m : modalities) {
+      if (!m.is_string() || m.get<std::string>() != "text") {
+        return FieldError("modalities",
+                          "modalities: only [\"text\"] is supported (no audio output)");
+      }
+    }
+  }
   const json& bias = Get(body, "logit_bias");
   if (!bias.is_null() && !(bias.is_object() && bias.empty())) {
     return FieldError("logit_bias", "logit_bias is not supported");
@@ -313,7 +355,9 @@ ApiError ApiErrorFor(const absl::Status& status) {
     case absl::StatusCode::kResourceExhausted:
       e.http_status = 429;
       e.type = "rate_limit_error";
-      e.code = "queue_full";
+      // A tenant's token quota is marked as such (tenants.h); a full queue
+      // and a tenant's stream cap are not.
+      e.code = IsQuotaExceeded(status) ? "quota_exceeded" : "queue_full";
       break;
     case absl::StatusCode::kFailedPrecondition:
       e.http_status = 503;
@@ -478,6 +522,19 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const json& body) 
   // trims to what was asked.
   if (out.logprobs) g.mutable_options()->set_top_logprobs(std::max(out.top_logprobs, 1));
 
+  // vLLM's prefix-cache salt: requests with different salts never share
+  // cached blocks (BuildGenerateRequest checks it again for gRPC).
+  const json& salt = Get(body, "cache_salt");
+  if (!salt.is_null()) {
+    if (!salt.is_string()) return WrongType("cache_salt", "a string", salt);
+    const std::string& v = salt.get_ref<const std::string&>();
+    if (v.empty() || v.size() > kMaxCacheSaltBytes) {
+      return FieldError("cache_salt", absl::StrCat("cache_salt must be 1 to ", kMaxCacheSaltBytes,
+                                                   " bytes, got ", v.size()));
+    }
+    g.set_cache_salt(v);
+  }
+
   ASSIGN_OR_RETURN(std::optional<bool> ids, OptBool(body, "return_token_ids"));
   out.return_token_ids = ids.value_or(false);
   const json& user = Get(body, "user");
@@ -499,6 +556,7 @@ absl::Status ToApiFieldError(Endpoint endpoint, const absl::Status& status) {
       {"stopping.max_tokens", "max_tokens"},
       {"stopping.stop", "stop"},
       {"options.top_logprobs", "top_logprobs"},
+      {"cache_salt", "cache_salt"},
       {"sampling.", ""},
   };
   std::string msg(status.message());

@@ -8,11 +8,16 @@
 // Requests: POST /v1/chat/completions and /v1/completions bodies. Fields
 // follow OpenAI's API; unknown fields are ignored as OpenAI's server
 // ignores them, a known field of the wrong type or out of range is an
-// error naming it. Features minfer does not serve (n > 1, tools, logit_bias,
-// echo, a JSON response_format, ...) are refused, never silently dropped.
-// Extensions, under llama-server's and vLLM's names: top_k, min_p,
-// repetition_penalty (or repeat_penalty), repeat_last_n, ignore_eos, and
-// return_token_ids (each choice then carries the completion's token ids).
+// error naming it. Features minfer does not serve (n > 1, tools, also as
+// chat_template_kwargs.tools, a tool_choice or function_call other than
+// "none"/"auto", audio, modalities other than text, prediction,
+// web_search_options, logit_bias, echo, a JSON response_format, ...) are
+// refused, never silently dropped: each would change what the response
+// means. Extensions, under llama-server's and vLLM's names: top_k, min_p,
+// repetition_penalty (or repeat_penalty), repeat_last_n, ignore_eos,
+// cache_salt (1 to 256 bytes: requests with different salts never share
+// cached prompt blocks), and return_token_ids (each choice then carries the
+// completion's token ids).
 //
 // Errors: absl::Status whose code maps to the HTTP status (ApiErrorFor);
 // a request field's error carries the field's name as a payload (Param).
@@ -54,7 +59,8 @@ std::string Param(const absl::Status& status);
 // The HTTP error for a status from parsing, authentication or the
 // generation path: INVALID_ARGUMENT 400 (code context_length_exceeded when
 // the prompt does not fit), UNAUTHENTICATED 401, PERMISSION_DENIED 403,
-// NOT_FOUND 404 (model_not_found), RESOURCE_EXHAUSTED 429 (queue full),
+// NOT_FOUND 404 (model_not_found), RESOURCE_EXHAUSTED 429 (queue_full, or
+// quota_exceeded for a tenant's token quota: IsQuotaExceeded),
 // FAILED_PRECONDITION 503 (model not ready), UNAVAILABLE 503 (draining),
 // DEADLINE_EXCEEDED 504, CANCELLED 499, anything else 500.
 ApiError ApiErrorFor(const absl::Status& status);

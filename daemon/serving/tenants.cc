@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,8 +11,24 @@
 #include "daemon/serving/client_input.h"
 
 namespace minfer::daemon {
+namespace {
+
+constexpr char kQuotaPayload[] = "type.minfer.dev/quota_exceeded";
+
+}  // namespace
+
+absl::Status QuotaExceededError(absl::string_view message) {
+  absl::Status s = absl::ResourceExhaustedError(absl::StrCat("quota_exceeded: ", message));
+  s.SetPayload(kQuotaPayload, absl::Cord("1"));
+  return s;
+}
+
+bool IsQuotaExceeded(const absl::Status& status) {
+  return absl::IsResourceExhausted(status) && status.GetPayload(kQuotaPayload).has_value();
+}
+
 TenantLease::~TenantLease() {
-  if (!finished_) owner_->Release(index_, model_);
+  if (!finished_) owner_->Release(index_, model_, reserved_);
 }
 
 void TenantLease::Finished(int64_t prompt_tokens, int64_t completion_tokens,
@@ -19,7 +36,7 @@ void TenantLease::Finished(int64_t prompt_tokens, int64_t completion_tokens,
   if (finished_) return;
   finished_ = true;
   owner_->Book(index_, prompt_tokens, completion_tokens, cached_tokens, queue_seconds);
-  owner_->Release(index_, model_);
+  owner_->Release(index_, model_, reserved_);
 }
 
 const std::string& TenantLease::tenant() const { return owner_->name(index_); }
@@ -102,8 +119,18 @@ bool Tenants::Allows(int index, const std::string& model, const std::string& res
          std::find(m.begin(), m.end(), resolved) != m.end();
 }
 
+std::string Tenants::CacheNamespace(int index) const {
+  // (configs are immutable: no lock.) Prefixes keep a group and a tenant of
+  // the same name apart.
+  const TenantConfig& c = tenants_[index].config;
+  return c.cache_group.empty() ? absl::StrCat("tenant:", c.name)
+                               : absl::StrCat("group:", c.cache_group);
+}
+
 absl::StatusOr<std::shared_ptr<TenantLease>> Tenants::Admit(int index, const std::string& model,
-                                                           const std::string& resolved) {
+                                                           const std::string& resolved,
+                                                           int64_t prompt_tokens,
+                                                           int64_t max_completion_tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   Tenant& t = tenants_[index];
   const TenantConfig& c = t.config;
@@ -127,16 +154,36 @@ absl::StatusOr<std::shared_ptr<TenantLease>> Tenants::Admit(int index, const std
         "tenant '", c.name, "' has ", t.model_streams[resolved], " of its ",
         c.max_streams_per_model, " concurrent streams on model '", resolved, "' open"));
   }
+  const int64_t reserve = std::max<int64_t>(prompt_tokens, 0) +
+                          std::max<int64_t>(max_completion_tokens, 0);
   if (c.quota_tokens > 0) {
-    const int64_t used = WindowTokens(t, now_());
-    if (used >= c.quota_tokens) {
+    // What this stream may use is held from now on, so streams admitted at
+    // the same moment see each other's reservations and can not overrun
+    // the quota together.
+    auto refuse = [&](const std::string& message) {
       t.counters.rejected_quota++;
       if (t.metrics != nullptr) t.metrics->rejected_quota->Increment();
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "tenant '%s' used %d of its %d tokens in the last %g s; retry later", c.name, used,
-          c.quota_tokens, c.quota_window_seconds));
+      return QuotaExceededError(message);
+    };
+    if (reserve > c.quota_tokens) {
+      return refuse(absl::StrFormat(
+          "a request of tenant '%s' may use %d tokens (prompt %d + max_tokens %d), more than "
+          "its whole quota of %d tokens per %g s; lower max_tokens",
+          c.name, reserve, prompt_tokens, max_completion_tokens, c.quota_tokens,
+          c.quota_window_seconds));
+    }
+    const int64_t used = WindowTokens(t, now_());
+    if (used + t.reserved + reserve > c.quota_tokens) {
+      return refuse(absl::StrFormat(
+          "tenant '%s' used %d and holds %d for streams in flight of its %d tokens in the last "
+          "%g s; this request may use %d (prompt %d + max_tokens %d); retry later",
+          c.name, used, t.reserved, c.quota_tokens, c.quota_window_seconds, reserve,
+          prompt_tokens, max_completion_tokens));
     }
   }
+  // Without a quota nothing is held (and nothing given back).
+  const int64_t held = c.quota_tokens > 0 ? reserve : 0;
+  t.reserved += held;
   t.streams++;
   t.model_streams[resolved]++;
   t.counters.admitted++;
@@ -144,12 +191,13 @@ absl::StatusOr<std::shared_ptr<TenantLease>> Tenants::Admit(int index, const std
     t.metrics->admitted->Increment();
     t.metrics->streams->Set(t.streams);
   }
-  return std::shared_ptr<TenantLease>(new TenantLease(this, index, resolved));
+  return std::shared_ptr<TenantLease>(new TenantLease(this, index, resolved, held));
 }
 
-void Tenants::Release(int index, const std::string& model) {
+void Tenants::Release(int index, const std::string& model, int64_t reserved) {
   std::lock_guard<std::mutex> lock(mu_);
   Tenant& t = tenants_[index];
+  t.reserved -= reserved;
   t.streams--;
   if (--t.model_streams[model] <= 0) t.model_streams.erase(model);
   if (t.metrics != nullptr) t.metrics->streams->Set(t.streams);
@@ -190,6 +238,7 @@ std::vector<Tenants::Usage> Tenants::Snapshot() const {
     u.quota_tokens = t.config.quota_tokens;
     u.quota_window_seconds = t.config.quota_window_seconds;
     u.window_tokens = WindowTokens(t, now_());
+    u.reserved_tokens = t.reserved;
     out.push_back(std::move(u));
   }
   return out;

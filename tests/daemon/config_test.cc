@@ -151,7 +151,7 @@ TEST(ConfigTest, ReadsTenants) {
   ASSERT_TRUE(Apply(absl::StrCat(R"({"tenants": [
       {"name": "search", "api_key_file": ")", keys, R"(", "weight": 2.5, "max_streams": 32,
        "quota": {"tokens": 1000000, "window_seconds": 3600}, "models": ["prod", "m7"]},
-      {"name": "batch", "api_keys": ["sk-b"]}]})"),
+      {"name": "batch", "api_keys": ["sk-b"], "cache_group": "shared"}]})"),
                     &c)
                   .ok());
   ASSERT_TRUE(FinalizeConfig(&c).ok());
@@ -166,6 +166,8 @@ TEST(ConfigTest, ReadsTenants) {
   EXPECT_EQ(s.models, (std::vector<std::string>{"prod", "m7"}));
   EXPECT_EQ(c.tenants[1].api_keys, (std::vector<std::string>{"sk-b"}));
   EXPECT_EQ(c.tenants[1].weight, 1.0);
+  EXPECT_EQ(s.cache_group, "");
+  EXPECT_EQ(c.tenants[1].cache_group, "shared");
   // The HTTP API's flat key file and tenants exclude each other.
   c.api_key_file = keys;
   absl::Status both = FinalizeConfig(&c);
@@ -176,7 +178,7 @@ TEST(ConfigTest, ReadsTenants) {
 TEST(ConfigTest, TenantFlag) {
   auto t = ParseTenantFlag(
       "name=search,key_file=/k,weight=2.5,max_streams=32,max_streams_per_model=8,"
-      "quota=1000/60,models=prod+m7");
+      "quota=1000/60,models=prod+m7,cache_group=docs");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->name, "search");
   EXPECT_EQ(t->api_key_file, "/k");
@@ -186,6 +188,7 @@ TEST(ConfigTest, TenantFlag) {
   EXPECT_EQ(t->quota_tokens, 1000);
   EXPECT_EQ(t->quota_window_seconds, 60);
   EXPECT_EQ(t->models, (std::vector<std::string>{"prod", "m7"}));
+  EXPECT_EQ(t->cache_group, "docs");
   struct Case {
     std::string spec, want;
   };
@@ -201,6 +204,45 @@ TEST(ConfigTest, TenantFlag) {
     ASSERT_FALSE(r.ok()) << k.spec;
     EXPECT_THAT(std::string(r.status().message()), HasSubstr(k.want)) << k.spec;
   }
+}
+
+// The admin token is not an API key: a tenant key (inline or from its key
+// file) or an api_key_file key equal to it is refused at start, naming the
+// tenant and never echoing the key.
+TEST(ConfigTest, AnApiKeyEqualToTheAdminTokenIsRefused) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  std::ofstream(dir + "/admin-token") << "sk-admin-7\n";
+  std::ofstream(dir + "/b-keys") << "sk-b\nsk-admin-7\n";
+  DaemonConfig c;
+  ASSERT_TRUE(Apply(absl::StrCat(R"({"admin_token_file": ")", dir, R"(/admin-token",
+      "tenants": [{"name": "a", "api_keys": ["sk-a"]},
+                  {"name": "b", "api_key_file": ")", dir, R"(/b-keys"}]})"),
+                    &c)
+                  .ok());
+  absl::Status s = FinalizeConfig(&c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "tenant 'b': an API key equals the admin token; they must differ");
+  EXPECT_THAT(std::string(s.message()), ::testing::Not(HasSubstr("sk-admin")));
+
+  DaemonConfig inline_key;
+  inline_key.admin_token = "tok";
+  TenantConfig t;
+  t.name = "a";
+  t.api_keys = {"sk-a", "tok"};
+  inline_key.tenants.push_back(t);
+  s = FinalizeConfig(&inline_key);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "tenant 'a': an API key equals the admin token; they must differ");
+  inline_key.tenants[0].api_keys = {"sk-a"};
+  EXPECT_TRUE(FinalizeConfig(&inline_key).ok());
+
+  std::ofstream(dir + "/flat-keys") << "sk-1\ntok\n";
+  DaemonConfig flat;
+  flat.admin_token = "tok";
+  flat.api_key_file = dir + "/flat-keys";
+  s = FinalizeConfig(&flat);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "api_key_file: a key equals the admin token; they must differ");
 }
 
 TEST(ConfigTest, ByteSizes) {

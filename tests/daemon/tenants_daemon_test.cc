@@ -3,11 +3,14 @@
 // tenant's stream cap, the HTTP API's Bearer keys, and fairness: tenant A
 // opens 16 streams, then tenant B 2, equal weights; B's streams start at
 // once (the scheduler preempts two of A's for B's share) and each gets at
-// least the per-stream rate of A's.
+// least the per-stream rate of A's. The prefix cache is each tenant's own
+// (two tenants of one cache_group share theirs), Tokenize and Detokenize
+// check the tenant's models, and a quota holds against concurrent streams.
 #include <cstdio>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/test_util.h"
@@ -35,7 +38,18 @@ class TenantsDaemonTest : public ::testing::Test {
     r.name = "restricted";
     r.api_keys = {"key-restricted"};
     r.models = {"elsewhere"};
-    c.tenants = {a, b, r};
+    TenantConfig g1, g2, q;
+    g1.name = "docs-1";
+    g1.api_keys = {"key-docs-1"};
+    g1.cache_group = "docs";
+    g2.name = "docs-2";
+    g2.api_keys = {"key-docs-2"};
+    g2.cache_group = "docs";
+    q.name = "metered";
+    q.api_keys = {"key-metered"};
+    q.quota_tokens = 100;
+    q.quota_window_seconds = 60;
+    c.tenants = {a, b, r, g1, g2, q};
     SlotConfig m;
     m.name = "m";
     m.path = *path;
@@ -124,7 +138,7 @@ TEST_F(TenantsDaemonTest, KeysModelsAndCaps) {
       << models("key-restricted");
 
   const auto usage = daemon_->tenants()->Snapshot();
-  ASSERT_EQ(usage.size(), 3u);
+  ASSERT_EQ(usage.size(), 6u);
   EXPECT_EQ(usage[1].name, "beta");
   EXPECT_EQ(usage[1].rejected_cap, 1u);
   EXPECT_EQ(usage[1].streams, 0);
@@ -134,7 +148,7 @@ TEST_F(TenantsDaemonTest, KeysModelsAndCaps) {
   // The same through the admin API (minferctl tenants) and the metrics.
   auto listed = admin_->ListTenants();
   ASSERT_TRUE(listed.ok()) << listed.status();
-  ASSERT_EQ(listed->tenants_size(), 3);
+  ASSERT_EQ(listed->tenants_size(), 6);
   EXPECT_EQ(listed->tenants(1).name(), "beta");
   EXPECT_EQ(listed->tenants(1).max_streams(), 2);
   EXPECT_EQ(listed->tenants(1).rejected_cap(), 1u);
@@ -148,6 +162,123 @@ TEST_F(TenantsDaemonTest, KeysModelsAndCaps) {
                                       usage[1].completion_tokens)),
             std::string::npos);
   EXPECT_NE(metrics.find("minfer_tenant_streams{tenant=\"beta\"} 0"), std::string::npos);
+}
+
+// The release test's attack: tenant beta resends tenant alpha's prompt (or
+// its opening) and reads from usage whether alpha sent it. With the prefix
+// cache keyed by tenant, beta computes every token (cached 0) while alpha's
+// own resend is served from the cache; tenants of one cache_group share; a
+// request's cache_salt splits a tenant's cache.
+TEST_F(TenantsDaemonTest, ThePrefixCacheIsEachTenantsOwn) {
+  std::string secret = "The quarterly figures of the confidential merger between";
+  for (int i = 0; i < 12; ++i) secret += absl::StrCat(" clause ", i, " reads as follows;");
+  auto cached = [&](const std::string& key, const std::string& salt = "") -> int32_t {
+    v1::GenerateRequest r = TextRequest("m", secret, 2);
+    r.set_cache_salt(salt);
+    auto g = As(key)->Generate(r);
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? g->usage.cached_prompt_tokens() : -1;
+  };
+  EXPECT_EQ(cached("key-alpha"), 0);
+  const int32_t alpha_again = cached("key-alpha");
+  EXPECT_GE(alpha_again, 64);  // the cache works (its full blocks)
+  EXPECT_EQ(cached("key-beta"), 0);  // another tenant: nothing cached for it
+  EXPECT_EQ(cached("key-beta"), alpha_again);  // its own copy from now on
+  // One cache group: docs-2 finds what docs-1 computed (not alpha's).
+  EXPECT_EQ(cached("key-docs-1"), 0);
+  EXPECT_EQ(cached("key-docs-2"), alpha_again);
+  // cache_salt: the same tenant with another salt shares nothing; the same
+  // salt shares.
+  EXPECT_EQ(cached("key-alpha", "user-17"), 0);
+  EXPECT_EQ(cached("key-alpha", "user-18"), 0);
+  EXPECT_EQ(cached("key-alpha", "user-17"), alpha_again);
+  // A salt over 256 bytes is refused, naming the field.
+  v1::GenerateRequest big = TextRequest("m", "hi", 2);
+  big.set_cache_salt(std::string(257, 's'));
+  auto refused = As("key-alpha")->Generate(big);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(), "cache_salt: 257 bytes, at most 256");
+  // The HTTP API: beta's completion of alpha's prompt reports no cached
+  // tokens; alpha's reports its own.
+  const std::string url = absl::StrCat("http://", daemon_->http_address(), "/v1/completions");
+  auto http_cached = [&](const std::string& key) {
+    auto r = minfer::testing::RunCommand(
+        {"/usr/bin/env", "curl", "-s", "-H", "Authorization: Bearer " + key, "-H",
+         "Content-Type: application/json", "-d",
+         absl::StrCat(R"({"model": "m", "max_tokens": 2, "cache_salt": "web", "prompt": ")",
+                      secret, R"("})"),
+         url});
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? r->out : std::string();
+  };
+  EXPECT_NE(http_cached("key-alpha").find(R"("cached_tokens":0)"), std::string::npos);
+  const std::string again = http_cached("key-alpha");
+  EXPECT_NE(again.find(absl::StrCat(R"("cached_tokens":)", alpha_again)), std::string::npos)
+      << again;
+  EXPECT_NE(http_cached("key-beta").find(R"("cached_tokens":0)"), std::string::npos);
+}
+
+// Tokenize and Detokenize name a model: a tenant may use them only on its
+// models, as Generate (PERMISSION_DENIED).
+TEST_F(TenantsDaemonTest, TokenizeAndDetokenizeCheckTheTenantsModels) {
+  v1::TokenizeRequest tok;
+  tok.set_model("m");
+  tok.set_text("hello");
+  auto denied = As("key-restricted")->Tokenize(tok);
+  EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied) << denied.status();
+  EXPECT_EQ(denied.status().message(), "tenant 'restricted' may not use model 'm'");
+  auto de_denied = As("key-restricted")->Detokenize("m", {1});
+  EXPECT_EQ(de_denied.status().code(), absl::StatusCode::kPermissionDenied) << de_denied.status();
+  EXPECT_EQ(de_denied.status().message(), "tenant 'restricted' may not use model 'm'");
+  auto ok = As("key-alpha")->Tokenize(tok);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_GT(ok->ids_size(), 0);
+  auto text = As("key-alpha")->Detokenize("m", {ok->ids().begin(), ok->ids().end()});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "hello");
+}
+
+// Quota 100 tokens / 60 s: eight 60-token streams (a short prompt +
+// max_tokens 56) asked for at once. Each reserves its prompt + max_tokens at
+// admission, so one runs and seven are refused with quota_exceeded (before
+// reservations all eight ran: 480 tokens). Over HTTP the refusal is a 429
+// whose code says quota_exceeded.
+TEST_F(TenantsDaemonTest, AQuotaHoldsAgainstConcurrentStreams) {
+  auto metered = As("key-metered");
+  std::vector<absl::StatusOr<client::GenerateResult>> runs(8, absl::UnknownError(""));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] { runs[i] = metered->Generate(TextRequest("m", "count", 56)); });
+  }
+  for (auto& t : threads) t.join();
+  int ok = 0, refused = 0;
+  int64_t used = 0;
+  for (const auto& r : runs) {
+    if (r.ok()) {
+      ++ok;
+      used += r->usage.prompt_tokens() + r->usage.completion_tokens();
+      continue;
+    }
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+    EXPECT_TRUE(absl::StartsWith(r.status().message(), "quota_exceeded: ")) << r.status();
+    ++refused;
+  }
+  EXPECT_EQ(ok, 1);
+  EXPECT_EQ(refused, 7);
+  EXPECT_LE(used, 100);
+  const auto usage = daemon_->tenants()->Snapshot();
+  EXPECT_EQ(usage[5].name, "metered");
+  EXPECT_EQ(usage[5].reserved_tokens, 0);
+  EXPECT_EQ(usage[5].window_tokens, used);
+  EXPECT_EQ(usage[5].rejected_quota, 7u);
+  auto r = minfer::testing::RunCommand(
+      {"/usr/bin/env", "curl", "-s", "-w", "\n%{http_code}", "-H",
+       "Authorization: Bearer key-metered", "-H", "Content-Type: application/json", "-d",
+       R"({"model": "m", "prompt": "count", "max_tokens": 90})",
+       absl::StrCat("http://", daemon_->http_address(), "/v1/completions")});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->out.find(R"("code":"quota_exceeded")"), std::string::npos) << r->out;
+  EXPECT_NE(r->out.find("\n429"), std::string::npos) << r->out;
 }
 
 TEST_F(TenantsDaemonTest, ASmallTenantGetsAtLeastTheBigTenantsPerStreamRate) {

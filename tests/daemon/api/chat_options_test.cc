@@ -76,5 +76,26 @@ TEST(ChatOptionsTest, RefusesReservedAndBadNamesAndTooMuch) {
   EXPECT_TRUE(absl::StrContains(ChatTemplateOptionsOf(big).status().message(), "bytes"));
 }
 
+// "tools" in the template's variables would describe tools to the model
+// (Qwen's and Llama's templates render them), which then answers with tool
+// calls minfer does not parse: refused, naming the key, as the top-level
+// "tools" field is.
+TEST(ChatOptionsTest, RefusesToolsAsATemplateVariable) {
+  for (const char* key : {"tools", "functions"}) {
+    v1::Chat chat;
+    (*chat.mutable_template_kwargs())[key] =
+        R"([{"type": "function", "function": {"name": "get_weather"}}])";
+    (*chat.mutable_template_kwargs())["enable_thinking"] = "false";
+    auto o = ChatTemplateOptionsOf(chat);
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_TRUE(absl::StartsWith(o.status().message(),
+                                 std::string("chat.template_kwargs.") + key + ": "))
+        << o.status();
+  }
+  v1::Chat fine;  // a variable that only shapes the rendering is taken
+  (*fine.mutable_template_kwargs())["tools_enabled_note"] = "1";
+  EXPECT_TRUE(ChatTemplateOptionsOf(fine).ok());
+}
+
 }  // namespace
 }  // namespace minfer::daemon

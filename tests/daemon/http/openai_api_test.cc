@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "daemon/serving/tenants.h"
 #include "engine/runtime/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -93,6 +94,111 @@ TEST(OpenAiParseTest, ChatTemplateKwargsTravelAsJsonText) {
   })"));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "chat_template_kwargs")) << bad.status();
+}
+
+// vLLM's cache_salt, on both endpoints: a string of 1 to 256 bytes, carried
+// into the generation request (which keys the prefix cache by it).
+TEST(OpenAiParseTest, CacheSaltIsCarriedAndChecked) {
+  EXPECT_EQ(MustParse(Endpoint::kChatCompletions,
+                      R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                          "cache_salt": "user-17"})")
+                .generate.cache_salt(),
+            "user-17");
+  EXPECT_EQ(MustParse(Endpoint::kCompletions,
+                      R"({"model": "m", "prompt": "x", "cache_salt": "team/a b"})")
+                .generate.cache_salt(),
+            "team/a b");
+  EXPECT_EQ(MustParse(Endpoint::kCompletions, R"({"model": "m", "prompt": "x"})")
+                .generate.cache_salt(),
+            "");
+  const std::string longest(256, 's');
+  EXPECT_EQ(MustParse(Endpoint::kCompletions,
+                      (R"({"model": "m", "prompt": "x", "cache_salt": ")" + longest + R"("})")
+                          .c_str())
+                .generate.cache_salt(),
+            longest);
+  struct Case {
+    Endpoint endpoint;
+    std::string body, message;
+  };
+  const Case cases[] = {
+      {Endpoint::kCompletions, R"({"model": "m", "prompt": "x", "cache_salt": 5})",
+       "cache_salt must be a string, got an integer"},
+      {Endpoint::kChatCompletions,
+       R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "cache_salt": ["a"]})",
+       "cache_salt must be a string, got an array"},
+      {Endpoint::kCompletions, R"({"model": "m", "prompt": "x", "cache_salt": ""})",
+       "cache_salt must be 1 to 256 bytes, got 0"},
+      {Endpoint::kChatCompletions,
+       R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "cache_salt": ")" +
+           std::string(257, 's') + R"("})",
+       "cache_salt must be 1 to 256 bytes, got 257"},
+  };
+  for (const Case& c : cases) {
+    absl::Status st = ParseError(c.endpoint, c.body.c_str());
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.body;
+    EXPECT_EQ(Param(st), "cache_salt") << c.body;
+    EXPECT_EQ(st.message(), c.message) << c.body;
+    EXPECT_EQ(ApiErrorFor(st).http_status, 400);
+  }
+  // The generation path's own check (gRPC's) renames to the same field.
+  absl::Status grpc = ToApiFieldError(
+      Endpoint::kCompletions, absl::InvalidArgumentError("cache_salt: 300 bytes, at most 256"));
+  EXPECT_EQ(Param(grpc), "cache_salt");
+}
+
+// Fields that would change what the response means are refused, naming
+// them; their harmless values (no tool selected, text output) are taken.
+TEST(OpenAiParseTest, MeaningChangingFieldsAreRefused) {
+  const std::string chat = R"("model": "m", "messages": [{"role": "user", "content": "x"}])";
+  struct Case {
+    std::string extra, param, message;
+  };
+  const Case refused[] = {
+      {R"("chat_template_kwargs": {"enable_thinking": false,
+                                   "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "chat_template_kwargs.tools",
+       "chat_template_kwargs.tools is not supported: minfer serves no tool calls"},
+      {R"("chat_template_kwargs": {"functions": []})", "chat_template_kwargs.functions",
+       "chat_template_kwargs.functions is not supported: minfer serves no tool calls"},
+      {R"("tool_choice": "required")", "tool_choice",
+       "tool_choice is not supported (only \"none\" or \"auto\": minfer serves no tool calls)"},
+      {R"("tool_choice": {"type": "function", "function": {"name": "f"}})", "tool_choice",
+       "tool_choice is not supported"},
+      {R"("function_call": {"name": "f"})", "function_call", "function_call is not supported"},
+      {R"("functions": [{"name": "f"}])", "functions", "functions are not supported"},
+      {R"("audio": {"voice": "alloy", "format": "wav"})", "audio", "audio is not supported"},
+      {R"("modalities": ["text", "audio"])", "modalities",
+       "modalities: only [\"text\"] is supported (no audio output)"},
+      {R"("modalities": "text")", "modalities", "modalities must be an array, got a string"},
+      {R"("prediction": {"type": "content", "content": "x"})", "prediction",
+       "prediction is not supported"},
+      {R"("web_search_options": {})", "web_search_options", "web_search_options is not supported"},
+      {R"("parallel_tool_calls": "yes")", "parallel_tool_calls",
+       "parallel_tool_calls must be a boolean, got a string"},
+  };
+  for (const Case& c : refused) {
+    const std::string body = "{" + chat + ", " + c.extra + "}";
+    absl::Status st = ParseError(Endpoint::kChatCompletions, body.c_str());
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_EQ(Param(st), c.param) << body;
+    EXPECT_THAT(std::string(st.message()), HasSubstr(c.message)) << body;
+    const ApiError e = ApiErrorFor(st);
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_EQ(e.param, c.param) << body;
+  }
+  // The completions endpoint refuses them too.
+  EXPECT_EQ(Param(ParseError(Endpoint::kCompletions,
+                             R"({"model": "m", "prompt": "x", "audio": {"voice": "alloy"}})")),
+            "audio");
+  for (const char* extra : {R"("tool_choice": "none")", R"("tool_choice": "auto")",
+                            R"("function_call": "none")", R"("parallel_tool_calls": false)",
+                            R"("parallel_tool_calls": true)", R"("modalities": ["text"])",
+                            R"("audio": null, "prediction": null, "tool_choice": null)",
+                            R"("tools": [], "functions": [])"}) {
+    const std::string body = "{" + chat + ", " + extra + "}";
+    EXPECT_TRUE(ParseError(Endpoint::kChatCompletions, body.c_str()).ok()) << body;
+  }
 }
 
 TEST(OpenAiParseTest, UnsetFieldsStayUnset) {
@@ -271,6 +377,9 @@ TEST(OpenAiErrorTest, StatusCodesMapToHttpStatusesAndOpenAiShapes) {
       {absl::PermissionDeniedError("x"), 403, "permission_error", ""},
       {absl::NotFoundError("x"), 404, "invalid_request_error", "model_not_found"},
       {absl::ResourceExhaustedError("x"), 429, "rate_limit_error", "queue_full"},
+      // A tenant's quota (marked by tenants.h, whatever the message says).
+      {QuotaExceededError("tenant 'a' used 95 of 100"), 429, "rate_limit_error",
+       "quota_exceeded"},
       {absl::FailedPreconditionError("x"), 503, "service_unavailable", "model_not_ready"},
       {absl::UnavailableError("x"), 503, "service_unavailable", "unavailable"},
       {absl::DeadlineExceededError("x"), 504, "timeout", ""},
