@@ -102,8 +102,12 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(absl::string_view template_tex
   }
   absl::StatusOr<jinja::Template> parsed = jinja::Template::Parse(template_text);
   if (!parsed.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model '", model_name, "': its chat template does not parse: ", parsed.status().message()));
+    // The file is at fault, not a request: INVALID_ARGUMENT, which refuses
+    // the model at load (Tokenizer::Create).
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model_name,
+                     "': its chat template (tokenizer.chat_template) does not parse: ",
+                     parsed.status().message()));
   }
   t.template_ = std::move(*parsed);
   t.from_model_ = true;

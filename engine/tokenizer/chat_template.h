@@ -83,9 +83,9 @@ inline constexpr absl::string_view kImEnd = "<|im_end|>";
 class ChatTemplate {
  public:
   // Parses `template_text` (empty = the model has none) once, for a model
-  // with pre-tokenizer `pre`. FAILED_PRECONDITION naming `model_name` when
-  // the template does not parse (with the line and column) or is absent for
-  // a non-qwen2 model.
+  // with pre-tokenizer `pre`. Errors name `model_name`: INVALID_ARGUMENT
+  // when the template does not parse (with its line and column, 1-based),
+  // FAILED_PRECONDITION when it is absent for a non-qwen2 model.
   static absl::StatusOr<ChatTemplate> Create(absl::string_view template_text, absl::string_view pre,
                                              absl::string_view model_name,
                                              const ChatSpecialTokens& tokens = {});

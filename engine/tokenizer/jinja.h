@@ -167,13 +167,25 @@ struct Limits {
   // Statement and expression nesting when parsing; rendering allows four
   // times as much (macro calls nest), which bounds macro recursion.
   int max_depth = 96;
-  // Evaluation steps (expression nodes, statements, loop iterations).
-  int64_t max_steps = 20'000'000;
+  // Evaluation steps: expression nodes and statements one each, a loop
+  // iteration 10, building strings one per 64 bytes, appending to the
+  // output one per 16 bytes, repeating a string one per repetition (weights
+  // that make a step cost about the same CPU whatever the template does).
+  // The budget bounds one rendering to ~100 ms of CPU: hostile loops of
+  // every kind measured 35-90 ns per step with these weights (2-core build
+  // machine, tests/engine/tokenizer/jinja_step_bench.cc; an empty loop
+  // iteration was charged one step before and cost 530 ns, which made the
+  // old budget of 20,000,000 ~10 s), so 1,000,000 steps: 35-90 ms. The
+  // real templates take 40-74 steps per message (Qwen3 the most), so a
+  // conversation of ~13,000 messages still renders.
+  int64_t max_steps = 1'000'000;
   // Bytes of any one string (the output included) and items of any one list.
   size_t max_string_bytes = size_t{64} << 20;
   size_t max_list_items = 1'000'000;
-  // Bytes of all strings built while rendering, together.
-  size_t max_total_bytes = size_t{1} << 30;
+  // Bytes of all strings and lists built while rendering, together (a
+  // real prompt builds a few times its own size). Filling 1 GiB with lists
+  // took 100 ms; 256 MiB keeps that well inside the step budget's time.
+  size_t max_total_bytes = size_t{256} << 20;
 };
 
 struct RenderOptions {
@@ -189,6 +201,8 @@ struct RenderResult {
   // Byte ranges [first, second) of `text` holding marked text: sorted,
   // disjoint, non-empty, touching ranges merged.
   std::vector<std::pair<size_t, size_t>> marked;
+  // Evaluation steps the render took (what Limits::max_steps bounds).
+  int64_t steps = 0;
 };
 
 class Template {

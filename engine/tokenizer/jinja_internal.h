@@ -337,8 +337,16 @@ class Renderer {
   absl::Status Charge(size_t bytes);
   absl::Status CheckListSize(size_t items) const;
   // Charges `n` evaluation steps (for builtins whose work grows faster than
-  // their input, such as sort).
+  // their input, such as sort). Step() is ChargeSteps(1).
   absl::Status ChargeSteps(int64_t n);
+  // What a loop iteration and building a string are charged, in steps
+  // (their CPU time measured against an expression node's by
+  // tests/engine/tokenizer/jinja_step_bench.cc).
+  static constexpr int64_t kLoopIterationSteps = 10;
+  static constexpr size_t kBytesPerStep = 64;
+  // Appending to the output (a growing buffer, reallocated and faulted in)
+  // measured several times dearer per byte than building a string.
+  static constexpr size_t kOutputBytesPerStep = 16;
   // Charges a scan of `bytes` of a string (code point offsets).
   absl::Status ChargeScan(size_t bytes);
   Value NewNamespace(DictData data);

@@ -74,13 +74,7 @@ Renderer::~Renderer() {
   }
 }
 
-absl::Status Renderer::Step() {
-  if (++steps_ > options_.limits.max_steps) {
-    return Exhausted(absl::StrCat("the template ran more than ", options_.limits.max_steps,
-                                  " evaluation steps"));
-  }
-  return absl::OkStatus();
-}
+absl::Status Renderer::Step() { return ChargeSteps(1); }
 
 absl::Status Renderer::Charge(size_t bytes) {
   const Limits& l = options_.limits;
@@ -93,12 +87,18 @@ absl::Status Renderer::Charge(size_t bytes) {
     return Exhausted(
         absl::StrCat("the template built more than ", l.max_total_bytes, " bytes of strings"));
   }
-  return absl::OkStatus();
+  // Copying bytes costs time too: a step per kBytesPerStep bytes built, so
+  // that building strings runs out of steps as fast as anything else.
+  return ChargeSteps(static_cast<int64_t>(bytes / kBytesPerStep));
 }
 
 absl::Status Renderer::ChargeSteps(int64_t n) {
   steps_ += n;
-  return Step();
+  if (steps_ > options_.limits.max_steps) {
+    return Exhausted(absl::StrCat("the template ran more than ", options_.limits.max_steps,
+                                  " evaluation steps (the limit on one rendering's work)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Renderer::ChargeScan(size_t bytes) {
@@ -525,6 +525,8 @@ absl::StatusOr<Value> Renderer::BinaryOp(BinOp op, const Value& a, const Value& 
         return Exhausted("the repeated string exceeds the string size limit");
       }
       RETURN_IF_ERROR(Charge(s.text.size() * static_cast<size_t>(count)));
+      // One append per repetition, whatever the string's length.
+      RETURN_IF_ERROR(ChargeSteps(count));
       StrBuilder sb;
       for (int64_t i = 0; i < count; ++i) sb.Append(s);
       return MakeStr(sb.Take());
@@ -750,6 +752,8 @@ absl::StatusOr<Value> Renderer::EvalInner(const Expr& e, const ScopePtr& scope) 
 absl::Status Renderer::Emit(const Value& v, StrBuilder* out) {
   if (v.kind() == Value::Kind::kString) {
     const StrData& s = ValueAccess::Str(v);
+    // Not a new string (no Charge), but growing the output costs time.
+    RETURN_IF_ERROR(ChargeSteps(static_cast<int64_t>(s.text.size() / kOutputBytesPerStep)));
     out->Append(s);
   } else {
     const StrData s = Display(v);
@@ -811,6 +815,7 @@ absl::Status Renderer::ExecStmt(const Stmt& s, const ScopePtr& scope, StrBuilder
   switch (s.kind) {
     case StmtKind::kText:
       st = Charge(s.text.size());
+      if (st.ok()) st = ChargeSteps(static_cast<int64_t>(s.text.size() / kOutputBytesPerStep));
       if (st.ok()) {
         out->Append(s.text);
         if (out->size() > options_.limits.max_string_bytes) {
@@ -925,7 +930,9 @@ absl::Status Renderer::ExecFor(const Stmt& s, const ScopePtr& scope, StrBuilder*
   }
   const int64_t n = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < n; ++i) {
-    RETURN_IF_ERROR(Step());
+    // An iteration builds a scope and the 13 entries of `loop`: as much
+    // work as kLoopIterationSteps expression nodes (jinja_step_bench).
+    RETURN_IF_ERROR(ChargeSteps(kLoopIterationSteps));
     auto iteration = std::make_shared<Scope>();
     iteration->parent = scope;
     DictData loop;
@@ -965,6 +972,7 @@ absl::StatusOr<RenderResult> Renderer::Run(const Variables& variables) {
   absl::Status st = Exec(program_.body, globals, &out);
   if (!st.ok()) return Public(std::move(st));
   RenderResult result;
+  result.steps = steps_;
   StrData data = out.Take();
   result.text = std::move(data.text);
   result.marked.reserve(data.marks.size());

@@ -347,6 +347,7 @@ absl::Status Tokenizer::Build(TokenizerData data) {
   if (bos_id_) special.bos_token = std::string(*TokenBytes(*bos_id_));
   if (eos_id_) special.eos_token = std::string(*TokenBytes(*eos_id_));
   chat_template_ = ChatTemplate::Create(data.chat_template, pre_, model_name_, special);
+  if (!data.chat_template.empty() && !chat_template_.ok()) return chat_template_.status();
   Logger("tokenizer")->debug(
       "model '{}': {} tokens, {} merges, {} added tokens; chat: {}", model_name_, n,
       merges_.size(), added,

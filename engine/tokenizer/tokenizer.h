@@ -72,7 +72,10 @@ class Tokenizer {
   // UNIMPLEMENTED for a model other than gpt2/qwen2; INVALID_ARGUMENT for an
   // empty token list, token types of the wrong count or value, a merge that
   // is malformed or names (or produces) a token not in the vocabulary, a
-  // byte with no token, or a special id out of range.
+  // byte with no token, a special id out of range, or a chat template that
+  // does not parse (naming its line and column: a model whose every chat
+  // request would fail is refused here rather than served). A model with no
+  // template keeps chat_template()'s reason and still encodes text.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(TokenizerData data);
 
   // Token ids for `text` (any bytes; see the header comment). Never fails.

@@ -163,7 +163,7 @@ TEST(ChatTemplateTest, Errors) {
   auto broken =
       ChatTemplate::Create("{% for m in messages %}\n{{ m.content }", "qwen2", "Broken-7B");
   ASSERT_FALSE(broken.ok());
-  EXPECT_EQ(broken.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(broken.status().message(), HasSubstr("model 'Broken-7B'"));
   EXPECT_THAT(broken.status().message(),
               HasSubstr("does not parse: line 2, column 14: unexpected '}'"));
@@ -196,6 +196,21 @@ TEST(ChatTemplateTest, Errors) {
   EXPECT_THAT(failed.status().message(),
               HasSubstr("model 'Strict': chat template: line 1, column"));
   EXPECT_THAT(failed.status().message(), HasSubstr("has no attribute 'nosuch'"));
+}
+
+// A model's template that loops for seconds (legal Jinja, so it loads) is
+// cut off by the default step budget on every request, naming the model.
+TEST(ChatTemplateTest, HostileLoopsRunOutOfSteps) {
+  auto t = ChatTemplate::Create(
+      "{% for m in messages %}{% for i in range(100000) %}{% for j in range(100000) %}"
+      "{% endfor %}{% endfor %}{{ m.content }}{% endfor %}",
+      "qwen2", "Spin-7B");
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto r = t->Render({{"user", "hi"}}, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(), HasSubstr("model 'Spin-7B': chat template"));
+  EXPECT_THAT(r.status().message(), HasSubstr("more than 1000000 evaluation steps"));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -660,6 +661,77 @@ TEST(JinjaTest, MalformedTemplatesNeverCrash) {
     (void)t->Render(vars, options);
   }
   EXPECT_GT(parsed, 100);  // the mutations do reach the renderer
+}
+
+}  // namespace
+}  // namespace minfer::tokenizer::jinja
+
+namespace minfer::tokenizer::jinja {
+namespace {
+
+// A legal template whose loops would run for seconds is cut off by the
+// default step budget (20,000,000 steps let an empty nested loop run ~10 s
+// of CPU; the budget is now sized for ~100 ms, see Limits::max_steps), and
+// steps are weighted so that the cheap-looking loop iteration pays for the
+// scope and `loop` variable it builds.
+TEST(JinjaBudgetTest, HostileLoopsAreCutOffByTheDefaultBudget) {
+  EXPECT_EQ(Limits().max_steps, 1'000'000);
+  EXPECT_EQ(Limits().max_total_bytes, size_t{256} << 20);
+  for (const char* source : {
+           "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+           "{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}",
+           "{% set s = 'x' * 60000 %}{% for i in range(100000) %}{{ s }}{% endfor %}",
+       }) {
+    auto t = Template::Parse(source);
+    ASSERT_TRUE(t.ok()) << t.status();
+    auto r = t->Render({});
+    ASSERT_FALSE(r.ok()) << source;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << source;
+    EXPECT_THAT(std::string(r.status().message()),
+                HasSubstr("the template ran more than 1000000 evaluation steps"))
+        << source;
+  }
+  // The weights: an iteration is 10 steps, so 1,000 empty iterations take
+  // 10,000 plus the few of the statement and range(1000) itself.
+  auto loop = Template::Parse("{% for i in range(1000) %}{% endfor %}");
+  ASSERT_TRUE(loop.ok());
+  auto r = loop->Render({});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GE(r->steps, 10'000);
+  EXPECT_LE(r->steps, 10'010);
+  // 64 KiB emitted costs 4,096 steps on top.
+  auto big = Template::Parse("{{ s }}");
+  ASSERT_TRUE(big.ok());
+  Variables vars;
+  vars["s"] = Value::String(std::string(65536, 'a'));
+  auto b = big->Render(vars);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->text.size(), 65536u);
+  EXPECT_GE(b->steps, 4096);
+  EXPECT_LE(b->steps, 4100);
+}
+
+// What real conversations need stays far inside the budget: 4,000 messages
+// through a ChatML loop of the shape the real templates have.
+TEST(JinjaBudgetTest, LongConversationsStillRender) {
+  auto t = Template::Parse(
+      "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
+      "message['content'] + '<|im_end|>\\n' }}{%- endfor %}"
+      "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<Value> messages;
+  for (int i = 0; i < 4000; ++i) {
+    messages.push_back(Value::Dict({{"role", Value::String(i % 2 ? "assistant" : "user")},
+                                    {"content", Value::String(absl::StrCat("message ", i))}}));
+  }
+  Variables vars;
+  vars["messages"] = Value::List(std::move(messages));
+  vars["add_generation_prompt"] = Value::Bool(true);
+  auto r = t->Render(vars);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(absl::StrContains(r->text, "<|im_start|>assistant\nmessage 3999<|im_end|>\n"));
+  EXPECT_GT(r->steps, 4000 * 20);  // ~26 per message
+  EXPECT_LT(r->steps, Limits().max_steps / 5);
 }
 
 }  // namespace

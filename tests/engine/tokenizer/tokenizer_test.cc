@@ -397,13 +397,14 @@ TEST(ChatTest, RunsAnyTemplateAndRefusesBrokenOnesNamingTheModel) {
   TokenizerData broken = ToyData();
   broken.model_name = "Broken-8B";
   broken.chat_template = "{% for message in messages %}{{ message.content }}";
-  auto tok2 = MakeToy(std::move(broken));
-  ASSERT_NE(tok2, nullptr);  // encoding still works
-  auto ids2 = tok2->EncodeChat({{"user", "hi"}}, true);
-  ASSERT_FALSE(ids2.ok());
-  EXPECT_EQ(ids2.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(ids2.status().message(), HasSubstr("model 'Broken-8B'"));
-  EXPECT_THAT(ids2.status().message(), HasSubstr("never closed"));
+  // A template that does not parse refuses the tokenizer (and so the
+  // model) instead of failing every chat request later.
+  auto tok2 = Tokenizer::Create(std::move(broken));
+  ASSERT_FALSE(tok2.ok());
+  EXPECT_EQ(tok2.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tok2.status().message(), HasSubstr("model 'Broken-8B'"));
+  EXPECT_THAT(tok2.status().message(), HasSubstr("line 1, column 1"));
+  EXPECT_THAT(tok2.status().message(), HasSubstr("never closed"));
 }
 
 TEST(ChatTest, QwenChatPromptMatchesPlainEncode) {
