@@ -45,8 +45,20 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
   m->knobs_ = options.knobs;
   ASSIGN_OR_RETURN(m->file_, gguf::GgufFile::Open(path));
   ASSIGN_OR_RETURN(m->arch_, models::DecoderModel::FromGguf(*m->file_));
-  ASSIGN_OR_RETURN(tokenizer::TokenizerData td, tokenizer::TokenizerDataFromGguf(*m->file_));
-  ASSIGN_OR_RETURN(m->tokenizer_, tokenizer::Tokenizer::Create(std::move(td)));
+  // Once the file is open, whatever is wrong with its tokenizer (a missing
+  // key, the reader's NOT_FOUND; a tokenizer kind minfer does not implement,
+  // UNIMPLEMENTED; a chat template that does not parse) is a model that can
+  // not be loaded: INVALID_ARGUMENT, as this function's contract and the
+  // admin API's LoadModel say.
+  auto model_file_error = [](const absl::Status& s) {
+    return absl::InvalidArgumentError(s.message());
+  };
+  absl::StatusOr<tokenizer::TokenizerData> td = tokenizer::TokenizerDataFromGguf(*m->file_);
+  if (!td.ok()) return model_file_error(td.status());
+  absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
+      tokenizer::Tokenizer::Create(std::move(*td));
+  if (!tok.ok()) return model_file_error(tok.status());
+  m->tokenizer_ = std::move(*tok);
   if (m->tokenizer_->vocab_size() > m->hparams().n_vocab) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model '", path, "': tokenizer has ", m->tokenizer_->vocab_size(),

@@ -31,7 +31,8 @@ uint64_t DecoderModel::weight_bytes() const {
 }
 
 absl::StatusOr<const Weight*> DecoderModel::Resolve(const gguf::GgufFile& f, const std::string& name,
-                                                  std::vector<int64_t> dims, bool optional) {
+                                                  std::vector<int64_t> dims, bool optional,
+                                                  absl::string_view why) {
   const gguf::TensorInfo* t = f.FindTensor(name);
   if (t == nullptr) {
     if (optional) return nullptr;
@@ -41,7 +42,8 @@ absl::StatusOr<const Weight*> DecoderModel::Resolve(const gguf::GgufFile& f, con
   if (t->dims != dims) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model '", f.path(), "': tensor '", name, "' has shape [", absl::StrJoin(t->dims, ", "),
-        "], expected [", absl::StrJoin(dims, ", "), "]"));
+        "], expected [", absl::StrJoin(dims, ", "), "]", why.empty() ? "" : " (", why,
+        why.empty() ? "" : ")"));
   }
   auto w = std::make_unique<Weight>();
   w->name = name;
@@ -53,7 +55,31 @@ absl::StatusOr<const Weight*> DecoderModel::Resolve(const gguf::GgufFile& f, con
   return weights_.back().get();
 }
 
+namespace {
+
+// RoPE scaling types a GGUF file may name (llama.cpp's
+// LLAMA_ROPE_SCALING_TYPES; llama.cpp refuses any other name at load).
+constexpr absl::string_view kRopeScalingTypes[] = {"none", "linear", "yarn", "longrope"};
+
+absl::Status BadKey(const gguf::GgufFile& f, absl::string_view key, absl::string_view value,
+                    absl::string_view problem) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("model '", f.path(), "': key '", key, "' = ", value, " ", problem));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::FromGguf(const gguf::GgufFile& f) {
+  absl::StatusOr<std::unique_ptr<DecoderModel>> m = ReadGguf(f);
+  if (m.ok()) return m;
+  // Everything that fails here is the file's fault: a key it lacks (the
+  // reader's NOT_FOUND) or a feature minfer does not run is a model the
+  // caller can not load, which the admin API documents as INVALID_ARGUMENT.
+  return absl::InvalidArgumentError(m.status().message());
+}
+
+absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::ReadGguf(
+    const gguf::GgufFile& f) {
   ASSIGN_OR_RETURN(std::string arch, f.GetString("general.architecture"));
   const ArchitectureSpec* spec = FindArchitecture(arch);
   if (spec == nullptr) {
@@ -73,11 +99,31 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::FromGguf(const gguf:
   auto get_int = [&](const std::string& key, int64_t* out) -> absl::Status {
     ASSIGN_OR_RETURN(*out, f.GetInt(key));
     if (*out <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model '", f.path(), "': key '", key, "' must be positive, got ", *out));
+      return BadKey(f, key, absl::StrCat(*out), "must be positive");
     }
     return absl::OkStatus();
   };
+  // A float key the math divides by or raises to a power: a NaN, an
+  // infinity or a value <= 0 would give every logit as NaN or garbage
+  // (checked as the float the kernels use: 1e300 is finite as a double).
+  auto get_positive_float = [&](const std::string& key, float* out) -> absl::Status {
+    ASSIGN_OR_RETURN(double v, f.GetFloat(key));
+    const float fv = static_cast<float>(v);
+    if (!std::isfinite(fv) || !(fv > 0)) {
+      return BadKey(f, key, absl::StrCat(v), "must be a finite positive number");
+    }
+    *out = fv;
+    return absl::OkStatus();
+  };
+  // Mixtral and other mixture-of-experts files share the `llama` name: said first, as
+  // the reason, whatever else their keys hold.
+  if (f.Has(A + "expert_count")) {
+    ASSIGN_OR_RETURN(int64_t experts, f.GetInt(A + "expert_count"));
+    if (experts > 0) {
+      return BadKey(f, A + "expert_count", absl::StrCat(experts),
+                    "(mixture-of-experts models are not supported)");
+    }
+  }
   RETURN_IF_ERROR(get_int(A + "embedding_length", &hp.n_embd));
   RETURN_IF_ERROR(get_int(A + "feed_forward_length", &hp.n_ff));
   RETURN_IF_ERROR(get_int(A + "block_count", &hp.n_layer));
@@ -88,75 +134,88 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::FromGguf(const gguf:
     RETURN_IF_ERROR(get_int(A + "attention.head_count_kv", &hp.n_head_kv));
   }
   if (hp.n_head % hp.n_head_kv != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("model '", f.path(), "': n_head ", hp.n_head,
-                                                   " is not a multiple of n_head_kv ", hp.n_head_kv));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", f.path(), "': key '", A, "attention.head_count' = ", hp.n_head,
+                     " is not a multiple of '", A, "attention.head_count_kv' = ", hp.n_head_kv));
   }
   // head_dim: attention.key_length when the file has it (Qwen3 always),
   // else n_embd / n_head. Values as wide as keys is what the attention
-  // kernels implement.
+  // kernels implement, so attention.value_length, when present, must equal
+  // the head dimension however it was found.
+  std::string head_dim_from;  // where head_dim came from, for messages
   if (f.Has(A + "attention.key_length")) {
     RETURN_IF_ERROR(get_int(A + "attention.key_length", &hp.head_dim));
-    int64_t value_length = hp.head_dim;
-    if (f.Has(A + "attention.value_length")) {
-      RETURN_IF_ERROR(get_int(A + "attention.value_length", &value_length));
-    }
-    if (value_length != hp.head_dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model '", f.path(), "': key '", A, "attention.value_length' = ", value_length,
-          " differs from key_length ", hp.head_dim, " (not supported)"));
-    }
+    head_dim_from = absl::StrCat("'", A, "attention.key_length'");
   } else if (hp.n_embd % hp.n_head != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("model '", f.path(), "': n_embd ", hp.n_embd,
-                                                   " is not a multiple of n_head ", hp.n_head,
-                                                   " and the file has no ", A,
-                                                   "attention.key_length"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", f.path(), "': key '", A, "embedding_length' = ", hp.n_embd,
+        " is not a multiple of '", A, "attention.head_count' = ", hp.n_head, " and the file has no ",
+        A, "attention.key_length"));
   } else {
     hp.head_dim = hp.n_embd / hp.n_head;
+    head_dim_from = absl::StrCat("'", A, "embedding_length' ", hp.n_embd, " / '", A,
+                                 "attention.head_count' ", hp.n_head);
+  }
+  if (f.Has(A + "attention.value_length")) {
+    int64_t value_length = 0;
+    RETURN_IF_ERROR(get_int(A + "attention.value_length", &value_length));
+    if (value_length != hp.head_dim) {
+      return BadKey(f, A + "attention.value_length", absl::StrCat(value_length),
+                    absl::StrCat("differs from the key head dimension ", hp.head_dim, " (",
+                                 head_dim_from, "); minfer runs only equal key and value heads"));
+    }
+  }
+  if (hp.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", f.path(), "': head dimension ",
+                                                   hp.head_dim, " (", head_dim_from,
+                                                   ") is odd; RoPE turns pairs of dimensions"));
   }
   if (f.Has(A + "rope.freq_base")) {
-    ASSIGN_OR_RETURN(double base, f.GetFloat(A + "rope.freq_base"));
-    hp.rope_base = static_cast<float>(base);
+    RETURN_IF_ERROR(get_positive_float(A + "rope.freq_base", &hp.rope_base));
   }
   if (f.Has(A + "attention.layer_norm_rms_epsilon")) {
-    ASSIGN_OR_RETURN(double eps, f.GetFloat(A + "attention.layer_norm_rms_epsilon"));
-    hp.rms_eps = static_cast<float>(eps);
+    RETURN_IF_ERROR(get_positive_float(A + "attention.layer_norm_rms_epsilon", &hp.rms_eps));
   }
-  if (!(hp.rope_base > 0) || !(hp.rms_eps > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("model '", f.path(),
-                                                   "': rope freq base and RMS eps must be positive"));
-  }
-  // The graph ropes every dimension of a head; a partial rotary and the
-  // position-scaling schemes that change the angles (linear, YaRN) would
-  // silently give other numbers, so they are refused.
-  if (f.Has(A + "rope.dimension_count")) {
-    int64_t n_rot = 0;
-    RETURN_IF_ERROR(get_int(A + "rope.dimension_count", &n_rot));
-    if (n_rot != hp.head_dim) {
-      return absl::UnimplementedError(absl::StrCat("model '", f.path(), "': ", A,
-                                                   "rope.dimension_count ", n_rot,
-                                                   " differs from head_dim ", hp.head_dim,
-                                                   " (partial rotary embedding is not supported)"));
+  // RoPE scaling, read as llama.cpp reads it: the type defaults to "linear"
+  // when the file gives a factor (rope.scaling.factor, or the older
+  // rope.scale_linear), and a factor of 0 means none. The graph turns pair i
+  // by pos * base^(-2i/d) (times rope_freqs.weight's factor, Llama 3's
+  // scaling baked into the file); a scheme that changes the angles (linear
+  // and YaRN at a factor other than 1, LongRoPE) would silently give other
+  // numbers, and an unknown name is a file llama.cpp refuses too.
+  {
+    std::string factor_key;
+    for (const char* k : {"rope.scaling.factor", "rope.scale_linear"}) {
+      if (f.Has(A + k)) {
+        factor_key = A + k;
+        break;
+      }
     }
-  }
-  // Mixtral and other mixture-of-experts files share the `llama` name.
-  if (f.Has(A + "expert_count")) {
-    ASSIGN_OR_RETURN(int64_t experts, f.GetInt(A + "expert_count"));
-    if (experts > 0) {
-      return absl::UnimplementedError(absl::StrCat("model '", f.path(), "': ", experts,
-                                                   " experts (mixture-of-experts models are not "
-                                                   "supported)"));
+    double factor = 0;
+    if (!factor_key.empty()) {
+      ASSIGN_OR_RETURN(factor, f.GetFloat(factor_key));
+      if (!std::isfinite(factor) || factor < 0) {
+        return BadKey(f, factor_key, absl::StrCat(factor), "must be a finite positive number");
+      }
     }
-  }
-  if (f.Has(A + "rope.scaling.type")) {
-    ASSIGN_OR_RETURN(std::string scaling, f.GetString(A + "rope.scaling.type"));
-    double factor = 1.0;
-    if (f.Has(A + "rope.scaling.factor")) {
-      ASSIGN_OR_RETURN(factor, f.GetFloat(A + "rope.scaling.factor"));
+    const std::string type_key = A + "rope.scaling.type";
+    std::string scaling = "linear";
+    if (f.Has(type_key)) {
+      ASSIGN_OR_RETURN(scaling, f.GetString(type_key));
+      if (std::find(std::begin(kRopeScalingTypes), std::end(kRopeScalingTypes), scaling) ==
+          std::end(kRopeScalingTypes)) {
+        return BadKey(f, type_key, absl::StrCat("'", scaling, "'"),
+                      absl::StrCat("is not a RoPE scaling type (known: ",
+                                   absl::StrJoin(kRopeScalingTypes, ", "), ")"));
+      }
     }
-    if (scaling != "none" && factor != 1.0) {
-      return absl::UnimplementedError(absl::StrCat("model '", f.path(), "': rope scaling '",
-                                                   scaling, "' (factor ", factor,
-                                                   ") is not supported"));
+    const bool scaled = factor != 0 && factor != 1;
+    if (scaling == "longrope" || (scaling != "none" && scaled)) {
+      return BadKey(f, f.Has(type_key) ? type_key : factor_key,
+                    f.Has(type_key) ? absl::StrCat("'", scaling, "'") : absl::StrCat(factor),
+                    absl::StrCat("(RoPE scaling '", scaling, "' at factor ", factor == 0 ? 1 : factor,
+                                 ") is not supported; minfer runs unscaled RoPE and Llama 3's "
+                                 "rope_freqs.weight factors"));
     }
   }
   const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
@@ -168,6 +227,14 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::FromGguf(const gguf:
 
   const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff, V = hp.n_vocab;
   const int64_t HD = hp.head_dim;
+  // Why the attention tensors have the widths they must: a file whose
+  // head-count or head-dimension keys disagree with its tensors shows here,
+  // and the message says which keys the expectation came from.
+  const std::string q_why = absl::StrCat("'", A, "attention.head_count' ", hp.n_head,
+                                         " x head dimension ", HD, " from ", head_dim_from);
+  const std::string kv_why = absl::StrCat("'", A, "attention.head_count_kv' ", hp.n_head_kv,
+                                          " x head dimension ", HD, " from ", head_dim_from);
+  const std::string hd_why = absl::StrCat("head dimension from ", head_dim_from);
   ASSIGN_OR_RETURN(m->token_embd_, m->Resolve(f, "token_embd.weight", {E, V}, false));
   ASSIGN_OR_RETURN(m->output_norm_, m->Resolve(f, "output_norm.weight", {E}, false));
   ASSIGN_OR_RETURN(m->output_, m->Resolve(f, "output.weight", {E, V}, true));
@@ -177,7 +244,8 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::FromGguf(const gguf:
   }
   // Llama 3.1+'s frequency factors; llama.cpp reads them for every
   // architecture, so a file of another family that carries them gets them.
-  ASSIGN_OR_RETURN(m->rope_freqs_, m->Resolve(f, "rope_freqs.weight", {HD / 2}, true));
+  ASSIGN_OR_RETURN(m->rope_freqs_, m->Resolve(f, "rope_freqs.weight", {HD / 2}, true,
+                                                absl::StrCat("half the ", hd_why)));
   if (m->rope_freqs_ != nullptr) {
     if (m->rope_freqs_->type != GgmlType::kF32) {
       return absl::InvalidArgumentError(
@@ -197,20 +265,20 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::FromGguf(const gguf:
     const std::string p = absl::StrCat("blk.", l, ".");
     DecoderLayer L;
     ASSIGN_OR_RETURN(L.attn_norm, m->Resolve(f, p + "attn_norm.weight", {E}, false));
-    ASSIGN_OR_RETURN(L.wq, m->Resolve(f, p + "attn_q.weight", {E, Q}, false));
-    ASSIGN_OR_RETURN(L.wk, m->Resolve(f, p + "attn_k.weight", {E, KV}, false));
-    ASSIGN_OR_RETURN(L.wv, m->Resolve(f, p + "attn_v.weight", {E, KV}, false));
-    ASSIGN_OR_RETURN(L.bq, m->Resolve(f, p + "attn_q.bias", {Q}, true));
-    ASSIGN_OR_RETURN(L.bk, m->Resolve(f, p + "attn_k.bias", {KV}, true));
-    ASSIGN_OR_RETURN(L.bv, m->Resolve(f, p + "attn_v.bias", {KV}, true));
+    ASSIGN_OR_RETURN(L.wq, m->Resolve(f, p + "attn_q.weight", {E, Q}, false, q_why));
+    ASSIGN_OR_RETURN(L.wk, m->Resolve(f, p + "attn_k.weight", {E, KV}, false, kv_why));
+    ASSIGN_OR_RETURN(L.wv, m->Resolve(f, p + "attn_v.weight", {E, KV}, false, kv_why));
+    ASSIGN_OR_RETURN(L.bq, m->Resolve(f, p + "attn_q.bias", {Q}, true, q_why));
+    ASSIGN_OR_RETURN(L.bk, m->Resolve(f, p + "attn_k.bias", {KV}, true, kv_why));
+    ASSIGN_OR_RETURN(L.bv, m->Resolve(f, p + "attn_v.bias", {KV}, true, kv_why));
     // Qwen3's per-head q/k norms are part of the architecture: required.
-    ASSIGN_OR_RETURN(L.q_norm, m->Resolve(f, p + "attn_q_norm.weight", {HD}, !spec->qk_norm));
-    ASSIGN_OR_RETURN(L.k_norm, m->Resolve(f, p + "attn_k_norm.weight", {HD}, !spec->qk_norm));
+    ASSIGN_OR_RETURN(L.q_norm, m->Resolve(f, p + "attn_q_norm.weight", {HD}, !spec->qk_norm, hd_why));
+    ASSIGN_OR_RETURN(L.k_norm, m->Resolve(f, p + "attn_k_norm.weight", {HD}, !spec->qk_norm, hd_why));
     if ((L.q_norm == nullptr) != (L.k_norm == nullptr)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model '", f.path(), "': layer ", l, " has one of attn_q_norm / attn_k_norm, not both"));
     }
-    ASSIGN_OR_RETURN(L.wo, m->Resolve(f, p + "attn_output.weight", {Q, E}, false));
+    ASSIGN_OR_RETURN(L.wo, m->Resolve(f, p + "attn_output.weight", {Q, E}, false, q_why));
     ASSIGN_OR_RETURN(L.ffn_norm, m->Resolve(f, p + "ffn_norm.weight", {E}, false));
     ASSIGN_OR_RETURN(L.w_gate, m->Resolve(f, p + "ffn_gate.weight", {E, F}, false));
     ASSIGN_OR_RETURN(L.w_up, m->Resolve(f, p + "ffn_up.weight", {E, F}, false));
@@ -226,6 +294,25 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::FromGguf(const gguf:
   if (m->output_norm_->type != GgmlType::kF32) {
     return absl::InvalidArgumentError(
         absl::StrCat("model '", f.path(), "': tensor 'output_norm.weight' must be f32"));
+  }
+  // The graph ropes every dimension of a head. Checked after the tensors:
+  // when the head-dimension keys disagree with the tensors, that is the
+  // file's real inconsistency (reported above with the keys it came from),
+  // not a partial rotary embedding.
+  if (f.Has(A + "rope.dimension_count")) {
+    int64_t n_rot = 0;
+    RETURN_IF_ERROR(get_int(A + "rope.dimension_count", &n_rot));
+    if (n_rot > HD || n_rot % 2 != 0) {
+      return BadKey(f, A + "rope.dimension_count", absl::StrCat(n_rot),
+                    absl::StrCat("is inconsistent with the head dimension ", HD, " (",
+                                 head_dim_from, ", which the attention tensors confirm): RoPE "
+                                 "turns an even number of dimensions, at most a head's"));
+    }
+    if (n_rot != HD) {
+      return BadKey(f, A + "rope.dimension_count", absl::StrCat(n_rot),
+                    absl::StrCat("turns only part of the head dimension ", HD, " (", head_dim_from,
+                                 "); partial rotary embedding is not supported"));
+    }
   }
   return m;
 }

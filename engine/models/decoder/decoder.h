@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/gguf/gguf.h"
 #include "engine/graph/graph.h"
 #include "engine/graph/weight.h"
@@ -78,10 +79,18 @@ struct DecoderLayer {
 // pointers into the file's mapping: the GgufFile must outlive it.
 class DecoderModel {
  public:
-  // Reads hyperparameters (errors name the missing/invalid key) and resolves
-  // every weight by name once, checking its shape (errors name the tensor).
-  // An architecture without a registry row is INVALID_ARGUMENT naming the
-  // supported ones.
+  // Reads hyperparameters and resolves every weight by name once, checking
+  // its shape. Every error is INVALID_ARGUMENT (the file is corrupt, crafted
+  // or of a kind minfer does not run) naming the GGUF key and its value or
+  // the tensor and its shape: a missing key; a count that is not positive;
+  // rope.freq_base or the RMS epsilon not finite and positive; an unknown
+  // rope.scaling.type, or a known one that changes the angles (linear or
+  // YaRN at a factor other than 1, LongRoPE); attention.value_length other
+  // than the key head dimension; rope.dimension_count other than the head
+  // dimension (the head dimension is attention.key_length, else
+  // embedding_length / head_count, and must agree with the tensors first);
+  // mixture-of-experts files; an architecture without a registry row (the
+  // message names the supported ones).
   static absl::StatusOr<std::unique_ptr<DecoderModel>> FromGguf(const gguf::GgufFile& file);
 
   const DecoderHparams& hparams() const { return hp_; }
@@ -97,8 +106,14 @@ class DecoderModel {
 
  private:
   DecoderModel() = default;
+  // FromGguf's checks, with the reader's own codes (NOT_FOUND for a missing key).
+  static absl::StatusOr<std::unique_ptr<DecoderModel>> ReadGguf(
+      const gguf::GgufFile& file);
+  // The tensor `name` of shape `dims`; `why` (if any) says where the
+  // expected shape came from, for the error.
   absl::StatusOr<const graph::Weight*> Resolve(const gguf::GgufFile& f, const std::string& name,
-                                               std::vector<int64_t> dims, bool optional);
+                                               std::vector<int64_t> dims, bool optional,
+                                               absl::string_view why = {});
 
   DecoderHparams hp_;
   std::vector<std::unique_ptr<graph::Weight>> weights_;

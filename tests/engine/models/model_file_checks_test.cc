@@ -1,0 +1,237 @@
+// Crafted GGUF files (a real synthetic model with some keys or tensors
+// changed) are refused at load with INVALID_ARGUMENT naming the key and its
+// value, or the tensor and where its expected shape came from: numbers the
+// math can not use (an infinite RoPE base), schemes minfer does not run (an
+// unknown or active RoPE scaling), head dimensions that disagree, and
+// tokenizers or chat templates that can not work. Each of these loaded (or
+// was refused with another code or the wrong diagnosis) before.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/writer.h"
+#include "engine/models/decoder/decoder.h"
+#include "engine/runtime/model.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/gguf_rewrite.h"
+#include "tests/support/test_models.h"
+
+namespace minfer {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::GgufEdit;
+using testing::RewriteGguf;
+
+class ModelFileChecksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // llama-tiny: embedding 256, 4 heads of 64, 2 KV heads, rope_freqs.weight,
+    // rope.dimension_count 64.
+    auto p = testing::TestModelPath("llama-tiny", "q8_0");
+    ASSERT_TRUE(p.ok()) << p.status();
+    llama_ = *p;
+  }
+
+  // FromGguf's verdict on llama-tiny edited by `edit`.
+  absl::Status Check(const GgufEdit& edit) {
+    auto path = RewriteGguf(llama_, absl::StrCat("crafted", ++n_, ".gguf"), edit);
+    if (!path.ok()) return absl::InternalError(path.status().ToString());
+    auto f = gguf::GgufFile::Open(*path);
+    if (!f.ok()) return absl::InternalError(f.status().ToString());
+    auto m = models::DecoderModel::FromGguf(**f);
+    if (m.ok()) {
+      head_dim_ = (*m)->hparams().head_dim;
+      rope_base_ = (*m)->hparams().rope_base;
+    }
+    return m.status();
+  }
+  absl::Status CheckKey(const std::string& key, gguf::Value v) {
+    return Check({.keys = [&](gguf::GgufWriter& w) { w.Set(key, v); }});
+  }
+
+  std::string llama_;
+  int n_ = 0;
+  int64_t head_dim_ = 0;
+  float rope_base_ = 0;
+};
+
+#define EXPECT_REFUSED(status, ...)                                              \
+  do {                                                                           \
+    const absl::Status s_ = (status);                                            \
+    EXPECT_EQ(s_.code(), absl::StatusCode::kInvalidArgument) << s_;              \
+    for (const char* sub : {__VA_ARGS__}) {                                      \
+      EXPECT_THAT(std::string(s_.message()), HasSubstr(sub));                    \
+    }                                                                            \
+  } while (0)
+
+TEST_F(ModelFileChecksTest, TheUneditedCopyLoads) {
+  // The copy itself is fine: every refusal below comes from its edit.
+  ASSERT_TRUE(Check({}).ok());
+  EXPECT_EQ(head_dim_, 64);
+  EXPECT_EQ(rope_base_, 500000.0f);
+  // A finite base in range is taken as given.
+  ASSERT_TRUE(CheckKey("llama.rope.freq_base", gguf::Value::F32(10000)).ok());
+  EXPECT_EQ(rope_base_, 10000.0f);
+}
+
+TEST_F(ModelFileChecksTest, RopeFrequencyBaseMustBeFinitePositive) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_REFUSED(CheckKey("llama.rope.freq_base", gguf::Value::F32(inf)),
+                 "key 'llama.rope.freq_base' = inf", "finite positive");
+  EXPECT_REFUSED(CheckKey("llama.rope.freq_base", gguf::Value::F32(-inf)),
+                 "key 'llama.rope.freq_base' = -inf");
+  EXPECT_REFUSED(CheckKey("llama.rope.freq_base", gguf::Value::F32(std::nanf(""))),
+                 "key 'llama.rope.freq_base' = nan");
+  EXPECT_REFUSED(CheckKey("llama.rope.freq_base", gguf::Value::F32(0)),
+                 "key 'llama.rope.freq_base' = 0");
+  EXPECT_REFUSED(CheckKey("llama.rope.freq_base", gguf::Value::F32(-10000)),
+                 "key 'llama.rope.freq_base' = -10000");
+  // Finite as a double, infinite as the float the kernels use.
+  EXPECT_REFUSED(CheckKey("llama.rope.freq_base", gguf::Value::F64(1e300)),
+                 "key 'llama.rope.freq_base' = 1e+300");
+  EXPECT_REFUSED(
+      CheckKey("llama.attention.layer_norm_rms_epsilon", gguf::Value::F32(std::nanf(""))),
+      "key 'llama.attention.layer_norm_rms_epsilon' = nan");
+  EXPECT_REFUSED(CheckKey("llama.attention.layer_norm_rms_epsilon", gguf::Value::F32(inf)),
+                 "key 'llama.attention.layer_norm_rms_epsilon' = inf");
+}
+
+TEST_F(ModelFileChecksTest, RopeScalingMustBeKnownAndInactive) {
+  // An unknown name was treated as none.
+  EXPECT_REFUSED(CheckKey("llama.rope.scaling.type", gguf::Value::String("dynamic-ntk")),
+                 "key 'llama.rope.scaling.type' = 'dynamic-ntk'",
+                 "known: none, linear, yarn, longrope");
+  // Known, but it changes the angles.
+  EXPECT_REFUSED(Check({.keys =
+                            [](gguf::GgufWriter& w) {
+                              w.SetString("llama.rope.scaling.type", "yarn");
+                              w.SetF32("llama.rope.scaling.factor", 4);
+                            }}),
+                 "key 'llama.rope.scaling.type' = 'yarn'", "factor 4", "not supported");
+  EXPECT_REFUSED(CheckKey("llama.rope.scaling.type", gguf::Value::String("longrope")),
+                 "key 'llama.rope.scaling.type' = 'longrope'");
+  // A factor without a type is linear scaling (llama.cpp's default).
+  EXPECT_REFUSED(CheckKey("llama.rope.scaling.factor", gguf::Value::F32(8)),
+                 "key 'llama.rope.scaling.factor' = 8", "'linear'");
+  EXPECT_REFUSED(CheckKey("llama.rope.scale_linear", gguf::Value::F32(2)),
+                 "key 'llama.rope.scale_linear' = 2");
+  EXPECT_REFUSED(CheckKey("llama.rope.scaling.factor", gguf::Value::F32(std::nanf(""))),
+                 "key 'llama.rope.scaling.factor' = nan");
+  EXPECT_REFUSED(CheckKey("llama.rope.scaling.factor", gguf::Value::F32(-2)),
+                 "key 'llama.rope.scaling.factor' = -2");
+  // What leaves the angles alone loads: no scaling, a factor of 1, and
+  // llama.cpp's 0 for "none".
+  EXPECT_TRUE(Check({.keys =
+                         [](gguf::GgufWriter& w) {
+                           w.SetString("llama.rope.scaling.type", "none");
+                           w.SetF32("llama.rope.scaling.factor", 4);
+                         }})
+                  .ok());
+  EXPECT_TRUE(Check({.keys =
+                         [](gguf::GgufWriter& w) {
+                           w.SetString("llama.rope.scaling.type", "yarn");
+                           w.SetF32("llama.rope.scaling.factor", 1);
+                         }})
+                  .ok());
+  EXPECT_TRUE(CheckKey("llama.rope.scaling.factor", gguf::Value::F32(0)).ok());
+}
+
+TEST_F(ModelFileChecksTest, HeadDimensionsMustAgree) {
+  // value_length without key_length was not looked at.
+  EXPECT_REFUSED(CheckKey("llama.attention.value_length", gguf::Value::U32(32)),
+                 "key 'llama.attention.value_length' = 32",
+                 "differs from the key head dimension 64",
+                 "'llama.embedding_length' 256 / 'llama.attention.head_count' 4");
+  EXPECT_REFUSED(Check({.keys =
+                            [](gguf::GgufWriter& w) {
+                              w.SetU32("llama.attention.key_length", 64);
+                              w.SetU32("llama.attention.value_length", 128);
+                            }}),
+                 "key 'llama.attention.value_length' = 128",
+                 "'llama.attention.key_length'");
+  // Equal key and value lengths that match the tensors load.
+  EXPECT_TRUE(Check({.keys =
+                         [](gguf::GgufWriter& w) {
+                           w.SetU32("llama.attention.key_length", 64);
+                           w.SetU32("llama.attention.value_length", 64);
+                         }})
+                  .ok());
+  // A key length the tensors do not have names the tensor and the key.
+  EXPECT_REFUSED(CheckKey("llama.attention.key_length", gguf::Value::U32(32)),
+                 "'rope_freqs.weight' has shape [32], expected [16]",
+                 "'llama.attention.key_length'");
+  EXPECT_REFUSED(CheckKey("llama.attention.head_count_kv", gguf::Value::U32(3)),
+                 "'llama.attention.head_count' = 4 is not a multiple of",
+                 "'llama.attention.head_count_kv' = 3");
+}
+
+// A head count that disagrees with the tensors was reported as "partial
+// rotary embedding is not supported" (rope.dimension_count 64 vs the 32 the
+// wrong count implies); the diagnosis now names the tensor and the keys.
+TEST_F(ModelFileChecksTest, ShapeErrorsAreNotMisdiagnosedAsPartialRotary) {
+  const absl::Status s = Check({.keys =
+                                    [](gguf::GgufWriter& w) {
+                                      w.SetU32("llama.attention.head_count", 8);
+                                    },
+                                .drop_tensors = {"rope_freqs.weight"}});
+  EXPECT_REFUSED(s, "tensor 'blk.0.attn_k.weight' has shape [256, 128], expected [256, 64]",
+                 "'llama.attention.head_count_kv' 2 x head dimension 32",
+                 "'llama.embedding_length' 256 / 'llama.attention.head_count' 8");
+  EXPECT_THAT(std::string(s.message()), Not(HasSubstr("partial")));
+  // rope.dimension_count itself wrong: more than a head (inconsistent), or
+  // less (a real partial rotary, which minfer does not run); both name it.
+  const absl::Status big = CheckKey("llama.rope.dimension_count", gguf::Value::U32(128));
+  EXPECT_REFUSED(big, "key 'llama.rope.dimension_count' = 128",
+                 "inconsistent with the head dimension 64");
+  EXPECT_THAT(std::string(big.message()), Not(HasSubstr("partial")));
+  EXPECT_REFUSED(CheckKey("llama.rope.dimension_count", gguf::Value::U32(32)),
+                 "key 'llama.rope.dimension_count' = 32", "partial rotary");
+}
+
+TEST_F(ModelFileChecksTest, MissingKeysAndExpertsAreInvalidArgument) {
+  // The reader's NOT_FOUND for a missing key was passed through.
+  EXPECT_REFUSED(Check({.drop_keys = {"llama.block_count"}}), "missing key 'llama.block_count'");
+  // UNIMPLEMENTED before.
+  EXPECT_REFUSED(CheckKey("llama.expert_count", gguf::Value::U32(8)),
+                 "key 'llama.expert_count' = 8", "mixture-of-experts");
+}
+
+// Model::Load: the tokenizer's problems are the file's too.
+TEST_F(ModelFileChecksTest, TokenizerAndTemplateProblemsRefuseTheModel) {
+  auto load = [&](const GgufEdit& edit) -> absl::Status {
+    auto path = RewriteGguf(llama_, absl::StrCat("crafted", ++n_, ".gguf"), edit);
+    if (!path.ok()) return absl::InternalError(path.status().ToString());
+    return runtime::Model::Load(*path, {.backend = "cpu", .prefetch = false}).status();
+  };
+  // UNIMPLEMENTED before.
+  EXPECT_REFUSED(load({.keys = [](gguf::GgufWriter& w) {
+                   w.SetString("tokenizer.ggml.pre", "gpt-4o");
+                 }}),
+                 "pre-tokenizer 'gpt-4o' is not supported");
+  // NOT_FOUND before.
+  EXPECT_REFUSED(load({.drop_keys = {"tokenizer.ggml.tokens"}}), "tokenizer.ggml.tokens");
+  // Loaded before, and then every chat request failed with a 400.
+  EXPECT_REFUSED(load({.keys = [](gguf::GgufWriter& w) {
+                   w.SetString("tokenizer.chat_template",
+                               "{% for m in messages %}\n{{ m.content }\n{% endfor %}");
+                 }}),
+                 "tokenizer.chat_template", "does not parse: line 2, column 14");
+  EXPECT_REFUSED(load({.keys = [](gguf::GgufWriter& w) {
+                   w.SetString("tokenizer.chat_template", "{% if messages %}never closed");
+                 }}),
+                 "does not parse: line 1");
+  // The unedited file loads, with its template.
+  auto path = RewriteGguf(llama_, "unedited.gguf", {});
+  ASSERT_TRUE(path.ok());
+  auto m = runtime::Model::Load(*path, {.backend = "cpu", .prefetch = false});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE((*m)->tokenizer().chat_template().ok());
+}
+
+}  // namespace
+}  // namespace minfer
