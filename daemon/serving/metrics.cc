@@ -3,6 +3,7 @@
 #include <exception>
 #include <sstream>
 
+#include "CivetServer.h"
 #include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
 
@@ -135,19 +136,47 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                    .Add({});
 }
 
-Metrics::~Metrics() = default;
+// GET /metrics: the registry's text exposition (civetweb runs it on its own
+// threads; Serialize is thread-safe).
+class Metrics::Handler : public CivetHandler {
+ public:
+  explicit Handler(const Metrics* metrics) : metrics_(metrics) {}
+
+  bool handleGet(CivetServer* server, mg_connection* conn) override {
+    return handleGet(server, conn, nullptr);
+  }
+  bool handleGet(CivetServer*, mg_connection* conn, int* status_code) override {
+    const std::string body = metrics_->Serialize();
+    mg_send_http_ok(conn, "text/plain; version=0.0.4; charset=utf-8",
+                    static_cast<long long>(body.size()));
+    mg_write(conn, body.data(), body.size());
+    if (status_code != nullptr) *status_code = 200;
+    return true;
+  }
+
+ private:
+  const Metrics* metrics_;
+};
+
+Metrics::~Metrics() {
+  // Stop serving (joining civetweb's threads) before the handler and the
+  // registry it reads go away.
+  server_.reset();
+}
 
 absl::Status Metrics::StartExposer(const std::string& address) {
-  // prometheus-cpp (civetweb) reports a failure to bind by throwing; this is
-  // the boundary where that becomes a Status.
+  // civetweb reports a failure to bind by throwing; this is the boundary
+  // where that becomes a Status.
+  handler_ = std::make_unique<Handler>(this);
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
+    server_ = std::make_unique<CivetServer>(
+        std::vector<std::string>{"listening_ports", address, "num_threads", "2"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("metrics: cannot listen on '", address, "': ", e.what()));
   }
-  exposer_->RegisterCollectable(registry_);
-  std::vector<int> ports = exposer_->GetListeningPorts();
+  server_->addHandler("/metrics", handler_.get());
+  std::vector<int> ports = server_->getListeningPorts();
   const std::string host = address.substr(0, address.rfind(':'));
   exposer_address_ = absl::StrCat(host, ":", ports.empty() ? 0 : ports.front());
   return absl::OkStatus();

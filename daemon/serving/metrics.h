@@ -48,11 +48,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+
+class CivetServer;  // civetweb's HTTP server (what prometheus-cpp's Exposer runs on)
 
 namespace minfer::daemon {
 
@@ -86,7 +87,10 @@ class Metrics {
   Metrics();
   ~Metrics();
 
-  // Serves /metrics on `address` ("host:port"; port 0 picks a free one).
+  // Serves /metrics on `address` ("host:port"; port 0 picks a free one):
+  // Serialize(), and nothing else. (prometheus-cpp's Exposer is not used:
+  // it adds a registry of its own whose exposer_request_latencies summary
+  // prints its quantiles as "Nan" whenever no scrape fell in its window.)
   absl::Status StartExposer(const std::string& address);
   // "host:port" actually bound, empty when not serving.
   std::string exposer_address() const { return exposer_address_; }
@@ -113,12 +117,18 @@ class Metrics {
   void RemoveModel(const std::string& model);
   void SetDraining(bool draining);
 
-  // The text exposition of every series (what /metrics serves).
+  // The text exposition of every series (what /metrics serves). Only the
+  // daemon's own families, which never print NaN: counters, gauges and
+  // histograms (no summaries, whose empty quantiles are NaN).
   std::string Serialize() const;
 
  private:
+  class Handler;
+
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  // Declared before server_: the server (its threads) goes first.
+  std::unique_ptr<Handler> handler_;
+  std::unique_ptr<CivetServer> server_;
   std::string exposer_address_;
 
   prometheus::Family<prometheus::Counter>* requests_;

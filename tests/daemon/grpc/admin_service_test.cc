@@ -11,11 +11,13 @@
 #include <condition_variable>
 #include <fstream>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -34,6 +36,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/test_util.h"
+#include "tests/support/gguf_rewrite.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_models.h"
 
@@ -174,6 +177,73 @@ TEST_F(AdminServiceTest, LoadErrorsAndTheDaemonKeepsServing) {
   u.set_name("missing");
   EXPECT_TRUE(client_->UnloadModel(u).ok());
   EXPECT_EQ(client_->GetModelStatus("missing").status().code(), absl::StatusCode::kNotFound);
+}
+
+// admin.proto: a corrupt or unsupported GGUF is INVALID_ARGUMENT (a missing
+// file NOT_FOUND). Crafted copies of the good model came back UNIMPLEMENTED
+// (experts, a tokenizer kind, "partial rotary" for what was a head count
+// that disagrees with the tensors) or NOT_FOUND (a missing key), and one
+// with an infinite RoPE base or a template that does not parse loaded.
+TEST_F(AdminServiceTest, RefusedModelFilesAreInvalidArgumentWithTheRealReason) {
+  Start();
+  using minfer::testing::GgufEdit;
+  struct Case {
+    const char* name;
+    GgufEdit edit;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases = {
+      {"experts",
+       {.keys = [](gguf::GgufWriter& w) { w.SetU32("qwen2.expert_count", 8); }},
+       {"key 'qwen2.expert_count' = 8", "mixture-of-experts"}},
+      {"missing-key", {.drop_keys = {"qwen2.block_count"}}, {"missing key 'qwen2.block_count'"}},
+      {"tokenizer",
+       {.keys = [](gguf::GgufWriter& w) { w.SetString("tokenizer.ggml.pre", "gpt-4o"); }},
+       {"pre-tokenizer 'gpt-4o' is not supported"}},
+      {"head-count",
+       {.keys =
+            [](gguf::GgufWriter& w) {
+              w.SetU32("qwen2.attention.head_count", 8);
+              w.SetU32("qwen2.rope.dimension_count", 64);
+            }},
+       {"tensor 'blk.0.attn_k.weight' has shape [256, 128], expected [256, 64]",
+        "'qwen2.embedding_length' 256 / 'qwen2.attention.head_count' 8"}},
+      {"freq-base",
+       {.keys =
+            [](gguf::GgufWriter& w) {
+              w.SetF32("qwen2.rope.freq_base", std::numeric_limits<float>::infinity());
+            }},
+       {"key 'qwen2.rope.freq_base' = inf"}},
+      {"scaling",
+       {.keys =
+            [](gguf::GgufWriter& w) { w.SetString("qwen2.rope.scaling.type", "ntk-aware"); }},
+       {"key 'qwen2.rope.scaling.type' = 'ntk-aware'"}},
+      {"template",
+       {.keys =
+            [](gguf::GgufWriter& w) {
+              w.SetString("tokenizer.chat_template", "{% for m in messages %}\n{{ m.content }");
+            }},
+       {"tokenizer.chat_template", "does not parse: line 2, column 14"}},
+  };
+  for (const Case& c : cases) {
+    auto path = minfer::testing::RewriteGguf(path_, absl::StrCat(c.name, ".gguf"), c.edit);
+    ASSERT_TRUE(path.ok()) << path.status();
+    auto load = Load(*client_, c.name, *path);
+    ASSERT_FALSE(load.ok()) << c.name;
+    EXPECT_EQ(load.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.name << ": " << load.status();
+    for (const std::string& say : c.says) {
+      EXPECT_THAT(std::string(load.status().message()), HasSubstr(say)) << c.name;
+    }
+    EXPECT_THAT(std::string(load.status().message()), Not(HasSubstr("partial rotary")));
+    auto failed = client_->GetModelStatus(c.name);
+    ASSERT_TRUE(failed.ok());
+    EXPECT_EQ(failed->state(), v1::MODEL_STATE_FAILED);
+  }
+  // The unedited copy loads: the edits are what was refused.
+  auto copy = minfer::testing::RewriteGguf(path_, "copy.gguf", {});
+  ASSERT_TRUE(copy.ok());
+  EXPECT_TRUE(Load(*client_, "copy", *copy).ok());
 }
 
 // Names and paths a client sends are checked at the service and quoted
@@ -834,6 +904,49 @@ TEST_F(AdminServiceTest, MetricsAreServedOverHttp) {
   EXPECT_THAT(body, HasSubstr("minfer_preemptions_total{model=\"a\"} 0"));
   EXPECT_THAT(body, HasSubstr("minfer_queue_depth{model=\"a\"} 0"));
   EXPECT_THAT(body, HasSubstr("minfer_backend_memory_bytes{model=\"a\"} "));
+}
+
+// /metrics never prints NaN: prometheus-cpp's Exposer added its own
+// exposer_request_latencies summary, whose quantiles read "Nan" on the first
+// scrape and whenever none fell in its window. Scraped fresh (nothing
+// observed yet anywhere) and after traffic.
+TEST_F(AdminServiceTest, MetricsNeverPrintNan) {
+  DaemonConfig c = testing::TestConfig();
+  c.metrics_listen = "127.0.0.1:0";
+  Start(c);
+  auto no_nan = [](const std::string& body) {
+    for (absl::string_view line : absl::StrSplit(body, '\n')) {
+      EXPECT_FALSE(absl::StrContains(absl::AsciiStrToLower(line), "nan")) << line;
+    }
+  };
+  const std::string fresh = HttpGet(daemon_->metrics_address(), "/metrics");
+  EXPECT_THAT(fresh, HasSubstr("200 OK"));
+  EXPECT_THAT(fresh, HasSubstr("text/plain; version=0.0.4"));
+  EXPECT_THAT(fresh, HasSubstr("\nminfer_draining 0"));
+  EXPECT_THAT(fresh, Not(HasSubstr("exposer_")));
+  no_nan(fresh);
+  // A second scrape right away (the exposer's summary had one observation
+  // then, and printed Nan again once it aged out of the window).
+  no_nan(HttpGet(daemon_->metrics_address(), "/metrics"));
+
+  ASSERT_TRUE(Load(*client_, "a", path_, 1, 256).ok());
+  auto r = client_->Generate(TextRequest("a", "count me", 7));
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::string body;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    body = HttpGet(daemon_->metrics_address(), "/metrics");
+    if (absl::StrContains(body, "method=\"Generate\",model=\"a\"} 1")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_THAT(body, HasSubstr(
+      "minfer_requests_total{api=\"grpc\",code=\"OK\",method=\"Generate\",model=\"a\"} 1"));
+  EXPECT_THAT(body, HasSubstr(absl::StrCat("minfer_completion_tokens_total{model=\"a\"} ",
+                                           r->usage.completion_tokens())));
+  EXPECT_THAT(body, HasSubstr("minfer_time_to_first_token_seconds_count{model=\"a\"} 1"));
+  EXPECT_THAT(body, HasSubstr("minfer_slot_state{model=\"a\",state=\"ready\"} 1"));
+  no_nan(body);
+  // Only /metrics is served.
+  EXPECT_THAT(HttpGet(daemon_->metrics_address(), "/other"), HasSubstr("404"));
 }
 
 }  // namespace
