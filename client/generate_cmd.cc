@@ -13,7 +13,7 @@ namespace {
 // mean "not given": the request leaves those fields unset, so the server's
 // defaults apply.
 struct GenerateArgs {
-  std::string model, prompt, system;
+  std::string model, prompt, system, cache_salt;
   std::vector<std::string> template_kwargs;  // K=V
   bool chat = false, ignore_eos = false, parse_special = false;
   int32_t max_tokens = 0, top_k = -1, logprobs = 0, last_n = -2;
@@ -67,6 +67,7 @@ int Generate(const GenerateArgs& a, const Globals& g, client::MinferClient& clie
   req.mutable_stopping()->set_ignore_eos(a.ignore_eos);
   req.mutable_options()->set_top_logprobs(a.logprobs);
   req.mutable_options()->set_parse_special(a.parse_special);
+  req.set_cache_salt(a.cache_salt);
   std::vector<v1::SampledTokenLogprobs> logprobs;
   client::GenerateResult partial;
   absl::StatusOr<client::GenerateResult> r = client.Generate(
@@ -136,6 +137,8 @@ void AddGenerateCommand(CLI::App& app, const Globals& g, CommandTable& table) {
   c->add_option("--repeat-last-n", a->last_n, "penalty window (-1 = all, 0 = off)");
   c->add_option("--seed", a->seed, "sampling seed (default: random)");
   c->add_option("--logprobs", a->logprobs, "top-n logprobs per token (with --json)");
+  c->add_option("--cache-salt", a->cache_salt,
+                "prefix-cache salt: requests with other salts never share cached prompt blocks");
   table.Add(c, [a, &g](client::MinferClient& client) { return Generate(*a, g, client); });
 }
 

@@ -144,6 +144,22 @@ TEST_F(MinferctlTest, LoadGenerateStatusUnload) {
   for (const auto& id : t["ids"]) detok.push_back(std::to_string(id.get<int>()));
   EXPECT_EQ(Ctl(detok).out, "Hello world\n");
 
+  // --cache-salt: a prompt of 3 full KV blocks and more, sent with salt x
+  // twice, then with salt y: only x's second request finds cached blocks.
+  std::string long_prompt;
+  for (int i = 0; i < 20; ++i) long_prompt += absl::StrCat(" word", i);
+  auto cached = [&](const std::string& salt) -> int64_t {
+    CommandResult r = Ctl({"--json", "generate", "tiny", long_prompt, "-n", "2", "--cache-salt",
+                           salt});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    if (r.exit_code != 0) return -1;
+    const Json u = Json::parse(r.out)["usage"];
+    return u.contains("cached_prompt_tokens") ? u["cached_prompt_tokens"].get<int64_t>() : 0;
+  };
+  EXPECT_EQ(cached("x"), 0);
+  EXPECT_GE(cached("x"), 32);
+  EXPECT_EQ(cached("y"), 0);
+
   CommandResult unload = Ctl({"unload", "tiny"});
   ASSERT_EQ(unload.exit_code, 0) << unload.err;
   EXPECT_THAT(unload.out, StartsWith("unloaded tiny in"));
@@ -258,7 +274,8 @@ TEST_F(MinferctlTest, ApiKeyForGenerationTokenForAdmin) {
   StartDaemon({"--admin-token-file", dir + "/admin", "--model", "tiny=" + path_, "--tenant",
                absl::StrCat("name=team,key_file=", dir, "/team.keys,max_streams=2")});
   ASSERT_TRUE(daemon::testing::WaitFor([&] {
-    return Ctl({"health", "tiny"}).out.find("SERVING") != std::string::npos;
+    // (Exactly: "NOT_SERVING" contains "SERVING".)
+    return Ctl({"health", "tiny"}).out == "SERVING\n";
   }, std::chrono::seconds(20)));
   const std::vector<std::string> gen = {"generate", "tiny", "Hello", "-n", "4", "--ignore-eos"};
   auto with = [](std::vector<std::string> pre, const std::vector<std::string>& cmd) {
