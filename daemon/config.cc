@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -203,7 +204,40 @@ absl::Status ApplyConfigJson(const std::string& text, const std::string& source,
   RETURN_IF_ERROR(r.String("listen", &c->listen));
   RETURN_IF_ERROR(r.String("metrics_listen", &c->metrics_listen));
   RETURN_IF_ERROR(r.String("http_listen", &c->http_listen));
-  RETURN_IF_ERROR(r.Integer("http_threads", &c->http_threads, 2));
+  RETURN_IF_ERROR(r.Integer("http_threads", &c->http.loop_threads, 1));
+  if (const Json* http = r.Get("http")) {
+    ObjectReader h(*http, "http", source);
+    RETURN_IF_ERROR(h.Check());
+    http::EventServerOptions& o = c->http;
+    RETURN_IF_ERROR(h.Integer("handler_threads", &o.handler_threads, 1));
+    RETURN_IF_ERROR(h.Integer("max_connections", &o.max_connections, 1));
+    RETURN_IF_ERROR(h.Integer("max_connections_per_client", &o.max_connections_per_client, 0));
+    // (Integer's range check is for signed types: size_t goes through int64_t.)
+    for (auto [key, out, min] : {std::tuple{"max_header_bytes", &o.limits.max_header_bytes, 256},
+                                 std::tuple{"max_headers", &o.limits.max_headers, 1},
+                                 std::tuple{"max_target_bytes", &o.limits.max_target_bytes, 64}}) {
+      int64_t v = static_cast<int64_t>(*out);
+      RETURN_IF_ERROR(h.Integer(key, &v, min));
+      *out = static_cast<size_t>(v);
+    }
+    if (const Json* v = h.Get("max_body_bytes")) {
+      if (v->is_number_unsigned()) {
+        o.limits.max_body_bytes = v->get<uint64_t>();
+      } else if (v->is_string()) {
+        absl::StatusOr<uint64_t> bytes = ParseByteSize(v->get<std::string>());
+        if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(source, ": http.max_body_bytes"));
+        o.limits.max_body_bytes = *bytes;
+      } else {
+        return h.Error("max_body_bytes", "a byte count or a size string like \"8M\"");
+      }
+    }
+    RETURN_IF_ERROR(h.Number("tls_handshake_timeout_seconds", &o.tls_handshake_timeout_seconds));
+    RETURN_IF_ERROR(h.Number("header_timeout_seconds", &o.header_timeout_seconds));
+    RETURN_IF_ERROR(h.Number("body_timeout_seconds", &o.body_timeout_seconds));
+    RETURN_IF_ERROR(h.Number("idle_timeout_seconds", &o.idle_timeout_seconds));
+    RETURN_IF_ERROR(h.Number("write_timeout_seconds", &o.write_timeout_seconds));
+    RETURN_IF_ERROR(h.Done());
+  }
   RETURN_IF_ERROR(r.String("api_key_file", &c->api_key_file));
   if (const Json* v = r.Get("memory_limit")) {
     if (v->is_number_unsigned()) {

@@ -5,7 +5,13 @@
 //     "listen": "127.0.0.1:50051",
 //     "metrics_listen": "127.0.0.1:9464",      // "" turns metrics off
 //     "http_listen": "127.0.0.1:8080",         // the OpenAI-compatible API; "" (default) = off
-//     "http_threads": 128,                     // HTTP connections served at once
+//     "http_threads": 2,                       // the HTTP API's event-loop threads
+//     "http": {"max_connections": 10000, "max_connections_per_client": 1024,  // 0: no cap
+//              "max_header_bytes": 32768, "max_headers": 64, "max_target_bytes": 8192,
+//              "max_body_bytes": "8M", "handler_threads": 4,
+//              "tls_handshake_timeout_seconds": 10, "header_timeout_seconds": 10,
+//              "body_timeout_seconds": 30, "idle_timeout_seconds": 60,
+//              "write_timeout_seconds": 60},     // the HTTP front door's limits
 //     "api_key_file": "/etc/minfer/api-keys",  // one key per line; the HTTP API then
 //                                              // requires "Authorization: Bearer KEY"
 //     "memory_limit": "8G",                    // bytes, or K/M/G/T (binary)
@@ -42,6 +48,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/http/event_server.h"
 #include "daemon/serving/limits.h"
 #include "daemon/serving/slot.h"
 #include "daemon/serving/tenants.h"
@@ -52,7 +59,9 @@ struct DaemonConfig {
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";  // empty: no metrics
   std::string http_listen;                        // empty: no HTTP API
-  int32_t http_threads = 128;
+  // The HTTP front door's threads, limits and timeouts (listen and TLS come
+  // from http_listen and tls_*).
+  http::EventServerOptions http;
   std::string api_key_file;           // read into api_keys by Finalize
   std::vector<std::string> api_keys;  // empty: the HTTP API is open
   uint64_t memory_limit = 0;                      // 0: the host's available memory

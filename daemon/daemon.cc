@@ -151,11 +151,11 @@ absl::Status Daemon::Init() {
   for (const char* s : kServices) server_->GetHealthCheckService()->SetServingStatus(s, true);
   if (!config_.http_listen.empty()) {
     HttpOptions ho;
-    ho.listen = config_.http_listen;
-    ho.tls_cert_file = config_.tls_cert_file;
-    ho.tls_key_file = config_.tls_key_file;
+    ho.server = config_.http;
+    ho.server.listen = config_.http_listen;
+    ho.server.tls_cert_file = config_.tls_cert_file;
+    ho.server.tls_key_file = config_.tls_key_file;
     ho.api_keys = config_.api_keys;
-    ho.threads = config_.http_threads;
     ASSIGN_OR_RETURN(http_, HttpServer::Start(ho, slots_.get(), config_.limits, &state_,
                                               metrics_.get(), tenants_.get()));
   }

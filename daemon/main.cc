@@ -28,6 +28,7 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -124,7 +125,33 @@ int main(int argc, char** argv) {
   auto* o_http = app.add_option("--http-listen", http_listen,
                                 "OpenAI-compatible HTTP API address, e.g. 127.0.0.1:8080 (default: off)");
   auto* o_http_threads =
-      app.add_option("--http-threads", http_threads, "HTTP connections served at once (128)");
+      app.add_option("--http-threads", http_threads, "HTTP API event-loop threads (2)");
+  // The HTTP front door's limits and timeouts (docs in README): each flag
+  // overrides the config file's "http" object.
+  int32_t http_max_conns = 0, http_max_conns_client = 0, http_max_headers = 0;
+  std::string http_max_body, http_max_header_bytes;
+  double http_tls_timeout = 0, http_header_timeout = 0, http_body_timeout = 0,
+         http_idle_timeout = 0, http_write_timeout = 0;
+  auto* o_http_mc = app.add_option("--http-max-connections", http_max_conns,
+                                   "HTTP connections open at once (10000)");
+  auto* o_http_mcc = app.add_option("--http-max-connections-per-client", http_max_conns_client,
+                                    "HTTP connections from one address (1024; 0 = no cap)");
+  auto* o_http_mh = app.add_option("--http-max-headers", http_max_headers,
+                                   "header fields per HTTP request (64; more: 431)");
+  auto* o_http_mhb = app.add_option("--http-max-header-bytes", http_max_header_bytes,
+                                    "bytes of an HTTP request's header fields (32K; more: 431)");
+  auto* o_http_mb = app.add_option("--http-max-body", http_max_body,
+                                   "bytes of an HTTP request body (8M; more: 413)");
+  auto* o_http_tt = app.add_option("--http-tls-handshake-timeout", http_tls_timeout,
+                                   "seconds for a TLS handshake (10)");
+  auto* o_http_ht = app.add_option("--http-header-timeout", http_header_timeout,
+                                   "seconds for a request's head once begun (10; then 408)");
+  auto* o_http_bt = app.add_option("--http-body-timeout", http_body_timeout,
+                                   "seconds for a request's body after its head (30; then 408)");
+  auto* o_http_it = app.add_option("--http-idle-timeout", http_idle_timeout,
+                                   "seconds a keep-alive connection may idle (60)");
+  auto* o_http_wt = app.add_option("--http-write-timeout", http_write_timeout,
+                                   "seconds an answer may make no progress (60; then closed)");
   auto* o_keys = app.add_option("--api-key-file", api_key_file,
                                 "file of API keys, one per line: the HTTP API then requires one");
   auto* o_mem = app.add_option("--memory-limit", memory_limit,
@@ -177,7 +204,24 @@ int main(int argc, char** argv) {
   if (*o_listen) config.listen = listen;
   if (*o_metrics) config.metrics_listen = metrics_listen;
   if (*o_http) config.http_listen = http_listen;
-  if (*o_http_threads) config.http_threads = http_threads;
+  if (*o_http_threads) config.http.loop_threads = http_threads;
+  if (*o_http_mc) config.http.max_connections = http_max_conns;
+  if (*o_http_mcc) config.http.max_connections_per_client = http_max_conns_client;
+  if (*o_http_mh) config.http.limits.max_headers = http_max_headers;
+  for (auto [flag, text, out] : {std::tuple{o_http_mhb, &http_max_header_bytes,
+                                            &config.http.limits.max_header_bytes},
+                                 std::tuple{o_http_mb, &http_max_body,
+                                            &config.http.limits.max_body_bytes}}) {
+    if (!*flag) continue;
+    absl::StatusOr<uint64_t> bytes = minfer::daemon::ParseByteSize(*text);
+    if (!bytes.ok()) return Fail(absl::StrCat(flag->get_name(), ": ", bytes.status().message()));
+    *out = *bytes;
+  }
+  if (*o_http_tt) config.http.tls_handshake_timeout_seconds = http_tls_timeout;
+  if (*o_http_ht) config.http.header_timeout_seconds = http_header_timeout;
+  if (*o_http_bt) config.http.body_timeout_seconds = http_body_timeout;
+  if (*o_http_it) config.http.idle_timeout_seconds = http_idle_timeout;
+  if (*o_http_wt) config.http.write_timeout_seconds = http_write_timeout;
   if (*o_keys) config.api_key_file = api_key_file;
   if (*o_mem) {
     absl::StatusOr<uint64_t> bytes = minfer::daemon::ParseByteSize(memory_limit);

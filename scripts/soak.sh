@@ -8,7 +8,9 @@
 # STREAMS concurrent greedy streams through the alias "prod", while another
 # loop loads a second model "b" (requests are sent at it while it loads),
 # points "prod" at it and back, and unloads it (drained; requests again while
-# it unloads), over and over. It reports the streams, failures by code, the
+# it unloads), over and over. Half the streams go through the OpenAI HTTP
+# API, and 200 idle keep-alive plus 50 slowly dripping HTTP connections are
+# held open throughout (MINFER_SOAK_IDLE_HTTP, MINFER_SOAK_SLOW_HTTP). It reports the streams, failures by code, the
 # daemon's RSS (start, after the warm-up, end, max; all of it and its
 # anonymous part) and its open fds, then stops minferd with SIGTERM. Exit
 # status 0 when the run passed: no failed stream, anonymous RSS (the heap;
@@ -29,6 +31,8 @@ streams=${2:-8}
 warmup=${MINFER_SOAK_WARMUP:-60}
 tokens=${MINFER_SOAK_TOKENS:-48}
 max_drift=${MINFER_SOAK_MAX_DRIFT:-1}
+idle_http=${MINFER_SOAK_IDLE_HTTP:-200}
+slow_http=${MINFER_SOAK_SLOW_HTTP:-50}
 
 bazel build //engine/tools:minfer //daemon:minferd //tests/daemon:minferd_soak
 minfer=bazel-bin/engine/tools/minfer
@@ -48,7 +52,9 @@ trap cleanup EXIT
 
 echo "--- minferd --model a=a.gguf (loopback), soak for ${seconds} s with ${streams} streams"
 "$minferd" --listen 127.0.0.1:0 --metrics-listen "" --model a="$run/a.gguf" --ctx 1024 \
-  --parallel "$streams" --ready-file "$run/ready.json" --log-level warn 2>"$run/minferd.log" &
+  --parallel "$streams" --ready-file "$run/ready.json" --log-level warn \
+  --http-listen 127.0.0.1:0 --http-header-timeout $((seconds + 600)) \
+  --http-idle-timeout $((seconds + 600)) 2>"$run/minferd.log" &
 pid=$!
 for _ in $(seq 1 200); do
   [[ -s "$run/ready.json" ]] && break
@@ -59,6 +65,7 @@ for _ in $(seq 1 200); do
   sleep 0.05
 done
 addr=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$run/ready.json")
+http_addr=$(sed -n 's/.*"http_address":"\([^"]*\)".*/\1/p' "$run/ready.json")
 
 status=0
 json_args=()
@@ -67,7 +74,9 @@ json_args=()
 # only guards against a daemon that stops answering.
 timeout $((seconds + 300)) "$soak" --addr "$addr" --pid "$pid" --cycled-path "$run/b.gguf" \
   --streams "$streams" --seconds "$seconds" --warmup "$warmup" --max-tokens "$tokens" \
-  --ctx 1024 --parallel 4 --max-rss-drift "$max_drift" "${json_args[@]}" || status=$?
+  --ctx 1024 --parallel 4 --max-rss-drift "$max_drift" --http-addr "$http_addr" \
+  --http-streams $((streams / 2)) --idle-http "$idle_http" --slow-http "$slow_http" \
+  "${json_args[@]}" || status=$?
 
 kill -TERM "$pid"
 code=0

@@ -1,5 +1,5 @@
-// minferd's OpenAI-compatible HTTP API (cpp-httplib), a second front door
-// onto the same slots as gRPC:
+// minferd's OpenAI-compatible HTTP API, a second front door onto the same
+// slots as gRPC:
 //
 //   POST /v1/chat/completions    chat, streaming (SSE) or not
 //   POST /v1/completions         text completion, streaming or not
@@ -13,23 +13,22 @@
 // metrics. Streams count in ServingState, so the daemon's drain waits for
 // them as for gRPC streams.
 //
-// Why cpp-httplib: a small, well-kept HTTP/1.1 server in Debian with TLS,
-// keep-alive, chunked streaming, body limits and per-connection timeouts
-// built in. It runs a connection on a pool thread (HttpOptions::threads);
-// a streaming response holds its thread while it waits on the sequence,
-// which for the few hundred streams a GPU serves is cheaper than an event
-// loop's complexity. Past the pool, connections wait in its queue.
+// The transport is http::EventServer (event_server.h): an event loop, so a
+// connection costs no thread, whatever it does; its limits and timeouts
+// (HttpOptions::server) are the daemon's --http-* flags. A generation is
+// driven by its sequence's notifications and by its client's progress: a
+// stream's events are written as the sequence publishes them, up to
+// kMaxPendingStreamBytes not yet taken by the client (then the sequence
+// holds the rest, merged, until the client reads); a client that goes away
+// cancels its sequence before the next step.
 //
-// A client that disconnects (FIN or reset, seen by poll(POLLRDHUP) every
-// kPeerPoll while waiting, or a failed write) cancels its sequence, which
-// the slot's worker then drops before its next step. One that never reads
-// is cut after write_timeout once its socket buffer is full. A body over
-// max_body_bytes is refused with 413, a request line over 8 KiB with 414,
-// and a client that sends nothing for read_timeout is disconnected.
-//
-// Authorization: with api_keys set, /v1/* requires "Authorization: Bearer
-// KEY" with one of them (401 otherwise); /health is open. The admin token
+// Authorization: with api_keys (or tenants) set, /v1/* requires
+// "Authorization: Bearer KEY" (401 otherwise), checked when the request's
+// head arrives, before its body is read; /health is open. The admin token
 // is not an API key unless the key file lists it.
+//
+// While the daemon drains, /health answers 503, new generations 503, and
+// every answer closes its connection; open streams run to their end.
 //
 // Thread-safe.
 #ifndef MINFER_DAEMON_HTTP_HTTP_SERVER_H_
@@ -38,38 +37,32 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/http/event_server.h"
 #include "daemon/serving/limits.h"
 #include "daemon/serving/metrics.h"
 #include "daemon/serving/serving_state.h"
 #include "daemon/serving/slot_manager.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace minfer::daemon {
 
 struct HttpOptions {
-  std::string listen;  // "host:port"; port 0 picks a free one
-  std::string tls_cert_file;  // both or neither: HTTPS
-  std::string tls_key_file;
+  http::EventServerOptions server;    // listen address, TLS, limits, timeouts
   std::vector<std::string> api_keys;  // empty: no authorization
-  int threads = 128;                  // connections served at once
-  size_t max_body_bytes = 8u << 20;
-  int read_timeout_seconds = 30;
-  int write_timeout_seconds = 60;
-  int keep_alive_seconds = 5;
 };
 
-class HttpServer {
+class HttpServer : private http::Handler {
  public:
-  // Binds and starts serving. Errors: the address cannot be bound, or the
-  // TLS files cannot be used (INVALID_ARGUMENT naming them).
+  // SSE bytes written but not yet taken by the client, past which a stream
+  // stops taking its sequence's output until the client reads.
+  static constexpr size_t kMaxPendingStreamBytes = 256 << 10;
+
+  // Binds and starts serving. Errors: the address cannot be bound, the TLS
+  // files cannot be used, an option is out of range (EventServer::Start).
   // With `tenants` (may be null), generation requests must carry a
   // tenant's key (tenants.h) and options.api_keys must be empty.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(HttpOptions options,
@@ -78,28 +71,38 @@ class HttpServer {
                                                            ServingState* state, Metrics* metrics,
                                                            Tenants* tenants = nullptr);
   // Stop().
-  ~HttpServer();
+  ~HttpServer() override;
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
   // "host:port" actually bound.
-  const std::string& address() const { return address_; }
-  bool tls() const { return !options_.tls_cert_file.empty(); }
+  const std::string& address() const { return server_->address(); }
+  bool tls() const { return server_->tls(); }
+  // The listening socket's accept-queue limit as the kernel holds it.
+  int ListenBacklog() const { return server_->ListenBacklog(); }
+  http::EventServerStats stats() const { return server_->stats(); }
 
-  // The listening socket's accept-queue limit as the kernel holds it
-  // (TCP_INFO); -1 if it cannot be read.
-  int ListenBacklog() const;
-
-  // Stops listening and joins the connection threads (a keep-alive
-  // connection may hold its thread up to keep_alive_seconds). Streams must
-  // have ended (the daemon stops the slots first). Idempotent.
+  // Stops listening and closes every connection. Streams must have ended
+  // (the daemon stops the slots first). Idempotent.
   void Stop();
 
  private:
+  class Generation;
+
   HttpServer(HttpOptions options, SlotManager* slots, GenerationLimits limits,
              ServingState* state, Metrics* metrics, Tenants* tenants);
-  absl::Status Init();
-  void Route();
+
+  // http::Handler
+  std::optional<http::HttpResponse> Screen(const http::HttpRequest& head) override;
+  void Handle(http::HttpRequest request, std::shared_ptr<http::Exchange> exchange) override;
+  http::HttpResponse ErrorResponse(int status, const std::string& message) override;
+
+  // The authorization of a /v1/ request: OK, or UNAUTHENTICATED saying why.
+  absl::Status Authorize(const http::HttpRequest& head) const;
+  std::vector<std::string> ReadyNames(const http::HttpRequest& request) const;
+  void Generate(bool chat, http::HttpRequest request, std::shared_ptr<http::Exchange> exchange);
+  // An answer, with "Connection: close" while draining.
+  void Send(http::Exchange& exchange, http::HttpResponse response) const;
 
   const HttpOptions options_;
   SlotManager* const slots_;
@@ -108,10 +111,7 @@ class HttpServer {
   Metrics* const metrics_;
   Tenants* const tenants_;
   const int64_t created_;  // Unix seconds: the models' "created"
-  std::unique_ptr<httplib::Server> server_;
-  std::thread listener_;
-  std::string address_;
-  int listen_fd_ = -1;  // owned by server_
+  std::unique_ptr<http::EventServer> server_;
 };
 
 }  // namespace minfer::daemon

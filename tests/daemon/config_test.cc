@@ -38,7 +38,7 @@ TEST(ConfigTest, ReadsEveryKey) {
   EXPECT_EQ(c.listen, "0.0.0.0:7000");
   EXPECT_EQ(c.metrics_listen, "");
   EXPECT_EQ(c.http_listen, "127.0.0.1:8080");
-  EXPECT_EQ(c.http_threads, 64);
+  EXPECT_EQ(c.http.loop_threads, 64);
   EXPECT_EQ(c.memory_limit, 8ull << 30);
   EXPECT_EQ(c.drain_timeout_seconds, 12.5);
   EXPECT_EQ(c.tls_cert_file, "c.pem");

@@ -40,6 +40,9 @@ absl::StatusOr<MinferdProcess> StartMinferd(const std::vector<std::string>& args
   }
   m.address = j["address"].get<std::string>();
   m.metrics_address = j["metrics_address"].get<std::string>();
+  if (j.contains("http_address") && j["http_address"].is_string()) {
+    m.http_address = j["http_address"].get<std::string>();
+  }
   client::ClientOptions o;
   o.address = m.address;
   absl::StatusOr<std::unique_ptr<client::MinferClient>> c = client::MinferClient::Create(o);

@@ -20,6 +20,7 @@ struct MinferdProcess {
   std::string ready_file;  // in TEST_TMPDIR
   std::string address;     // gRPC, "127.0.0.1:port"
   std::string metrics_address;
+  std::string http_address;  // "" unless args have --http-listen
   std::unique_ptr<client::MinferClient> client;
 };
 

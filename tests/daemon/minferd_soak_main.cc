@@ -38,6 +38,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--alias-seconds", o.alias_seconds, "time the alias points at the cycled model")
       ->capture_default_str();
+  app.add_option("--http-addr", o.http_address, "minferd's HTTP API address (loopback)");
+  app.add_option("--http-streams", o.http_streams, "of the streams, how many go through HTTP")
+      ->capture_default_str();
+  app.add_option("--idle-http", o.idle_http, "idle keep-alive HTTP connections held open")
+      ->capture_default_str();
+  app.add_option("--slow-http", o.slow_http, "HTTP connections dripping a byte of head every 2 s")
+      ->capture_default_str();
   app.add_option("--token", o.token, "admin bearer token")->envname("MINFER_ADMIN_TOKEN");
   app.add_option("--json", json_file, "also write the report as JSON here");
   app.add_option("--max-rss-drift", limits.max_rss_drift_percent,

@@ -1,6 +1,9 @@
 #include "tests/daemon/soak.h"
 
 #include <dirent.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "client/minfer_client.h"
 #include "nlohmann/json.hpp"
+#include "tests/daemon/http/raw_client.h"
 
 namespace minfer::soak {
 namespace {
@@ -62,6 +66,71 @@ v1::GenerateRequest Greedy(const std::string& model, const std::string& prompt, 
 std::string CodeName(const absl::Status& s) { return absl::StatusCodeToString(s.code()); }
 
 std::string Mib(uint64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
+
+// One greedy completion streamed over the OpenAI API. HTTP/1.0, so the
+// events come unframed and the connection closes after [DONE].
+struct HttpResult {
+  std::string error;  // "" when it ran to [DONE]; else "HTTP_<code or why>"
+  std::string model;
+  std::vector<int32_t> ids;
+};
+
+HttpResult HttpStream(const std::string& address, const std::string& model,
+                      const std::string& prompt, int tokens) {
+  HttpResult r;
+  const nlohmann::json body = {{"model", model},       {"prompt", prompt},
+                               {"max_tokens", tokens}, {"temperature", 0},
+                               {"seed", 0},            {"ignore_eos", true},
+                               {"stream", true},       {"return_token_ids", true}};
+  const std::string b = body.dump();
+  const int fd = minfer::testing::ConnectTo(address);
+  if (fd < 0) {
+    r.error = "HTTP_connect";
+    return r;
+  }
+  minfer::testing::SendAll(
+      fd, absl::StrCat("POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                       "Content-Length: ", b.size(), "\r\n\r\n", b));
+  bool closed = false;
+  std::string got;
+  const auto until = Clock::now() + std::chrono::seconds(300);
+  while (!closed && Clock::now() < until) {
+    got += minfer::testing::ReadFor(fd, std::chrono::milliseconds(500), &closed);
+  }
+  close(fd);
+  const size_t head_end = got.find("\r\n\r\n");
+  if (head_end == std::string::npos || got.rfind("HTTP/1.0 200", 0) != 0) {
+    r.error = absl::StrCat("HTTP_", got.substr(9, 3));
+    return r;
+  }
+  bool done = false;
+  size_t pos = head_end + 4;
+  while (pos < got.size()) {
+    size_t end = got.find("\n\n", pos);
+    if (end == std::string::npos) end = got.size();
+    const std::string ev = got.substr(pos, end - pos);
+    pos = end + 2;
+    if (ev.rfind("data: ", 0) != 0) continue;
+    if (ev == "data: [DONE]") {
+      done = true;
+      break;
+    }
+    const nlohmann::json j = nlohmann::json::parse(ev.substr(6), nullptr, false);
+    if (j.is_discarded()) continue;
+    if (j.contains("error")) {
+      r.error = absl::StrCat("HTTP_", j["error"].value("code", "error"));
+      return r;
+    }
+    r.model = j.value("model", "");
+    if (j.contains("choices") && !j["choices"].empty() && j["choices"][0].contains("token_ids")) {
+      for (int32_t id : j["choices"][0]["token_ids"].get<std::vector<int32_t>>()) {
+        r.ids.push_back(id);
+      }
+    }
+  }
+  if (!done) r.error = "HTTP_no_done";
+  return r;
+}
 
 }  // namespace
 
@@ -111,7 +180,7 @@ bool IsLoopback(const std::string& address) {
 }
 
 absl::StatusOr<SoakReport> RunSoak(const SoakOptions& o) {
-  if (!IsLoopback(o.address)) {
+  if (!IsLoopback(o.address) || (!o.http_address.empty() && !IsLoopback(o.http_address))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the soak runs on loopback only (127.0.0.1, localhost or [::1]); got '", o.address, "'"));
   }
@@ -168,7 +237,80 @@ absl::StatusOr<SoakReport> RunSoak(const SoakOptions& o) {
   }
 
   std::vector<std::thread> threads;
-  for (int i = 0; i < o.streams; ++i) {
+  const int http_streams = o.http_address.empty() ? 0 : std::min(o.http_streams, o.streams);
+  for (int i = 0; i < http_streams; ++i) {
+    threads.emplace_back([&, i] {
+      for (int k = 0; !stop.load(); ++k) {
+        const std::string prompt = absl::StrCat("soak stream ", (i + k) % 4);
+        const int tokens = (k % 2 == 0) ? o.max_tokens : std::max(2, o.max_tokens / 2);
+        HttpResult r = HttpStream(o.http_address, o.alias, prompt, tokens);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!r.error.empty()) {
+          ++report.failed_by_code[r.error];
+          if (o.verbose) std::fprintf(stderr, "http stream failed: %s\n", r.error.c_str());
+          continue;
+        }
+        // (Keyed apart from gRPC's: the API's prompt is the same text, but
+        // the comparison is within one front door.)
+        auto [it, first] = expected.try_emplace(
+            {"http:" + r.model, absl::StrCat(prompt, "/", tokens)}, r.ids);
+        if (!first && it->second != r.ids) ++report.mismatched;
+        ++report.generations_ok;
+        ++report.http_ok;
+        report.tokens += static_cast<int64_t>(r.ids.size());
+      }
+    });
+  }
+  // Idle keep-alive and slow HTTP connections, held open (and reopened
+  // when the daemon closes one) for the whole run.
+  if (!o.http_address.empty() && o.idle_http + o.slow_http > 0) {
+    threads.emplace_back([&] {
+      struct Side {
+        int fd = -1;
+        bool slow = false;
+      };
+      std::vector<Side> side(o.idle_http + o.slow_http);
+      auto open = [&](Side& c) {
+        c.fd = minfer::testing::ConnectTo(o.http_address);
+        if (c.fd < 0) return;
+        if (c.slow) {
+          minfer::testing::SendAll(c.fd, "POST /v1/completions HTTP/1.1\r\nX-Slow: ");
+        } else {
+          minfer::testing::SendAll(c.fd, "GET /health HTTP/1.1\r\n\r\n");
+          minfer::testing::ReadUntil(c.fd, "}", std::chrono::seconds(5));
+        }
+      };
+      for (size_t k = 0; k < side.size(); ++k) {
+        side[k].slow = static_cast<int>(k) >= o.idle_http;
+        open(side[k]);
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        report.side_connections = static_cast<int>(side.size());
+      }
+      for (int tick = 0; !stop.load(); ++tick) {
+        SleepUnless(stop, 1.0);
+        for (Side& c : side) {
+          bool gone = c.fd < 0;
+          if (!gone) {
+            pollfd p{c.fd, POLLIN, 0};
+            if (poll(&p, 1, 0) > 0) gone = true;  // an answer (408) or the close
+          }
+          if (!gone && c.slow && tick % 2 == 0) gone = !minfer::testing::SendAll(c.fd, "a");
+          if (gone) {
+            if (c.fd >= 0) close(c.fd);
+            open(c);
+            std::lock_guard<std::mutex> lock(mu);
+            ++report.side_reopened;
+          }
+        }
+      }
+      for (Side& c : side) {
+        if (c.fd >= 0) close(c.fd);
+      }
+    });
+  }
+  for (int i = http_streams; i < o.streams; ++i) {
     threads.emplace_back([&, i] {
       std::unique_ptr<client::MinferClient> c = Connect(o);  // a connection each
       for (int k = 0; !stop.load(); ++k) {
@@ -346,6 +488,11 @@ std::string FormatReport(const SoakReport& r) {
                         r.generations_ok, r.failed(),
                         failed.empty() ? "" : absl::StrCat(" (", absl::StrJoin(failed, ", "), ")"),
                         r.mismatched, r.tokens, r.seconds > 0 ? r.tokens / r.seconds : 0.0);
+  if (r.side_connections > 0 || r.http_ok > 0) {
+    absl::StrAppendFormat(&out,
+                          "http: %d streams ok; %d idle/slow connections held open, %d reopened\n",
+                          r.http_ok, r.side_connections, r.side_reopened);
+  }
   absl::StrAppendFormat(&out,
                         "requests at the cycled model while loading/unloading: %s "
                         "(%d unexpected)\n",
@@ -379,6 +526,9 @@ std::string ReportJson(const SoakReport& r) {
   j["probes_by_code"] = r.probes_by_code;
   j["unexpected_probes"] = r.unexpected_probes;
   j["drain_cancelled"] = r.drain_cancelled;
+  j["http_ok"] = r.http_ok;
+  j["side_connections"] = r.side_connections;
+  j["side_reopened"] = r.side_reopened;
   j["errors"] = r.errors;
   auto sample = [](const Sample& s) {
     return nlohmann::json{

@@ -11,6 +11,12 @@
 // to be refused (FAILED_PRECONDITION, NOT_FOUND); any other refusal counts
 // as a failure too.
 //
+// With an HTTP address, some streams go through the OpenAI API (SSE, as
+// HTTP/1.0 so that the events come unframed) beside the gRPC ones, and the
+// soak holds idle keep-alive and slowly dripping HTTP connections open
+// throughout (reopening any the daemon closes): none of them may cost a
+// stream.
+//
 // Used by the minferd_soak command (scripts/soak.sh) and by the CI soak
 // test (soak_process_test).
 #ifndef MINFER_TESTS_DAEMON_SOAK_H_
@@ -47,6 +53,11 @@ struct SoakOptions {
   // How long the alias points at the cycled model in each cycle.
   double alias_seconds = 1.0;
   bool verbose = false;  // a line per cycle on stderr
+  // The OpenAI API ("" = none, and the rest of this block is unused).
+  std::string http_address;
+  int http_streams = 0;  // of `streams`, how many go through HTTP
+  int idle_http = 0;     // keep-alive connections that asked once, then idle
+  int slow_http = 0;     // connections that send a byte of head every 2 s
 };
 
 struct Sample {
@@ -70,6 +81,9 @@ struct SoakReport {
   std::map<std::string, int64_t> probes_by_code;  // requests at the cycled model
   int64_t unexpected_probes = 0;  // probe codes other than the expected ones
   int64_t drain_cancelled = 0;    // sequences the cycled model's unloads cancelled
+  int64_t http_ok = 0;            // of generations_ok, through HTTP
+  int side_connections = 0;       // idle + slow HTTP connections held
+  int64_t side_reopened = 0;      // of those, reopened after the daemon closed one
   std::vector<std::string> errors;  // admin calls that failed (load, alias, unload)
   // Every second, and at the end of every cycle (the cycled model unloaded).
   std::vector<Sample> samples;

@@ -32,14 +32,21 @@ TEST(SoakProcessTest, StreamsSurviveModelCyclingAndMemoryStaysFlat) {
   auto steady = minfer::testing::TestModelPath("tiny-untied", "q8_0", 1);
   auto cycled = minfer::testing::TestModelPath("small", "q8_0", 1);
   ASSERT_TRUE(steady.ok() && cycled.ok());
-  auto m = testing::StartMinferd(
-      {"--model", "a=" + *steady, "--ctx", "512", "--parallel", "4", "--log-level", "warn"});
+  // The HTTP API too, its timeouts past the run: the soak's idle and slow
+  // connections stay open throughout (the timeouts have tests of their own).
+  auto m = testing::StartMinferd({"--model", "a=" + *steady, "--ctx", "512", "--parallel", "4",
+                                  "--log-level", "warn", "--http-listen", "127.0.0.1:0",
+                                  "--http-header-timeout", "3600", "--http-idle-timeout", "3600"});
   ASSERT_TRUE(m.ok()) << m.status();
   soak::SoakOptions o;
   o.address = m->address;
   o.pid = m->proc->pid();
   o.cycled_path = *cycled;
   o.streams = 4;
+  o.http_address = m->http_address;
+  o.http_streams = 2;
+  o.idle_http = 200;
+  o.slow_http = 50;
   o.seconds = EnvDouble("MINFER_SOAK_SECONDS", 60);
   o.warmup_seconds = EnvDouble("MINFER_SOAK_WARMUP", 20);
   o.max_tokens = 32;
@@ -57,6 +64,9 @@ TEST(SoakProcessTest, StreamsSurviveModelCyclingAndMemoryStaysFlat) {
   EXPECT_EQ(r->mismatched, 0);
   EXPECT_EQ(r->unexpected_probes, 0);
   EXPECT_GT(r->generations_ok, 100);
+  EXPECT_GT(r->http_ok, 20);
+  EXPECT_EQ(r->side_connections, 250);
+  EXPECT_EQ(r->side_reopened, 0);
   EXPECT_GT(r->cycles, 5);
   // The probes did meet the cycled model loading or gone.
   EXPECT_GT(r->probes_by_code["FAILED_PRECONDITION"] + r->probes_by_code["NOT_FOUND"], 0);

@@ -4,13 +4,18 @@
 // (raw SSE framing, error shapes, limits, keep-alive). The reference for
 // every generation is the same request over gRPC: the same greedy (and
 // seeded) ids and text.
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <thread>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/minfer_client.h"
@@ -18,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/daemon/http/raw_client.h"
 #include "tests/daemon/test_util.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_models.h"
@@ -27,6 +33,7 @@ namespace {
 
 using json = nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr char kModules[] = "third_party/npm/node_modules";
@@ -336,7 +343,8 @@ TEST_F(HttpApiTest, ErrorsHaveOpenAisShapeAndStatus) {
   auto large = Curl({"-X", "POST", "-H", "Content-Type: application/json", "--data-binary",
                      "@" + file, "-w", "\n%{http_code}"},
                     Base() + "/v1/completions");
-  EXPECT_THAT(large.out, HasSubstr("the request body is too large"));
+  EXPECT_THAT(large.out, HasSubstr("is larger than 8388608 bytes"));
+  EXPECT_THAT(large.out, HasSubstr("\"code\":\"request_too_large\""));
   EXPECT_THAT(large.out, HasSubstr("\n413"));
   // The daemon still serves.
   e = json::parse(Post("/v1/completions",
@@ -379,6 +387,179 @@ TEST_F(HttpApiTest, ListenBacklogTakesABurstOfClients) {
   int somaxconn = 4096;
   std::ifstream("/proc/sys/net/core/somaxconn") >> somaxconn;
   EXPECT_EQ(daemon_->http_server()->ListenBacklog(), std::min(4096, somaxconn));
+}
+
+
+// The value of the counter line that starts with `series` ("name{labels}"),
+// 0 if absent.
+double CounterValue(const std::string& metrics, const std::string& series) {
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (absl::StartsWith(line, series + " ")) {
+      double v = 0;
+      EXPECT_TRUE(absl::SimpleAtod(line.substr(series.size() + 1), &v)) << line;
+      return v;
+    }
+  }
+  return 0;
+}
+
+std::string HttpSeries(const std::string& code, const std::string& route, const std::string& model) {
+  return absl::StrCat("minfer_requests_total{api=\"http\",code=\"", code, "\",method=\"", route,
+                      "\",model=\"", model, "\"}");
+}
+
+// A chat request's raw HTTP/1.1 bytes.
+std::string RawChat(const std::string& key, bool stream, int max_tokens) {
+  const std::string body = absl::StrCat(
+      R"({"model": "prod", "temperature": 0, "ignore_eos": true, "stream": )",
+      stream ? "true" : "false", R"(, "max_tokens": )", max_tokens,
+      R"(, "messages": [{"role": "user", "content": "Name three colours."}]})");
+  return absl::StrCat("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ",
+                      key, "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
+                      "\r\n\r\n", body);
+}
+
+// Streams that ran to their end are 200, and a client that left is 499:
+// never the "-1" or "499 for a finished stream" of the old front door.
+TEST_F(HttpApiTest, StreamsAreCountedByHowTheyEnded) {
+  const std::string ok = HttpSeries("200", "/v1/chat/completions", "a");
+  const std::string gone = HttpSeries("499", "/v1/chat/completions", "a");
+  const std::string m0 = daemon_->metrics().Serialize();
+  for (int i = 0; i < 2; ++i) {
+    auto r = Curl({"-N", "-X", "POST", "-H", "Content-Type: application/json", "--data-binary",
+                   R"({"model": "prod", "stream": true, "max_tokens": 3,
+                       "messages": [{"role": "user", "content": "hi"}]})"},
+                  Base() + "/v1/chat/completions");
+    EXPECT_THAT(r.out, HasSubstr("data: [DONE]"));
+  }
+  // A stream whose client goes after its first event.
+  const int fd = minfer::testing::ConnectTo(daemon_->http_address());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(minfer::testing::SendAll(fd, RawChat(kKey, /*stream=*/true, 4000)));
+  EXPECT_THAT(minfer::testing::ReadUntil(fd, "data: {", std::chrono::seconds(10)),
+              HasSubstr("data: {"));
+  close(fd);
+  std::string m1;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        m1 = daemon_->metrics().Serialize();
+        return CounterValue(m1, gone) == CounterValue(m0, gone) + 1;
+      },
+      std::chrono::seconds(5)))
+      << m1;
+  EXPECT_EQ(CounterValue(m1, ok), CounterValue(m0, ok) + 2);
+  EXPECT_THAT(m1, Not(HasSubstr("code=\"-1\"")));
+  // The sequence was cancelled, not run to its 4,000 tokens.
+  ASSERT_TRUE(testing::WaitFor(
+      [] { return client_->GetModelStatus("a")->active_sequences() == 0; },
+      std::chrono::seconds(5)));
+}
+
+// A request with 20,000 header lines, no key: 431 at the cap, before any
+// authorization, and the daemon serves on.
+TEST_F(HttpApiTest, HeaderFloodsAre431WithoutAKey) {
+  const int fd = minfer::testing::ConnectTo(daemon_->http_address());
+  ASSERT_GE(fd, 0);
+  std::string head = "POST /v1/chat/completions HTTP/1.1\r\n";
+  for (int i = 0; i < 40; ++i) absl::StrAppend(&head, "X-Pad-", i, ": ", std::string(1000, 'p'), "\r\n");
+  minfer::testing::SendAll(fd, head);
+  const std::string r = minfer::testing::ReadFor(fd, std::chrono::seconds(5));
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 431"));
+  EXPECT_THAT(r, HasSubstr("\"code\":\"request_header_fields_too_large\""));
+  close(fd);
+  int status = 0;
+  Post("/v1/completions", R"({"model": "prod", "prompt": "x", "max_tokens": 1})", &status);
+  EXPECT_EQ(status, 200);
+}
+
+// A client that sends its request and shuts its sending side gets the
+// whole answer (the old front door took the FIN for a disconnect).
+TEST_F(HttpApiTest, AHalfClosedClientGetsItsCompletion) {
+  const int fd = minfer::testing::ConnectTo(daemon_->http_address());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(minfer::testing::SendAll(fd, RawChat(kKey, /*stream=*/false, 8)));
+  shutdown(fd, SHUT_WR);
+  bool closed = false;
+  const std::string r = minfer::testing::ReadFor(fd, std::chrono::seconds(20), &closed);
+  EXPECT_TRUE(closed);
+  const size_t at = r.find("HTTP/1.1 200 OK");
+  ASSERT_NE(at, std::string::npos) << r;
+  const json j = json::parse(r.substr(r.find("\r\n\r\n", at) + 4), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r;
+  EXPECT_EQ(j["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], Grpc(ChatRequest(8)).text);
+  close(fd);
+}
+
+// Idle and dripping connections hold no worker: generations and /health
+// go on beside 200 + 50 of them.
+TEST_F(HttpApiTest, IdleAndSlowConnectionsDoNotStopTheApi) {
+  std::vector<int> fds;
+  for (int i = 0; i < 200; ++i) fds.push_back(minfer::testing::ConnectTo(daemon_->http_address()));
+  for (int i = 0; i < 50; ++i) {
+    fds.push_back(minfer::testing::ConnectTo(daemon_->http_address()));
+    minfer::testing::SendAll(fds.back(), "POST /v1/completions HTTP/1.1\r\nX-Slow: ");
+  }
+  for (int fd : fds) ASSERT_GE(fd, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto health = Curl({}, Base() + "/health", /*key=*/false);
+  EXPECT_EQ(json::parse(health.out)["status"], "ok");
+  EXPECT_LT(minfer::testing::SecondsSince(t0), 2.0);
+  int status = 0;
+  json r = json::parse(Post("/v1/chat/completions",
+                            R"({"model": "prod", "max_tokens": 6, "temperature": 0, "ignore_eos": true,
+                                "messages": [{"role": "user", "content": "Name three colours."}]})",
+                            &status));
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 6);
+  EXPECT_GE(daemon_->http_server()->stats().open_connections, 250);
+  for (int fd : fds) close(fd);
+}
+
+// While the daemon drains, /health is 503 and a stream that was running
+// finishes whole.
+TEST(HttpApiDrainTest, HealthIs503WhileStreamsFinish) {
+  auto path = minfer::testing::TestModelPath("tiny-untied", "q8_0", 1);
+  ASSERT_TRUE(path.ok());
+  DaemonConfig c = testing::TestConfig();
+  c.http_listen = "127.0.0.1:0";
+  SlotConfig m;
+  m.name = "prod";
+  m.path = *path;
+  c.models.push_back(m);
+  auto d = Daemon::Start(c);
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto client = testing::ClientFor(**d);
+  ASSERT_TRUE(testing::WaitFor([&] {
+    auto s = client->GetModelStatus("prod");
+    return s.ok() && s->state() == v1::MODEL_STATE_READY;
+  }, std::chrono::seconds(30)));
+  const std::string base = absl::StrCat("http://", (*d)->http_address());
+  const int fd = minfer::testing::ConnectTo((*d)->http_address());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(minfer::testing::SendAll(fd, RawChat("unused", /*stream=*/true, 300)));
+  std::string got = minfer::testing::ReadUntil(fd, "data: {", std::chrono::seconds(10));
+  ASSERT_THAT(got, HasSubstr("data: {"));
+  DrainResult drained;
+  std::thread drain([&] { drained = (*d)->Drain(std::chrono::seconds(60)); });
+  // (Drain sets the state first thing; the listener stays open meanwhile.)
+  std::string health;
+  for (int i = 0; i < 50 && !absl::EndsWith(health, "503"); ++i) {
+    auto h = minfer::testing::RunCommand(
+        {"/usr/bin/env", "curl", "-s", "-w", "\n%{http_code}", base + "/health"});
+    ASSERT_TRUE(h.ok());
+    health = h->out;
+    if (!absl::EndsWith(health, "503")) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(health, "{\"status\":\"draining\"}\n503");
+  EXPECT_THAT(got, Not(HasSubstr("[DONE]")));  // (300 tokens take longer than that)
+  got += minfer::testing::ReadUntil(fd, "data: [DONE]", std::chrono::seconds(60));
+  drain.join();
+  EXPECT_THAT(got, HasSubstr("data: [DONE]"));
+  EXPECT_THAT(got, HasSubstr("\"finish_reason\":\"length\""));
+  EXPECT_EQ(drained.cancelled, 0);
+  EXPECT_EQ(drained.streams_at_start, 1);
+  close(fd);
 }
 
 // Its own daemon: a drain turns /health and new generations to 503.
