@@ -18,6 +18,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -99,8 +100,21 @@ bool SplitPair(const std::string& s, std::pair<std::string, std::string>* out) {
 
 }  // namespace
 
+// Every HTTP connection is a file descriptor, and idle keep-alive clients
+// are cheap on the event loop: the soft limit (often 1,024) would refuse
+// accepts long before memory or the connection caps do. Raised to the hard
+// limit, as nginx's worker_rlimit_nofile or Go's runtime do.
+void RaiseFdLimit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
 int main(int argc, char** argv) {
   SetMallocThresholds();
+  RaiseFdLimit();
   // Before any thread exists, so that every thread inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);

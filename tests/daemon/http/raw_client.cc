@@ -65,10 +65,16 @@ std::string ReadUntil(int fd, const std::string& needle, std::chrono::millisecon
   using Clock = std::chrono::steady_clock;
   std::string out;
   const auto end = Clock::now() + timeout;
-  while (!absl::StrContains(out, needle) && Clock::now() < end) {
-    bool closed = false;
-    out += ReadFor(fd, std::chrono::milliseconds(20), &closed);
-    if (closed) break;
+  while (!absl::StrContains(out, needle)) {
+    const int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count());
+    if (left <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, left) <= 0) break;
+    char buf[65536];
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    out.append(buf, n);
   }
   return out;
 }
