@@ -19,15 +19,16 @@ int Tenants(const Globals& g, client::MinferClient& client) {
     std::cout << "no tenants configured: generation is open to every client\n";
     return 0;
   }
-  Table rows = {{"TENANT", "WEIGHT", "STREAMS", "QUOTA (WINDOW)", "ADMITTED",
+  Table rows = {{"TENANT", "WEIGHT", "STREAMS", "QUOTA used+reserved (WINDOW)", "ADMITTED",
                  "REJECTED cap/quota/model", "TOKENS in/out", "CACHED"}};
   for (const v1::TenantStatus& t : r->tenants()) {
     rows.push_back(
         {t.name(), absl::StrCat(t.weight()),
          t.max_streams() > 0 ? absl::StrCat(t.streams(), " of ", t.max_streams())
                              : absl::StrCat(t.streams()),
-         t.quota_tokens() > 0 ? absl::StrCat(t.window_tokens(), " of ", t.quota_tokens(), " (",
-                                             t.quota_window_seconds(), " s)")
+         t.quota_tokens() > 0 ? absl::StrCat(t.window_tokens(), "+", t.reserved_tokens(), " of ",
+                                             t.quota_tokens(), " (", t.quota_window_seconds(),
+                                             " s)")
                               : std::string("-"),
          absl::StrCat(t.admitted()),
          absl::StrCat(t.rejected_cap(), "/", t.rejected_quota(), "/", t.rejected_model()),

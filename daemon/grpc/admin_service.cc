@@ -587,6 +587,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListTenants(grpc::CallbackServerCont
       t->set_streams(u.streams);
       t->set_max_streams(u.max_streams);
       t->set_window_tokens(u.window_tokens);
+      t->set_reserved_tokens(u.reserved_tokens);
       t->set_quota_tokens(u.quota_tokens);
       t->set_quota_window_seconds(u.quota_window_seconds);
       t->set_admitted(u.admitted);

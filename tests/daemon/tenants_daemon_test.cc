@@ -271,6 +271,18 @@ TEST_F(TenantsDaemonTest, AQuotaHoldsAgainstConcurrentStreams) {
   EXPECT_EQ(usage[5].reserved_tokens, 0);
   EXPECT_EQ(usage[5].window_tokens, used);
   EXPECT_EQ(usage[5].rejected_quota, 7u);
+  // The admin API reports the same (reservations settled: none left).
+  auto listed = admin_->ListTenants();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  bool seen = false;
+  for (const v1::TenantStatus& t : listed->tenants()) {
+    if (t.name() != "metered") continue;
+    seen = true;
+    EXPECT_EQ(t.reserved_tokens(), 0);
+    EXPECT_EQ(t.window_tokens(), used);
+    EXPECT_EQ(t.rejected_quota(), 7u);
+  }
+  EXPECT_TRUE(seen);
   auto r = minfer::testing::RunCommand(
       {"/usr/bin/env", "curl", "-s", "-w", "\n%{http_code}", "-H",
        "Authorization: Bearer key-metered", "-H", "Content-Type: application/json", "-d",
