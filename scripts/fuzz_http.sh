@@ -24,6 +24,8 @@ cp -n tests/daemon/http/fuzz/corpus/* "$work/corpus/" 2>/dev/null || true
 
 san=(--copt=-fsanitize=fuzzer-no-link,address,undefined --copt=-fno-sanitize-recover=undefined
   --copt=-O1 --copt=-g --linkopt=-fsanitize=fuzzer,address,undefined
+  # Bazel links with the C driver: ask for the C++ parts of UBSan.
+  --linkopt=-fsanitize-link-c++-runtime
   # The engine's SIMD files rely on gcc's per-function targets; the fuzzer runs
   # where it is built.
   --copt=-march=native)
