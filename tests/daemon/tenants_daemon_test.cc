@@ -238,6 +238,33 @@ TEST_F(TenantsDaemonTest, TokenizeAndDetokenizeCheckTheTenantsModels) {
   EXPECT_EQ(*text, "hello");
 }
 
+// A tenant granted an alias follows it when the alias is re-pointed (what
+// hot swap is for), and is never granted the models behind it by name.
+TEST_F(TenantsDaemonTest, ATenantGrantedAnAliasFollowsItWhenRePointed) {
+  auto path = minfer::testing::TestModelPath("tiny-untied", "q8_0", 1);
+  ASSERT_TRUE(path.ok());
+  v1::LoadModelRequest load;
+  load.set_name("m2");
+  load.set_path(*path);
+  load.set_n_ctx(512);
+  load.set_parallel(2);
+  ASSERT_TRUE(admin_->LoadModel(load).ok());
+  ASSERT_TRUE(admin_->SetAlias("elsewhere", "m").ok());
+  auto restricted = As("key-restricted");
+  auto first = restricted->Generate(TextRequest("elsewhere", "hello", 3));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->model, "m");
+  ASSERT_TRUE(admin_->SetAlias("elsewhere", "m2").ok());
+  auto second = restricted->Generate(TextRequest("elsewhere", "hello", 3));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->model, "m2");
+  for (const char* direct : {"m", "m2"}) {
+    EXPECT_EQ(restricted->Generate(TextRequest(direct, "hello", 3)).status().code(),
+              absl::StatusCode::kPermissionDenied)
+        << direct;
+  }
+}
+
 // Quota 100 tokens / 60 s: eight 60-token streams (a short prompt +
 // max_tokens 56) asked for at once. Each reserves its prompt + max_tokens at
 // admission, so one runs and seven are refused with quota_exceeded (before
