@@ -10,7 +10,7 @@ PKGS=(
   protobuf-compiler protobuf-compiler-grpc libgrpc++-dev libprotobuf-dev
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   nlohmann-json3-dev libcli11-dev prometheus-cpp-dev libbenchmark-dev libicu-dev
-  libcpp-httplib-dev libssl-dev curl libasio-dev libhttp-parser-dev
+  libcpp-httplib-dev libssl-dev curl libasio-dev libhttp-parser-dev iproute2
   nodejs npm openssl
 )
 

@@ -45,6 +45,11 @@ constexpr auto kGonePoll = std::chrono::milliseconds(100);
 constexpr size_t kMaxGather = 64;
 // Accept-queue length (gRPC's figure; the kernel caps it at somaxconn).
 constexpr int kListenBacklog = 4096;
+// TCP keepalive: probes after 30 s of silence, every 10 s, 3 unanswered
+// mean the peer is gone (gRPC's keepalive pings have the same purpose).
+constexpr int kKeepAliveIdleSeconds = 30;
+constexpr int kKeepAliveIntervalSeconds = 10;
+constexpr int kKeepAliveProbes = 3;
 // After a failed accept (no fds left): wait before the next.
 constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
 
@@ -799,6 +804,17 @@ void EventServer::Impl::OnAccept(const asio::error_code& ec, tcp::socket socket)
   ++accepted;
   asio::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);  // SSE events are small and latency-bound
+  // TCP keepalive: a client whose host vanished (no FIN, no reset) is found
+  // within about a minute even while its request is being answered and
+  // nothing is written to it (a long non-streaming generation): the
+  // pending read then fails and the exchange is gone.
+  socket.set_option(asio::socket_base::keep_alive(true), ignored);
+  const int fd = socket.native_handle();
+  const int idle = kKeepAliveIdleSeconds, interval = kKeepAliveIntervalSeconds,
+            count = kKeepAliveProbes;
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
   const tcp::endpoint peer = socket.remote_endpoint(ignored);
   const std::string client = peer.address().to_string();
   if (!Admit(client)) {

@@ -26,6 +26,8 @@
 //     client still waiting for its response, finds the reset.
 //   - Writes: a response that makes no progress for write_timeout (a client
 //     that never reads) closes the connection (gone).
+//   - TCP keepalive (30 s idle, 3 probes 10 s apart) finds a client whose
+//     host vanished without a FIN or reset, even while nothing is written.
 //   - At most max_connections at once, and max_connections_per_client from
 //     one address (0: no cap; behind a proxy every client has its address):
 //     past either, 503 and close.

@@ -381,6 +381,25 @@ TEST_F(EventServerTest, AReaderThatNeverReadsIsCutAfterTheWriteTimeout) {
   close(fd);
 }
 
+// Accepted connections carry TCP keepalive (the kernel's timer, as `ss`
+// shows it), so a client whose host vanished is found while nothing is
+// written to it.
+TEST_F(EventServerTest, ConnectionsCarryTcpKeepalive) {
+  StartServer();
+  const int fd = Connect(server_->address());
+  ASSERT_TRUE(SendAll(fd, "GET /wait HTTP/1.1\r\n\r\n"));
+  for (int i = 0; i < 100 && handler_.handled.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::string port = server_->address().substr(server_->address().rfind(':') + 1);
+  auto ss = minfer::testing::RunCommand(
+      {"/usr/bin/env", "ss", "-tno", "state", "established", "( sport = :" + port + " )"},
+      std::chrono::seconds(10));
+  ASSERT_TRUE(ss.ok() && ss->exit_code == 0) << (ss.ok() ? ss->err : ss.status().ToString());
+  EXPECT_THAT(ss->out, HasSubstr("timer:(keepalive,"));
+  close(fd);
+}
+
 TEST_F(EventServerTest, StreamsAreChunkedForHttp11AndClosedForHttp10) {
   StartServer();
   handler_.stream_chunks = 3;
