@@ -243,6 +243,19 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpOptions option
   std::unique_ptr<HttpServer> s(
       new HttpServer(std::move(options), slots, limits, state, metrics, tenants));
   ASSIGN_OR_RETURN(s->server_, http::EventServer::Start(s->options_.server, s.get()));
+  if (metrics != nullptr) {
+    http::EventServer* server = s->server_.get();
+    metrics->SetHttpSource([server] {
+      const http::EventServerStats st = server->stats();
+      Metrics::HttpConnections c;
+      c.open = st.open_connections;
+      c.accepted = st.accepted;
+      c.refused = st.refused_over_limit;
+      c.timed_out = st.timed_out;
+      c.bad_request = st.protocol_errors;
+      return c;
+    });
+  }
   Logger("daemon")->info("minferd serving the OpenAI-compatible HTTP API on {}{}{}",
                          s->address(), s->tls() ? " (TLS)" : "",
                          s->options_.api_keys.empty() && tenants == nullptr
@@ -252,6 +265,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpOptions option
 }
 
 void HttpServer::Stop() {
+  if (metrics_ != nullptr) metrics_->SetHttpSource(nullptr);
   if (server_ != nullptr) server_->Stop();
 }
 

@@ -134,6 +134,26 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                    .Help("1 while the server drains before exiting.")
                    .Register(r)
                    .Add({});
+  http_open_ = &prometheus::BuildGauge()
+                    .Name("minfer_http_connections")
+                    .Help("HTTP API connections open now.")
+                    .Register(r)
+                    .Add({});
+  http_connections_ = &prometheus::BuildCounter()
+                           .Name("minfer_http_connections_total")
+                           .Help("HTTP API connections: accepted, refused over a connection cap, "
+                                 "closed for a timeout (TLS handshake, head, body, write), and "
+                                 "answered as bad requests by the server itself (400, 413, 414, "
+                                 "431, ...).")
+                           .Register(r);
+  for (const char* result : {"accepted", "refused", "timed_out", "bad_request"}) {
+    http_connections_->Add({{"result", result}});
+  }
+}
+
+void Metrics::SetHttpSource(std::function<HttpConnections()> source) {
+  std::lock_guard<std::mutex> lock(http_mu_);
+  http_source_ = std::move(source);
 }
 
 // GET /metrics: the registry's text exposition (civetweb runs it on its own
@@ -276,6 +296,23 @@ void Metrics::RemoveModel(const std::string& model) {
 void Metrics::SetDraining(bool draining) { draining_->Set(draining ? 1 : 0); }
 
 std::string Metrics::Serialize() const {
+  {
+    std::lock_guard<std::mutex> lock(http_mu_);
+    if (http_source_) {
+      const HttpConnections now = http_source_();
+      http_open_->Set(static_cast<double>(now.open));
+      auto advance = [&](const char* result, int64_t then, int64_t total) {
+        if (total > then) {
+          http_connections_->Add({{"result", result}}).Increment(static_cast<double>(total - then));
+        }
+      };
+      advance("accepted", http_seen_.accepted, now.accepted);
+      advance("refused", http_seen_.refused, now.refused);
+      advance("timed_out", http_seen_.timed_out, now.timed_out);
+      advance("bad_request", http_seen_.bad_request, now.bad_request);
+      http_seen_ = now;
+    }
+  }
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, registry_->Collect());
   return out.str();

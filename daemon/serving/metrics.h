@@ -25,6 +25,11 @@
 //   minfer_queue_time_seconds{model}                 arrival -> first step it ran in
 //   minfer_time_per_output_token_seconds{model}      per finished stream, after the first
 //   minfer_draining                                  1 while draining
+//   minfer_http_connections                          HTTP connections open
+//   minfer_http_connections_total{result}            accepted / refused (over a
+//                                                    connection cap) / timed_out
+//                                                    (handshake, head, body, write) /
+//                                                    bad_request (431, 413, 400, ...)
 //   minfer_tenant_streams{tenant}                    streams open
 //   minfer_tenant_requests_total{tenant,result}      admitted / rejected_cap /
 //                                                    rejected_quota / rejected_model
@@ -40,6 +45,7 @@
 #define MINFER_DAEMON_SERVING_METRICS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -117,6 +123,19 @@ class Metrics {
   void RemoveModel(const std::string& model);
   void SetDraining(bool draining);
 
+  // The HTTP front door's connection figures (totals since it started, and
+  // the connections open now), read through `source` each time the
+  // metrics are serialized; null stops reading them. The source must stay
+  // valid until replaced.
+  struct HttpConnections {
+    int64_t open = 0;
+    int64_t accepted = 0;
+    int64_t refused = 0;
+    int64_t timed_out = 0;
+    int64_t bad_request = 0;
+  };
+  void SetHttpSource(std::function<HttpConnections()> source);
+
   // The text exposition of every series (what /metrics serves). Only the
   // daemon's own families, which never print NaN: counters, gauges and
   // histograms (no summaries, whose empty quantiles are NaN).
@@ -151,6 +170,13 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* queue_time_;
   prometheus::Family<prometheus::Histogram>* tpot_;
   prometheus::Gauge* draining_;
+  prometheus::Gauge* http_open_;
+  prometheus::Family<prometheus::Counter>* http_connections_;
+  // The HTTP source and what its totals read at the last serialization
+  // (counters advance by the difference). Guarded by http_mu_.
+  mutable std::mutex http_mu_;
+  std::function<HttpConnections()> http_source_;
+  mutable HttpConnections http_seen_;
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<ModelMetrics>> models_;  // guarded by mu_

@@ -458,6 +458,9 @@ TEST_F(HttpApiTest, StreamsAreCountedByHowTheyEnded) {
 // A request with 20,000 header lines, no key: 431 at the cap, before any
 // authorization, and the daemon serves on.
 TEST_F(HttpApiTest, HeaderFloodsAre431WithoutAKey) {
+  const std::string bad = "minfer_http_connections_total{result=\"bad_request\"}";
+  const std::string accepted = "minfer_http_connections_total{result=\"accepted\"}";
+  const std::string m0 = daemon_->metrics().Serialize();
   const int fd = minfer::testing::ConnectTo(daemon_->http_address());
   ASSERT_GE(fd, 0);
   std::string head = "POST /v1/chat/completions HTTP/1.1\r\n";
@@ -470,6 +473,11 @@ TEST_F(HttpApiTest, HeaderFloodsAre431WithoutAKey) {
   int status = 0;
   Post("/v1/completions", R"({"model": "prod", "prompt": "x", "max_tokens": 1})", &status);
   EXPECT_EQ(status, 200);
+  // The metrics count it, beside the connections accepted.
+  const std::string m1 = daemon_->metrics().Serialize();
+  EXPECT_EQ(CounterValue(m1, bad), CounterValue(m0, bad) + 1) << m1;
+  EXPECT_GE(CounterValue(m1, accepted), CounterValue(m0, accepted) + 2);
+  EXPECT_THAT(m1, HasSubstr("\nminfer_http_connections "));
 }
 
 // A client that sends its request and shuts its sending side gets the
