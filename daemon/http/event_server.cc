@@ -63,7 +63,7 @@ std::string HexSize(size_t n) {
   return buf;
 }
 
-// The status line and headers of `r` (framing added by the caller).
+// The status line; then the headers of `r` (framing added by the caller).
 std::string StatusLine(int version_minor, int status) {
   return absl::StrCat("HTTP/1.", version_minor >= 1 ? 1 : 0, " ", status, " ",
                       ReasonPhrase(status), "\r\n");
@@ -72,6 +72,22 @@ std::string StatusLine(int version_minor, int status) {
 void AppendHeaders(const HttpResponse& r, std::string* out) {
   if (!r.content_type.empty()) absl::StrAppend(out, "Content-Type: ", r.content_type, "\r\n");
   for (const auto& [k, v] : r.headers) absl::StrAppend(out, k, ": ", v, "\r\n");
+}
+
+// A whole answer with a Content-Length: `keep` says whether the connection
+// carries another request after it (HTTP/1.0 must be told so).
+std::string WholeResponse(const HttpResponse& r, int version_minor, bool keep, bool with_body) {
+  std::string out = StatusLine(version_minor, r.status);
+  AppendHeaders(r, &out);
+  absl::StrAppend(&out, "Content-Length: ", r.body.size(), "\r\n");
+  if (!keep) {
+    out += "Connection: close\r\n";
+  } else if (version_minor == 0) {
+    out += "Connection: keep-alive\r\n";
+  }
+  out += "\r\n";
+  if (with_body) out += r.body;
+  return out;
 }
 
 const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -241,16 +257,7 @@ class Connection : public ConnBase {
   void DoRespond(const std::shared_ptr<ExchangeState>& x, HttpResponse r) override {
     if (x != current_ || closed_ || answered_) return;
     const bool keep = request_keep_alive_ && !r.close && !peer_eof_ && !server_->stopping.load();
-    std::string out = StatusLine(request_minor_, r.status);
-    AppendHeaders(r, &out);
-    absl::StrAppend(&out, "Content-Length: ", r.body.size(), "\r\n");
-    if (!keep) {
-      out += "Connection: close\r\n";
-    } else if (request_minor_ == 0) {
-      out += "Connection: keep-alive\r\n";
-    }
-    out += "\r\n";
-    if (!head_only_) out += r.body;
+    std::string out = WholeResponse(r, request_minor_, keep, !head_only_);
     x->pending += out.size();
     Queue(std::move(out));
     answered_ = true;
@@ -481,12 +488,7 @@ class Connection : public ConnBase {
   void Refuse(HttpResponse r) {
     deadline_gen_++;
     deadline_.cancel();
-    r.close = true;
-    std::string out = StatusLine(request_minor_ == 0 ? 0 : 1, r.status);
-    AppendHeaders(r, &out);
-    absl::StrAppend(&out, "Content-Length: ", r.body.size(), "\r\nConnection: close\r\n\r\n",
-                    r.body);
-    Queue(std::move(out));
+    Queue(WholeResponse(r, request_minor_, /*keep=*/false, /*with_body=*/true));
     exchange_active_ = true;  // nothing more is parsed
     answered_ = true;
     after_ = After::kClose;
@@ -667,11 +669,8 @@ class Connection : public ConnBase {
 
   // --- closing ---
 
-  // The client is gone: its exchange learns it, the socket closes.
-  void Gone() {
-    if (closed_) return;
-    CloseNow();
-  }
+  // The client is gone: its exchange learns it (CloseNow), the socket closes.
+  void Gone() { CloseNow(); }
 
   void CloseNow() {
     if (closed_) return;
@@ -736,19 +735,14 @@ class Connection : public ConnBase {
 void RefuseConnection(EventServer::Impl* server, tcp::socket socket) {
   HttpResponse r = server->handler->ErrorResponse(
       503, "the server has too many connections (from this client or in all); try again later");
-  std::string out = StatusLine(1, 503);
-  AppendHeaders(r, &out);
-  absl::StrAppend(&out, "Content-Length: ", r.body.size(), "\r\nConnection: close\r\n\r\n",
-                  r.body);
-  auto sock = std::make_shared<tcp::socket>(std::move(socket));
-  auto buf = std::make_shared<std::string>(std::move(out));
+  const std::string out = WholeResponse(r, 1, /*keep=*/false, /*with_body=*/true);
   asio::error_code ignored;
-  sock->non_blocking(true, ignored);
+  socket.non_blocking(true, ignored);
   // One attempt without waiting: a client that cannot take 200 bytes at
   // once is not owed them.
-  sock->write_some(asio::buffer(*buf), ignored);
-  sock->shutdown(tcp::socket::shutdown_send, ignored);
-  sock->close(ignored);
+  socket.write_some(asio::buffer(out), ignored);
+  socket.shutdown(tcp::socket::shutdown_send, ignored);
+  socket.close(ignored);
 }
 
 bool SplitHostPort(const std::string& listen, std::string* host, int* port) {

@@ -334,6 +334,11 @@ TEST_F(HttpApiTest, ErrorsHaveOpenAisShapeAndStatus) {
   auto route = Curl({"-w", "\n%{http_code}"}, Base() + "/v1/nothing");
   EXPECT_THAT(route.out, HasSubstr("\"type\":\"not_found_error\""));
   EXPECT_THAT(route.out, HasSubstr("\n404"));
+  // A known route with the wrong method: 405 naming the one it takes.
+  auto method = Curl({"-i", "-X", "GET"}, Base() + "/v1/chat/completions");
+  EXPECT_THAT(method.out, StartsWith("HTTP/1.1 405 Method Not Allowed"));
+  EXPECT_THAT(method.out, HasSubstr("Allow: POST\r\n"));
+  EXPECT_THAT(method.out, HasSubstr("takes POST, not"));
   // A body over the limit (8 MiB): 413, in the same shape.
   const std::string file = TmpPath("big-body.json");
   {
@@ -524,32 +529,49 @@ TEST_F(HttpApiTest, IdleAndSlowConnectionsDoNotStopTheApi) {
   for (int fd : fds) close(fd);
 }
 
-// While the daemon drains, /health is 503 and a stream that was running
-// finishes whole.
-TEST(HttpApiDrainTest, HealthIs503WhileStreamsFinish) {
+// A daemon of its own serving tiny-untied as `model` over gRPC and HTTP,
+// once the model is ready; null (and a failure) if it cannot start.
+std::unique_ptr<Daemon> StartHttpDaemon(const std::string& model) {
   auto path = minfer::testing::TestModelPath("tiny-untied", "q8_0", 1);
-  ASSERT_TRUE(path.ok());
+  if (!path.ok()) {
+    ADD_FAILURE() << path.status();
+    return nullptr;
+  }
   DaemonConfig c = testing::TestConfig();
   c.http_listen = "127.0.0.1:0";
   SlotConfig m;
-  m.name = "prod";
+  m.name = model;
   m.path = *path;
   c.models.push_back(m);
   auto d = Daemon::Start(c);
-  ASSERT_TRUE(d.ok()) << d.status();
+  if (!d.ok()) {
+    ADD_FAILURE() << d.status();
+    return nullptr;
+  }
   auto client = testing::ClientFor(**d);
-  ASSERT_TRUE(testing::WaitFor([&] {
-    auto s = client->GetModelStatus("prod");
-    return s.ok() && s->state() == v1::MODEL_STATE_READY;
-  }, std::chrono::seconds(30)));
-  const std::string base = absl::StrCat("http://", (*d)->http_address());
-  const int fd = minfer::testing::ConnectTo((*d)->http_address());
+  if (!testing::WaitFor([&] {
+        auto s = client->GetModelStatus(model);
+        return s.ok() && s->state() == v1::MODEL_STATE_READY;
+      }, std::chrono::seconds(30))) {
+    ADD_FAILURE() << "model " << model << " did not load";
+    return nullptr;
+  }
+  return *std::move(d);
+}
+
+// While the daemon drains, /health is 503 and a stream that was running
+// finishes whole.
+TEST(HttpApiDrainTest, HealthIs503WhileStreamsFinish) {
+  std::unique_ptr<Daemon> d = StartHttpDaemon("prod");
+  ASSERT_NE(d, nullptr);
+  const std::string base = absl::StrCat("http://", d->http_address());
+  const int fd = minfer::testing::ConnectTo(d->http_address());
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(minfer::testing::SendAll(fd, RawChat("unused", /*stream=*/true, 300)));
   std::string got = minfer::testing::ReadUntil(fd, "data: {", std::chrono::seconds(10));
   ASSERT_THAT(got, HasSubstr("data: {"));
   DrainResult drained;
-  std::thread drain([&] { drained = (*d)->Drain(std::chrono::seconds(60)); });
+  std::thread drain([&] { drained = d->Drain(std::chrono::seconds(60)); });
   // (Drain sets the state first thing; the listener stays open meanwhile.)
   std::string health;
   for (int i = 0; i < 50 && !absl::EndsWith(health, "503"); ++i) {
@@ -572,18 +594,10 @@ TEST(HttpApiDrainTest, HealthIs503WhileStreamsFinish) {
 
 // Its own daemon: a drain turns /health and new generations to 503.
 TEST(HttpApiDrainTest, DrainingRefusesNewRequestsWith503) {
-  auto path = minfer::testing::TestModelPath("tiny-untied", "q8_0", 1);
-  ASSERT_TRUE(path.ok());
-  DaemonConfig c = testing::TestConfig();
-  c.http_listen = "127.0.0.1:0";
-  SlotConfig m;
-  m.name = "a";
-  m.path = *path;
-  c.models.push_back(m);
-  auto d = Daemon::Start(c);
-  ASSERT_TRUE(d.ok()) << d.status();
-  const std::string base = absl::StrCat("http://", (*d)->http_address());
-  (*d)->Drain(std::chrono::seconds(1));
+  std::unique_ptr<Daemon> d = StartHttpDaemon("a");
+  ASSERT_NE(d, nullptr);
+  const std::string base = absl::StrCat("http://", d->http_address());
+  d->Drain(std::chrono::seconds(1));
   auto health = minfer::testing::RunCommand(
       {"/usr/bin/env", "curl", "-s", "-w", "\n%{http_code}", base + "/health"});
   ASSERT_TRUE(health.ok());

@@ -39,12 +39,17 @@ bool SendAll(int fd, const std::string& s) {
   return true;
 }
 
-std::string ReadFor(int fd, std::chrono::milliseconds timeout, bool* closed) {
+namespace {
+
+// Reads until `needle` has arrived (never, when empty), the peer closes
+// (*closed) or `timeout` passes.
+std::string ReadLoop(int fd, std::chrono::milliseconds timeout, const std::string& needle,
+                     bool* closed) {
   using Clock = std::chrono::steady_clock;
   std::string out;
   const auto end = Clock::now() + timeout;
   if (closed != nullptr) *closed = false;
-  for (;;) {
+  while (needle.empty() || !absl::StrContains(out, needle)) {
     const int left = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count());
     if (left <= 0) break;
@@ -61,22 +66,14 @@ std::string ReadFor(int fd, std::chrono::milliseconds timeout, bool* closed) {
   return out;
 }
 
+}  // namespace
+
+std::string ReadFor(int fd, std::chrono::milliseconds timeout, bool* closed) {
+  return ReadLoop(fd, timeout, "", closed);
+}
+
 std::string ReadUntil(int fd, const std::string& needle, std::chrono::milliseconds timeout) {
-  using Clock = std::chrono::steady_clock;
-  std::string out;
-  const auto end = Clock::now() + timeout;
-  while (!absl::StrContains(out, needle)) {
-    const int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count());
-    if (left <= 0) break;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, left) <= 0) break;
-    char buf[65536];
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    out.append(buf, n);
-  }
-  return out;
+  return ReadLoop(fd, timeout, needle, nullptr);
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
