@@ -71,12 +71,17 @@ class Vocabulary {
   const std::vector<int32_t>& lcp() const { return lcp_; }
   // Position of token id in sorted() (-1 for empty tokens).
   int32_t rank(int32_t id) const { return rank_[id]; }
+  // The bitmask (mask_words() words) of every non-empty token.
+  const std::vector<uint32_t>& text_mask() const { return text_mask_; }
+  int32_t max_token_bytes() const { return max_len_; }
 
  private:
   std::vector<std::string> tokens_;
   std::vector<int32_t> stop_ids_;
   int32_t n_rows_ = 0;
+  int32_t max_len_ = 0;
   std::vector<int32_t> sorted_, lcp_, rank_;
+  std::vector<uint32_t> text_mask_;
 };
 
 struct CompileOptions {
@@ -120,6 +125,10 @@ struct CompilerStats {
   int64_t compiles = 0;    // grammars compiled
   int64_t cache_hits = 0;  // requests answered from the cache
   int64_t refused = 0;     // specs refused (bad input, too complex)
+  // Positions classified (shared between grammars), and classifications
+  // answered by another grammar's identical position.
+  int64_t position_classes = 0;
+  int64_t position_hits = 0;
 };
 
 class GrammarCompiler {
@@ -145,6 +154,7 @@ class GrammarCompiler {
   std::list<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> lru_;
   absl::flat_hash_map<std::string, decltype(lru_)::iterator> index_;
   CompilerStats stats_;
+  std::shared_ptr<internal::ClassCache> classes_;
 };
 
 class GrammarMatcher {
@@ -154,19 +164,19 @@ class GrammarMatcher {
   GrammarMatcher(const GrammarMatcher&) = delete;
   GrammarMatcher& operator=(const GrammarMatcher&) = delete;
 
-  // Writes vocab().mask_words() words to `mask`. Must not be called once
-  // terminated.
+  // Writes vocab().mask_words() words to `mask`. Once terminated, allows
+  // nothing but the stop ids.
   void FillNextTokenBitmask(uint32_t* mask);
   // Whether `id` may come next (the bitmask's bit, computed for one token).
-  bool IsTokenAllowed(int32_t id) const;
+  bool IsTokenAllowed(int32_t id);
   // Advances by token `id`: INVALID_ARGUMENT if the grammar does not allow
   // it (nothing changes then). An end-of-generation id, allowed only when
   // complete, terminates the matcher.
   absl::Status AcceptToken(int32_t id);
   // Advances by raw bytes (tests, jump-forward): false and no change if the
-  // grammar does not allow them.
+  // grammar does not allow them. Counts as one step for Rollback.
   bool AcceptBytes(absl::string_view bytes);
-  // Undoes the last n AcceptToken calls (n <= tokens accepted).
+  // Undoes the last n AcceptToken / AcceptBytes calls (n <= steps taken).
   void Rollback(int32_t n);
   // The root rule can end here (end-of-generation tokens are allowed).
   bool IsComplete() const;
@@ -176,19 +186,14 @@ class GrammarMatcher {
   // The bytes every continuation starts with (up to max_bytes); empty when
   // the next byte is not forced or the grammar may end here. Does not
   // advance.
-  std::string JumpForward(int32_t max_bytes = 256) const;
-  int32_t tokens_accepted() const { return static_cast<int32_t>(history_.size()) - 1; }
+  std::string JumpForward(int32_t max_bytes = 256);
+  // Steps taken (AcceptToken / AcceptBytes calls not rolled back).
+  int32_t steps() const;
   const CompiledGrammar& compiled() const { return *grammar_; }
 
  private:
-  struct State;
-  std::shared_ptr<const CompiledGrammar> grammar_;
-  std::unique_ptr<internal::Automata> scratch_unused_;
-  // One parse state per accepted token (history_[0]: the start).
-  std::vector<std::unique_ptr<State>> history_;
-  bool terminated_ = false;
-  std::vector<bool> terminated_history_;
   struct Impl;
+  std::shared_ptr<const CompiledGrammar> grammar_;
   std::unique_ptr<Impl> impl_;
 };
 

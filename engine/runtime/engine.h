@@ -83,6 +83,12 @@ struct EngineSnapshot {
   int64_t prefix_hit_tokens = 0;  // prompt tokens taken from the cache, not computed
   int64_t prefix_evictions = 0;   // cached blocks reused for other contents
   int64_t steps = 0;
+  // Structured outputs: sequences with a grammar now, masks computed so far
+  // and their total time (on the mask threads, overlapped with the forward),
+  // tokens the grammar forced (jump-forward would skip sampling for them).
+  int64_t constrained_running = 0;
+  int64_t grammar_masks = 0;
+  double grammar_mask_seconds = 0;
   int64_t token_budget = 0;
   int64_t n_ctx = 0;
   EngineStepStats last_step;

@@ -154,4 +154,27 @@ std::string Model::Summary() const {
       backends_.front()->name(), graph::DTypeName(DefaultKvType()));
 }
 
+std::shared_ptr<const grammar::Vocabulary> MakeGrammarVocabulary(const tokenizer::Tokenizer& tok,
+                                                                int32_t n_rows) {
+  std::vector<std::string> tokens(tok.vocab_size());
+  tokenizer::DecodeOptions skip;
+  skip.skip_special = true;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    // Control tokens decode to "" with skip_special: a grammar never allows
+    // them (only the stop ids, when the grammar is complete).
+    absl::StatusOr<absl::string_view> bytes = tok.TokenBytes(id, skip);
+    if (bytes.ok()) tokens[id] = std::string(*bytes);
+  }
+  return grammar::Vocabulary::Create(std::move(tokens), tok.stop_ids(),
+                                     std::max(n_rows, tok.vocab_size()));
+}
+
+grammar::GrammarCompiler& Model::grammars() const {
+  std::call_once(grammars_once_, [this] {
+    grammars_ = std::make_unique<grammar::GrammarCompiler>(
+        MakeGrammarVocabulary(*tokenizer_, static_cast<int32_t>(hparams().n_vocab)));
+  });
+  return *grammars_;
+}
+
 }  // namespace minfer::runtime

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,11 +18,17 @@
 #include "engine/base/knobs.h"
 #include "engine/base/thread_pool.h"
 #include "engine/gguf/gguf.h"
+#include "engine/grammar/matcher.h"
 #include "engine/graph/backend.h"
 #include "engine/models/decoder/decoder.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace minfer::runtime {
+
+// The grammar vocabulary of `tok` over `n_rows` output rows: each token's
+// decoded bytes, "" for control and unused tokens; the stop ids.
+std::shared_ptr<const grammar::Vocabulary> MakeGrammarVocabulary(const tokenizer::Tokenizer& tok,
+                                                                int32_t n_rows);
 
 // Called while loading with (bytes done, bytes total).
 using LoadProgressFn = std::function<void(uint64_t, uint64_t)>;
@@ -71,6 +78,12 @@ class Model {
   // Increments on every change made by SetKnobOverride.
   uint64_t knob_generation() const { return knob_gen_; }
 
+  // The model's grammar compiler (structured outputs): its vocabulary is the
+  // tokenizer's token bytes (control tokens excluded) over the model's
+  // n_vocab output rows, its stop ids the tokenizer's. Created on first use;
+  // thread-safe (the daemon compiles on request threads, off the worker).
+  grammar::GrammarCompiler& grammars() const;
+
   uint64_t weight_bytes() const { return arch_->weight_bytes(); }
   double load_seconds() const { return load_seconds_; }
   // One line: placement, memory, KV type.
@@ -88,6 +101,8 @@ class Model {
   KnobOverrides knobs_;
   uint64_t knob_gen_ = 0;
   double load_seconds_ = 0;
+  mutable std::once_flag grammars_once_;
+  mutable std::unique_ptr<grammar::GrammarCompiler> grammars_;
 };
 
 }  // namespace minfer::runtime

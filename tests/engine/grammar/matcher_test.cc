@@ -1,0 +1,264 @@
+// GrammarMatcher against the reference recognizer (recognizer.h): at every
+// step of random walks over several grammars, the bitmask must allow exactly
+// the tokens t for which (bytes so far + t) is a viable prefix of the
+// language, and the end tokens exactly when the bytes so far are in it.
+// Also rollback, jump-forward, completion and termination, and the class
+// cache shared between grammars.
+#include "engine/grammar/matcher.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/engine/grammar/recognizer.h"
+
+namespace minfer::grammar {
+namespace {
+
+using testing::IsViablePrefix;
+using testing::Recognize;
+
+// A vocabulary of single bytes (printable ASCII), every 2- and 3-byte string
+// over a small alphabet, the UTF-8 encodings of some Greek letters split
+// into fragments, and a few longer words. Id 0 is the end token; id 1 an
+// empty (control) token.
+std::shared_ptr<const Vocabulary> TestVocab() {
+  std::vector<std::string> toks = {"", ""};
+  for (int c = 0x20; c < 0x7f; ++c) toks.push_back(std::string(1, static_cast<char>(c)));
+  const std::string alpha = "ab(),\"{}:0x1 ";
+  for (char a : alpha) {
+    for (char b : alpha) {
+      toks.push_back(std::string{a, b});
+      for (char c : std::string("ab\")}")) toks.push_back(std::string{a, b, c});
+    }
+  }
+  for (const char* w : {"cat", "car", "dog", "do", "ca", "\"a\":", "\"b\":", "\":", "\",",
+                        "\"}", "abab", "ababab", "\xCE\xB1", "\xCE\xB2", "\xCE", "\xB1",
+                        "\xCF\x89", "\xCE\xB1!", "!", "yx", "yyx", "catdog", "\n", "  "}) {
+    toks.push_back(w);
+  }
+  return Vocabulary::Create(toks, {0}, static_cast<int32_t>(toks.size()) + 7);
+}
+
+struct Case {
+  std::string name;
+  Grammar grammar;
+};
+
+Grammar Must(absl::StatusOr<Grammar> g) {
+  EXPECT_TRUE(g.ok()) << g.status();
+  return *std::move(g);
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> out;
+  {  // {"a":<digits>,"b":"<ab>*"} with optional "b" and optional spaces
+    GrammarBuilder b;
+    RuleId ws = b.AddRule("ws", b.Repeat(b.Byte(' '), 0, 2));
+    RuleId num = b.AddRule("num", b.Plus(b.ByteRange('0', '1')));
+    RuleId str = b.AddRule("str", b.Seq({b.Byte('"'), b.Star(b.ByteRange('a', 'b')), b.Byte('"')}));
+    RuleId root = b.AddRule(
+        "root", b.Seq({b.Literal("{"), b.Ref(ws), b.Literal("\"a\":"), b.Ref(ws), b.Ref(num),
+                       b.Optional(b.Seq({b.Literal(","), b.Ref(ws), b.Literal("\"b\":"), b.Ref(ws),
+                                         b.Ref(str)})),
+                       b.Ref(ws), b.Literal("}")}));
+    out.push_back({"object", Must(std::move(b).Build(root))});
+  }
+  {  // s ::= "(" s* ")" | [ab]+
+    GrammarBuilder b;
+    RuleId s = b.Declare("s");
+    b.Define(s, b.Alt({b.Seq({b.Literal("("), b.Star(b.Ref(s)), b.Literal(")")}),
+                       b.Plus(b.ByteRange('a', 'b'))}));
+    out.push_back({"parens", Must(std::move(b).Build(s))});
+  }
+  {
+    GrammarBuilder b;
+    RuleId r = b.AddRule("root", b.Alt({b.Literal("cat"), b.Literal("car"), b.Literal("dog"),
+                                        b.Literal("do"), b.Literal("catdog")}));
+    out.push_back({"words", Must(std::move(b).Build(r))});
+  }
+  {  // [α-ω]+ "!"
+    GrammarBuilder b;
+    RuleId r = b.AddRule("root", b.Seq({b.Plus(b.CodepointSet({{0x3B1, 0x3C9}})), b.Literal("!")}));
+    out.push_back({"greek", Must(std::move(b).Build(r))});
+  }
+  {  // ("ab"){2,4} [01]{1,3}
+    GrammarBuilder b;
+    RuleId r = b.AddRule("root", b.Seq({b.Repeat(b.Literal("ab"), 2, 4),
+                                        b.Repeat(b.ByteRange('0', '1'), 1, 3)}));
+    out.push_back({"bounded", Must(std::move(b).Build(r))});
+  }
+  {  // a ::= b* "x"; b ::= "y"? (a nullable rule under a star)
+    GrammarBuilder b;
+    RuleId bb = b.AddRule("b", b.Optional(b.Literal("y")));
+    RuleId a = b.AddRule("a", b.Seq({b.Star(b.Ref(bb)), b.Literal("x")}));
+    out.push_back({"nullable", Must(std::move(b).Build(a))});
+  }
+  {  // list ::= item ("," item)*; item ::= "a" | "(" list ")"
+    GrammarBuilder b;
+    RuleId list = b.Declare("list");
+    RuleId item = b.AddRule("item", b.Alt({b.Literal("a"), b.Seq({b.Literal("("), b.Ref(list),
+                                                                 b.Literal(")")})}));
+    b.Define(list, b.Seq({b.Ref(item), b.Star(b.Seq({b.Literal(","), b.Ref(item)}))}));
+    out.push_back({"nested-list", Must(std::move(b).Build(list))});
+  }
+  return out;
+}
+
+bool Bit(const std::vector<uint32_t>& m, int32_t id) { return (m[id / 32] >> (id % 32)) & 1; }
+
+// The mask the reference recognizer implies after `prefix`.
+std::vector<uint32_t> ReferenceMask(const Grammar& g, const Vocabulary& v,
+                                    const std::string& prefix) {
+  std::vector<uint32_t> m(v.mask_words(), 0);
+  for (int32_t id = 0; id < v.size(); ++id) {
+    bool ok;
+    if (v.is_stop(id)) {
+      ok = Recognize(g, prefix);
+    } else if (v.token(id).empty()) {
+      ok = false;
+    } else {
+      ok = IsViablePrefix(g, prefix + std::string(v.token(id)));
+    }
+    if (ok) m[id / 32] |= 1u << (id % 32);
+  }
+  return m;
+}
+
+TEST(MatcherTest, MasksEqualTheReferenceOnRandomWalks) {
+  auto vocab = TestVocab();
+  GrammarCompiler compiler(vocab);
+  std::mt19937 rng(42);
+  for (Case& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    Grammar ref = c.grammar;
+    auto cg = compiler.CompileGrammar(std::move(c.grammar), GrammarKind::kGbnf);
+    ASSERT_TRUE(cg.ok()) << cg.status();
+    int completed = 0;
+    for (int walk = 0; walk < 12; ++walk) {
+      GrammarMatcher m(*cg);
+      std::string text;
+      std::vector<uint32_t> mask(vocab->mask_words());
+      for (int step = 0; step < 40; ++step) {
+        m.FillNextTokenBitmask(mask.data());
+        std::vector<uint32_t> want = ReferenceMask(ref, *vocab, text);
+        for (int32_t id = 0; id < vocab->n_rows(); ++id) {
+          ASSERT_EQ(Bit(mask, id), id < vocab->size() && Bit(want, id))
+              << "token " << id << " '" << (id < vocab->size() ? vocab->token(id) : "")
+              << "' after '" << text << "'";
+        }
+        EXPECT_EQ(m.IsComplete(), Recognize(ref, text)) << text;
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < vocab->size(); ++id) {
+          if (Bit(mask, id)) allowed.push_back(id);
+        }
+        ASSERT_FALSE(allowed.empty()) << "dead end after '" << text << "'";
+        // Prefer text over the end token, so walks get long.
+        int32_t pick = allowed[rng() % allowed.size()];
+        if (pick == 0 && allowed.size() > 1 && rng() % 4 != 0) pick = allowed[1];
+        EXPECT_TRUE(m.IsTokenAllowed(pick));
+        ASSERT_TRUE(m.AcceptToken(pick).ok());
+        if (pick == 0) {
+          EXPECT_TRUE(m.IsTerminated());
+          completed++;
+          break;
+        }
+        text += std::string(vocab->token(pick));
+      }
+    }
+    EXPECT_GT(completed, 0);
+  }
+}
+
+TEST(MatcherTest, RefusesDisallowedTokensAndRollsBack) {
+  auto vocab = TestVocab();
+  GrammarCompiler compiler(vocab);
+  auto cg = compiler.CompileGrammar(Cases()[2].grammar, GrammarKind::kChoice);  // words
+  ASSERT_TRUE(cg.ok());
+  GrammarMatcher m(*cg);
+  auto id_of = [&](absl::string_view s) {
+    for (int32_t id = 0; id < vocab->size(); ++id) {
+      if (vocab->token(id) == s) return id;
+    }
+    return -1;
+  };
+  EXPECT_FALSE(m.AcceptToken(id_of("x")).ok());
+  EXPECT_FALSE(m.AcceptToken(0).ok()) << "end before complete";
+  ASSERT_TRUE(m.AcceptToken(id_of("ca")).ok());
+  EXPECT_FALSE(m.IsComplete());
+  ASSERT_TRUE(m.AcceptToken(id_of("t")).ok());
+  EXPECT_TRUE(m.IsComplete());
+  EXPECT_FALSE(m.IsTerminated()) << "catdog may follow";
+  EXPECT_EQ(m.JumpForward(), "") << "the grammar may end here";
+  ASSERT_TRUE(m.AcceptToken(id_of("d")).ok());
+  EXPECT_EQ(m.JumpForward(), "og");
+  EXPECT_EQ(m.steps(), 3);
+  m.Rollback(2);
+  EXPECT_EQ(m.steps(), 1);
+  EXPECT_FALSE(m.IsComplete());
+  // After "ca": "r" or "t" only.
+  std::vector<uint32_t> mask(vocab->mask_words());
+  m.FillNextTokenBitmask(mask.data());
+  std::vector<std::string> allowed;
+  for (int32_t id = 0; id < vocab->size(); ++id) {
+    if (Bit(mask, id)) allowed.push_back(std::string(vocab->token(id)));
+  }
+  EXPECT_EQ(allowed, (std::vector<std::string>{"r", "t"}));
+  ASSERT_TRUE(m.AcceptToken(id_of("r")).ok());
+  EXPECT_TRUE(m.IsTerminated()) << "nothing can follow 'car'";
+  ASSERT_TRUE(m.AcceptToken(0).ok());
+  EXPECT_TRUE(m.IsTerminated());
+  EXPECT_FALSE(m.AcceptToken(id_of("a")).ok());
+  m.FillNextTokenBitmask(mask.data());
+  EXPECT_TRUE(Bit(mask, 0));
+  for (int32_t id = 1; id < vocab->size(); ++id) EXPECT_FALSE(Bit(mask, id));
+}
+
+TEST(MatcherTest, JumpForwardIsTheForcedPrefix) {
+  auto vocab = TestVocab();
+  GrammarCompiler compiler(vocab);
+  Grammar ref = Cases()[0].grammar;  // object
+  auto cg = compiler.CompileGrammar(ref, GrammarKind::kGbnf);
+  ASSERT_TRUE(cg.ok());
+  GrammarMatcher m(*cg);
+  EXPECT_EQ(m.JumpForward(), "{");
+  ASSERT_TRUE(m.AcceptBytes("{"));
+  EXPECT_EQ(m.JumpForward(), "") << "a space or the key";
+  ASSERT_TRUE(m.AcceptBytes("\""));
+  EXPECT_EQ(m.JumpForward(), "a\":");
+  EXPECT_FALSE(m.AcceptBytes("b"));
+  EXPECT_TRUE(m.AcceptBytes("a\":1"));
+  EXPECT_FALSE(m.IsComplete());
+  EXPECT_TRUE(m.AcceptBytes("}"));
+  EXPECT_TRUE(m.IsComplete());
+  EXPECT_TRUE(m.IsTerminated());
+}
+
+TEST(MatcherTest, IdenticalPositionsShareClassesAcrossGrammars) {
+  auto vocab = TestVocab();
+  GrammarCompiler compiler(vocab);
+  ASSERT_TRUE(compiler.CompileGrammar(Cases()[1].grammar, GrammarKind::kGbnf).ok());
+  const CompilerStats before = compiler.stats();
+  ASSERT_TRUE(compiler.CompileGrammar(Cases()[1].grammar, GrammarKind::kGbnf).ok());
+  const CompilerStats after = compiler.stats();
+  EXPECT_EQ(after.position_classes, before.position_classes);
+  EXPECT_GT(after.position_hits, before.position_hits);
+}
+
+TEST(MatcherTest, StateCapIsEnforced) {
+  auto vocab = TestVocab();
+  GrammarLimits lim;
+  lim.max_states = 100;
+  GrammarBuilder b(lim);
+  RuleId r = b.AddRule("root", b.Repeat(b.Literal("abcdef"), 0, 100));
+  absl::StatusOr<Grammar> g = std::move(b).Build(r);
+  ASSERT_TRUE(g.ok());
+  GrammarCompiler compiler(vocab);
+  auto cg = compiler.CompileGrammar(*std::move(g), GrammarKind::kGbnf);
+  ASSERT_FALSE(cg.ok());
+  EXPECT_NE(cg.status().message().find("too complex"), std::string::npos) << cg.status();
+}
+
+}  // namespace
+}  // namespace minfer::grammar
