@@ -109,9 +109,11 @@ class Completion {
   const GenerateRequest& request() const { return req_; }
   const std::vector<int32_t>& prompt() const { return req_.prompt; }
 
-  absl::StatusOr<SampledToken> Sample(const float* logits, int64_t n_vocab) {
-    return sampler_->Sample(logits, n_vocab);
-  }
+  // Samples from a whole row; a constrained completion applies its mask
+  // first (ComputeMask must have run since the last Accept): disallowed
+  // tokens get -inf, so penalties, truncation and log-probabilities all see
+  // the constrained distribution.
+  absl::StatusOr<SampledToken> Sample(const float* logits, int64_t n_vocab);
   // Sampler::UsesOnlyTop / SampleTop, with the tokenizer's vocabulary as
   // the limit.
   bool UsesOnlyTop(int64_t k) const { return sampler_->UsesOnlyTop(k, vocab_limit_); }
@@ -127,6 +129,15 @@ class Completion {
   absl::StatusOr<StepOutput> Accept(const SampledToken& s, int64_t n_evaluated);
   // Ends the generation with reason `cancelled` (takes effect immediately).
   void Cancel();
+
+  // Structured output (request().grammar set): the matcher's bitmask of the
+  // tokens allowed next, ceil(n_vocab / 32) words. ComputeMask may run on
+  // another thread than the rest of this object (the engine overlaps it
+  // with the forward pass), but never concurrently with Accept or Sample.
+  bool constrained() const { return matcher_ != nullptr; }
+  void ComputeMask();
+  const uint32_t* mask() const { return mask_.data(); }
+  const grammar::GrammarMatcher* matcher() const { return matcher_.get(); }
 
   bool done() const { return done_; }
   FinishReason finish_reason() const { return reason_; }
@@ -147,6 +158,10 @@ class Completion {
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<StopMatcher> stops_;
   std::unique_ptr<tokenizer::StreamingDetokenizer> detok_;
+  std::unique_ptr<grammar::GrammarMatcher> matcher_;
+  std::vector<uint32_t> mask_;
+  bool mask_fresh_ = false;      // mask_ is for the current matcher state
+  std::vector<float> masked_;    // a masked copy of the row being sampled
   std::vector<int32_t> output_;
   std::string text_;
   bool done_ = false;

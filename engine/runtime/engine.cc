@@ -1,5 +1,10 @@
 #include "engine/runtime/engine.h"
 
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "engine/base/knobs.h"
 #include "engine/base/status.h"
@@ -12,6 +17,46 @@ double Since(std::chrono::steady_clock::time_point t0) {
 }
 
 }  // namespace
+
+Engine::MaskWorker::MaskWorker() : thread_([this] { Loop(); }) {}
+
+Engine::MaskWorker::~MaskWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    quit_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Engine::MaskWorker::Run(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = std::move(job);
+    done_ = false;
+  }
+  cv_.notify_all();
+}
+
+void Engine::MaskWorker::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return done_; });
+}
+
+void Engine::MaskWorker::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return quit_ || job_ != nullptr; });
+    if (quit_) return;
+    std::function<void()> job = std::move(job_);
+    job_ = nullptr;
+    lock.unlock();
+    job();
+    lock.lock();
+    done_ = true;
+    cv_.notify_all();
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> model,
                                                        const EngineOptions& options) {
@@ -125,6 +170,9 @@ EngineSnapshot Engine::Snapshot() const {
   s.prefix_hit_tokens = scheduler_->prefix_hit_tokens();
   s.prefix_evictions = static_cast<int64_t>(pool.blocks().evictions());
   s.steps = steps_;
+  for (const auto& [id, seq] : seqs_) s.constrained_running += seq.c->constrained() ? 1 : 0;
+  s.grammar_masks = grammar_masks_;
+  s.grammar_mask_seconds = grammar_mask_seconds_;
   s.token_budget = opt_.token_budget;
   s.n_ctx = opt_.n_ctx;
   s.last_step = last_;
@@ -163,6 +211,7 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
   last_.evictions = static_cast<int64_t>(runner_->pool().blocks().evictions() - evictions);
   if (step.empty()) return absl::OkStatus();
   items_.clear();
+  to_mask_.clear();
   for (const Scheduler::Work& w : step.work) {
     Seq& s = seqs_.at(w.id);
     if (!s.scheduled) {
@@ -175,7 +224,15 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
     it.pos0 = w.start;
     it.blocks = scheduler_->blocks(w.id);
     it.logits = w.completes;
-    if (w.completes) {
+    if (w.completes && s.c->constrained()) {
+      // The mask is computed on the mask thread while the forward runs and
+      // applied on the host to the whole row (Completion::Sample). On a GPU
+      // that reads the row back; applying the mask in the device's top-k
+      // (BatchItem::mask) without losing the overlap needs the forward and
+      // the top-k launched apart (issue 33).
+      it.mode = RowMode::kFull;
+      to_mask_.push_back(s.c.get());
+    } else if (w.completes) {
       it.mode = !s.c->UsesOnlyTop(opt_.top_k) ? RowMode::kFull
                 : s.c->request().sampling.temperature == 0.0f ? RowMode::kArgmax
                                                                : RowMode::kTop;
@@ -185,7 +242,22 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
   }
   last_.sequences = static_cast<int64_t>(step.work.size());
   last_.tokens = step.tokens;
+  // Structured outputs: masks on the mask thread, overlapped with the
+  // forward pass (the completions are not touched here until Wait).
+  if (!to_mask_.empty()) {
+    if (mask_worker_ == nullptr) mask_worker_ = std::make_unique<MaskWorker>();
+    mask_worker_->Run([this] {
+      const auto m0 = std::chrono::steady_clock::now();
+      for (Completion* c : to_mask_) c->ComputeMask();
+      mask_seconds_step_ = Since(m0);
+    });
+  }
   absl::Status run = runner_->Run(items_, &results_);
+  if (!to_mask_.empty()) {
+    mask_worker_->Wait();
+    grammar_masks_ += static_cast<int64_t>(to_mask_.size());
+    grammar_mask_seconds_ += mask_seconds_step_;
+  }
   if (!run.ok()) {
     for (const Scheduler::Work& w : step.work) {
       auto it = seqs_.find(w.id);

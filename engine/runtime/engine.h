@@ -18,6 +18,10 @@
 #define MINFER_ENGINE_RUNTIME_ENGINE_H_
 
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -84,8 +88,7 @@ struct EngineSnapshot {
   int64_t prefix_evictions = 0;   // cached blocks reused for other contents
   int64_t steps = 0;
   // Structured outputs: sequences with a grammar now, masks computed so far
-  // and their total time (on the mask threads, overlapped with the forward),
-  // tokens the grammar forced (jump-forward would skip sampling for them).
+  // and their total time (on the mask thread, overlapped with the forward).
   int64_t constrained_running = 0;
   int64_t grammar_masks = 0;
   double grammar_mask_seconds = 0;
@@ -172,6 +175,29 @@ class Engine : public StepEngine {
   EngineStepStats last_;
   std::vector<BatchItem> items_;
   std::vector<RowResult> results_;
+
+  // One thread that computes the step's grammar masks while the caller's
+  // thread runs the forward pass. Created at the first constrained step.
+  class MaskWorker {
+   public:
+    MaskWorker();
+    ~MaskWorker();
+    void Run(std::function<void()> job);  // starts job on the thread
+    void Wait();                          // until it has finished
+   private:
+    void Loop();
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::function<void()> job_;
+    bool done_ = true;
+    bool quit_ = false;
+    std::thread thread_;
+  };
+  std::unique_ptr<MaskWorker> mask_worker_;
+  std::vector<Completion*> to_mask_;
+  int64_t grammar_masks_ = 0;
+  double grammar_mask_seconds_ = 0;
+  double mask_seconds_step_ = 0;
 };
 
 }  // namespace minfer::runtime
