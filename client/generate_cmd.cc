@@ -1,9 +1,13 @@
 // minferctl generate.
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/commands.h"
 
 namespace minfer::ctl {
@@ -20,14 +24,58 @@ struct GenerateArgs {
   float temp = -1, top_p = -1, min_p = -1, rep = -1, freq = 0, pres = 0;
   int64_t seed = -1;
   std::vector<std::string> stop;
+  // Output constraints (at most one; CLI11 enforces it): files are read here.
+  std::string json_schema_file, grammar_file, regex, choice;
+  bool json_object = false;
+  int32_t json_whitespace = -1;
   // Options whose every value is valid: sent only when given.
   CLI::Option* max_tokens_given = nullptr;
   CLI::Option* freq_given = nullptr;
   CLI::Option* pres_given = nullptr;
 };
 
+// The whole of `path`, or the reason it cannot be read.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read '", path, "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The constraint flags into the request's oneof; 2 (usage) on a bad value.
+int SetConstraint(const GenerateArgs& a, v1::GenerateRequest* req) {
+  if (!a.json_schema_file.empty()) {
+    absl::StatusOr<std::string> text = ReadWholeFile(a.json_schema_file, "--json-schema");
+    if (!text.ok()) return Fail(text.status());
+    req->set_json_schema(*std::move(text));
+  } else if (!a.grammar_file.empty()) {
+    absl::StatusOr<std::string> text = ReadWholeFile(a.grammar_file, "--grammar");
+    if (!text.ok()) return Fail(text.status());
+    req->set_gbnf(*std::move(text));
+  } else if (!a.regex.empty()) {
+    req->set_regex(a.regex);
+  } else if (!a.choice.empty()) {
+    for (absl::string_view c : absl::StrSplit(a.choice, ',')) {
+      req->mutable_choice()->add_choices(std::string(c));
+    }
+  } else if (a.json_object) {
+    req->set_json_object(true);
+  }
+  if (a.json_whitespace >= 0) {
+    if (req->constraint_case() != v1::GenerateRequest::kJsonSchema &&
+        req->constraint_case() != v1::GenerateRequest::kJsonObject) {
+      std::fprintf(stderr, "minferctl: --json-whitespace needs --json-schema or --json-object\n");
+      return 2;
+    }
+    req->set_json_max_whitespace(a.json_whitespace);
+  }
+  return 0;
+}
+
 int Generate(const GenerateArgs& a, const Globals& g, client::MinferClient& client) {
   v1::GenerateRequest req;
+  if (int rc = SetConstraint(a, &req); rc != 0) return rc;
   req.set_model(a.model);
   if (a.chat) {
     if (!a.system.empty()) {
@@ -139,6 +187,25 @@ void AddGenerateCommand(CLI::App& app, const Globals& g, CommandTable& table) {
   c->add_option("--logprobs", a->logprobs, "top-n logprobs per token (with --json)");
   c->add_option("--cache-salt", a->cache_salt,
                 "prefix-cache salt: requests with other salts never share cached prompt blocks");
+  // Structured output: one constraint at most.
+  CLI::Option* schema = c->add_option("--json-schema", a->json_schema_file,
+                                      "FILE: a JSON Schema the output must validate against");
+  CLI::Option* grammar =
+      c->add_option("--grammar", a->grammar_file, "FILE: a GBNF grammar (llama.cpp's) for the output");
+  CLI::Option* regex =
+      c->add_option("--regex", a->regex, "R: a regular expression the whole output matches");
+  CLI::Option* choice =
+      c->add_option("--choice", a->choice, "A,B,C: the output is exactly one of these strings");
+  CLI::Option* json_object =
+      c->add_flag("--json-object", a->json_object, "the output is a JSON object (JSON mode)");
+  const std::vector<CLI::Option*> constraints = {schema, grammar, regex, choice, json_object};
+  for (CLI::Option* x : constraints) {
+    for (CLI::Option* y : constraints) {
+      if (x != y) x->excludes(y);
+    }
+  }
+  c->add_option("--json-whitespace", a->json_whitespace,
+                "whitespace bytes allowed between JSON tokens (0-64; server default 16)");
   table.Add(c, [a, &g](client::MinferClient& client) { return Generate(*a, g, client); });
 }
 

@@ -54,6 +54,16 @@ void PrintModel(const v1::ModelStatus& m) {
                             " prompt tokens reused, ", kv.prefix_evictions(), " evictions")
              : std::string("off")});
   }
+  if (m.has_structured_output()) {
+    const v1::StructuredOutputStatus& so = m.structured_output();
+    rows.push_back(
+        {"structured:",
+         absl::StrFormat("%d constrained sequences running, %d requests; grammars: %d compiled, "
+                         "%d cache hits, %d refused; %d masks in %.3f s",
+                         so.constrained_sequences(), so.constrained_requests(),
+                         so.grammar_compiles(), so.grammar_cache_hits(), so.grammar_refused(),
+                         so.grammar_masks(), so.grammar_mask_seconds())});
+  }
   if (m.state() == v1::MODEL_STATE_LOADING) {
     rows.push_back({"loaded:", absl::StrCat(Mib(m.load_bytes_done()), " of ",
                                             Mib(m.load_bytes_total()))});

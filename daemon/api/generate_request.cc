@@ -1,6 +1,7 @@
 #include "daemon/api/generate_request.h"
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <random>
 #include <string>
@@ -9,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/api/chat_options.h"
+#include "daemon/api/constraint.h"
 #include "daemon/serving/client_input.h"
 #include "engine/base/status.h"
 #include "engine/sampling/sampling_params.h"
@@ -61,7 +63,8 @@ std::vector<tokenizer::ChatMessage> ChatMessages(const v1::Chat& chat) {
 absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
                                                               const runtime::Model& model,
                                                               int64_t n_ctx,
-                                                              const GenerationLimits& limits) {
+                                                              const GenerationLimits& limits,
+                                                              BuildReport* report) {
   runtime::GenerateRequest out;
   const tokenizer::Tokenizer& tok = model.tokenizer();
   if (request.cache_salt().size() > kMaxCacheSaltBytes) {
@@ -148,6 +151,21 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
   if (absl::Status v = runtime::ValidateGenerateRequest(out, model, n_ctx); !v.ok()) {
     return ToApiFields(v, request.input_case() == v1::GenerateRequest::kTokens);
   }
+  // The constraint last: compiling is the one check that can take long.
+  if (request.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET ||
+      request.has_json_max_whitespace()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> g =
+        CompileConstraint(request, model);
+    if (report != nullptr) {
+      report->compiled_constraint = true;
+      report->grammar_status = g.status();
+      report->grammar_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    if (!g.ok()) return g.status();
+    out.grammar = *std::move(g);
+  }
   return out;
 }
 
@@ -170,8 +188,14 @@ absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
           return absl::FailedPreconditionError(
               absl::StrCat("model '", model, "' is ", SlotStateName(slot.state()), ", not ready"));
         }
-        ASSIGN_OR_RETURN(runtime::GenerateRequest r,
-                         BuildGenerateRequest(request, *m, slot.n_ctx(), limits));
+        BuildReport report;
+        absl::StatusOr<runtime::GenerateRequest> built =
+            BuildGenerateRequest(request, *m, slot.n_ctx(), limits, &report);
+        if (report.compiled_constraint) {
+          slot.RecordGrammarCompile(report.grammar_status, report.grammar_seconds);
+        }
+        if (!built.ok()) return built.status();
+        runtime::GenerateRequest r = *std::move(built);
         r.priority = request.options().priority();
         std::shared_ptr<TenantLease> lease;
         if (tenant.tenants != nullptr) {

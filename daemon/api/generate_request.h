@@ -35,16 +35,31 @@ namespace minfer::daemon {
 // The longest cache_salt a request may carry.
 inline constexpr size_t kMaxCacheSaltBytes = 256;
 
+// What building a request did besides the request (for metrics).
+struct BuildReport {
+  // The request has a constraint and it reached the compiler (every other
+  // check passed); then `grammar_status` is the compile's and
+  // `grammar_seconds` the wall time spent getting the compiled grammar.
+  bool compiled_constraint = false;
+  absl::Status grammar_status;
+  double grammar_seconds = 0;
+};
+
 // Validates `request` against the limits and the model and builds the
 // engine request (tokenizing text or chat input). INVALID_ARGUMENT names the
 // proto field ("sampling.top_p must be in (0, 1] ..."). An unset seed is
 // drawn at random. The request's prefix-cache namespace is its cache_salt's
 // alone (PrefixCacheNamespace("", cache_salt)); SubmitGenerate adds the
-// tenant's.
+// tenant's. A constraint is compiled last, with the model's grammar
+// compiler, once every cheaper check has passed (CompileConstraint: its
+// errors are constraint errors naming the proto field); this blocks for
+// the compile, so it runs in the request path (the time counts into the
+// request's time to first token), never on the slot's worker.
 absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
                                                               const runtime::Model& model,
                                                               int64_t n_ctx,
-                                                              const GenerationLimits& limits);
+                                                              const GenerationLimits& limits,
+                                                              BuildReport* report = nullptr);
 
 // The engine's prefix-cache namespace (runtime::GenerateRequest::cache_ns)
 // of a request of a tenant (Tenants::CacheNamespace; "" without tenants)

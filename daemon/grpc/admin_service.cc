@@ -160,6 +160,14 @@ void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& al
     kv->set_prefix_cache(st.prefix_cache);
     kv->set_prefix_hit_tokens(st.prefix_hit_tokens);
     kv->set_prefix_evictions(st.prefix_evictions);
+    v1::StructuredOutputStatus* so = out->mutable_structured_output();
+    so->set_constrained_sequences(static_cast<int32_t>(st.grammar.constrained_running));
+    so->set_constrained_requests(st.grammar.constrained_requests);
+    so->set_grammar_compiles(st.grammar.compiles);
+    so->set_grammar_cache_hits(st.grammar.cache_hits);
+    so->set_grammar_refused(st.grammar.refused);
+    so->set_grammar_masks(st.grammar.masks);
+    so->set_grammar_mask_seconds(st.grammar.mask_seconds);
   }
   v1::ModelCounters* c = out->mutable_counters();
   c->set_requests(st.counters.requests);

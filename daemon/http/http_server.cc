@@ -1,6 +1,8 @@
 #include "daemon/http/http_server.h"
 
 #include <chrono>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -21,6 +23,7 @@ namespace minfer::daemon {
 namespace {
 
 using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 std::string Dump(const json& j) {
   // Token text can end inside a UTF-8 character (logprobs' token strings):
@@ -230,7 +233,8 @@ HttpServer::HttpServer(HttpOptions options, SlotManager* slots, GenerationLimits
       state_(state),
       metrics_(metrics),
       tenants_(tenants),
-      created_(UnixNow()) {}
+      created_(UnixNow()),
+      constrained_(std::make_unique<ConstrainedLane>(ConstrainedLane::kThreads)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -266,6 +270,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpOptions option
 
 void HttpServer::Stop() {
   if (metrics_ != nullptr) metrics_->SetHttpSource(nullptr);
+  // Submissions in progress finish first (they may start an answer on the
+  // server); waiting ones are dropped with their connections.
+  if (constrained_ != nullptr) constrained_->Stop();
   if (server_ != nullptr) server_->Stop();
 }
 
@@ -389,26 +396,28 @@ void HttpServer::Handle(http::HttpRequest request, std::shared_ptr<http::Exchang
   Send(*exchange, ErrorResponse(404, "no route"));  // (Screen refused these)
 }
 
+void HttpServer::Refuse(bool chat, http::Exchange& exchange, const absl::Status& status) {
+  const char* route = chat ? "/v1/chat/completions" : "/v1/completions";
+  http::HttpResponse r = ErrorFor(status);
+  if (metrics_ != nullptr) metrics_->RecordRequest(route, "", std::to_string(r.status), "http");
+  Logger("daemon")->info("http {} refused: {} {}", route, r.status, status.message());
+  Send(exchange, std::move(r));
+}
+
 void HttpServer::Generate(bool chat, http::HttpRequest request,
                           std::shared_ptr<http::Exchange> exchange) {
   const openai::Endpoint endpoint =
       chat ? openai::Endpoint::kChatCompletions : openai::Endpoint::kCompletions;
-  const char* route = chat ? "/v1/chat/completions" : "/v1/completions";
   const Clock::time_point arrival = Clock::now();
-  auto fail = [&](const absl::Status& st) {
-    http::HttpResponse r = ErrorFor(st);
-    if (metrics_ != nullptr) metrics_->RecordRequest(route, "", std::to_string(r.status), "http");
-    Logger("daemon")->info("http {} refused: {} {}", route, r.status, st.message());
-    Send(*exchange, std::move(r));
-  };
-  const json body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  // Read in key order: a schema's properties are generated in theirs.
+  const ojson body = ojson::parse(request.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
-    fail(openai::FieldError("body", "the request body is not valid JSON"));
+    Refuse(chat, *exchange, openai::FieldError("body", "the request body is not valid JSON"));
     return;
   }
   absl::StatusOr<openai::ParsedRequest> parsed = openai::ParseRequest(endpoint, body);
   if (!parsed.ok()) {
-    fail(parsed.status());
+    Refuse(chat, *exchange, parsed.status());
     return;
   }
   TenantRef tenant;
@@ -416,23 +425,88 @@ void HttpServer::Generate(bool chat, http::HttpRequest request,
     // (Screen refused requests without a valid key.)
     absl::StatusOr<int> who = tenants_->Identify(AuthorizationOf(request));
     if (!who.ok()) {
-      fail(who.status());
+      Refuse(chat, *exchange, who.status());
       return;
     }
     tenant = {tenants_, *who};
   }
+  if (parsed->generate.constraint_case() == v1::GenerateRequest::CONSTRAINT_NOT_SET) {
+    Submit(chat, arrival, *std::move(parsed), tenant, std::move(exchange));
+    return;
+  }
+  // A constraint is compiled when the request is submitted, which can take
+  // up to the compiler's time cap: not on a handler thread, which every
+  // stream's output also waits for.
+  auto p = std::make_shared<openai::ParsedRequest>(*std::move(parsed));
+  const bool posted = constrained_->Post([this, chat, arrival, p, tenant, exchange] {
+    Submit(chat, arrival, std::move(*p), tenant, exchange);
+  });
+  if (!posted) {
+    Refuse(chat, *exchange,
+           absl::ResourceExhaustedError(absl::StrCat(
+               "too many requests with output constraints are waiting to be compiled (",
+               ConstrainedLane::kMaxWaiting, "); try again later")));
+  }
+}
+
+void HttpServer::Submit(bool chat, Clock::time_point arrival, openai::ParsedRequest parsed,
+                        TenantRef tenant, std::shared_ptr<http::Exchange> exchange) {
   std::shared_ptr<const runtime::Model> model;
   absl::StatusOr<std::shared_ptr<Sequence>> seq =
-      SubmitGenerate(slots_, *state_, parsed->generate, limits_, arrival,
+      SubmitGenerate(slots_, *state_, parsed.generate, limits_, arrival,
                      Clock::time_point::max(), "http", &model, tenant);
   if (!seq.ok()) {
-    fail(openai::ToApiFieldError(endpoint, seq.status()));
+    Refuse(chat, *exchange, openai::ToApiFieldError(parsed, seq.status()));
     return;
   }
   state_->StreamStarted();
-  auto gen = std::make_shared<Generation>(this, server_.get(), chat, *std::move(parsed),
+  auto gen = std::make_shared<Generation>(this, server_.get(), chat, std::move(parsed),
                                           *std::move(seq), std::move(model), std::move(exchange));
   gen->Begin();
+}
+
+HttpServer::ConstrainedLane::ConstrainedLane(int threads) {
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+}
+
+HttpServer::ConstrainedLane::~ConstrainedLane() { Stop(); }
+
+bool HttpServer::ConstrainedLane::Post(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_ || tasks_.size() >= kMaxWaiting) return false;
+    tasks_.push_back(std::move(fn));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void HttpServer::ConstrainedLane::Stop() {
+  std::deque<std::function<void()>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    dropped.swap(tasks_);
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  // Dropped tasks release their exchanges (whose connections are closing)
+  // outside the lock.
+}
+
+void HttpServer::ConstrainedLane::Run() {
+  for (;;) {
+    std::function<void()> fn;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopped_ || !tasks_.empty(); });
+      if (stopped_) return;
+      fn = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    fn();
+  }
 }
 
 }  // namespace minfer::daemon

@@ -27,6 +27,13 @@
 // head arrives, before its body is read; /health is open. The admin token
 // is not an API key unless the key file lists it.
 //
+// A request with an output constraint (structured outputs) is submitted
+// from a small lane of its own threads, not from a handler thread: its
+// grammar compiles when it is submitted (up to the compiler's time cap), and
+// the handler threads also write every stream's output. The time counts
+// into the request's time to first token. At most
+// ConstrainedLane::kMaxWaiting such requests wait (then 429).
+//
 // While the daemon drains, /health answers 503, new generations 503, and
 // every answer closes its connection; open streams run to their end.
 //
@@ -34,15 +41,22 @@
 #ifndef MINFER_DAEMON_HTTP_HTTP_SERVER_H_
 #define MINFER_DAEMON_HTTP_HTTP_SERVER_H_
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/api/generate_request.h"
 #include "daemon/http/event_server.h"
+#include "daemon/http/openai_api.h"
 #include "daemon/serving/limits.h"
 #include "daemon/serving/metrics.h"
 #include "daemon/serving/serving_state.h"
@@ -88,6 +102,26 @@ class HttpServer : private http::Handler {
 
  private:
   class Generation;
+  // Threads that submit constrained requests (see above).
+  class ConstrainedLane {
+   public:
+    static constexpr int kThreads = 2;
+    static constexpr size_t kMaxWaiting = 256;
+    explicit ConstrainedLane(int threads);
+    ~ConstrainedLane();
+    // False when kMaxWaiting tasks wait or the lane stopped.
+    bool Post(std::function<void()> fn);
+    // Finishes the running tasks, drops the waiting ones, joins. Idempotent.
+    void Stop();
+
+   private:
+    void Run();
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::function<void()>> tasks_;  // guarded by mu_
+    bool stopped_ = false;                     // guarded by mu_
+    std::vector<std::thread> threads_;
+  };
 
   HttpServer(HttpOptions options, SlotManager* slots, GenerationLimits limits,
              ServingState* state, Metrics* metrics, Tenants* tenants);
@@ -101,6 +135,12 @@ class HttpServer : private http::Handler {
   absl::Status Authorize(const http::HttpRequest& head) const;
   std::vector<std::string> ReadyNames(const http::HttpRequest& request) const;
   void Generate(bool chat, http::HttpRequest request, std::shared_ptr<http::Exchange> exchange);
+  // Submits a parsed request and starts its answer (a handler thread, or
+  // the constrained lane).
+  void Submit(bool chat, Clock::time_point arrival, openai::ParsedRequest parsed,
+              TenantRef tenant, std::shared_ptr<http::Exchange> exchange);
+  // Answers a refused generation request (and counts and logs it).
+  void Refuse(bool chat, http::Exchange& exchange, const absl::Status& status);
   // An answer, with "Connection: close" while draining.
   void Send(http::Exchange& exchange, http::HttpResponse response) const;
 
@@ -111,6 +151,7 @@ class HttpServer : private http::Handler {
   Metrics* const metrics_;
   Tenants* const tenants_;
   const int64_t created_;  // Unix seconds: the models' "created"
+  std::unique_ptr<ConstrainedLane> constrained_;
   std::unique_ptr<http::EventServer> server_;
 };
 

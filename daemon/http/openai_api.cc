@@ -4,10 +4,13 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/api/chat_options.h"
+#include "daemon/api/constraint.h"
 #include "daemon/api/generate_request.h"
 #include "daemon/serving/tenants.h"
 #include "engine/base/status.h"
@@ -17,13 +20,16 @@ namespace minfer::daemon::openai {
 namespace {
 
 using json = nlohmann::json;
+// Requests are read in their own key order: a JSON Schema's `properties`
+// order is the order its output is generated in.
+using ojson = nlohmann::ordered_json;
 
 constexpr const char* kParamPayload = "type.minfer.dev/openai.param";
 
 // Stop strings a request may give: OpenAI allows 4, the generation path 16.
 constexpr size_t kMaxStop = 16;
 
-const char* TypeName(const json& v) {
+const char* TypeName(const ojson& v) {
   switch (v.type()) {
     case json::value_t::null:
       return "null";
@@ -45,20 +51,20 @@ const char* TypeName(const json& v) {
   }
 }
 
-absl::Status WrongType(const std::string& field, const char* want, const json& got) {
+absl::Status WrongType(const std::string& field, const char* want, const ojson& got) {
   return FieldError(field, absl::StrCat(field, " must be ", want, ", got ", TypeName(got)));
 }
 
 // The field's value, or null when absent: OpenAI treats an explicit null as
 // "not given".
-const json& Get(const json& body, const char* field) {
-  static const json kNull;
+const ojson& Get(const ojson& body, const char* field) {
+  static const ojson kNull;
   auto it = body.find(field);
   return it == body.end() ? kNull : *it;
 }
 
-absl::StatusOr<std::optional<double>> OptNumber(const json& body, const char* field) {
-  const json& v = Get(body, field);
+absl::StatusOr<std::optional<double>> OptNumber(const ojson& body, const char* field) {
+  const ojson& v = Get(body, field);
   if (v.is_null()) return std::optional<double>();
   if (!v.is_number()) return WrongType(field, "a number", v);
   const double d = v.get<double>();
@@ -66,8 +72,8 @@ absl::StatusOr<std::optional<double>> OptNumber(const json& body, const char* fi
   return std::optional<double>(d);
 }
 
-absl::StatusOr<std::optional<int64_t>> OptInt(const json& body, const char* field) {
-  const json& v = Get(body, field);
+absl::StatusOr<std::optional<int64_t>> OptInt(const ojson& body, const char* field) {
+  const ojson& v = Get(body, field);
   if (v.is_null()) return std::optional<int64_t>();
   if (v.is_number_integer()) return std::optional<int64_t>(v.get<int64_t>());
   // 5.0 is an integer to a JSON writer that has only doubles.
@@ -80,8 +86,8 @@ absl::StatusOr<std::optional<int64_t>> OptInt(const json& body, const char* fiel
   return WrongType(field, "an integer", v);
 }
 
-absl::StatusOr<std::optional<bool>> OptBool(const json& body, const char* field) {
-  const json& v = Get(body, field);
+absl::StatusOr<std::optional<bool>> OptBool(const ojson& body, const char* field) {
+  const ojson& v = Get(body, field);
   if (v.is_null()) return std::optional<bool>();
   if (!v.is_boolean()) return WrongType(field, "a boolean", v);
   return std::optional<bool>(v.get<bool>());
@@ -95,39 +101,39 @@ absl::Status InRange(const char* field, double v, double lo, double hi) {
 }
 
 // The text of a message's content: a string, or an array of text parts.
-absl::StatusOr<std::string> ContentText(const json& content, const std::string& field) {
+absl::StatusOr<std::string> ContentText(const ojson& content, const std::string& field) {
   if (content.is_null()) return std::string();
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) return WrongType(field, "a string or an array of content parts", content);
   std::string text;
   for (size_t j = 0; j < content.size(); ++j) {
-    const json& part = content[j];
+    const ojson& part = content[j];
     const std::string pf = absl::StrCat(field, "[", j, "]");
     if (!part.is_object()) return WrongType(pf, "an object", part);
-    const json& type = Get(part, "type");
+    const ojson& type = Get(part, "type");
     if (!type.is_string()) return WrongType(pf + ".type", "a string", type);
     if (type.get<std::string>() != "text") {
       return FieldError(pf + ".type",
                         absl::StrCat(pf, ".type '", type.get<std::string>(),
                                      "' is not supported: this model reads text parts only"));
     }
-    const json& t = Get(part, "text");
+    const ojson& t = Get(part, "text");
     if (!t.is_string()) return WrongType(pf + ".text", "a string", t);
     text += t.get<std::string>();
   }
   return text;
 }
 
-absl::Status ParseMessages(const json& body, v1::Chat* chat) {
-  const json& messages = Get(body, "messages");
+absl::Status ParseMessages(const ojson& body, v1::Chat* chat) {
+  const ojson& messages = Get(body, "messages");
   if (messages.is_null()) return FieldError("messages", "messages is required");
   if (!messages.is_array()) return WrongType("messages", "an array", messages);
   if (messages.empty()) return FieldError("messages", "messages must not be empty");
   for (size_t i = 0; i < messages.size(); ++i) {
-    const json& m = messages[i];
+    const ojson& m = messages[i];
     const std::string f = absl::StrCat("messages[", i, "]");
     if (!m.is_object()) return WrongType(f, "an object", m);
-    const json& role = Get(m, "role");
+    const ojson& role = Get(m, "role");
     if (!role.is_string()) return WrongType(f + ".role", "a string", role);
     std::string r = role.get<std::string>();
     // OpenAI's newer name for the system role.
@@ -148,7 +154,7 @@ absl::Status ParseMessages(const json& body, v1::Chat* chat) {
   }
   // vLLM's and SGLang's name for the template's extra variables (Qwen3's
   // enable_thinking); each value travels as its JSON text.
-  const json& kwargs = Get(body, "chat_template_kwargs");
+  const ojson& kwargs = Get(body, "chat_template_kwargs");
   if (!kwargs.is_null()) {
     if (!kwargs.is_object()) return WrongType("chat_template_kwargs", "an object", kwargs);
     for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
@@ -164,10 +170,10 @@ absl::Status ParseMessages(const json& body, v1::Chat* chat) {
   return absl::OkStatus();
 }
 
-absl::Status ParsePrompt(const json& body, v1::GenerateRequest* g) {
-  const json& prompt = Get(body, "prompt");
+absl::Status ParsePrompt(const ojson& body, v1::GenerateRequest* g) {
+  const ojson& prompt = Get(body, "prompt");
   if (prompt.is_null()) return FieldError("prompt", "prompt is required");
-  auto token_ids = [&](const json& ids, const std::string& field) -> absl::Status {
+  auto token_ids = [&](const ojson& ids, const std::string& field) -> absl::Status {
     v1::TokenIds* t = g->mutable_tokens();
     for (size_t i = 0; i < ids.size(); ++i) {
       if (!ids[i].is_number_integer()) {
@@ -203,8 +209,8 @@ absl::Status ParsePrompt(const json& body, v1::GenerateRequest* g) {
   return WrongType("prompt[0]", "a string or an array of token ids", prompt[0]);
 }
 
-absl::Status ParseStop(const json& body, v1::StoppingCriteria* st) {
-  const json& stop = Get(body, "stop");
+absl::Status ParseStop(const ojson& body, v1::StoppingCriteria* st) {
+  const ojson& stop = Get(body, "stop");
   if (stop.is_null()) return absl::OkStatus();
   if (stop.is_string()) {
     if (!stop.get<std::string>().empty()) st->add_stop(stop.get<std::string>());
@@ -225,7 +231,7 @@ absl::Status ParseStop(const json& body, v1::StoppingCriteria* st) {
 }
 
 // Fields minfer cannot honour: refused rather than silently ignored.
-absl::Status RefuseUnsupported(Endpoint endpoint, const json& body) {
+absl::Status RefuseUnsupported(Endpoint endpoint, const ojson& body) {
   ASSIGN_OR_RETURN(std::optional<int64_t> n, OptInt(body, "n"));
   if (n.has_value() && *n != 1) {
     return FieldError("n", absl::StrCat("n = ", *n, " is not supported: minfer returns one choice "
@@ -235,11 +241,11 @@ absl::Status RefuseUnsupported(Endpoint endpoint, const json& body) {
   if (best_of.has_value() && *best_of != 1) {
     return FieldError("best_of", "best_of is not supported (only 1)");
   }
-  const json& tools = Get(body, "tools");
+  const ojson& tools = Get(body, "tools");
   if (!tools.is_null() && !(tools.is_array() && tools.empty())) {
     return FieldError("tools", "tools are not supported");
   }
-  const json& functions = Get(body, "functions");
+  const ojson& functions = Get(body, "functions");
   if (!functions.is_null() && !(functions.is_array() && functions.empty())) {
     return FieldError("functions", "functions are not supported");
   }
@@ -247,7 +253,7 @@ absl::Status RefuseUnsupported(Endpoint endpoint, const json& body) {
   // "auto" select nothing and change nothing; "required" or a named tool
   // asks for a tool call minfer can not make.
   for (const char* f : {"tool_choice", "function_call"}) {
-    const json& choice = Get(body, f);
+    const ojson& choice = Get(body, f);
     if (choice.is_null()) continue;
     if (choice.is_string() &&
         (choice.get<std::string>() == "none" || choice.get<std::string>() == "auto")) {
@@ -266,38 +272,275 @@ absl::Status RefuseUnsupported(Endpoint endpoint, const json& body) {
       return FieldError(f, absl::StrCat(f, " is not supported"));
     }
   }
-  const json& modalities = Get(body, "modalities");
+  const ojson& modalities = Get(body, "modalities");
   if (!modalities.is_null()) {
     if (!modalities.is_array()) return WrongType("modalities", "an array", modalities);
-    for (const json& m : modalities) {
+    for (const ojson& m : modalities) {
       if (!m.is_string() || m.get<std::string>() != "text") {
         return FieldError("modalities",
                           "modalities: only [\"text\"] is supported (no audio output)");
       }
     }
   }
-  const json& bias = Get(body, "logit_bias");
+  const ojson& bias = Get(body, "logit_bias");
   if (!bias.is_null() && !(bias.is_object() && bias.empty())) {
     return FieldError("logit_bias", "logit_bias is not supported");
-  }
-  const json& format = Get(body, "response_format");
-  if (!format.is_null()) {
-    if (!format.is_object()) return WrongType("response_format", "an object", format);
-    const json& type = Get(format, "type");
-    if (!type.is_string() || type.get<std::string>() != "text") {
-      return FieldError("response_format.type",
-                        "response_format: only {\"type\": \"text\"} is supported (no JSON "
-                        "mode or schemas)");
-    }
   }
   if (endpoint == Endpoint::kCompletions) {
     ASSIGN_OR_RETURN(std::optional<bool> echo, OptBool(body, "echo"));
     if (echo.value_or(false)) return FieldError("echo", "echo is not supported");
-    const json& suffix = Get(body, "suffix");
+    const ojson& suffix = Get(body, "suffix");
     if (!suffix.is_null() && !(suffix.is_string() && suffix.get<std::string>().empty())) {
       return FieldError("suffix", "suffix is not supported");
     }
   }
+  return absl::OkStatus();
+}
+
+// One output constraint a request asks for, in the proto's terms, with the
+// API field it came from.
+struct Constraint {
+  std::string param;  // where its value is ("response_format.json_schema.schema")
+  v1::GenerateRequest::ConstraintCase kind = v1::GenerateRequest::CONSTRAINT_NOT_SET;
+  std::string text;  // json_schema, gbnf, regex
+  std::vector<std::string> choices;
+};
+
+// A JSON Schema given as JSON (an object, or true / false) or, where the
+// API allows it (vLLM's json), as its text.
+absl::StatusOr<std::string> SchemaText(const ojson& v, const std::string& field,
+                                       bool allow_string) {
+  if (v.is_object() || v.is_boolean()) return v.dump();
+  if (allow_string && v.is_string()) return v.get<std::string>();
+  return WrongType(field, allow_string ? "a JSON Schema (an object or its text)"
+                                       : "a JSON Schema (an object)",
+                   v);
+}
+
+absl::StatusOr<std::string> StringField(const ojson& v, const std::string& field) {
+  if (!v.is_string()) return WrongType(field, "a string", v);
+  return v.get<std::string>();
+}
+
+absl::StatusOr<std::vector<std::string>> Choices(const ojson& v, const std::string& field) {
+  if (!v.is_array()) return WrongType(field, "an array of strings", v);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) return WrongType(absl::StrCat(field, "[", i, "]"), "a string", v[i]);
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
+bool ValidSchemaName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+// OpenAI's response_format: text (nothing), json_object (llama-server: with
+// a "schema", that schema), json_schema.
+absl::Status ParseResponseFormat(const ojson& body, std::vector<Constraint>* out) {
+  const ojson& format = Get(body, "response_format");
+  if (format.is_null()) return absl::OkStatus();
+  if (!format.is_object()) return WrongType("response_format", "an object", format);
+  const ojson& type = Get(format, "type");
+  if (type.is_null()) {
+    return FieldError("response_format.type",
+                      "response_format.type is required: text, json_object or json_schema");
+  }
+  if (!type.is_string()) return WrongType("response_format.type", "a string", type);
+  const std::string& t = type.get_ref<const std::string&>();
+  if (t == "text") return absl::OkStatus();
+  if (t == "json_object") {
+    const ojson& schema = Get(format, "schema");
+    if (schema.is_null()) {
+      out->push_back({"response_format", v1::GenerateRequest::kJsonObject, "", {}});
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(std::string text, SchemaText(schema, "response_format.schema", false));
+    out->push_back({"response_format.schema", v1::GenerateRequest::kJsonSchema, std::move(text),
+                    {}});
+    return absl::OkStatus();
+  }
+  if (t != "json_schema") {
+    return FieldError("response_format.type",
+                      absl::StrCat("response_format.type '", t,
+                                   "' is not supported: text, json_object or json_schema"));
+  }
+  const ojson& js = Get(format, "json_schema");
+  if (js.is_null()) {
+    return FieldError("response_format.json_schema",
+                      "response_format.json_schema is required with type json_schema");
+  }
+  if (!js.is_object()) return WrongType("response_format.json_schema", "an object", js);
+  const ojson& name = Get(js, "name");
+  if (name.is_null()) {
+    return FieldError("response_format.json_schema.name",
+                      "response_format.json_schema.name is required");
+  }
+  if (!name.is_string()) return WrongType("response_format.json_schema.name", "a string", name);
+  if (!ValidSchemaName(name.get<std::string>())) {
+    return FieldError("response_format.json_schema.name",
+                      "response_format.json_schema.name must be 1 to 64 characters of a-z, "
+                      "A-Z, 0-9, '_' and '-'");
+  }
+  const ojson& description = Get(js, "description");
+  if (!description.is_null() && !description.is_string()) {
+    return WrongType("response_format.json_schema.description", "a string", description);
+  }
+  // strict: the schema is always enforced exactly (or refused), so both
+  // values mean the same here.
+  const ojson& strict = Get(js, "strict");
+  if (!strict.is_null() && !strict.is_boolean()) {
+    return WrongType("response_format.json_schema.strict", "a boolean", strict);
+  }
+  const ojson& schema = Get(js, "schema");
+  // OpenAI's schema is optional: without one, any JSON value.
+  std::string text = "{}";
+  if (!schema.is_null()) {
+    ASSIGN_OR_RETURN(text, SchemaText(schema, "response_format.json_schema.schema", false));
+  }
+  out->push_back({"response_format.json_schema.schema", v1::GenerateRequest::kJsonSchema,
+                  std::move(text), {}});
+  return absl::OkStatus();
+}
+
+// vLLM's structured_outputs object (and its older guided_* fields): json,
+// regex, choice, grammar, json_object, and disable_any_whitespace. Keys that
+// would change the output in ways minfer does not enforce are refused, and
+// so are unknown keys (a misspelt constraint must not be dropped).
+absl::Status ParseStructuredOutputs(const ojson& body, std::vector<Constraint>* out,
+                                    bool* compact_json) {
+  const ojson& so = Get(body, "structured_outputs");
+  if (!so.is_null()) {
+    if (!so.is_object()) return WrongType("structured_outputs", "an object", so);
+    for (auto it = so.begin(); it != so.end(); ++it) {
+      const std::string& key = it.key();
+      const ojson& v = it.value();
+      const std::string f = "structured_outputs." + key;
+      if (v.is_null()) continue;
+      if (key == "json") {
+        ASSIGN_OR_RETURN(std::string text, SchemaText(v, f, true));
+        out->push_back({f, v1::GenerateRequest::kJsonSchema, std::move(text), {}});
+      } else if (key == "regex") {
+        ASSIGN_OR_RETURN(std::string text, StringField(v, f));
+        out->push_back({f, v1::GenerateRequest::kRegex, std::move(text), {}});
+      } else if (key == "grammar") {
+        ASSIGN_OR_RETURN(std::string text, StringField(v, f));
+        out->push_back({f, v1::GenerateRequest::kGbnf, std::move(text), {}});
+      } else if (key == "choice") {
+        ASSIGN_OR_RETURN(std::vector<std::string> choices, Choices(v, f));
+        out->push_back({f, v1::GenerateRequest::kChoice, "", std::move(choices)});
+      } else if (key == "json_object") {
+        if (!v.is_boolean()) return WrongType(f, "a boolean", v);
+        if (v.get<bool>()) out->push_back({f, v1::GenerateRequest::kJsonObject, "", {}});
+      } else if (key == "disable_any_whitespace") {
+        if (!v.is_boolean()) return WrongType(f, "a boolean", v);
+        *compact_json = v.get<bool>();
+      } else if (key == "disable_additional_properties") {
+        if (!v.is_boolean()) return WrongType(f, "a boolean", v);
+        if (v.get<bool>()) {
+          return FieldError(f, absl::StrCat(f, " is not supported: the schema is enforced as "
+                                               "written (set additionalProperties: false in it)"));
+        }
+      } else if (key == "disable_fallback" || key == "backend") {
+        // Which engine serves the constraint: minfer has one.
+      } else if (key == "whitespace_pattern") {
+        return FieldError(f, absl::StrCat(f, " is not supported (disable_any_whitespace is)"));
+      } else {
+        return FieldError(f, absl::StrCat(f, " is not supported"));
+      }
+    }
+  }
+  // vLLM's earlier names for the same.
+  const ojson& gj = Get(body, "guided_json");
+  if (!gj.is_null()) {
+    ASSIGN_OR_RETURN(std::string text, SchemaText(gj, "guided_json", true));
+    out->push_back({"guided_json", v1::GenerateRequest::kJsonSchema, std::move(text), {}});
+  }
+  const ojson& gr = Get(body, "guided_regex");
+  if (!gr.is_null()) {
+    ASSIGN_OR_RETURN(std::string text, StringField(gr, "guided_regex"));
+    out->push_back({"guided_regex", v1::GenerateRequest::kRegex, std::move(text), {}});
+  }
+  const ojson& gc = Get(body, "guided_choice");
+  if (!gc.is_null()) {
+    ASSIGN_OR_RETURN(std::vector<std::string> choices, Choices(gc, "guided_choice"));
+    out->push_back({"guided_choice", v1::GenerateRequest::kChoice, "", std::move(choices)});
+  }
+  const ojson& gg = Get(body, "guided_grammar");
+  if (!gg.is_null()) {
+    ASSIGN_OR_RETURN(std::string text, StringField(gg, "guided_grammar"));
+    out->push_back({"guided_grammar", v1::GenerateRequest::kGbnf, std::move(text), {}});
+  }
+  ASSIGN_OR_RETURN(std::optional<bool> gjo, OptBool(body, "guided_json_object"));
+  if (gjo.value_or(false)) {
+    out->push_back({"guided_json_object", v1::GenerateRequest::kJsonObject, "", {}});
+  }
+  if (!Get(body, "guided_whitespace_pattern").is_null()) {
+    return FieldError("guided_whitespace_pattern",
+                      "guided_whitespace_pattern is not supported "
+                      "(structured_outputs.disable_any_whitespace is)");
+  }
+  return absl::OkStatus();
+}
+
+// Every constraint field of the request, at most one set: into `g`'s oneof.
+absl::Status ParseConstraint(const ojson& body, v1::GenerateRequest* g, std::string* param) {
+  std::vector<Constraint> found;
+  bool compact_json = false;
+  RETURN_IF_ERROR(ParseResponseFormat(body, &found));
+  // llama-server's fields: a GBNF grammar, a JSON Schema. An empty grammar
+  // is llama-server's "none".
+  const ojson& grammar = Get(body, "grammar");
+  if (!grammar.is_null()) {
+    ASSIGN_OR_RETURN(std::string text, StringField(grammar, "grammar"));
+    if (!text.empty()) {
+      found.push_back({"grammar", v1::GenerateRequest::kGbnf, std::move(text), {}});
+    }
+  }
+  const ojson& schema = Get(body, "json_schema");
+  if (!schema.is_null()) {
+    ASSIGN_OR_RETURN(std::string text, SchemaText(schema, "json_schema", false));
+    found.push_back({"json_schema", v1::GenerateRequest::kJsonSchema, std::move(text), {}});
+  }
+  RETURN_IF_ERROR(ParseStructuredOutputs(body, &found, &compact_json));
+  if (found.empty()) return absl::OkStatus();
+  if (found.size() > 1) {
+    std::vector<std::string> names;
+    for (const Constraint& c : found) names.push_back(c.param);
+    return FieldError(found[1].param,
+                      absl::StrCat("only one output constraint per request, got ",
+                                   absl::StrJoin(names, " and ")));
+  }
+  Constraint& c = found[0];
+  switch (c.kind) {
+    case v1::GenerateRequest::kJsonSchema:
+      g->set_json_schema(std::move(c.text));
+      break;
+    case v1::GenerateRequest::kJsonObject:
+      g->set_json_object(true);
+      break;
+    case v1::GenerateRequest::kGbnf:
+      g->set_gbnf(std::move(c.text));
+      break;
+    case v1::GenerateRequest::kRegex:
+      g->set_regex(std::move(c.text));
+      break;
+    case v1::GenerateRequest::kChoice:
+      for (std::string& s : c.choices) g->mutable_choice()->add_choices(std::move(s));
+      break;
+    case v1::GenerateRequest::CONSTRAINT_NOT_SET:
+      break;
+  }
+  // Whitespace applies to JSON output only (vLLM ignores it otherwise).
+  const bool json = c.kind == v1::GenerateRequest::kJsonSchema ||
+                    c.kind == v1::GenerateRequest::kJsonObject;
+  if (compact_json && json) g->set_json_max_whitespace(0);
+  *param = c.param;
   return absl::OkStatus();
 }
 
@@ -394,13 +637,13 @@ json ErrorBody(const ApiError& error) {
   return json{{"error", std::move(e)}};
 }
 
-absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const json& body) {
+absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const ojson& body) {
   if (!body.is_object()) return WrongType("body", "a JSON object", body);
   ParsedRequest out;
   out.endpoint = endpoint;
   v1::GenerateRequest& g = out.generate;
 
-  const json& model = Get(body, "model");
+  const ojson& model = Get(body, "model");
   if (model.is_null()) return FieldError("model", "model is required: a loaded model or alias");
   if (!model.is_string()) return WrongType("model", "a string", model);
   g.set_model(model.get<std::string>());
@@ -414,7 +657,7 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const json& body) 
 
   ASSIGN_OR_RETURN(std::optional<bool> stream, OptBool(body, "stream"));
   out.stream = stream.value_or(false);
-  const json& so = Get(body, "stream_options");
+  const ojson& so = Get(body, "stream_options");
   if (!so.is_null()) {
     if (!so.is_object()) return WrongType("stream_options", "an object", so);
     if (!out.stream) {
@@ -524,7 +767,7 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const json& body) 
 
   // vLLM's prefix-cache salt: requests with different salts never share
   // cached blocks (BuildGenerateRequest checks it again for gRPC).
-  const json& salt = Get(body, "cache_salt");
+  const ojson& salt = Get(body, "cache_salt");
   if (!salt.is_null()) {
     if (!salt.is_string()) return WrongType("cache_salt", "a string", salt);
     const std::string& v = salt.get_ref<const std::string&>();
@@ -535,9 +778,11 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const json& body) 
     g.set_cache_salt(v);
   }
 
+  RETURN_IF_ERROR(ParseConstraint(body, &g, &out.constraint_param));
+
   ASSIGN_OR_RETURN(std::optional<bool> ids, OptBool(body, "return_token_ids"));
   out.return_token_ids = ids.value_or(false);
-  const json& user = Get(body, "user");
+  const ojson& user = Get(body, "user");
   if (!user.is_null() && !user.is_string()) return WrongType("user", "a string", user);
   return out;
 }
@@ -573,6 +818,18 @@ absl::Status ToApiFieldError(Endpoint endpoint, const absl::Status& status) {
     return FieldError(param, absl::StrCat(param, rest));
   }
   return status;
+}
+
+absl::Status ToApiFieldError(const ParsedRequest& request, const absl::Status& status) {
+  if (!IsConstraintError(status) || request.constraint_param.empty()) {
+    return ToApiFieldError(request.endpoint, status);
+  }
+  // "json_schema: unsupported keyword ..." -> the API field the schema came
+  // in: "response_format.json_schema.schema: unsupported keyword ...".
+  const absl::string_view msg = status.message();
+  const size_t colon = msg.find(": ");
+  const absl::string_view rest = colon == absl::string_view::npos ? msg : msg.substr(colon + 2);
+  return FieldError(request.constraint_param, absl::StrCat(request.constraint_param, ": ", rest));
 }
 
 const char* OpenAiFinishReason(FinishReason reason) {

@@ -11,9 +11,21 @@
 // error naming it. Features minfer does not serve (n > 1, tools, also as
 // chat_template_kwargs.tools, a tool_choice or function_call other than
 // "none"/"auto", audio, modalities other than text, prediction,
-// web_search_options, logit_bias, echo, a JSON response_format, ...) are
-// refused, never silently dropped: each would change what the response
-// means. Extensions, under llama-server's and vLLM's names: top_k, min_p,
+// web_search_options, logit_bias, echo, ...) are refused, never silently
+// dropped: each would change what the response means.
+//
+// Structured outputs (one constraint per request; two are a 400 naming
+// both): OpenAI's response_format {"type": "text" | "json_object" |
+// "json_schema", "json_schema": {"name", "schema", "strict",
+// "description"}} (and llama-server's {"type": "json_object", "schema"}),
+// llama-server's grammar (GBNF) and json_schema, vLLM's structured_outputs
+// {json, regex, choice, grammar, json_object, disable_any_whitespace} and
+// its older guided_json / guided_regex / guided_choice / guided_grammar /
+// guided_json_object. They map onto GenerateRequest's constraint oneof;
+// the constraint is compiled when the request is submitted, and its errors
+// name the field it came in (ToApiFieldError(ParsedRequest, ...)).
+//
+// Extensions, under llama-server's and vLLM's names: top_k, min_p,
 // repetition_penalty (or repeat_penalty), repeat_last_n, ignore_eos,
 // cache_salt (1 to 256 bytes: requests with different salts never share
 // cached prompt blocks), and return_token_ids (each choice then carries the
@@ -76,15 +88,25 @@ struct ParsedRequest {
   bool logprobs = false;       // report the sampled tokens' logprobs
   int32_t top_logprobs = 0;    // and this many alternatives each
   bool return_token_ids = false;
+  // The API field of the request's output constraint (the value in
+  // generate's constraint oneof): "response_format.json_schema.schema",
+  // "grammar", "structured_outputs.regex", ...; "" for none.
+  std::string constraint_param;
 };
 
-// Parses a request body (already JSON). Errors are FieldErrors.
-absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const nlohmann::json& body);
+// Parses a request body (already JSON, read in its key order: a JSON
+// Schema's properties are generated in the order they are written). Errors
+// are FieldErrors.
+absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const nlohmann::ordered_json& body);
 
 // Renames the generation path's field names (BuildGenerateRequest speaks
 // the proto's: "sampling.top_p", "stopping.max_tokens", "text: ...") to the
 // API's, keeping other statuses as they are.
 absl::Status ToApiFieldError(Endpoint endpoint, const absl::Status& status);
+// The same, and a constraint's error (IsConstraintError: from compiling the
+// schema, grammar, regex or choice) names the API field the constraint came
+// in (request.constraint_param) instead of the proto's.
+absl::Status ToApiFieldError(const ParsedRequest& request, const absl::Status& status);
 
 // Builds the responses of one request.
 class ResponseWriter {

@@ -112,6 +112,38 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                .Help("Per finished stream: time from its first token to its last over the "
                      "tokens after the first.")
                .Register(r);
+  constrained_requests_ = &prometheus::BuildCounter()
+                              .Name("minfer_constrained_requests_total")
+                              .Help("Generation requests admitted with an output constraint, by "
+                                    "kind (json_schema, json_object, gbnf, regex, choice).")
+                              .Register(r);
+  constrained_sequences_ = &prometheus::BuildGauge()
+                               .Name("minfer_constrained_sequences")
+                               .Help("Running sequences with an output constraint.")
+                               .Register(r);
+  grammar_compile_seconds_ = &prometheus::BuildHistogram()
+                                 .Name("minfer_grammar_compile_seconds")
+                                 .Help("Time a constrained request waited for its compiled "
+                                       "grammar, in the request path (near 0 on a cache hit).")
+                                 .Register(r);
+  grammar_cache_hits_ = &prometheus::BuildCounter()
+                            .Name("minfer_grammar_cache_hits_total")
+                            .Help("Constraints served from the model's compiled-grammar cache.")
+                            .Register(r);
+  grammar_refused_ = &prometheus::BuildCounter()
+                         .Name("minfer_grammar_refused_total")
+                         .Help("Constraints refused (bad, unsupported or too complex; answered "
+                               "400 / INVALID_ARGUMENT).")
+                         .Register(r);
+  grammar_masks_ = &prometheus::BuildCounter()
+                       .Name("minfer_grammar_masks_total")
+                       .Help("Token masks computed for constrained sequences.")
+                       .Register(r);
+  grammar_mask_seconds_ = &prometheus::BuildCounter()
+                              .Name("minfer_grammar_mask_seconds_total")
+                              .Help("Time spent computing token masks (on the mask threads, "
+                                    "overlapped with the forward pass).")
+                              .Register(r);
   tenant_streams_ = &prometheus::BuildGauge()
                          .Name("minfer_tenant_streams")
                          .Help("A tenant's streams open now (counted against its cap).")
@@ -260,6 +292,16 @@ ModelMetrics* Metrics::ForModel(const std::string& model) {
     slot->step_seconds = &step_seconds_->Add(l, LatencyBuckets());
     slot->queue_time = &queue_time_->Add(l, LatencyBuckets());
     slot->tpot = &tpot_->Add(l, LatencyBuckets());
+    for (int k = 0; k < kNumConstraintKinds; ++k) {
+      slot->constrained_requests[k] =
+          &constrained_requests_->Add({{"model", model}, {"kind", kConstraintKinds[k]}});
+    }
+    slot->constrained_sequences = &constrained_sequences_->Add(l);
+    slot->grammar_compile_seconds = &grammar_compile_seconds_->Add(l, LatencyBuckets());
+    slot->grammar_cache_hits = &grammar_cache_hits_->Add(l);
+    slot->grammar_refused = &grammar_refused_->Add(l);
+    slot->grammar_masks = &grammar_masks_->Add(l);
+    slot->grammar_mask_seconds = &grammar_mask_seconds_->Add(l);
   }
   return slot.get();
 }
@@ -284,6 +326,7 @@ void Metrics::RemoveModel(const std::string& model) {
     kv_blocks_->Remove(m.kv_blocks_used);
     kv_blocks_->Remove(m.kv_blocks_free);
     kv_blocks_->Remove(m.kv_blocks_cached);
+    constrained_sequences_->Remove(m.constrained_sequences);
     // Counters and histograms stay registered; forget only our pointers to
     // the removed gauges by dropping the entry (a reload re-adds them).
     models_.erase(it);

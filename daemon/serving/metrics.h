@@ -24,6 +24,17 @@
 //   minfer_step_seconds{model}                       wall time of a batched step
 //   minfer_queue_time_seconds{model}                 arrival -> first step it ran in
 //   minfer_time_per_output_token_seconds{model}      per finished stream, after the first
+//   minfer_constrained_requests_total{model,kind}    requests admitted with a constraint, by
+//                                                    kind (json_schema, json_object, gbnf,
+//                                                    regex, choice)
+//   minfer_constrained_sequences{model}              running sequences with a constraint
+//   minfer_grammar_compile_seconds{model}            time a constrained request waited for its
+//                                                    compiled grammar (near 0 on a cache hit)
+//   minfer_grammar_cache_hits_total{model}           constraints served from the compiled cache
+//   minfer_grammar_refused_total{model}              constraints refused (400 / INVALID_ARGUMENT)
+//   minfer_grammar_masks_total{model}                token masks the engine computed
+//   minfer_grammar_mask_seconds_total{model}         their total time (on the mask threads,
+//                                                    overlapped with the forward)
 //   minfer_draining                                  1 while draining
 //   minfer_http_connections                          HTTP connections open
 //   minfer_http_connections_total{result}            accepted / refused (over a
@@ -63,6 +74,12 @@ class CivetServer;  // civetweb's HTTP server (what prometheus-cpp's Exposer run
 
 namespace minfer::daemon {
 
+// The kind label of minfer_constrained_requests_total, indexed as
+// grammar::GrammarKind (kJsonSchema = 0 ... kChoice = 4).
+inline constexpr const char* kConstraintKinds[] = {"json_schema", "json_object", "gbnf", "regex",
+                                                   "choice"};
+inline constexpr int kNumConstraintKinds = 5;
+
 // The series of one model. Pointers stay valid until Metrics::RemoveModel.
 struct ModelMetrics {
   prometheus::Counter* prompt_tokens = nullptr;
@@ -86,6 +103,13 @@ struct ModelMetrics {
   prometheus::Histogram* step_seconds = nullptr;
   prometheus::Histogram* queue_time = nullptr;
   prometheus::Histogram* tpot = nullptr;
+  prometheus::Counter* constrained_requests[kNumConstraintKinds] = {};
+  prometheus::Gauge* constrained_sequences = nullptr;
+  prometheus::Histogram* grammar_compile_seconds = nullptr;
+  prometheus::Counter* grammar_cache_hits = nullptr;
+  prometheus::Counter* grammar_refused = nullptr;
+  prometheus::Counter* grammar_masks = nullptr;
+  prometheus::Counter* grammar_mask_seconds = nullptr;
 };
 
 class Metrics {
@@ -169,6 +193,13 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* step_seconds_;
   prometheus::Family<prometheus::Histogram>* queue_time_;
   prometheus::Family<prometheus::Histogram>* tpot_;
+  prometheus::Family<prometheus::Counter>* constrained_requests_;
+  prometheus::Family<prometheus::Gauge>* constrained_sequences_;
+  prometheus::Family<prometheus::Histogram>* grammar_compile_seconds_;
+  prometheus::Family<prometheus::Counter>* grammar_cache_hits_;
+  prometheus::Family<prometheus::Counter>* grammar_refused_;
+  prometheus::Family<prometheus::Counter>* grammar_masks_;
+  prometheus::Family<prometheus::Counter>* grammar_mask_seconds_;
   prometheus::Gauge* draining_;
   prometheus::Gauge* http_open_;
   prometheus::Family<prometheus::Counter>* http_connections_;

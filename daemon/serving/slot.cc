@@ -9,6 +9,7 @@
 #include "engine/base/logging.h"
 #include "engine/base/status.h"
 #include "engine/gguf/gguf.h"
+#include "engine/grammar/matcher.h"
 #include "engine/models/decoder/decoder.h"
 #include "engine/runtime/device_backend.h"
 
@@ -149,6 +150,7 @@ SlotStatus Slot::Status() const {
   s.prefix_evictions = prefix_evictions_;
   s.steps = steps_;
   s.counters = counters_;
+  s.grammar = grammar_;
   s.load_seconds = load_seconds_;
   return s;
 }
@@ -186,12 +188,32 @@ absl::Status Slot::Submit(std::shared_ptr<Sequence> seq) {
           config_.queue_size, ")"));
     }
     counters_.requests++;
+    if (const auto& g = seq->request().grammar; g != nullptr) {
+      grammar_.constrained_requests++;
+      if (metrics_ != nullptr) {
+        metrics_->constrained_requests[static_cast<int>(g->kind())]->Increment();
+      }
+    }
     live_.insert(seq);
     queue_.push_back(std::move(seq));
     if (metrics_ != nullptr) metrics_->queue_depth->Set(static_cast<double>(queue_.size()));
   }
   cv_.notify_all();
   return absl::OkStatus();
+}
+
+void Slot::RecordGrammarCompile(const absl::Status& status, double seconds) {
+  grammar_used_.store(true, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!status.ok()) grammar_.refused++;
+  }
+  if (metrics_ == nullptr) return;
+  if (status.ok()) {
+    metrics_->grammar_compile_seconds->Observe(seconds);
+  } else {
+    metrics_->grammar_refused->Increment();
+  }
 }
 
 void Slot::CancelAll(const absl::Status& reason) {
@@ -675,8 +697,13 @@ void Slot::UpdateGauges() {
   int64_t used = 0, cached = 0, running = 0, waiting = 0, scratch = 0, budget = 0;
   uint64_t preemptions = 0, steps = 0, hits = 0, evictions = 0;
   bool prefix_cache = false;
+  int64_t constrained = 0, masks = 0;
+  double mask_seconds = 0;
   if (engine_ != nullptr) {
     runtime::EngineSnapshot snap = engine_->Snapshot();
+    constrained = snap.constrained_running;
+    masks = snap.grammar_masks;
+    mask_seconds = snap.grammar_mask_seconds;
     budget = snap.token_budget;
     used = snap.kv_blocks_used;
     cached = snap.kv_blocks_cached;
@@ -690,7 +717,29 @@ void Slot::UpdateGauges() {
     steps = static_cast<uint64_t>(snap.steps);
     per_seq = std::move(snap.sequence_blocks);
   }
+  // The compiler's own counts (cache hits happen in the request path, where
+  // a hit cannot be told from a compile without racing other requests).
+  grammar::CompilerStats compiler;
+  const bool grammar_used = grammar_used_.load(std::memory_order_relaxed);
+  if (grammar_used && model_mut_ != nullptr) compiler = model_mut_->grammars().stats();
+  if (metrics_ != nullptr && masks > static_cast<int64_t>(masks_seen_)) {
+    metrics_->grammar_masks->Increment(static_cast<double>(masks - masks_seen_));
+    metrics_->grammar_mask_seconds->Increment(std::max(0.0, mask_seconds - mask_seconds_seen_));
+  }
+  masks_seen_ = static_cast<uint64_t>(std::max<int64_t>(masks, 0));
+  mask_seconds_seen_ = mask_seconds;
   std::lock_guard<std::mutex> lock(mu_);
+  if (grammar_used && model_mut_ != nullptr) {
+    if (metrics_ != nullptr && compiler.cache_hits > static_cast<int64_t>(grammar_.cache_hits)) {
+      metrics_->grammar_cache_hits->Increment(
+          static_cast<double>(compiler.cache_hits - static_cast<int64_t>(grammar_.cache_hits)));
+    }
+    grammar_.compiles = static_cast<uint64_t>(compiler.compiles);
+    grammar_.cache_hits = static_cast<uint64_t>(compiler.cache_hits);
+  }
+  grammar_.constrained_running = constrained;
+  grammar_.masks = masks_seen_;
+  grammar_.mask_seconds = mask_seconds;
   if (scratch > 0) scratch_bytes_ = static_cast<uint64_t>(scratch);
   if (backend_bytes >= 0) {
     backend_bytes_ = static_cast<uint64_t>(backend_bytes);
@@ -715,6 +764,7 @@ void Slot::UpdateGauges() {
     metrics_->kv_blocks_used->Set(static_cast<double>(used));
     metrics_->kv_blocks_free->Set(static_cast<double>(kv_blocks_total_ - used));
     metrics_->kv_blocks_cached->Set(static_cast<double>(cached));
+    metrics_->constrained_sequences->Set(static_cast<double>(constrained));
   }
 }
 

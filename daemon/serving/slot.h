@@ -89,6 +89,17 @@ struct SlotCounters {
   uint64_t completion_tokens = 0;
 };
 
+// Structured outputs of a slot since its model was loaded.
+struct GrammarCounters {
+  int64_t constrained_running = 0;    // running sequences with a grammar
+  uint64_t constrained_requests = 0;  // admitted with a grammar
+  uint64_t compiles = 0;              // the model's GrammarCompiler: compiled,
+  uint64_t cache_hits = 0;            // served from its cache
+  uint64_t refused = 0;               // constraints refused in the request path
+  uint64_t masks = 0;                 // token masks the engine computed
+  double mask_seconds = 0;            // and their total time
+};
+
 // A consistent snapshot of a slot, for status reports.
 struct SlotStatus {
   SlotConfig config;  // as requested (n_ctx below is the effective one)
@@ -121,6 +132,7 @@ struct SlotStatus {
   uint64_t prefix_evictions = 0;
   uint64_t steps = 0;
   SlotCounters counters;
+  GrammarCounters grammar;
   uint64_t load_bytes_done = 0;
   uint64_t load_bytes_total = 0;
   double load_seconds = 0;
@@ -175,6 +187,11 @@ class Slot {
   // when `parallel` sequences run and `queue_size` wait. Once accepted, the
   // sequence is finished exactly once by the worker.
   absl::Status Submit(std::shared_ptr<Sequence> seq);
+  // A constrained request's grammar compile, in the request path (before
+  // Submit): `status` is the compile's (not OK: the constraint was refused),
+  // `seconds` the wall time the request spent getting its compiled grammar
+  // (near 0 for a cache hit). Feeds the metrics and GrammarCounters.
+  void RecordGrammarCompile(const absl::Status& status, double seconds);
   // Cancels every queued and running sequence with `reason` (they finish
   // within one step); the slot keeps serving new ones.
   void CancelAll(const absl::Status& reason);
@@ -286,6 +303,15 @@ class Slot {
   SlotCounters counters_at_unload_;
   std::function<void(const UnloadResult&)> unload_done_;
   double load_seconds_ = 0;
+
+  GrammarCounters grammar_;  // guarded by mu_
+  // The engine's mask totals at the last UpdateGauges (the counters advance
+  // by the difference); the slot's thread only.
+  uint64_t masks_seen_ = 0;
+  double mask_seconds_seen_ = 0;
+  // A constraint reached the model's GrammarCompiler: only then is its
+  // stats() read (Model::grammars() builds the vocabulary on first use).
+  std::atomic<bool> grammar_used_{false};
 
   std::atomic<uint64_t> load_done_{0};
   std::atomic<uint64_t> load_total_{0};

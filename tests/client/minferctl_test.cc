@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -167,6 +168,71 @@ TEST_F(MinferctlTest, LoadGenerateStatusUnload) {
   EXPECT_EQ(gone.exit_code, 1);
   EXPECT_EQ(gone.err, "minferctl: NOT_FOUND: no model or alias named 'tiny'\n");
   EXPECT_EQ(gone.out, "");
+}
+
+TEST_F(MinferctlTest, GenerateWithOutputConstraints) {
+  StartDaemon();
+  ASSERT_EQ(Ctl({"load", "m", path_, "--ctx", "512", "-q"}).exit_code, 0);
+  const std::string dir = std::getenv("TEST_TMPDIR");
+
+  // Each output is exactly what its constraint allows (sampled at
+  // temperature 1 from a random model; printed with a newline).
+  CommandResult choice = Ctl({"generate", "m", "Pick:", "--temp", "1", "--seed", "3", "-n", "16",
+                              "--choice", "yes,no,not sure"});
+  ASSERT_EQ(choice.exit_code, 0) << choice.err;
+  EXPECT_THAT(choice.out, ::testing::AnyOf("yes\n", "no\n", "not sure\n"));
+  EXPECT_THAT(choice.err, HasSubstr("[eos] m: "));
+
+  CommandResult regex = Ctl({"generate", "m", "Code:", "--temp", "1", "--seed", "1", "-n", "32",
+                             "--regex", "[A-Z]{2}[0-9]{3}"});
+  ASSERT_EQ(regex.exit_code, 0) << regex.err;
+  EXPECT_TRUE(std::regex_match(regex.out, std::regex("[A-Z]{2}[0-9]{3}\n"))) << regex.out;
+
+  const std::string grammar = dir + "/answer.gbnf";
+  std::ofstream(grammar) << "# yes or no, then a digit\nroot ::= (\"yes\" | \"no\") \" \" [0-9]\n";
+  CommandResult gbnf = Ctl({"generate", "m", "Answer:", "--temp", "1", "--seed", "2", "-n", "16",
+                            "--grammar", grammar});
+  ASSERT_EQ(gbnf.exit_code, 0) << gbnf.err;
+  EXPECT_TRUE(std::regex_match(gbnf.out, std::regex("(yes|no) [0-9]\n"))) << gbnf.out;
+
+  const std::string schema = dir + "/schema.json";
+  std::ofstream(schema) << R"({"type": "object", "properties": {
+      "ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+      "required": ["ok", "n"], "additionalProperties": false})";
+  CommandResult js = Ctl({"--json", "generate", "m", "JSON:", "--temp", "1", "--seed", "4", "-n",
+                          "200", "--json-schema", schema, "--json-whitespace", "0"});
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  const Json r = Json::parse(js.out);
+  EXPECT_EQ(r["finish_reason"], "FINISH_REASON_EOS");
+  const Json value = Json::parse(r["text"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(value.is_object()) << r["text"];
+  ASSERT_EQ(value.size(), 2u) << r["text"];
+  EXPECT_TRUE(value["ok"].is_boolean());
+  EXPECT_TRUE(value["n"].is_number_integer() && value["n"] >= 0 && value["n"] <= 9);
+  // Compact: no whitespace anywhere (none can be inside these values).
+  EXPECT_EQ(r["text"].get<std::string>().find_first_of(" \n\t\r"), std::string::npos);
+
+  // Usage errors: two constraints, whitespace without JSON, a missing file.
+  CommandResult two = Ctl({"generate", "m", "x", "--regex", "a", "--choice", "b"});
+  EXPECT_EQ(two.exit_code, 2);
+  EXPECT_THAT(two.err, HasSubstr("excludes"));
+  CommandResult ws = Ctl({"generate", "m", "x", "--regex", "a", "--json-whitespace", "1"});
+  EXPECT_EQ(ws.exit_code, 2);
+  EXPECT_EQ(ws.err, "minferctl: --json-whitespace needs --json-schema or --json-object\n");
+  CommandResult missing = Ctl({"generate", "m", "x", "--json-schema", dir + "/nope.json"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("--json-schema: cannot read"));
+  // The server's refusal names the field and the problem.
+  std::ofstream(schema) << R"({"type": "object", "patternProperties": {"^a": {}}})";
+  CommandResult bad = Ctl({"generate", "m", "x", "--json-schema", schema});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, StartsWith("minferctl: INVALID_ARGUMENT: json_schema: "));
+  EXPECT_THAT(bad.err, HasSubstr("patternProperties"));
+
+  CommandResult status = Ctl({"status", "m"});
+  ASSERT_EQ(status.exit_code, 0);
+  EXPECT_THAT(status.out, HasSubstr("structured: 0 constrained sequences running, 4 requests; "
+                                    "grammars: 4 compiled, 0 cache hits, 1 refused"));
 }
 
 TEST_F(MinferctlTest, BenchStreamsConcurrentlyAndMatchesTheEngine) {

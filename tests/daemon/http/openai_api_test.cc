@@ -9,6 +9,8 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/api/constraint.h"
 #include "daemon/serving/tenants.h"
 #include "engine/runtime/model.h"
 #include "gmock/gmock.h"
@@ -296,8 +298,9 @@ TEST(OpenAiParseTest, BadFieldsAreRefusedNamingTheField) {
        "logit_bias", "logit_bias is not supported"},
       {Endpoint::kChatCompletions,
        R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
-           "response_format": {"type": "json_object"}})",
-       "response_format.type", "only {\"type\": \"text\"}"},
+           "response_format": {"type": "xml"}})",
+       "response_format.type",
+       "response_format.type 'xml' is not supported: text, json_object or json_schema"},
       {Endpoint::kChatCompletions,
        R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
        "top_logprobs", "top_logprobs needs logprobs: true"},
@@ -363,6 +366,230 @@ TEST(OpenAiParseTest, GenerationPathErrorsAreRenamedToTheApiFields) {
   // Not a field error: unchanged.
   absl::Status nf = ToApiFieldError(Endpoint::kCompletions, absl::NotFoundError("no model 'x'"));
   EXPECT_EQ(nf, absl::NotFoundError("no model 'x'"));
+}
+
+// Structured outputs: every API's constraint field lands in the proto's
+// oneof, with the API field remembered for the constraint's errors.
+struct ConstraintCase {
+  Endpoint endpoint;
+  const char* body;  // the request's constraint fields (model and input added)
+  v1::GenerateRequest::ConstraintCase kind;
+  const char* param;
+};
+
+ParsedRequest ParseWith(Endpoint e, const std::string& fields) {
+  const std::string body =
+      e == Endpoint::kChatCompletions
+          ? absl::StrCat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], )",
+                         fields, "}")
+          : absl::StrCat(R"({"model": "m", "prompt": "x", )", fields, "}");
+  absl::StatusOr<ParsedRequest> r = ParseRequest(e, nlohmann::ordered_json::parse(body));
+  EXPECT_TRUE(r.ok()) << fields << ": " << r.status();
+  return r.ok() ? *r : ParsedRequest();
+}
+
+absl::Status ParseErrorWith(Endpoint e, const std::string& fields) {
+  const std::string body = absl::StrCat(
+      R"({"model": "m", "messages": [{"role": "user", "content": "x"}], )", fields, "}");
+  absl::StatusOr<ParsedRequest> r = ParseRequest(e, nlohmann::ordered_json::parse(body));
+  return r.ok() ? absl::OkStatus() : r.status();
+}
+
+TEST(OpenAiConstraintTest, EachApiFieldMapsOntoTheOneof) {
+  using G = v1::GenerateRequest;
+  const ConstraintCase cases[] = {
+      {Endpoint::kChatCompletions,
+       R"("response_format": {"type": "json_schema", "json_schema": {"name": "person",
+           "strict": true, "description": "d", "schema": {"type": "object"}}})",
+       G::kJsonSchema, "response_format.json_schema.schema"},
+      {Endpoint::kCompletions, R"("response_format": {"type": "json_object"})", G::kJsonObject,
+       "response_format"},
+      {Endpoint::kChatCompletions,
+       R"("response_format": {"type": "json_object", "schema": {"type": "array"}})",
+       G::kJsonSchema, "response_format.schema"},
+      {Endpoint::kCompletions, R"("grammar": "root ::= \"yes\" | \"no\"")", G::kGbnf, "grammar"},
+      {Endpoint::kChatCompletions, R"("json_schema": {"type": "integer"})", G::kJsonSchema,
+       "json_schema"},
+      {Endpoint::kChatCompletions, R"("structured_outputs": {"json": {"type": "string"}})",
+       G::kJsonSchema, "structured_outputs.json"},
+      {Endpoint::kChatCompletions, R"("structured_outputs": {"json": "{\"type\": \"null\"}"})",
+       G::kJsonSchema, "structured_outputs.json"},
+      {Endpoint::kCompletions, R"("structured_outputs": {"regex": "[a-z]+"})", G::kRegex,
+       "structured_outputs.regex"},
+      {Endpoint::kCompletions, R"("structured_outputs": {"choice": ["a", "b"]})", G::kChoice,
+       "structured_outputs.choice"},
+      {Endpoint::kCompletions, R"("structured_outputs": {"grammar": "root ::= \"x\""})", G::kGbnf,
+       "structured_outputs.grammar"},
+      {Endpoint::kChatCompletions, R"("structured_outputs": {"json_object": true})",
+       G::kJsonObject, "structured_outputs.json_object"},
+      {Endpoint::kChatCompletions, R"("guided_json": {"type": "boolean"})", G::kJsonSchema,
+       "guided_json"},
+      {Endpoint::kChatCompletions, R"("guided_regex": "\\d+")", G::kRegex, "guided_regex"},
+      {Endpoint::kChatCompletions, R"("guided_choice": ["x"])", G::kChoice, "guided_choice"},
+      {Endpoint::kChatCompletions, R"("guided_grammar": "root ::= \"x\"")", G::kGbnf,
+       "guided_grammar"},
+      {Endpoint::kChatCompletions, R"("guided_json_object": true)", G::kJsonObject,
+       "guided_json_object"},
+  };
+  for (const ConstraintCase& c : cases) {
+    SCOPED_TRACE(c.body);
+    ParsedRequest r = ParseWith(c.endpoint, c.body);
+    EXPECT_EQ(r.generate.constraint_case(), c.kind);
+    EXPECT_EQ(r.constraint_param, c.param);
+    EXPECT_FALSE(r.generate.has_json_max_whitespace());
+  }
+  ParsedRequest schema = ParseWith(Endpoint::kChatCompletions, R"("json_schema": {"type": "integer"})");
+  EXPECT_EQ(schema.generate.json_schema(), R"({"type":"integer"})");
+  ParsedRequest regex = ParseWith(Endpoint::kCompletions, R"("structured_outputs": {"regex": "[a-z]+"})");
+  EXPECT_EQ(regex.generate.regex(), "[a-z]+");
+  ParsedRequest choice = ParseWith(Endpoint::kCompletions, R"("guided_choice": ["x", "", "y z"])");
+  EXPECT_THAT(choice.generate.choice().choices(), ::testing::ElementsAre("x", "", "y z"));
+  ParsedRequest gbnf = ParseWith(Endpoint::kCompletions, R"("grammar": "root ::= [0-9]+")");
+  EXPECT_EQ(gbnf.generate.gbnf(), "root ::= [0-9]+");
+  ParsedRequest text_schema =
+      ParseWith(Endpoint::kChatCompletions, R"("structured_outputs": {"json": "{\"type\": \"null\"}"})");
+  EXPECT_EQ(text_schema.generate.json_schema(), R"({"type": "null"})");
+}
+
+TEST(OpenAiConstraintTest, NoConstraintForTextFormatsAndEmptyGrammars) {
+  for (const char* fields :
+       {R"("response_format": {"type": "text"})", R"("grammar": "")", R"("response_format": null)",
+        R"("structured_outputs": {"json_object": false, "regex": null})",
+        R"("guided_json_object": false)"}) {
+    ParsedRequest r = ParseWith(Endpoint::kChatCompletions, fields);
+    EXPECT_EQ(r.generate.constraint_case(), v1::GenerateRequest::CONSTRAINT_NOT_SET) << fields;
+    EXPECT_EQ(r.constraint_param, "") << fields;
+  }
+}
+
+TEST(OpenAiConstraintTest, SchemasKeepTheirPropertyOrder) {
+  // The order properties are generated in is the order they are written:
+  // the body is read in key order, not sorted.
+  ParsedRequest r = ParseWith(Endpoint::kChatCompletions, R"("response_format": {
+      "type": "json_schema", "json_schema": {"name": "p", "schema": {
+        "type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"},
+        "mid": {"type": "boolean"}}, "required": ["zeta", "alpha", "mid"]}}})");
+  EXPECT_EQ(r.generate.json_schema(),
+            R"({"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"},)"
+            R"("mid":{"type":"boolean"}},"required":["zeta","alpha","mid"]})");
+  // OpenAI's schema is optional: any JSON value then.
+  ParsedRequest any = ParseWith(Endpoint::kChatCompletions,
+                                R"("response_format": {"type": "json_schema", "json_schema": {"name": "n"}})");
+  EXPECT_EQ(any.generate.json_schema(), "{}");
+}
+
+TEST(OpenAiConstraintTest, DisableAnyWhitespaceMakesJsonCompact) {
+  ParsedRequest r = ParseWith(Endpoint::kChatCompletions,
+                              R"("structured_outputs": {"json": {"type": "object"},
+                                 "disable_any_whitespace": true})");
+  ASSERT_TRUE(r.generate.has_json_max_whitespace());
+  EXPECT_EQ(r.generate.json_max_whitespace(), 0);
+  // Not JSON: whitespace is the regex's business (vLLM ignores it too).
+  ParsedRequest regex = ParseWith(Endpoint::kChatCompletions,
+                                  R"("structured_outputs": {"regex": "a b",
+                                     "disable_any_whitespace": true})");
+  EXPECT_FALSE(regex.generate.has_json_max_whitespace());
+}
+
+TEST(OpenAiConstraintTest, MoreThanOneConstraintIsRefusedNamingThem) {
+  struct Conflict {
+    const char* fields;
+    const char* param;
+    const char* message;
+  };
+  const Conflict cases[] = {
+      {R"("response_format": {"type": "json_object"}, "grammar": "root ::= \"x\"")", "grammar",
+       "only one output constraint per request, got response_format and grammar"},
+      {R"("json_schema": {}, "structured_outputs": {"regex": "x"})", "structured_outputs.regex",
+       "only one output constraint per request, got json_schema and structured_outputs.regex"},
+      {R"("structured_outputs": {"json": {}, "choice": ["a"]})", "structured_outputs.choice",
+       "only one output constraint per request, got structured_outputs.json and "
+       "structured_outputs.choice"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}},
+          "guided_choice": ["a"])",
+       "guided_choice",
+       "only one output constraint per request, got response_format.json_schema.schema and "
+       "guided_choice"},
+  };
+  for (const Conflict& c : cases) {
+    absl::Status s = ParseErrorWith(Endpoint::kChatCompletions, c.fields);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.fields;
+    EXPECT_EQ(Param(s), c.param) << c.fields;
+    EXPECT_EQ(s.message(), c.message) << c.fields;
+  }
+}
+
+TEST(OpenAiConstraintTest, MalformedConstraintFieldsAreRefusedNamingTheField) {
+  struct Bad {
+    const char* fields;
+    const char* param;
+    const char* message;
+  };
+  const Bad cases[] = {
+      {R"("response_format": "json")", "response_format",
+       "response_format must be an object, got a string"},
+      {R"("response_format": {})", "response_format.type",
+       "response_format.type is required: text, json_object or json_schema"},
+      {R"("response_format": {"type": "json_schema"})", "response_format.json_schema",
+       "response_format.json_schema is required with type json_schema"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}}})",
+       "response_format.json_schema.name", "response_format.json_schema.name is required"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "a b"}})",
+       "response_format.json_schema.name",
+       "response_format.json_schema.name must be 1 to 64 characters of a-z, A-Z, 0-9, '_' and "
+       "'-'"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "a",
+          "schema": "{}"}})",
+       "response_format.json_schema.schema",
+       "response_format.json_schema.schema must be a JSON Schema (an object), got a string"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "a",
+          "strict": "yes"}})",
+       "response_format.json_schema.strict",
+       "response_format.json_schema.strict must be a boolean, got a string"},
+      {R"("grammar": 5)", "grammar", "grammar must be a string, got an integer"},
+      {R"("structured_outputs": {"choice": ["a", 1]})", "structured_outputs.choice[1]",
+       "structured_outputs.choice[1] must be a string, got an integer"},
+      {R"("structured_outputs": {"whitespace_pattern": " ?"})",
+       "structured_outputs.whitespace_pattern",
+       "structured_outputs.whitespace_pattern is not supported (disable_any_whitespace is)"},
+      {R"("structured_outputs": {"structural_tag": "{}"})", "structured_outputs.structural_tag",
+       "structured_outputs.structural_tag is not supported"},
+      {R"("structured_outputs": {"disable_additional_properties": true})",
+       "structured_outputs.disable_additional_properties",
+       "structured_outputs.disable_additional_properties is not supported: the schema is "
+       "enforced as written (set additionalProperties: false in it)"},
+      {R"("structured_outputs": [])", "structured_outputs",
+       "structured_outputs must be an object, got an array"},
+      {R"("guided_whitespace_pattern": " ")", "guided_whitespace_pattern",
+       "guided_whitespace_pattern is not supported (structured_outputs.disable_any_whitespace "
+       "is)"},
+  };
+  for (const Bad& c : cases) {
+    absl::Status s = ParseErrorWith(Endpoint::kChatCompletions, c.fields);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.fields;
+    EXPECT_EQ(Param(s), c.param) << c.fields;
+    EXPECT_EQ(s.message(), c.message) << c.fields;
+  }
+}
+
+TEST(OpenAiConstraintTest, CompileErrorsNameTheApiFieldTheConstraintCameIn) {
+  ParsedRequest r = ParseWith(Endpoint::kChatCompletions, R"("response_format": {
+      "type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}})");
+  absl::Status s = ToApiFieldError(
+      r, ConstraintError("json_schema: unsupported keyword 'patternProperties' at /properties/a"));
+  EXPECT_EQ(Param(s), "response_format.json_schema.schema");
+  EXPECT_EQ(s.message(),
+            "response_format.json_schema.schema: unsupported keyword 'patternProperties' at "
+            "/properties/a");
+  EXPECT_EQ(ApiErrorFor(s).http_status, 400);
+  ParsedRequest c = ParseWith(Endpoint::kCompletions, R"("guided_choice": [])");
+  absl::Status none = ToApiFieldError(c, ConstraintError("choice.choices: no choices"));
+  EXPECT_EQ(Param(none), "guided_choice");
+  EXPECT_EQ(none.message(), "guided_choice: no choices");
+  // Other errors of the generation path keep their renaming.
+  absl::Status top_p =
+      ToApiFieldError(r, absl::InvalidArgumentError("sampling.top_p must be in (0, 1], got 2"));
+  EXPECT_EQ(Param(top_p), "top_p");
 }
 
 TEST(OpenAiErrorTest, StatusCodesMapToHttpStatusesAndOpenAiShapes) {

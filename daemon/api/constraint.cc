@@ -1,0 +1,133 @@
+#include "daemon/api/constraint.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+
+namespace minfer::daemon {
+namespace {
+
+constexpr const char* kConstraintPayload = "type.minfer.dev/constraint";
+
+absl::Status CheckText(const char* field, const std::string& text) {
+  if (text.empty()) return ConstraintError(absl::StrCat(field, ": empty"));
+  if (text.size() > kMaxConstraintBytes) {
+    return ConstraintError(absl::StrCat(field, ": ", text.size(), " bytes, at most ",
+                                        kMaxConstraintBytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ConstraintError(absl::string_view message) {
+  absl::Status s = absl::InvalidArgumentError(message);
+  s.SetPayload(kConstraintPayload, absl::Cord("1"));
+  return s;
+}
+
+bool IsConstraintError(const absl::Status& status) {
+  return status.GetPayload(kConstraintPayload).has_value();
+}
+
+const char* ConstraintField(const v1::GenerateRequest& request) {
+  switch (request.constraint_case()) {
+    case v1::GenerateRequest::kJsonSchema:
+      return "json_schema";
+    case v1::GenerateRequest::kJsonObject:
+      return "json_object";
+    case v1::GenerateRequest::kGbnf:
+      return "gbnf";
+    case v1::GenerateRequest::kRegex:
+      return "regex";
+    case v1::GenerateRequest::kChoice:
+      return "choice";
+    case v1::GenerateRequest::CONSTRAINT_NOT_SET:
+      break;
+  }
+  return "";
+}
+
+absl::StatusOr<std::optional<grammar::GrammarSpec>> ConstraintSpec(
+    const v1::GenerateRequest& request) {
+  grammar::GrammarSpec spec;
+  bool json = false;
+  switch (request.constraint_case()) {
+    case v1::GenerateRequest::kJsonSchema:
+      if (absl::Status s = CheckText("json_schema", request.json_schema()); !s.ok()) return s;
+      spec.kind = grammar::GrammarKind::kJsonSchema;
+      spec.text = request.json_schema();
+      json = true;
+      break;
+    case v1::GenerateRequest::kJsonObject:
+      // A oneof bool can be set to false; it then asks for nothing.
+      if (!request.json_object()) break;
+      spec.kind = grammar::GrammarKind::kJsonObject;
+      json = true;
+      break;
+    case v1::GenerateRequest::kGbnf:
+      if (absl::Status s = CheckText("gbnf", request.gbnf()); !s.ok()) return s;
+      spec.kind = grammar::GrammarKind::kGbnf;
+      spec.text = request.gbnf();
+      break;
+    case v1::GenerateRequest::kRegex:
+      if (absl::Status s = CheckText("regex", request.regex()); !s.ok()) return s;
+      spec.kind = grammar::GrammarKind::kRegex;
+      spec.text = request.regex();
+      break;
+    case v1::GenerateRequest::kChoice: {
+      const auto& choices = request.choice().choices();
+      if (choices.empty()) return ConstraintError("choice.choices: no choices");
+      if (choices.size() > kMaxChoices) {
+        return ConstraintError(absl::StrCat("choice.choices: ", choices.size(),
+                                            " choices, at most ", kMaxChoices));
+      }
+      size_t bytes = 0;
+      for (const std::string& c : choices) bytes += c.size();
+      if (bytes > kMaxConstraintBytes) {
+        return ConstraintError(absl::StrCat("choice.choices: ", bytes, " bytes, at most ",
+                                            kMaxConstraintBytes));
+      }
+      spec.kind = grammar::GrammarKind::kChoice;
+      spec.choices.assign(choices.begin(), choices.end());
+      break;
+    }
+    case v1::GenerateRequest::CONSTRAINT_NOT_SET:
+      break;
+  }
+  if (request.has_json_max_whitespace()) {
+    const int32_t ws = request.json_max_whitespace();
+    if (!json) {
+      return ConstraintError(
+          "json_max_whitespace: only with a json_schema or json_object constraint");
+    }
+    if (ws < 0 || ws > kMaxJsonWhitespace) {
+      return ConstraintError(absl::StrCat("json_max_whitespace must be in [0, ",
+                                          kMaxJsonWhitespace, "], got ", ws));
+    }
+    spec.json.max_whitespace = ws;
+  }
+  const bool none = request.constraint_case() == v1::GenerateRequest::CONSTRAINT_NOT_SET ||
+                    (request.constraint_case() == v1::GenerateRequest::kJsonObject &&
+                     !request.json_object());
+  if (none) return std::optional<grammar::GrammarSpec>();
+  return std::optional<grammar::GrammarSpec>(std::move(spec));
+}
+
+absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstraint(
+    const v1::GenerateRequest& request, const runtime::Model& model) {
+  absl::StatusOr<std::optional<grammar::GrammarSpec>> spec = ConstraintSpec(request);
+  if (!spec.ok()) return spec.status();
+  if (!spec->has_value()) return std::shared_ptr<const grammar::CompiledGrammar>();
+  absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
+      model.grammars().Compile(**spec);
+  if (compiled.ok()) return compiled;
+  const std::string message =
+      absl::StrCat(ConstraintField(request), ": ", compiled.status().message());
+  if (absl::IsInvalidArgument(compiled.status())) return ConstraintError(message);
+  return absl::Status(compiled.status().code(), message);
+}
+
+}  // namespace minfer::daemon
