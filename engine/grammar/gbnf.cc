@@ -398,7 +398,8 @@ class GbnfParser {
     ++pos_;  // '"'
     std::string bytes;
     while (true) {
-      if (AtEnd() || Peek() == '\n') return Fail(at, "unterminated string literal");
+      // A raw newline inside quotes is part of the literal, as in llama.cpp.
+      if (AtEnd()) return Fail(at, "unterminated string literal");
       if (Peek() == '"') {
         ++pos_;
         break;
@@ -424,7 +425,7 @@ class GbnfParser {
     }
     std::vector<std::pair<uint32_t, uint32_t>> ranges;
     while (true) {
-      if (AtEnd() || Peek() == '\n') return Fail(at, "unterminated character class");
+      if (AtEnd()) return Fail(at, "unterminated character class");
       if (Peek() == ']') {
         ++pos_;
         break;
@@ -435,7 +436,6 @@ class GbnfParser {
       hi = lo;
       if (Peek() == '-' && Peek(1) != ']' && pos_ + 1 < t_.size()) {
         ++pos_;
-        if (Peek() == '\n') return Fail(at, "unterminated character class");
         if (!ParseChar(&hi)) return -1;
         if (hi < lo) return Fail(lo_at, "character range out of order");
       }
