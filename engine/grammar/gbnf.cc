@@ -11,6 +11,7 @@ namespace minfer::grammar {
 namespace {
 
 constexpr uint32_t kMaxCp = 0x10FFFF;
+constexpr int kMaxGroupDepth = 200;
 
 bool IsWordChar(char c) {
   // llama.cpp's rule names are letters, digits and '-'; '_' is accepted too
@@ -221,9 +222,15 @@ class GbnfParser {
       } else if (c == '[') {
         item = ParseClass();
       } else if (c == '(') {
+        // Recursion per parenthesis: bounded so hostile text cannot exhaust
+        // the stack (here or in the passes that walk expressions).
+        if (++group_depth_ > kMaxGroupDepth) {
+          return Fail(at, absl::StrCat("parentheses nested deeper than ", kMaxGroupDepth));
+        }
         ++pos_;
         SkipSpace(/*newlines=*/true);
         item = ParseAlternates(/*nested=*/true);
+        --group_depth_;
         if (!ok()) return -1;
         SkipSpace(/*newlines=*/true);
         if (Peek() != ')') return Fail(at, "unclosed '('");
@@ -449,6 +456,7 @@ class GbnfParser {
   size_t pos_ = 0;
   absl::Status error_;
   std::map<std::string, RuleInfo> rules_;
+  int group_depth_ = 0;
 };
 
 }  // namespace

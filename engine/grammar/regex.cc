@@ -14,6 +14,8 @@ using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 
 constexpr uint32_t kMaxCp = 0x10FFFF;
 
+constexpr int kMaxGroupDepth = 200;
+
 bool IsSurrogate(uint32_t cp) { return cp >= 0xD800 && cp <= 0xDFFF; }
 
 void AppendUtf8(uint32_t cp, std::string* out) {
@@ -416,6 +418,11 @@ class RegexParser {
 
   ExprId ParseGroup(int depth) {
     const size_t at = pos_;
+    // The parse recurses per group: bound it so a hostile pattern cannot
+    // exhaust a worker's stack (nor later passes that walk expressions).
+    if (depth >= kMaxGroupDepth) {
+      return Fail(absl::StrCat("groups nested deeper than ", kMaxGroupDepth, " at offset ", at));
+    }
     ++pos_;  // '('
     if (Peek() == '?') {
       if (Peek(1) == ':') {

@@ -330,6 +330,15 @@ TEST(Gbnf, LeftRecursionSurfacesNamingTheRule) {
   EXPECT_TRUE(GbnfToGrammar("root ::= term (\"+\" term)*\nterm ::= [0-9]\n").ok());
 }
 
+TEST(Gbnf, NestingIsBounded) {
+  EXPECT_TRUE(
+      GbnfToGrammar("root ::= " + std::string(200, '(') + "\"a\"" + std::string(200, ')')).ok());
+  absl::StatusOr<Grammar> g =
+      GbnfToGrammar("root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')'));
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().message(), "gbnf: line 1, column 210: parentheses nested deeper than 200");
+}
+
 TEST(Gbnf, LimitsApply) {
   GrammarLimits limits;
   limits.max_repeat = 4;
