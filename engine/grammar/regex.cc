@@ -214,16 +214,21 @@ class RegexParser {
     return true;
   }
 
+  // Equal sets share one expression (\d in \d{4}-\d{2}, every `.`): the
+  // grammar is a DAG, and a set's UTF-8 expansion is the bulk of its nodes.
   ExprId EmitSet(const Ranges& ranges) {
     Ranges r = Normalize(ranges);
     if (r.empty()) return b_.Nothing();
-    if (opts_.char_set) return opts_.char_set(b_, r);
-    return b_.CodepointSet(std::move(r));
+    auto it = sets_.find(r);
+    if (it != sets_.end()) return it->second;
+    const ExprId e = opts_.char_set ? opts_.char_set(b_, r) : b_.CodepointSet(r);
+    sets_.emplace(std::move(r), e);
+    return e;
   }
   ExprId EmitChar(uint32_t cp) {
     // A lone surrogate (\uD800) can be written but never matches UTF-8 text.
     if (IsSurrogate(cp)) return b_.Nothing();
-    if (opts_.char_set) return opts_.char_set(b_, {{cp, cp}});
+    if (opts_.char_set) return EmitSet({{cp, cp}});
     std::string s;
     AppendUtf8(cp, &s);
     return b_.Literal(s);
@@ -722,6 +727,7 @@ class RegexParser {
   size_t pos_ = 0;
   absl::Status error_;
   ExprId any_string_ = -1;
+  std::map<Ranges, ExprId> sets_;
 };
 
 // The choices as a trie with compressed edges: shared prefixes are written

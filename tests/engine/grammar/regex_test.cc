@@ -190,6 +190,12 @@ std::vector<Case> FullCases() {
       {"(a|ab)(c|bcd)(d*)", {"abcd", "acd", "abcdd", "abd"}},
       {"(?:a(?:b(?:c)?)?)?", {"", "a", "ab", "abc", "ac", "b"}},
       {"[\\s\\S]{0,3}", {"", "\n\n\n", "abcd", "\xF0\x9F\x98\x80\xF0\x9F\x98\x80"}},
+      {"(a*)*b", {"b", "aab", "a", ""}},
+      {"(a|)+c", {"c", "aac", "ac", "a"}},
+      {"(?:)*x", {"x", ""}},
+      {"(a?){3}", {"", "aaa", "aaaa"}},
+      {"(?:a{0,2}b?){2,3}", {"", "aaaaaa", "aaaaaaa", "abab", "bbbb"}},
+      {"\\d{2}:\\d{2}|\\d{4}", {"12:34", "1234", "12:3", "123"}},
       {"\\u{61}+\\x{2}", {"a", "aa"}},  // \x not followed by hex: an error in u mode
       // Annex B leniencies (no u flag; BMP inputs).
       {"a\\-b", {"a-b", "ab", "a\\-b"}, true},
