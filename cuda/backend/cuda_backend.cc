@@ -444,6 +444,10 @@ absl::Status CudaBackend::Synchronize() {
       result = absl::OutOfRangeError("cuda: a KV position outside [0, n_ctx) reached a kernel");
     } else if (dev_err == kDeviceBadTokenId) {
       result = absl::InvalidArgumentError("cuda: a token id outside the embedding reached GetRows");
+    } else if (dev_err == kDeviceBadTopKMode) {
+      result = absl::InternalError(
+          "cuda: a TopK mode value outside its contract (base mode > 2 or a mask column past the "
+          "mask input) reached the kernel");
     } else if (dev_err != 0) {
       result = absl::InternalError(absl::StrCat("cuda: device error flag ", dev_err));
     }

@@ -8,8 +8,12 @@
 #include "cuda/kernels/ops.h"
 #include "cuda/kernels/sample.h"
 #include "engine/base/status.h"
+#include "engine/graph/graph.h"
 
 namespace minfer::cuda {
+
+// The mode encoding is graph.h's; the kernel header restates it.
+static_assert(kTopKMaskShift == graph::kTopKMaskShift);
 
 using graph::ExecArgs;
 using graph::Node;
@@ -38,7 +42,12 @@ absl::Status CudaBackend::RunTopK(const OpArgs& o) {
   cudaStream_t st = o.st;
   const int64_t n_out = n.shape.ne[1];
   const int64_t n_vocab = a.inputs[0].bytes / 4 / std::max<int64_t>(n_out, 1);
-  return Check(LaunchTopK(o.f(0), n_vocab, n_out, o.i32(1), n.p.top_k, n.p.vocab_limit, out, st),
+  // The mask input (when the graph has one) is read only for the rows whose
+  // mode names a column; the kernel reports a column it does not have.
+  const uint32_t* mask =
+      n.inputs.size() > 2 ? reinterpret_cast<const uint32_t*>(o.in[2]) : nullptr;
+  return Check(LaunchTopK(o.f(0), n_vocab, n_out, o.i32(1), mask, n.p.top_k, n.p.vocab_limit, out,
+                          o.err_flag, st),
                "TopK");
 }
 

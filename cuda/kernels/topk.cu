@@ -12,6 +12,15 @@
 // tie, and a bitonic sort of the k candidates by (logit desc, id asc). The
 // result is the CPU's TopKRows, bit for bit, but for the normalizer (summed
 // in float here, in double there).
+//
+// Masks (constrained decoding): a masked row reads its allowed-token bits
+// with its logits in every pass and treats a cleared bit as -inf, so the
+// mask costs no pass and no masked copy of the row in global memory. A
+// warp's 32 consecutive ids are one mask word (the block strides by 512),
+// so the word is a broadcast load and a word of zeros skips the warp's
+// logits load altogether: sparse masks read little of the row. The body is
+// a template on "masked", so unmasked rows run the same code as before
+// masks existed.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -39,25 +48,54 @@ __device__ __forceinline__ bool before(float av, int ai, float bv, int bi) {
   return av > bv || (av == bv && ai < bi);
 }
 
-__global__ void __launch_bounds__(kThreads)
-    topk_kernel(const float* __restrict__ logits, int64_t n_vocab, int64_t limit,
-                const int32_t* __restrict__ mode, int k, float* __restrict__ out) {
-  __shared__ float s_val[kThreads / 32];
-  __shared__ int s_id[kThreads / 32];
-  __shared__ int s_nan;
-  __shared__ float s_sum[kThreads / 32];
-  __shared__ uint32_t hist[256];
-  __shared__ int s_sel, s_remaining;
-  __shared__ int cnt_gt, cnt_eq;
-  __shared__ float cand_v[kMaxK];
-  __shared__ int cand_i[kMaxK];
-  __shared__ int eq_ids[kEqCap];
+// The block's shared memory, declared once in the kernel so that both
+// instantiations of the row body share it.
+struct TopKShared {
+  float s_val[kThreads / 32];
+  int s_id[kThreads / 32];
+  int s_nan;
+  float s_sum[kThreads / 32];
+  uint32_t hist[256];
+  int s_sel, s_remaining;
+  int cnt_gt, cnt_eq;
+  float cand_v[kMaxK];
+  int cand_i[kMaxK];
+  int eq_ids[kEqCap];
+};
 
-  const int r = blockIdx.x;
-  const int m = __ldg(mode + r);
-  if (m == 0) return;
-  const float* l = logits + static_cast<int64_t>(r) * n_vocab;
-  float* o = out + static_cast<int64_t>(r) * (2 + 2 * static_cast<int64_t>(k));
+// Logit i of the row as TopK sees it: -inf where the mask clears its bit.
+// Both loads are issued unconditionally: a logit load that waited for its
+// mask word would chain two memory latencies per element in these
+// latency-bound loops.
+template <bool kMasked>
+__device__ __forceinline__ float row_logit(const float* __restrict__ l,
+                                           const uint32_t* __restrict__ allowed, int64_t i) {
+  const float x = __ldg(l + i);
+  if constexpr (kMasked) {
+    const uint32_t word = __ldg(allowed + (i >> 5));
+    return ((word >> (i & 31)) & 1u) != 0 ? x : -INFINITY;
+  }
+  return x;
+}
+
+// One row (base mode m: 1 or 2) by the whole block; allowed: the row's
+// mask words (kMasked only).
+template <bool kMasked>
+__device__ void topk_row(TopKShared& sh, const float* __restrict__ l,
+                         const uint32_t* __restrict__ allowed, int64_t limit, int m, int k,
+                         float* __restrict__ o) {
+  float* const s_val = sh.s_val;
+  int* const s_id = sh.s_id;
+  int& s_nan = sh.s_nan;
+  float* const s_sum = sh.s_sum;
+  uint32_t* const hist = sh.hist;
+  int& s_sel = sh.s_sel;
+  int& s_remaining = sh.s_remaining;
+  int& cnt_gt = sh.cnt_gt;
+  int& cnt_eq = sh.cnt_eq;
+  float* const cand_v = sh.cand_v;
+  int* const cand_i = sh.cand_i;
+  int* const eq_ids = sh.eq_ids;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   // Pass 1: max (lowest id among equal maxima), NaN.
@@ -65,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
   int bid = INT_MAX;
   int nan = 0;
   for (int64_t i = tid; i < limit; i += kThreads) {
-    const float x = __ldg(l + i);
+    const float x = row_logit<kMasked>(l, allowed, i);
     if (isnan(x)) {
       nan = 1;
     } else if (x > best) {  // ascending ids per thread: the first is the lowest
@@ -124,7 +162,9 @@ __global__ void __launch_bounds__(kThreads)
 
   // Pass 2: the normalizer.
   float sum = 0.0f;
-  for (int64_t i = tid; i < limit; i += kThreads) sum += __expf(__ldg(l + i) - best);
+  for (int64_t i = tid; i < limit; i += kThreads) {
+    sum += __expf(row_logit<kMasked>(l, allowed, i) - best);
+  }
   sum = warp_sum(sum);
   if (lane == 0) s_sum[warp] = sum;
 
@@ -136,7 +176,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int b = tid; b < 256; b += kThreads) hist[b] = 0;
     __syncthreads();
     for (int64_t i = tid; i < limit; i += kThreads) {
-      const float x = __ldg(l + i);
+      const float x = row_logit<kMasked>(l, allowed, i);
       if (x == -INFINITY) continue;
       const uint32_t key = float_key(x);
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
@@ -171,7 +211,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   for (int64_t i = tid; i < limit; i += kThreads) {
-    const float x = __ldg(l + i);
+    const float x = row_logit<kMasked>(l, allowed, i);
     if (x == -INFINITY) continue;
     const uint32_t key = float_key(x);
     if (all || key > prefix) {
@@ -267,17 +307,41 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void __launch_bounds__(kThreads)
+    topk_kernel(const float* __restrict__ logits, int64_t n_vocab, int64_t limit,
+                const int32_t* __restrict__ mode, const uint32_t* __restrict__ mask,
+                int64_t n_out, int k, float* __restrict__ out, int32_t* error_flag) {
+  __shared__ TopKShared sh;
+  const int r = blockIdx.x;
+  const int mv = __ldg(mode + r);
+  const int m = mv & ((1 << kTopKMaskShift) - 1);
+  const int slot = (mv >> kTopKMaskShift) - 1;
+  if (m > 2 || slot < -1 || (slot >= 0 && (mask == nullptr || slot >= n_out))) {
+    if (threadIdx.x == 0) set_device_error(error_flag, kDeviceBadTopKMode);
+    return;
+  }
+  if (m == 0) return;
+  const float* l = logits + static_cast<int64_t>(r) * n_vocab;
+  float* o = out + static_cast<int64_t>(r) * (2 + 2 * static_cast<int64_t>(k));
+  if (slot >= 0) {
+    topk_row<true>(sh, l, mask + slot * ((n_vocab + 31) / 32), limit, m, k, o);
+  } else {
+    topk_row<false>(sh, l, nullptr, limit, m, k, o);
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchTopK(const float* logits, int64_t n_vocab, int64_t n_out, const int32_t* mode,
-                       int top_k, int64_t vocab_limit, float* out, cudaStream_t stream) {
+                       const uint32_t* mask, int top_k, int64_t vocab_limit, float* out,
+                       int32_t* error_flag, cudaStream_t stream) {
   if (n_vocab < 1 || n_vocab > INT_MAX || n_out < 0 || n_out > INT_MAX || top_k < 1 ||
       top_k > kTopKMaxK || vocab_limit < 1 || vocab_limit > n_vocab) {
     return cudaErrorInvalidValue;
   }
   if (n_out == 0) return cudaSuccess;
-  topk_kernel<<<static_cast<unsigned>(n_out), kThreads, 0, stream>>>(logits, n_vocab, vocab_limit,
-                                                                      mode, top_k, out);
+  topk_kernel<<<static_cast<unsigned>(n_out), kThreads, 0, stream>>>(
+      logits, n_vocab, vocab_limit, mode, mask, n_out, top_k, out, error_flag);
   return cudaGetLastError();
 }
 

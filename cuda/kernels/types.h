@@ -90,6 +90,7 @@ enum DeviceError : int32_t {
   kDeviceOk = 0,
   kDeviceBadPosition = 1,  // a position outside [0, n_ctx)
   kDeviceBadTokenId = 2,   // a GetRows id outside the table
+  kDeviceBadTopKMode = 3,  // a TopK mode value outside sample.h's contract
 };
 
 }  // namespace minfer::cuda

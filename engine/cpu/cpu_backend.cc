@@ -203,9 +203,9 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
                        p.scale, args.kv_layout, in[1], in[2], out);
     }
     case OpKind::kTopK:
-      TopKRows(pool, f(0), node.inputs.empty() ? 0 : args.inputs[0].bytes / 4 / node.shape.ne[1],
-               node.shape.ne[1], i32(1), node.p.top_k, node.p.vocab_limit, out);
-      return absl::OkStatus();
+      return TopKRows(pool, f(0), args.inputs[0].bytes / 4 / node.shape.ne[1], node.shape.ne[1],
+                      i32(1), node.p.top_k, node.p.vocab_limit, out,
+                      node.inputs.size() > 2 ? reinterpret_cast<const uint32_t*>(in[2]) : nullptr);
     case OpKind::kPermute: {
       graph::Shape xs;  // the input's shape: out.ne[perm[i]] = in.ne[i]
       for (int i = 0; i < 4; ++i) xs.ne[i] = node.shape.ne[node.p.perm[i]];

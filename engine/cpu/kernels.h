@@ -101,11 +101,17 @@ struct PagedAttnArgs {
 absl::Status PagedAttention(ThreadPool& pool, const PagedAttnArgs& args,
                             KernelImpl impl = KernelImpl::kAuto);
 
-// TopK (graph.h): per output row r with mode[r] != 0, the argmax (mode 1)
-// or the top_k largest logits among ids < vocab_limit and the softmax
-// normalizer (mode 2), into out [2 + 2 top_k, n_out].
-void TopKRows(ThreadPool& pool, const float* logits, int64_t n_vocab, int64_t n_out,
-              const int32_t* mode, int top_k, int64_t vocab_limit, float* out);
+// TopK (graph.h): per output row r with base mode TopKBaseMode(mode[r]) !=
+// 0, the argmax (1) or the top_k largest logits among ids < vocab_limit and
+// the softmax normalizer (2), into out [2 + 2 top_k, n_out]; a row with
+// mask column s = TopKMaskSlot(mode[r]) >= 0 sees only the ids allowed by
+// mask + s * TopKMaskWords(n_vocab) (the others are -inf). mask: null, or
+// [TopKMaskWords(n_vocab), n_out] words. INTERNAL, before anything is
+// written, for a mode value outside that contract (a base mode above 2, a
+// mask column without a mask or at or above n_out).
+absl::Status TopKRows(ThreadPool& pool, const float* logits, int64_t n_vocab, int64_t n_out,
+                      const int32_t* mode, int top_k, int64_t vocab_limit, float* out,
+                      const uint32_t* mask = nullptr);
 
 }  // namespace minfer::cpu
 

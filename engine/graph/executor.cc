@@ -415,6 +415,16 @@ absl::Status GraphExec::Run(const RunInputs& in, std::vector<float>* logits) {
   RETURN_IF_ERROR(fill(g.io.attn_tiles, in.attn_tiles, "attn_tiles"));
   RETURN_IF_ERROR(fill(g.io.block_tables, in.block_tables, "block_tables"));
   RETURN_IF_ERROR(fill(g.io.top_mode, in.top_mode, "top_mode"));
+  if (!in.top_mask.empty()) {
+    const int64_t words = static_cast<int64_t>(in.top_mask.size());
+    if (g.io.top_mask == kNoNode || words > g.node(g.io.top_mask).shape.elements()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "graph input top_mask: got ", words, " words, graph holds ",
+          g.io.top_mask == kNoNode ? 0 : g.node(g.io.top_mask).shape.elements()));
+    }
+    const BufferRef& r = storage_[g.io.top_mask];
+    RETURN_IF_ERROR(r.backend->WriteHost(r, in.top_mask.data(), words * 4));
+  }
   for (const Split& s : splits_) RETURN_IF_ERROR(ExecuteSplit(s));
   if (logits != nullptr && g.io.logits != kNoNode) {
     const Node& ln = g.node(g.io.logits);

@@ -58,6 +58,11 @@ struct RunInputs {
   absl::Span<const int32_t> attn_tiles;
   absl::Span<const int32_t> block_tables;
   absl::Span<const int32_t> top_mode;
+  // The first top_mask.size() words of the TopK mask input (the columns of
+  // the step's masked rows, in slot order); empty: nothing is written, so a
+  // step without masked rows uploads nothing for masks. Unlike the other
+  // inputs it may be shorter than the graph's input (never longer).
+  absl::Span<const uint32_t> top_mask;
 };
 
 // Activation memory shared by graphs that never run at the same time (the

@@ -513,8 +513,9 @@ NodeId GraphBuilder::FusedFFN(NodeId x, const Weight* wgate, const Weight* wup, 
 }
 
 NodeId GraphBuilder::TopK(NodeId logits, NodeId mode, int top_k, int vocab_limit,
-                          std::string name) {
+                          std::string name, NodeId mask) {
   if (!Valid(logits) || !Valid(mode)) return kNoNode;
+  if (mask != kNoNode && !Valid(mask)) return kNoNode;
   const Node& nl = node(logits);
   const std::string label = "TopK " + name;
   if (!Check(nl.dtype == DType::kF32 && nl.shape.ne[2] == 1 && node(mode).dtype == DType::kI32 &&
@@ -526,10 +527,20 @@ NodeId GraphBuilder::TopK(NodeId logits, NodeId mode, int top_k, int vocab_limit
              absl::StrCat("top_k ", top_k, " must be in [1, 1024], vocab_limit ", vocab_limit,
                           " in [1, ", nl.shape.ne[0], "]")))
     return kNoNode;
+  if (mask != kNoNode) {
+    const Node& nm = node(mask);
+    if (!Check(nm.dtype == DType::kI32 && nm.shape.ne[0] == TopKMaskWords(nl.shape.ne[0]) &&
+                   nm.shape.elements() == nm.shape.ne[0] * nl.shape.ne[1],
+               label,
+               absl::StrCat("needs an i32 mask [", TopKMaskWords(nl.shape.ne[0]), ", ",
+                            nl.shape.ne[1], "], got ", nm.shape.ToString())))
+      return kNoNode;
+  }
   Node n;
   n.op = OpKind::kTopK;
   n.shape = Shape(2 + 2 * static_cast<int64_t>(top_k), nl.shape.ne[1]);
   n.inputs = {logits, mode};
+  if (mask != kNoNode) n.inputs.push_back(mask);
   n.p.top_k = top_k;
   n.p.vocab_limit = vocab_limit;
   n.name = std::move(name);

@@ -54,15 +54,24 @@
 //                    (planar) or q, k, v given separately; weights[3], when
 //                    present and non-null, are RoPE's frequency factors
 //   FusedFFN x       silu(Wgate x) * (Wup x)  [n_ff, nt]
-//   TopK logits, mode   per column r of logits [n_vocab, n_out] (ids >=
-//                    p.vocab_limit excluded): mode[r] 0 = nothing (the row is
-//                    read in full), 1 = the argmax, 2 = the p.top_k largest
-//                    and the softmax normalizer. Output [2 + 2 top_k, n_out]
-//                    f32: [max, sum_i exp(l_i - max) (mode 2 only), then
-//                    (logit, id as int32 bits) pairs by decreasing logit,
-//                    ties by increasing id]; fewer finite logits than top_k
-//                    leave (-inf, -1) pairs. A NaN anywhere in the row makes
-//                    max NaN (the caller then reads the row).
+//   TopK logits, mode [, mask]   per column r of logits [n_vocab, n_out]
+//                    (ids >= p.vocab_limit excluded): TopKBaseMode(mode[r])
+//                    0 = nothing (the row is read in full), 1 = the argmax,
+//                    2 = the p.top_k largest and the softmax normalizer.
+//                    Output [2 + 2 top_k, n_out] f32: [max, sum_i exp(l_i -
+//                    max) (mode 2 only), then (logit, id as int32 bits) pairs
+//                    by decreasing logit, ties by increasing id]; fewer
+//                    finite logits than top_k leave (-inf, -1) pairs. A NaN
+//                    anywhere in the row makes max NaN (the caller then
+//                    reads the row). mask (optional): i32 allowed-token
+//                    bitmasks [TopKMaskWords(n_vocab), n_out]; a row whose
+//                    TopKMaskSlot(mode[r]) is s >= 0 sees only the ids whose
+//                    bit (id % 32) of word id / 32 of mask column s is set:
+//                    the others count as -inf everywhere (candidates, max,
+//                    normalizer, NaN check). A row with no allowed finite
+//                    logit gets max -inf and no candidates. Columns no row
+//                    names are never read (a step uploads only the columns
+//                    of its masked rows).
 //
 // Graphs are immutable once built; executing one never changes it.
 #ifndef MINFER_ENGINE_GRAPH_GRAPH_H_
@@ -107,6 +116,19 @@ enum class OpKind : uint8_t {
 
 // Most tokens one attention tile (graph.h, paged Attn) may hold.
 inline constexpr int32_t kAttnTileTokens = 64;
+
+// TopK's per-row mode value (op table): the base mode in the low 8 bits,
+// the row's mask column + 1 above them (0: the row has no mask), so one i32
+// per row carries both and a step without masked rows writes the same
+// values as before masks existed.
+inline constexpr int32_t kTopKMaskShift = 8;
+inline constexpr int32_t TopKModeValue(int32_t base_mode, int32_t mask_slot = -1) {
+  return base_mode | ((mask_slot + 1) << kTopKMaskShift);
+}
+inline constexpr int32_t TopKBaseMode(int32_t mode) { return mode & ((1 << kTopKMaskShift) - 1); }
+inline constexpr int32_t TopKMaskSlot(int32_t mode) { return (mode >> kTopKMaskShift) - 1; }
+// 32-bit words of one allowed-token bitmask over n_vocab ids.
+inline constexpr int64_t TopKMaskWords(int64_t n_vocab) { return (n_vocab + 31) / 32; }
 
 const char* OpName(OpKind op);
 
@@ -192,6 +214,9 @@ struct GraphIO {
   NodeId attn_tiles = kNoNode;    // Input i32 [4, n_tiles] (Attn)
   NodeId block_tables = kNoNode;  // Input i32 [max_blocks, n_rows] (Attn)
   NodeId top_mode = kNoNode;      // Input i32 [n_out] (TopK)
+  // Input i32 [TopKMaskWords(n_vocab), n_out] (TopK's masks); written only
+  // in part: the columns of the step's masked rows (RunInputs::top_mask).
+  NodeId top_mask = kNoNode;
   NodeId top = kNoNode;           // TopK output [2 + 2 k, n_out]
 };
 
@@ -267,7 +292,9 @@ class GraphBuilder {
                           std::string name = "", NodeId rows = kNoNode,
                           const Weight* rope_factors = nullptr);
   NodeId FusedFFN(NodeId x, const Weight* wgate, const Weight* wup, std::string name = "");
-  NodeId TopK(NodeId logits, NodeId mode, int top_k, int vocab_limit, std::string name = "");
+  // mask: kNoNode, or an i32 input [TopKMaskWords(n_vocab), n_out].
+  NodeId TopK(NodeId logits, NodeId mode, int top_k, int vocab_limit, std::string name = "",
+              NodeId mask = kNoNode);
 
   // Re-pushes `n` (from another graph) with its inputs replaced by
   // `inputs`; used by graph rewrite passes. Shapes are taken as given.

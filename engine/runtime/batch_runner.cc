@@ -20,6 +20,19 @@ constexpr int64_t kPow2Buckets = 256;  // powers of two up to here, then multipl
 // least this much earlier context: below it the one tile costs little.
 constexpr int64_t kShortRunMinContext = 128;
 
+// -inf at the ids `mask` disallows (BatchItem::mask) of a row of n floats.
+void ApplyMask(const uint32_t* mask, int64_t n, float* row) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t w = 0; w * 32 < n; ++w) {
+    const uint32_t bits = mask[w];
+    if (bits == ~0u) continue;
+    const int64_t end = std::min<int64_t>(32, n - 32 * w);
+    for (int64_t b = 0; b < end; ++b) {
+      if (((bits >> b) & 1u) == 0) row[32 * w + b] = kNegInf;
+    }
+  }
+}
+
 int64_t CeilPow2(int64_t n) {
   int64_t p = 1;
   while (p < n) p <<= 1;
@@ -224,6 +237,8 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
   tables_.assign(static_cast<size_t>(p.max_blocks) * p.n_table_rows, KvPool::kTrashBlock);
   out_rows_.assign(O, 0);
   top_mode_.assign(O, 0);
+  const int64_t mask_words = graph::TopKMaskWords(n_vocab);
+  masks_.clear();
   int64_t t = 0, n_tile = 0, row = 0;
   auto tiles_for = [](int64_t n) {
     return (n + graph::kAttnTileTokens - 1) / graph::kAttnTileTokens;
@@ -262,7 +277,14 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
     add_tiles(i, t0, t - t0, it.pos0);
     if (it.logits) {
       out_rows_[row] = static_cast<int32_t>(t - 1);
-      top_mode_[row] = static_cast<int32_t>(it.mode);
+      int32_t slot = -1;
+      // A kFull row is masked on the host copy instead (below): its mask
+      // is not uploaded.
+      if (it.mask != nullptr && it.mode != RowMode::kFull) {
+        slot = static_cast<int32_t>(masks_.size() / mask_words);
+        masks_.insert(masks_.end(), it.mask, it.mask + mask_words);
+      }
+      top_mode_[row] = graph::TopKModeValue(static_cast<int32_t>(it.mode), slot);
       ++row;
     }
   }
@@ -278,14 +300,18 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
   in.attn_tiles = tiles_;
   in.block_tables = tables_;
   in.top_mode = top_mode_;
+  in.top_mask = masks_;  // empty without masked rows: nothing uploaded
   RETURN_IF_ERROR(c->exec->Run(in, nullptr));
+  stats_.masked_rows += static_cast<int64_t>(masks_.size()) / mask_words;
   stats_.steps++;
   if (p.decode_only) stats_.decode_only_steps++;
   stats_.tokens += n_tokens;
   stats_.padded_tokens += T;
 
   // Read back: the TopK rows (a few values each), then whole rows where
-  // asked or where the candidates cannot be trusted (a non-finite max).
+  // asked or where the candidates cannot be trusted (a non-finite max);
+  // a masked row read whole gets its mask on the host copy, so the sampler
+  // sees the constrained row on every path (an all-masked row: all -inf).
   const graph::GraphIO& io = c->graph->io;
   const int64_t stride = 2 + 2 * static_cast<int64_t>(p.top_k);
   top_host_.resize(static_cast<size_t>(n_rows) * stride);
@@ -325,6 +351,7 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
       if (full_of[row] >= 0) {
         float* dst = full_host_.data() + full_of[row] * n_vocab;
         RETURN_IF_ERROR(c->exec->ReadNodeRange(io.logits, row * n_vocab * 4, dst, n_vocab * 4));
+        if (items[i].mask != nullptr) ApplyMask(items[i].mask, n_vocab, dst);
         (*results)[i].logits = dst;
       }
       ++row;

@@ -40,6 +40,16 @@
 // count leaves room. On the CPU the tiling changes nothing (every token's
 // row is computed alone).
 //
+// Allowed-token masks (constrained decoding): an item's mask restricts its
+// row to the allowed ids where the row is reduced — in the TopK op, on the
+// device for a GPU backend — so a constrained sequence's argmax / top-k /
+// normalizer come back like any other row's, without reading its logits.
+// Every batch graph has the mask input (decoder.cc says why not a variant);
+// a step uploads only its masked rows' masks, packed in the order of those
+// rows, and a row names its mask by index in its TopK mode value
+// (graph.h), so a step without masked rows uploads and computes exactly
+// what it did before masks existed.
+//
 // Not thread-safe: one thread (the slot's worker) drives it and its model's
 // backends.
 #ifndef MINFER_ENGINE_RUNTIME_BATCH_RUNNER_H_
@@ -86,12 +96,25 @@ struct BatchItem {
   absl::Span<const int32_t> blocks;  // block table: covers rows [0, pos0 + tokens.size())
   bool logits = true;                // an output row for the last token
   RowMode mode = RowMode::kArgmax;
+  // Null: every id is allowed. Else the allowed-token bitmask of the output
+  // row, graph::TopKMaskWords(n_vocab) words (n_vocab: the model's hparams,
+  // the logits' row length), bit id % 32 of word id / 32 set = id allowed;
+  // read during Run only. The row is then the constrained distribution:
+  // kArgmax / kTop candidates, max and log_norm over the allowed ids only
+  // (the others count as -inf), and kFull (or a row read in full, below) a
+  // copy with -inf at the disallowed ids. A mask that allows no id with a
+  // finite logit (none at all, say) gives a row of max -inf, returned in
+  // full (all -inf), for the sampler to report as any row without a finite
+  // logit.
+  const uint32_t* mask = nullptr;
 };
 
 // The output row of an item that asked for one.
 struct RowResult {
   float max = 0;                       // the row's largest logit among the candidates' ids
-  double log_norm = 0;                 // log sum exp(l - max) (kTop; NaN otherwise)
+  // log sum exp(l - max) over the candidates' ids (every id below the
+  // vocabulary limit, or the mask's allowed ones) (kTop; NaN otherwise).
+  double log_norm = 0;
   std::vector<TokenLogprob> top;       // (logit, id) pairs: kArgmax 1, kTop <= top_k
   // kFull, or any row whose max is not finite (the sampler then reports
   // it): n_vocab floats, valid until the next Run.
@@ -104,6 +127,7 @@ struct BatchRunnerStats {
   int64_t padded_tokens = 0;  // including bucket padding
   int64_t graph_builds = 0;
   int64_t full_rows = 0;      // whole rows read back
+  int64_t masked_rows = 0;    // rows reduced over a mask on the backend (kArgmax / kTop)
   // Tokens of short runs over earlier context attended as one-token tiles
   // (MINFER_ATTN_SHORT_RUN).
   int64_t short_run_tokens = 0;
@@ -173,6 +197,7 @@ class BatchRunner {
   // Per-step host staging (reused).
   std::vector<int32_t> tokens_, positions_, kv_rows_, tiles_, tables_, out_rows_, top_mode_;
   std::vector<float> top_host_, full_host_;
+  std::vector<uint32_t> masks_;  // the step's masks, packed by mask index
 };
 
 }  // namespace minfer::runtime

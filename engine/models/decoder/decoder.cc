@@ -440,6 +440,14 @@ absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,
   io.block_tables = b.Input(DType::kI32, Shape(gp.max_blocks, gp.n_table_rows), "block_tables");
   io.out_rows = b.Input(DType::kI32, Shape(gp.n_out), "out_rows");
   io.top_mode = b.Input(DType::kI32, Shape(gp.n_out), "top_mode");
+  // Allowed-token masks of constrained rows. Every batch graph has the
+  // input rather than a masked variant of each graph: a step without masked
+  // rows writes none of it and its TopK reads none of it (no row names a
+  // column), so it costs unconstrained steps only these bytes of arena
+  // (1/32 of the logits'), while a variant would double the graphs to build
+  // and, on a GPU, to capture whenever constrained sequences come and go.
+  io.top_mask = b.Input(DType::kI32, Shape(graph::TopKMaskWords(hp.n_vocab), gp.n_out),
+                        "top_mask");
   const NodeId pos = io.positions;
   const Shape kv_shape(hp.n_embd_kv(), gp.cache_rows);
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -471,7 +479,7 @@ absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,
   x = b.GetRows(x, io.out_rows, "out_select");
   x = b.RmsNorm(x, model.output_norm(), hp.rms_eps, "output_norm");
   io.logits = b.MatMul(x, model.output(), "logits");
-  io.top = b.TopK(io.logits, io.top_mode, gp.top_k, gp.vocab_limit, "top");
+  io.top = b.TopK(io.logits, io.top_mode, gp.top_k, gp.vocab_limit, "top", io.top_mask);
   return b.Finish(io, static_cast<int>(hp.n_layer));
 }
 
@@ -494,9 +502,10 @@ uint64_t BatchScratchBound(const DecoderHparams& hp, int64_t n_tokens, int64_t n
   rows = std::min(rows, t);
   const uint64_t logits = 4 * static_cast<uint64_t>(hp.n_vocab) * rows;
   const uint64_t top = 4 * (2 + 2 * 1024) * rows;  // TopK rows, at its largest k
+  const uint64_t masks = 4 * static_cast<uint64_t>(graph::TopKMaskWords(hp.n_vocab)) * rows;
   const uint64_t tables = 4 * (t + 1) * static_cast<uint64_t>(std::max<int64_t>(max_blocks, 1));
   const uint64_t inputs = 4 * (4 * t) + 16 * (t + 1 + t / 64) + 8 * rows;
-  return GraphScratchBound(hp, n_tokens) + logits + top + tables + inputs;
+  return GraphScratchBound(hp, n_tokens) + logits + top + masks + tables + inputs;
 }
 
 }  // namespace minfer::models

@@ -207,7 +207,7 @@ uint64_t GraphScratchBound(const DecoderHparams& hp, int64_t n_tokens);
 // The same for a batched graph of n_tokens tokens producing n_rows rows of
 // logits (rounded up to the runner's power-of-two row buckets) with
 // max_blocks block-table entries per sequence: the graph's activations
-// plus logits, TopK candidates, block tables and the per-token inputs.
+// plus logits, TopK candidates and masks, block tables and the per-token inputs.
 uint64_t BatchScratchBound(const DecoderHparams& hp, int64_t n_tokens, int64_t n_rows,
                            int64_t max_blocks);
 

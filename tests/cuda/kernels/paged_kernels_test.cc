@@ -335,12 +335,14 @@ TEST(TopKGpuTest, EqualsCpuTopKRows) {
     DeviceBuffer<float> dl(l), dout(stride * n_out);
     DeviceBuffer<int32_t> dm(mode);
     dout.Poison();
-    ASSERT_CUDA(LaunchTopK(dl.get(), n_vocab, n_out, dm.get(), k, limit, dout.get(), nullptr));
+    ASSERT_CUDA(LaunchTopK(dl.get(), n_vocab, n_out, dm.get(), /*mask=*/nullptr, k, limit,
+                           dout.get(), /*error_flag=*/nullptr, nullptr));
     SYNC();
     const auto got = dout.ToHost();
     std::vector<float> want(stride * n_out, 0.0f);
     ThreadPool pool(2);
-    cpu::TopKRows(pool, l.data(), n_vocab, n_out, mode.data(), k, limit, want.data());
+    ASSERT_TRUE(cpu::TopKRows(pool, l.data(), n_vocab, n_out, mode.data(), k, limit, want.data())
+                    .ok());
     for (int64_t r = 0; r < n_out; ++r) {
       SCOPED_TRACE(::testing::Message() << "k " << k << " row " << r);
       const float* g = got.data() + r * stride;

@@ -175,7 +175,8 @@ TEST(TopKRowsTest, MatchesBruteForce) {
   const std::vector<int32_t> mode = {2, 1, 2, 2, 2};
   const int64_t stride = 2 + 2 * k;
   std::vector<float> out(stride * n_out, 123.0f);
-  TopKRows(pool, logits.data(), n_vocab, n_out, mode.data(), k, limit, out.data());
+  ASSERT_TRUE(
+      TopKRows(pool, logits.data(), n_vocab, n_out, mode.data(), k, limit, out.data()).ok());
   for (int64_t r = 0; r < 3; ++r) {
     const float* l = logits.data() + r * n_vocab;
     std::vector<int32_t> ids(limit);

@@ -120,5 +120,29 @@ TEST(GraphBuilderTest, RopeFrequencyFactors) {
   EXPECT_NE(g.status().message().find("RoPE bad"), std::string::npos) << g.status();
 }
 
+// TopK's optional mask input: i32 [ceil(n_vocab / 32), n_out] or an error
+// naming the node; the mode value carries the base mode and the column.
+TEST(GraphBuilderTest, TopKMaskInput) {
+  static_assert(TopKMaskWords(151936) == 4748 && TopKMaskWords(33) == 2);
+  static_assert(TopKBaseMode(TopKModeValue(2, 5)) == 2 && TopKMaskSlot(TopKModeValue(2, 5)) == 5);
+  static_assert(TopKModeValue(1) == 1 && TopKMaskSlot(1) == -1);  // unmasked: the old values
+  GraphBuilder b;
+  const NodeId logits = b.Input(DType::kF32, Shape(100, 3), "logits");
+  const NodeId mode = b.Input(DType::kI32, Shape(3), "mode");
+  const NodeId mask = b.Input(DType::kI32, Shape(4, 3), "mask");
+  const NodeId top = b.TopK(logits, mode, 8, 90, "top", mask);
+  const NodeId plain = b.TopK(logits, mode, 8, 90, "plain");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b.node(top).inputs, (std::vector<NodeId>{logits, mode, mask}));
+  EXPECT_EQ(b.node(plain).inputs, (std::vector<NodeId>{logits, mode}));
+  const NodeId short_mask = b.Input(DType::kI32, Shape(3, 3), "short_mask");
+  b.TopK(logits, mode, 8, 90, "bad", short_mask);
+  EXPECT_FALSE(b.ok());
+  auto g = b.Finish(GraphIO{}, 0);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("TopK bad"), std::string::npos) << g.status();
+  EXPECT_NE(g.status().message().find("mask [4, 3]"), std::string::npos) << g.status();
+}
+
 }  // namespace
 }  // namespace minfer::graph
