@@ -45,6 +45,33 @@ std::shared_ptr<const Vocabulary> Vocabulary::Create(std::vector<std::string> to
     while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
     v->lcp_[i] = static_cast<int32_t>(k);
   }
+  // The trie: for each token (in sorted order), close the open nodes deeper
+  // than its common prefix with the previous one, open a node per new byte.
+  Trie& tr = v->trie_;
+  std::vector<int32_t> open;  // open[d - 1]: the node at depth d on the current path
+  for (size_t i = 0; i < v->sorted_.size(); ++i) {
+    const std::string& t = v->tokens_[v->sorted_[i]];
+    const int32_t keep = v->lcp_[i];
+    while (static_cast<int32_t>(open.size()) > keep) {
+      tr.end[open.back()] = static_cast<int32_t>(tr.byte.size());
+      open.pop_back();
+    }
+    for (size_t d = open.size(); d < t.size(); ++d) {
+      open.push_back(static_cast<int32_t>(tr.byte.size()));
+      tr.byte.push_back(static_cast<uint8_t>(t[d]));
+      tr.depth.push_back(static_cast<int32_t>(d + 1));
+      tr.end.push_back(0);
+      tr.first.push_back(static_cast<int32_t>(i));
+      tr.count.push_back(0);
+    }
+    const int32_t leaf = open.back();
+    if (tr.count[leaf] == 0) tr.first[leaf] = static_cast<int32_t>(i);
+    tr.count[leaf]++;
+  }
+  while (!open.empty()) {
+    tr.end[open.back()] = static_cast<int32_t>(tr.byte.size());
+    open.pop_back();
+  }
   return v;
 }
 
@@ -78,15 +105,21 @@ struct Node {
 // whatever lies below it on the stack, rejected whatever lies below, or
 // uncertain (the token runs past the end of the position's rule).
 struct Classes {
-  bool store_accepted = true;   // `list` holds the accepted ids, else the rejected ones
-  std::vector<int32_t> list;    // token ids, increasing
+  // The accepted tokens: as ids when few, else as a bitmask.
+  std::vector<int32_t> list;       // token ids, increasing
+  std::vector<uint32_t> bitmask;   // mask_words() words, or empty
   std::vector<int32_t> uncertain;  // vocabulary ranks (trie order), increasing
   int64_t accepted = 0;
 };
 
 struct Automata {
   std::vector<Node> nodes;
+  std::vector<int32_t> node_rule;   // the rule each node belongs to
   std::vector<int32_t> rule_start;
+  // Bytes that can follow a completion of each rule, in any context of this
+  // grammar (FOLLOW sets): a token returning from the classified position's
+  // rule with a next byte outside it dies in every context.
+  std::vector<ByteSet> follow;
   int32_t root_rule = 0;
   // Lazily computed classes per node (null until needed).
   std::unique_ptr<std::atomic<const Classes*>[]> classes;
@@ -106,7 +139,8 @@ namespace {
 // removal into `out` nodes.
 class RuleBuilder {
  public:
-  RuleBuilder(const Grammar& g, int64_t max_states) : g_(g), max_states_(max_states) {}
+  RuleBuilder(const Grammar& g, int64_t max_states, const std::vector<bool>* inline_rule)
+      : g_(g), max_states_(max_states), inline_(inline_rule) {}
 
   struct ENode {
     std::vector<std::pair<ByteSet, int32_t>> bytes;
@@ -158,6 +192,10 @@ class RuleBuilder {
         return cur;
       }
       case ExprKind::kRef: {
+        // Small non-recursive rules are expanded in place: fewer returns
+        // into callers means fewer context-dependent tokens (a token that
+        // crosses the end of a rule must be checked against the real stack).
+        if ((*inline_)[e.rule]) return Build(g_.rule(e.rule).body, from);
         int32_t t = New();
         if (over_) return 0;
         (*nodes_)[from].refs.push_back(RefEdge{e.rule, t});
@@ -221,6 +259,7 @@ class RuleBuilder {
 
   const Grammar& g_;
   int64_t max_states_;
+  const std::vector<bool>* inline_;
   std::vector<ENode>* nodes_ = nullptr;
   bool over_ = false;
 };
@@ -238,6 +277,253 @@ void AddRanges(const ByteSet& set, int32_t to, std::vector<ByteEdge>* out) {
   }
 }
 
+// Which rules to expand in place: not recursive (not on a cycle of the call
+// graph), not the root, small (<= kInlineExprs expression nodes once their
+// own inlined callees are counted), and not "wide" — holding an unbounded
+// repetition over a large byte set (a string body): such a rule stays a
+// rule of its own, so its positions are the same sub-automaton wherever it
+// is used and are classified once for all of them (and for every grammar
+// that has the same rule).
+constexpr int64_t kInlineExprs = 64;
+
+std::vector<bool> InlineRules(const Grammar& g) {
+  const int32_t nr = static_cast<int32_t>(g.rules().size());
+  std::vector<std::vector<int32_t>> calls(nr);
+  std::vector<int64_t> own(nr, 0);
+  std::vector<bool> wide(nr, false), big_bytes(nr, false);
+  std::vector<std::vector<int32_t>> star_calls(nr);
+  for (int32_t r = 0; r < nr; ++r) {
+    // Walk the body: refs, size, wide repetitions.
+    std::vector<std::pair<ExprId, bool>> stack = {{g.rule(r).body, false}};
+    while (!stack.empty()) {
+      auto [id, under_star] = stack.back();
+      stack.pop_back();
+      const Expr& e = g.expr(id);
+      own[r]++;
+      if (e.kind == ExprKind::kRef) {
+        calls[r].push_back(e.rule);
+        if (under_star) star_calls[r].push_back(e.rule);
+      }
+      if (e.kind == ExprKind::kBytes && e.bytes.count() >= 32) {
+        big_bytes[r] = true;
+        if (under_star) wide[r] = true;
+      }
+      const bool star = under_star || (e.kind == ExprKind::kRepeat && e.max == kUnbounded);
+      for (ExprId c : e.children) stack.push_back({c, star});
+    }
+  }
+  // Tarjan's SCCs (iterative) to find recursive rules.
+  std::vector<int32_t> index(nr, -1), low(nr, 0), comp(nr, -1);
+  std::vector<bool> on(nr, false);
+  std::vector<int32_t> st;
+  int32_t counter = 0, ncomp = 0;
+  std::vector<int32_t> comp_size;
+  for (int32_t s0 = 0; s0 < nr; ++s0) {
+    if (index[s0] >= 0) continue;
+    std::vector<std::pair<int32_t, size_t>> dfs = {{s0, 0}};
+    index[s0] = low[s0] = counter++;
+    st.push_back(s0);
+    on[s0] = true;
+    while (!dfs.empty()) {
+      auto& [v, i] = dfs.back();
+      if (i < calls[v].size()) {
+        const int32_t w = calls[v][i++];
+        if (index[w] < 0) {
+          index[w] = low[w] = counter++;
+          st.push_back(w);
+          on[w] = true;
+          dfs.emplace_back(w, 0);
+        } else if (on[w]) {
+          low[v] = std::min(low[v], index[w]);
+        }
+        continue;
+      }
+      if (low[v] == index[v]) {
+        int32_t size = 0;
+        while (true) {
+          const int32_t w = st.back();
+          st.pop_back();
+          on[w] = false;
+          comp[w] = ncomp;
+          ++size;
+          if (w == v) break;
+        }
+        comp_size.push_back(size);
+        ++ncomp;
+      }
+      const int32_t done = v;
+      dfs.pop_back();
+      if (!dfs.empty()) low[dfs.back().first] = std::min(low[dfs.back().first], low[done]);
+    }
+  }
+  std::vector<bool> recursive(nr, false);
+  for (int32_t r = 0; r < nr; ++r) {
+    recursive[r] = comp_size[comp[r]] > 1 ||
+                   std::find(calls[r].begin(), calls[r].end(), r) != calls[r].end();
+  }
+  // A rule repeating (unboundedly) a callee that holds a large byte set,
+  // directly or through its own callees, is wide too: `string ::= "\""
+  // char* "\""` with `char ::= [^"\\] | ...`.
+  std::vector<int8_t> holds(nr, -1);  // -1 unknown, 0/1
+  std::function<bool(int32_t)> holds_big = [&](int32_t r) -> bool {
+    if (holds[r] >= 0) return holds[r] == 1;
+    holds[r] = big_bytes[r] ? 1 : 0;  // provisional for cycles
+    bool h = big_bytes[r];
+    for (int32_t c : calls[r]) h = h || holds_big(c);
+    holds[r] = h ? 1 : 0;
+    return h;
+  };
+  for (int32_t r = 0; r < nr; ++r) {
+    for (int32_t c : star_calls[r]) wide[r] = wide[r] || holds_big(c);
+  }
+  // Inlined size, callees first (non-recursive rules form a DAG).
+  std::vector<int64_t> size(nr, -1);
+  std::vector<bool> out(nr, false);
+  std::function<int64_t(int32_t)> sized = [&](int32_t r) -> int64_t {
+    if (size[r] >= 0) return size[r];
+    size[r] = own[r];  // provisional (cycles are recursive: not inlined)
+    int64_t total = own[r];
+    for (int32_t c : calls[r]) {
+      if (!recursive[c] && !wide[c] && c != r) {
+        const int64_t cs = sized(c);
+        if (cs <= kInlineExprs) total += cs;
+      }
+    }
+    size[r] = total;
+    return total;
+  };
+  for (int32_t r = 0; r < nr; ++r) {
+    out[r] = !recursive[r] && !wide[r] && r != g.root() && sized(r) <= kInlineExprs;
+  }
+  return out;
+}
+
+// Merges nodes that behave the same (same acceptance, same edges to the same
+// targets), repeatedly, as merges make more nodes equal: identical positions
+// (e.g. "after any character of a string body", reached through each UTF-8
+// length) become one node, classified once. Node 0 (the start) stays 0.
+void MergeEquivalent(std::vector<Node>* nodes) {
+  const int32_t n = static_cast<int32_t>(nodes->size());
+  std::vector<int32_t> rep(n);
+  for (int32_t i = 0; i < n; ++i) rep[i] = i;
+  auto normalize = [&](Node& nd) {
+    std::vector<std::pair<int32_t, ByteSet>> by_target;
+    for (const ByteEdge& e : nd.bytes) {
+      const int32_t t = rep[e.to];
+      auto it = std::find_if(by_target.begin(), by_target.end(),
+                             [&](const auto& p) { return p.first == t; });
+      if (it == by_target.end()) it = by_target.insert(by_target.end(), {t, ByteSet()});
+      for (int b = e.lo; b <= e.hi; ++b) it->second.set(b);
+    }
+    nd.bytes.clear();
+    for (const auto& [t, set] : by_target) AddRanges(set, t, &nd.bytes);
+    std::sort(nd.bytes.begin(), nd.bytes.end(), [](const ByteEdge& x, const ByteEdge& y) {
+      return x.lo != y.lo ? x.lo < y.lo : x.to < y.to;
+    });
+    for (RefEdge& e : nd.refs) e.to = rep[e.to];
+    std::sort(nd.refs.begin(), nd.refs.end(), [](const RefEdge& x, const RefEdge& y) {
+      return x.rule != y.rule ? x.rule < y.rule : x.to < y.to;
+    });
+    nd.refs.erase(std::unique(nd.refs.begin(), nd.refs.end(),
+                              [](const RefEdge& x, const RefEdge& y) {
+                                return x.rule == y.rule && x.to == y.to;
+                              }),
+                  nd.refs.end());
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    absl::flat_hash_map<std::string, int32_t> seen;
+    for (int32_t i = 0; i < n; ++i) {
+      if (rep[i] != i) continue;
+      Node& nd = (*nodes)[i];
+      normalize(nd);
+      std::string sig(1, nd.accept ? 'A' : 'N');
+      for (const ByteEdge& e : nd.bytes) {
+        sig.push_back(static_cast<char>(e.lo));
+        sig.push_back(static_cast<char>(e.hi));
+        sig.append(reinterpret_cast<const char*>(&e.to), sizeof(e.to));
+      }
+      sig.push_back('|');
+      for (const RefEdge& e : nd.refs) {
+        sig.append(reinterpret_cast<const char*>(&e.rule), sizeof(e.rule));
+        sig.append(reinterpret_cast<const char*>(&e.to), sizeof(e.to));
+      }
+      auto [it, inserted] = seen.try_emplace(sig, i);
+      if (!inserted) {
+        rep[i] = it->second;
+        changed = true;
+      }
+    }
+    // Path compression: representatives of representatives.
+    for (int32_t i = 0; i < n; ++i) {
+      int32_t r = rep[i];
+      while (rep[r] != r) r = rep[r];
+      rep[i] = r;
+    }
+  }
+  std::vector<int32_t> id(n, -1);
+  std::vector<Node> out;
+  for (int32_t i = 0; i < n; ++i) {
+    if (rep[i] == i) {
+      id[i] = static_cast<int32_t>(out.size());
+      out.push_back(std::move((*nodes)[i]));
+    }
+  }
+  for (Node& nd : out) {
+    for (ByteEdge& e : nd.bytes) e.to = id[rep[e.to]];
+    for (RefEdge& e : nd.refs) e.to = id[rep[e.to]];
+  }
+  *nodes = std::move(out);
+}
+
+// FIRST / nullable per node and FOLLOW per rule, by fixpoint over the
+// epsilon-free automata.
+void ComputeFollow(Automata* a) {
+  const size_t nn = a->nodes.size(), nr = a->rule_start.size();
+  std::vector<ByteSet> first(nn);
+  std::vector<bool> nullable(nn, false);
+  auto rule_nullable = [&](int32_t r) { return a->rule_start[r] >= 0 && nullable[a->rule_start[r]]; };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t x = 0; x < nn; ++x) {
+      const Node& nd = a->nodes[x];
+      ByteSet f = first[x];
+      bool nl = nullable[x] || nd.accept;
+      for (const ByteEdge& e : nd.bytes) {
+        for (int b = e.lo; b <= e.hi; ++b) f.set(b);
+      }
+      for (const RefEdge& re : nd.refs) {
+        if (a->rule_start[re.rule] < 0) continue;
+        f |= first[a->rule_start[re.rule]];
+        if (rule_nullable(re.rule)) {
+          f |= first[re.to];
+          nl = nl || nullable[re.to];
+        }
+      }
+      if (f != first[x] || nl != nullable[x]) {
+        first[x] = f;
+        nullable[x] = nl;
+        changed = true;
+      }
+    }
+  }
+  a->follow.assign(nr, ByteSet());
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t x = 0; x < nn; ++x) {
+      const int32_t p = a->node_rule[x];
+      for (const RefEdge& re : a->nodes[x].refs) {
+        ByteSet f = a->follow[re.rule] | first[re.to];
+        if (nullable[re.to]) f |= a->follow[p];
+        if (f != a->follow[re.rule]) {
+          a->follow[re.rule] = f;
+          changed = true;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status BuildAutomata(const Grammar& g, Automata* a,
@@ -245,11 +531,13 @@ absl::Status BuildAutomata(const Grammar& g, Automata* a,
   const int64_t max_states = g.limits().max_states;
   a->rule_start.assign(g.rules().size(), -1);
   a->root_rule = g.root();
-  RuleBuilder rb(g, max_states);
+  const std::vector<bool> inline_rule = InlineRules(g);
+  RuleBuilder rb(g, max_states, &inline_rule);
   std::vector<RuleBuilder::ENode> en;
   std::vector<int32_t> closure_mark;
   std::vector<int32_t> stack, closure;
   for (RuleId r = 0; r < static_cast<RuleId>(g.rules().size()); ++r) {
+    if (inline_rule[r]) continue;  // expanded wherever it is used
     if (std::chrono::steady_clock::now() > deadline) {
       return absl::InvalidArgumentError("grammar too complex: compilation exceeded its time limit");
     }
@@ -317,14 +605,19 @@ absl::Status BuildAutomata(const Grammar& g, Automata* a,
       }
       out.push_back(std::move(node));
     }
+    for (Node& node : out) {
+      for (ByteEdge& e : node.bytes) e.to = keep[e.to];
+      for (RefEdge& e : node.refs) e.to = keep[e.to];
+    }
+    MergeEquivalent(&out);
     // Renumber targets to global ids.
     const int32_t base = static_cast<int32_t>(a->nodes.size());
     for (Node& node : out) {
-      for (ByteEdge& e : node.bytes) e.to = base + keep[e.to];
+      for (ByteEdge& e : node.bytes) e.to = base + e.to;
       std::sort(node.bytes.begin(), node.bytes.end(), [](const ByteEdge& x, const ByteEdge& y) {
         return x.lo != y.lo ? x.lo < y.lo : x.to < y.to;
       });
-      for (RefEdge& e : node.refs) e.to = base + keep[e.to];
+      for (RefEdge& e : node.refs) e.to = base + e.to;
       // Duplicate ref edges (same rule, same target) add nothing.
       std::sort(node.refs.begin(), node.refs.end(), [](const RefEdge& x, const RefEdge& y) {
         return x.rule != y.rule ? x.rule < y.rule : x.to < y.to;
@@ -337,7 +630,9 @@ absl::Status BuildAutomata(const Grammar& g, Automata* a,
       a->nodes.push_back(std::move(node));
     }
     a->rule_start[r] = base;
+    a->node_rule.resize(a->nodes.size(), r);
   }
+  ComputeFollow(a);
   a->classes.reset(new std::atomic<const Classes*>[a->nodes.size()]);
   for (size_t i = 0; i < a->nodes.size(); ++i) a->classes[i].store(nullptr);
   return absl::OkStatus();
@@ -400,6 +695,15 @@ class Stepper {
 
   // Adds the closure of "at `node`, returning to `parent`" to `out`.
   void Close(int32_t node, int32_t parent, State* out) {
+    {
+      // Fast path: a node that neither calls nor returns only becomes a
+      // frame (duplicates are removed by Normalize).
+      const Node& nd = a_.nodes[node];
+      if (nd.refs.empty() && !nd.accept) {
+        if (!nd.bytes.empty()) out->frames.push_back(arena_->Intern(node, parent));
+        return;
+      }
+    }
     work_.clear();
     work_.push_back({node, parent});
     while (!work_.empty()) {
@@ -508,6 +812,13 @@ std::pair<uint64_t, uint64_t> PositionKey(const Automata& a, int32_t node) {
     }
     canon.push_back(';');
   }
+  // The classes also depend on what may follow the position's rule.
+  const ByteSet& f = a.follow[a.node_rule[node]];
+  for (int w = 0; w < 256; w += 8) {
+    uint8_t byte = 0;
+    for (int b = 0; b < 8; ++b) byte |= static_cast<uint8_t>(f[w + b]) << b;
+    canon.push_back(static_cast<char>(byte));
+  }
   const uint64_t h1 = absl::HashOf(canon);
   const uint64_t h2 = std::hash<std::string>()(canon) ^ (static_cast<uint64_t>(canon.size()) << 1);
   return {h1, h2};
@@ -515,12 +826,15 @@ std::pair<uint64_t, uint64_t> PositionKey(const Automata& a, int32_t node) {
 
 }  // namespace
 
-// Classifies every token of `vocab` at `node` alone (see Classes). A walk
-// over the vocabulary in trie order: states per depth are shared by tokens
-// with a common prefix, and a dead prefix skips its whole subtree.
+// Classifies every token of `vocab` at `node` alone (see Classes): a
+// depth-first walk of the vocabulary trie, one Advance per trie node whose
+// prefix is alive; a dead prefix's subtree is skipped in one step (or, when
+// some path of the prefix returned into the unknown caller, its tokens are
+// all uncertain).
 std::shared_ptr<const Classes> Classify(const Automata& a, const Vocabulary& vocab, int32_t node) {
   Arena arena;
   Stepper st(a, &arena);
+  const Vocabulary::Trie& tr = vocab.trie();
   const int32_t maxlen = vocab.max_token_bytes();
   std::vector<State> states(maxlen + 1);
   std::vector<uint8_t> ctx(maxlen + 1, 0);
@@ -530,37 +844,59 @@ std::shared_ptr<const Classes> Classify(const Automata& a, const Vocabulary& voc
   // uncertain tokens likewise starts from this frame alone.
   states[0].Clear();
   states[0].frames.push_back(arena.Intern(node, kUnknown));
-  ctx[0] = 0;
   auto out = std::make_shared<Classes>();
-  std::vector<int32_t> accepted, rejected;
+  std::vector<int32_t> accepted;
   const std::vector<int32_t>& sorted = vocab.sorted();
-  const std::vector<int32_t>& lcp = vocab.lcp();
-  int32_t valid = 0;  // states[0..valid] hold the previous token's prefixes
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    const int32_t id = sorted[i];
-    absl::string_view t = vocab.token(id);
-    const int32_t len = static_cast<int32_t>(t.size());
-    int32_t d = std::min(lcp[i], valid);
-    while (d < len && !states[d].frames.empty()) {
-      st.Advance(states[d], static_cast<uint8_t>(t[d]), &states[d + 1]);
-      ctx[d + 1] = ctx[d] || states[d + 1].needs_parent;
-      ++d;
+  const int32_t n = static_cast<int32_t>(tr.byte.size());
+  // ctx[d]: some path of the first d bytes returned into the unknown caller
+  // and continued with a byte the caller's rule may be followed by (FOLLOW);
+  // such tokens, if they die here, are decided per stack (uncertain).
+  const ByteSet& follow = a.follow[a.node_rule[node]];
+  for (int32_t k = 0; k < n;) {
+    const int32_t d = tr.depth[k];
+    const State& parent = states[d - 1];
+    if (parent.frames.empty()) {
+      // Only reached through a node whose state died: handled there.
+      k = tr.end[k];
+      continue;
     }
-    valid = d;
-    if (d == len && (!states[d].frames.empty() || states[d].needs_parent)) {
-      accepted.push_back(id);
-    } else if (ctx[d]) {
-      // Some path returned into the unknown caller with bytes left.
-      out->uncertain.push_back(static_cast<int32_t>(i));
-    } else {
-      rejected.push_back(id);
+    ctx[d] = ctx[d - 1] || (parent.needs_parent && follow[tr.byte[k]]);
+    st.Advance(parent, tr.byte[k], &states[d]);
+    const State& s = states[d];
+    // Tokens ending here: alive (or returning exactly at their end) is
+    // accepted; dead is uncertain under ctx, else rejected.
+    const bool alive = !s.frames.empty() || s.needs_parent;
+    for (int32_t j = 0; j < tr.count[k]; ++j) {
+      const int32_t rank = tr.first[k] + j;
+      if (alive) {
+        accepted.push_back(sorted[rank]);
+      } else if (ctx[d]) {
+        out->uncertain.push_back(rank);
+      }
     }
+    if (!s.frames.empty()) {
+      ++k;  // descend
+      continue;
+    }
+    // Dead below here: a child's subtree is uncertain under ctx, or when
+    // this prefix returned into the caller and the child's byte may follow.
+    for (int32_t c = k + 1; c < tr.end[k]; c = tr.end[c]) {
+      if (ctx[d] || (s.needs_parent && follow[tr.byte[c]])) {
+        for (int32_t x = c; x < tr.end[c]; ++x) {
+          for (int32_t j = 0; j < tr.count[x]; ++j) out->uncertain.push_back(tr.first[x] + j);
+        }
+      }
+    }
+    k = tr.end[k];
   }
   std::sort(accepted.begin(), accepted.end());
-  std::sort(rejected.begin(), rejected.end());
   out->accepted = static_cast<int64_t>(accepted.size());
-  out->store_accepted = accepted.size() <= rejected.size();
-  out->list = out->store_accepted ? std::move(accepted) : std::move(rejected);
+  if (static_cast<int64_t>(accepted.size()) > vocab.mask_words()) {
+    out->bitmask.assign(vocab.mask_words(), 0);
+    for (int32_t id : accepted) out->bitmask[id / 32] |= 1u << (id % 32);
+  } else {
+    out->list = std::move(accepted);
+  }
   return out;
 }
 
@@ -675,13 +1011,10 @@ void GrammarMatcher::FillNextTokenBitmask(uint32_t* mask) {
     if (node == last_node) continue;
     last_node = node;
     const Classes& c = GetClasses(*grammar_, a, cache, node);
-    if (c.store_accepted) {
-      for (int32_t id : c.list) mask[id / 32] |= 1u << (id % 32);
-    } else {
-      impl_->tmp = v.text_mask();
-      for (int32_t id : c.list) impl_->tmp[id / 32] &= ~(1u << (id % 32));
-      for (int32_t w = 0; w < words; ++w) mask[w] |= impl_->tmp[w];
+    if (!c.bitmask.empty()) {
+      for (int32_t w = 0; w < words; ++w) mask[w] |= c.bitmask[w];
     }
+    for (int32_t id : c.list) mask[id / 32] |= 1u << (id % 32);
   }
   // Uncertain tokens, per frame, walked from the real stack in trie order.
   const size_t mark = impl_->arena.size();
@@ -697,12 +1030,13 @@ void GrammarMatcher::FillNextTokenBitmask(uint32_t* mask) {
     absl::string_view prev;
     for (int32_t rank : c.uncertain) {
       const int32_t id = v.sorted()[rank];
+      if (mask[id / 32] & (1u << (id % 32))) continue;  // allowed already
       absl::string_view t = v.token(id);
+      // walk[0..valid] hold the states of `prev`'s prefixes.
       int32_t k = 0;
       const int32_t lim = static_cast<int32_t>(std::min(prev.size(), t.size()));
       while (k < lim && prev[k] == t[k]) ++k;
       prev = t;
-      if (mask[id / 32] & (1u << (id % 32))) continue;
       int32_t d = std::min(k, valid);
       const int32_t len = static_cast<int32_t>(t.size());
       while (d < len && !walk[d].frames.empty()) {

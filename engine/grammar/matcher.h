@@ -71,6 +71,16 @@ class Vocabulary {
   const std::vector<int32_t>& lcp() const { return lcp_; }
   // Position of token id in sorted() (-1 for empty tokens).
   int32_t rank(int32_t id) const { return rank_[id]; }
+  // The vocabulary trie in preorder (children by increasing byte): node k
+  // has trie_byte()[k] at depth trie_depth()[k] (1 for a root child), its
+  // subtree is [k, trie_end()[k]), and the tokens whose bytes end at it are
+  // sorted()[trie_first()[k] .. trie_first()[k] + trie_count()[k]). Lets a
+  // walk skip a dead prefix's whole subtree in one step.
+  struct Trie {
+    std::vector<uint8_t> byte;
+    std::vector<int32_t> depth, end, first, count;
+  };
+  const Trie& trie() const { return trie_; }
   // The bitmask (mask_words() words) of every non-empty token.
   const std::vector<uint32_t>& text_mask() const { return text_mask_; }
   int32_t max_token_bytes() const { return max_len_; }
@@ -82,6 +92,7 @@ class Vocabulary {
   int32_t max_len_ = 0;
   std::vector<int32_t> sorted_, lcp_, rank_;
   std::vector<uint32_t> text_mask_;
+  Trie trie_;
 };
 
 struct CompileOptions {

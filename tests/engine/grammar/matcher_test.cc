@@ -35,7 +35,8 @@ std::shared_ptr<const Vocabulary> TestVocab() {
   }
   for (const char* w : {"cat", "car", "dog", "do", "ca", "\"a\":", "\"b\":", "\":", "\",",
                         "\"}", "abab", "ababab", "\xCE\xB1", "\xCE\xB2", "\xCE", "\xB1",
-                        "\xCF\x89", "\xCE\xB1!", "!", "yx", "yyx", "catdog", "\n", "  "}) {
+                        "\xCF\x89", "\xCE\xB1!", "!", "yx", "yyx", "catdog", "\n", "  ",
+                        " #\r\n", "a\n", "\t", "\t\t", "\"\t", ",\"", "\\n", "\\"}) {
     toks.push_back(w);
   }
   return Vocabulary::Create(toks, {0}, static_cast<int32_t>(toks.size()) + 7);
@@ -102,6 +103,26 @@ std::vector<Case> Cases() {
                                                                  b.Literal(")")})}));
     b.Define(list, b.Seq({b.Ref(item), b.Star(b.Seq({b.Literal(","), b.Ref(item)}))}));
     out.push_back({"nested-list", Must(std::move(b).Build(list))});
+  }
+  {  // JSON-ish: strings exclude raw control characters
+    GrammarBuilder b;
+    RuleId ws = b.AddRule("ws", b.Repeat(b.ByteRange('\t', '\t'), 0, 3));
+    ExprId esc = b.Seq({b.Literal("\\"), b.Bytes([] {
+                          ByteSet s;
+                          s.set('n');
+                          s.set('"');
+                          s.set('\\');
+                          return s;
+                        }())});
+    RuleId chr = b.AddRule(
+        "char", b.Alt({b.CodepointSet({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true), esc}));
+    RuleId str = b.AddRule("string", b.Seq({b.Literal("\""), b.Star(b.Ref(chr)), b.Literal("\"")}));
+    RuleId member = b.AddRule("member", b.Seq({b.Ref(ws), b.Ref(str), b.Literal(":"), b.Ref(str)}));
+    RuleId root = b.AddRule(
+        "root", b.Seq({b.Ref(ws), b.Literal("{"),
+                       b.Optional(b.Seq({b.Ref(member), b.Star(b.Seq({b.Literal(","), b.Ref(member)}))})),
+                       b.Literal("}")}));
+    out.push_back({"json-strings", Must(std::move(b).Build(root))});
   }
   return out;
 }
