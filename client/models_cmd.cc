@@ -57,8 +57,8 @@ void PrintModel(const v1::ModelStatus& m) {
   if (m.has_structured_output()) {
     const v1::StructuredOutputStatus& so = m.structured_output();
     rows.push_back(
-        {"structured:",
-         absl::StrFormat("%d constrained sequences running, %d requests; grammars: %d compiled, "
+        {"grammars:",
+         absl::StrFormat("%d constrained sequences running, %d requests; %d compiled, "
                          "%d cache hits, %d refused; %d masks in %.3f s",
                          so.constrained_sequences(), so.constrained_requests(),
                          so.grammar_compiles(), so.grammar_cache_hits(), so.grammar_refused(),

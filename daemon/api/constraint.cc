@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace minfer::daemon {
@@ -124,8 +125,12 @@ absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstrain
   absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
       model.grammars().Compile(**spec);
   if (compiled.ok()) return compiled;
+  // Front ends may name their kind already ("gbnf: line 1, column 10:
+  // ..."); the field is said once.
+  const std::string field = absl::StrCat(ConstraintField(request), ": ");
+  const absl::string_view reason = compiled.status().message();
   const std::string message =
-      absl::StrCat(ConstraintField(request), ": ", compiled.status().message());
+      absl::StartsWith(reason, field) ? std::string(reason) : absl::StrCat(field, reason);
   if (absl::IsInvalidArgument(compiled.status())) return ConstraintError(message);
   return absl::Status(compiled.status().code(), message);
 }

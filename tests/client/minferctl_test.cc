@@ -231,8 +231,8 @@ TEST_F(MinferctlTest, GenerateWithOutputConstraints) {
 
   CommandResult status = Ctl({"status", "m"});
   ASSERT_EQ(status.exit_code, 0);
-  EXPECT_THAT(status.out, HasSubstr("structured: 0 constrained sequences running, 4 requests; "
-                                    "grammars: 4 compiled, 0 cache hits, 1 refused"));
+  EXPECT_THAT(status.out, HasSubstr("grammars:   0 constrained sequences running, 4 requests; "
+                                    "4 compiled, 0 cache hits, 1 refused; "));
 }
 
 TEST_F(MinferctlTest, BenchStreamsConcurrentlyAndMatchesTheEngine) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_models.h"
@@ -16,6 +17,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 grammar::GrammarSpec MustSpec(const v1::GenerateRequest& r) {
@@ -179,6 +181,9 @@ TEST_F(CompileConstraintTest, FrontEndErrorsNameTheFieldAndTheProblem) {
     EXPECT_TRUE(IsConstraintError(g.status())) << g.status();
     EXPECT_THAT(std::string(g.status().message()), StartsWith(c.prefix));
     EXPECT_THAT(std::string(g.status().message()), HasSubstr(c.needle));
+    // The field once, even where the front end names its kind itself.
+    EXPECT_THAT(std::string(g.status().message()),
+                Not(HasSubstr(absl::StrCat(c.prefix, c.prefix))));
   }
 }
 

@@ -206,7 +206,9 @@ TEST_F(StructuredOutputTest, BothFrontDoorsProduceOutputsTheReferencesAccept) {
               HasSubstr("only one output constraint per request"));
   EXPECT_EQ(out["bad_gbnf"]["status"], 400);
   EXPECT_EQ(out["bad_gbnf"]["param"], "structured_outputs.grammar");
-  EXPECT_THAT(out["bad_gbnf"]["message"].get<std::string>(), HasSubstr("item"));
+  EXPECT_THAT(out["bad_gbnf"]["message"].get<std::string>(),
+              HasSubstr("structured_outputs.grammar: line 1"));
+  EXPECT_THAT(out["bad_gbnf"]["message"].get<std::string>(), HasSubstr("'item'"));
 }
 
 TEST_F(StructuredOutputTest, GrpcRefusesBadConstraintsNamingTheField) {
@@ -222,7 +224,7 @@ TEST_F(StructuredOutputTest, GrpcRefusesBadConstraintsNamingTheField) {
   g = client_->Generate(r);
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(g.status().message()), StartsWith("gbnf: "));
+  EXPECT_THAT(std::string(g.status().message()), StartsWith("gbnf: line 1"));
   EXPECT_THAT(std::string(g.status().message()), HasSubstr("item"));
 
   r.mutable_choice();
