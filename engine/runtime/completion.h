@@ -118,6 +118,8 @@ class Completion {
   // the limit.
   bool UsesOnlyTop(int64_t k) const { return sampler_->UsesOnlyTop(k, vocab_limit_); }
   int64_t vocab_limit() const { return vocab_limit_; }
+  // For a constrained completion the candidates must come from a row masked
+  // with mask() (BatchItem::mask).
   absl::StatusOr<SampledToken> SampleTop(absl::Span<const TokenLogprob> top, double log_norm) {
     return sampler_->SampleTop(top, log_norm);
   }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/knobs.h"
+#include "engine/base/thread_pool.h"
 #include "engine/base/status.h"
 
 namespace minfer::runtime {
@@ -94,6 +95,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
     o.prefix_cache = knobs.GetBool("MINFER_PREFIX_CACHE", &model->knobs());
   }
   e->opt_.prefix_cache = o.prefix_cache;
+  e->backend_masks_ = options.backend_masks.value_or(model->gpu());
+  e->opt_.backend_masks = e->backend_masks_;
   so.prefix_cache = *o.prefix_cache;
   e->scheduler_ = std::make_unique<Scheduler>(so, &e->runner_->pool().blocks());
   // Blocks are only ever matched within one knob generation: a knob that
@@ -225,13 +228,18 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
     it.blocks = scheduler_->blocks(w.id);
     it.logits = w.completes;
     if (w.completes && s.c->constrained()) {
-      // The mask is computed on the mask thread while the forward runs and
-      // applied on the host to the whole row (Completion::Sample). On a GPU
-      // that reads the row back; applying the mask in the device's top-k
-      // (BatchItem::mask) without losing the overlap needs the forward and
-      // the top-k launched apart (issue 33).
-      it.mode = RowMode::kFull;
       to_mask_.push_back(s.c.get());
+      if (backend_masks_) {
+        // Masked on the backend: the mask must exist before the forward.
+        it.mask = s.c->mask();
+        it.mode = !s.c->UsesOnlyTop(opt_.top_k) ? RowMode::kFull
+                  : s.c->request().sampling.temperature == 0.0f ? RowMode::kArgmax
+                                                                 : RowMode::kTop;
+      } else {
+        // Masked on the host: the mask thread fills it while the forward
+        // runs; the whole row is read and masked (Completion::Sample).
+        it.mode = RowMode::kFull;
+      }
     } else if (w.completes) {
       it.mode = !s.c->UsesOnlyTop(opt_.top_k) ? RowMode::kFull
                 : s.c->request().sampling.temperature == 0.0f ? RowMode::kArgmax
@@ -242,9 +250,16 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
   }
   last_.sequences = static_cast<int64_t>(step.work.size());
   last_.tokens = step.tokens;
-  // Structured outputs: masks on the mask thread, overlapped with the
-  // forward pass (the completions are not touched here until Wait).
-  if (!to_mask_.empty()) {
+  // Structured outputs: backend masks now, in parallel over sequences;
+  // host masks on the mask thread, overlapped with the forward pass (the
+  // completions are not touched here until Wait).
+  if (!to_mask_.empty() && backend_masks_) {
+    const auto m0 = std::chrono::steady_clock::now();
+    DefaultThreadPool().ParallelFor(static_cast<int64_t>(to_mask_.size()),
+                                    [this](int64_t i, int) { to_mask_[i]->ComputeMask(); });
+    grammar_masks_ += static_cast<int64_t>(to_mask_.size());
+    grammar_mask_seconds_ += Since(m0);
+  } else if (!to_mask_.empty()) {
     if (mask_worker_ == nullptr) mask_worker_ = std::make_unique<MaskWorker>();
     mask_worker_->Run([this] {
       const auto m0 = std::chrono::steady_clock::now();
@@ -253,7 +268,7 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
     });
   }
   absl::Status run = runner_->Run(items_, &results_);
-  if (!to_mask_.empty()) {
+  if (!to_mask_.empty() && !backend_masks_) {
     mask_worker_->Wait();
     grammar_masks_ += static_cast<int64_t>(to_mask_.size());
     grammar_mask_seconds_ += mask_seconds_step_;

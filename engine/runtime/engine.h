@@ -47,6 +47,14 @@ struct EngineOptions {
   int32_t top_k = 64;  // candidates computed where the logits are
   // Automatic prefix caching (scheduler.h); unset: MINFER_PREFIX_CACHE.
   std::optional<bool> prefix_cache;
+  // Where constrained rows are masked. On the backend (BatchItem::mask):
+  // masks are computed before the forward (in parallel over sequences) and
+  // the device's top-k applies them, so no row is read back. On the host:
+  // masks are computed on the mask thread while the forward runs, and the
+  // whole row is read and masked before sampling. Unset: the backend on a
+  // GPU (a row read back costs more than the overlap gains), the host on
+  // the CPU (the row is already in memory).
+  std::optional<bool> backend_masks;
 };
 
 // What a step did for one sequence.
@@ -195,6 +203,7 @@ class Engine : public StepEngine {
   };
   std::unique_ptr<MaskWorker> mask_worker_;
   std::vector<Completion*> to_mask_;
+  bool backend_masks_ = false;
   int64_t grammar_masks_ = 0;
   double grammar_mask_seconds_ = 0;
   double mask_seconds_step_ = 0;

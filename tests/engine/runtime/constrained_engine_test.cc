@@ -192,6 +192,41 @@ TEST(ConstrainedEngineTest, GreedyPicksTheBestAllowedToken) {
   }
 }
 
+// Masks applied by the backend's top-k (BatchItem::mask, the GPU's way) and
+// on the host's whole row (the CPU's way) give the same tokens: greedy, and
+// top-k sampling whose candidates the backend computes.
+TEST(ConstrainedEngineTest, BackendAndHostMasksAgree) {
+  auto model = LoadTiny();
+  ASSERT_NE(model, nullptr);
+  auto cg = model->grammars().CompileGrammar(RecordGrammar(), grammar::GrammarKind::kGbnf);
+  ASSERT_TRUE(cg.ok());
+  std::vector<std::vector<int32_t>> by_mode[2];
+  for (int backend = 0; backend < 2; ++backend) {
+    EngineOptions eo{.max_seqs = 6, .n_ctx = 256};
+    eo.backend_masks = backend == 1;
+    auto e = Engine::Create(model, eo);
+    ASSERT_TRUE(e.ok());
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < 4; ++i) {
+      GenerateRequest r;
+      r.prompt = {970, 11, static_cast<int32_t>(100 + i)};
+      r.sampling.temperature = i == 0 ? 0.0f : 0.8f;
+      r.sampling.top_k = 20;
+      r.sampling.seed = 7 + i;
+      r.max_tokens = 60;
+      r.grammar = *cg;
+      ids.push_back(*(*e)->Add(r));
+    }
+    auto res = RunAll(**e);
+    for (uint64_t id : ids) {
+      ASSERT_TRUE(res[id].status.ok()) << res[id].status;
+      by_mode[backend].push_back(res[id].tokens);
+    }
+    EXPECT_GT((*e)->Snapshot().grammar_masks, 4);
+  }
+  EXPECT_EQ(by_mode[0], by_mode[1]);
+}
+
 TEST(ConstrainedEngineTest, GrammarOfAnotherVocabularyIsRefused) {
   auto model = LoadTiny();
   ASSERT_NE(model, nullptr);
