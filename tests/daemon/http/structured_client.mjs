@@ -130,6 +130,27 @@ for (let seed = 1; seed <= 3; ++seed) {
                    member: grpc.choices.includes(c.text)});
 }
 
+// Logprobs under a choice: the constrained distribution, so every
+// alternative offered at the first position starts one of the choices.
+{
+  const r = await client.chat.completions.create({
+    model, messages: [{role: "user", content: "Pick a colour."}], temperature: 1, seed: 11,
+    max_tokens: 16, logprobs: true, top_logprobs: 5, structured_outputs: {choice: grpc.choices},
+  });
+  const c = r.choices[0];
+  const first = c.logprobs.content[0];
+  out.choice_logprobs = {
+    text: c.message.content,
+    first_token: first.token,
+    alternatives: first.top_logprobs.map((t) => ({token: t.token, logprob: t.logprob})),
+    alternatives_start_a_choice: first.top_logprobs.every(
+        (t) => grpc.choices.some((ch) => ch.startsWith(t.token))),
+    logprobs_finite: c.logprobs.content.every(
+        (p) => Number.isFinite(p.logprob) &&
+               p.top_logprobs.every((t) => Number.isFinite(t.logprob))),
+  };
+}
+
 // llama-server's grammar (GBNF).
 {
   const r = await client.completions.create({

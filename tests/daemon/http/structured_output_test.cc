@@ -188,6 +188,12 @@ TEST_F(StructuredOutputTest, BothFrontDoorsProduceOutputsTheReferencesAccept) {
     EXPECT_EQ(o["finish"], "stop") << o.dump();
     EXPECT_TRUE(o["member"].get<bool>()) << o.dump();
   }
+  // Logprobs report the constrained distribution: no alternative the
+  // choice forbids, no -inf (which JSON cannot carry).
+  const json& lp = out["choice_logprobs"];
+  EXPECT_TRUE(lp["alternatives_start_a_choice"].get<bool>()) << lp.dump();
+  EXPECT_TRUE(lp["logprobs_finite"].get<bool>()) << lp.dump();
+  EXPECT_FALSE(lp["alternatives"].empty()) << lp.dump();
   EXPECT_EQ(out["gbnf"]["finish_reason"], "stop") << out["gbnf"].dump();
   EXPECT_TRUE(out["gbnf"]["matches"].get<bool>()) << out["gbnf"].dump();
 
