@@ -33,8 +33,10 @@ using minfer::daemon::http::RequestParser;
 namespace openai = minfer::daemon::openai;
 
 void DecodeBody(std::string_view body) {
-  const nlohmann::json j = nlohmann::json::parse(body.begin(), body.end(), nullptr,
-                                                 /*allow_exceptions=*/false);
+  // Read as the server reads it: in key order (a schema's properties keep
+  // theirs).
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(
+      body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return;
   for (openai::Endpoint e : {openai::Endpoint::kChatCompletions, openai::Endpoint::kCompletions}) {
     auto r = openai::ParseRequest(e, j);
