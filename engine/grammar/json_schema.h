@@ -18,12 +18,95 @@
 // offset), one deeper or larger than the options allow, and a $ref that
 // does not resolve.
 //
-// Output form: compact JSON plus bounded whitespace (JsonOptions), strings
-// with JSON escapes, numbers in JSON's grammar. The grammar accepts exactly
-// the JSON texts (within the whitespace rule) that validate against the
-// schema, with one documented restriction: object properties appear in the
-// order of `properties` (then additional ones), as OpenAI's Structured
-// Outputs generate them.
+// Output form: the JSON value alone (no whitespace before or after it),
+// with at most JsonOptions::max_whitespace bytes of [ \t\n\r] in each gap
+// between tokens; strings with JSON escapes (\" \\ \/ \b \f \n \r \t and
+// \uXXXX in either case, a character past FFFF as a surrogate pair), never a
+// raw control character; numbers in JSON's grammar.
+//
+// The grammar accepts only JSON texts valid against the schema, and all of
+// them except where a choice below says otherwise (each such choice is
+// pinned by a "valid_rejected" case in tests/engine/grammar/
+// json_schema_cases.json, checked against ajv):
+//  - Objects: properties appear in the order of `properties` (then any
+//    additional ones), as OpenAI's Structured Outputs generate them; each
+//    optional one may be left out (commas right for every subset; the
+//    grammar is linear in the number of properties).
+//  - additionalProperties absent: when the schema names `properties`, no
+//    other keys (OpenAI's strict mode, and what XGrammar and llguidance
+//    generate by default: a model should not invent keys); when it names
+//    none ({"type": "object"}), any object. `true` or a schema: additional
+//    keys after the named ones, each any string — one may repeat a named
+//    key (the grammar cannot exclude a set of strings cheaply); `false`:
+//    none. Inside allOf, an absent additionalProperties means "anything"
+//    as JSON Schema reads it, so allOf can add properties; the merged
+//    schema then follows the rule above.
+//  - oneOf is compiled as anyOf. That is exact when the branches are
+//    disjoint (different types, consts, or a discriminating required
+//    property — the way real schemas use oneOf); with overlapping branches
+//    an instance valid against two of them is accepted, which oneOf forbids.
+//  - anyOf/oneOf with sibling keywords: the siblings are merged into each
+//    branch (allOf rules). allOf: merged into one schema — types intersect,
+//    bounds take the tighter, required and enums combine, a property named
+//    on both sides takes both schemas; a keyword that both sides set
+//    differently and that cannot be combined (pattern, format, two anyOfs,
+//    prefixItems ...) is refused, naming allOf's location.
+//  - $ref: references within the document only ("#", "#/$defs/x",
+//    "#/definitions/x", any JSON pointer, percent-encoded or not), one rule
+//    per target, so recursion works. $ref with sibling keywords is an allOf
+//    of the target and the siblings. Remote references and anchors are
+//    refused as unresolved.
+//  - Integers are written as integers: 1.0 and 1e2 are integers to JSON
+//    Schema but not accepted for "integer". Bounds (minimum, maximum and
+//    the exclusive forms, draft 4's boolean exclusive forms too) are exact
+//    digit-range grammars of any magnitude up to 1e37; -0 is accepted
+//    where 0 is.
+//  - Numbers with bounds: the bounds must be integral (a fractional bound
+//    on "number" is refused naming the keyword) and the number is written
+//    without an exponent ("1e1" is not accepted for maximum 10); exact
+//    otherwise. Unbounded numbers take JSON's full number grammar.
+//  - multipleOf: only 1 (= integer); anything else is refused.
+//  - Strings: minLength/maxLength count characters (code points), however
+//    each is spelled (an escape is one character); at most
+//    GrammarLimits::max_repeat. pattern is an ECMAScript regex (regex.h)
+//    matched anywhere unless anchored, over the decoded characters, each of
+//    which may be spelled as an escape. A string schema takes one of
+//    length bounds, pattern, format: a combination is refused.
+//  - Formats: date (days per month, Feb 29 in leap years), time and
+//    date-time (RFC 3339: T or t, Z/z or ±hh:mm; no leap second 60; no
+//    space for T), uuid (8-4-4-4-12 hex, no urn: prefix), ipv4 (dotted
+//    decimal, no leading zeros), ipv6 (RFC 3986, with embedded ipv4; no
+//    zone ids), uri (RFC 3986 absolute URI, no IPvFuture), email (a
+//    conservative subset: dot-atom local part, a domain of LDH labels with
+//    at least one dot; no quoted local parts or IP literals). Format
+//    characters are written raw (a \u-escaped digit is not accepted).
+//    Other formats are refused ("unsupported format 'hostname'").
+//  - enum/const: each value written compactly plus the whitespace rule;
+//    objects in the value's key order; strings with any spelling of their
+//    non-ASCII and special characters (but printable ASCII as itself);
+//    numbers as written in the schema (2.0 also as 2). Beside enum/const,
+//    only type, minLength/maxLength, numeric bounds and minItems/maxItems
+//    are allowed (they filter the values); other keywords are refused.
+//  - uniqueItems: true only where it holds trivially (maxItems <= 1);
+//    otherwise refused.
+//  - A schema without "type" allows every type, each constrained by its own
+//    keywords ({"minLength": 2} accepts 5 and "ab", not "a").
+//  - String escapes of lone surrogates (\ud800 alone) are never accepted.
+//
+// Keywords: annotations (title, description, examples, default, $schema,
+// $id, id, $comment, deprecated, readOnly, writeOnly, $anchor,
+// $vocabulary, contentEncoding, contentMediaType, contentSchema,
+// $dynamicAnchor, and any key starting "x-") are ignored; $defs and
+// definitions hold referenced schemas. Every other keyword not listed as
+// accepted above — not, if/then/else, patternProperties, propertyNames,
+// minProperties, dependentRequired, unevaluated*, contains, OpenAPI's
+// nullable, misspellings — is refused by name, never ignored.
+//
+// Limits (a hostile schema costs bounded time and memory): the text's
+// size (max_schema_bytes); its nesting, counted over brackets before
+// parsing (max_depth); schema nesting and allOf/$ref expansion depth
+// (max_depth) and expansion work (20,000 steps); the grammar's size
+// (GrammarLimits, checked by the builder).
 #ifndef MINFER_ENGINE_GRAMMAR_JSON_SCHEMA_H_
 #define MINFER_ENGINE_GRAMMAR_JSON_SCHEMA_H_
 
@@ -41,7 +124,8 @@ struct JsonOptions {
   // a newline plus indentation while keeping a model from emitting endless
   // whitespace.
   int32_t max_whitespace = 16;
-  // Caps on the input: schema text bytes and nesting depth.
+  // Caps on the input: schema text bytes, and nesting depth (of the text's
+  // brackets, of schemas, and of allOf/$ref expansion).
   int64_t max_schema_bytes = 1 << 20;
   int32_t max_depth = 64;
   GrammarLimits limits;

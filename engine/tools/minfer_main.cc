@@ -16,6 +16,7 @@ void Usage() {
                "  bench              prefill/decode throughput (-m FILE -p 512 -n 128 -r 3)\n"
                "  gguf info FILE     print a GGUF file's metadata and tensor table\n"
                "  mkmodel            write a synthetic Qwen2 model (--shape, --type, -o)\n"
+               "  grammar bench      check and time structured outputs on JSON Schemas\n"
                "  tokenize           encode text with a model's tokenizer\n"
                "  detokenize         decode token ids with a model's tokenizer\n\n"
                "`minfer <command> --help` describes each command's options.\n");
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   if (cmd == "mkmodel") return minfer::tools::MkModelMain(sub_argc, sub_argv);
   if (cmd == "run") return minfer::tools::RunMain(sub_argc, sub_argv);
   if (cmd == "bench") return minfer::tools::BenchMain(sub_argc, sub_argv);
+  if (cmd == "grammar") return minfer::tools::GrammarMain(sub_argc, sub_argv);
   if (cmd == "tokenize") return minfer::tools::TokenizeMain(sub_argc, sub_argv);
   if (cmd == "detokenize") return minfer::tools::DetokenizeMain(sub_argc, sub_argv);
   std::fprintf(stderr, "minfer: unknown command '%s'\n\n", cmd.c_str());

@@ -1,0 +1,404 @@
+// The JSON Schema front end (engine/grammar/json_schema.h).
+//
+// The main test runs the cases of json_schema_cases.json: for each schema,
+// instances labelled valid or invalid. Two independent judges must agree
+// with the labels: ajv (json_schema_ajv.mjs, run once for all cases) and the
+// compiled grammar through the reference recognizer (recognizer.h). A third
+// label, valid_rejected, marks instances that JSON Schema accepts but the
+// grammar deliberately does not (json_schema.h lists the restrictions): ajv
+// must accept them and the grammar must reject them, so every documented
+// restriction is pinned by a case.
+//
+// Other tests: refusals name their keyword and location; arithmetic
+// references for integer and number bounds and for optional properties;
+// whitespace limits; JSON mode.
+#include "engine/grammar/json_schema.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/engine/grammar/recognizer.h"
+#include "tests/support/subprocess.h"
+
+namespace minfer::grammar {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using ::testing::HasSubstr;
+using testing::Recognize;
+
+constexpr char kModules[] = "third_party/npm/node_modules";
+constexpr char kCases[] = "tests/engine/grammar/json_schema_cases.json";
+
+std::string TmpPath(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
+}
+
+Grammar MustCompile(const std::string& schema, const JsonOptions& options = {}) {
+  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(schema, options);
+  EXPECT_TRUE(g.ok()) << schema << ": " << g.status();
+  if (!g.ok()) return *JsonSchemaToGrammar("false");
+  return *std::move(g);
+}
+
+std::string Refusal(const std::string& schema, const JsonOptions& options = {}) {
+  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(schema, options);
+  if (g.ok()) return "(compiled)";
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << g.status();
+  return std::string(g.status().message());
+}
+
+struct Instance {
+  std::string text;  // compact, as ajv sees it
+  bool ajv_valid;
+  bool grammar_accepts;
+  std::vector<std::string> spellings;  // other texts of the same value
+};
+
+TEST(JsonSchemaCases, GrammarAndAjvAgreeWithTheLabels) {
+  ASSERT_TRUE(std::ifstream(absl::StrCat(kModules, "/ajv/package.json")).good())
+      << "npm packages missing: run scripts/install_deps.sh";
+  std::ifstream in(kCases);
+  ASSERT_TRUE(in.good()) << kCases;
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const Json cases = Json::parse(buf.str(), nullptr, false);
+  ASSERT_TRUE(cases.is_array());
+  ASSERT_GE(cases.size(), 60u);
+
+  std::vector<std::vector<Instance>> all;
+  Json ajv_input = Json::array();
+  int64_t checked = 0;
+  for (const Json& c : cases) {
+    std::vector<Instance> insts;
+    auto values = [&](const char* key, bool ajv_valid, bool accepts) {
+      if (!c.contains(key)) return;
+      for (const Json& v : c[key]) {
+        // Compact with raw UTF-8, compact with \u escapes for non-ASCII,
+        // and indented (the default whitespace allowance covers one
+        // newline plus indentation per gap at these depths).
+        insts.push_back({v.dump(), ajv_valid, accepts,
+                         {v.dump(-1, ' ', /*ensure_ascii=*/true), v.dump(1)}});
+      }
+    };
+    auto texts = [&](const char* key, bool ajv_valid, bool accepts) {
+      if (!c.contains(key)) return;
+      for (const Json& t : c[key]) insts.push_back({t.get<std::string>(), ajv_valid, accepts, {}});
+    };
+    values("valid", true, true);
+    values("invalid", false, false);
+    values("valid_rejected", true, false);
+    texts("valid_text", true, true);
+    texts("invalid_text", false, false);
+    texts("valid_rejected_text", true, false);
+
+    const std::string name = c["name"].get<std::string>();
+    const Grammar g = MustCompile(c["schema"].dump());
+    Json t = Json::array();
+    for (const Instance& i : insts) {
+      EXPECT_EQ(Recognize(g, i.text), i.grammar_accepts) << name << ": " << i.text;
+      // Other spellings of an accepted value are accepted too; of a
+      // rejected (invalid) value, rejected.
+      for (const std::string& s : i.spellings) {
+        if (!i.grammar_accepts && i.ajv_valid) continue;
+        EXPECT_EQ(Recognize(g, s), i.grammar_accepts) << name << ": " << s;
+      }
+      t.push_back(i.text);
+      ++checked;
+    }
+    ajv_input.push_back(Json{{"schema", c["schema"]}, {"texts", t}});
+    all.push_back(std::move(insts));
+  }
+  EXPECT_GE(checked, 400);
+
+  const std::string input = TmpPath("ajv_input.json");
+  std::ofstream(input) << ajv_input.dump();
+  auto r = minfer::testing::RunCommand(
+      {"/usr/bin/env", "node", "tests/engine/grammar/json_schema_ajv.mjs", kModules, input},
+      std::chrono::seconds(60));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  const Json verdicts = Json::parse(r->out, nullptr, false);
+  ASSERT_TRUE(verdicts.is_array()) << r->out;
+  ASSERT_EQ(verdicts.size(), all.size());
+  for (size_t c = 0; c < all.size(); ++c) {
+    ASSERT_EQ(verdicts[c].size(), all[c].size());
+    for (size_t i = 0; i < all[c].size(); ++i) {
+      EXPECT_EQ(verdicts[c][i].get<bool>(), all[c][i].ajv_valid)
+          << "ajv disagrees with the label: " << cases[c]["name"] << ": " << all[c][i].text;
+    }
+  }
+}
+
+TEST(JsonSchemaRefusals, UnsupportedKeywordsNameThemselvesAndTheirLocation) {
+  EXPECT_EQ(Refusal(R"({"properties": {"a": {"type": "object", "patternProperties": {"x": {}}}}})"),
+            "unsupported keyword 'patternProperties' at /properties/a");
+  for (const char* kw : {"not", "if", "minProperties", "maxProperties", "contains",
+                         "dependentRequired", "dependentSchemas", "unevaluatedProperties",
+                         "unevaluatedItems", "propertyNames", "minContains", "$dynamicRef",
+                         "nullable", "someMadeUpKeyword"}) {
+    EXPECT_EQ(Refusal(absl::StrCat(R"({"type": "array", "items": {")", kw, R"(": {}}})")),
+              absl::StrCat("unsupported keyword '", kw, "' at /items"));
+  }
+  EXPECT_EQ(Refusal(R"({"type": "number", "multipleOf": 3})"),
+            "unsupported keyword 'multipleOf' (only 1 is enforced) at the root");
+  EXPECT_EQ(Refusal(R"({"properties": {"l": {"type": "array", "uniqueItems": true}}})"),
+            "unsupported keyword 'uniqueItems' (enforced only with maxItems <= 1) at /properties/l");
+  EXPECT_EQ(Refusal(R"({"anyOf": [{"type": "string", "format": "hostname"}]})"),
+            "unsupported format 'hostname' at /anyOf/0");
+  EXPECT_THAT(Refusal(R"({"type": "string", "pattern": "^a", "maxLength": 3})"),
+              HasSubstr("unsupported combination of keywords 'maxLength' and 'pattern'"));
+  EXPECT_THAT(Refusal(R"({"$defs": {"d": {"type": "number", "minimum": 0.5}}, "$ref": "#/$defs/d"})"),
+              HasSubstr("non-integral bound ('minimum' or its exclusive form) on a number is not "
+                        "supported at /$defs/d"));
+  EXPECT_EQ(Refusal(R"({"type": "string", "maxLength": 20000})"),
+            "'maxLength' 20000 exceeds the limit of 10000 at /maxLength");
+  EXPECT_EQ(Refusal(R"({"type": "float"})"), "unknown type 'float' at /type");
+  EXPECT_EQ(Refusal(R"({"enum": ["a"], "pattern": "a"})"),
+            "unsupported keyword 'pattern' beside enum/const at the root");
+  EXPECT_THAT(Refusal(R"({"allOf": [{"pattern": "a"}, {"pattern": "b"}]})"),
+              HasSubstr("cannot merge 'pattern' of allOf"));
+  EXPECT_EQ(Refusal(R"({"type": "object", "properties": {"a": 5}})"),
+            "a schema must be an object or a boolean at /properties/a");
+}
+
+TEST(JsonSchemaRefusals, BadInput) {
+  EXPECT_THAT(Refusal(R"({"type": })"), HasSubstr("schema is not valid JSON at offset 9"));
+  EXPECT_THAT(Refusal("{\"type\": \"string\"} x"), HasSubstr("schema is not valid JSON at offset 19"));
+  EXPECT_THAT(Refusal(""), HasSubstr("schema is not valid JSON at offset 0"));
+  // Too deep: stopped by the bracket scan, before any parser recursion.
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += "[";
+  EXPECT_THAT(Refusal(deep), HasSubstr("schema nested deeper than 64 levels at offset 64"));
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(JsonSchemaToGrammar(R"({"description": "[[[[[[[[[[", "type": "null"})",
+                                  JsonOptions{.max_depth = 3})
+                  .ok());
+  // A nesting of schemas deeper than the limit; within a raised limit it
+  // compiles, in time linear in the depth (arrays of arrays of ... share
+  // their element grammar through rules, not by copying).
+  std::string nested = R"({"type": "null"})";
+  for (int i = 0; i < 70; ++i) {
+    nested = absl::StrCat(R"({"type": "array", "minItems": 1, "items": )", nested, "}");
+  }
+  EXPECT_THAT(Refusal(nested), HasSubstr("nested deeper than 64"));
+  absl::StatusOr<Grammar> deep_ok = JsonSchemaToGrammar(nested, JsonOptions{.max_depth = 100});
+  ASSERT_TRUE(deep_ok.ok()) << deep_ok.status();
+  EXPECT_TRUE(Recognize(*deep_ok, std::string(70, '[') + "null" + std::string(70, ']')));
+  EXPECT_FALSE(Recognize(*deep_ok, std::string(69, '[') + "null" + std::string(69, ']')));
+  EXPECT_EQ(Refusal(R"({"type": "string"})", JsonOptions{.max_schema_bytes = 10}),
+            "schema of 18 bytes exceeds the limit of 10");
+}
+
+TEST(JsonSchemaRefusals, References) {
+  EXPECT_EQ(Refusal(R"({"properties": {"a": {"$ref": "#/$defs/missing"}}})"),
+            "unresolved $ref '#/$defs/missing' at /properties/a/$ref");
+  EXPECT_THAT(Refusal(R"({"$ref": "https://example.com/s.json"})"),
+              HasSubstr("unresolved $ref 'https://example.com/s.json'"));
+  EXPECT_THAT(Refusal(R"({"$ref": "#node"})"), HasSubstr("anchors are not supported"));
+  // A schema that is itself, and nothing else, has no finite instance.
+  EXPECT_THAT(Refusal(R"({"$ref": "#"})"), HasSubstr("left recursion"));
+  // allOf that doubles per level stops at the work limit.
+  std::string defs;
+  for (int i = 0; i < 30; ++i) {
+    absl::StrAppend(&defs, i ? "," : "", "\"d", i, "\": {\"allOf\": [{\"$ref\": \"#/$defs/d", i + 1,
+                    "\"}, {\"$ref\": \"#/$defs/d", i + 1, "\"}]}");
+  }
+  EXPECT_THAT(Refusal(absl::StrCat("{\"$defs\": {", defs, ", \"d30\": {\"type\": \"null\"}}, \"$ref\": \"#/$defs/d0\", \"type\": \"null\"}")),
+              HasSubstr("allOf/$ref expansion larger than 20000 steps"));
+  // allOf folding through a cycle stops at the depth limit.
+  EXPECT_THAT(Refusal(R"({"$defs": {"a": {"type": "object", "allOf": [{"$ref": "#/$defs/a"}]}},
+                          "$ref": "#/$defs/a"})"),
+              HasSubstr("allOf/$ref expansion deeper than 64"));
+}
+
+TEST(JsonSchemaRefusals, GrammarLimits) {
+  JsonOptions o;
+  o.limits.max_exprs = 50;
+  EXPECT_THAT(Refusal(R"({"type": "string", "format": "ipv6"})", o), HasSubstr("grammar too large"));
+}
+
+// Integer ranges against arithmetic: every value in [-1100, 1100] (and a
+// few spellings) for bounds of every shape.
+TEST(JsonSchemaNumbers, IntegerRangesMatchArithmetic) {
+  struct Case {
+    const char* bounds;
+    int64_t lo, hi;  // inclusive; INT64_MIN/MAX: none
+  };
+  constexpr int64_t kMin = INT64_MIN, kMax = INT64_MAX;
+  const Case cases[] = {
+      {R"("minimum": 0, "maximum": 0)", 0, 0},
+      {R"("minimum": -1, "maximum": 1)", -1, 1},
+      {R"("minimum": 7, "maximum": 1034)", 7, 1034},
+      {R"("minimum": -1034, "maximum": -7)", -1034, -7},
+      {R"("minimum": -999, "maximum": 100)", -999, 100},
+      {R"("exclusiveMinimum": 9, "exclusiveMaximum": 101)", 10, 100},
+      {R"("minimum": 19)", 19, kMax},
+      {R"("maximum": 19)", kMin, 19},
+      {R"("minimum": -19)", -19, kMax},
+      {R"("exclusiveMaximum": -19)", kMin, -20},
+      {R"("minimum": 0.5, "maximum": 99.5)", 1, 99},
+      {R"("minimum": 5, "exclusiveMinimum": 5, "maximum": 8, "exclusiveMaximum": 100)", 6, 8},
+      {R"("minimum": 10, "maximum": 9)", 1, 0},
+  };
+  for (const Case& c : cases) {
+    const Grammar g = MustCompile(absl::StrCat(R"({"type": "integer", )", c.bounds, "}"));
+    for (int64_t v = -1100; v <= 1100; ++v) {
+      const bool in = v >= c.lo && v <= c.hi;
+      ASSERT_EQ(Recognize(g, std::to_string(v)), in) << c.bounds << ": " << v;
+    }
+    const bool zero = 0 >= c.lo && 0 <= c.hi;
+    EXPECT_EQ(Recognize(g, "-0"), zero) << c.bounds;
+    EXPECT_FALSE(Recognize(g, "007")) << c.bounds;
+    EXPECT_FALSE(Recognize(g, "+5")) << c.bounds;
+  }
+  // Magnitudes past 64 bits.
+  const Grammar big = MustCompile(R"({"type": "integer", "minimum": 1e20, "maximum": 1e21})");
+  EXPECT_TRUE(Recognize(big, "100000000000000000000"));
+  EXPECT_TRUE(Recognize(big, "1000000000000000000000"));
+  EXPECT_TRUE(Recognize(big, "543210987654321098765"));
+  EXPECT_FALSE(Recognize(big, "99999999999999999999"));
+  EXPECT_FALSE(Recognize(big, "1000000000000000000001"));
+  EXPECT_THAT(Refusal(R"({"type": "integer", "maximum": 1e300})"), HasSubstr("'maximum' beyond"));
+}
+
+// Numbers with integral bounds against arithmetic: quarters in [-30, 30]
+// written as decimals ("-2.25", "3.5", "4"), plus trailing-zero spellings.
+TEST(JsonSchemaNumbers, DecimalRangesMatchArithmetic) {
+  struct Case {
+    const char* bounds;
+    double lo, hi;
+    bool lo_open, hi_open;
+  };
+  const double inf = 1e300;
+  const Case cases[] = {
+      {R"("minimum": 0, "maximum": 10)", 0, 10, false, false},
+      {R"("exclusiveMinimum": 0, "exclusiveMaximum": 10)", 0, 10, true, true},
+      {R"("minimum": -3, "exclusiveMaximum": 2)", -3, 2, false, true},
+      {R"("exclusiveMinimum": -5, "maximum": -2)", -5, -2, true, false},
+      {R"("minimum": 3)", 3, inf, false, false},
+      {R"("exclusiveMaximum": -1)", -inf, -1, false, true},
+      {R"("minimum": -1, "maximum": 0)", -1, 0, false, false},
+      {R"("exclusiveMinimum": 0)", 0, inf, true, false},
+      {R"("minimum": 2, "maximum": 2)", 2, 2, false, false},
+  };
+  for (const Case& c : cases) {
+    const Grammar g = MustCompile(absl::StrCat(R"({"type": "number", )", c.bounds, "}"));
+    for (int q = -120; q <= 120; ++q) {
+      const double v = q / 4.0;
+      const bool in = (c.lo_open ? v > c.lo : v >= c.lo) && (c.hi_open ? v < c.hi : v <= c.hi);
+      std::string text = absl::StrFormat("%.2f", v);
+      while (text.back() == '0') text.pop_back();
+      if (text.back() == '.') text.pop_back();
+      if (text == "-0") continue;  // the negative-zero spelling is not generated
+      ASSERT_EQ(Recognize(g, text), in) << c.bounds << ": " << text;
+      ASSERT_EQ(Recognize(g, absl::StrFormat("%.4f", v)), in) << c.bounds << ": " << v;
+    }
+  }
+}
+
+// Optional and required properties: every subset of five properties, in
+// order, is accepted exactly when it holds every required one.
+TEST(JsonSchemaObjects, EverySubsetOfPropertiesAgainstRequired) {
+  for (int required = 0; required < 32; required += 5) {
+    Json schema = {{"type", "object"}, {"additionalProperties", false}};
+    Json props = Json::object(), req = Json::array();
+    for (int i = 0; i < 5; ++i) {
+      props[std::string(1, static_cast<char>('a' + i))] = {{"type", "integer"}};
+      if (required & (1 << i)) req.push_back(std::string(1, static_cast<char>('a' + i)));
+    }
+    schema["properties"] = props;
+    schema["required"] = req;
+    const Grammar g = MustCompile(schema.dump());
+    for (int subset = 0; subset < 32; ++subset) {
+      Json obj = Json::object();
+      for (int i = 0; i < 5; ++i) {
+        if (subset & (1 << i)) obj[std::string(1, static_cast<char>('a' + i))] = i;
+      }
+      const bool ok = (subset & required) == required;
+      EXPECT_EQ(Recognize(g, obj.dump()), ok) << schema.dump() << " " << obj.dump();
+      EXPECT_EQ(Recognize(g, obj.dump(2)), ok) << obj.dump(2);
+    }
+  }
+}
+
+// Many optional properties stay small: the grammar is linear in their
+// number (no enumeration of subsets).
+TEST(JsonSchemaObjects, ManyOptionalPropertiesStayLinear) {
+  Json props = Json::object();
+  for (int i = 0; i < 200; ++i) props[absl::StrCat("p", i)] = {{"type", "boolean"}};
+  const Json schema = {{"type", "object"}, {"properties", props}, {"additionalProperties", false}};
+  absl::StatusOr<Grammar> g = JsonSchemaToGrammar(schema.dump());
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_LT(g->exprs().size(), 200u * 30);
+  EXPECT_TRUE(Recognize(*g, R"({"p3":true,"p150":false,"p199":true})"));
+  EXPECT_FALSE(Recognize(*g, R"({"p150":false,"p3":true})"));
+}
+
+TEST(JsonSchemaWhitespace, BoundedPerGap) {
+  const std::string schema = R"({"type": "array", "items": {"type": "integer"}})";
+  const Grammar compact = MustCompile(schema, JsonOptions{.max_whitespace = 0});
+  EXPECT_TRUE(Recognize(compact, "[1,2]"));
+  EXPECT_FALSE(Recognize(compact, "[1, 2]"));
+  EXPECT_FALSE(Recognize(compact, "[ ]"));
+  const Grammar two = MustCompile(schema, JsonOptions{.max_whitespace = 2});
+  EXPECT_TRUE(Recognize(two, "[\n 1 ,\t2\r\n]"));
+  EXPECT_TRUE(Recognize(two, "[  ]"));
+  EXPECT_FALSE(Recognize(two, "[1,   2]"));
+  EXPECT_FALSE(Recognize(two, "[1,\f2]"));
+  // No whitespace before or after the value.
+  EXPECT_FALSE(Recognize(two, " [1]"));
+  EXPECT_FALSE(Recognize(two, "[1] "));
+}
+
+TEST(JsonSchemaGrammar, SharedRulesAreDefinedOnce) {
+  const Grammar g = MustCompile(
+      R"({"type": "object", "properties": {"a": {}, "b": {"type": "string"}, "c": {"type": "array"},
+          "d": {"type": "object", "additionalProperties": {"type": "string"}}}})");
+  const std::string text = g.ToString();
+  for (const char* rule : {"json-value ::=", "json-string ::=", "json-char ::=", "ws ::="}) {
+    size_t n = 0;
+    for (size_t p = text.find(rule); p != std::string::npos; p = text.find(rule, p + 1)) ++n;
+    EXPECT_EQ(n, 1u) << rule << "\n" << text;
+  }
+}
+
+TEST(JsonSchemaGrammar, DraftSevenItemsArrayAndBooleanExclusiveBounds) {
+  const Grammar items = MustCompile(
+      R"({"type": "array", "items": [{"type": "string"}, {"type": "null"}], "additionalItems": {"type": "integer"}})");
+  EXPECT_TRUE(Recognize(items, R"(["a",null,1,2])"));
+  EXPECT_TRUE(Recognize(items, R"(["a"])"));
+  EXPECT_FALSE(Recognize(items, R"(["a",null,"b"])"));
+  const Grammar draft4 = MustCompile(
+      R"({"type": "integer", "minimum": 1, "exclusiveMinimum": true, "maximum": 3, "exclusiveMaximum": false})");
+  EXPECT_FALSE(Recognize(draft4, "1"));
+  EXPECT_TRUE(Recognize(draft4, "2"));
+  EXPECT_TRUE(Recognize(draft4, "3"));
+  const Grammar none = MustCompile(R"({"enum": []})");
+  EXPECT_FALSE(Recognize(none, "1"));
+  EXPECT_FALSE(Recognize(none, "null"));
+}
+
+TEST(JsonObjectGrammar, AnyObjectOnly) {
+  absl::StatusOr<Grammar> g = JsonObjectGrammar();
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (const char* ok : {"{}", R"({"a":[1,{"b":null}],"c":"\u00e9\n"})", "{ \"k\" : -1.5e3 }",
+                         "{\n  \"x\": [true, false]\n}"}) {
+    EXPECT_TRUE(Recognize(*g, ok)) << ok;
+  }
+  for (const char* bad : {"[]", "\"x\"", "1", "null", "{\"a\"}", "{\"a\":1,}", "{'a':1}"}) {
+    EXPECT_FALSE(Recognize(*g, bad)) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace minfer::grammar
