@@ -1416,6 +1416,8 @@ class Compiler {
       }
     }
     const auto ap_it = s.find("additionalProperties");
+    // "properties": {} names nothing: the same as no properties.
+    if (props && props->empty()) props = nullptr;
     if (!props && required.empty() && ap_it == s.end()) return Ref(ObjectRule());
     // Additional properties: a schema or true allows them (after the named
     // ones); false forbids them; absent forbids them when the schema names
