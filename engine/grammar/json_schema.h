@@ -35,7 +35,7 @@
 //  - additionalProperties absent: when the schema names `properties`, no
 //    other keys (OpenAI's strict mode, and what XGrammar and llguidance
 //    generate by default: a model should not invent keys); when it names
-//    none ({"type": "object"}), any object. `true` or a schema: additional
+//    none ({"type": "object"}, or "properties": {}), any object. `true` or a schema: additional
 //    keys after the named ones, each any string — one may repeat a named
 //    key (the grammar cannot exclude a set of strings cheaply); `false`:
 //    none. Inside allOf, an absent additionalProperties means "anything"
@@ -105,7 +105,9 @@
 // Limits (a hostile schema costs bounded time and memory): the text's
 // size (max_schema_bytes); its nesting, counted over brackets before
 // parsing (max_depth); schema nesting and allOf/$ref expansion depth
-// (max_depth) and expansion work (20,000 steps); the grammar's size
+// (max_depth; a merged or distributed schema — allOf, $ref with siblings,
+// anyOf with siblings — takes a level or two of its own) and expansion
+// work (20,000 steps); the grammar's size
 // (GrammarLimits, checked by the builder).
 #ifndef MINFER_ENGINE_GRAMMAR_JSON_SCHEMA_H_
 #define MINFER_ENGINE_GRAMMAR_JSON_SCHEMA_H_
