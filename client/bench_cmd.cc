@@ -2,12 +2,15 @@
 // over gRPC or through the OpenAI-compatible HTTP API (--http), so the two
 // front doors can be compared under the same load.
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/bench_report.h"
 #include "client/commands.h"
 #include "client/http_stream.h"
@@ -22,7 +25,8 @@ namespace {
 std::vector<BenchStream> RunBench(client::MinferClient& client,
                                   const std::vector<std::string>& models, int streams_per_model,
                                   int max_tokens, const std::string& prompt, bool chat,
-                                  const client::HttpTarget* http, double* wall_seconds) {
+                                  const client::HttpTarget* http,
+                                  const v1::GenerateRequest& constraint, double* wall_seconds) {
   std::vector<BenchStream> out;
   for (const std::string& m : models) {
     for (int i = 0; i < streams_per_model; ++i) out.push_back({m});
@@ -31,7 +35,7 @@ std::vector<BenchStream> RunBench(client::MinferClient& client,
   const Clock::time_point t0 = Clock::now();
   std::vector<std::thread> threads;
   for (BenchStream& bs : out) {
-    threads.emplace_back([&client, &bs, max_tokens, &prompt, chat, http] {
+    threads.emplace_back([&client, &bs, max_tokens, &prompt, chat, http, &constraint] {
       const Clock::time_point start = Clock::now();
       Clock::time_point first, last;
       int64_t tokens = 0, first_tokens = 0;
@@ -58,7 +62,7 @@ std::vector<BenchStream> RunBench(client::MinferClient& client,
         bs.result.text = std::move(r->text);
         bs.result.usage.set_prompt_tokens(r->prompt_tokens);
       } else {
-        v1::GenerateRequest req;
+        v1::GenerateRequest req = constraint;  // the output constraint, if any
         req.set_model(bs.model);
         if (chat) {
           v1::ChatMessage* m = req.mutable_chat()->add_messages();
@@ -96,7 +100,18 @@ struct BenchArgs {
   std::string prompt = "The quick brown fox jumps over the lazy dog. Once upon a time";
   bool chat = false;
   client::HttpTarget http;  // url from --http (empty: gRPC); the key from --api-key
+  // An output constraint for every stream (gRPC only): a JSON Schema file,
+  // a GBNF file, or a regex. A stream ends early if its grammar completes.
+  std::string json_schema_file, grammar_file, regex;
 };
+
+absl::StatusOr<std::string> ReadBenchFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read '", path, "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 int Bench(BenchArgs& a, const Globals& g, client::MinferClient& client) {
   if (a.streams < 1 || a.tokens < 2) {
@@ -104,8 +119,25 @@ int Bench(BenchArgs& a, const Globals& g, client::MinferClient& client) {
   }
   double wall = 0;
   a.http.api_key = g.client.api_key;  // the global --api-key
-  std::vector<BenchStream> runs = RunBench(client, a.models, a.streams, a.tokens, a.prompt, a.chat,
-                                           a.http.url.empty() ? nullptr : &a.http, &wall);
+  v1::GenerateRequest constraint;
+  if (!a.json_schema_file.empty()) {
+    absl::StatusOr<std::string> text = ReadBenchFile(a.json_schema_file, "--json-schema");
+    if (!text.ok()) return Fail(text.status());
+    constraint.set_json_schema(*std::move(text));
+  } else if (!a.grammar_file.empty()) {
+    absl::StatusOr<std::string> text = ReadBenchFile(a.grammar_file, "--grammar");
+    if (!text.ok()) return Fail(text.status());
+    constraint.set_gbnf(*std::move(text));
+  } else if (!a.regex.empty()) {
+    constraint.set_regex(a.regex);
+  }
+  if (constraint.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET &&
+      !a.http.url.empty()) {
+    return Fail(absl::InvalidArgumentError("bench: output constraints go over gRPC, not --http"));
+  }
+  std::vector<BenchStream> runs =
+      RunBench(client, a.models, a.streams, a.tokens, a.prompt, a.chat,
+               a.http.url.empty() ? nullptr : &a.http, constraint, &wall);
   const BenchSummary summary = SummarizeBench(runs);
   std::cout << (g.json ? BenchJson(runs, summary, wall) : BenchText(runs, summary, wall));
   for (const BenchStream& b : runs) {
@@ -129,6 +161,13 @@ void AddBenchCommand(CLI::App& app, const Globals& g, CommandTable& table) {
   c->add_option("--http", a->http.url,
                 "stream through the OpenAI-compatible HTTP API at this URL "
                 "(http://host:port) instead of gRPC");
+  CLI::Option* schema =
+      c->add_option("--json-schema", a->json_schema_file, "constrain every stream: a JSON Schema file");
+  CLI::Option* grammar =
+      c->add_option("--grammar", a->grammar_file, "constrain every stream: a GBNF file");
+  CLI::Option* regex = c->add_option("--regex", a->regex, "constrain every stream: a regex");
+  schema->excludes(grammar)->excludes(regex);
+  grammar->excludes(regex);
   table.Add(c, [a, &g](client::MinferClient& client) { return Bench(*a, g, client); });
 }
 

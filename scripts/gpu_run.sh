@@ -20,6 +20,11 @@
 #                                        (default 4000) prompt cold and cached, then STREAMS
 #                                        (32) streams sharing a SYSTEM-token (2000) prompt
 #                                        with the cache off and on (BACKEND=cpu for a dry run)
+#   bash .gpu/gpu_run.sh grammar [SPEC [STREAMS..]]
+#                                        structured outputs (issues 27, 33): minferd serving
+#                                        one model (default m7:7b:q4_k_m) to N greedy streams
+#                                        (1 4 16 64), each N unconstrained then constrained by
+#                                        tests/data/grammar/serve_schema.json, twice, alternating
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
 # Logs go to $OUT (when set) so they come back with the device tool.
 set -uo pipefail
@@ -145,6 +150,57 @@ PY
     # One file for the JSON (the device tool brings back a limited number).
     (cd "$out" && tar -cf daemon-json.tar run-*.json run-*.err alone-*.json concurrent-1.json &&
       rm -f run-*.json run-*.err alone-*.json concurrent-1.json)
+    ;;
+  grammar)
+    spec="${1:-m7:7b:q4_k_m}"
+    shift 1 2>/dev/null || shift $#
+    streams=("${@:-1 4 16 64}")
+    read -r -a streams <<< "${streams[*]}"
+    IFS=: read -r name shape type <<< "$spec"
+    schema="$(pwd)/tests/data/grammar/serve_schema.json"
+    prompt="Write a JSON record with a title, many tags and a count."
+    f="/tmp/minfer-models/$shape-$type.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tee -a "$out/mkmodel.log"
+    rm -f /tmp/ready.json
+    minferd --listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9464 --ready-file /tmp/ready.json \
+      > "$out/grammar-minferd.log" 2>&1 &
+    d=$!
+    for _ in $(seq 100); do [[ -f /tmp/ready.json ]] && break; sleep 0.1; done
+    minferctl load "$name" "$f" --backend cuda --ctx 2048 --parallel 64 --queue-size 256 -q \
+      | tee -a "$out/grammar.log"
+    # Warm-up (and the schema's first compile, timed as TTFT).
+    minferctl --json bench "$name" -c 1 -n 16 -p "$prompt" --json-schema "$schema" > "$out/grammar-first.json"
+    minferctl --json bench "$name" -c 1 -n 16 -p "$prompt" --json-schema "$schema" > "$out/grammar-cached.json"
+    for rep in 1 2; do
+      for c in "${streams[@]}"; do
+        minferctl --json bench "$name" -c "$c" -n 128 -p "$prompt" > "$out/grammar-free-$c-$rep.json"
+        minferctl --json bench "$name" -c "$c" -n 128 -p "$prompt" --json-schema "$schema" \
+          > "$out/grammar-json-$c-$rep.json"
+      done
+    done
+    minferctl status "$name" | tee -a "$out/grammar.log"
+    curl -s 127.0.0.1:9464/metrics > "$out/grammar-metrics.txt" 2>/dev/null || true
+    kill -TERM "$d"; wait "$d"; echo "minferd exit: $?" | tee -a "$out/grammar.log"
+    python3 - "$out" "${streams[@]}" <<'PY' | tee -a "$out/grammar.log"
+import json, sys
+out, counts = sys.argv[1], sys.argv[2:]
+def agg(path):
+    r = json.load(open(path))
+    s = [x for x in r["streams"] if x["ok"]]
+    return r["aggregate_tps"], r["failed"], s
+for which in ("first", "cached"):
+    r = json.load(open(f"{out}/grammar-{which}.json"))["streams"][0]
+    print(f"TTFT with the schema {which}: {r['ttft_s']:.4f} s")
+print("| streams | unconstrained tok/s (runs) | constrained tok/s (runs) | constrained / free | failed |")
+print("| ---: | --- | --- | ---: | ---: |")
+for c in counts:
+    free = [agg(f"{out}/grammar-free-{c}-{k}.json") for k in (1, 2)]
+    cons = [agg(f"{out}/grammar-json-{c}-{k}.json") for k in (1, 2)]
+    fa = [a for a, _, _ in free]; ca = [a for a, _, _ in cons]
+    failed = sum(f for _, f, _ in free + cons)
+    print(f"| {c} | {', '.join(f'{a:.1f}' for a in fa)} | {', '.join(f'{a:.1f}' for a in ca)} | "
+          f"{(sum(ca) / len(ca)) / (sum(fa) / len(fa)):.3f} | {failed} |")
+PY
     ;;
   serve)
     spec="${1:-m7:7b:q4_k_m}"; par="${2:-64}"; ctx="${3:-2048}"
