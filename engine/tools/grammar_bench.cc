@@ -176,8 +176,15 @@ absl::Status RunSchema(Context& cx, grammar::GrammarCompiler& compiler, const Js
   tokenizer::EncodeOptions encode;
   encode.parse_special = false;
   encode.add_bos = false;
+  const auto limit = cx.options.schema_time_limit;
+  auto out_of_time = [&] { return limit.count() > 0 && Clock::now() - t0 > limit; };
   if (tests != nullptr) {
     for (size_t t = 0; t < tests->size(); ++t) {
+      if (out_of_time()) {
+        out.timed_out = true;
+        r.instances_skipped += static_cast<int64_t>(tests->size() - t);
+        break;
+      }
       const Json& test = (*tests)[t];
       auto data = test.find("data");
       auto valid = test.find("valid");
@@ -206,7 +213,7 @@ absl::Status RunSchema(Context& cx, grammar::GrammarCompiler& compiler, const Js
   // Random walks: masks at states real decoding reaches, not only those of
   // the test instances. Seeded per schema so a run of a subset reproduces.
   std::mt19937_64 rng(cx.options.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(index));
-  for (int32_t p = 0; p < cx.options.paths; ++p) {
+  for (int32_t p = 0; p < cx.options.paths && !out_of_time(); ++p) {
     grammar::GrammarMatcher m(*cg);
     GrammarWalk w = RandomGrammarWalk(m, rng, cx.options.path_tokens, &cx.mask_us);
     r.walks++;
@@ -231,6 +238,7 @@ absl::Status RunSchema(Context& cx, grammar::GrammarCompiler& compiler, const Js
   r.valid_rejected += out.valid_rejected;
   r.invalid_tested += out.invalid_tested;
   r.invalid_accepted += out.invalid_accepted;
+  if (out.timed_out) r.timed_out++;
   if (out.passing()) r.passing++;
   r.outcomes.push_back(std::move(out));
   return absl::OkStatus();
@@ -324,6 +332,7 @@ absl::StatusOr<GrammarBenchReport> RunGrammarBench(
           absl::StrCat("line ", line_no, ": not a JSON object with a \"schema\""));
     }
     RETURN_IF_ERROR(RunSchema(cx, compiler, line, report.schemas));
+    if (options.progress) options.progress(report);
   }
   if (in.bad()) return absl::DataLossError(absl::StrCat("read error after line ", line_no));
 
@@ -357,6 +366,7 @@ nlohmann::ordered_json GrammarBenchReport::ToJson() const {
   j["invalid_tested"] = invalid_tested;
   j["invalid_accepted"] = invalid_accepted;
   j["instances_skipped"] = instances_skipped;
+  j["timed_out"] = timed_out;
   j["mask_mismatches"] = mask_mismatches;
   j["dead_ends"] = dead_ends;
   j["masks"] = masks;
@@ -398,6 +408,7 @@ std::string GrammarBenchReport::ToTable() const {
                         pct(invalid_accepted, invalid_tested));
   absl::StrAppendFormat(&s, "%-22s %10d\n", "mask mismatches", mask_mismatches);
   absl::StrAppendFormat(&s, "%-22s %10d\n", "dead ends", dead_ends);
+  if (timed_out > 0) absl::StrAppendFormat(&s, "%-22s %10d\n", "schemas timed out", timed_out);
   absl::StrAppendFormat(&s, "\n%-22s %10s %10s %10s\n", "", "p50", "p99", "max");
   absl::StrAppendFormat(&s, "%-22s %10.1f %10.1f %10.1f   (%d masks)\n", "mask (us)", mask_us_p50,
                         mask_us_p99, mask_us_max, masks);

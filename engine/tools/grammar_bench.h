@@ -27,6 +27,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <istream>
 #include <map>
 #include <memory>
@@ -41,6 +42,8 @@
 
 namespace minfer::tools {
 
+struct GrammarBenchReport;
+
 struct GrammarBenchOptions {
   int64_t limit = 0;         // schemas read at most (0: all)
   int32_t paths = 2;         // random walks per compiled schema
@@ -49,6 +52,12 @@ struct GrammarBenchOptions {
   // Compilation cap: a schema past it counts as refused.
   std::chrono::milliseconds compile_time_limit{2000};
   grammar::JsonOptions json;
+  // Wall time one schema's instances and walks may take (0: no limit); past
+  // it the schema's remaining instances and walks are skipped and it does
+  // not pass (MaskBench gives each engine a per-schema timeout too).
+  std::chrono::milliseconds schema_time_limit{0};
+  // Called after every schema (progress reports on long runs).
+  std::function<void(const GrammarBenchReport&)> progress;
 };
 
 // One instance judged wrongly, or a walk that hit a dead end.
@@ -69,7 +78,10 @@ struct GrammarSchemaOutcome {
   bool compile_cache_hit = false;  // a repeated schema: answered by the cache
   int32_t valid_tested = 0, valid_rejected = 0;
   int32_t invalid_tested = 0, invalid_accepted = 0;
-  bool passing() const { return compiled && valid_rejected == 0 && invalid_accepted == 0; }
+  bool timed_out = false;  // schema_time_limit cut its instances short
+  bool passing() const {
+    return compiled && !timed_out && valid_rejected == 0 && invalid_accepted == 0;
+  }
 };
 
 struct GrammarBenchReport {
@@ -78,6 +90,9 @@ struct GrammarBenchReport {
   int64_t invalid_tested = 0, invalid_accepted = 0;
   // Instances of refused schemas (not fed to any matcher).
   int64_t instances_skipped = 0;
+  // Schemas cut short by schema_time_limit (their untested instances are
+  // counted in instances_skipped).
+  int64_t timed_out = 0;
   // Masks that disagreed with AcceptToken (a matcher bug), and walks that
   // reached a state allowing no token at all (a grammar bug).
   int64_t mask_mismatches = 0, dead_ends = 0;

@@ -31,6 +31,8 @@ struct BenchArgs {
   bool json = false;
   int32_t rows = 0;
   int32_t time_limit_ms = 2000;
+  double schema_time_limit_s = 0;
+  bool progress = false;
   GrammarBenchOptions options;
 };
 
@@ -72,6 +74,16 @@ absl::Status RunBench(const BenchArgs& args) {
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", args.schemas, "'"));
   GrammarBenchOptions options = args.options;
   options.compile_time_limit = std::chrono::milliseconds(args.time_limit_ms);
+  options.schema_time_limit =
+      std::chrono::milliseconds(static_cast<int64_t>(args.schema_time_limit_s * 1000));
+  if (args.progress) {
+    options.progress = [](const GrammarBenchReport& r) {
+      if (r.schemas % 100 != 0) return;
+      std::cerr << r.schemas << " schemas: " << r.compiled << " compiled, " << r.passing
+                << " passing, " << r.valid_rejected << " valid rejected, " << r.invalid_accepted
+                << " invalid accepted\n";
+    };
+  }
   absl::StatusOr<GrammarBenchReport> report = RunGrammarBench(*v.tok, v.vocab, in, options);
   if (!report.ok()) {
     return absl::Status(report.status().code(),
@@ -131,6 +143,10 @@ int BenchCommand(int argc, char** argv) {
   app.add_option("--seed", a.options.seed, "Seed of the random paths");
   app.add_option("--time-limit-ms", a.time_limit_ms,
                  "Compilation cap per schema; a schema past it counts as refused");
+  app.add_option("--schema-time-limit-s", a.schema_time_limit_s,
+                 "Time one schema's instances and walks may take (0: no limit); past it the "
+                 "schema does not pass");
+  app.add_flag("--progress", a.progress, "Report progress on stderr every 100 schemas");
   app.add_option("--max-whitespace", a.options.json.max_whitespace,
                  "Whitespace bytes allowed between JSON tokens");
   app.add_option("--rows", a.rows,
