@@ -182,7 +182,7 @@ TEST(GrammarFuzzTest, WholeQwenVocabulary) {
   // Masks over free text cost the most here; shorter walks, and a floor
   // that one round over the set reaches.
   const size_t judged = FuzzAndJudge(targets, 7, 128, 2000, std::chrono::seconds(20));
-  EXPECT_GE(judged, 30u);
+  EXPECT_GE(judged, 20u);
 }
 
 }  // namespace
