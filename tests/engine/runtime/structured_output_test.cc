@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "engine/grammar/matcher.h"
 #include "engine/grammar/spec.h"
 #include "engine/runtime/engine.h"
@@ -106,8 +107,9 @@ TEST(StructuredOutputTest, RandomModelOutputsValidateAndMostFinishByStop) {
     std::cout << c.name << ": " << FinishReasonName(c.reason) << " after " << c.tokens
               << " tokens\n";
     if (c.reason != FinishReason::kEos) {
-      std::cout << "  " << c.text.substr(0, 100) << " ... "
-                << c.text.substr(c.text.size() > 100 ? c.text.size() - 100 : 0) << "\n";
+      std::cout << "  " << absl::CEscape(c.text.substr(0, 100)) << " ... "
+                << absl::CEscape(c.text.substr(c.text.size() > 100 ? c.text.size() - 100 : 0))
+                << "\n";
       // Unfinished outputs hit the cap, never anything else.
       EXPECT_EQ(c.reason, FinishReason::kLength) << c.name;
       continue;
