@@ -120,6 +120,7 @@ struct Automata {
   // grammar (FOLLOW sets): a token returning from the classified position's
   // rule with a next byte outside it dies in every context.
   std::vector<ByteSet> follow;
+  std::vector<bool> wide_rule;  // InlineRules' "wide": classified context-free
   int32_t root_rule = 0;
   // Lazily computed classes per node (null until needed).
   std::unique_ptr<std::atomic<const Classes*>[]> classes;
@@ -285,8 +286,9 @@ void AddRanges(const ByteSet& set, int32_t to, std::vector<ByteEdge>* out) {
 // is used and are classified once for all of them (and for every grammar
 // that has the same rule).
 constexpr int64_t kInlineExprs = 64;
+constexpr int64_t kInlineStarredExprs = 4096;
 
-std::vector<bool> InlineRules(const Grammar& g) {
+std::vector<bool> InlineRules(const Grammar& g, std::vector<bool>* wide_out) {
   const int32_t nr = static_cast<int32_t>(g.rules().size());
   std::vector<std::vector<int32_t>> calls(nr);
   std::vector<int64_t> own(nr, 0);
@@ -308,7 +310,10 @@ std::vector<bool> InlineRules(const Grammar& g) {
         big_bytes[r] = true;
         if (under_star) wide[r] = true;
       }
-      const bool star = under_star || (e.kind == ExprKind::kRepeat && e.max == kUnbounded);
+      // Repeated: unbounded, or bounded above 1 (a string's {m,n} characters
+      // repeat the character rule just the same).
+      const bool star = under_star || (e.kind == ExprKind::kRepeat &&
+                                       (e.max == kUnbounded || e.max > 1));
       for (ExprId c : e.children) stack.push_back({c, star});
     }
   }
@@ -386,15 +391,24 @@ std::vector<bool> InlineRules(const Grammar& g) {
     for (int32_t c : calls[r]) {
       if (!recursive[c] && !wide[c] && c != r) {
         const int64_t cs = sized(c);
-        if (cs <= kInlineExprs) total += cs;
+        if (cs <= kInlineStarredExprs) total += cs;
       }
     }
     size[r] = total;
     return total;
   };
+  // A rule repeated without bound (a string's character) is inlined even
+  // when larger: left a rule, every token longer than one repetition would
+  // cross its end, i.e. be context-dependent at every position inside.
+  std::vector<bool> starred(nr, false);
   for (int32_t r = 0; r < nr; ++r) {
-    out[r] = !recursive[r] && !wide[r] && r != g.root() && sized(r) <= kInlineExprs;
+    for (int32_t c : star_calls[r]) starred[c] = true;
   }
+  for (int32_t r = 0; r < nr; ++r) {
+    const int64_t limit = starred[r] ? kInlineStarredExprs : kInlineExprs;
+    out[r] = !recursive[r] && !wide[r] && r != g.root() && sized(r) <= limit;
+  }
+  *wide_out = wide;
   return out;
 }
 
@@ -531,7 +545,8 @@ absl::Status BuildAutomata(const Grammar& g, Automata* a,
   const int64_t max_states = g.limits().max_states;
   a->rule_start.assign(g.rules().size(), -1);
   a->root_rule = g.root();
-  const std::vector<bool> inline_rule = InlineRules(g);
+  std::vector<bool> wide;
+  const std::vector<bool> inline_rule = InlineRules(g, &wide);
   RuleBuilder rb(g, max_states, &inline_rule);
   std::vector<RuleBuilder::ENode> en;
   std::vector<int32_t> closure_mark;
@@ -633,6 +648,13 @@ absl::Status BuildAutomata(const Grammar& g, Automata* a,
     a->node_rule.resize(a->nodes.size(), r);
   }
   ComputeFollow(a);
+  // A wide rule's positions are classified without its FOLLOW set (any
+  // byte may follow): they cost a walk of most of the vocabulary, and this
+  // way they are the same classes in every grammar that has the rule.
+  a->wide_rule = wide;
+  for (size_t r = 0; r < a->follow.size(); ++r) {
+    if (a->wide_rule[r]) a->follow[r].set();
+  }
   a->classes.reset(new std::atomic<const Classes*>[a->nodes.size()]);
   for (size_t i = 0; i < a->nodes.size(); ++i) a->classes[i].store(nullptr);
   return absl::OkStatus();
@@ -1174,6 +1196,18 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::CompileG
     GrammarMatcher m(cg);
     std::vector<uint32_t> mask(vocab_->mask_words());
     m.FillNextTokenBitmask(mask.data());
+  }
+  // And every position of a wide rule (a string body): each costs a walk of
+  // most of the vocabulary, which would otherwise land on some later mask
+  // of the engine's step; they are shared by every grammar with the rule,
+  // so after the first such grammar this is lookups.
+  {
+    const internal::Automata& a = *cg->automata_;
+    for (size_t node = 0; node < a.nodes.size(); ++node) {
+      if (!a.wide_rule[a.node_rule[node]] || a.nodes[node].bytes.empty()) continue;
+      if (std::chrono::steady_clock::now() > deadline) break;  // reported below
+      GetClasses(*cg, a, classes_.get(), static_cast<int32_t>(node));
+    }
   }
   cg->compile_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
