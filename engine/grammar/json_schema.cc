@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -145,8 +146,25 @@ const absl::flat_hash_set<std::string>& Supported() {
   return *s;
 }
 
+// JSON Schema keywords (any draft) that change which instances are valid
+// and that this compiler does not enforce: refused by name.
+const absl::flat_hash_set<std::string>& KnownUnsupported() {
+  static const auto* s = new absl::flat_hash_set<std::string>{
+      "not",           "if",               "then",          "else",
+      "patternProperties", "minProperties", "maxProperties", "unevaluatedProperties",
+      "unevaluatedItems", "contains",      "minContains",   "maxContains",
+      "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
+      "$dynamicRef",   "$recursiveRef"};
+  return *s;
+}
+
+// A keyword that does not change validity: a listed annotation, an x-
+// extension, or a keyword JSON Schema does not define at all (validators
+// ignore unknown keywords; real schemas carry many: "example", "_format",
+// "javaType", ...).
 bool IsAnnotation(const std::string& key) {
-  return Annotations().contains(key) || absl::StartsWith(key, "x-");
+  return Annotations().contains(key) || absl::StartsWith(key, "x-") ||
+         (!Supported().contains(key) && !KnownUnsupported().contains(key));
 }
 
 // Type bits. "number" is kNumber|kInteger so that intersecting it with
@@ -550,6 +568,49 @@ class Compiler {
     if (!run.empty()) items.push_back(Lit(run));
     items.push_back(Lit("\""));
     return b_.Seq(std::move(items));
+  }
+
+  // A JSON string whose value is none of `names`: an additional property's
+  // key must differ from every named property (else a named property could
+  // be written again as an "additional" one with any value, and an invalid
+  // instance would pass). A trie over the names' code points: at each node
+  // the key either continues with a child's code point (in any spelling),
+  // diverges with any other character and then anything, or ends where no
+  // name ends.
+  ExprId KeyExcluding(const std::vector<std::string>& names) {
+    struct TrieNode {
+      std::map<uint32_t, int> next;
+      bool terminal = false;
+    };
+    std::vector<TrieNode> trie(1);
+    for (const std::string& name : names) {
+      int at = 0;
+      for (uint32_t cp : DecodeUtf8(name)) {
+        auto it = trie[at].next.find(cp);
+        if (it == trie[at].next.end()) {
+          trie.emplace_back();
+          it = trie[at].next.emplace(cp, static_cast<int>(trie.size() - 1)).first;
+        }
+        at = it->second;
+      }
+      trie[at].terminal = true;
+    }
+    const ExprId any_rest = b_.Star(Ref(CharRule()));
+    std::function<ExprId(int)> other = [&](int at) -> ExprId {
+      std::vector<ExprId> alts;
+      if (!trie[at].terminal) alts.push_back(b_.Empty());
+      Ranges diverge;
+      uint32_t from = 0;
+      for (const auto& [cp, child] : trie[at].next) {
+        alts.push_back(b_.Seq({CharSet({{cp, cp}}), other(child)}));
+        if (cp > from) diverge.emplace_back(from, cp - 1);
+        from = cp + 1;
+      }
+      if (from <= 0x10FFFF) diverge.emplace_back(from, 0x10FFFF);
+      if (!diverge.empty()) alts.push_back(b_.Seq({CharSet(diverge), any_rest}));
+      return b_.Alt(std::move(alts));
+    };
+    return b_.Seq({Lit("\""), other(0), Lit("\"")});
   }
 
   // ---- Numbers.
@@ -1459,8 +1520,10 @@ class Compiler {
     const size_t n = list.size();
     ExprId extra_member = -1;
     if (extra) {
-      extra_member = Shared(b_.Seq({Ref(StringRule()), Ws(), Lit(":"), Ws(), extra_value}),
-                            "additional-member");
+      std::vector<std::string> named;
+      for (const Prop& p : list) named.push_back(p.name);
+      const ExprId key = named.empty() ? Ref(StringRule()) : KeyExcluding(named);
+      extra_member = Shared(b_.Seq({key, Ws(), Lit(":"), Ws(), extra_value}), "additional-member");
     }
     // rest(i): the members from i on when one was already written, each
     // with its leading comma; optional ones may be skipped. Linear in the

@@ -647,6 +647,42 @@ absl::Status BuildAutomata(const Grammar& g, Automata* a,
     a->rule_start[r] = base;
     a->node_rule.resize(a->nodes.size(), r);
   }
+  // Drop what can never complete (a branch into an impossible value, say
+  // `"items": false` after prefix items): otherwise a path could enter it
+  // and the matcher would allow no token there (a dead end).
+  {
+    const size_t nn = a->nodes.size();
+    std::vector<bool> live(nn, false);
+    auto productive = [&](int32_t r) { return a->rule_start[r] >= 0 && live[a->rule_start[r]]; };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t x = 0; x < nn; ++x) {
+        if (live[x]) continue;
+        const Node& nd = a->nodes[x];
+        bool l = nd.accept;
+        for (const ByteEdge& e : nd.bytes) l = l || live[e.to];
+        for (const RefEdge& re : nd.refs) l = l || (productive(re.rule) && live[re.to]);
+        if (l) {
+          live[x] = true;
+          changed = true;
+        }
+      }
+    }
+    if (!productive(a->root_rule)) {
+      return absl::InvalidArgumentError(
+          "the grammar matches nothing (no value satisfies it)");
+    }
+    for (Node& nd : a->nodes) {
+      nd.bytes.erase(std::remove_if(nd.bytes.begin(), nd.bytes.end(),
+                                    [&](const ByteEdge& e) { return !live[e.to]; }),
+                     nd.bytes.end());
+      nd.refs.erase(std::remove_if(nd.refs.begin(), nd.refs.end(),
+                                   [&](const RefEdge& e) {
+                                     return !productive(e.rule) || !live[e.to];
+                                   }),
+                    nd.refs.end());
+    }
+  }
   ComputeFollow(a);
   // A wide rule's positions are classified without its FOLLOW set (any
   // byte may follow): they cost a walk of most of the vocabulary, and this

@@ -139,13 +139,27 @@ TEST(JsonSchemaCases, GrammarAndAjvAgreeWithTheLabels) {
   }
 }
 
+// Keywords JSON Schema does not define are annotations: validators ignore
+// them, so the grammar is the one without them (MaskBench's real schemas
+// carry "_format", "javaType", "example", OpenAPI's "nullable", ...).
+TEST(JsonSchemaKeywords, UnknownKeywordsAreIgnoredAsValidatorsDo) {
+  for (const char* kw : {"nullable", "someMadeUpKeyword", "_format", "example", "javaType"}) {
+    auto with = JsonSchemaToGrammar(
+        absl::StrCat(R"({"type": "array", "items": {"type": "integer", ")", kw, R"(": true}})"));
+    auto without = JsonSchemaToGrammar(R"({"type": "array", "items": {"type": "integer"}})");
+    ASSERT_TRUE(with.ok()) << kw << ": " << with.status();
+    ASSERT_TRUE(without.ok());
+    EXPECT_EQ(with->ToString(), without->ToString()) << kw;
+  }
+}
+
 TEST(JsonSchemaRefusals, UnsupportedKeywordsNameThemselvesAndTheirLocation) {
   EXPECT_EQ(Refusal(R"({"properties": {"a": {"type": "object", "patternProperties": {"x": {}}}}})"),
             "unsupported keyword 'patternProperties' at /properties/a");
   for (const char* kw : {"not", "if", "minProperties", "maxProperties", "contains",
                          "dependentRequired", "dependentSchemas", "unevaluatedProperties",
                          "unevaluatedItems", "propertyNames", "minContains", "$dynamicRef",
-                         "nullable", "someMadeUpKeyword"}) {
+                         "dependencies", "patternProperties"}) {
     EXPECT_EQ(Refusal(absl::StrCat(R"({"type": "array", "items": {")", kw, R"(": {}}})")),
               absl::StrCat("unsupported keyword '", kw, "' at /items"));
   }
@@ -398,6 +412,30 @@ TEST(JsonObjectGrammar, AnyObjectOnly) {
   for (const char* bad : {"[]", "\"x\"", "1", "null", "{\"a\"}", "{\"a\":1,}", "{'a':1}"}) {
     EXPECT_FALSE(Recognize(*g, bad)) << bad;
   }
+}
+
+}  // namespace
+}  // namespace minfer::grammar
+
+namespace minfer::grammar {
+namespace {
+
+// An additional property may not reuse a named property's key, in any
+// spelling: else {"a": 9} would pass as an "additional" member although "a"
+// allows at most 3 (MaskBench found such instances accepted).
+TEST(JsonSchemaAdditional, KeysOfNamedPropertiesAreNotAdditional) {
+  auto g = JsonSchemaToGrammar(
+      R"({"properties": {"a": {"type": "integer", "maximum": 3}, "ab": {"type": "string"}},
+          "additionalProperties": true})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(testing::Recognize(*g, R"({"a":1})"));
+  EXPECT_TRUE(testing::Recognize(*g, R"({"a":1,"b":9})"));
+  EXPECT_TRUE(testing::Recognize(*g, R"({"a":1,"abc":9,"":0,"\u00e9":1})"));
+  EXPECT_FALSE(testing::Recognize(*g, R"({"a":9})"));
+  EXPECT_FALSE(testing::Recognize(*g, R"({"a":1,"a":9})"));
+  EXPECT_FALSE(testing::Recognize(*g, R"({"ab":7})"));
+  EXPECT_FALSE(testing::Recognize(*g, R"({"\u0061":9})"));
+  EXPECT_FALSE(testing::Recognize(*g, R"({"a\u0062":7})"));
 }
 
 }  // namespace
