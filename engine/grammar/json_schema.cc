@@ -374,12 +374,21 @@ class Compiler {
     }
     return string_;
   }
+  // `min` or more digits of an unbounded number's part, the part at most
+  // max_number_digits long (`after_lead`: its first digit, [1-9], is
+  // already written).
+  ExprId NumberDigits(int32_t min, bool after_lead) {
+    const int32_t cap = options_.max_number_digits;
+    if (cap <= 0) return b_.Repeat(Digit(), min, kUnbounded);
+    return b_.Repeat(Digit(), min, std::max(min, after_lead ? cap - 1 : cap));
+  }
   RuleId IntegerRule() {
     if (integer_ < 0) {
       integer_ = b_.AddRule(
           "json-integer",
           b_.Seq({b_.Optional(Lit("-")),
-                  b_.Alt({Lit("0"), b_.Seq({b_.ByteRange('1', '9'), b_.Star(Digit())})})}));
+                  b_.Alt({Lit("0"), b_.Seq({b_.ByteRange('1', '9'),
+                                            NumberDigits(0, /*after_lead=*/true)})})}));
     }
     return integer_;
   }
@@ -392,9 +401,12 @@ class Compiler {
       sign.set('-');
       number_ = b_.AddRule(
           "json-number",
-          b_.Seq({Ref(IntegerRule()), b_.Optional(b_.Seq({Lit("."), b_.Plus(Digit())})),
+          b_.Seq({Ref(IntegerRule()),
+                  b_.Optional(b_.Seq({Lit("."), NumberDigits(1, /*after_lead=*/false)})),
                   b_.Optional(b_.Seq({b_.Bytes(e), b_.Optional(b_.Bytes(sign)),
-                                      b_.Plus(Digit())}))}));
+                                      options_.max_number_digits > 0
+                                          ? b_.Repeat(Digit(), 1, 4)
+                                          : b_.Plus(Digit())}))}));
     }
     return number_;
   }

@@ -126,6 +126,13 @@ struct JsonOptions {
   // a newline plus indentation while keeping a model from emitting endless
   // whitespace.
   int32_t max_whitespace = 16;
+  // Digits of an unbounded JSON number: at most this many in its integer
+  // part, and in its fraction; its exponent at most 4 (past any double).
+  // 0 = no cap. Like the whitespace cap, it keeps a model from writing a
+  // number forever (a random model at temperature 1 otherwise rarely stops
+  // one); 32 digits are past any IEEE double's precision, so real values
+  // fit. Bounded numbers (minimum/maximum) are exact as always.
+  int32_t max_number_digits = 32;
   // Caps on the input: schema text bytes, and nesting depth (of the text's
   // brackets, of schemas, and of allOf/$ref expansion).
   int64_t max_schema_bytes = 1 << 20;

@@ -37,8 +37,8 @@ std::string GrammarSpec::Key() const {
   switch (kind) {
     case GrammarKind::kJsonSchema:
     case GrammarKind::kJsonObject:
-      absl::StrAppend(&key, "|json=", json.max_whitespace, ",", json.max_schema_bytes, ",",
-                      json.max_depth);
+      absl::StrAppend(&key, "|json=", json.max_whitespace, ",", json.max_number_digits, ",",
+                      json.max_schema_bytes, ",", json.max_depth);
       break;
     default: break;
   }

@@ -440,3 +440,31 @@ TEST(JsonSchemaAdditional, KeysOfNamedPropertiesAreNotAdditional) {
 
 }  // namespace
 }  // namespace minfer::grammar
+
+namespace minfer::grammar {
+namespace {
+
+// Unbounded numbers have at most max_number_digits digits per part (32 by
+// default; 0 lifts the cap); bounded ones are exact regardless.
+TEST(JsonSchemaNumbers, UnboundedNumbersAreCappedInLength) {
+  const std::string d32(32, '7'), d33(33, '7');
+  auto g = JsonSchemaToGrammar(R"({"type": "array", "items": {"type": "number"}})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(testing::Recognize(*g, "[" + d32 + "]"));
+  EXPECT_FALSE(testing::Recognize(*g, "[" + d33 + "]"));
+  EXPECT_TRUE(testing::Recognize(*g, "[-1." + d32 + "e-1234]"));
+  EXPECT_FALSE(testing::Recognize(*g, "[1." + d33 + "]"));
+  EXPECT_FALSE(testing::Recognize(*g, "[1e12345]"));
+  JsonOptions uncapped;
+  uncapped.max_number_digits = 0;
+  auto u = JsonSchemaToGrammar(R"({"type": "array", "items": {"type": "integer"}})", uncapped);
+  ASSERT_TRUE(u.ok());
+  EXPECT_TRUE(testing::Recognize(*u, "[" + d33 + d33 + "]"));
+  auto bounded = JsonSchemaToGrammar(R"({"type": "integer", "minimum": 0, "maximum": 5})");
+  ASSERT_TRUE(bounded.ok());
+  EXPECT_TRUE(testing::Recognize(*bounded, "5"));
+  EXPECT_FALSE(testing::Recognize(*bounded, "6"));
+}
+
+}  // namespace
+}  // namespace minfer::grammar

@@ -3,10 +3,10 @@
 // JSON mode), batched in one Engine. Every output that finishes by `stop`
 // (the grammar complete and an end token drawn: FinishReason::kEos) must
 // parse as JSON and validate against its schema — judged by ajv. Issue 27
-// asks that at least 80% finish that way within 1,500 tokens; today about
-// 64% do (the model loops in unbounded numbers and strings: a default cap
-// on number length, like the whitespace cap, is the planned fix), so this
-// test holds the line at 60% until then. A
+// asks that at least 80% finish that way within 1,500 tokens; today 74% do
+// (39 of 53: with unbounded numbers capped at 32 digits per part, the
+// model still loops in free strings, date-time fractions and bounded
+// decimals' fractions), so this test holds the line at 70% until then. A
 // random model is a harsh writer: it has no idea of JSON, so every choice
 // it makes between what the grammar allows is arbitrary.
 #include <iostream>
@@ -127,9 +127,9 @@ TEST(StructuredOutputTest, RandomModelOutputsValidateAndMostFinishByStop) {
     EXPECT_TRUE(v.json && v.valid) << cases[which[k]].name << ": " << v.error << "\n  "
                                    << outputs[k].second;
   }
-  // At least 60% finish by stop within 1,500 tokens (the issue's target,
+  // At least 70% finish by stop within 1,500 tokens (the issue's target,
   // 80%, is not reached yet: see the file comment).
-  EXPECT_GE(outputs.size() * 5, cases.size() * 3)
+  EXPECT_GE(outputs.size() * 10, cases.size() * 7)
       << outputs.size() << " of " << cases.size() << " finished by stop";
 }
 
