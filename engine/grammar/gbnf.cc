@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer/unicode.h"
 
 namespace minfer::grammar {
 namespace {
@@ -25,23 +26,6 @@ bool IsHex(char c) {
 }
 uint32_t HexValue(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
 
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 // Recursive descent over the text's bytes. Rules are declared in the
 // builder when first named (defined or referenced) so references may come
@@ -417,7 +401,7 @@ class GbnfParser {
       if (cp >= 0xD800 && cp <= 0xDFFF) {
         return Fail(char_at, "a surrogate code point can not appear in UTF-8 text");
       }
-      AppendUtf8(cp, &bytes);
+      tokenizer::AppendUtf8(cp, &bytes);
     }
     return b_.Literal(bytes);
   }

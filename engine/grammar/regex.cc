@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer/unicode.h"
 
 namespace minfer::grammar {
 namespace {
@@ -18,23 +19,6 @@ constexpr int kMaxGroupDepth = 200;
 
 bool IsSurrogate(uint32_t cp) { return cp >= 0xD800 && cp <= 0xDFFF; }
 
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 // Sorted, merged, clipped to 0..10FFFF, surrogates cut out: the form the
 // char_set hook is promised.
@@ -230,7 +214,7 @@ class RegexParser {
     if (IsSurrogate(cp)) return b_.Nothing();
     if (opts_.char_set) return EmitSet({{cp, cp}});
     std::string s;
-    AppendUtf8(cp, &s);
+    tokenizer::AppendUtf8(cp, &s);
     return b_.Literal(s);
   }
   ExprId AnyString() {
@@ -300,7 +284,7 @@ class RegexParser {
     std::string run;
     for (const Item& it : items) {
       if (it.cp >= 0) {
-        AppendUtf8(static_cast<uint32_t>(it.cp), &run);
+        tokenizer::AppendUtf8(static_cast<char32_t>(it.cp), &run);
         continue;
       }
       if (!run.empty()) {
