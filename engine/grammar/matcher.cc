@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <functional>
 
 #include "absl/container/flat_hash_set.h"
@@ -122,6 +123,9 @@ struct Automata {
   std::vector<ByteSet> follow;
   std::vector<bool> wide_rule;  // InlineRules' "wide": classified context-free
   int32_t root_rule = 0;
+  // Unique per automata ever built (never reused, unlike an address): the
+  // key of positions too large to share between grammars (PositionKey).
+  uint64_t uid = 0;
   // Lazily computed classes per node (null until needed).
   std::unique_ptr<std::atomic<const Classes*>[]> classes;
   std::mutex mu;
@@ -368,19 +372,40 @@ std::vector<bool> InlineRules(const Grammar& g, std::vector<bool>* wide_out) {
   }
   // A rule repeating (unboundedly) a callee that holds a large byte set,
   // directly or through its own callees, is wide too: `string ::= "\""
-  // char* "\""` with `char ::= [^"\\] | ...`.
-  std::vector<int8_t> holds(nr, -1);  // -1 unknown, 0/1
+  // char* "\""` with `char ::= [^"\\] | ...`. The search stops at rules
+  // that are wide themselves: an array of strings repeats the string rule,
+  // but its own positions are structural (a quote, a comma, a bracket),
+  // and classifying every one of them, and of every object holding such an
+  // array, up front would walk the vocabulary for nothing. Callees are
+  // decided first (memoized; a cycle's provisional answer is its direct one).
+  std::vector<int8_t> wide_memo(nr, -1), holds(nr, -1);
+  std::function<bool(int32_t)> is_wide;
   std::function<bool(int32_t)> holds_big = [&](int32_t r) -> bool {
     if (holds[r] >= 0) return holds[r] == 1;
-    holds[r] = big_bytes[r] ? 1 : 0;  // provisional for cycles
-    bool h = big_bytes[r];
-    for (int32_t c : calls[r]) h = h || holds_big(c);
+    // Only a rule of bytes counts (a character: `char ::= [^"\\] | escape`,
+    // calling at most small leaves such as a hex digit); a member of an
+    // object holds a key's byte sets too, but repeating members makes an
+    // object body, whose positions are structural.
+    const bool char_like =
+        big_bytes[r] && std::all_of(calls[r].begin(), calls[r].end(), [&](int32_t c) {
+          return calls[c].empty() && own[c] <= kInlineExprs;
+        });
+    holds[r] = char_like ? 1 : 0;  // provisional for cycles
+    bool h = char_like;
+    for (int32_t c : calls[r]) h = h || (!is_wide(c) && holds_big(c));
     holds[r] = h ? 1 : 0;
     return h;
   };
-  for (int32_t r = 0; r < nr; ++r) {
-    for (int32_t c : star_calls[r]) wide[r] = wide[r] || holds_big(c);
-  }
+  is_wide = [&](int32_t r) -> bool {
+    if (wide_memo[r] >= 0) return wide_memo[r] == 1;
+    wide_memo[r] = wide[r] ? 1 : 0;  // provisional for cycles
+    bool w = wide[r];
+    for (int32_t c : star_calls[r]) w = w || (!recursive[c] && !is_wide(c) && holds_big(c));
+    wide_memo[r] = w ? 1 : 0;
+    return w;
+  };
+  for (int32_t r = 0; r < nr; ++r) is_wide(r);
+  for (int32_t r = 0; r < nr; ++r) wide[r] = wide_memo[r] == 1;
   // Inlined size, callees first (non-recursive rules form a DAG).
   std::vector<int64_t> size(nr, -1);
   std::vector<bool> out(nr, false);
@@ -420,10 +445,14 @@ void MergeEquivalent(std::vector<Node>* nodes) {
   const int32_t n = static_cast<int32_t>(nodes->size());
   std::vector<int32_t> rep(n);
   for (int32_t i = 0; i < n; ++i) rep[i] = i;
+  auto find = [&](int32_t x) {
+    while (rep[x] != x) x = rep[x];
+    return x;
+  };
   auto normalize = [&](Node& nd) {
     std::vector<std::pair<int32_t, ByteSet>> by_target;
     for (const ByteEdge& e : nd.bytes) {
-      const int32_t t = rep[e.to];
+      const int32_t t = find(e.to);
       auto it = std::find_if(by_target.begin(), by_target.end(),
                              [&](const auto& p) { return p.first == t; });
       if (it == by_target.end()) it = by_target.insert(by_target.end(), {t, ByteSet()});
@@ -434,7 +463,7 @@ void MergeEquivalent(std::vector<Node>* nodes) {
     std::sort(nd.bytes.begin(), nd.bytes.end(), [](const ByteEdge& x, const ByteEdge& y) {
       return x.lo != y.lo ? x.lo < y.lo : x.to < y.to;
     });
-    for (RefEdge& e : nd.refs) e.to = rep[e.to];
+    for (RefEdge& e : nd.refs) e.to = find(e.to);
     std::sort(nd.refs.begin(), nd.refs.end(), [](const RefEdge& x, const RefEdge& y) {
       return x.rule != y.rule ? x.rule < y.rule : x.to < y.to;
     });
@@ -444,10 +473,43 @@ void MergeEquivalent(std::vector<Node>* nodes) {
                               }),
                   nd.refs.end());
   };
+  // Successors before predecessors (a post-order of the edges' targets):
+  // one pass then merges a whole acyclic tail — a chain of N string
+  // positions bounded by maxLength merges in one pass, where index order
+  // would take N passes over every node. Further passes only pick up what
+  // back edges (cycles) hid.
+  std::vector<int32_t> order;
+  order.reserve(n);
+  {
+    std::vector<uint8_t> state(n, 0);  // 0 new, 1 open, 2 done
+    std::vector<std::pair<int32_t, size_t>> dfs;
+    for (int32_t s0 = 0; s0 < n; ++s0) {
+      if (state[s0] != 0) continue;
+      state[s0] = 1;
+      dfs.emplace_back(s0, 0);
+      while (!dfs.empty()) {
+        auto& [v, k] = dfs.back();
+        const Node& nd = (*nodes)[v];
+        const size_t nb = nd.bytes.size();
+        if (k < nb + nd.refs.size()) {
+          const int32_t w = k < nb ? nd.bytes[k].to : nd.refs[k - nb].to;
+          ++k;
+          if (state[w] == 0) {
+            state[w] = 1;
+            dfs.emplace_back(w, 0);
+          }
+          continue;
+        }
+        state[v] = 2;
+        order.push_back(v);
+        dfs.pop_back();
+      }
+    }
+  }
   for (bool changed = true; changed;) {
     changed = false;
     absl::flat_hash_map<std::string, int32_t> seen;
-    for (int32_t i = 0; i < n; ++i) {
+    for (const int32_t i : order) {
       if (rep[i] != i) continue;
       Node& nd = (*nodes)[i];
       normalize(nd);
@@ -464,7 +526,12 @@ void MergeEquivalent(std::vector<Node>* nodes) {
       }
       auto [it, inserted] = seen.try_emplace(sig, i);
       if (!inserted) {
-        rep[i] = it->second;
+        if (i == 0) {  // the start keeps its index
+          rep[it->second] = 0;
+          it->second = 0;
+        } else {
+          rep[i] = it->second;
+        }
         changed = true;
       }
     }
@@ -543,6 +610,8 @@ void ComputeFollow(Automata* a) {
 absl::Status BuildAutomata(const Grammar& g, Automata* a,
                            std::chrono::steady_clock::time_point deadline) {
   const int64_t max_states = g.limits().max_states;
+  static std::atomic<uint64_t> next_uid{1};
+  a->uid = next_uid.fetch_add(1, std::memory_order_relaxed);
   a->rule_start.assign(g.rules().size(), -1);
   a->root_rule = g.root();
   std::vector<bool> wide;
@@ -842,29 +911,80 @@ namespace {
 // A canonical key of the sub-automaton reachable from `node` (byte edges,
 // ref targets and callees), numbered in BFS order: two positions with equal
 // keys have equal classes, whatever grammar they come from.
-std::pair<uint64_t, uint64_t> PositionKey(const Automata& a, int32_t node) {
+// A position reaching more than kMaxKeyNodes nodes (a structural position
+// of a large schema, reaching most of it through its callees) is keyed by
+// its automata and node alone: hashing its reach would make every new
+// position cost the size of the grammar, and such positions are only ever
+// equal in the same grammar anyway.
+constexpr size_t kMaxKeyNodes = 2048;
+
+std::pair<uint64_t, uint64_t> PositionKey(const Automata& a, int32_t node, int32_t max_depth) {
+  // Nodes are numbered in discovery order; dist is the fewest bytes from
+  // `node` (0-1 BFS: a ref edge enters its callee, or skips past it, at the
+  // same depth, a byte edge costs one). Only nodes closer than max_depth
+  // (the longest token) are expanded: no token reads further, so positions
+  // that agree up to that depth have the same classes — e.g. every position
+  // of a string bounded by maxLength 1024 that is still 128 bytes or more
+  // from its bound shares one entry instead of classifying each.
   absl::flat_hash_map<int32_t, int32_t> local;
   std::vector<int32_t> order = {node};
+  std::vector<int32_t> dist = {0};
   local[node] = 0;
-  auto id = [&](int32_t n) {
+  std::deque<int32_t> queue = {0};
+  auto reach = [&](int32_t n, int32_t d, bool front) {
     auto [it, ins] = local.try_emplace(n, static_cast<int32_t>(order.size()));
-    if (ins) order.push_back(n);
+    if (ins) {
+      order.push_back(n);
+      dist.push_back(d);
+    } else if (d < dist[it->second]) {
+      dist[it->second] = d;
+    } else {
+      return it->second;
+    }
+    if (front) {
+      queue.push_front(it->second);
+    } else {
+      queue.push_back(it->second);
+    }
     return it->second;
   };
+  while (!queue.empty()) {
+    if (order.size() > kMaxKeyNodes) {
+      // Tagged (top bit of both words) for GetClasses, which keeps such
+      // classes with the automata instead of the shared cache.
+      return {a.uid | (uint64_t{1} << 63), static_cast<uint64_t>(node) | (uint64_t{1} << 63)};
+    }
+    const int32_t i = queue.front();
+    queue.pop_front();
+    const int32_t d = dist[i];
+    if (d >= max_depth) continue;
+    const Node& nd = a.nodes[order[i]];
+    for (const ByteEdge& e : nd.bytes) reach(e.to, d + 1, false);
+    for (const RefEdge& e : nd.refs) {
+      reach(a.rule_start[e.rule], d, true);
+      reach(e.to, d, true);
+    }
+  }
+  // The canonical form, in discovery order (which depends on the structure
+  // alone): acceptance, and the edges of every node expanded.
   std::string canon;
   for (size_t i = 0; i < order.size(); ++i) {
     const Node& nd = a.nodes[order[i]];
     canon.push_back(nd.accept ? 'A' : 'N');
+    if (dist[i] >= max_depth) {
+      canon.push_back(';');
+      continue;
+    }
     for (const ByteEdge& e : nd.bytes) {
-      int32_t t = id(e.to);
+      const int32_t t = local.at(e.to);
       canon.push_back(static_cast<char>(e.lo));
       canon.push_back(static_cast<char>(e.hi));
       canon.append(reinterpret_cast<const char*>(&t), sizeof(t));
     }
     canon.push_back('|');
     for (const RefEdge& e : nd.refs) {
-      int32_t s = id(a.rule_start[e.rule]);
-      int32_t t = id(e.to);
+      const int32_t s = local.at(a.rule_start[e.rule]);
+      const int32_t t = local.at(e.to);
       canon.append(reinterpret_cast<const char*>(&s), sizeof(s));
       canon.append(reinterpret_cast<const char*>(&t), sizeof(t));
     }
@@ -971,9 +1091,13 @@ namespace {
 const Classes& GetClasses(const CompiledGrammar& g, const Automata& a, internal::ClassCache* cache,
                           int32_t node) {
   if (const Classes* c = a.classes[node].load(std::memory_order_acquire)) return *c;
-  const auto key = internal::PositionKey(a, node);
+  const auto key = internal::PositionKey(a, node, g.vocab().max_token_bytes());
+  // Positions keyed by their automata (too large to hash) are never shared:
+  // the grammar owns their classes, and the shared cache does not grow with
+  // every grammar compiled.
+  const bool shared = (key.first >> 63) == 0 || (key.second >> 63) == 0;
   std::shared_ptr<const Classes> cls;
-  {
+  if (shared) {
     std::lock_guard<std::mutex> lock(cache->mu);
     auto it = cache->map.find(key);
     if (it != cache->map.end()) {
@@ -985,8 +1109,10 @@ const Classes& GetClasses(const CompiledGrammar& g, const Automata& a, internal:
     cls = internal::Classify(a, g.vocab(), node);
     std::lock_guard<std::mutex> lock(cache->mu);
     cache->misses++;
-    auto [it, inserted] = cache->map.try_emplace(key, cls);
-    cls = it->second;
+    if (shared) {
+      auto [it, inserted] = cache->map.try_emplace(key, cls);
+      cls = it->second;
+    }
   }
   Automata& ma = const_cast<Automata&>(a);
   std::lock_guard<std::mutex> lock(ma.mu);
@@ -1237,11 +1363,18 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::CompileG
   // most of the vocabulary, which would otherwise land on some later mask
   // of the engine's step; they are shared by every grammar with the rule,
   // so after the first such grammar this is lookups.
+  // Within a budget, though: a string bounded by maxLength N has some N
+  // positions near its bound that share nothing (each costs a full walk),
+  // and a grammar with several such strings would spend seconds here on
+  // positions few outputs reach. In node order, the positions far from the
+  // bound (one shared entry) come first; what the budget leaves is
+  // classified when a mask first reaches it.
   {
     const internal::Automata& a = *cg->automata_;
+    const auto eager_end = std::min(deadline, t0 + options_.eager_budget);
     for (size_t node = 0; node < a.nodes.size(); ++node) {
       if (!a.wide_rule[a.node_rule[node]] || a.nodes[node].bytes.empty()) continue;
-      if (std::chrono::steady_clock::now() > deadline) break;  // reported below
+      if (std::chrono::steady_clock::now() > eager_end) break;
       GetClasses(*cg, a, classes_.get(), static_cast<int32_t>(node));
     }
   }

@@ -100,6 +100,10 @@ struct CompileOptions {
   // take before it is refused with DEADLINE_EXCEEDED... reported as
   // INVALID_ARGUMENT "grammar too complex".
   std::chrono::milliseconds time_limit{2000};
+  // Of which classifying string-body positions ahead of the first masks
+  // may take at most this much; positions left over are classified when a
+  // mask first reaches them (each a walk of the vocabulary, ~1-20 ms).
+  std::chrono::milliseconds eager_budget{500};
   // Compiled grammars kept (LRU).
   int32_t cache_entries = 256;
 };
