@@ -28,6 +28,7 @@ struct GenerateArgs {
   std::string json_schema_file, grammar_file, regex, choice;
   bool json_object = false;
   int32_t json_whitespace = -1;
+  bool open_objects = false;
   // Options whose every value is valid: sent only when given.
   CLI::Option* max_tokens_given = nullptr;
   CLI::Option* freq_given = nullptr;
@@ -69,6 +70,13 @@ int SetConstraint(const GenerateArgs& a, v1::GenerateRequest* req) {
       return 2;
     }
     req->set_json_max_whitespace(a.json_whitespace);
+  }
+  if (a.open_objects) {
+    if (req->constraint_case() != v1::GenerateRequest::kJsonSchema) {
+      std::fprintf(stderr, "minferctl: --open-objects needs --json-schema\n");
+      return 2;
+    }
+    req->set_json_closed_objects(false);
   }
   return 0;
 }
@@ -206,6 +214,9 @@ void AddGenerateCommand(CLI::App& app, const Globals& g, CommandTable& table) {
   }
   c->add_option("--json-whitespace", a->json_whitespace,
                 "whitespace bytes allowed between JSON tokens (0-64; server default 16)");
+  c->add_flag("--open-objects", a->open_objects,
+              "with --json-schema: objects without additionalProperties take other keys after "
+              "the named ones (JSON Schema's reading; default: none)");
   table.Add(c, [a, &g](client::MinferClient& client) { return Generate(*a, g, client); });
 }
 

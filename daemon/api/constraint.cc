@@ -110,6 +110,12 @@ absl::StatusOr<std::optional<grammar::GrammarSpec>> ConstraintSpec(
     }
     spec.json.max_whitespace = ws;
   }
+  if (request.has_json_closed_objects()) {
+    if (request.constraint_case() != v1::GenerateRequest::kJsonSchema) {
+      return ConstraintError("json_closed_objects: only with a json_schema constraint");
+    }
+    spec.json.closed_objects = request.json_closed_objects();
+  }
   const bool none = request.constraint_case() == v1::GenerateRequest::CONSTRAINT_NOT_SET ||
                     (request.constraint_case() == v1::GenerateRequest::kJsonObject &&
                      !request.json_object());

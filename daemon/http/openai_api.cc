@@ -409,11 +409,12 @@ absl::Status ParseResponseFormat(const ojson& body, std::vector<Constraint>* out
 }
 
 // vLLM's structured_outputs object (and its older guided_* fields): json,
-// regex, choice, grammar, json_object, and disable_any_whitespace. Keys that
+// regex, choice, grammar, json_object, disable_any_whitespace and
+// disable_additional_properties. Keys that
 // would change the output in ways minfer does not enforce are refused, and
 // so are unknown keys (a misspelt constraint must not be dropped).
 absl::Status ParseStructuredOutputs(const ojson& body, std::vector<Constraint>* out,
-                                    bool* compact_json) {
+                                    bool* compact_json, std::optional<bool>* closed_objects) {
   const ojson& so = Get(body, "structured_outputs");
   if (!so.is_null()) {
     if (!so.is_object()) return WrongType("structured_outputs", "an object", so);
@@ -442,10 +443,7 @@ absl::Status ParseStructuredOutputs(const ojson& body, std::vector<Constraint>* 
         *compact_json = v.get<bool>();
       } else if (key == "disable_additional_properties") {
         if (!v.is_boolean()) return WrongType(f, "a boolean", v);
-        if (v.get<bool>()) {
-          return FieldError(f, absl::StrCat(f, " is not supported: the schema is enforced as "
-                                               "written (set additionalProperties: false in it)"));
-        }
+        *closed_objects = v.get<bool>();
       } else if (key == "disable_fallback" || key == "backend") {
         // Which engine serves the constraint: minfer has one.
       } else if (key == "whitespace_pattern") {
@@ -492,6 +490,7 @@ absl::Status ParseStructuredOutputs(const ojson& body, std::vector<Constraint>* 
 absl::Status ParseConstraint(const ojson& body, v1::GenerateRequest* g, std::string* param) {
   std::vector<Constraint> found;
   bool compact_json = false;
+  std::optional<bool> closed_objects;
   RETURN_IF_ERROR(ParseResponseFormat(body, &found));
   // llama-server's fields: a GBNF grammar, a JSON Schema. An empty grammar
   // is llama-server's "none".
@@ -507,7 +506,7 @@ absl::Status ParseConstraint(const ojson& body, v1::GenerateRequest* g, std::str
     ASSIGN_OR_RETURN(std::string text, SchemaText(schema, "json_schema", false));
     found.push_back({"json_schema", v1::GenerateRequest::kJsonSchema, std::move(text), {}});
   }
-  RETURN_IF_ERROR(ParseStructuredOutputs(body, &found, &compact_json));
+  RETURN_IF_ERROR(ParseStructuredOutputs(body, &found, &compact_json, &closed_objects));
   if (found.empty()) return absl::OkStatus();
   if (found.size() > 1) {
     std::vector<std::string> names;
@@ -540,6 +539,9 @@ absl::Status ParseConstraint(const ojson& body, v1::GenerateRequest* g, std::str
   const bool json = c.kind == v1::GenerateRequest::kJsonSchema ||
                     c.kind == v1::GenerateRequest::kJsonObject;
   if (compact_json && json) g->set_json_max_whitespace(0);
+  if (closed_objects.has_value() && c.kind == v1::GenerateRequest::kJsonSchema) {
+    g->set_json_closed_objects(*closed_objects);
+  }
   *param = c.param;
   return absl::OkStatus();
 }

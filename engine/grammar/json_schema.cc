@@ -607,7 +607,12 @@ class Compiler {
       }
       trie[at].terminal = true;
     }
-    const ExprId any_rest = b_.Star(Ref(CharRule()));
+    // The rest after diverging from every name is one shared rule (any
+    // characters): its positions are classified once for every object
+    // (and grammar), and the exclusion itself stays small — one node per
+    // character of the names, not a copy of a string body per node.
+    if (key_tail_ < 0) key_tail_ = b_.AddRule("key-tail", b_.Star(Ref(CharRule())));
+    const ExprId any_rest = Ref(key_tail_);
     std::function<ExprId(int)> other = [&](int at) -> ExprId {
       std::vector<ExprId> alts;
       if (!trie[at].terminal) alts.push_back(b_.Empty());
@@ -795,17 +800,33 @@ class Compiler {
     return static_cast<int32_t>(v);
   }
 
+  // The formats JSON Schema 2020-12 defines (section 7.3 of its
+  // validation vocabulary).
+  static bool IsDefinedFormat(const std::string& name) {
+    static const absl::flat_hash_set<std::string> kDefined = {
+        "date-time", "date", "time", "duration", "email", "idn-email", "hostname",
+        "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid",
+        "uri-template", "json-pointer", "relative-json-pointer", "regex"};
+    return kDefined.contains(name);
+  }
+
   absl::StatusOr<ExprId> StringExpr(const Json& s, const std::string& ptr) {
     // Length, pattern and format each make a grammar of their own; their
     // intersection is not a context-free construction the builder has, so
     // a string schema may use one of the three.
     const bool has_len = s.contains("minLength") || s.contains("maxLength");
     const bool has_pattern = s.contains("pattern");
-    const bool has_format = s.contains("format");
+    // A format JSON Schema does not define ("url", "int64", "textarea"...)
+    // is an annotation: no validator asserts it, so the string is any
+    // string. A defined one is enforced, or refused when minfer lacks it.
+    const bool has_format = s.contains("format") && (!s["format"].is_string() ||
+                                                     IsDefinedFormat(s["format"].get_ref<const std::string&>()));
     if (has_len + has_pattern + has_format > 1) {
       std::vector<std::string> keys;
       for (const char* k : {"minLength", "maxLength", "pattern", "format"}) {
-        if (s.contains(k)) keys.push_back(absl::StrCat("'", k, "'"));
+        if (s.contains(k) && (has_format || std::string(k) != "format")) {
+          keys.push_back(absl::StrCat("'", k, "'"));
+        }
       }
       return Invalid(absl::StrCat("unsupported combination of keywords ", absl::StrJoin(keys, " and "),
                                   " (a string takes one of length bounds, pattern, format)"),
@@ -823,14 +844,37 @@ class Compiler {
         return Invalid(absl::StrCat("unsupported keyword 'pattern' (", body.status().message(), ")"),
                        ptr);
       }
-      return b_.Seq({Lit("\""), *body, Lit("\"")});
+      // One rule per distinct pattern (and per length bound below): a
+      // string body stays a rule of its own wherever it is used, so the
+      // matcher classifies its positions once instead of once per copy.
+      auto [it, inserted] = pattern_rules_.try_emplace(p.get_ref<const std::string&>(), -1);
+      if (inserted) {
+        it->second = b_.AddRule("string-pattern", b_.Seq({Lit("\""), *body, Lit("\"")}));
+      }
+      return Ref(it->second);
     }
     if (has_len) {
       int32_t lo = 0, hi = kUnbounded;
       if (s.contains("minLength")) { ASSIGN_OR_RETURN(lo, Count(s, "minLength", ptr)); }
-      if (s.contains("maxLength")) { ASSIGN_OR_RETURN(hi, Count(s, "maxLength", ptr)); }
+      if (s.contains("maxLength")) {
+        // A bound past max_string_length is lowered to it (see
+        // json_schema.h): the strings generated are all still valid.
+        const Json& m = s["maxLength"];
+        const int32_t cap = options_.max_string_length;
+        if (cap > 0 && m.is_number() && m.get<double>() > cap &&
+            std::floor(m.get<double>()) == m.get<double>()) {
+          hi = std::max(cap, lo);
+        } else {
+          ASSIGN_OR_RETURN(hi, Count(s, "maxLength", ptr));
+        }
+      }
       if (hi != kUnbounded && hi < lo) return b_.Nothing();
-      return b_.Seq({Lit("\""), b_.Repeat(Ref(CharRule()), lo, hi), Lit("\"")});
+      auto [it, inserted] = length_rules_.try_emplace({lo, hi}, -1);
+      if (inserted) {
+        it->second = b_.AddRule(
+            "string-length", b_.Seq({Lit("\""), b_.Repeat(Ref(CharRule()), lo, hi), Lit("\"")}));
+      }
+      return Ref(it->second);
     }
     return Ref(StringRule());
   }
@@ -1493,8 +1537,8 @@ class Compiler {
     if (props && props->empty()) props = nullptr;
     if (!props && required.empty() && ap_it == s.end()) return Ref(ObjectRule());
     // Additional properties: a schema or true allows them (after the named
-    // ones); false forbids them; absent forbids them when the schema names
-    // properties (see json_schema.h).
+    // ones); false forbids them; absent allows any, unless the schema names
+    // properties and closed_objects is on (see json_schema.h).
     bool extra = false;
     ExprId extra_value = -1;
     if (ap_it != s.end()) {
@@ -1503,7 +1547,7 @@ class Compiler {
         ASSIGN_OR_RETURN(extra_value, Compile(*ap_it, Child(ptr, "additionalProperties"), depth + 1));
         extra_value = Shared(extra_value, "additional-value");
       }
-    } else if (!props) {
+    } else if (!props || !options_.closed_objects) {
       extra = true;
       extra_value = Ref(ValueRule());
     }
@@ -1578,11 +1622,13 @@ class Compiler {
   std::map<std::string, RuleId> ref_rules_;
   std::map<Ranges, ExprId> char_sets_;
   std::map<std::string, RuleId> formats_;
+  std::map<std::string, RuleId> pattern_rules_;
+  std::map<std::pair<int32_t, int32_t>, RuleId> length_rules_;
   static constexpr int64_t kMaxFlattenSteps = 20000;
   int64_t flatten_steps_ = 0;
   absl::flat_hash_set<ExprId> refs_;  // expressions that are rule references
   std::vector<std::unique_ptr<Json>> owned_;  // merged schemas compiled from
-  RuleId ws_ = -1, char_ = -1, string_ = -1, integer_ = -1, number_ = -1;
+  RuleId ws_ = -1, char_ = -1, string_ = -1, integer_ = -1, number_ = -1, key_tail_ = -1;
   RuleId value_ = -1, object_ = -1, array_ = -1;
 };
 

@@ -33,14 +33,15 @@
 //    optional one may be left out (commas right for every subset; the
 //    grammar is linear in the number of properties).
 //  - additionalProperties absent: when the schema names `properties`, no
-//    other keys (OpenAI's strict mode, and what XGrammar and llguidance
-//    generate by default: a model should not invent keys); when it names
-//    none ({"type": "object"}, or "properties": {}), any object. `true` or a schema: additional
-//    keys after the named ones, each any string — one may repeat a named
-//    key (the grammar cannot exclude a set of strings cheaply); `false`:
-//    none. Inside allOf, an absent additionalProperties means "anything"
-//    as JSON Schema reads it, so allOf can add properties; the merged
-//    schema then follows the rule above.
+//    other keys by default (JsonOptions::closed_objects: XGrammar's strict
+//    mode, a model should not invent keys), or, with closed_objects off,
+//    other keys with any value after the named ones as JSON Schema reads
+//    it (llguidance's default); when it names none ({"type": "object"},
+//    or "properties": {}), any object. `true` or a schema: additional keys after
+//    the named ones, each any string other than a named key; `false`:
+//    none. Inside allOf, an absent additionalProperties means "anything",
+//    so allOf can add properties; the merged schema then follows the rule
+//    above.
 //  - oneOf is compiled as anyOf. That is exact when the branches are
 //    disjoint (different types, consts, or a discriminating required
 //    property — the way real schemas use oneOf); with overlapping branches
@@ -133,6 +134,22 @@ struct JsonOptions {
   // one); 32 digits are past any IEEE double's precision, so real values
   // fit. Bounded numbers (minimum/maximum) are exact as always.
   int32_t max_number_digits = 32;
+  // Objects whose schema names properties but leaves additionalProperties
+  // out: true (the default; XGrammar's strict mode, OpenAI's strict
+  // schemas) closes them like additionalProperties: false — a subset of
+  // the valid instances, never an invalid one, and a model does not invent
+  // keys; false reads them as JSON Schema does (and llguidance): other keys
+  // after the named ones, any value each. Open objects cost masks: every
+  // key written passes positions of a trie excluding the named keys, each
+  // classified against the whole vocabulary when first reached (see
+  // docs/benchmarks.md, MaskBench open vs closed).
+  bool closed_objects = true;
+  // maxLength above this is lowered to it (0: no lowering; past
+  // limits.max_repeat it is refused). Every string generated is still
+  // valid; a longer one, which a model rarely writes within a request's
+  // tokens, is not accepted. The bound keeps the grammar small: each
+  // character allowed is a few automaton states, built at compile time.
+  int32_t max_string_length = 2048;
   // Caps on the input: schema text bytes, and nesting depth (of the text's
   // brackets, of schemas, and of allOf/$ref expansion).
   int64_t max_schema_bytes = 1 << 20;

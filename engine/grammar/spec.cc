@@ -38,6 +38,7 @@ std::string GrammarSpec::Key() const {
     case GrammarKind::kJsonSchema:
     case GrammarKind::kJsonObject:
       absl::StrAppend(&key, "|json=", json.max_whitespace, ",", json.max_number_digits, ",",
+                      json.closed_objects ? "closed," : "open,", json.max_string_length, ",",
                       json.max_schema_bytes, ",", json.max_depth);
       break;
     default: break;

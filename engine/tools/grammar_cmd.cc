@@ -149,6 +149,10 @@ int BenchCommand(int argc, char** argv) {
   app.add_flag("--progress", a.progress, "Report progress on stderr every 100 schemas");
   app.add_option("--max-whitespace", a.options.json.max_whitespace,
                  "Whitespace bytes allowed between JSON tokens");
+  bool open_objects = false;
+  app.add_flag("--open-objects", open_objects,
+               "Objects whose schema names properties but leaves additionalProperties out take "
+               "other keys after the named ones, as JSON Schema reads it (default: none)");
   app.add_option("--rows", a.rows,
                  "Bitmask rows (default: the GGUF's output rows; the vocabulary for a .json)");
   app.add_option("--failures", a.failures,
@@ -159,6 +163,7 @@ int BenchCommand(int argc, char** argv) {
     // CLI11 reports usage errors by throwing; only its own type is caught.
     return app.exit(e);
   }
+  a.options.json.closed_objects = !open_objects;
   const absl::Status status = RunBench(a);
   if (!status.ok()) {
     std::cerr << "minfer grammar bench: " << status.message() << "\n";

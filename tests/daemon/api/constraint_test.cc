@@ -76,6 +76,22 @@ TEST(ConstraintSpecTest, NoConstraintIsNoSpec) {
   EXPECT_FALSE(s->has_value());
 }
 
+TEST(ConstraintSpecTest, ClosedObjectsOnlyWithJsonSchema) {
+  v1::GenerateRequest r;
+  r.set_json_schema(R"({"type": "object", "properties": {"a": {"type": "integer"}}})");
+  EXPECT_TRUE(MustSpec(r).json.closed_objects);  // the default
+  r.set_json_closed_objects(false);
+  EXPECT_FALSE(MustSpec(r).json.closed_objects);
+  r.set_json_closed_objects(true);
+  EXPECT_TRUE(MustSpec(r).json.closed_objects);
+  // Open and closed are different grammars: different cache keys.
+  v1::GenerateRequest open = r;
+  open.set_json_closed_objects(false);
+  EXPECT_NE(MustSpec(r).Key(), MustSpec(open).Key());
+  r.set_json_object(true);
+  EXPECT_EQ(SpecError(r).message(), "json_closed_objects: only with a json_schema constraint");
+}
+
 TEST(ConstraintSpecTest, JsonWhitespaceOnlyWithJsonAndInRange) {
   v1::GenerateRequest r;
   r.set_json_object(true);

@@ -491,6 +491,29 @@ TEST(OpenAiConstraintTest, DisableAnyWhitespaceMakesJsonCompact) {
   EXPECT_FALSE(regex.generate.has_json_max_whitespace());
 }
 
+// vLLM's disable_additional_properties: true closes objects whose schema
+// leaves additionalProperties out (the server's default too), false opens
+// them; it means nothing without a schema.
+TEST(OpenAiConstraintTest, DisableAdditionalPropertiesClosesObjects) {
+  ParsedRequest r = ParseWith(Endpoint::kChatCompletions,
+                              R"("structured_outputs": {"json": {"type": "object"},
+                                 "disable_additional_properties": true})");
+  ASSERT_TRUE(r.generate.has_json_closed_objects());
+  EXPECT_TRUE(r.generate.json_closed_objects());
+  ParsedRequest off = ParseWith(Endpoint::kChatCompletions,
+                                R"("structured_outputs": {"json": {"type": "object"},
+                                   "disable_additional_properties": false})");
+  ASSERT_TRUE(off.generate.has_json_closed_objects());
+  EXPECT_FALSE(off.generate.json_closed_objects());
+  ParsedRequest unset = ParseWith(Endpoint::kChatCompletions,
+                                  R"("structured_outputs": {"json": {"type": "object"}})");
+  EXPECT_FALSE(unset.generate.has_json_closed_objects());
+  ParsedRequest regex = ParseWith(Endpoint::kChatCompletions,
+                                  R"("structured_outputs": {"regex": "a",
+                                     "disable_additional_properties": true})");
+  EXPECT_FALSE(regex.generate.has_json_closed_objects());
+}
+
 TEST(OpenAiConstraintTest, MoreThanOneConstraintIsRefusedNamingThem) {
   struct Conflict {
     const char* fields;
@@ -554,10 +577,9 @@ TEST(OpenAiConstraintTest, MalformedConstraintFieldsAreRefusedNamingTheField) {
        "structured_outputs.whitespace_pattern is not supported (disable_any_whitespace is)"},
       {R"("structured_outputs": {"structural_tag": "{}"})", "structured_outputs.structural_tag",
        "structured_outputs.structural_tag is not supported"},
-      {R"("structured_outputs": {"disable_additional_properties": true})",
+      {R"("structured_outputs": {"disable_additional_properties": "yes"})",
        "structured_outputs.disable_additional_properties",
-       "structured_outputs.disable_additional_properties is not supported: the schema is "
-       "enforced as written (set additionalProperties: false in it)"},
+       "structured_outputs.disable_additional_properties must be a boolean, got a string"},
       {R"("structured_outputs": [])", "structured_outputs",
        "structured_outputs must be an object, got an array"},
       {R"("guided_whitespace_pattern": " ")", "guided_whitespace_pattern",

@@ -174,8 +174,8 @@ TEST(JsonSchemaRefusals, UnsupportedKeywordsNameThemselvesAndTheirLocation) {
   EXPECT_THAT(Refusal(R"({"$defs": {"d": {"type": "number", "minimum": 0.5}}, "$ref": "#/$defs/d"})"),
               HasSubstr("non-integral bound ('minimum' or its exclusive form) on a number is not "
                         "supported at /$defs/d"));
-  EXPECT_EQ(Refusal(R"({"type": "string", "maxLength": 20000})"),
-            "'maxLength' 20000 exceeds the limit of 10000 at /maxLength");
+  EXPECT_EQ(Refusal(R"({"type": "string", "minLength": 20000})"),
+            "'minLength' 20000 exceeds the limit of 10000 at /minLength");
   EXPECT_EQ(Refusal(R"({"type": "float"})"), "unknown type 'float' at /type");
   EXPECT_EQ(Refusal(R"({"enum": ["a"], "pattern": "a"})"),
             "unsupported keyword 'pattern' beside enum/const at the root");
@@ -356,6 +356,45 @@ TEST(JsonSchemaObjects, ManyOptionalPropertiesStayLinear) {
   EXPECT_LT(g->exprs().size(), 200u * 30);
   EXPECT_TRUE(Recognize(*g, R"({"p3":true,"p150":false,"p199":true})"));
   EXPECT_FALSE(Recognize(*g, R"({"p150":false,"p3":true})"));
+}
+
+// additionalProperties left out: with closed_objects off, other keys after
+// the named ones (JSON Schema's reading), never a named key again; on (the
+// default), none when the schema names properties.
+TEST(JsonSchemaObjects, AbsentAdditionalPropertiesOpenUnlessClosed) {
+  const std::string schema =
+      R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}})";
+  const Grammar open = MustCompile(schema, JsonOptions{.closed_objects = false});
+  EXPECT_TRUE(Recognize(open, R"({"a":1,"zz":[true,{"q":null}],"c":"x"})"));
+  EXPECT_TRUE(Recognize(open, R"({"zz":1})"));
+  EXPECT_FALSE(Recognize(open, R"({"a":1,"zz":1,"b":"x"})"));  // named after extra
+  EXPECT_FALSE(Recognize(open, R"({"a":1,"a":2})"));           // a named key again
+  EXPECT_FALSE(Recognize(open, R"({"b":1})"));
+  const Grammar closed = MustCompile(schema);
+  EXPECT_TRUE(Recognize(closed, R"({"a":1,"b":"x"})"));
+  EXPECT_FALSE(Recognize(closed, R"({"a":1,"zz":1})"));
+  EXPECT_FALSE(Recognize(closed, R"({"zz":1})"));
+  // Naming no properties: any object either way.
+  const Grammar any = MustCompile(R"({"type": "object"})", JsonOptions{.closed_objects = true});
+  EXPECT_TRUE(Recognize(any, R"({"zz":1,"y":[]})"));
+}
+
+// A format JSON Schema does not define is an annotation (any string, with
+// the schema's other string keywords); a defined one minfer lacks is
+// refused (above). maxLength past the repetition cap is lowered to it.
+TEST(JsonSchemaStrings, UndefinedFormatIsAnAnnotationAndLongMaxLengthIsCapped) {
+  const Grammar url = MustCompile(R"({"type": "string", "format": "url", "maxLength": 3})");
+  EXPECT_TRUE(Recognize(url, R"("abc")"));
+  EXPECT_TRUE(Recognize(url, R"("")"));
+  EXPECT_FALSE(Recognize(url, R"("abcd")"));
+  const Grammar path = MustCompile(R"({"type": "string", "format": "path", "pattern": "^/"})");
+  EXPECT_TRUE(Recognize(path, R"("/x")"));
+  EXPECT_FALSE(Recognize(path, R"("x")"));
+  JsonOptions small;
+  small.max_string_length = 5;
+  const Grammar capped = MustCompile(R"({"type": "string", "maxLength": 20000})", small);
+  EXPECT_TRUE(Recognize(capped, R"("12345")"));
+  EXPECT_FALSE(Recognize(capped, R"("123456")"));  // valid, but past the cap
 }
 
 TEST(JsonSchemaWhitespace, BoundedPerGap) {
