@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "engine/base/status.h"
+#include "engine/grammar/json_validate.h"
 #include "engine/grammar/regex.h"
 #include "nlohmann/json.hpp"
 
@@ -234,28 +236,6 @@ uint32_t ValueType(const Json& v) {
 }
 
 // JSON Schema equality (1 == 1.0; objects regardless of key order).
-bool JsonEqual(const Json& a, const Json& b) {
-  // nlohmann compares numbers by value across integer and float kinds.
-  if (a.is_number() && b.is_number()) return a == b;
-  if (a.type() != b.type()) return false;
-  if (a.is_object()) {
-    if (a.size() != b.size()) return false;
-    for (const auto& [k, v] : a.items()) {
-      auto it = b.find(k);
-      if (it == b.end() || !JsonEqual(v, *it)) return false;
-    }
-    return true;
-  }
-  if (a.is_array()) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (!JsonEqual(a[i], b[i])) return false;
-    }
-    return true;
-  }
-  return a == b;
-}
-
 // Decimal digits of a non-negative 128-bit integer.
 std::string Digits(Int v) {
   if (v == 0) return "0";
@@ -1067,6 +1047,40 @@ class Compiler {
     }
   }
 
+  // A schema whose values are a finite set — an enum or const of its own
+  // or of one of its allOf entries — is those values that are valid
+  // against the whole schema, decided by validating each (json_validate.h)
+  // rather than compiling the rest: `not`, `if`, `uniqueItems`,
+  // `patternProperties` and the like then cost nothing. Empty when there is
+  // no such set or when validation cannot decide a value (the compiler then
+  // goes its usual way, refusing what it cannot enforce).
+  std::optional<ExprId> FiniteValues(const Json& s) {
+    if (!s.is_object()) return std::nullopt;
+    const Json* values = nullptr;
+    Json one = Json::array();
+    auto take = [&](const Json& x) {
+      if (values != nullptr || !x.is_object()) return;
+      if (auto it = x.find("enum"); it != x.end() && it->is_array()) {
+        values = &*it;
+      } else if (auto c = x.find("const"); c != x.end()) {
+        one.push_back(*c);
+        values = &one;
+      }
+    };
+    take(s);
+    if (auto it = s.find("allOf"); it != s.end() && it->is_array()) {
+      for (const Json& x : *it) take(x);
+    }
+    if (values == nullptr || values->size() > 4096) return std::nullopt;
+    std::vector<ExprId> alts;
+    for (const Json& v : *values) {
+      absl::StatusOr<bool> ok = ValidateInstance(root_, s, v);
+      if (!ok.ok()) return std::nullopt;
+      if (*ok) alts.push_back(ConstValue(v));
+    }
+    return b_.Alt(std::move(alts));
+  }
+
   // Whether `v` satisfies the keywords that may sit beside enum/const (an
   // enum value failing them is dropped). Others beside enum are refused.
   absl::StatusOr<bool> EnumValueOk(const Json& v, const Json& s, const std::string& ptr) {
@@ -1340,6 +1354,7 @@ class Compiler {
     }
     if (b_.has_error()) return b_.Nothing();  // Build reports it
     if (s_in.is_boolean()) return s_in.get<bool>() ? Ref(ValueRule()) : b_.Nothing();
+    if (std::optional<ExprId> finite = FiniteValues(s_in)) return *finite;
     RETURN_IF_ERROR(CheckKeywords(s_in, ptr));
     // A lone $ref is a reference to the target's rule (recursion works);
     // $ref with other keywords, and allOf, are merged into one schema.
