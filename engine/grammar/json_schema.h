@@ -68,8 +68,10 @@
 //    otherwise. Unbounded numbers take JSON's full number grammar.
 //  - multipleOf: only 1 (= integer); anything else is refused.
 //  - Strings: minLength/maxLength count characters (code points), however
-//    each is spelled (an escape is one character); at most
-//    GrammarLimits::max_repeat. pattern is an ECMAScript regex (regex.h)
+//    each is spelled (an escape is one character); minLength at most
+//    GrammarLimits::max_repeat, maxLength above
+//    JsonOptions::max_string_length (2048) lowered to it (the strings
+//    generated stay valid; longer valid ones are not accepted). pattern is an ECMAScript regex (regex.h)
 //    matched anywhere unless anchored, over the decoded characters, each of
 //    which may be spelled as an escape. A string schema takes one of
 //    length bounds, pattern, format: a combination is refused.
@@ -81,13 +83,18 @@
 //    conservative subset: dot-atom local part, a domain of LDH labels with
 //    at least one dot; no quoted local parts or IP literals). Format
 //    characters are written raw (a \u-escaped digit is not accepted).
-//    Other formats are refused ("unsupported format 'hostname'").
+//    The other formats JSON Schema defines are refused ("unsupported
+//    format 'hostname'"); a format it does not define ("url", "int64") is
+//    an annotation, as every validator reads it.
 //  - enum/const: each value written compactly plus the whitespace rule;
 //    objects in the value's key order; strings with any spelling of their
 //    non-ASCII and special characters (but printable ASCII as itself);
-//    numbers as written in the schema (2.0 also as 2). Beside enum/const,
-//    only type, minLength/maxLength, numeric bounds and minItems/maxItems
-//    are allowed (they filter the values); other keywords are refused.
+//    numbers as written in the schema (2.0 also as 2). A schema with an
+//    enum or const (its own or an allOf entry's) is the values valid
+//    against the whole schema, each decided by json_validate.h — so any
+//    keyword may sit beside them (not, if, patternProperties, uniqueItems
+//    ...); where validation cannot decide (a defined format), only type,
+//    lengths, numeric bounds and minItems/maxItems may, others are refused.
 //  - uniqueItems: true only where it holds trivially (maxItems <= 1);
 //    otherwise refused.
 //  - A schema without "type" allows every type, each constrained by its own
@@ -98,10 +105,12 @@
 // $id, id, $comment, deprecated, readOnly, writeOnly, $anchor,
 // $vocabulary, contentEncoding, contentMediaType, contentSchema,
 // $dynamicAnchor, and any key starting "x-") are ignored; $defs and
-// definitions hold referenced schemas. Every other keyword not listed as
+// definitions hold referenced schemas. A JSON Schema keyword not listed as
 // accepted above — not, if/then/else, patternProperties, propertyNames,
-// minProperties, dependentRequired, unevaluated*, contains, OpenAPI's
-// nullable, misspellings — is refused by name, never ignored.
+// minProperties, dependentRequired, unevaluated*, contains — is refused by
+// name, never ignored (outside an enum's schema, above). A key that is no
+// JSON Schema keyword (OpenAPI's nullable, "_format", a misspelling) is an
+// annotation, as validators read it.
 //
 // Limits (a hostile schema costs bounded time and memory): the text's
 // size (max_schema_bytes); its nesting, counted over brackets before
