@@ -1047,6 +1047,189 @@ class Compiler {
     }
   }
 
+  // ---- oneOf: exclusive branches.
+
+  // What a schema says about the values it accepts, as far as telling two
+  // schemas apart needs: the types, a finite value set, and for objects the
+  // required names, the property schemas and which names are forbidden.
+  struct Facts {
+    uint32_t types = kAllTypes | kNumber;
+    std::optional<std::vector<const Json*>> values;
+    absl::flat_hash_set<std::string> required;
+    std::map<std::string, std::vector<const Json*>> props;
+    // additionalProperties: false in some part: the names that part allows.
+    std::vector<absl::flat_hash_set<std::string>> closed;
+  };
+
+  // Facts of `s` (a branch and its siblings are collected into one).
+  // Returns false for what it cannot read (allOf, a $ref with siblings):
+  // such a schema is never provably disjoint from another.
+  bool Collect(const Json& s, Facts* f, int depth = 0) {
+    if (depth > 8) return false;
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) f->types = 0;
+      return true;
+    }
+    if (!s.is_object()) return false;
+    if (auto it = s.find("$ref"); it != s.end()) {
+      if (s.size() != 1) return false;
+      absl::StatusOr<std::pair<const Json*, std::string>> t = Resolve(*it, "");
+      if (!t.ok()) return false;
+      return Collect(*t->first, f, depth + 1);
+    }
+    if (s.contains("allOf")) return false;
+    if (auto it = s.find("type"); it != s.end()) {
+      absl::StatusOr<uint32_t> bits = TypeBits(*it, "");
+      if (!bits.ok()) return false;
+      f->types &= *bits;
+    }
+    auto set_values = [&](std::vector<const Json*> v) {
+      if (!f->values) {
+        f->values = std::move(v);
+        return;
+      }
+      std::vector<const Json*> kept;
+      for (const Json* x : *f->values) {
+        if (std::any_of(v.begin(), v.end(), [&](const Json* y) { return JsonEqual(*x, *y); })) {
+          kept.push_back(x);
+        }
+      }
+      f->values = std::move(kept);
+    };
+    if (auto it = s.find("enum"); it != s.end() && it->is_array()) {
+      std::vector<const Json*> v;
+      for (const Json& x : *it) v.push_back(&x);
+      set_values(std::move(v));
+    }
+    if (auto it = s.find("const"); it != s.end()) set_values({&*it});
+    if (auto it = s.find("required"); it != s.end() && it->is_array()) {
+      for (const Json& n : *it) {
+        if (n.is_string()) f->required.insert(n.get<std::string>());
+      }
+    }
+    absl::flat_hash_set<std::string> named;
+    if (auto it = s.find("properties"); it != s.end() && it->is_object()) {
+      for (const auto& [k, v] : it->items()) {
+        f->props[k].push_back(&v);
+        named.insert(k);
+      }
+    }
+    if (auto it = s.find("additionalProperties"); it != s.end() && it->is_boolean() &&
+        !it->get<bool>() && !s.contains("patternProperties")) {
+      f->closed.push_back(std::move(named));
+    }
+    return true;
+  }
+
+  static uint32_t EffectiveTypes(const Facts& f) {
+    if (!f.values) return f.types;
+    uint32_t t = 0;
+    for (const Json* v : *f.values) t |= ValueType(*v);
+    // An integer-valued float is also a number; "number" covers both.
+    return t & (f.types | ((f.types & kInteger) ? 8u : 0u) | ((f.types & 8u) ? kInteger : 0u));
+  }
+
+  bool Forbids(const Facts& f, const std::string& name) {
+    if (auto it = f.props.find(name); it != f.props.end()) {
+      for (const Json* p : it->second) {
+        if (p->is_boolean() && !p->get<bool>()) return true;
+      }
+    }
+    return std::any_of(f.closed.begin(), f.closed.end(),
+                       [&](const auto& allowed) { return !allowed.contains(name); });
+  }
+
+  // True only when no JSON value satisfies both (JSON Schema's reading:
+  // objects open unless closed by additionalProperties: false).
+  bool ProvablyDisjoint(const Facts& a, const Facts& b, int depth = 0) {
+    const uint32_t ta = EffectiveTypes(a), tb = EffectiveTypes(b);
+    if ((ta & tb) == 0) return true;
+    if (a.values && b.values) {
+      bool shared = false;
+      for (const Json* x : *a.values) {
+        for (const Json* y : *b.values) shared = shared || JsonEqual(*x, *y);
+      }
+      if (!shared) return true;
+    }
+    // Only objects left in common: a required name that the other forbids,
+    // or whose two schemas are disjoint.
+    if ((ta & tb) != kObject || depth > 8) return false;
+    for (const std::string& r : a.required) {
+      if (Forbids(b, r)) return true;
+    }
+    for (const std::string& r : b.required) {
+      if (Forbids(a, r)) return true;
+    }
+    for (const std::string& r : a.required) {
+      if (!b.required.contains(r)) continue;
+      auto pa = a.props.find(r);
+      auto pb = b.props.find(r);
+      if (pa == a.props.end() || pb == b.props.end()) continue;
+      Facts fa, fb;
+      bool ok = true;
+      for (const Json* x : pa->second) ok = ok && Collect(*x, &fa);
+      for (const Json* x : pb->second) ok = ok && Collect(*x, &fb);
+      if (ok && ProvablyDisjoint(fa, fb, depth + 1)) return true;
+    }
+    return false;
+  }
+
+  // The oneOf branches to compile as alternatives. As written when every
+  // pair of branches (each with the siblings) is provably disjoint. The
+  // common "exactly one of these properties" form, every branch only
+  // `required` with one name, becomes exclusive by forbidding the other
+  // names in each branch. Anything else is refused: anyOf would accept a
+  // value matching two branches, which oneOf rejects.
+  absl::StatusOr<const Json*> ExclusiveOneOf(const Json& branches, const Json& siblings,
+                                             const std::string& ptr) {
+    std::vector<Facts> facts(branches.size());
+    bool readable = true;
+    for (size_t i = 0; i < branches.size(); ++i) {
+      readable = readable && Collect(siblings, &facts[i]) && Collect(branches[i], &facts[i]);
+    }
+    bool disjoint = readable;
+    for (size_t i = 0; disjoint && i < branches.size(); ++i) {
+      for (size_t j = i + 1; disjoint && j < branches.size(); ++j) {
+        disjoint = ProvablyDisjoint(facts[i], facts[j]);
+      }
+    }
+    if (disjoint) return &branches;
+    std::vector<std::string> names;
+    for (const Json& b : branches) {
+      const bool required_only =
+          b.is_object() && std::all_of(b.items().begin(), b.items().end(), [](const auto& kv) {
+            return kv.key() == "required" || IsAnnotation(kv.key());
+          });
+      auto r = b.is_object() ? b.find("required") : b.end();
+      if (!required_only || r == b.end() || !r->is_array() || r->size() != 1 ||
+          !(*r)[0].is_string()) {
+        names.clear();
+        break;
+      }
+      const std::string n = (*r)[0].get<std::string>();
+      if (std::find(names.begin(), names.end(), n) != names.end()) {
+        names.clear();
+        break;
+      }
+      names.push_back(n);
+    }
+    if (names.empty()) {
+      return Invalid("oneOf with branches that may overlap is not supported (a value matching "
+                     "two of them would be accepted)",
+                     ptr);
+    }
+    Json out = Json::array();
+    for (size_t i = 0; i < names.size(); ++i) {
+      Json b = {{"required", Json::array({names[i]})}, {"properties", Json::object()}};
+      for (size_t j = 0; j < names.size(); ++j) {
+        if (j != i) b["properties"][names[j]] = false;
+      }
+      out.push_back(std::move(b));
+    }
+    owned_.push_back(std::make_unique<Json>(std::move(out)));
+    return owned_.back().get();
+  }
+
   // A schema whose values are a finite set — an enum or const of its own
   // or of one of its allOf entries — is those values that are valid
   // against the whole schema, decided by validating each (json_validate.h)
@@ -1386,11 +1569,17 @@ class Compiler {
       for (const auto& [k, v] : s.items()) {
         if (k != key) siblings[k] = v;
       }
+      // oneOf is compiled as anyOf, which is exact only when no value
+      // satisfies two branches; otherwise it is made exact or refused.
+      const Json* branches = &*it;
+      if (std::string(key) == "oneOf") {
+        ASSIGN_OR_RETURN(branches, ExclusiveOneOf(*it, siblings, Child(ptr, key)));
+      }
       const bool distribute = HasValidation(siblings);
       std::vector<ExprId> alts;
-      for (size_t i = 0; i < it->size(); ++i) {
+      for (size_t i = 0; i < branches->size(); ++i) {
         const std::string sub = Child(Child(ptr, key), std::to_string(i));
-        const Json& branch = (*it)[i];
+        const Json& branch = (*branches)[i];
         if (!distribute) {
           ASSIGN_OR_RETURN(ExprId e, Compile(branch, sub, depth + 1));
           alts.push_back(e);

@@ -42,10 +42,13 @@
 //    none. Inside allOf, an absent additionalProperties means "anything",
 //    so allOf can add properties; the merged schema then follows the rule
 //    above.
-//  - oneOf is compiled as anyOf. That is exact when the branches are
-//    disjoint (different types, consts, or a discriminating required
-//    property — the way real schemas use oneOf); with overlapping branches
-//    an instance valid against two of them is accepted, which oneOf forbids.
+//  - oneOf is compiled as anyOf where that is exact: when every two
+//    branches (each with the siblings) are provably disjoint — different
+//    types, disjoint enum/const sets, or an object property required by
+//    both with disjoint schemas or forbidden by one. The "exactly one of
+//    these properties" form (every branch only `required` with one name)
+//    is made exact by forbidding the other names in each branch. Any other
+//    oneOf is refused ("oneOf with branches that may overlap").
 //  - anyOf/oneOf with sibling keywords: the siblings are merged into each
 //    branch (allOf rules). allOf: merged into one schema — types intersect,
 //    bounds take the tighter, required and enums combine, a property named

@@ -177,6 +177,10 @@ TEST(JsonSchemaRefusals, UnsupportedKeywordsNameThemselvesAndTheirLocation) {
   EXPECT_EQ(Refusal(R"({"type": "string", "minLength": 20000})"),
             "'minLength' 20000 exceeds the limit of 10000 at /minLength");
   EXPECT_EQ(Refusal(R"({"type": "float"})"), "unknown type 'float' at /type");
+  // oneOf is anyOf only where no value can match two branches.
+  EXPECT_EQ(Refusal(R"({"oneOf": [{"type": "string"}, {"minLength": 2}]})"),
+            "oneOf with branches that may overlap is not supported (a value matching two of them "
+            "would be accepted) at /oneOf");
   // Beside enum/const, keywords are checked on each value (json_validate.h)
   // unless validation cannot decide, as with a format it does not check.
   EXPECT_EQ(Refusal(R"({"enum": ["a"], "format": "date"})"),
