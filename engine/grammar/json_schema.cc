@@ -629,8 +629,9 @@ class Compiler {
       alts.push_back(FixedRange(digits(lo), digits(hi), 0, 10));
     }
     if (b < 0) {
+      // Above every bound: as long as an unbounded number may be.
       alts.push_back(b_.Seq({b_.ByteRange('1', '9'),
-                             b_.Repeat(Digit(), static_cast<int32_t>(sa.size()), kUnbounded)}));
+                             NumberDigits(static_cast<int32_t>(sa.size()), /*after_lead=*/true)}));
     }
     return b_.Alt(std::move(alts));
   }
@@ -653,10 +654,16 @@ class Compiler {
   // Non-negative decimals n(.f)? without exponent whose value x satisfies
   // a (<|<=) x (<|<=) b, for integers 0 <= a <= b (b < 0: unbounded).
   ExprId DecimalMagnitude(Int a, bool a_open, Int b, bool b_open) {
-    ExprId any_frac = b_.Optional(b_.Seq({Lit("."), b_.Plus(Digit())}));
-    ExprId zero_frac = b_.Optional(b_.Seq({Lit("."), b_.Plus(Lit("0"))}));
-    ExprId nonzero_frac =
-        b_.Seq({Lit("."), b_.Star(Digit()), b_.ByteRange('1', '9'), b_.Star(Digit())});
+    // Fractions at most max_number_digits long, as an unbounded number's.
+    const int32_t cap = options_.max_number_digits;
+    const int32_t fmax = cap > 0 ? cap : kUnbounded;
+    ExprId any_frac = b_.Optional(b_.Seq({Lit("."), b_.Repeat(Digit(), 1, fmax)}));
+    ExprId zero_frac = b_.Optional(b_.Seq({Lit("."), b_.Repeat(Lit("0"), 1, fmax)}));
+    // Some digit is nonzero: zeros, a nonzero digit, then any digits (each
+    // run within the cap).
+    const int32_t run = cap > 0 ? cap - 1 : kUnbounded;
+    ExprId nonzero_frac = b_.Seq({Lit("."), b_.Repeat(Lit("0"), 0, run), b_.ByteRange('1', '9'),
+                                  b_.Repeat(Digit(), 0, run)});
     std::vector<ExprId> alts;
     const bool bounded = b >= 0;
     if (bounded && a == b) {
@@ -927,8 +934,10 @@ class Compiler {
   // RFC 3339 full-time: hh:mm:ss(.frac)? then Z or ±hh:mm. Leap seconds
   // (ss = 60) are not generated.
   ExprId Time() {
+    // Fractional seconds: at most max_number_digits digits, like numbers.
+    const int32_t cap = options_.max_number_digits;
     ExprId hms = b_.Seq({TwoDigits(0, 23), Lit(":"), TwoDigits(0, 59), Lit(":"), TwoDigits(0, 59),
-                         b_.Optional(b_.Seq({Lit("."), b_.Plus(Digit())}))});
+                         b_.Optional(b_.Seq({Lit("."), b_.Repeat(Digit(), 1, cap > 0 ? cap : kUnbounded)}))});
     ExprId offset = b_.Alt({Bytes("Zz"), b_.Seq({Bytes("+-"), TwoDigits(0, 23), Lit(":"),
                                                   TwoDigits(0, 59)})});
     return b_.Seq({hms, offset});

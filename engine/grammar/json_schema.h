@@ -144,7 +144,11 @@ struct JsonOptions {
   // 0 = no cap. Like the whitespace cap, it keeps a model from writing a
   // number forever (a random model at temperature 1 otherwise rarely stops
   // one); 32 digits are past any IEEE double's precision, so real values
-  // fit. Bounded numbers (minimum/maximum) are exact as always.
+  // fit. The same cap holds where bounds leave a number open: digits of a
+  // magnitude above its only bound, a bounded number's fraction (a run of
+  // zeros and a run after its first nonzero digit, each up to the cap), and
+  // the fractional seconds of time and date-time. Bounds themselves are
+  // exact as always.
   int32_t max_number_digits = 32;
   // Objects whose schema names properties but leaves additionalProperties
   // out: true (the default; XGrammar's strict mode, OpenAI's strict

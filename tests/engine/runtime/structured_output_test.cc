@@ -2,13 +2,13 @@
 // at temperature 1, one constrained sequence per schema of the CI set (and
 // JSON mode), batched in one Engine. Every output that finishes by `stop`
 // (the grammar complete and an end token drawn: FinishReason::kEos) must
-// parse as JSON and validate against its schema — judged by ajv. Issue 27
-// asks that at least 80% finish that way within 1,500 tokens; today 74% do
-// (39 of 53: with unbounded numbers capped at 32 digits per part, the
-// model still loops in free strings, date-time fractions and bounded
-// decimals' fractions), so this test holds the line at 70% until then. A
-// random model is a harsh writer: it has no idea of JSON, so every choice
-// it makes between what the grammar allows is arbitrary.
+// parse as JSON and validate against its schema — judged by ajv — and, as
+// issue 27 asks, at least 80% finish that way within 1,500 tokens (44 of 53
+// do: every number, fraction and fractional second is capped at 32 digits
+// per run; the 9 that do not are free strings and recursive structures,
+// where this model repeats one token forever). A random model is a harsh
+// writer: it has no idea of JSON, so every choice it makes between what the
+// grammar allows is arbitrary.
 #include <iostream>
 #include <map>
 #include <string>
@@ -127,9 +127,8 @@ TEST(StructuredOutputTest, RandomModelOutputsValidateAndMostFinishByStop) {
     EXPECT_TRUE(v.json && v.valid) << cases[which[k]].name << ": " << v.error << "\n  "
                                    << outputs[k].second;
   }
-  // At least 70% finish by stop within 1,500 tokens (the issue's target,
-  // 80%, is not reached yet: see the file comment).
-  EXPECT_GE(outputs.size() * 10, cases.size() * 7)
+  // At least 80% finish by stop within 1,500 tokens.
+  EXPECT_GE(outputs.size() * 10, cases.size() * 8)
       << outputs.size() << " of " << cases.size() << " finished by stop";
 }
 
