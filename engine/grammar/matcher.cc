@@ -1067,12 +1067,13 @@ std::shared_ptr<const Classes> Classify(const Automata& a, const Vocabulary& voc
     }
     k = tr.end[k];
   }
-  std::sort(accepted.begin(), accepted.end());
   out->accepted = static_cast<int64_t>(accepted.size());
   if (static_cast<int64_t>(accepted.size()) > vocab.mask_words()) {
+    // A bitmask needs no order (sorting 150k ids cost as much as the walk).
     out->bitmask.assign(vocab.mask_words(), 0);
     for (int32_t id : accepted) out->bitmask[id / 32] |= 1u << (id % 32);
   } else {
+    std::sort(accepted.begin(), accepted.end());
     out->list = std::move(accepted);
   }
   return out;
