@@ -144,7 +144,7 @@ const absl::flat_hash_set<std::string>& Supported() {
       "additionalItems", "minItems",    "maxItems",      "uniqueItems",
       "minLength",     "maxLength",     "pattern",       "format",
       "minimum",       "maximum",       "exclusiveMinimum", "exclusiveMaximum",
-      "multipleOf"};
+      "multipleOf",    "patternProperties"};
   return *s;
 }
 
@@ -153,7 +153,7 @@ const absl::flat_hash_set<std::string>& Supported() {
 const absl::flat_hash_set<std::string>& KnownUnsupported() {
   static const auto* s = new absl::flat_hash_set<std::string>{
       "not",           "if",               "then",          "else",
-      "patternProperties", "minProperties", "maxProperties", "unevaluatedProperties",
+      "minProperties", "maxProperties", "unevaluatedProperties",
       "unevaluatedItems", "contains",      "minContains",   "maxContains",
       "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
       "$dynamicRef",   "$recursiveRef"};
@@ -1731,6 +1731,75 @@ class Compiler {
     return b_.Alt(std::move(alts));
   }
 
+  // An object with patternProperties: the named properties as usual, then
+  // any number of keys matching a pattern, each with the pattern's schema.
+  // Exact when no named key matches a pattern (checked, so a key is never
+  // both) and the patterns share one schema (a key matching two then needs
+  // nothing more); keys matching no pattern are not generated — exact under
+  // additionalProperties: false, and under closed objects as minfer reads
+  // them by default; with additionalProperties true or open objects, a
+  // valid subset. Refused otherwise, naming why.
+  absl::StatusOr<ExprId> PatternObject(const Json& s, const Json& patterns, const Json* props,
+                                       const std::vector<std::string>& required,
+                                       const std::string& ptr, int depth) {
+    const std::string pptr = Child(ptr, "patternProperties");
+    if (auto ap = s.find("additionalProperties");
+        ap != s.end() && !ap->is_boolean() && !(ap->is_object() && ap->empty())) {
+      return Invalid("unsupported keyword 'patternProperties' beside an additionalProperties "
+                     "schema",
+                     pptr);
+    }
+    for (const std::string& r : required) {
+      if (props == nullptr || !props->contains(r)) {
+        return Invalid(absl::StrCat("unsupported keyword 'patternProperties' beside required '", r,
+                                    "' outside properties"),
+                       pptr);
+      }
+    }
+    const Json& first_schema = patterns.begin().value();
+    std::vector<ExprId> keys;
+    for (const auto& [pat, sub] : patterns.items()) {
+      if (!JsonEqual(sub, first_schema)) {
+        return Invalid("unsupported keyword 'patternProperties' with patterns of different "
+                       "schemas",
+                       pptr);
+      }
+      const Json pattern_schema = {{"pattern", pat}};
+      std::vector<std::string> names;
+      if (props) {
+        for (const auto& [k, v] : props->items()) names.push_back(k);
+      }
+      names.insert(names.end(), required.begin(), required.end());
+      for (const std::string& k : names) {
+        absl::StatusOr<bool> m = ValidateInstance(pattern_schema, pattern_schema, Json(k));
+        if (!m.ok() || *m) {
+          return Invalid(absl::StrCat("unsupported keyword 'patternProperties' (property '", k,
+                                      "' ", m.ok() ? "matches" : "may match", " pattern '", pat,
+                                      "')"),
+                         pptr);
+        }
+      }
+      ASSIGN_OR_RETURN(ExprId key, StringExpr(pattern_schema, Child(pptr, pat)));
+      keys.push_back(key);
+    }
+    // The same object with the pattern keys as its additional ones.
+    Json rest = Json::object();
+    for (const auto& [k, v] : s.items()) {
+      if (k != "patternProperties" && k != "additionalProperties") rest[k] = v;
+    }
+    rest["additionalProperties"] = false;
+    if (!rest.contains("properties")) rest["properties"] = Json::object();
+    ASSIGN_OR_RETURN(ExprId value, Compile(first_schema, Child(pptr, patterns.begin().key()),
+                                           depth + 1));
+    owned_.push_back(std::make_unique<Json>(std::move(rest)));
+    // Read by ObjectExpr before it compiles anything nested.
+    pattern_key_ = b_.Alt(std::move(keys));
+    pattern_value_ = value;
+    absl::StatusOr<ExprId> out = ObjectExpr(*owned_.back(), ptr, depth);
+    pattern_key_ = pattern_value_ = -1;
+    return out;
+  }
+
   absl::StatusOr<ExprId> ObjectExpr(const Json& s, const std::string& ptr, int depth) {
     const Json* props = nullptr;
     if (auto it = s.find("properties"); it != s.end()) {
@@ -1748,13 +1817,29 @@ class Compiler {
     const auto ap_it = s.find("additionalProperties");
     // "properties": {} names nothing: the same as no properties.
     if (props && props->empty()) props = nullptr;
-    if (!props && required.empty() && ap_it == s.end()) return Ref(ObjectRule());
+    const Json* patterns = nullptr;
+    if (auto it = s.find("patternProperties"); it != s.end()) {
+      if (!it->is_object()) {
+        return Invalid("'patternProperties' must be an object", Child(ptr, "patternProperties"));
+      }
+      if (!it->empty()) patterns = &*it;
+    }
+    if (!props && required.empty() && ap_it == s.end() && !patterns) return Ref(ObjectRule());
+    if (patterns) return PatternObject(s, *patterns, props, required, ptr, depth);
     // Additional properties: a schema or true allows them (after the named
     // ones); false forbids them; absent allows any, unless the schema names
     // properties and closed_objects is on (see json_schema.h).
     bool extra = false;
     ExprId extra_value = -1;
-    if (ap_it != s.end()) {
+    // From PatternObject: its pattern keys are the additional ones (set for
+    // this call only, before anything nested compiles).
+    const ExprId pattern_key = pattern_key_;
+    const ExprId pattern_value = pattern_value_;
+    pattern_key_ = pattern_value_ = -1;
+    if (pattern_key >= 0) {
+      extra = true;
+      extra_value = Shared(pattern_value, "pattern-value");
+    } else if (ap_it != s.end()) {
       if (!(ap_it->is_boolean() && !ap_it->get<bool>())) {
         extra = true;
         ASSIGN_OR_RETURN(extra_value, Compile(*ap_it, Child(ptr, "additionalProperties"), depth + 1));
@@ -1791,7 +1876,9 @@ class Compiler {
     if (extra) {
       std::vector<std::string> named;
       for (const Prop& p : list) named.push_back(p.name);
-      const ExprId key = named.empty() ? Ref(StringRule()) : KeyExcluding(named);
+      const ExprId key = pattern_key >= 0   ? pattern_key
+                         : named.empty() ? Ref(StringRule())
+                                         : KeyExcluding(named);
       extra_member = Shared(b_.Seq({key, Ws(), Lit(":"), Ws(), extra_value}), "additional-member");
     }
     // rest(i): the members from i on when one was already written, each
@@ -1836,6 +1923,7 @@ class Compiler {
   std::map<Ranges, ExprId> char_sets_;
   std::map<std::string, RuleId> formats_;
   std::map<std::string, RuleId> pattern_rules_;
+  ExprId pattern_key_ = -1, pattern_value_ = -1;  // PatternObject -> ObjectExpr
   std::map<std::pair<int32_t, int32_t>, RuleId> length_rules_;
   static constexpr int64_t kMaxFlattenSteps = 20000;
   int64_t flatten_steps_ = 0;

@@ -154,12 +154,12 @@ TEST(JsonSchemaKeywords, UnknownKeywordsAreIgnoredAsValidatorsDo) {
 }
 
 TEST(JsonSchemaRefusals, UnsupportedKeywordsNameThemselvesAndTheirLocation) {
-  EXPECT_EQ(Refusal(R"({"properties": {"a": {"type": "object", "patternProperties": {"x": {}}}}})"),
-            "unsupported keyword 'patternProperties' at /properties/a");
+  EXPECT_EQ(Refusal(R"({"properties": {"a": {"type": "object", "propertyNames": {"x": {}}}}})"),
+            "unsupported keyword 'propertyNames' at /properties/a");
   for (const char* kw : {"not", "if", "minProperties", "maxProperties", "contains",
                          "dependentRequired", "dependentSchemas", "unevaluatedProperties",
                          "unevaluatedItems", "propertyNames", "minContains", "$dynamicRef",
-                         "dependencies", "patternProperties"}) {
+                         "dependencies"}) {
     EXPECT_EQ(Refusal(absl::StrCat(R"({"type": "array", "items": {")", kw, R"(": {}}})")),
               absl::StrCat("unsupported keyword '", kw, "' at /items"));
   }
@@ -177,6 +177,13 @@ TEST(JsonSchemaRefusals, UnsupportedKeywordsNameThemselvesAndTheirLocation) {
   EXPECT_EQ(Refusal(R"({"type": "string", "minLength": 20000})"),
             "'minLength' 20000 exceeds the limit of 10000 at /minLength");
   EXPECT_EQ(Refusal(R"({"type": "float"})"), "unknown type 'float' at /type");
+  // patternProperties: exact only where no named key matches a pattern.
+  EXPECT_EQ(Refusal(R"({"properties": {"xa": {}}, "patternProperties": {"^x": {}}})"),
+            "unsupported keyword 'patternProperties' (property 'xa' matches pattern '^x') at "
+            "/patternProperties");
+  EXPECT_EQ(Refusal(R"({"patternProperties": {"^a": {"type": "string"}, "^b": {}}})"),
+            "unsupported keyword 'patternProperties' with patterns of different schemas at "
+            "/patternProperties");
   // oneOf is anyOf only where no value can match two branches.
   EXPECT_EQ(Refusal(R"({"oneOf": [{"type": "string"}, {"minLength": 2}]})"),
             "oneOf with branches that may overlap is not supported (a value matching two of them "
