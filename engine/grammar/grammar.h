@@ -151,6 +151,9 @@ class GrammarBuilder {
   bool has_error() const { return !error_.ok(); }
 
   int64_t expr_count() const { return static_cast<int64_t>(g_.exprs_.size()); }
+  // An expression built so far (front ends that analyse what they built,
+  // e.g. a regex's possible lengths).
+  const Expr& expr(ExprId id) const { return g_.exprs_[id]; }
   const GrammarLimits& limits() const { return g_.limits_; }
 
   // Checks and returns the grammar rooted at `root`: every referenced rule

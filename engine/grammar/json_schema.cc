@@ -787,6 +787,102 @@ class Compiler {
     return static_cast<int32_t>(v);
   }
 
+  // Characters a regex expression spans, [min, max] (max -1: unbounded),
+  // counting each of `units` (the expressions made for one character) as
+  // one; empty for what it cannot measure (a rule reference).
+  std::optional<std::pair<int64_t, int64_t>> CharSpan(ExprId id,
+                                                      const absl::flat_hash_set<ExprId>& units) {
+    if (units.contains(id)) return std::make_pair(int64_t{1}, int64_t{1});
+    const Expr& e = b_.expr(id);
+    auto add = [](int64_t a, int64_t b) { return a < 0 || b < 0 ? -1 : a + b; };
+    switch (e.kind) {
+      case ExprKind::kEmpty: return std::make_pair(int64_t{0}, int64_t{0});
+      case ExprKind::kSeq: {
+        std::pair<int64_t, int64_t> t{0, 0};
+        for (ExprId c : e.children) {
+          auto x = CharSpan(c, units);
+          if (!x) return std::nullopt;
+          t = {t.first + x->first, add(t.second, x->second)};
+        }
+        return t;
+      }
+      case ExprKind::kAlt: {
+        std::optional<std::pair<int64_t, int64_t>> t;
+        for (ExprId c : e.children) {
+          auto x = CharSpan(c, units);
+          if (!x) return std::nullopt;
+          if (!t) {
+            t = x;
+          } else {
+            t->first = std::min(t->first, x->first);
+            t->second = (t->second < 0 || x->second < 0) ? -1 : std::max(t->second, x->second);
+          }
+        }
+        return t;
+      }
+      case ExprKind::kRepeat: {
+        auto x = CharSpan(e.children[0], units);
+        if (!x) return std::nullopt;
+        const int64_t hi = e.max == kUnbounded || x->second < 0
+                               ? (x->second == 0 ? 0 : -1)
+                               : x->second * e.max;
+        return std::make_pair(x->first * e.min, hi);
+      }
+      default: return std::nullopt;
+    }
+  }
+
+  // pattern with minLength/maxLength, where exact without intersecting two
+  // grammars: the bounds hold for every string the pattern matches (drop
+  // them) or for none (nothing), or the pattern is one character class
+  // repeated (^[a-z0-9-]+$, ^\w{2,8}$), whose repetition takes the bounds.
+  // Empty otherwise (the caller refuses the combination).
+  absl::StatusOr<std::optional<ExprId>> PatternWithLength(const Json& s, const std::string& ptr) {
+    const Json& p = s["pattern"];
+    if (!p.is_string()) return Invalid("'pattern' must be a string", Child(ptr, "pattern"));
+    int32_t lo = 0, hi = kUnbounded;
+    if (s.contains("minLength")) { ASSIGN_OR_RETURN(lo, Count(s, "minLength", ptr)); }
+    if (s.contains("maxLength")) {
+      const Json& m = s["maxLength"];
+      if (options_.max_string_length > 0 && m.is_number() &&
+          m.get<double>() > options_.max_string_length) {
+        return std::optional<ExprId>();  // lowering would change the pattern's language
+      }
+      ASSIGN_OR_RETURN(hi, Count(s, "maxLength", ptr));
+    }
+    absl::flat_hash_set<ExprId> units;
+    RegexOptions ro;
+    ro.search = true;
+    ro.char_set = [this, &units](GrammarBuilder&, const Ranges& r) {
+      const ExprId e = CharSet(r);
+      units.insert(e);
+      return e;
+    };
+    absl::StatusOr<ExprId> body = RegexToExpr(p.get_ref<const std::string&>(), b_, ro);
+    if (!body.ok()) {
+      return Invalid(absl::StrCat("unsupported keyword 'pattern' (", body.status().message(), ")"),
+                     ptr);
+    }
+    auto span = CharSpan(*body, units);
+    if (!span) return std::optional<ExprId>();
+    const bool max_in = hi == kUnbounded || (span->second >= 0 && span->second <= hi);
+    if (span->first >= lo && max_in) {
+      return std::optional<ExprId>(b_.Seq({Lit("\""), *body, Lit("\"")}));
+    }
+    if ((span->second >= 0 && span->second < lo) || (hi != kUnbounded && span->first > hi)) {
+      return std::optional<ExprId>(b_.Nothing());
+    }
+    const Expr& e = b_.expr(*body);
+    if (e.kind == ExprKind::kRepeat && units.contains(e.children[0])) {
+      const int32_t rmin = std::max<int32_t>(lo, e.min);
+      const int32_t rmax = hi == kUnbounded ? e.max : (e.max == kUnbounded ? hi : std::min(hi, e.max));
+      if (rmax != kUnbounded && rmax < rmin) return std::optional<ExprId>(b_.Nothing());
+      const ExprId unit = e.children[0];
+      return std::optional<ExprId>(b_.Seq({Lit("\""), b_.Repeat(unit, rmin, rmax), Lit("\"")}));
+    }
+    return std::optional<ExprId>();
+  }
+
   // The formats JSON Schema 2020-12 defines (section 7.3 of its
   // validation vocabulary).
   static bool IsDefinedFormat(const std::string& name) {
@@ -808,6 +904,10 @@ class Compiler {
     // string. A defined one is enforced, or refused when minfer lacks it.
     const bool has_format = s.contains("format") && (!s["format"].is_string() ||
                                                      IsDefinedFormat(s["format"].get_ref<const std::string&>()));
+    if (has_len && has_pattern && !has_format) {
+      ASSIGN_OR_RETURN(std::optional<ExprId> both, PatternWithLength(s, ptr));
+      if (both) return *both;
+    }
     if (has_len + has_pattern + has_format > 1) {
       std::vector<std::string> keys;
       for (const char* k : {"minLength", "maxLength", "pattern", "format"}) {

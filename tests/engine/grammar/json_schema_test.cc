@@ -169,6 +169,8 @@ TEST(JsonSchemaRefusals, UnsupportedKeywordsNameThemselvesAndTheirLocation) {
             "unsupported keyword 'uniqueItems' (enforced only with maxItems <= 1) at /properties/l");
   EXPECT_EQ(Refusal(R"({"anyOf": [{"type": "string", "format": "hostname"}]})"),
             "unsupported format 'hostname' at /anyOf/0");
+  // A pattern and length bounds that would need the two grammars'
+  // intersection (here: "starts with a", any length) are refused.
   EXPECT_THAT(Refusal(R"({"type": "string", "pattern": "^a", "maxLength": 3})"),
               HasSubstr("unsupported combination of keywords 'maxLength' and 'pattern'"));
   EXPECT_THAT(Refusal(R"({"$defs": {"d": {"type": "number", "minimum": 0.5}}, "$ref": "#/$defs/d"})"),
