@@ -180,9 +180,9 @@ TEST_F(CompileConstraintTest, FrontEndErrorsNameTheFieldAndTheProblem) {
   };
   const Bad cases[] = {
       {[](v1::GenerateRequest* r) {
-         r->set_json_schema(R"({"type": "object", "patternProperties": {"^a": {}}})");
+         r->set_json_schema(R"({"type": "object", "propertyNames": {"maxLength": 3}})");
        },
-       "json_schema: ", "patternProperties"},
+       "json_schema: ", "propertyNames"},
       {[](v1::GenerateRequest* r) { r->set_json_schema(R"({"type": "object",)"); }, "json_schema: ",
        ""},
       {[](v1::GenerateRequest* r) { r->set_gbnf("root ::= item\n"); }, "gbnf: ", "item"},

@@ -185,7 +185,7 @@ for (let seed = 1; seed <= 3; ++seed) {
   out.bad_schema = await caught(() => client.chat.completions.create({
     model, messages, max_tokens: 8,
     response_format: {type: "json_schema", json_schema: {name: "bad", schema: {
-      type: "object", patternProperties: {"^a": {type: "string"}}}}},
+      type: "object", propertyNames: {maxLength: 3}}}},
   }));
   for (;;) {
     const n = await it.next();
