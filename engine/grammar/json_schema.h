@@ -76,8 +76,11 @@
 //    JsonOptions::max_string_length (2048) lowered to it (the strings
 //    generated stay valid; longer valid ones are not accepted). pattern is an ECMAScript regex (regex.h)
 //    matched anywhere unless anchored, over the decoded characters, each of
-//    which may be spelled as an escape. A string schema takes one of
-//    length bounds, pattern, format: a combination is refused.
+//    which may be spelled as an escape. A pattern with length bounds is
+//    taken where exact without intersecting two grammars — the pattern's
+//    strings all meet the bounds (dropped) or none does (nothing), or the
+//    pattern is one character class repeated (the repetition takes the
+//    bounds) — and refused otherwise; format with either is refused.
 //  - Formats: date (days per month, Feb 29 in leap years), time and
 //    date-time (RFC 3339: T or t, Z/z or ±hh:mm; no leap second 60; no
 //    space for T), uuid (8-4-4-4-12 hex, no urn: prefix), ipv4 (dotted
@@ -108,8 +111,13 @@
 // $id, id, $comment, deprecated, readOnly, writeOnly, $anchor,
 // $vocabulary, contentEncoding, contentMediaType, contentSchema,
 // $dynamicAnchor, and any key starting "x-") are ignored; $defs and
-// definitions hold referenced schemas. A JSON Schema keyword not listed as
-// accepted above — not, if/then/else, patternProperties, propertyNames,
+// definitions hold referenced schemas. patternProperties: any number of
+// keys matching a pattern, each with its schema, after the named
+// properties — exact when no named key matches a pattern and the patterns
+// share one schema (keys matching none are not generated: exact under
+// additionalProperties false and closed objects, a valid subset otherwise),
+// refused otherwise. A JSON Schema keyword not listed as
+// accepted above — not, if/then/else, propertyNames,
 // minProperties, dependentRequired, unevaluated*, contains — is refused by
 // name, never ignored (outside an enum's schema, above). A key that is no
 // JSON Schema keyword (OpenAPI's nullable, "_format", a misspelling) is an
