@@ -144,7 +144,7 @@ const absl::flat_hash_set<std::string>& Supported() {
       "additionalItems", "minItems",    "maxItems",      "uniqueItems",
       "minLength",     "maxLength",     "pattern",       "format",
       "minimum",       "maximum",       "exclusiveMinimum", "exclusiveMaximum",
-      "multipleOf",    "patternProperties"};
+      "multipleOf",    "patternProperties", "minProperties", "maxProperties"};
   return *s;
 }
 
@@ -153,7 +153,7 @@ const absl::flat_hash_set<std::string>& Supported() {
 const absl::flat_hash_set<std::string>& KnownUnsupported() {
   static const auto* s = new absl::flat_hash_set<std::string>{
       "not",           "if",               "then",          "else",
-      "minProperties", "maxProperties", "unevaluatedProperties",
+      "unevaluatedProperties",
       "unevaluatedItems", "contains",      "minContains",   "maxContains",
       "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
       "$dynamicRef",   "$recursiveRef"};
@@ -1924,7 +1924,10 @@ class Compiler {
       }
       if (!it->empty()) patterns = &*it;
     }
-    if (!props && required.empty() && ap_it == s.end() && !patterns) return Ref(ObjectRule());
+    const bool counted = s.contains("minProperties") || s.contains("maxProperties");
+    if (!props && required.empty() && ap_it == s.end() && !patterns && !counted) {
+      return Ref(ObjectRule());
+    }
     if (patterns) return PatternObject(s, *patterns, props, required, ptr, depth);
     // Additional properties: a schema or true allows them (after the named
     // ones); false forbids them; absent allows any, unless the schema names
@@ -2008,6 +2011,37 @@ class Compiler {
     bool may_be_empty = first_required == n;
     if (may_be_empty && extra) {
       first.push_back(b_.Seq({extra_member, rest[n]}));
+    }
+    // minProperties / maxProperties where the member structure above
+    // already decides them: a bound the required members (or the named
+    // ones, with nothing additional) always meet is dropped; minProperties
+    // 1 is "not empty"; maxProperties 0 is "empty". Other counts would need
+    // counting across optional members: refused.
+    const int64_t n_required = std::count_if(list.begin(), list.end(),
+                                             [](const Prop& p) { return p.required; });
+    bool only_empty = false;
+    if (s.contains("minProperties")) {
+      ASSIGN_OR_RETURN(int32_t m, Count(s, "minProperties", ptr));
+      if (m == 1) {
+        may_be_empty = false;
+      } else if (m > n_required) {
+        return Invalid("unsupported keyword 'minProperties' (enforced when 1, or when the "
+                       "required properties meet it)",
+                       ptr);
+      }
+    }
+    if (s.contains("maxProperties")) {
+      ASSIGN_OR_RETURN(int32_t m, Count(s, "maxProperties", ptr));
+      if (m == 0) {
+        only_empty = true;
+      } else if (extra || static_cast<int64_t>(n) > m) {
+        return Invalid("unsupported keyword 'maxProperties' (enforced when 0, or when the named "
+                       "properties, with none additional, cannot exceed it)",
+                       ptr);
+      }
+    }
+    if (only_empty) {
+      return first_required == n && may_be_empty ? b_.Seq({Lit("{"), Ws(), Lit("}")}) : b_.Nothing();
     }
     std::vector<ExprId> alts;
     if (may_be_empty) alts.push_back(b_.Seq({Lit("{"), Ws(), Lit("}")}));

@@ -116,9 +116,11 @@
 // properties — exact when no named key matches a pattern and the patterns
 // share one schema (keys matching none are not generated: exact under
 // additionalProperties false and closed objects, a valid subset otherwise),
-// refused otherwise. A JSON Schema keyword not listed as
+// refused otherwise. minProperties 1 (not empty) and maxProperties 0
+// (empty), or bounds the required (named) members already meet; other
+// counts refused. A JSON Schema keyword not listed as
 // accepted above — not, if/then/else, propertyNames,
-// minProperties, dependentRequired, unevaluated*, contains — is refused by
+// dependentRequired, unevaluated*, contains — is refused by
 // name, never ignored (outside an enum's schema, above). A key that is no
 // JSON Schema keyword (OpenAPI's nullable, "_format", a misspelling) is an
 // annotation, as validators read it.

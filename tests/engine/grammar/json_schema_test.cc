@@ -156,7 +156,7 @@ TEST(JsonSchemaKeywords, UnknownKeywordsAreIgnoredAsValidatorsDo) {
 TEST(JsonSchemaRefusals, UnsupportedKeywordsNameThemselvesAndTheirLocation) {
   EXPECT_EQ(Refusal(R"({"properties": {"a": {"type": "object", "propertyNames": {"x": {}}}}})"),
             "unsupported keyword 'propertyNames' at /properties/a");
-  for (const char* kw : {"not", "if", "minProperties", "maxProperties", "contains",
+  for (const char* kw : {"not", "if", "contains",
                          "dependentRequired", "dependentSchemas", "unevaluatedProperties",
                          "unevaluatedItems", "propertyNames", "minContains", "$dynamicRef",
                          "dependencies"}) {
@@ -179,6 +179,9 @@ TEST(JsonSchemaRefusals, UnsupportedKeywordsNameThemselvesAndTheirLocation) {
   EXPECT_EQ(Refusal(R"({"type": "string", "minLength": 20000})"),
             "'minLength' 20000 exceeds the limit of 10000 at /minLength");
   EXPECT_EQ(Refusal(R"({"type": "float"})"), "unknown type 'float' at /type");
+  EXPECT_EQ(Refusal(R"({"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 2})"),
+            "unsupported keyword 'minProperties' (enforced when 1, or when the required "
+            "properties meet it) at the root");
   // patternProperties: exact only where no named key matches a pattern.
   EXPECT_EQ(Refusal(R"({"properties": {"xa": {}}, "patternProperties": {"^x": {}}})"),
             "unsupported keyword 'patternProperties' (property 'xa' matches pattern '^x') at "
