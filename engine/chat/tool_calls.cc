@@ -21,8 +21,10 @@ using Json = nlohmann::ordered_json;
 // them: its serializer recurses, and a model can write "[[[[..." forever.
 constexpr int kMaxJsonDepth = 64;
 
-bool WithinDepth(absl::string_view text) {
-  int depth = 0;
+// Calls `f(i, c)` for each byte of `text` outside JSON strings (escapes
+// inside strings skipped), stopping early when `f` returns false.
+template <typename F>
+void ForEachOutsideStrings(absl::string_view text, F f) {
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -31,13 +33,24 @@ bool WithinDepth(absl::string_view text) {
       else if (c == '"') in_string = false;
     } else if (c == '"') {
       in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxJsonDepth) return false;
+    } else if (!f(i, c)) {
+      return;
+    }
+  }
+}
+
+bool WithinDepth(absl::string_view text) {
+  int depth = 0;
+  bool ok = true;
+  ForEachOutsideStrings(text, [&](size_t, char c) {
+    if (c == '{' || c == '[') {
+      ok = ++depth <= kMaxJsonDepth;
     } else if (c == '}' || c == ']') {
       --depth;
     }
-  }
-  return true;
+    return ok;
+  });
+  return ok;
 }
 
 struct CallText {
@@ -203,20 +216,14 @@ constexpr absl::string_view kPythonTag = "<|python_tag|>";
 // `text` split at the ';' outside JSON strings.
 std::vector<absl::string_view> SplitCalls(absl::string_view text) {
   std::vector<absl::string_view> parts;
-  bool in_string = false;
   size_t begin = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == ';') {
+  ForEachOutsideStrings(text, [&](size_t i, char c) {
+    if (c == ';') {
       parts.push_back(text.substr(begin, i - begin));
       begin = i + 1;
     }
-  }
+    return true;
+  });
   parts.push_back(text.substr(std::min(begin, text.size())));
   return parts;
 }

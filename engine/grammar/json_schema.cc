@@ -883,16 +883,6 @@ class Compiler {
     return std::optional<ExprId>();
   }
 
-  // The formats JSON Schema 2020-12 defines (section 7.3 of its
-  // validation vocabulary).
-  static bool IsDefinedFormat(const std::string& name) {
-    static const absl::flat_hash_set<std::string> kDefined = {
-        "date-time", "date", "time", "duration", "email", "idn-email", "hostname",
-        "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid",
-        "uri-template", "json-pointer", "relative-json-pointer", "regex"};
-    return kDefined.contains(name);
-  }
-
   absl::StatusOr<ExprId> StringExpr(const Json& s, const std::string& ptr) {
     // Length, pattern and format each make a grammar of their own; their
     // intersection is not a context-free construction the builder has, so

@@ -38,17 +38,8 @@ bool IsInteger(const Json& v) {
   return std::isfinite(d) && std::floor(d) == d;
 }
 
-// The formats JSON Schema defines: asserted by the grammar, not here.
-bool IsDefinedFormat(const std::string& f) {
-  static const absl::flat_hash_set<std::string> kDefined = {
-      "date-time", "date", "time", "duration", "email", "idn-email", "hostname",
-      "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid",
-      "uri-template", "json-pointer", "relative-json-pointer", "regex"};
-  return kDefined.contains(f);
-}
-
 absl::Status Unimplemented(absl::string_view what) {
-  return absl::UnimplementedError(absl::StrCat("validation of ", what, " is not implemented"));
+  return absl::UnimplementedError(absl::StrCat("validation cannot decide ", what));
 }
 
 class Validator {
@@ -379,6 +370,14 @@ class Validator {
 };
 
 }  // namespace
+
+bool IsDefinedFormat(const std::string& name) {
+  static const absl::flat_hash_set<std::string> kDefined = {
+      "date-time", "date", "time", "duration", "email", "idn-email", "hostname",
+      "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid",
+      "uri-template", "json-pointer", "relative-json-pointer", "regex"};
+  return kDefined.contains(name);
+}
 
 bool JsonEqual(const Json& a, const Json& b) {
   if (a.is_number() && b.is_number()) {

@@ -15,6 +15,8 @@
 #ifndef MINFER_ENGINE_GRAMMAR_JSON_VALIDATE_H_
 #define MINFER_ENGINE_GRAMMAR_JSON_VALIDATE_H_
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
@@ -25,6 +27,11 @@ namespace minfer::grammar {
 absl::StatusOr<bool> ValidateInstance(const nlohmann::ordered_json& root,
                                       const nlohmann::ordered_json& schema,
                                       const nlohmann::ordered_json& instance);
+
+// Whether `name` is a format JSON Schema 2020-12 defines (its validation
+// vocabulary, section 7.3). Others are annotations; defined ones are
+// asserted by the grammar and left undecided by ValidateInstance.
+bool IsDefinedFormat(const std::string& name);
 
 // JSON equality as JSON Schema defines it: numbers by value (1 == 1.0),
 // objects regardless of member order, booleans never equal to numbers.
