@@ -906,7 +906,7 @@ class Compiler {
         }
       }
       return Invalid(absl::StrCat("unsupported combination of keywords ", absl::StrJoin(keys, " and "),
-                                  " (a string takes one of length bounds, pattern, format)"),
+                                  " (exact only where the pattern decides the bounds; a format takes neither)"),
                      ptr);
     }
     if (has_format) return FormatExpr(s["format"], ptr);
