@@ -117,6 +117,79 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(absl::string_view template_tex
   return t;
 }
 
+namespace {
+
+// A JSON text from a client as a template value, every string marked.
+absl::StatusOr<jinja::Value> MarkedJson(absl::string_view json, absl::string_view what) {
+  absl::StatusOr<jinja::Value> v = jinja::Value::FromJson(json, /*marked=*/true);
+  if (!v.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is not JSON: ", v.status().message()));
+  }
+  return v;
+}
+
+// One message as transformers hands an OpenAI-style message to a template.
+absl::StatusOr<jinja::Value> MessageValue(const ChatMessage& m, size_t i) {
+  using jinja::Value;
+  std::vector<std::pair<std::string, Value>> items = {{"role", Value::String(m.role)},
+                                                      {"content", Value::MarkedString(m.content)}};
+  if (!m.reasoning_content.empty()) {
+    items.emplace_back("reasoning_content", Value::MarkedString(m.reasoning_content));
+  }
+  if (!m.tool_calls.empty()) {
+    std::vector<Value> calls;
+    calls.reserve(m.tool_calls.size());
+    for (size_t j = 0; j < m.tool_calls.size(); ++j) {
+      const ChatToolCall& c = m.tool_calls[j];
+      // The arguments travel as JSON text (OpenAI's API); templates take
+      // the object (vLLM parses it the same way).
+      Value args = Value::Dict({});
+      if (!c.arguments.empty()) {
+        absl::StatusOr<Value> parsed = MarkedJson(
+            c.arguments, absl::StrCat("chat message ", i, ": tool call ", j, "'s arguments"));
+        if (!parsed.ok()) return parsed.status();
+        args = *std::move(parsed);
+      }
+      std::vector<std::pair<std::string, Value>> call;
+      if (!c.id.empty()) call.emplace_back("id", Value::MarkedString(c.id));
+      call.emplace_back("type", Value::String("function"));
+      call.emplace_back("function", Value::Dict({{"name", Value::MarkedString(c.name)},
+                                                 {"arguments", std::move(args)}}));
+      calls.push_back(Value::Dict(std::move(call)));
+    }
+    items.emplace_back("tool_calls", Value::List(std::move(calls)));
+  }
+  if (!m.tool_call_id.empty()) {
+    items.emplace_back("tool_call_id", Value::MarkedString(m.tool_call_id));
+  }
+  if (!m.name.empty()) items.emplace_back("name", Value::MarkedString(m.name));
+  return Value::Dict(std::move(items));
+}
+
+absl::StatusOr<jinja::Value> ToolsValue(absl::Span<const ChatTool> tools) {
+  using jinja::Value;
+  std::vector<Value> list;
+  list.reserve(tools.size());
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ChatTool& t = tools[i];
+    std::vector<std::pair<std::string, Value>> fn = {{"name", Value::MarkedString(t.name)}};
+    if (!t.description.empty()) {
+      fn.emplace_back("description", Value::MarkedString(t.description));
+    }
+    if (!t.parameters.empty()) {
+      absl::StatusOr<Value> params =
+          MarkedJson(t.parameters, absl::StrCat("tool ", i, " (", t.name, ")'s parameters"));
+      if (!params.ok()) return params.status();
+      fn.emplace_back("parameters", *std::move(params));
+    }
+    list.push_back(Value::Dict(
+        {{"type", Value::String("function")}, {"function", Value::Dict(std::move(fn))}}));
+  }
+  return Value::List(std::move(list));
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> messages,
                                                  bool add_generation_prompt,
                                                  std::vector<ContentRange>* content,
@@ -125,14 +198,21 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
   list.reserve(messages.size());
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
-    if (role != "system" && role != "user" && role != "assistant") {
-      return absl::InvalidArgumentError(absl::StrCat("model '", model_name_, "': chat message ", i,
-                                                     " has role '", role,
-                                                     "' (expected system, user or assistant)"));
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", model_name_, "': chat message ", i, " has role '", role,
+                       "' (expected system, user, assistant or tool)"));
     }
-    list.push_back(
-        jinja::Value::Dict({{"role", jinja::Value::String(role)},
-                            {"content", jinja::Value::MarkedString(messages[i].content)}}));
+    absl::StatusOr<jinja::Value> m = MessageValue(messages[i], i);
+    if (!m.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", model_name_, "': ",
+                                                     m.status().message()));
+    }
+    list.push_back(*std::move(m));
+  }
+  if (!options.tools.empty() && options.variables.count("tools") != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", model_name_, "': tools are given twice (as tools and as a template option)"));
   }
   for (absl::string_view name : kReserved) {
     if (options.variables.find(name) != options.variables.end()) {
@@ -142,6 +222,14 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
     }
   }
   jinja::Variables vars = options.variables;
+  if (!options.tools.empty()) {
+    absl::StatusOr<jinja::Value> tools = ToolsValue(options.tools);
+    if (!tools.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", model_name_, "': ", tools.status().message()));
+    }
+    vars["tools"] = *std::move(tools);
+  }
   vars["messages"] = jinja::Value::List(std::move(list));
   vars["add_generation_prompt"] = jinja::Value::Bool(add_generation_prompt);
   vars["bos_token"] = jinja::Value::String(tokens_.bos_token);

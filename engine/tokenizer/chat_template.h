@@ -3,7 +3,20 @@
 // minfer runs the model's own chat template (GGUF tokenizer.chat_template,
 // Jinja) the way Hugging Face transformers' apply_chat_template does, with
 // the interpreter of jinja.h. The template sees:
-//   messages               a list of {"role": ..., "content": ...} dicts
+//   messages               a list of dicts, each as transformers (and vLLM)
+//                          hand an OpenAI-style message to a template:
+//                            role, content (always a string, "" for none),
+//                            reasoning_content (only when non-empty),
+//                            tool_calls (only when non-empty): a list of
+//                              {"id" (when set), "type": "function",
+//                               "function": {"name", "arguments"}} with the
+//                              arguments parsed from their JSON text into a
+//                              dict (templates print them with tojson),
+//                            tool_call_id and name (only when non-empty)
+//   tools                  only when ChatTemplateOptions::tools is
+//                          non-empty: a list of {"type": "function",
+//                          "function": {"name", "description" (when set),
+//                          "parameters" (the schema, when set)}}
 //   add_generation_prompt  bool
 //   bos_token, eos_token   the texts of the model's BOS and EOS tokens (""
 //                          when the model has none; llama.cpp does the same)
@@ -28,10 +41,10 @@
 // the template computes from a content in other ways (upper-casing it,
 // tojson) is reported whole. Marked string values among the options are
 // reported the same way (use jinja::Value::MarkedString for text from
-// users).
+// users). Tool calls' names and arguments, tool results, reasoning and the
+// tool definitions are client text too: every string in them is marked.
 //
-// Roles are limited to system, user and assistant (ChatMessage has no tool
-// calls to give a tool turn its meaning).
+// Roles are system, user, assistant and tool.
 //
 // Immutable after Create; thread-safe.
 #ifndef MINFER_ENGINE_TOKENIZER_CHAT_TEMPLATE_H_
@@ -49,9 +62,30 @@
 
 namespace minfer::tokenizer {
 
+// A call the assistant made, in a conversation's history.
+struct ChatToolCall {
+  std::string id;         // "" when the client gave none
+  std::string name;
+  std::string arguments;  // JSON text of an object ("" is {})
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  // assistant: the calls of this turn, and its reasoning (Qwen3's template
+  // writes it back into the last turns as <think>...</think>).
+  std::vector<ChatToolCall> tool_calls = {};
+  std::string reasoning_content = {};
+  // tool: which call this is the result of, and the function's name.
+  std::string tool_call_id = {};
+  std::string name = {};
+};
+
+// A function the model may call (OpenAI's tools[].function).
+struct ChatTool {
+  std::string name;
+  std::string description;  // "" for none
+  std::string parameters;   // JSON Schema text; "" for none
 };
 
 // Byte range [begin, end) of a rendered prompt that holds message content.
@@ -71,6 +105,9 @@ struct ChatTemplateOptions {
   // may not be named messages, add_generation_prompt, bos_token or
   // eos_token (INVALID_ARGUMENT).
   jinja::Variables variables;
+  // The `tools` variable (absent when empty; then `variables` may carry
+  // one, as the chat_template_kwargs of some servers do).
+  std::vector<ChatTool> tools;
   // What strftime_now() reports: absl::Now() at render time when left at
   // InfinitePast.
   absl::Time now = absl::InfinitePast();
@@ -90,8 +127,9 @@ class ChatTemplate {
                                              absl::string_view model_name,
                                              const ChatSpecialTokens& tokens = {});
 
-  // Renders `messages` (roles system/user/assistant; INVALID_ARGUMENT
-  // otherwise) and, with `add_generation_prompt`, the opening of the
+  // Renders `messages` (roles system/user/assistant/tool; INVALID_ARGUMENT
+  // otherwise, and for tool-call arguments or tool parameters that are not
+  // JSON) and, with `add_generation_prompt`, the opening of the
   // assistant's turn. When `content` is given, the byte ranges of message
   // content in the prompt (see the header comment: sorted, disjoint,
   // non-empty) are appended to it. Errors name the model: INVALID_ARGUMENT

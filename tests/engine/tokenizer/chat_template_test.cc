@@ -174,10 +174,10 @@ TEST(ChatTemplateTest, Errors) {
 
   auto t = ChatTemplate::Create("", "qwen2", "m");
   ASSERT_TRUE(t.ok());
-  auto bad = t->Render({{"user", "a"}, {"tool", "b"}}, true);
+  auto bad = t->Render({{"user", "a"}, {"function", "b"}}, true);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(bad.status().message(), HasSubstr("message 1 has role 'tool'"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("message 1 has role 'function'"));
 
   // raise_exception refuses the conversation; other failures name the
   // template's position.
