@@ -1483,6 +1483,8 @@ class Compiler {
 
   // `s` with its allOf and $ref folded in (the result has neither, except
   // $refs nested inside sub-schemas, which stay references).
+  static constexpr size_t kMaxAllOfBranches = 16;
+
   absl::StatusOr<Json> Flatten(const Json& s, const std::string& ptr, int depth) {
     if (depth > options_.max_depth) {
       return Invalid(absl::StrCat("allOf/$ref expansion deeper than ", options_.max_depth), ptr);
@@ -1510,12 +1512,50 @@ class Compiler {
     ASSIGN_OR_RETURN(out, Merge(std::move(out), own, ptr));
     if (auto it = s.find("allOf"); it != s.end()) {
       if (!it->is_array() || it->empty()) return Invalid("'allOf' must be a non-empty array", Child(ptr, "allOf"));
+      // An entry that is an anyOf is distributed here, over what the
+      // entries before it built (allOf [A, anyOf [B1, B2], C] is anyOf
+      // [A+B1+C, A+B2+C], the same set of instances), so that each branch's
+      // properties come where the entry stands: A's, then B1's, then C's —
+      // the order llguidance and MaskBench's instances use. Deferring the
+      // anyOf to Compile put every branch's properties after C's. Past
+      // kMaxAllOfBranches alternatives the anyOf is merged as a keyword.
+      std::vector<Json> alts = {std::move(out)};
+      auto has_union = [](const Json& j) {
+        return j.is_object() && (j.contains("anyOf") || j.contains("oneOf"));
+      };
       for (size_t i = 0; i < it->size(); ++i) {
         const std::string sub = Child(Child(ptr, "allOf"), std::to_string(i));
         RETURN_IF_ERROR(CheckKeywords((*it)[i], sub));
         ASSIGN_OR_RETURN(Json flat, Flatten((*it)[i], sub, depth + 1));
-        ASSIGN_OR_RETURN(out, Merge(std::move(out), flat, Child(ptr, "allOf")));
+        const bool distribute =
+            flat.is_object() && flat.contains("anyOf") && !flat.contains("oneOf") && flat["anyOf"].is_array() &&
+            !flat["anyOf"].empty() && alts.size() * flat["anyOf"].size() <= kMaxAllOfBranches &&
+            std::none_of(alts.begin(), alts.end(), has_union);
+        if (!distribute) {
+          for (Json& alt : alts) {
+            ASSIGN_OR_RETURN(alt, Merge(std::move(alt), flat, Child(ptr, "allOf")));
+          }
+          continue;
+        }
+        Json siblings = flat;
+        siblings.erase("anyOf");
+        std::vector<Json> next;
+        for (const Json& alt : alts) {
+          ASSIGN_OR_RETURN(Json base, Merge(alt, siblings, Child(ptr, "allOf")));
+          for (size_t k = 0; k < flat["anyOf"].size(); ++k) {
+            const std::string bp = Child(Child(sub, "anyOf"), std::to_string(k));
+            RETURN_IF_ERROR(CheckKeywords(flat["anyOf"][k], bp));
+            ASSIGN_OR_RETURN(Json branch, Flatten(flat["anyOf"][k], bp, depth + 2));
+            ASSIGN_OR_RETURN(Json merged, Merge(base, branch, bp));
+            next.push_back(std::move(merged));
+          }
+        }
+        alts = std::move(next);
       }
+      if (alts.size() == 1) return std::move(alts[0]);
+      Json any = Json::array();
+      for (Json& alt : alts) any.push_back(std::move(alt));
+      return Json{{"anyOf", std::move(any)}};
     }
     return out;
   }
