@@ -1,6 +1,7 @@
 #include "engine/grammar/matcher.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -1014,14 +1015,55 @@ std::shared_ptr<const Classes> Classify(const Automata& a, const Vocabulary& voc
   Stepper st(a, &arena);
   const Vocabulary::Trie& tr = vocab.trie();
   const int32_t maxlen = vocab.max_token_bytes();
-  std::vector<State> states(maxlen + 1);
+  // The walk runs over a lazily built DFA: the states met are interned
+  // (sorted frames + flags), and each (state, byte) step is computed once.
+  // Most trie nodes of a position lead to a handful of states (inside a
+  // string body every character leads back to the same one), so the walk
+  // costs an array lookup per trie node instead of a stepper call — the
+  // first mask at a position (its p99) is this walk over ~150k tokens.
+  std::vector<State> dstates;
+  std::vector<std::unique_ptr<std::array<int32_t, 256>>> dnext;
+  absl::flat_hash_map<std::string, int32_t> dindex;
+  std::string keybuf;
+  auto intern = [&](State&& s) {
+    keybuf.assign(reinterpret_cast<const char*>(s.frames.data()), s.frames.size() * sizeof(int32_t));
+    keybuf.push_back(static_cast<char>(s.can_end | (s.needs_parent << 1)));
+    auto [it, inserted] = dindex.try_emplace(keybuf, static_cast<int32_t>(dstates.size()));
+    if (inserted) {
+      dstates.push_back(std::move(s));
+      dnext.emplace_back();
+    }
+    return it->second;
+  };
+  // Bounds the table's memory (1 KiB per state): past it, steps from new
+  // states are computed each time (still correct, only slower).
+  constexpr size_t kMaxTableStates = 8192;
+  State scratch;
+  auto step = [&](int32_t sid, uint8_t b) {
+    std::array<int32_t, 256>* t = dnext[sid].get();
+    if (t != nullptr && (*t)[b] >= 0) return (*t)[b];
+    st.Advance(dstates[sid], b, &scratch);
+    const int32_t next = intern(std::move(scratch));
+    scratch = State();
+    if (t == nullptr && dstates.size() <= kMaxTableStates) {
+      dnext[sid] = std::make_unique<std::array<int32_t, 256>>();
+      dnext[sid]->fill(-1);
+      t = dnext[sid].get();
+    }
+    if (t != nullptr) (*t)[b] = next;
+    return next;
+  };
+  std::vector<int32_t> states(maxlen + 1, -1);
   std::vector<uint8_t> ctx(maxlen + 1, 0);
   // Depth 0 is the frame alone, not its closure: in a real state the
   // closure's other frames (callees, the return to the caller) are frames
   // of their own, classified at their own nodes; the runtime walk of
   // uncertain tokens likewise starts from this frame alone.
-  states[0].Clear();
-  states[0].frames.push_back(arena.Intern(node, kUnknown));
+  {
+    State s0;
+    s0.frames.push_back(arena.Intern(node, kUnknown));
+    states[0] = intern(std::move(s0));
+  }
   auto out = std::make_shared<Classes>();
   std::vector<int32_t> accepted;
   const std::vector<int32_t>& sorted = vocab.sorted();
@@ -1032,15 +1074,15 @@ std::shared_ptr<const Classes> Classify(const Automata& a, const Vocabulary& voc
   const ByteSet& follow = a.follow[a.node_rule[node]];
   for (int32_t k = 0; k < n;) {
     const int32_t d = tr.depth[k];
-    const State& parent = states[d - 1];
-    if (parent.frames.empty()) {
+    const int32_t pid = states[d - 1];
+    if (dstates[pid].frames.empty()) {
       // Only reached through a node whose state died: handled there.
       k = tr.end[k];
       continue;
     }
-    ctx[d] = ctx[d - 1] || (parent.needs_parent && follow[tr.byte[k]]);
-    st.Advance(parent, tr.byte[k], &states[d]);
-    const State& s = states[d];
+    ctx[d] = ctx[d - 1] || (dstates[pid].needs_parent && follow[tr.byte[k]]);
+    states[d] = step(pid, tr.byte[k]);
+    const State& s = dstates[states[d]];
     // Tokens ending here: alive (or returning exactly at their end) is
     // accepted; dead is uncertain under ctx, else rejected.
     const bool alive = !s.frames.empty() || s.needs_parent;
