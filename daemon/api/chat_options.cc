@@ -92,8 +92,7 @@ absl::StatusOr<tokenizer::ChatTemplateOptions> ChatTemplateOptionsOf(const v1::C
     if (IsRefusedTemplateKwarg(key)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "chat.template_kwargs.", key, ": ", key,
-          " are not supported (minfer serves no tool calls; the template would describe them "
-          "to the model)"));
+          " are given in chat.tools, not as a template variable"));
     }
     // A value that is not JSON (a bare word) is the string itself.
     json j = json::parse(text, nullptr, /*allow_exceptions=*/false);

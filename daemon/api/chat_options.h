@@ -30,8 +30,8 @@ absl::StatusOr<tokenizer::ChatTemplateOptions> ChatTemplateOptionsOf(const v1::C
 
 // Template variables that would change what a request means rather than how
 // its prompt is rendered: "tools" and "functions" make a template describe
-// tools to the model, which would then answer with tool calls that minfer
-// neither parses nor reports. Refused until minfer serves tool calls.
+// tools to the model, whose calls minfer parses only for the tools of
+// chat.tools (the request's own field for them).
 bool IsRefusedTemplateKwarg(absl::string_view key);
 
 }  // namespace minfer::daemon

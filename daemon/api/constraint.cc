@@ -6,6 +6,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/api/chat_tools.h"
 
 namespace minfer::daemon {
 namespace {
@@ -121,6 +122,17 @@ absl::StatusOr<std::optional<grammar::GrammarSpec>> ConstraintSpec(
                      !request.json_object());
   if (none) return std::optional<grammar::GrammarSpec>();
   return std::optional<grammar::GrammarSpec>(std::move(spec));
+}
+
+absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToolCall(
+    const v1::Chat& chat, absl::string_view family, const runtime::Model& model) {
+  absl::StatusOr<grammar::Grammar> g = ForcedToolCallGrammar(chat, family);
+  if (!g.ok()) return g.status();
+  absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
+      model.grammars().CompileGrammar(*std::move(g), grammar::GrammarKind::kJsonSchema);
+  if (compiled.ok()) return compiled;
+  return absl::Status(compiled.status().code(),
+                      absl::StrCat("chat.tools: ", compiled.status().message()));
 }
 
 absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstraint(

@@ -57,6 +57,14 @@ absl::StatusOr<std::optional<grammar::GrammarSpec>> ConstraintSpec(
 absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstraint(
     const v1::GenerateRequest& request, const runtime::Model& model);
 
+// The forced tool call of `chat` (IsForcedToolChoice, chat_tools.h) in
+// `family`'s syntax, compiled with `model`'s GrammarCompiler (not cached:
+// the grammar is built from the request's tools). ForcedToolCallGrammar's
+// errors ("chat.tools[1].parameters: ..."), and the compiler's prefixed
+// with "chat.tools: ". Blocks for the compile, as CompileConstraint.
+absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToolCall(
+    const v1::Chat& chat, absl::string_view family, const runtime::Model& model);
+
 // INVALID_ARGUMENT about the constraint, marked as such.
 absl::Status ConstraintError(absl::string_view message);
 // Whether `status` came from ConstraintSpec / CompileConstraint.

@@ -53,13 +53,6 @@ std::string PrefixCacheNamespace(absl::string_view tenant_ns, absl::string_view 
   return absl::StrCat(tenant_ns.size(), ":", tenant_ns, cache_salt.size(), ":", cache_salt);
 }
 
-std::vector<tokenizer::ChatMessage> ChatMessages(const v1::Chat& chat) {
-  std::vector<tokenizer::ChatMessage> out;
-  out.reserve(chat.messages_size());
-  for (const auto& m : chat.messages()) out.push_back({m.role(), m.content()});
-  return out;
-}
-
 absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
                                                               const runtime::Model& model,
                                                               int64_t n_ctx,
@@ -84,10 +77,21 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
       if (request.chat().messages().empty()) {
         return absl::InvalidArgumentError("chat.messages: no messages");
       }
-      ASSIGN_OR_RETURN(const tokenizer::ChatTemplateOptions options,
-                       ChatTemplateOptionsOf(request.chat()));
+      ASSIGN_OR_RETURN(const ChatTemplateInput input, ChatTemplateInputOf(request.chat()));
+      if (ParsesToolCalls(request.chat()) && ToolCallFamilyOf(tok).empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chat.tools: model '", request.model(),
+            "' has a chat template with no tool-call syntax minfer can parse (Hermes "
+            "<tool_call> or Llama 3 JSON)"));
+      }
+      if (IsForcedToolChoice(request.chat()) &&
+          request.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chat.tool_choice: a forced tool call is its own constraint; it can not be combined "
+            "with ", ConstraintField(request)));
+      }
       absl::StatusOr<std::vector<int32_t>> ids =
-          tok.EncodeChat(ChatMessages(request.chat()), /*add_generation_prompt=*/true, options);
+          tok.EncodeChat(input.messages, /*add_generation_prompt=*/true, input.options);
       if (!ids.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("chat: ", ids.status().message()));
       }
@@ -152,6 +156,20 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
     return ToApiFields(v, request.input_case() == v1::GenerateRequest::kTokens);
   }
   // The constraint last: compiling is the one check that can take long.
+  if (request.input_case() == v1::GenerateRequest::kChat && IsForcedToolChoice(request.chat())) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> g = CompileForcedToolCall(
+        request.chat(), ToolCallFamilyOf(tok), model);
+    if (report != nullptr) {
+      report->compiled_constraint = true;
+      report->grammar_status = g.status();
+      report->grammar_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    if (!g.ok()) return g.status();
+    out.grammar = *std::move(g);
+    return out;
+  }
   if (request.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET ||
       request.has_json_max_whitespace()) {
     const auto t0 = std::chrono::steady_clock::now();

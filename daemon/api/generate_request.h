@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "daemon/api/chat_tools.h"
 #include "daemon/serving/limits.h"
 #include "daemon/serving/sequence.h"
 #include "daemon/serving/serving_state.h"
@@ -68,9 +69,6 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
 // that keeps the two parts apart (no tenant namespace and salt can spell
 // another pair's).
 std::string PrefixCacheNamespace(absl::string_view tenant_ns, absl::string_view cache_salt);
-
-// The chat's messages as the tokenizer's chat template takes them.
-std::vector<tokenizer::ChatMessage> ChatMessages(const v1::Chat& chat);
 
 // A request's tenant: `tenants` null (none configured) or the index
 // Tenants::Identify returned.

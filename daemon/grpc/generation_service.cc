@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/api/chat_options.h"
+#include "daemon/api/chat_tools.h"
 #include "daemon/api/generate_request.h"
 #include "daemon/grpc/grpc_status.h"
 #include "daemon/grpc/pump_queue.h"
@@ -276,10 +277,10 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerCo
       break;
     }
     case v1::TokenizeRequest::kChat: {
-      absl::StatusOr<tokenizer::ChatTemplateOptions> options = ChatTemplateOptionsOf(request->chat());
-      if (!options.ok()) return Done(context, "Tokenize", model_name, options.status());
+      absl::StatusOr<ChatTemplateInput> input = ChatTemplateInputOf(request->chat());
+      if (!input.ok()) return Done(context, "Tokenize", model_name, input.status());
       absl::StatusOr<std::vector<int32_t>> chat =
-          tok.EncodeChat(ChatMessages(request->chat()), /*add_generation_prompt=*/true, *options);
+          tok.EncodeChat(input->messages, /*add_generation_prompt=*/true, input->options);
       if (!chat.ok()) {
         return Done(context, "Tokenize", model_name, absl::InvalidArgumentError(
                                         absl::StrCat("chat: ", chat.status().message())));

@@ -111,6 +111,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(absl::string_view template_tex
   }
   t.template_ = std::move(*parsed);
   t.from_model_ = true;
+  t.source_ = std::string(template_text);
   t.chatml_ =
       absl::StrContains(template_text, kImStart) && absl::StrContains(template_text, kImEnd);
   t.default_system_prompt_ = FindDefaultSystemPrompt(template_text);

@@ -153,12 +153,16 @@ class ChatTemplate {
   bool is_chatml() const { return chatml_; }
   // Whether the model's own template is used (false: built-in ChatML).
   bool from_model() const { return from_model_; }
+  // The template's source text ("" for the built-in ChatML): what callers
+  // read the model's tool-call and reasoning syntax from.
+  const std::string& source() const { return source_; }
 
  private:
   ChatTemplate() = default;
 
   std::string model_name_;
   std::string default_system_prompt_;
+  std::string source_;
   ChatSpecialTokens tokens_;
   jinja::Template template_;
   bool chatml_ = false;
