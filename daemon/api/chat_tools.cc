@@ -274,8 +274,7 @@ absl::StatusOr<grammar::Grammar> ForcedToolCallGrammar(const v1::Chat& chat,
   return g;
 }
 
-ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::Tokenizer& tok,
-                                       absl::string_view prompt) {
+ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::Tokenizer& tok) {
   ChatOutputOptions o;
   if (ParsesToolCalls(chat)) o.tool_family = ToolCallFamilyOf(tok);
   const absl::StatusOr<tokenizer::ChatTemplate>& t = tok.chat_template();
@@ -284,8 +283,14 @@ ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::To
   if (o.reasoning.enabled) {
     // A template that opens the think block in the generation prompt
     // (Qwen3-Thinking, DeepSeek-R1): the reply starts inside it.
-    o.reasoning.starts_open =
-        absl::EndsWith(absl::StripTrailingAsciiWhitespace(prompt), o.reasoning.start_tag);
+    absl::StatusOr<ChatTemplateInput> in = ChatTemplateInputOf(chat);
+    if (in.ok()) {
+      absl::StatusOr<std::string> prompt =
+          tok.RenderChat(in->messages, /*add_generation_prompt=*/true, in->options);
+      o.reasoning.starts_open =
+          prompt.ok() && absl::EndsWith(absl::StripTrailingAsciiWhitespace(*prompt),
+                                        o.reasoning.start_tag);
+    }
   }
   return o;
 }

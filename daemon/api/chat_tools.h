@@ -103,12 +103,13 @@ struct ChatOutputOptions {
   chat::ReasoningOptions reasoning;
 };
 
-// The reading for `chat` rendered as `prompt` (its text) by a model whose
-// template is `tok`'s: calls parsed when ParsesToolCalls and a family is
-// known; reasoning split when the template writes <think> (Qwen3 and the
-// like), starting inside it when the prompt ends in an open <think>.
-ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::Tokenizer& tok,
-                                       absl::string_view prompt);
+// The reading of a reply to `chat` by the model of `tok`: calls parsed
+// when ParsesToolCalls and a family is known; reasoning split when the
+// template writes <think> and </think> (Qwen3 and the like), starting
+// inside it when the rendered prompt ends in an open <think> (then the
+// prompt is rendered once more to see; a chat that does not render gets
+// the closed start).
+ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::Tokenizer& tok);
 
 struct ChatOutputEvent {
   enum class Type {

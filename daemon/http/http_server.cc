@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/api/chat_tools.h"
 #include "daemon/api/generate_request.h"
 #include "daemon/http/openai_api.h"
 #include "daemon/serving/client_input.h"
@@ -430,7 +431,11 @@ void HttpServer::Generate(bool chat, http::HttpRequest request,
     }
     tenant = {tenants_, *who};
   }
-  if (parsed->generate.constraint_case() == v1::GenerateRequest::CONSTRAINT_NOT_SET) {
+  // A forced tool call compiles a grammar too (chat_tools.h).
+  const bool compiles =
+      parsed->generate.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET ||
+      (parsed->generate.has_chat() && IsForcedToolChoice(parsed->generate.chat()));
+  if (!compiles) {
     Submit(chat, arrival, *std::move(parsed), tenant, std::move(exchange));
     return;
   }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/api/chat_options.h"
+#include "daemon/api/chat_tools.h"
 #include "daemon/api/constraint.h"
 #include "daemon/api/generate_request.h"
 #include "daemon/serving/tenants.h"
@@ -124,6 +125,57 @@ absl::StatusOr<std::string> ContentText(const ojson& content, const std::string&
   return text;
 }
 
+std::string QuoteForError(const std::string& s) {
+  return absl::StrCat("'", s.size() > 40 ? absl::StrCat(s.substr(0, 40), "...") : s, "'");
+}
+
+// An assistant message's tool_calls: [{"id", "type": "function",
+// "function": {"name", "arguments": JSON text (or, as vLLM takes it, an
+// object)}}].
+absl::Status ParseToolCalls(const ojson& calls, const std::string& field, v1::ChatMessage* out) {
+  if (!calls.is_array()) return WrongType(field, "an array", calls);
+  for (size_t j = 0; j < calls.size(); ++j) {
+    const ojson& c = calls[j];
+    const std::string f = absl::StrCat(field, "[", j, "]");
+    if (!c.is_object()) return WrongType(f, "an object", c);
+    const ojson& type = Get(c, "type");
+    if (!type.is_null() && !(type.is_string() && type.get<std::string>() == "function")) {
+      return FieldError(f + ".type", absl::StrCat(f, ".type must be \"function\""));
+    }
+    const ojson& fn = Get(c, "function");
+    if (!fn.is_object()) return WrongType(f + ".function", "an object", fn);
+    const ojson& name = Get(fn, "name");
+    if (!name.is_string() || name.get<std::string>().empty()) {
+      return FieldError(f + ".function.name", absl::StrCat(f, ".function.name is required"));
+    }
+    v1::ToolCall* call = out->add_tool_calls();
+    call->set_name(name.get<std::string>());
+    const ojson& id = Get(c, "id");
+    if (!id.is_null()) {
+      if (!id.is_string()) return WrongType(f + ".id", "a string", id);
+      call->set_id(id.get<std::string>());
+    }
+    const ojson& args = Get(fn, "arguments");
+    const std::string af = f + ".function.arguments";
+    if (args.is_object()) {
+      call->set_arguments(args.dump());
+    } else if (args.is_string()) {
+      const std::string& text = args.get_ref<const std::string&>();
+      if (!text.empty()) {
+        const ojson parsed = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
+        if (parsed.is_discarded()) {
+          return FieldError(af, absl::StrCat(af, " is not JSON: ", QuoteForError(text)));
+        }
+        if (!parsed.is_object()) return FieldError(af, af + " must be a JSON object");
+      }
+      call->set_arguments(text);
+    } else if (!args.is_null()) {
+      return WrongType(af, "a string of JSON", args);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseMessages(const ojson& body, v1::Chat* chat) {
   const ojson& messages = Get(body, "messages");
   if (messages.is_null()) return FieldError("messages", "messages is required");
@@ -138,19 +190,46 @@ absl::Status ParseMessages(const ojson& body, v1::Chat* chat) {
     std::string r = role.get<std::string>();
     // OpenAI's newer name for the system role.
     if (r == "developer") r = "system";
-    if (r != "system" && r != "user" && r != "assistant") {
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
       return FieldError(f + ".role",
                         absl::StrCat(f, ".role '", r,
-                                     "' is not supported: use system, developer, user or "
-                                     "assistant (minfer serves no tools)"));
+                                     "' is not supported: use system, developer, user, "
+                                     "assistant or tool"));
     }
-    if (!Get(m, "tool_calls").is_null() && !Get(m, "tool_calls").empty()) {
-      return FieldError(f + ".tool_calls", "tool calls are not supported");
+    v1::ChatMessage* out = chat->add_messages();
+    const ojson& calls = Get(m, "tool_calls");
+    if (!calls.is_null() && !(calls.is_array() && calls.empty())) {
+      if (r != "assistant") {
+        return FieldError(f + ".tool_calls",
+                          absl::StrCat(f, ".tool_calls: only assistant messages make tool calls"));
+      }
+      RETURN_IF_ERROR(ParseToolCalls(calls, f + ".tool_calls", out));
     }
     ASSIGN_OR_RETURN(std::string text, ContentText(Get(m, "content"), f + ".content"));
-    v1::ChatMessage* out = chat->add_messages();
     out->set_role(r);
     out->set_content(std::move(text));
+    if (r == "assistant") {
+      // vLLM's field for the reasoning of an earlier turn (and its newer
+      // name, "reasoning").
+      for (const char* key : {"reasoning_content", "reasoning"}) {
+        const ojson& v = Get(m, key);
+        if (v.is_null()) continue;
+        if (!v.is_string()) return WrongType(absl::StrCat(f, ".", key), "a string", v);
+        out->set_reasoning_content(v.get<std::string>());
+      }
+    }
+    if (r == "tool") {
+      const ojson& id = Get(m, "tool_call_id");
+      if (!id.is_null()) {
+        if (!id.is_string()) return WrongType(f + ".tool_call_id", "a string", id);
+        out->set_tool_call_id(id.get<std::string>());
+      }
+      const ojson& name = Get(m, "name");
+      if (!name.is_null()) {
+        if (!name.is_string()) return WrongType(f + ".name", "a string", name);
+        out->set_name(name.get<std::string>());
+      }
+    }
   }
   // vLLM's and SGLang's name for the template's extra variables (Qwen3's
   // enable_thinking); each value travels as its JSON text.
@@ -158,16 +237,122 @@ absl::Status ParseMessages(const ojson& body, v1::Chat* chat) {
   if (!kwargs.is_null()) {
     if (!kwargs.is_object()) return WrongType("chat_template_kwargs", "an object", kwargs);
     for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
-      // The template would render tools into the prompt: the same request
-      // as a top-level "tools", which is refused (chat_options.h).
+      // The template would render tools minfer does not know of: they
+      // belong in the request's own tools field.
       if (IsRefusedTemplateKwarg(it.key())) {
         const std::string f = "chat_template_kwargs." + it.key();
-        return FieldError(f, absl::StrCat(f, " is not supported: minfer serves no tool calls"));
+        return FieldError(f, absl::StrCat(f, " is not supported: give tools in the request's "
+                                             "tools field"));
       }
       (*chat->mutable_template_kwargs())[it.key()] = it->dump();
     }
   }
   return absl::OkStatus();
+}
+
+// OpenAI's tools ([{"type": "function", "function": {"name",
+// "description", "parameters", "strict"}}]), tool_choice ("none", "auto",
+// "required", {"type": "function", "function": {"name"}}) and
+// parallel_tool_calls, into the chat.
+absl::Status ParseTools(const ojson& body, v1::Chat* chat) {
+  const ojson& tools = Get(body, "tools");
+  if (!tools.is_null()) {
+    if (!tools.is_array()) return WrongType("tools", "an array", tools);
+    if (tools.size() > kMaxTools) {
+      return FieldError("tools", absl::StrCat("tools holds ", tools.size(), " tools; at most ",
+                                              kMaxTools));
+    }
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const ojson& t = tools[i];
+      const std::string f = absl::StrCat("tools[", i, "]");
+      if (!t.is_object()) return WrongType(f, "an object", t);
+      const ojson& type = Get(t, "type");
+      if (!type.is_string()) return WrongType(f + ".type", "a string", type);
+      if (type.get<std::string>() != "function") {
+        return FieldError(f + ".type", absl::StrCat(f, ".type '", type.get<std::string>(),
+                                                    "' is not supported: only function tools"));
+      }
+      const ojson& fn = Get(t, "function");
+      if (fn.is_null()) return FieldError(f + ".function", f + ".function is required");
+      if (!fn.is_object()) return WrongType(f + ".function", "an object", fn);
+      v1::Tool* out = chat->add_tools();
+      const ojson& name = Get(fn, "name");
+      if (name.is_null()) {
+        return FieldError(f + ".function.name", f + ".function.name is required");
+      }
+      if (!name.is_string()) return WrongType(f + ".function.name", "a string", name);
+      out->set_name(name.get<std::string>());
+      const ojson& description = Get(fn, "description");
+      if (!description.is_null()) {
+        if (!description.is_string()) {
+          return WrongType(f + ".function.description", "a string", description);
+        }
+        out->set_description(description.get<std::string>());
+      }
+      const ojson& parameters = Get(fn, "parameters");
+      if (!parameters.is_null()) {
+        if (!parameters.is_object()) {
+          return WrongType(f + ".function.parameters", "a JSON Schema (an object)", parameters);
+        }
+        out->set_parameters(parameters.dump());
+      }
+      const ojson& strict = Get(fn, "strict");
+      if (!strict.is_null()) {
+        if (!strict.is_boolean()) return WrongType(f + ".function.strict", "a boolean", strict);
+        out->set_strict(strict.get<bool>());
+      }
+    }
+  }
+  const ojson& choice = Get(body, "tool_choice");
+  v1::ToolChoice* tc = chat->mutable_tool_choice();
+  if (choice.is_string()) {
+    const std::string& c = choice.get_ref<const std::string&>();
+    if (c == "none") {
+      tc->set_mode(v1::ToolChoice::TOOL_CHOICE_NONE);
+    } else if (c == "auto") {
+      tc->set_mode(v1::ToolChoice::TOOL_CHOICE_AUTO);
+    } else if (c == "required") {
+      tc->set_mode(v1::ToolChoice::TOOL_CHOICE_REQUIRED);
+    } else {
+      return FieldError("tool_choice",
+                        absl::StrCat("tool_choice '", c,
+                                     "' is not supported: none, auto, required or "
+                                     "{\"type\": \"function\", \"function\": {\"name\": ...}}"));
+    }
+  } else if (choice.is_object()) {
+    const ojson& type = Get(choice, "type");
+    if (!(type.is_string() && type.get<std::string>() == "function")) {
+      return FieldError("tool_choice.type", "tool_choice.type must be \"function\"");
+    }
+    const ojson& fn = Get(choice, "function");
+    const ojson& name = fn.is_object() ? Get(fn, "name") : fn;
+    if (!name.is_string()) {
+      return FieldError("tool_choice.function.name", "tool_choice.function.name is required");
+    }
+    tc->set_mode(v1::ToolChoice::TOOL_CHOICE_FUNCTION);
+    tc->set_function(name.get<std::string>());
+  } else if (!choice.is_null()) {
+    return WrongType("tool_choice", "a string or an object", choice);
+  }
+  const bool forced = tc->mode() == v1::ToolChoice::TOOL_CHOICE_REQUIRED ||
+                      tc->mode() == v1::ToolChoice::TOOL_CHOICE_FUNCTION;
+  if (forced && chat->tools().empty()) {
+    return FieldError("tool_choice", "tool_choice names a tool call but no tools are given");
+  }
+  if (tc->mode() == v1::ToolChoice::TOOL_CHOICE_FUNCTION) {
+    bool found = false;
+    for (const v1::Tool& t : chat->tools()) found |= t.name() == tc->function();
+    if (!found) {
+      return FieldError("tool_choice", absl::StrCat("tool_choice names function '",
+                                                    tc->function().substr(0, 80),
+                                                    "', which is not one of the tools"));
+    }
+  }
+  ASSIGN_OR_RETURN(std::optional<bool> parallel, OptBool(body, "parallel_tool_calls"));
+  if (parallel.has_value()) chat->set_parallel_tool_calls(*parallel);
+  // The rest of the checks (names, schemas, history) once, for every front
+  // door, with the proto's field names (renamed by ToApiFieldError).
+  return ToApiFieldError(Endpoint::kChatCompletions, ValidateChatTools(*chat));
 }
 
 absl::Status ParsePrompt(const ojson& body, v1::GenerateRequest* g) {
@@ -241,30 +426,26 @@ absl::Status RefuseUnsupported(Endpoint endpoint, const ojson& body) {
   if (best_of.has_value() && *best_of != 1) {
     return FieldError("best_of", "best_of is not supported (only 1)");
   }
-  const ojson& tools = Get(body, "tools");
-  if (!tools.is_null() && !(tools.is_array() && tools.empty())) {
-    return FieldError("tools", "tools are not supported");
+  if (endpoint == Endpoint::kCompletions) {
+    for (const char* f : {"tools", "tool_choice", "parallel_tool_calls"}) {
+      const ojson& v = Get(body, f);
+      if (!v.is_null() && !(v.is_array() && v.empty())) {
+        return FieldError(f, absl::StrCat(f, " is only for /v1/chat/completions"));
+      }
+    }
   }
+  // OpenAI's deprecated functions / function_call: tools and tool_choice
+  // say the same.
   const ojson& functions = Get(body, "functions");
   if (!functions.is_null() && !(functions.is_array() && functions.empty())) {
-    return FieldError("functions", "functions are not supported");
+    return FieldError("functions", "functions is not supported: use tools");
   }
-  // Tool and function selection: with no tools (refused above) "none" and
-  // "auto" select nothing and change nothing; "required" or a named tool
-  // asks for a tool call minfer can not make.
-  for (const char* f : {"tool_choice", "function_call"}) {
-    const ojson& choice = Get(body, f);
-    if (choice.is_null()) continue;
-    if (choice.is_string() &&
-        (choice.get<std::string>() == "none" || choice.get<std::string>() == "auto")) {
-      continue;
-    }
-    return FieldError(f, absl::StrCat(f, " is not supported (only \"none\" or \"auto\": "
-                                         "minfer serves no tool calls)"));
+  const ojson& function_call = Get(body, "function_call");
+  if (!function_call.is_null() &&
+      !(function_call.is_string() && (function_call.get<std::string>() == "none" ||
+                                      function_call.get<std::string>() == "auto"))) {
+    return FieldError("function_call", "function_call is not supported: use tool_choice");
   }
-  // With no tools, parallel tool calls are none either way.
-  ASSIGN_OR_RETURN(std::optional<bool> parallel, OptBool(body, "parallel_tool_calls"));
-  (void)parallel;
   // Output other than text, predicted outputs and web search would change
   // what the response is; refused until minfer serves them.
   for (const char* f : {"audio", "prediction", "web_search_options"}) {
@@ -557,6 +738,30 @@ json Bytes(const std::string& s) {
   return out;
 }
 
+// "chat.tools[1].parameters: ..." (daemon/api's field names for tools and
+// tool history) -> the API's "tools[1].function.parameters".
+absl::Status ChatFieldError(const absl::Status& status) {
+  const absl::string_view msg = status.message();
+  const size_t colon = msg.find(": ");
+  std::string field(msg.substr(5, colon == absl::string_view::npos ? msg.size() - 5 : colon - 5));
+  const std::string rest(colon == absl::string_view::npos ? "" : msg.substr(colon + 2));
+  if (absl::StartsWith(field, "tool_choice")) {
+    field = "tool_choice";
+  } else if (absl::StartsWith(field, "tools[") || absl::StartsWith(field, "messages[")) {
+    // The last component (name, parameters, arguments) sits under
+    // "function" in OpenAI's shape.
+    const size_t dot = field.rfind('.');
+    const absl::string_view last =
+        dot == std::string::npos ? absl::string_view() : absl::string_view(field).substr(dot + 1);
+    if (dot != std::string::npos && field[dot - 1] == ']' &&
+        (last == "name" || last == "parameters" || last == "description" ||
+         last == "arguments")) {
+      field = absl::StrCat(field.substr(0, dot), ".function", field.substr(dot));
+    }
+  }
+  return FieldError(field, absl::StrCat(field, ": ", rest));
+}
+
 }  // namespace
 
 absl::Status FieldError(const std::string& param, const std::string& message) {
@@ -653,6 +858,7 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const ojson& body)
   RETURN_IF_ERROR(RefuseUnsupported(endpoint, body));
   if (endpoint == Endpoint::kChatCompletions) {
     RETURN_IF_ERROR(ParseMessages(body, g.mutable_chat()));
+    RETURN_IF_ERROR(ParseTools(body, g.mutable_chat()));
   } else {
     RETURN_IF_ERROR(ParsePrompt(body, &g));
   }
@@ -793,6 +999,7 @@ absl::Status ToApiFieldError(Endpoint endpoint, const absl::Status& status) {
   if (status.code() != absl::StatusCode::kInvalidArgument || !Param(status).empty()) {
     return status;
   }
+  if (absl::StartsWith(status.message(), "chat.")) return ChatFieldError(status);
   const std::string prompt = endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
   // Proto field prefix -> API field.
   const std::pair<const char*, std::string> kRenames[] = {
@@ -844,7 +1051,91 @@ ResponseWriter::ResponseWriter(const ParsedRequest& request, std::string id, int
       id_(std::move(id)),
       created_(created),
       model_(std::move(model)),
-      tokenizer_(tokenizer) {}
+      tokenizer_(tokenizer) {
+  if (request_.endpoint == Endpoint::kChatCompletions) {
+    output_ = ChatOutputOptionsFor(request_.generate.chat(), *tokenizer_);
+    absl::StatusOr<std::unique_ptr<ChatOutputStream>> s = ChatOutputStream::Create(output_);
+    if (!s.ok()) {
+      // A family the registry does not know (not reachable: families come
+      // from it); the reply is then content.
+      output_ = ChatOutputOptions();
+      output_.reasoning.enabled = false;
+      s = ChatOutputStream::Create(output_);
+    }
+    stream_ = *std::move(s);
+  }
+}
+
+const char* ResponseWriter::FinishReasonOf(const SequenceResult& result, bool called) const {
+  // A reply that made calls and ended by itself (not cut at max_tokens).
+  if (called && result.finish_reason != FinishReason::kLength) return "tool_calls";
+  return OpenAiFinishReason(result.finish_reason);
+}
+
+void ResponseWriter::AddEventChunks(std::vector<ChatOutputEvent> events,
+                                    const SequenceChunk& chunk, std::vector<json>* out) {
+  // Consecutive events of one kind (reasoning, content, one call) make one
+  // delta; the first delta carries the tokens' logprobs and ids.
+  std::vector<json> deltas;
+  int kind = -1;  // 0 reasoning, 1 content, 2 + index: a call
+  for (ChatOutputEvent& e : events) {
+    int k = 0;
+    switch (e.type) {
+      case ChatOutputEvent::Type::kReasoning:
+        k = 0;
+        break;
+      case ChatOutputEvent::Type::kContent:
+        k = 1;
+        break;
+      case ChatOutputEvent::Type::kCallStart:
+        k = -2;  // always a new delta
+        break;
+      case ChatOutputEvent::Type::kArguments:
+        k = 2 + e.index;
+        break;
+    }
+    if (e.type == ChatOutputEvent::Type::kCallStart) {
+      called_ = true;
+      deltas.push_back({{"tool_calls", json::array({{{"index", e.index},
+                                                     {"id", e.id},
+                                                     {"type", "function"},
+                                                     {"function", {{"name", e.name},
+                                                                   {"arguments", ""}}}}})}});
+      kind = 2 + e.index;
+      continue;
+    }
+    if (k != kind || deltas.empty()) {
+      kind = k;
+      if (k == 0) {
+        deltas.push_back({{"reasoning_content", ""}});
+      } else if (k == 1) {
+        deltas.push_back({{"content", ""}});
+      } else {
+        deltas.push_back({{"tool_calls", json::array({{{"index", e.index},
+                                                       {"function", {{"arguments", ""}}}}})}});
+      }
+    }
+    json& d = deltas.back();
+    if (k == 0) {
+      d["reasoning_content"] = d["reasoning_content"].get<std::string>() + e.text;
+    } else if (k == 1) {
+      d["content"] = d["content"].get<std::string>() + e.text;
+    } else {
+      json& args = d["tool_calls"][0]["function"]["arguments"];
+      args = args.get<std::string>() + e.text;
+    }
+  }
+  if (deltas.empty() && !chunk.tokens.empty()) deltas.push_back({{"content", ""}});
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    json choice = i == 0 ? Choice(chunk.text, chunk.tokens, chunk.logprobs, nullptr)
+                         : Choice("", {}, {}, nullptr);
+    choice["delta"] = std::move(deltas[i]);
+    json c = Envelope("chat.completion.chunk");
+    c["choices"] = json::array({std::move(choice)});
+    if (request_.include_usage) c["usage"] = nullptr;
+    out->push_back(std::move(c));
+  }
+}
 
 json ResponseWriter::Envelope(const char* object) const {
   return json{{"id", id_},
@@ -927,17 +1218,19 @@ std::vector<json> ResponseWriter::StreamChunks(const SequenceChunk& chunk) {
     choice["delta"] = {{"role", "assistant"}, {"content", ""}};
     add(std::move(choice));
   }
-  if (!chunk.text.empty() || !chunk.tokens.empty()) {
-    json choice = Choice(chunk.text, chunk.tokens, chunk.logprobs, nullptr);
-    if (chat) {
-      choice["delta"] = {{"content", chunk.text}};
-    } else {
-      choice["text"] = chunk.text;
+  if (chat) {
+    std::vector<ChatOutputEvent> events = stream_->Feed(chunk.text);
+    if (chunk.result.has_value() && chunk.result->status.ok()) {
+      for (ChatOutputEvent& e : stream_->Finish()) events.push_back(std::move(e));
     }
+    AddEventChunks(std::move(events), chunk, &out);
+  } else if (!chunk.text.empty() || !chunk.tokens.empty()) {
+    json choice = Choice(chunk.text, chunk.tokens, chunk.logprobs, nullptr);
+    choice["text"] = chunk.text;
     add(std::move(choice));
   }
   if (chunk.result.has_value() && chunk.result->status.ok()) {
-    json choice = Choice("", {}, {}, OpenAiFinishReason(chunk.result->finish_reason));
+    json choice = Choice("", {}, {}, FinishReasonOf(*chunk.result, called_));
     if (chat) {
       choice["delta"] = json::object();
     } else {
@@ -965,13 +1258,43 @@ json ResponseWriter::Response(const SequenceResult& result) const {
   ResponseWriter w = *this;
   w.text_offset_ = 0;
   const bool chat = request_.endpoint == Endpoint::kChatCompletions;
-  json choice = w.Choice(text_, ids_, logprobs_, OpenAiFinishReason(result.finish_reason));
   if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text_}, {"refusal", nullptr}};
-  } else {
-    choice["text"] = text_;
+    // The whole text read afresh (the same events as streamed: the readers
+    // do not depend on how the text was cut).
+    std::vector<ChatOutputEvent> events;
+    absl::StatusOr<std::unique_ptr<ChatOutputStream>> s = ChatOutputStream::Create(output_);
+    if (s.ok()) {
+      events = (*s)->Feed(text_);
+      for (ChatOutputEvent& e : (*s)->Finish()) events.push_back(std::move(e));
+    } else {
+      events.push_back({ChatOutputEvent::Type::kContent, text_});
+    }
+    const ChatOutput reply = CollectChatOutput(events);
+    json choice = w.Choice(text_, ids_, logprobs_, FinishReasonOf(result, !reply.calls.empty()));
+    json message = {{"role", "assistant"}};
+    // OpenAI: content is null in a reply that is only calls.
+    message["content"] =
+        reply.content.empty() && !reply.calls.empty() ? json() : json(reply.content);
+    if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
+    if (!reply.calls.empty()) {
+      json calls = json::array();
+      for (const chat::ToolCall& c : reply.calls) {
+        calls.push_back({{"id", c.id},
+                         {"type", "function"},
+                         {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      }
+      message["tool_calls"] = std::move(calls);
+    }
+    message["refusal"] = nullptr;
+    choice["message"] = std::move(message);
+    json r = Envelope("chat.completion");
+    r["choices"] = json::array({std::move(choice)});
+    r["usage"] = Usage(result);
+    return r;
   }
-  json r = Envelope(chat ? "chat.completion" : "text_completion");
+  json choice = w.Choice(text_, ids_, logprobs_, OpenAiFinishReason(result.finish_reason));
+  choice["text"] = text_;
+  json r = Envelope("text_completion");
   r["choices"] = json::array({std::move(choice)});
   r["usage"] = Usage(result);
   return r;

@@ -8,11 +8,25 @@
 // Requests: POST /v1/chat/completions and /v1/completions bodies. Fields
 // follow OpenAI's API; unknown fields are ignored as OpenAI's server
 // ignores them, a known field of the wrong type or out of range is an
-// error naming it. Features minfer does not serve (n > 1, tools, also as
-// chat_template_kwargs.tools, a tool_choice or function_call other than
-// "none"/"auto", audio, modalities other than text, prediction,
-// web_search_options, logit_bias, echo, ...) are refused, never silently
-// dropped: each would change what the response means.
+// error naming it. Features minfer does not serve (n > 1, the deprecated
+// functions / function_call, tools as chat_template_kwargs.tools, audio,
+// modalities other than text, prediction, web_search_options, logit_bias,
+// echo, ...) are refused, never silently dropped: each would change what
+// the response means.
+//
+// Tools (chat only): tools (function tools; strict accepted), tool_choice
+// ("none": the tools are not shown and the reply is content; "auto": calls
+// are parsed from the reply in the syntax the model's template teaches;
+// "required" or {"type": "function", "function": {"name"}}: a call is
+// forced by a grammar built from the tools' parameters), parallel_tool_calls,
+// and history: assistant messages with tool_calls (arguments as JSON text,
+// or an object), tool messages with tool_call_id, reasoning_content (or
+// reasoning) on assistant messages. Calls come back as message.tool_calls
+// ({id, type: "function", function: {name, arguments: JSON text}}) with
+// finish_reason "tool_calls", streamed as delta.tool_calls (index, id,
+// type and name in the first chunk of a call, arguments after). For a
+// model whose template writes <think>, the reasoning comes back apart as
+// reasoning_content (message and delta). See daemon/api/chat_tools.h.
 //
 // Structured outputs (one constraint per request; two are a 400 naming
 // both): OpenAI's response_format {"type": "text" | "json_object" |
@@ -42,6 +56,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/api/chat_tools.h"
 #include "daemon/serving/sequence.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "minfer/v1/generation.pb.h"
@@ -133,12 +148,21 @@ class ResponseWriter {
                         const std::vector<SampledToken>& logprobs, const char* finish_reason);
   nlohmann::json LogprobsJson(const std::vector<SampledToken>& logprobs, size_t* text_offset) const;
   nlohmann::json Usage(const SequenceResult& result) const;
+  // Chat: the chunks of reply events, in OpenAI's delta shapes.
+  void AddEventChunks(std::vector<ChatOutputEvent> events, const SequenceChunk& chunk,
+                      std::vector<nlohmann::json>* out);
+  const char* FinishReasonOf(const SequenceResult& result, bool called) const;
 
   const ParsedRequest& request_;
   const std::string id_;
   const int64_t created_;
   const std::string model_;
   const tokenizer::Tokenizer* const tokenizer_;
+  // Chat: how the reply is read (reasoning, tool calls), and the stream
+  // reading it (shared by copies; Response reads the whole text afresh).
+  ChatOutputOptions output_;
+  std::shared_ptr<ChatOutputStream> stream_;
+  bool called_ = false;  // the stream emitted a tool call
   bool sent_role_ = false;
   size_t text_offset_ = 0;  // completions' logprobs.text_offset, streamed
   // Non-streaming accumulation.

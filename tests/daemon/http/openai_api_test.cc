@@ -160,15 +160,15 @@ TEST(OpenAiParseTest, MeaningChangingFieldsAreRefused) {
       {R"("chat_template_kwargs": {"enable_thinking": false,
                                    "tools": [{"type": "function", "function": {"name": "f"}}]})",
        "chat_template_kwargs.tools",
-       "chat_template_kwargs.tools is not supported: minfer serves no tool calls"},
+       "chat_template_kwargs.tools is not supported: give tools in the request's tools field"},
       {R"("chat_template_kwargs": {"functions": []})", "chat_template_kwargs.functions",
-       "chat_template_kwargs.functions is not supported: minfer serves no tool calls"},
+       "chat_template_kwargs.functions is not supported"},
       {R"("tool_choice": "required")", "tool_choice",
-       "tool_choice is not supported (only \"none\" or \"auto\": minfer serves no tool calls)"},
+       "tool_choice names a tool call but no tools are given"},
       {R"("tool_choice": {"type": "function", "function": {"name": "f"}})", "tool_choice",
-       "tool_choice is not supported"},
+       "tool_choice names a tool call but no tools are given"},
       {R"("function_call": {"name": "f"})", "function_call", "function_call is not supported"},
-      {R"("functions": [{"name": "f"}])", "functions", "functions are not supported"},
+      {R"("functions": [{"name": "f"}])", "functions", "functions is not supported: use tools"},
       {R"("audio": {"voice": "alloy", "format": "wav"})", "audio", "audio is not supported"},
       {R"("modalities": ["text", "audio"])", "modalities",
        "modalities: only [\"text\"] is supported (no audio output)"},
@@ -267,8 +267,9 @@ TEST(OpenAiParseTest, BadFieldsAreRefusedNamingTheField) {
       {Endpoint::kChatCompletions, R"({"model": "m"})", "messages", "messages is required"},
       {Endpoint::kChatCompletions, R"({"model": "m", "messages": []})", "messages",
        "messages must not be empty"},
-      {Endpoint::kChatCompletions, R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})",
-       "messages[0].role", "messages[0].role 'tool' is not supported"},
+      {Endpoint::kChatCompletions,
+       R"({"model": "m", "messages": [{"role": "function", "content": "x"}]})",
+       "messages[0].role", "messages[0].role 'function' is not supported"},
       {Endpoint::kChatCompletions,
        R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
        "messages[0].content[0].type", "'image_url' is not supported"},
@@ -291,8 +292,8 @@ TEST(OpenAiParseTest, BadFieldsAreRefusedNamingTheField) {
        R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2})", "n",
        "n = 2 is not supported"},
       {Endpoint::kChatCompletions,
-       R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}]})", "tools",
-       "tools are not supported"},
+       R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}]})",
+       "tools[0].type", "tools[0].type must be a string, got null"},
       {Endpoint::kChatCompletions,
        R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 1}})",
        "logit_bias", "logit_bias is not supported"},
@@ -781,6 +782,299 @@ TEST_F(OpenAiResponseTest, ChatResponseCarriesTheMessageAndChatLogprobs) {
   // logprobs without top_logprobs: no alternatives.
   EXPECT_EQ(content[0]["top_logprobs"], json::array());
   EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+}
+
+constexpr char kToolsBody[] = R"({"model": "m", "tools": [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+     "strict": true}},
+    {"type": "function", "function": {"name": "ping"}}], )";
+
+// Tools, tool choice and tool history into the chat request model.
+TEST(OpenAiToolsTest, ToolsChoiceAndHistoryReachTheChat) {
+  ParsedRequest r = MustParse(Endpoint::kChatCompletions, (std::string(kToolsBody) + R"(
+      "tool_choice": {"type": "function", "function": {"name": "ping"}},
+      "parallel_tool_calls": false,
+      "messages": [{"role": "user", "content": "Weather?"},
+                   {"role": "assistant", "content": null, "reasoning_content": "hmm",
+                    "tool_calls": [{"id": "call_1", "type": "function", "function":
+                                    {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
+                                   {"id": "call_2", "type": "function", "function":
+                                    {"name": "ping", "arguments": {"n": 1}}}]},
+                   {"role": "tool", "tool_call_id": "call_1", "content": "cold"},
+                   {"role": "tool", "tool_call_id": "call_2", "name": "ping",
+                    "content": [{"type": "text", "text": "pong"}]}]})").c_str());
+  const v1::Chat& c = r.generate.chat();
+  ASSERT_EQ(c.tools_size(), 2);
+  EXPECT_EQ(c.tools(0).name(), "get_weather");
+  EXPECT_EQ(c.tools(0).description(), "Weather");
+  EXPECT_EQ(json::parse(c.tools(0).parameters()),
+            json::parse(R"({"type":"object","properties":{"city":{"type":"string"}}})"));
+  EXPECT_TRUE(c.tools(0).strict());
+  EXPECT_EQ(c.tools(1).parameters(), "");
+  EXPECT_EQ(c.tool_choice().mode(), v1::ToolChoice::TOOL_CHOICE_FUNCTION);
+  EXPECT_EQ(c.tool_choice().function(), "ping");
+  EXPECT_FALSE(c.parallel_tool_calls());
+  ASSERT_EQ(c.messages_size(), 4);
+  const v1::ChatMessage& a = c.messages(1);
+  EXPECT_EQ(a.content(), "");
+  EXPECT_EQ(a.reasoning_content(), "hmm");
+  ASSERT_EQ(a.tool_calls_size(), 2);
+  EXPECT_EQ(a.tool_calls(0).id(), "call_1");
+  EXPECT_EQ(a.tool_calls(0).arguments(), R"({"city": "Oslo"})");
+  EXPECT_EQ(a.tool_calls(1).arguments(), R"({"n":1})");
+  EXPECT_EQ(c.messages(2).role(), "tool");
+  EXPECT_EQ(c.messages(2).tool_call_id(), "call_1");
+  EXPECT_EQ(c.messages(3).name(), "ping");
+  EXPECT_EQ(c.messages(3).content(), "pong");
+
+  for (const char* choice : {R"("none")", R"("auto")", R"("required")"}) {
+    ParsedRequest p = MustParse(
+        Endpoint::kChatCompletions,
+        absl::StrCat(kToolsBody, R"("messages": [{"role": "user", "content": "x"}],
+                     "tool_choice": )", choice, "}").c_str());
+    EXPECT_EQ(p.generate.chat().tool_choice().mode(),
+              std::string(choice) == R"("none")"   ? v1::ToolChoice::TOOL_CHOICE_NONE
+              : std::string(choice) == R"("auto")" ? v1::ToolChoice::TOOL_CHOICE_AUTO
+                                                   : v1::ToolChoice::TOOL_CHOICE_REQUIRED);
+    EXPECT_FALSE(p.generate.chat().has_parallel_tool_calls());
+  }
+}
+
+TEST(OpenAiToolsTest, BadToolInputIsA400NamingTheField) {
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  struct Case {
+    std::string body, param, message;
+  };
+  const std::vector<Case> cases = {
+      {absl::StrCat(kToolsBody, user, R"(, "tool_choice": {"type": "function",
+                    "function": {"name": "nope"}}})"),
+       "tool_choice", "tool_choice names function 'nope', which is not one of the tools"},
+      {absl::StrCat(R"({"model": "m", )", user, R"(, "tool_choice": "required"})"),
+       "tool_choice", "no tools are given"},
+      {absl::StrCat(kToolsBody, user, R"(, "tool_choice": "sometimes"})"), "tool_choice",
+       "tool_choice 'sometimes' is not supported"},
+      {absl::StrCat(R"({"model": "m", )", user,
+                    R"(, "tools": [{"type": "function", "function": {"description": "d"}}]})"),
+       "tools[0].function.name", "tools[0].function.name is required"},
+      {absl::StrCat(R"({"model": "m", )", user,
+                    R"(, "tools": [{"type": "function", "function": {"name": "a b"}}]})"),
+       "tools[0].function.name", "tools[0].function.name: 'a b' is not"},
+      {absl::StrCat(R"({"model": "m", )", user,
+                    R"(, "tools": [{"type": "function", "function": {"name": "f"}},
+                                   {"type": "function", "function": {"name": "f"}}]})"),
+       "tools[1].function.name", "a second tool named 'f'"},
+      {absl::StrCat(R"({"model": "m", )", user,
+                    R"(, "tools": [{"type": "code_interpreter"}]})"),
+       "tools[0].type", "only function tools"},
+      {absl::StrCat(R"({"model": "m", )", user,
+                    R"(, "tools": [{"type": "function", "function": {"name": "f",
+                        "parameters": {"type": "array"}}}]})"),
+       "tools[0].function.parameters", "\"type\" must be \"object\""},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"},
+          {"role": "assistant", "tool_calls": [{"id": "1", "type": "function",
+           "function": {"name": "f", "arguments": "{\"a\": "}}]}]})",
+       "messages[1].tool_calls[0].function.arguments",
+       "messages[1].tool_calls[0].function.arguments is not JSON"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"},
+          {"role": "assistant", "tool_calls": [{"type": "function",
+           "function": {"arguments": "{}"}}]}]})",
+       "messages[1].tool_calls[0].function.name", "is required"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": [
+           {"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]})",
+       "messages[0].tool_calls", "only assistant messages make tool calls"},
+  };
+  for (const Case& c : cases) {
+    absl::Status st = ParseError(Endpoint::kChatCompletions, c.body.c_str());
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.body;
+    EXPECT_EQ(Param(st), c.param) << c.body << " -> " << st;
+    EXPECT_THAT(std::string(st.message()), HasSubstr(c.message)) << c.body;
+    EXPECT_EQ(ApiErrorFor(st).http_status, 400);
+  }
+  EXPECT_EQ(Param(ParseError(Endpoint::kCompletions,
+                             R"({"model": "m", "prompt": "x", "tool_choice": "required"})")),
+            "tool_choice");
+  // The generation path's errors (a schema the grammar engine refuses, a
+  // forced call with a response_format) name the API's fields.
+  absl::Status compile = ToApiFieldError(
+      Endpoint::kChatCompletions,
+      absl::InvalidArgumentError("chat.tools[1].parameters: unsupported keyword 'not' at /"));
+  EXPECT_EQ(Param(compile), "tools[1].function.parameters");
+  EXPECT_EQ(compile.message(), "tools[1].function.parameters: unsupported keyword 'not' at /");
+  EXPECT_EQ(Param(ToApiFieldError(Endpoint::kChatCompletions,
+                                  absl::InvalidArgumentError("chat.tool_choice: combined"))),
+            "tool_choice");
+  EXPECT_EQ(Param(ToApiFieldError(Endpoint::kChatCompletions,
+                                  absl::InvalidArgumentError("chat.tools: model 'm' ..."))),
+            "tools");
+}
+
+// Replies read for tool calls (the tiny model's ChatML template reads as
+// Hermes) and reasoning (Qwen3's template writes <think>): the path a
+// model's auto-mode reply takes, fed as the engine would publish it.
+class OpenAiToolReplyTest : public OpenAiResponseTest {
+ protected:
+  static SequenceChunk Text(const std::string& text, std::optional<SequenceResult> result = {}) {
+    SequenceChunk c;
+    c.text = text;
+    c.tokens = {1};
+    c.result = std::move(result);
+    return c;
+  }
+};
+
+constexpr char kCallReply[] =
+    "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+    "\"Oslo\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>";
+
+TEST_F(OpenAiToolReplyTest, WholeReplyCarriesToolCalls) {
+  ParsedRequest req = MustParse(Endpoint::kChatCompletions,
+                                (std::string(kToolsBody) +
+                                 R"("messages": [{"role": "user", "content": "x"}]})").c_str());
+  ResponseWriter w(req, "chatcmpl-3", 7, "tiny", &tok());
+  w.Accumulate(Text(std::string(kCallReply).substr(0, 30)));
+  w.Accumulate(Text(std::string(kCallReply).substr(30)));
+  json r = w.Response(Result(FinishReason::kEos, 3, 2));
+  const json& choice = r["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  const json& m = choice["message"];
+  EXPECT_EQ(m["content"], "Checking.");
+  ASSERT_EQ(m["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+  EXPECT_TRUE(absl::StartsWith(m["tool_calls"][0]["id"].get<std::string>(), "call_"));
+  EXPECT_NE(m["tool_calls"][0]["id"], m["tool_calls"][1]["id"]);
+  EXPECT_EQ(m["tool_calls"][0]["function"],
+            json::parse(R"({"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"})"));
+  EXPECT_EQ(m["tool_calls"][1]["function"]["arguments"], "{}");
+  EXPECT_FALSE(m.contains("reasoning_content"));
+
+  // Cut at max_tokens: the finish reason says so.
+  EXPECT_EQ(w.Response(Result(FinishReason::kLength, 3, 2))["choices"][0]["finish_reason"],
+            "length");
+  // tool_choice none: the same text is content.
+  ParsedRequest none = MustParse(
+      Endpoint::kChatCompletions,
+      (std::string(kToolsBody) +
+       R"("tool_choice": "none", "messages": [{"role": "user", "content": "x"}]})").c_str());
+  ResponseWriter wn(none, "chatcmpl-4", 7, "tiny", &tok());
+  wn.Accumulate(Text(kCallReply));
+  json rn = wn.Response(Result(FinishReason::kEos, 3, 2));
+  EXPECT_EQ(rn["choices"][0]["message"]["content"], kCallReply);
+  EXPECT_FALSE(rn["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(rn["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(OpenAiToolReplyTest, StreamedReplySendsToolCallDeltas) {
+  ParsedRequest req = MustParse(
+      Endpoint::kChatCompletions,
+      (std::string(kToolsBody) +
+       R"("messages": [{"role": "user", "content": "x"}], "stream": true})").c_str());
+  ResponseWriter w(req, "chatcmpl-5", 7, "tiny", &tok());
+  std::vector<json> chunks;
+  const std::string reply = kCallReply;
+  for (size_t i = 0; i < reply.size(); i += 5) {
+    const bool last = i + 5 >= reply.size();
+    for (json& c : w.StreamChunks(Text(reply.substr(i, 5),
+                                       last ? std::optional<SequenceResult>(
+                                                  Result(FinishReason::kEos, 3, 40))
+                                            : std::nullopt))) {
+      chunks.push_back(std::move(c));
+    }
+  }
+  std::string content;
+  std::vector<json> calls;
+  std::string finish;
+  for (const json& c : chunks) {
+    const json& choice = c["choices"][0];
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+    const json& d = choice["delta"];
+    if (d.contains("content")) content += d["content"].get<std::string>();
+    if (!d.contains("tool_calls")) continue;
+    for (const json& tc : d["tool_calls"]) {
+      const size_t index = tc["index"].get<size_t>();
+      if (tc.contains("id")) {
+        // The first delta of a call: index, id, type and name.
+        ASSERT_EQ(index, calls.size());
+        EXPECT_EQ(tc["type"], "function");
+        calls.push_back({{"id", tc["id"]},
+                         {"name", tc["function"]["name"]},
+                         {"arguments", tc["function"]["arguments"]}});
+      } else {
+        ASSERT_LT(index, calls.size());
+        calls[index]["arguments"] =
+            calls[index]["arguments"].get<std::string>() +
+            tc["function"]["arguments"].get<std::string>();
+      }
+    }
+  }
+  EXPECT_EQ(content, "Checking.");
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0]["name"], "get_weather");
+  EXPECT_EQ(calls[0]["arguments"], R"({"city":"Oslo"})");
+  EXPECT_EQ(calls[1]["name"], "ping");
+  EXPECT_EQ(calls[1]["arguments"], "{}");
+  EXPECT_EQ(finish, "tool_calls");
+}
+
+class OpenAiReasoningTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto path = minfer::testing::TestModelPath("qwen3-tiny", "q8_0", 1);
+    ASSERT_TRUE(path.ok()) << path.status();
+    runtime::ModelOptions o;
+    o.backend = "cpu";
+    auto m = runtime::Model::Load(*path, o);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = *std::move(m);
+  }
+  std::shared_ptr<runtime::Model> model_;
+};
+
+TEST_F(OpenAiReasoningTest, ThinkBlocksBecomeReasoningContent) {
+  const std::string reply = "<think>\nAdd them.\n</think>\n\nIt is 4.";
+  ParsedRequest req = MustParse(Endpoint::kChatCompletions,
+                                R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})");
+  ResponseWriter w(req, "chatcmpl-6", 7, "q3", &model_->tokenizer());
+  SequenceChunk c;
+  c.text = reply;
+  w.Accumulate(c);
+  const json m = w.Response(Result(FinishReason::kEos, 3, 9))["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "Add them.");
+  EXPECT_EQ(m["content"], "It is 4.");
+
+  ParsedRequest sreq = MustParse(Endpoint::kChatCompletions, R"({"model": "m", "stream": true,
+      "messages": [{"role": "user", "content": "x"}]})");
+  ResponseWriter s(sreq, "chatcmpl-7", 7, "q3", &model_->tokenizer());
+  std::string reasoning, content;
+  for (size_t i = 0; i < reply.size(); i += 3) {
+    SequenceChunk part;
+    part.text = reply.substr(i, 3);
+    part.tokens = {1};
+    if (i + 3 >= reply.size()) part.result = Result(FinishReason::kEos, 3, 12);
+    for (const json& chunk : s.StreamChunks(part)) {
+      const json& d = chunk["choices"][0]["delta"];
+      if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+      if (d.contains("content")) content += d["content"].get<std::string>();
+      if (!chunk["choices"][0]["finish_reason"].is_null()) {
+        EXPECT_EQ(chunk["choices"][0]["finish_reason"], "stop");
+      }
+    }
+  }
+  EXPECT_EQ(reasoning, "Add them.");
+  EXPECT_EQ(content, "It is 4.");
+
+  // With thinking off, Qwen3's template closes the think block in the
+  // prompt; a reply without one is content as written.
+  ParsedRequest off = MustParse(Endpoint::kChatCompletions, R"({"model": "m",
+      "chat_template_kwargs": {"enable_thinking": false},
+      "messages": [{"role": "user", "content": "x"}]})");
+  ResponseWriter wo(off, "chatcmpl-8", 7, "q3", &model_->tokenizer());
+  SequenceChunk plain;
+  plain.text = "Just 4.";
+  wo.Accumulate(plain);
+  const json mo = wo.Response(Result(FinishReason::kEos, 3, 2))["choices"][0]["message"];
+  EXPECT_EQ(mo["content"], "Just 4.");
+  EXPECT_FALSE(mo.contains("reasoning_content"));
 }
 
 TEST(OpenAiModelsTest, ListShape) {
