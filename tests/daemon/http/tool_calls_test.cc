@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
+#include "engine/chat/tool_calls.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -56,6 +57,39 @@ TEST(ToolCallsTest, ForcedCallsParseAndValidateThroughTheOpenAiClient) {
           return s.ok() && s->state() == v1::MODEL_STATE_READY;
         },
         std::chrono::seconds(30)));
+  }
+
+  // gRPC takes the same tools on v1::Chat: a forced named call's text
+  // parses as a Hermes call of that tool.
+  for (uint64_t seed = 1; seed <= 2; ++seed) {
+    v1::GenerateRequest r;
+    r.set_model("q");
+    v1::ChatMessage* m = r.mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content("Ping?");
+    v1::Tool* t = r.mutable_chat()->add_tools();
+    t->set_name("ping");
+    t = r.mutable_chat()->add_tools();
+    t->set_name("add");
+    t->set_parameters(R"({"type": "object", "properties": {"a": {"type": "integer",
+        "minimum": 0, "maximum": 9}}, "required": ["a"]})");
+    r.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::TOOL_CHOICE_FUNCTION);
+    r.mutable_chat()->mutable_tool_choice()->set_function("add");
+    r.mutable_chat()->set_parallel_tool_calls(false);
+    r.mutable_sampling()->set_temperature(1);
+    r.mutable_sampling()->set_seed(seed);
+    r.mutable_stopping()->set_max_tokens(200);
+    auto g = client->Generate(r);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->finish_reason, v1::FINISH_REASON_EOS) << g->text;
+    auto parser = chat::MakeToolCallParser("hermes");
+    ASSERT_TRUE(parser.ok());
+    const chat::ParsedToolCalls calls = (*parser)->Parse(g->text);
+    ASSERT_EQ(calls.calls.size(), 1u) << g->text;
+    EXPECT_EQ(calls.calls[0].name, "add");
+    const json args = json::parse(calls.calls[0].arguments);
+    ASSERT_TRUE(args.contains("a")) << g->text;
+    EXPECT_TRUE(args["a"].is_number_integer() && args["a"] >= 0 && args["a"] <= 9) << g->text;
   }
 
   auto run = minfer::testing::RunCommand(
