@@ -74,6 +74,20 @@ std::shared_ptr<const Vocabulary> Vocabulary::Create(std::vector<std::string> to
     tr.end[open.back()] = static_cast<int32_t>(tr.byte.size());
     open.pop_back();
   }
+  // Heights of all-plain subtrees, children before parents (reverse
+  // preorder).
+  const int32_t nodes = static_cast<int32_t>(tr.byte.size());
+  tr.plain_height.assign(nodes, 0);
+  for (int32_t k = nodes - 1; k >= 0; --k) {
+    if (!IsPlainByte(tr.byte[k])) continue;
+    int32_t h = 1;
+    bool plain = true;
+    for (int32_t c = k + 1; c < tr.end[k] && plain; c = tr.end[c]) {
+      plain = tr.plain_height[c] > 0;
+      h = std::max<int32_t>(h, 1 + tr.plain_height[c]);
+    }
+    if (plain && h <= 255) tr.plain_height[k] = static_cast<uint8_t>(h);
+  }
   return v;
 }
 
@@ -1019,40 +1033,81 @@ std::shared_ptr<const Classes> Classify(const Automata& a, const Vocabulary& voc
   // (sorted frames + flags), and each (state, byte) step is computed once.
   // Most trie nodes of a position lead to a handful of states (inside a
   // string body every character leads back to the same one), so the walk
-  // costs an array lookup per trie node instead of a stepper call — the
-  // first mask at a position (its p99) is this walk over ~150k tokens.
+  // costs a table lookup per trie node instead of a stepper call — the
+  // first mask at a position (its p99) is this walk over ~330k trie nodes.
+  // The loop reads only the compact per-state flags and the table, and
+  // records accepted tokens as runs of ranks, turned into ids at the end.
+  constexpr uint8_t kHasFrames = 1, kNeedsParent = 2;
   std::vector<State> dstates;
-  std::vector<std::unique_ptr<std::array<int32_t, 256>>> dnext;
+  std::vector<uint8_t> dflags;
+  std::vector<int32_t> table;  // 256 per state below kMaxTableStates; -1: not computed
   absl::flat_hash_map<std::string, int32_t> dindex;
   std::string keybuf;
+  // Bounds the table's memory (1 KiB per state): steps from states past
+  // it are computed each time (still correct, only slower).
+  constexpr int32_t kMaxTableStates = 8192;
   auto intern = [&](State&& s) {
     keybuf.assign(reinterpret_cast<const char*>(s.frames.data()), s.frames.size() * sizeof(int32_t));
     keybuf.push_back(static_cast<char>(s.can_end | (s.needs_parent << 1)));
     auto [it, inserted] = dindex.try_emplace(keybuf, static_cast<int32_t>(dstates.size()));
     if (inserted) {
+      dflags.push_back(static_cast<uint8_t>((s.frames.empty() ? 0 : kHasFrames) |
+                                            (s.needs_parent ? kNeedsParent : 0)));
       dstates.push_back(std::move(s));
-      dnext.emplace_back();
+      if (static_cast<int32_t>(dstates.size()) <= kMaxTableStates) table.resize(dstates.size() * 256, -1);
     }
     return it->second;
   };
-  // Bounds the table's memory (1 KiB per state): past it, steps from new
-  // states are computed each time (still correct, only slower).
-  constexpr size_t kMaxTableStates = 8192;
   State scratch;
   auto step = [&](int32_t sid, uint8_t b) {
-    std::array<int32_t, 256>* t = dnext[sid].get();
-    if (t != nullptr && (*t)[b] >= 0) return (*t)[b];
+    const bool tabled = sid < kMaxTableStates;
+    if (tabled) {
+      const int32_t t = table[static_cast<size_t>(sid) * 256 + b];
+      if (t >= 0) return t;
+    }
     st.Advance(dstates[sid], b, &scratch);
     const int32_t next = intern(std::move(scratch));
     scratch = State();
-    if (t == nullptr && dstates.size() <= kMaxTableStates) {
-      dnext[sid] = std::make_unique<std::array<int32_t, 256>>();
-      dnext[sid]->fill(-1);
-      t = dnext[sid].get();
-    }
-    if (t != nullptr) (*t)[b] = next;
+    if (tabled) table[static_cast<size_t>(sid) * 256 + b] = next;
     return next;
   };
+  // Plain subtrees (Trie::plain_height). A state is "uniform" when every
+  // plain byte steps it to one same state; from a state whose uniform
+  // chain keeps frames for h steps, every token of a plain subtree of
+  // height <= h is alive at its end: accepted, without walking it. Inside
+  // a string body (and a bounded one far enough from its bound) most of
+  // an ASCII vocabulary goes in a few such steps.
+  std::vector<int32_t> unext;  // per state: -1 unknown, -2 not uniform, else the next state
+  auto uniform_next = [&](int32_t sid) {
+    if (static_cast<size_t>(sid) >= unext.size()) unext.resize(dstates.size(), -1);
+    if (unext[sid] != -1) return unext[sid];
+    int32_t nx = -1;
+    for (int b = 0x20; b <= 0x7E; ++b) {
+      if (!Vocabulary::IsPlainByte(static_cast<uint8_t>(b))) continue;
+      const int32_t s = step(sid, static_cast<uint8_t>(b));
+      if (nx == -1) {
+        nx = s;
+      } else if (s != nx) {
+        nx = -2;
+        break;
+      }
+    }
+    if (static_cast<size_t>(sid) >= unext.size()) unext.resize(dstates.size(), -1);
+    unext[sid] = nx;
+    return nx;
+  };
+  // True when next^1 .. next^h of sid all exist and have frames.
+  auto plain_chain_alive = [&](int32_t sid, int32_t h) {
+    for (int32_t i = 0; i < h; ++i) {
+      const int32_t nx = uniform_next(sid);
+      if (nx < 0 || !(dflags[nx] & kHasFrames)) return false;
+      if (nx == sid) return true;  // a loop: alive forever
+      sid = nx;
+    }
+    return true;
+  };
+  const uint8_t* tplain = tr.plain_height.data();
+  const int32_t n_ranks = static_cast<int32_t>(vocab.sorted().size());
   std::vector<int32_t> states(maxlen + 1, -1);
   std::vector<uint8_t> ctx(maxlen + 1, 0);
   // Depth 0 is the frame alone, not its closure: in a real state the
@@ -1065,58 +1120,94 @@ std::shared_ptr<const Classes> Classify(const Automata& a, const Vocabulary& voc
     states[0] = intern(std::move(s0));
   }
   auto out = std::make_shared<Classes>();
-  std::vector<int32_t> accepted;
-  const std::vector<int32_t>& sorted = vocab.sorted();
+  // Accepted tokens as [begin, end) runs of vocabulary ranks (trie order).
+  std::vector<std::pair<int32_t, int32_t>> runs;
+  int64_t n_accepted = 0;
   const int32_t n = static_cast<int32_t>(tr.byte.size());
+  const uint8_t* tbyte = tr.byte.data();
+  const int32_t* tdepth = tr.depth.data();
+  const int32_t* tend = tr.end.data();
+  const int32_t* tfirst = tr.first.data();
+  const int32_t* tcount = tr.count.data();
   // ctx[d]: some path of the first d bytes returned into the unknown caller
   // and continued with a byte the caller's rule may be followed by (FOLLOW);
   // such tokens, if they die here, are decided per stack (uncertain).
   const ByteSet& follow = a.follow[a.node_rule[node]];
   for (int32_t k = 0; k < n;) {
-    const int32_t d = tr.depth[k];
+    const int32_t d = tdepth[k];
     const int32_t pid = states[d - 1];
-    if (dstates[pid].frames.empty()) {
+    const uint8_t pf = dflags[pid];
+    if (!(pf & kHasFrames)) {
       // Only reached through a node whose state died: handled there.
-      k = tr.end[k];
+      k = tend[k];
       continue;
     }
-    ctx[d] = ctx[d - 1] || (dstates[pid].needs_parent && follow[tr.byte[k]]);
-    states[d] = step(pid, tr.byte[k]);
-    const State& s = dstates[states[d]];
+    if (const int32_t h = tplain[k]; h > 0 && tend[k] - k >= 4 && plain_chain_alive(pid, h)) {
+      const int32_t r0 = tfirst[k];
+      const int32_t r1 = tend[k] < n ? tfirst[tend[k]] : n_ranks;
+      if (!runs.empty() && runs.back().second == r0) {
+        runs.back().second = r1;
+      } else {
+        runs.emplace_back(r0, r1);
+      }
+      n_accepted += r1 - r0;
+      k = tend[k];
+      continue;
+    }
+    const uint8_t byte = tbyte[k];
+    const bool cd = ctx[d - 1] || ((pf & kNeedsParent) && follow[byte]);
+    ctx[d] = cd;
+    const int32_t sid = step(pid, byte);
+    states[d] = sid;
+    const uint8_t f = dflags[sid];
     // Tokens ending here: alive (or returning exactly at their end) is
     // accepted; dead is uncertain under ctx, else rejected.
-    const bool alive = !s.frames.empty() || s.needs_parent;
-    for (int32_t j = 0; j < tr.count[k]; ++j) {
-      const int32_t rank = tr.first[k] + j;
-      if (alive) {
-        accepted.push_back(sorted[rank]);
-      } else if (ctx[d]) {
-        out->uncertain.push_back(rank);
+    if (const int32_t cnt = tcount[k]; cnt > 0) {
+      const int32_t r0 = tfirst[k];
+      if (f != 0) {
+        if (!runs.empty() && runs.back().second == r0) {
+          runs.back().second = r0 + cnt;
+        } else {
+          runs.emplace_back(r0, r0 + cnt);
+        }
+        n_accepted += cnt;
+      } else if (cd) {
+        for (int32_t j = 0; j < cnt; ++j) out->uncertain.push_back(r0 + j);
       }
     }
-    if (!s.frames.empty()) {
+    if (f & kHasFrames) {
       ++k;  // descend
       continue;
     }
     // Dead below here: a child's subtree is uncertain under ctx, or when
     // this prefix returned into the caller and the child's byte may follow.
-    for (int32_t c = k + 1; c < tr.end[k]; c = tr.end[c]) {
-      if (ctx[d] || (s.needs_parent && follow[tr.byte[c]])) {
-        for (int32_t x = c; x < tr.end[c]; ++x) {
-          for (int32_t j = 0; j < tr.count[x]; ++j) out->uncertain.push_back(tr.first[x] + j);
+    for (int32_t c = k + 1; c < tend[k]; c = tend[c]) {
+      if (cd || ((f & kNeedsParent) && follow[tbyte[c]])) {
+        for (int32_t x = c; x < tend[c]; ++x) {
+          for (int32_t j = 0; j < tcount[x]; ++j) out->uncertain.push_back(tfirst[x] + j);
         }
       }
     }
-    k = tr.end[k];
+    k = tend[k];
   }
-  out->accepted = static_cast<int64_t>(accepted.size());
-  if (static_cast<int64_t>(accepted.size()) > vocab.mask_words()) {
+  const std::vector<int32_t>& sorted = vocab.sorted();
+  out->accepted = n_accepted;
+  if (n_accepted > vocab.mask_words()) {
     // A bitmask needs no order (sorting 150k ids cost as much as the walk).
     out->bitmask.assign(vocab.mask_words(), 0);
-    for (int32_t id : accepted) out->bitmask[id / 32] |= 1u << (id % 32);
+    uint32_t* bits = out->bitmask.data();
+    for (const auto& [r0, r1] : runs) {
+      for (int32_t r = r0; r < r1; ++r) {
+        const int32_t id = sorted[r];
+        bits[id >> 5] |= 1u << (id & 31);
+      }
+    }
   } else {
-    std::sort(accepted.begin(), accepted.end());
-    out->list = std::move(accepted);
+    out->list.reserve(n_accepted);
+    for (const auto& [r0, r1] : runs) {
+      for (int32_t r = r0; r < r1; ++r) out->list.push_back(sorted[r]);
+    }
+    std::sort(out->list.begin(), out->list.end());
   }
   return out;
 }

@@ -76,10 +76,20 @@ class Vocabulary {
   // subtree is [k, trie_end()[k]), and the tokens whose bytes end at it are
   // sorted()[trie_first()[k] .. trie_first()[k] + trie_count()[k]). Lets a
   // walk skip a dead prefix's whole subtree in one step.
+  // A node created for sorted()[i] has first = i even when no token ends
+  // at it, so a subtree's tokens are the ranks [first[k], first[end[k]])
+  // (to sorted().size() at the end).
+  // plain_height[k]: when every byte of k's subtree (k's own included) is
+  // printable ASCII other than '"' and '\\' — bytes that most string-body
+  // states treat alike — the subtree's height (1 for a leaf), else 0 (also
+  // past 255). Lets a walk accept such a subtree in one step.
   struct Trie {
     std::vector<uint8_t> byte;
     std::vector<int32_t> depth, end, first, count;
+    std::vector<uint8_t> plain_height;
   };
+  // The bytes plain_height counts.
+  static bool IsPlainByte(uint8_t b) { return b >= 0x20 && b <= 0x7E && b != '"' && b != '\\'; }
   const Trie& trie() const { return trie_; }
   // The bitmask (mask_words() words) of every non-empty token.
   const std::vector<uint32_t>& text_mask() const { return text_mask_; }

@@ -39,6 +39,13 @@ std::shared_ptr<const Vocabulary> TestVocab() {
                         " #\r\n", "a\n", "\t", "\t\t", "\"\t", ",\"", "\\n", "\\"}) {
     toks.push_back(w);
   }
+  // All-plain subtrees of four nodes and more (Trie::plain_height), beside
+  // prefixes that continue with a quote, an escape or UTF-8: the walk
+  // accepts the former in one step where the position allows.
+  for (const char* w : {"kl", "klm", "klmn", "klmo", "klmnop", "klmnopqrstuv", "kq", "kqr", "kqrs",
+                        "kqrst", "kqr\"", "kqrs\xCE\xB1", "kqrs\\n"}) {
+    toks.push_back(w);
+  }
   return Vocabulary::Create(toks, {0}, static_cast<int32_t>(toks.size()) + 7);
 }
 
@@ -123,6 +130,14 @@ std::vector<Case> Cases() {
                        b.Optional(b.Seq({b.Ref(member), b.Star(b.Seq({b.Literal(","), b.Ref(member)}))})),
                        b.Literal("}")}));
     out.push_back({"json-strings", Must(std::move(b).Build(root))});
+  }
+  {  // one to three strings of at most 7 characters: a bounded body's
+     // positions differ by how many characters are left
+    GrammarBuilder b;
+    RuleId chr = b.AddRule("char", b.CodepointSet({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true));
+    RuleId str = b.AddRule("short", b.Seq({b.Literal("\""), b.Repeat(b.Ref(chr), 0, 7), b.Literal("\"")}));
+    RuleId root = b.AddRule("root", b.Repeat(b.Ref(str), 1, 3));
+    out.push_back({"bounded-strings", Must(std::move(b).Build(root))});
   }
   return out;
 }
