@@ -126,10 +126,29 @@ absl::StatusOr<std::optional<grammar::GrammarSpec>> ConstraintSpec(
 
 absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToolCall(
     const v1::Chat& chat, absl::string_view family, const runtime::Model& model) {
-  absl::StatusOr<grammar::Grammar> g = ForcedToolCallGrammar(chat, family);
-  if (!g.ok()) return g.status();
-  absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
-      model.grammars().CompileGrammar(*std::move(g), grammar::GrammarKind::kJsonSchema);
+  // Agents send the same tools with every turn: the grammar is cached under
+  // what it is built from (the family, the tools, the choice and the
+  // parallel flag; no maps, so the serialization is deterministic).
+  v1::Chat basis;
+  *basis.mutable_tools() = chat.tools();
+  *basis.mutable_tool_choice() = chat.tool_choice();
+  if (chat.has_parallel_tool_calls()) basis.set_parallel_tool_calls(chat.parallel_tool_calls());
+  std::string key = absl::StrCat("tool_call|", family, "|");
+  if (!basis.AppendToString(&key)) return absl::InternalError("chat.tools: cannot serialize the tools");
+  bool built = true;
+  absl::Status build_error;
+  absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled = model.grammars().CompileKeyed(
+      key,
+      [&]() -> absl::StatusOr<grammar::Grammar> {
+        absl::StatusOr<grammar::Grammar> g = ForcedToolCallGrammar(chat, family);
+        if (!g.ok()) {
+          built = false;
+          build_error = g.status();
+        }
+        return g;
+      },
+      grammar::GrammarKind::kJsonSchema);
+  if (!built) return build_error;  // already names its field
   if (compiled.ok()) return compiled;
   return absl::Status(compiled.status().code(),
                       absl::StrCat("chat.tools: ", compiled.status().message()));

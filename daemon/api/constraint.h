@@ -58,8 +58,9 @@ absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstrain
     const v1::GenerateRequest& request, const runtime::Model& model);
 
 // The forced tool call of `chat` (IsForcedToolChoice, chat_tools.h) in
-// `family`'s syntax, compiled with `model`'s GrammarCompiler (not cached:
-// the grammar is built from the request's tools). ForcedToolCallGrammar's
+// `family`'s syntax, compiled with `model`'s GrammarCompiler, cached under
+// the family, the tools, the choice and parallel_tool_calls (an agent
+// sends the same tools every turn). ForcedToolCallGrammar's
 // errors ("chat.tools[1].parameters: ..."), and the compiler's prefixed
 // with "chat.tools: ". Blocks for the compile, as CompileConstraint.
 absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToolCall(

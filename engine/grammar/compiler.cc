@@ -7,7 +7,11 @@ namespace minfer::grammar {
 
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::Compile(
     const GrammarSpec& spec) {
-  const std::string key = spec.Key();
+  return CompileKeyed(spec.Key(), [&] { return BuildGrammar(spec); }, spec.kind);
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::CompileKeyed(
+    const std::string& key, absl::FunctionRef<absl::StatusOr<Grammar>()> build, GrammarKind kind) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = index_.find(key);
@@ -17,9 +21,9 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::Compile(
       return it->second->second;
     }
   }
-  absl::StatusOr<Grammar> g = BuildGrammar(spec);
+  absl::StatusOr<Grammar> g = build();
   absl::StatusOr<std::shared_ptr<const CompiledGrammar>> cg =
-      g.ok() ? CompileGrammar(*std::move(g), spec.kind)
+      g.ok() ? CompileGrammar(*std::move(g), kind)
              : absl::StatusOr<std::shared_ptr<const CompiledGrammar>>(g.status());
   std::lock_guard<std::mutex> lock(mu_);
   if (!cg.ok()) {

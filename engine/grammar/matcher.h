@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -168,6 +169,14 @@ class GrammarCompiler {
   // Compiles an already built grammar (no caching).
   absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileGrammar(Grammar grammar,
                                                                         GrammarKind kind);
+  // The cached compilation of the grammar `build` returns, for callers
+  // that build grammars of their own (e.g. a chat request's forced tool
+  // call, built from its tools): `key` must identify that grammar and
+  // start with a tag of the caller's (GrammarSpec keys start with a kind
+  // name followed by '|', e.g. "json_schema|"). `build` runs only on a
+  // miss; its errors, like the compiler's, are not cached. Thread-safe.
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileKeyed(
+      const std::string& key, absl::FunctionRef<absl::StatusOr<Grammar>()> build, GrammarKind kind);
 
   CompilerStats stats() const;
   const Vocabulary& vocab() const { return *vocab_; }

@@ -203,5 +203,52 @@ TEST_F(CompileConstraintTest, FrontEndErrorsNameTheFieldAndTheProblem) {
   }
 }
 
+TEST_F(CompileConstraintTest, ForcedToolCallsAreCachedByTheirTools) {
+  v1::Chat chat;
+  v1::Tool* t = chat.add_tools();
+  t->set_name("get_weather");
+  t->set_parameters(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})");
+  chat.mutable_tool_choice()->set_mode(v1::ToolChoice::TOOL_CHOICE_REQUIRED);
+  auto g = CompileForcedToolCall(chat, "hermes", model());
+  ASSERT_TRUE(g.ok()) << g.status();
+  const int64_t hits = model().grammars().stats().cache_hits;
+  // The same tools in another request (other messages): the cached grammar.
+  v1::Chat same = chat;
+  same.add_messages()->set_role("user");
+  auto again = CompileForcedToolCall(same, "hermes", model());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->get(), g->get());
+  EXPECT_EQ(model().grammars().stats().cache_hits, hits + 1);
+  // Another family, another choice, another schema, the parallel flag:
+  // each its own grammar.
+  auto other_family = CompileForcedToolCall(chat, "llama3_json", model());
+  ASSERT_TRUE(other_family.ok());
+  EXPECT_NE(other_family->get(), g->get());
+  v1::Chat named = chat;
+  named.mutable_tool_choice()->set_mode(v1::ToolChoice::TOOL_CHOICE_FUNCTION);
+  named.mutable_tool_choice()->set_function("get_weather");
+  auto n = CompileForcedToolCall(named, "hermes", model());
+  ASSERT_TRUE(n.ok());
+  EXPECT_NE(n->get(), g->get());
+  v1::Chat other_schema = chat;
+  other_schema.mutable_tools(0)->set_parameters(R"({"type": "object", "properties": {"city": {"type": "integer"}}})");
+  auto s = CompileForcedToolCall(other_schema, "hermes", model());
+  ASSERT_TRUE(s.ok());
+  EXPECT_NE(s->get(), g->get());
+  v1::Chat single = chat;
+  single.set_parallel_tool_calls(false);
+  auto p = CompileForcedToolCall(single, "hermes", model());
+  ASSERT_TRUE(p.ok());
+  EXPECT_NE(p->get(), g->get());
+  // Errors are not cached: a bad schema fails each time, naming the tool.
+  v1::Chat bad = chat;
+  bad.mutable_tools(0)->set_parameters(R"({"type": "object", "propertyNames": {"maxLength": 3}})");
+  for (int i = 0; i < 2; ++i) {
+    auto b = CompileForcedToolCall(bad, "hermes", model());
+    ASSERT_FALSE(b.ok());
+    EXPECT_THAT(std::string(b.status().message()), HasSubstr("chat.tools"));
+  }
+}
+
 }  // namespace
 }  // namespace minfer::daemon
