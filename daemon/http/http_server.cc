@@ -12,7 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/api/chat_tools.h"
 #include "daemon/api/generate_request.h"
+#include "daemon/http/anthropic_api.h"
+#include "daemon/http/api_reply.h"
 #include "daemon/http/openai_api.h"
+#include "daemon/http/responses_api.h"
 #include "daemon/serving/client_input.h"
 #include "daemon/serving/notifier.h"
 #include "daemon/serving/sequence.h"
@@ -59,18 +62,25 @@ int64_t UnixNow() {
       .count();
 }
 
+// The request's key as "Bearer KEY": its Authorization header or, as
+// Anthropic's clients send it, its x-api-key header (Authorization wins
+// when both come). Every check of keys and tenants reads this.
 std::string AuthorizationOf(const http::HttpRequest& r) {
   const std::string* a = r.Header("Authorization");
-  return a == nullptr ? std::string() : *a;
+  if (a != nullptr) return *a;
+  const std::string* key = r.Header("x-api-key");
+  return key == nullptr ? std::string() : absl::StrCat("Bearer ", *key);
 }
 
-enum class Route { kNone, kHealth, kModels, kModel, kChat, kCompletions };
+using Route = HttpServer::Route;
 
 Route RouteOf(const std::string& path) {
   if (path == "/health") return Route::kHealth;
   if (path == "/v1/models") return Route::kModels;
   if (path == "/v1/chat/completions") return Route::kChat;
   if (path == "/v1/completions") return Route::kCompletions;
+  if (path == "/v1/messages") return Route::kMessages;
+  if (path == "/v1/responses") return Route::kResponses;
   if (absl::StartsWith(path, "/v1/models/") && path.size() > 11 &&
       path.find('/', 11) == std::string::npos) {
     return Route::kModel;
@@ -80,6 +90,85 @@ Route RouteOf(const std::string& path) {
 
 bool IsGet(const std::string& method) { return method == "GET" || method == "HEAD"; }
 
+bool IsGeneration(Route route) {
+  return route == Route::kChat || route == Route::kCompletions || route == Route::kMessages ||
+         route == Route::kResponses;
+}
+
+const char* RouteName(Route route) {
+  switch (route) {
+    case Route::kChat:
+      return "/v1/chat/completions";
+    case Route::kCompletions:
+      return "/v1/completions";
+    case Route::kMessages:
+      return "/v1/messages";
+    case Route::kResponses:
+      return "/v1/responses";
+    default:
+      return "";
+  }
+}
+
+http_api::ErrorReply OpenAiError(const absl::Status& status) {
+  const openai::ApiError e = openai::ApiErrorFor(status);
+  return {e.http_status, openai::ErrorBody(e)};
+}
+
+// The error shape of the API a route belongs to.
+http_api::ErrorReply RouteError(Route route, const absl::Status& status) {
+  return route == Route::kMessages ? anthropic::ErrorFor(status) : OpenAiError(status);
+}
+
+// The OpenAI API's answer (openai::ResponseWriter) as a Reply.
+class OpenAiReply : public http_api::Reply {
+ public:
+  OpenAiReply(std::shared_ptr<const openai::ParsedRequest> request, bool chat,
+              const http_api::ReplyContext& ctx)
+      : request_(std::move(request)),
+        writer_(*request_, RandomId(chat ? "chatcmpl-" : "cmpl-"), UnixNow(), ctx.model,
+                ctx.tokenizer) {}
+
+  std::string StreamEvents(const SequenceChunk& chunk) override {
+    std::string out;
+    for (const json& c : writer_.StreamChunks(chunk)) absl::StrAppend(&out, "data: ", Dump(c), "\n\n");
+    if (chunk.result.has_value()) {
+      if (!chunk.result->status.ok()) {
+        const openai::ApiError e = openai::ApiErrorFor(chunk.result->status);
+        absl::StrAppend(&out, "data: ", Dump(openai::ErrorBody(e)), "\n\n");
+      } else {
+        out += "data: [DONE]\n\n";
+      }
+    }
+    return out;
+  }
+  void Accumulate(const SequenceChunk& chunk) override { writer_.Accumulate(chunk); }
+  json Response(const SequenceResult& result) override { return writer_.Response(result); }
+
+ private:
+  const std::shared_ptr<const openai::ParsedRequest> request_;  // the writer reads it
+  openai::ResponseWriter writer_;
+};
+
+absl::StatusOr<http_api::ApiRequest> OpenAiRequest(bool chat, const ojson& body) {
+  ASSIGN_OR_RETURN(openai::ParsedRequest p,
+                   openai::ParseRequest(
+                       chat ? openai::Endpoint::kChatCompletions : openai::Endpoint::kCompletions,
+                       body));
+  auto parsed = std::make_shared<const openai::ParsedRequest>(std::move(p));
+  http_api::ApiRequest out;
+  out.route = chat ? "/v1/chat/completions" : "/v1/completions";
+  out.generate = parsed->generate;
+  out.stream = parsed->stream;
+  out.error = [parsed](const absl::Status& status) {
+    return OpenAiError(openai::ToApiFieldError(*parsed, status));
+  };
+  out.reply = [parsed, chat](const http_api::ReplyContext& ctx) -> std::unique_ptr<http_api::Reply> {
+    return std::make_unique<OpenAiReply>(parsed, chat, ctx);
+  };
+  return out;
+}
+
 }  // namespace
 
 // One generation request from its submission to the end of its answer,
@@ -88,20 +177,19 @@ bool IsGet(const std::string& method) { return method == "GET" || method == "HEA
 // schedules one, so the slot's worker never waits on a client.
 class HttpServer::Generation : public std::enable_shared_from_this<Generation> {
  public:
-  Generation(HttpServer* server, http::EventServer* transport, bool chat,
-             openai::ParsedRequest request, std::shared_ptr<Sequence> seq,
-             std::shared_ptr<const runtime::Model> model, std::shared_ptr<http::Exchange> exchange)
+  Generation(HttpServer* server, http::EventServer* transport, http_api::ApiRequest request,
+             std::shared_ptr<Sequence> seq, std::shared_ptr<const runtime::Model> model,
+             std::shared_ptr<http::Exchange> exchange)
       : server_(server),
         transport_(transport),
-        route_(chat ? "/v1/chat/completions" : "/v1/completions"),
-        request_(std::move(request)),
+        route_(request.route),
+        stream_(request.stream),
+        error_(std::move(request.error)),
         seq_(std::move(seq)),
         model_(std::move(model)),
         exchange_(std::move(exchange)) {
     // The tokenizer lives as long as model_, which this object holds.
-    writer_ = std::make_unique<openai::ResponseWriter>(
-        request_, RandomId(chat ? "chatcmpl-" : "cmpl-"), UnixNow(), seq_->model(),
-        &model_->tokenizer());
+    reply_ = request.reply({seq_->model(), &model_->tokenizer(), seq_->prompt_tokens()});
   }
 
   void Begin() {
@@ -109,7 +197,7 @@ class HttpServer::Generation : public std::enable_shared_from_this<Generation> {
     std::lock_guard<std::mutex> lock(mu_);
     self_ = shared_from_this();
     std::weak_ptr<Generation> weak = self_;
-    if (request_.stream) {
+    if (stream_) {
       // The status is 200 from here on; a failure after this point is an
       // SSE error event (what OpenAI's clients raise).
       http::HttpResponse head;
@@ -151,25 +239,17 @@ class HttpServer::Generation : public std::enable_shared_from_this<Generation> {
     if (done_) return;
     SequenceChunk chunk;
     for (;;) {
-      if (request_.stream && !exchange_->gone() &&
+      if (stream_ && !exchange_->gone() &&
           exchange_->pending_bytes() > kMaxPendingStreamBytes) {
         return;  // OnDrained schedules the next pump
       }
       if (!seq_->TakeChunk(&chunk)) return;
-      if (request_.stream) {
-        std::string out;
-        for (const json& c : writer_->StreamChunks(chunk)) {
-          absl::StrAppend(&out, "data: ", Dump(c), "\n\n");
-        }
+      if (stream_) {
+        std::string out = reply_->StreamEvents(chunk);
         if (chunk.result.has_value()) {
-          int code = 200;
-          if (!chunk.result->status.ok()) {
-            const openai::ApiError e = openai::ApiErrorFor(chunk.result->status);
-            absl::StrAppend(&out, "data: ", Dump(openai::ErrorBody(e)), "\n\n");
-            code = e.http_status;
-          } else {
-            out += "data: [DONE]\n\n";
-          }
+          const int code = chunk.result->status.ok()
+                               ? 200
+                               : openai::ApiErrorFor(chunk.result->status).http_status;
           exchange_->Write(std::move(out));
           exchange_->End();
           Finish(code);
@@ -177,11 +257,15 @@ class HttpServer::Generation : public std::enable_shared_from_this<Generation> {
         }
         exchange_->Write(std::move(out));
       } else {
-        writer_->Accumulate(chunk);
+        reply_->Accumulate(chunk);
         if (chunk.result.has_value()) {
-          http::HttpResponse r = chunk.result->status.ok()
-                                     ? JsonResponse(200, writer_->Response(*chunk.result))
-                                     : ErrorFor(chunk.result->status);
+          http::HttpResponse r;
+          if (chunk.result->status.ok()) {
+            r = JsonResponse(200, reply_->Response(*chunk.result));
+          } else {
+            const http_api::ErrorReply e = error_(chunk.result->status);
+            r = JsonResponse(e.http_status, e.body);
+          }
           const int code = r.status;
           server_->Send(*exchange_, std::move(r));
           Finish(code);
@@ -213,7 +297,8 @@ class HttpServer::Generation : public std::enable_shared_from_this<Generation> {
   HttpServer* const server_;
   http::EventServer* const transport_;
   const char* const route_;
-  const openai::ParsedRequest request_;
+  const bool stream_;
+  const std::function<http_api::ErrorReply(const absl::Status&)> error_;
   const std::shared_ptr<Sequence> seq_;
   const std::shared_ptr<const runtime::Model> model_;
   std::atomic<bool> scheduled_{false};
@@ -221,7 +306,7 @@ class HttpServer::Generation : public std::enable_shared_from_this<Generation> {
 
   std::mutex mu_;  // guards what follows; held by Pump
   std::shared_ptr<http::Exchange> exchange_;
-  std::unique_ptr<openai::ResponseWriter> writer_;
+  std::unique_ptr<http_api::Reply> reply_;
   std::shared_ptr<Generation> self_;  // alive until Finish
   bool done_ = false;
 };
@@ -303,13 +388,14 @@ std::optional<http::HttpResponse> HttpServer::Screen(const http::HttpRequest& he
   const Route route = RouteOf(head.path);
   if (absl::StartsWith(head.path, "/v1/")) {
     if (absl::Status st = Authorize(head); !st.ok()) {
-      http::HttpResponse r = ErrorFor(st);
+      const http_api::ErrorReply e = RouteError(route, st);
+      http::HttpResponse r = JsonResponse(e.http_status, e.body);
       r.headers.push_back({"WWW-Authenticate", "Bearer"});
       if (metrics_ != nullptr) metrics_->RecordRequest(head.path, "", "401", "http");
       return r;
     }
   }
-  const bool post = route == Route::kChat || route == Route::kCompletions;
+  const bool post = IsGeneration(route);
   if (route == Route::kNone) {
     return ErrorResponse(404, absl::StrCat("no route ", head.method, " ", QuoteInput(head.path)));
   }
@@ -389,7 +475,9 @@ void HttpServer::Handle(http::HttpRequest request, std::shared_ptr<http::Exchang
     }
     case Route::kChat:
     case Route::kCompletions:
-      Generate(route == Route::kChat, std::move(request), std::move(exchange));
+    case Route::kMessages:
+    case Route::kResponses:
+      Generate(route, std::move(request), std::move(exchange));
       return;
     case Route::kNone:
       break;
@@ -397,28 +485,33 @@ void HttpServer::Handle(http::HttpRequest request, std::shared_ptr<http::Exchang
   Send(*exchange, ErrorResponse(404, "no route"));  // (Screen refused these)
 }
 
-void HttpServer::Refuse(bool chat, http::Exchange& exchange, const absl::Status& status) {
-  const char* route = chat ? "/v1/chat/completions" : "/v1/completions";
-  http::HttpResponse r = ErrorFor(status);
+void HttpServer::Refuse(const char* route, http::Exchange& exchange,
+                        const http_api::ErrorReply& error, const absl::Status& status) {
+  http::HttpResponse r = JsonResponse(error.http_status, error.body);
   if (metrics_ != nullptr) metrics_->RecordRequest(route, "", std::to_string(r.status), "http");
   Logger("daemon")->info("http {} refused: {} {}", route, r.status, status.message());
   Send(exchange, std::move(r));
 }
 
-void HttpServer::Generate(bool chat, http::HttpRequest request,
+void HttpServer::Generate(Route route, http::HttpRequest request,
                           std::shared_ptr<http::Exchange> exchange) {
-  const openai::Endpoint endpoint =
-      chat ? openai::Endpoint::kChatCompletions : openai::Endpoint::kCompletions;
   const Clock::time_point arrival = Clock::now();
+  const char* name = RouteName(route);
+  auto refuse = [&](const absl::Status& status) {
+    Refuse(name, *exchange, RouteError(route, status), status);
+  };
   // Read in key order: a schema's properties are generated in theirs.
   const ojson body = ojson::parse(request.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
-    Refuse(chat, *exchange, openai::FieldError("body", "the request body is not valid JSON"));
+    refuse(openai::FieldError("body", "the request body is not valid JSON"));
     return;
   }
-  absl::StatusOr<openai::ParsedRequest> parsed = openai::ParseRequest(endpoint, body);
+  absl::StatusOr<http_api::ApiRequest> parsed =
+      route == Route::kMessages    ? anthropic::ParseMessagesRequest(body)
+      : route == Route::kResponses ? responses::ParseResponsesRequest(body)
+                                   : OpenAiRequest(route == Route::kChat, body);
   if (!parsed.ok()) {
-    Refuse(chat, *exchange, parsed.status());
+    refuse(parsed.status());
     return;
   }
   TenantRef tenant;
@@ -426,7 +519,7 @@ void HttpServer::Generate(bool chat, http::HttpRequest request,
     // (Screen refused requests without a valid key.)
     absl::StatusOr<int> who = tenants_->Identify(AuthorizationOf(request));
     if (!who.ok()) {
-      Refuse(chat, *exchange, who.status());
+      refuse(who.status());
       return;
     }
     tenant = {tenants_, *who};
@@ -436,36 +529,35 @@ void HttpServer::Generate(bool chat, http::HttpRequest request,
       parsed->generate.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET ||
       (parsed->generate.has_chat() && IsForcedToolChoice(parsed->generate.chat()));
   if (!compiles) {
-    Submit(chat, arrival, *std::move(parsed), tenant, std::move(exchange));
+    Submit(arrival, *std::move(parsed), tenant, std::move(exchange));
     return;
   }
   // A constraint is compiled when the request is submitted, which can take
   // up to the compiler's time cap: not on a handler thread, which every
   // stream's output also waits for.
-  auto p = std::make_shared<openai::ParsedRequest>(*std::move(parsed));
-  const bool posted = constrained_->Post([this, chat, arrival, p, tenant, exchange] {
-    Submit(chat, arrival, std::move(*p), tenant, exchange);
+  auto p = std::make_shared<http_api::ApiRequest>(*std::move(parsed));
+  const bool posted = constrained_->Post([this, arrival, p, tenant, exchange] {
+    Submit(arrival, std::move(*p), tenant, exchange);
   });
   if (!posted) {
-    Refuse(chat, *exchange,
-           absl::ResourceExhaustedError(absl::StrCat(
-               "too many requests with output constraints are waiting to be compiled (",
-               ConstrainedLane::kMaxWaiting, "); try again later")));
+    refuse(absl::ResourceExhaustedError(absl::StrCat(
+        "too many requests with output constraints are waiting to be compiled (",
+        ConstrainedLane::kMaxWaiting, "); try again later")));
   }
 }
 
-void HttpServer::Submit(bool chat, Clock::time_point arrival, openai::ParsedRequest parsed,
-                        TenantRef tenant, std::shared_ptr<http::Exchange> exchange) {
+void HttpServer::Submit(Clock::time_point arrival, http_api::ApiRequest request, TenantRef tenant,
+                        std::shared_ptr<http::Exchange> exchange) {
   std::shared_ptr<const runtime::Model> model;
   absl::StatusOr<std::shared_ptr<Sequence>> seq =
-      SubmitGenerate(slots_, *state_, parsed.generate, limits_, arrival,
+      SubmitGenerate(slots_, *state_, request.generate, limits_, arrival,
                      Clock::time_point::max(), "http", &model, tenant);
   if (!seq.ok()) {
-    Refuse(chat, *exchange, openai::ToApiFieldError(parsed, seq.status()));
+    Refuse(request.route, *exchange, request.error(seq.status()), seq.status());
     return;
   }
   state_->StreamStarted();
-  auto gen = std::make_shared<Generation>(this, server_.get(), chat, std::move(parsed),
+  auto gen = std::make_shared<Generation>(this, server_.get(), std::move(request),
                                           *std::move(seq), std::move(model), std::move(exchange));
   gen->Begin();
 }

@@ -3,6 +3,8 @@
 //
 //   POST /v1/chat/completions    chat, streaming (SSE) or not
 //   POST /v1/completions         text completion, streaming or not
+//   POST /v1/messages            Anthropic's Messages API (anthropic_api.h)
+//   POST /v1/responses           OpenAI's Responses API, stateless (responses_api.h)
 //   GET  /v1/models              ready models and aliases
 //   GET  /v1/models/{id}
 //   GET  /health                 200 while serving, 503 once draining
@@ -23,7 +25,8 @@
 // cancels its sequence before the next step.
 //
 // Authorization: with api_keys (or tenants) set, /v1/* requires
-// "Authorization: Bearer KEY" (401 otherwise), checked when the request's
+// "Authorization: Bearer KEY" or "x-api-key: KEY" (401 otherwise; errors
+// of /v1/messages in Anthropic's shape), checked when the request's
 // head arrives, before its body is read; /health is open. The admin token
 // is not an API key unless the key file lists it.
 //
@@ -55,6 +58,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/api/generate_request.h"
+#include "daemon/http/api_reply.h"
 #include "daemon/http/event_server.h"
 #include "daemon/http/openai_api.h"
 #include "daemon/serving/limits.h"
@@ -74,6 +78,9 @@ class HttpServer : private http::Handler {
   // SSE bytes written but not yet taken by the client, past which a stream
   // stops taking its sequence's output until the client reads.
   static constexpr size_t kMaxPendingStreamBytes = 256 << 10;
+
+  // The routes served (see above).
+  enum class Route { kNone, kHealth, kModels, kModel, kChat, kCompletions, kMessages, kResponses };
 
   // Binds and starts serving. Errors: the address cannot be bound, the TLS
   // files cannot be used, an option is out of range (EventServer::Start).
@@ -134,13 +141,15 @@ class HttpServer : private http::Handler {
   // The authorization of a /v1/ request: OK, or UNAUTHENTICATED saying why.
   absl::Status Authorize(const http::HttpRequest& head) const;
   std::vector<std::string> ReadyNames(const http::HttpRequest& request) const;
-  void Generate(bool chat, http::HttpRequest request, std::shared_ptr<http::Exchange> exchange);
+  // A generation request of any API.
+  void Generate(Route route, http::HttpRequest request, std::shared_ptr<http::Exchange> exchange);
   // Submits a parsed request and starts its answer (a handler thread, or
   // the constrained lane).
-  void Submit(bool chat, Clock::time_point arrival, openai::ParsedRequest parsed,
-              TenantRef tenant, std::shared_ptr<http::Exchange> exchange);
+  void Submit(Clock::time_point arrival, http_api::ApiRequest request, TenantRef tenant,
+              std::shared_ptr<http::Exchange> exchange);
   // Answers a refused generation request (and counts and logs it).
-  void Refuse(bool chat, http::Exchange& exchange, const absl::Status& status);
+  void Refuse(const char* route, http::Exchange& exchange, const http_api::ErrorReply& error,
+              const absl::Status& status);
   // An answer, with "Connection: close" while draining.
   void Send(http::Exchange& exchange, http::HttpResponse response) const;
 

@@ -1,0 +1,37 @@
+// Reading a request's JSON fields with errors that name them: the helpers
+// of the Anthropic and Responses APIs (anthropic_api.h, responses_api.h).
+// Errors are openai::FieldError (INVALID_ARGUMENT with the field's name as
+// a payload, openai::Param). Thread-safe (no state).
+#ifndef MINFER_DAEMON_HTTP_JSON_FIELDS_H_
+#define MINFER_DAEMON_HTTP_JSON_FIELDS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace minfer::daemon::http_api {
+
+using ojson = nlohmann::ordered_json;
+
+// "a string", "an object", ...: for messages.
+const char* JsonTypeName(const ojson& v);
+// "FIELD must be WANT, got TYPE", naming FIELD.
+absl::Status WrongType(const std::string& field, const char* want, const ojson& got);
+// The member, or null when absent (an explicit null is "not given").
+const ojson& Member(const ojson& object, const char* key);
+absl::StatusOr<std::optional<double>> OptNumber(const ojson& object, const char* key,
+                                                const std::string& field);
+absl::StatusOr<std::optional<int64_t>> OptInt(const ojson& object, const char* key,
+                                              const std::string& field);
+absl::StatusOr<std::optional<bool>> OptBool(const ojson& object, const char* key,
+                                            const std::string& field);
+absl::StatusOr<std::optional<std::string>> OptString(const ojson& object, const char* key,
+                                                     const std::string& field);
+
+}  // namespace minfer::daemon::http_api
+
+#endif  // MINFER_DAEMON_HTTP_JSON_FIELDS_H_
