@@ -192,7 +192,8 @@ TEST_F(AgentApisTest, ResponsesForcedFunctionCallsValidate) {
     EXPECT_EQ(f["object"], "response") << where;
     EXPECT_EQ(f["status"], "completed") << where;
     EXPECT_TRUE(f["usage_ok"].get<bool>()) << where;
-    EXPECT_EQ(f["output_text"], "") << where;
+    // (The SDK's stream leaves output_text unset.)
+    EXPECT_TRUE(!f.contains("output_text") || f["output_text"] == "") << where;
     ASSERT_GE(f["calls"].size(), 1u) << where;
     for (const json& c : f["calls"]) {
       ++calls;
