@@ -289,13 +289,19 @@ absl::Status ParseTools(const ojson& body, v1::Chat* chat) {
         }
         out->set_description(description.get<std::string>());
       }
+      // Required (issue 28 lists a tool without parameters as bad input,
+      // though OpenAI reads it as "no arguments"): a call's arguments are
+      // generated and checked against this schema, so it is said outright.
       const ojson& parameters = Get(fn, "parameters");
-      if (!parameters.is_null()) {
-        if (!parameters.is_object()) {
-          return WrongType(f + ".function.parameters", "a JSON Schema (an object)", parameters);
-        }
-        out->set_parameters(parameters.dump());
+      if (parameters.is_null()) {
+        return FieldError(f + ".function.parameters",
+                          absl::StrCat(f, ".function.parameters is required: the JSON Schema of the "
+                                          "arguments ({\"type\": \"object\", \"properties\": {}} for none)"));
       }
+      if (!parameters.is_object()) {
+        return WrongType(f + ".function.parameters", "a JSON Schema (an object)", parameters);
+      }
+      out->set_parameters(parameters.dump());
       const ojson& strict = Get(fn, "strict");
       if (!strict.is_null()) {
         if (!strict.is_boolean()) return WrongType(f + ".function.strict", "a boolean", strict);

@@ -171,13 +171,17 @@ absl::Status ParseTools(const ojson& body, v1::Chat* chat) {
       ASSIGN_OR_RETURN(std::optional<std::string> description,
                        http_api::OptString(t, "description", f + ".description"));
       if (description.has_value()) out->set_description(*description);
+      // Required, as in OpenAI's Responses API (and issue 28's bad input).
       const ojson& parameters = Member(t, "parameters");
-      if (!parameters.is_null()) {
-        if (!parameters.is_object()) {
-          return WrongType(f + ".parameters", "a JSON Schema (an object)", parameters);
-        }
-        out->set_parameters(parameters.dump());
+      if (parameters.is_null()) {
+        return FieldError(f + ".parameters",
+                          absl::StrCat(f, ".parameters is required: the JSON Schema of the arguments "
+                                          "({\"type\": \"object\", \"properties\": {}} for none)"));
       }
+      if (!parameters.is_object()) {
+        return WrongType(f + ".parameters", "a JSON Schema (an object)", parameters);
+      }
+      out->set_parameters(parameters.dump());
       ASSIGN_OR_RETURN(std::optional<bool> strict, http_api::OptBool(t, "strict", f + ".strict"));
       out->set_strict(strict.value_or(false));
     }

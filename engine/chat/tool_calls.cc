@@ -173,16 +173,19 @@ class HermesStream final : public StreamBase {
         EmitContent(text_.Push(absl::string_view(buf_).substr(0, open)));
         buf_.erase(0, open + kHermesOpen.size());
         in_call_ = true;
-        scanned_ = 0;
+        scan_ = 0;
+        in_string_ = escaped_ = false;
         continue;
       }
-      const size_t close = absl::string_view(buf_).find(kHermesClose, scanned_);
+      size_t close = FindCloseOutsideStrings();
       if (close == absl::string_view::npos) {
-        if (!at_end) {
-          // Resume the search where a close tag could still start.
-          scanned_ = buf_.size() >= kHermesClose.size() ? buf_.size() - kHermesClose.size() + 1 : 0;
-          return;
-        }
+        if (!at_end) return;
+        // No close tag outside the body's JSON strings: the body is not
+        // well-formed JSON (an unterminated string). The first close tag
+        // anywhere ends the block then, and it is content.
+        close = absl::string_view(buf_).find(kHermesClose);
+      }
+      if (close == absl::string_view::npos) {
         // The reply ended inside a block (max_tokens, a stop string): the
         // block is not a call.
         EmitContent(text_.Push(absl::StrCat(kHermesOpen, buf_)));
@@ -204,8 +207,39 @@ class HermesStream final : public StreamBase {
     }
   }
 
+  // The offset in buf_ (a block's body so far) of the first </tool_call>
+  // outside the body's JSON strings — an argument may hold the tag's text
+  // ("print('</tool_call>')"), and a forced call's grammar allows it there
+  // — or npos. Scans each byte once over the deltas; a '<' that may still
+  // become the tag stops the scan until more text comes.
+  size_t FindCloseOutsideStrings() {
+    while (scan_ < buf_.size()) {
+      const char c = buf_[scan_];
+      if (in_string_) {
+        if (escaped_) {
+          escaped_ = false;
+        } else if (c == '\\') {
+          escaped_ = true;
+        } else if (c == '"') {
+          in_string_ = false;
+        }
+      } else if (c == '"') {
+        in_string_ = true;
+      } else if (c == '<') {
+        const absl::string_view rest = absl::string_view(buf_).substr(scan_);
+        if (absl::StartsWith(rest, kHermesClose)) return scan_;
+        if (absl::StartsWith(kHermesClose, rest)) return absl::string_view::npos;
+      }
+      ++scan_;
+    }
+    return absl::string_view::npos;
+  }
+
   bool in_call_ = false;  // inside <tool_call>, buf_ holds the block's body so far
-  size_t scanned_ = 0;    // buf_[0, scanned_) holds no start of </tool_call>
+  // FindCloseOutsideStrings' state: buf_[0, scan_) scanned, and whether
+  // that ends inside a string (after a backslash).
+  size_t scan_ = 0;
+  bool in_string_ = false, escaped_ = false;
   TrimmedSpan text_{/*trim_leading=*/false};
 };
 

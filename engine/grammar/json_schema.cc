@@ -1945,7 +1945,9 @@ class Compiler {
       }
     }
     const auto ap_it = s.find("additionalProperties");
-    // "properties": {} names nothing: the same as no properties.
+    // "properties": {} names nothing; with closed objects it still closes
+    // the object ({} only: the "no arguments" of a tool's parameters).
+    const bool declared = props != nullptr;
     if (props && props->empty()) props = nullptr;
     const Json* patterns = nullptr;
     if (auto it = s.find("patternProperties"); it != s.end()) {
@@ -1955,7 +1957,8 @@ class Compiler {
       if (!it->empty()) patterns = &*it;
     }
     const bool counted = s.contains("minProperties") || s.contains("maxProperties");
-    if (!props && required.empty() && ap_it == s.end() && !patterns && !counted) {
+    if (!props && required.empty() && ap_it == s.end() && !patterns && !counted &&
+        !(declared && options_.closed_objects)) {
       return Ref(ObjectRule());
     }
     if (patterns) return PatternObject(s, *patterns, props, required, ptr, depth);
@@ -1978,7 +1981,7 @@ class Compiler {
         ASSIGN_OR_RETURN(extra_value, Compile(*ap_it, Child(ptr, "additionalProperties"), depth + 1));
         extra_value = Shared(extra_value, "additional-value");
       }
-    } else if (!props || !options_.closed_objects) {
+    } else if (!declared || !options_.closed_objects) {
       extra = true;
       extra_value = Ref(ValueRule());
     }

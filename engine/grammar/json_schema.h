@@ -36,8 +36,9 @@
 //    other keys by default (JsonOptions::closed_objects: XGrammar's strict
 //    mode, a model should not invent keys), or, with closed_objects off,
 //    other keys with any value after the named ones as JSON Schema reads
-//    it (llguidance's default); when it names none ({"type": "object"},
-//    or "properties": {}), any object. `true` or a schema: additional keys after
+//    it (llguidance's default); when it has no `properties` ({"type":
+//    "object"}), any object. "properties": {} with closed_objects is the
+//    empty object only (a tool's "no arguments"), else any object. `true` or a schema: additional keys after
 //    the named ones, each any string other than a named key; `false`:
 //    none. Inside allOf, an absent additionalProperties means "anything",
 //    so allOf can add properties; the merged schema then follows the rule

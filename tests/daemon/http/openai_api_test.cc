@@ -788,7 +788,7 @@ constexpr char kToolsBody[] = R"({"model": "m", "tools": [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather",
      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
      "strict": true}},
-    {"type": "function", "function": {"name": "ping"}}], )";
+    {"type": "function", "function": {"name": "ping", "parameters": {"type": "object"}}}], )";
 
 // Tools, tool choice and tool history into the chat request model.
 TEST(OpenAiToolsTest, ToolsChoiceAndHistoryReachTheChat) {
@@ -811,7 +811,7 @@ TEST(OpenAiToolsTest, ToolsChoiceAndHistoryReachTheChat) {
   EXPECT_EQ(json::parse(c.tools(0).parameters()),
             json::parse(R"({"type":"object","properties":{"city":{"type":"string"}}})"));
   EXPECT_TRUE(c.tools(0).strict());
-  EXPECT_EQ(c.tools(1).parameters(), "");
+  EXPECT_EQ(json::parse(c.tools(1).parameters()), json::parse(R"({"type":"object"})"));
   EXPECT_EQ(c.tool_choice().mode(), v1::ToolChoice::TOOL_CHOICE_FUNCTION);
   EXPECT_EQ(c.tool_choice().function(), "ping");
   EXPECT_FALSE(c.parallel_tool_calls());
@@ -858,12 +858,15 @@ TEST(OpenAiToolsTest, BadToolInputIsA400NamingTheField) {
                     R"(, "tools": [{"type": "function", "function": {"description": "d"}}]})"),
        "tools[0].function.name", "tools[0].function.name is required"},
       {absl::StrCat(R"({"model": "m", )", user,
-                    R"(, "tools": [{"type": "function", "function": {"name": "a b"}}]})"),
+                    R"(, "tools": [{"type": "function", "function": {"name": "a b", "parameters": {}}}]})"),
        "tools[0].function.name", "tools[0].function.name: 'a b' is not"},
       {absl::StrCat(R"({"model": "m", )", user,
-                    R"(, "tools": [{"type": "function", "function": {"name": "f"}},
-                                   {"type": "function", "function": {"name": "f"}}]})"),
+                    R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}},
+                                   {"type": "function", "function": {"name": "f", "parameters": {}}}]})"),
        "tools[1].function.name", "a second tool named 'f'"},
+      {absl::StrCat(R"({"model": "m", )", user,
+                    R"(, "tools": [{"type": "function", "function": {"name": "f"}}]})"),
+       "tools[0].function.parameters", "tools[0].function.parameters is required"},
       {absl::StrCat(R"({"model": "m", )", user,
                     R"(, "tools": [{"type": "code_interpreter"}]})"),
        "tools[0].type", "only function tools"},

@@ -136,6 +136,7 @@ TEST(ToolCallsTest, ForcedCallsParseAndValidateThroughTheOpenAiClient) {
   };
   for (const Bad& b : {Bad{"unknown_tool", "tool_choice", "'nope', which is not one of the tools"},
                        Bad{"no_name", "tools[0].function.name", "is required"},
+                       Bad{"no_parameters", "tools[0].function.parameters", "is required"},
                        Bad{"no_tools", "tool_choice", "no tools are given"},
                        Bad{"history_args", "messages[1].tool_calls[0].function.arguments",
                            "is not JSON"},

@@ -40,8 +40,9 @@ const tools = [
       minute: {type: "integer", minimum: 0, maximum: 59},
       label: {type: "string", maxLength: 6}},
       required: ["hour", "minute"], additionalProperties: false}}},
-  // No parameters: OpenAI's empty argument list, {}.
-  {type: "function", function: {name: "ping", description: "Is the service up?"}},
+  // No arguments: an empty object schema (a tool without parameters is a 400).
+  {type: "function", function: {name: "ping", description: "Is the service up?",
+                                parameters: {type: "object", properties: {}}}},
 ];
 const validators = Object.fromEntries(tools.map((t) => [
   t.function.name,
@@ -146,6 +147,7 @@ const bad = (extra) => caught(() => client.chat.completions.create(
 out.bad = {
   unknown_tool: await bad({tools, tool_choice: {type: "function", function: {name: "nope"}}}),
   no_name: await bad({tools: [{type: "function", function: {description: "x"}}]}),
+  no_parameters: await bad({tools: [{type: "function", function: {name: "f"}}]}),
   no_tools: await bad({tool_choice: "required"}),
   history_args: await bad({tools, messages: [...messages,
       {role: "assistant", tool_calls: [{id: "c", type: "function",

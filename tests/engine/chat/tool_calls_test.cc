@@ -98,6 +98,18 @@ TEST(HermesTest, KeyOrderNestingAndEscapesKept) {
               {"", {{"call_0", "f", "{\"z\":[1,{\"b\":null,\"a\":true}],\"a\":\"x \\\"q\\\" \xc3\xa9 </tool_call\"}"}}});
 }
 
+TEST(HermesTest, CloseTagInsideAStringBelongsToTheArguments) {
+  // A forced call's grammar lets an argument hold the tag's text; only a
+  // close tag outside the JSON strings ends the block.
+  ExpectParse("hermes",
+              "<tool_call>\n{\"name\": \"run\", \"arguments\": {\"code\": \"print('</tool_call>')\", "
+              "\"q\": \"\\\"</tool_call>\"}}\n</tool_call> after",
+              {"after", {{"call_0", "run", R"js({"code":"print('</tool_call>')","q":"\"</tool_call>"})js"}}});
+  // An unterminated string: the first close tag ends the block, as content.
+  ExpectParse("hermes", "<tool_call>{\"name\": \"f}</tool_call> rest",
+              Content("<tool_call>{\"name\": \"f}</tool_call> rest"));
+}
+
 TEST(HermesTest, MissingArgumentsIsEmptyObject) {
   ExpectParse("hermes", "<tool_call>\n{\"name\": \"get_time\"}\n</tool_call>",
               {"", {{"call_0", "get_time", "{}"}}});

@@ -392,9 +392,17 @@ TEST(JsonSchemaObjects, AbsentAdditionalPropertiesOpenUnlessClosed) {
   EXPECT_TRUE(Recognize(closed, R"({"a":1,"b":"x"})"));
   EXPECT_FALSE(Recognize(closed, R"({"a":1,"zz":1})"));
   EXPECT_FALSE(Recognize(closed, R"({"zz":1})"));
-  // Naming no properties: any object either way.
+  // No properties keyword: any object either way.
   const Grammar any = MustCompile(R"({"type": "object"})", JsonOptions{.closed_objects = true});
   EXPECT_TRUE(Recognize(any, R"({"zz":1,"y":[]})"));
+  // "properties": {} declares none: {} only when closed (a tool's "no
+  // arguments"), any object when open.
+  const std::string none = R"({"type": "object", "properties": {}})";
+  const Grammar none_closed = MustCompile(none);
+  EXPECT_TRUE(Recognize(none_closed, "{}"));
+  EXPECT_FALSE(Recognize(none_closed, R"({"zz":1})"));
+  const Grammar none_open = MustCompile(none, JsonOptions{.closed_objects = false});
+  EXPECT_TRUE(Recognize(none_open, R"({"zz":1})"));
 }
 
 // A format JSON Schema does not define is an annotation (any string, with
