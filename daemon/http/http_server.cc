@@ -16,6 +16,7 @@
 #include "daemon/http/api_reply.h"
 #include "daemon/http/openai_api.h"
 #include "daemon/http/responses_api.h"
+#include "daemon/http/tokenize_api.h"
 #include "daemon/serving/client_input.h"
 #include "daemon/serving/notifier.h"
 #include "daemon/serving/sequence.h"
@@ -81,6 +82,10 @@ Route RouteOf(const std::string& path) {
   if (path == "/v1/completions") return Route::kCompletions;
   if (path == "/v1/messages") return Route::kMessages;
   if (path == "/v1/responses") return Route::kResponses;
+  if (path == "/v1/messages/count_tokens") return Route::kCountTokens;
+  if (path == "/tokenize") return Route::kTokenize;
+  if (path == "/detokenize") return Route::kDetokenize;
+  if (path == "/apply-template") return Route::kApplyTemplate;
   if (absl::StartsWith(path, "/v1/models/") && path.size() > 11 &&
       path.find('/', 11) == std::string::npos) {
     return Route::kModel;
@@ -95,8 +100,22 @@ bool IsGeneration(Route route) {
          route == Route::kResponses;
 }
 
+// The tokenizer's routes (tokenize_api.h): POST, authorized as /v1/ is.
+bool IsTokenizerRoute(Route route) {
+  return route == Route::kTokenize || route == Route::kDetokenize ||
+         route == Route::kApplyTemplate || route == Route::kCountTokens;
+}
+
 const char* RouteName(Route route) {
   switch (route) {
+    case Route::kTokenize:
+      return "/tokenize";
+    case Route::kDetokenize:
+      return "/detokenize";
+    case Route::kApplyTemplate:
+      return "/apply-template";
+    case Route::kCountTokens:
+      return "/v1/messages/count_tokens";
     case Route::kChat:
       return "/v1/chat/completions";
     case Route::kCompletions:
@@ -117,7 +136,8 @@ http_api::ErrorReply OpenAiError(const absl::Status& status) {
 
 // The error shape of the API a route belongs to.
 http_api::ErrorReply RouteError(Route route, const absl::Status& status) {
-  return route == Route::kMessages ? anthropic::ErrorFor(status) : OpenAiError(status);
+  return route == Route::kMessages || route == Route::kCountTokens ? anthropic::ErrorFor(status)
+                                                                     : OpenAiError(status);
 }
 
 // The OpenAI API's answer (openai::ResponseWriter) as a Reply.
@@ -386,7 +406,7 @@ absl::Status HttpServer::Authorize(const http::HttpRequest& head) const {
 // its method.
 std::optional<http::HttpResponse> HttpServer::Screen(const http::HttpRequest& head) {
   const Route route = RouteOf(head.path);
-  if (absl::StartsWith(head.path, "/v1/")) {
+  if (absl::StartsWith(head.path, "/v1/") || IsTokenizerRoute(route)) {
     if (absl::Status st = Authorize(head); !st.ok()) {
       const http_api::ErrorReply e = RouteError(route, st);
       http::HttpResponse r = JsonResponse(e.http_status, e.body);
@@ -395,7 +415,7 @@ std::optional<http::HttpResponse> HttpServer::Screen(const http::HttpRequest& he
       return r;
     }
   }
-  const bool post = IsGeneration(route);
+  const bool post = IsGeneration(route) || IsTokenizerRoute(route);
   if (route == Route::kNone) {
     return ErrorResponse(404, absl::StrCat("no route ", head.method, " ", QuoteInput(head.path)));
   }
@@ -478,6 +498,12 @@ void HttpServer::Handle(http::HttpRequest request, std::shared_ptr<http::Exchang
     case Route::kMessages:
     case Route::kResponses:
       Generate(route, std::move(request), std::move(exchange));
+      return;
+    case Route::kTokenize:
+    case Route::kDetokenize:
+    case Route::kApplyTemplate:
+    case Route::kCountTokens:
+      ServeTokenizer(route, request, *exchange);
       return;
     case Route::kNone:
       break;
@@ -604,6 +630,110 @@ void HttpServer::ConstrainedLane::Run() {
     }
     fn();
   }
+}
+
+}  // namespace minfer::daemon
+
+namespace minfer::daemon {
+
+// Answers without generating: a tokenizer's work, on the handler thread
+// (as gRPC's Tokenize answers on its). Authorization as for generations
+// (Screen checked the key); a tenant may only name models it may use.
+void HttpServer::ServeTokenizer(Route route, const http::HttpRequest& request,
+                           http::Exchange& exchange) {
+  const char* name = RouteName(route);
+  std::string model_name;
+  auto answer = [&](const http_api::ErrorReply& reply) {
+    http::HttpResponse r = JsonResponse(reply.http_status, reply.body);
+    if (metrics_ != nullptr) {
+      metrics_->RecordRequest(name, model_name, std::to_string(r.status), "http");
+    }
+    Send(exchange, std::move(r));
+  };
+  auto refuse = [&](const absl::Status& status) {
+    const http_api::ErrorReply e = RouteError(route, status);
+    Logger("daemon")->info("http {} refused: {} {}", name, e.http_status, status.message());
+    answer(e);
+  };
+  const ojson body = ojson::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    refuse(openai::FieldError("body", "the request body is not valid JSON"));
+    return;
+  }
+  if (!body.is_object()) {
+    refuse(openai::FieldError("body", "the request body must be a JSON object"));
+    return;
+  }
+  absl::StatusOr<std::optional<std::string>> asked = tokenize_api::ModelOf(body);
+  if (!asked.ok()) {
+    refuse(asked.status());
+    return;
+  }
+  int tenant = -1;
+  if (tenants_ != nullptr) {
+    absl::StatusOr<int> who = tenants_->Identify(AuthorizationOf(request));
+    if (!who.ok()) {
+      refuse(who.status());
+      return;
+    }
+    tenant = *who;
+  }
+  std::string asked_name;
+  if (asked->has_value()) {
+    asked_name = **asked;
+  } else if (route == Route::kApplyTemplate) {
+    // llama-server serves one model: without a name, the one this client
+    // may use, if there is exactly one.
+    const std::vector<std::string> names = ReadyNames(request);
+    if (names.size() != 1) {
+      refuse(openai::FieldError(
+          "model", absl::StrCat("model is required: ", names.size(),
+                                " models are served (name a loaded model or alias)")));
+      return;
+    }
+    asked_name = names[0];
+  } else {
+    refuse(openai::FieldError("model", "model is required: a loaded model or alias"));
+    return;
+  }
+  if (absl::Status st = CheckName(asked_name, "model"); !st.ok()) {
+    refuse(openai::FieldError("model", std::string(st.message())));
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Find(asked_name, &model_name);
+  if (!slot.ok()) {
+    refuse(slot.status());
+    return;
+  }
+  if (tenants_ != nullptr && !tenants_->Allows(tenant, asked_name, model_name)) {
+    refuse(absl::PermissionDeniedError(absl::StrCat("tenant '", tenants_->name(tenant),
+                                                    "' may not use model '", model_name, "'")));
+    return;
+  }
+  std::shared_ptr<const runtime::Model> model = (*slot)->model();
+  if (model == nullptr) {
+    refuse(absl::FailedPreconditionError(
+        absl::StrCat("model '", model_name, "' is ", SlotStateName((*slot)->state()),
+                     ", not ready")));
+    return;
+  }
+  const tokenizer::Tokenizer& tok = model->tokenizer();
+  if (route == Route::kCountTokens) {
+    answer(tokenize_api::CountTokens(body, tok));
+    return;
+  }
+  absl::StatusOr<json> out =
+      route == Route::kTokenize
+          ? tokenize_api::Tokenize(body, tok, (*slot)->n_ctx(), limits_.max_prompt_tokens)
+      : route == Route::kDetokenize
+          ? tokenize_api::Detokenize(
+                body, tok, static_cast<int64_t>(limits_.max_prompt_tokens) + limits_.max_tokens)
+          : tokenize_api::ApplyTemplate(body, tok);
+  if (!out.ok()) {
+    refuse(out.status());
+    return;
+  }
+  answer({200, *std::move(out)});
 }
 
 }  // namespace minfer::daemon

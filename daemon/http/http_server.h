@@ -5,6 +5,9 @@
 //   POST /v1/completions         text completion, streaming or not
 //   POST /v1/messages            Anthropic's Messages API (anthropic_api.h)
 //   POST /v1/responses           OpenAI's Responses API, stateless (responses_api.h)
+//   POST /v1/messages/count_tokens, /tokenize, /detokenize, /apply-template
+//                                the model's tokenizer and chat template
+//                                (tokenize_api.h)
 //   GET  /v1/models              ready models and aliases
 //   GET  /v1/models/{id}
 //   GET  /health                 200 while serving, 503 once draining
@@ -24,7 +27,8 @@
 // holds the rest, merged, until the client reads); a client that goes away
 // cancels its sequence before the next step.
 //
-// Authorization: with api_keys (or tenants) set, /v1/* requires
+// Authorization: with api_keys (or tenants) set, /v1/* and the tokenizer
+// routes require
 // "Authorization: Bearer KEY" or "x-api-key: KEY" (401 otherwise; errors
 // of /v1/messages in Anthropic's shape), checked when the request's
 // head arrives, before its body is read; /health is open. The admin token
@@ -80,7 +84,20 @@ class HttpServer : private http::Handler {
   static constexpr size_t kMaxPendingStreamBytes = 256 << 10;
 
   // The routes served (see above).
-  enum class Route { kNone, kHealth, kModels, kModel, kChat, kCompletions, kMessages, kResponses };
+  enum class Route {
+    kNone,
+    kHealth,
+    kModels,
+    kModel,
+    kChat,
+    kCompletions,
+    kMessages,
+    kResponses,
+    kCountTokens,    // /v1/messages/count_tokens
+    kTokenize,       // /tokenize
+    kDetokenize,     // /detokenize
+    kApplyTemplate,  // /apply-template
+  };
 
   // Binds and starts serving. Errors: the address cannot be bound, the TLS
   // files cannot be used, an option is out of range (EventServer::Start).
@@ -147,6 +164,8 @@ class HttpServer : private http::Handler {
   // the constrained lane).
   void Submit(Clock::time_point arrival, http_api::ApiRequest request, TenantRef tenant,
               std::shared_ptr<http::Exchange> exchange);
+  // Answers a tokenizer route (tokenize_api.h).
+  void ServeTokenizer(Route route, const http::HttpRequest& request, http::Exchange& exchange);
   // Answers a refused generation request (and counts and logs it).
   void Refuse(const char* route, http::Exchange& exchange, const http_api::ErrorReply& error,
               const absl::Status& status);
