@@ -171,7 +171,7 @@ TEST_F(TokenizeApiTest, ChatTokensAreTheGenerationsPrompt) {
   ASSERT_TRUE(input.ok()) << input.status();
   auto rendered = Tok().RenderChat(input->messages, true, input->options);
   ASSERT_TRUE(rendered.ok()) << rendered.status();
-  EXPECT_EQ(applied["prompt"], *rendered);
+  EXPECT_EQ(applied["prompt"].get<std::string>(), *rendered);
   EXPECT_THAT(*rendered, HasSubstr("\"name\": \"weather\""));  // the tool is described
   EXPECT_THAT(*rendered, HasSubstr("<tool_response>"));        // and its result
 
