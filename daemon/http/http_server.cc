@@ -687,8 +687,8 @@ void HttpServer::ServeTokenizer(Route route, const http::HttpRequest& request,
     const std::vector<std::string> names = ReadyNames(request);
     if (names.size() != 1) {
       refuse(openai::FieldError(
-          "model", absl::StrCat("model is required: ", names.size(),
-                                " models are served (name a loaded model or alias)")));
+          "model", absl::StrCat("model is required: this key may use ", names.size(),
+                                " ready models and aliases, not exactly one (name one)")));
       return;
     }
     asked_name = names[0];
