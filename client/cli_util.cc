@@ -54,6 +54,7 @@ std::string FinishName(v1::FinishReason reason) {
     case v1::FINISH_REASON_STOP: return "stop";
     case v1::FINISH_REASON_EOS: return "eos";
     case v1::FINISH_REASON_CANCELLED: return "cancelled";
+    case v1::FINISH_REASON_TOOL_CALLS: return "tool_calls";
     default: return "unspecified";
   }
 }

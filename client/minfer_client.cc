@@ -90,6 +90,17 @@ absl::StatusOr<GenerateResult> MinferClient::Generate(const v1::GenerateRequest&
     result.token_ids.insert(result.token_ids.end(), response.token_ids().begin(),
                             response.token_ids().end());
     result.text += response.text();
+    result.reasoning += response.reasoning_text();
+    result.content += response.content_text();
+    for (const v1::ToolCallDelta& d : response.tool_calls()) {
+      if (d.index() < 0 || d.index() >= (1 << 16)) continue;  // a broken server
+      const size_t i = static_cast<size_t>(d.index());
+      if (i >= result.tool_calls.size()) result.tool_calls.resize(i + 1);
+      v1::ToolCall& call = result.tool_calls[i];
+      if (!d.id().empty()) call.set_id(d.id());
+      if (!d.name().empty()) call.set_name(d.name());
+      call.mutable_arguments()->append(d.arguments());
+    }
     if (!response.model().empty()) result.model = response.model();
     if (response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       result.finish_reason = response.finish_reason();

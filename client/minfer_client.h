@@ -53,6 +53,12 @@ struct GenerateResult {
   v1::Usage usage;
   std::string model;
   int responses = 0;  // stream messages received
+  // A chat request's reply as the server read it (GenerateResponse's typed
+  // fields folded): the reasoning, the content, and each call whole (by
+  // index: id and name from its first piece, the arguments' pieces joined).
+  std::string reasoning;
+  std::string content;
+  std::vector<v1::ToolCall> tool_calls;
 };
 
 class MinferClient {

@@ -1,6 +1,7 @@
 #include "daemon/grpc/generation_service.h"
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +55,55 @@ v1::FinishReason ToProto(FinishReason r) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
+// The reader of a chat reply to `chat` by the model of `tok`: the reading
+// the HTTP APIs give it (ChatOutputOptionsFor decides the call family and
+// the reasoning split). A family the registry does not know (not reachable:
+// families come from it) reads the reply as content.
+std::unique_ptr<ChatOutputStream> ChatReplyReader(const v1::Chat& chat,
+                                                  const tokenizer::Tokenizer& tok) {
+  ChatOutputOptions options = ChatOutputOptionsFor(chat, tok);
+  absl::StatusOr<std::unique_ptr<ChatOutputStream>> s = ChatOutputStream::Create(options);
+  if (!s.ok()) {
+    options = ChatOutputOptions();
+    options.reasoning.enabled = false;
+    s = ChatOutputStream::Create(options);
+  }
+  return s.ok() ? *std::move(s) : nullptr;
+}
+
+// Adds the reader's events to the response's typed fields. Consecutive
+// pieces of one call share one ToolCallDelta.
+void AddChatEvents(std::vector<ChatOutputEvent> events, v1::GenerateResponse* msg,
+                   bool* called) {
+  for (ChatOutputEvent& e : events) {
+    switch (e.type) {
+      case ChatOutputEvent::Type::kReasoning:
+        msg->mutable_reasoning_text()->append(e.text);
+        break;
+      case ChatOutputEvent::Type::kContent:
+        msg->mutable_content_text()->append(e.text);
+        break;
+      case ChatOutputEvent::Type::kCallStart: {
+        *called = true;
+        v1::ToolCallDelta* d = msg->add_tool_calls();
+        d->set_index(e.index);
+        d->set_id(std::move(e.id));
+        d->set_name(std::move(e.name));
+        break;
+      }
+      case ChatOutputEvent::Type::kArguments: {
+        const int n = msg->tool_calls_size();
+        v1::ToolCallDelta* d = n > 0 && msg->tool_calls(n - 1).index() == e.index
+                                   ? msg->mutable_tool_calls(n - 1)
+                                   : msg->add_tool_calls();
+        d->set_index(e.index);
+        d->mutable_arguments()->append(e.text);
+        break;
+      }
+    }
+  }
+}
+
 // Streams one Sequence to the client.
 class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
  public:
@@ -66,8 +116,10 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
 
   // Starts streaming `seq` (which the slot now runs). The slot's worker
   // only posts to the pump queue: the gRPC write runs there, off the
-  // decode loop.
-  void Attach(std::shared_ptr<Sequence> seq) {
+  // decode loop. `chat` (null for a prompt that is not a chat) reads the
+  // reply into the responses' typed fields.
+  void Attach(std::shared_ptr<Sequence> seq, std::unique_ptr<ChatOutputStream> chat = nullptr) {
+    chat_ = std::move(chat);
     seq_ = std::move(seq);
     model_ = seq_->model();
     sub_ = seq_->notifier().Subscribe([this] { pumps_->Post(this, [this] { Pump(); }); });
@@ -79,6 +131,10 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
     SequenceChunk chunk;
     if (seq_ == nullptr || !seq_->TakeChunk(&chunk)) return false;
     msg->mutable_token_ids()->Add(chunk.tokens.begin(), chunk.tokens.end());
+    if (chat_ != nullptr) {
+      AddChatEvents(chat_->Feed(chunk.text), msg, &called_);
+      if (chunk.result.has_value()) AddChatEvents(chat_->Finish(), msg, &called_);
+    }
     msg->set_text(std::move(chunk.text));
     for (const SampledToken& s : chunk.logprobs) {
       v1::SampledTokenLogprobs* lp = msg->add_logprobs();
@@ -95,6 +151,12 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
       const SequenceResult& r = *chunk.result;
       msg->set_model(seq_->model());
       msg->set_finish_reason(ToProto(r.finish_reason));
+      // As OpenAI's finish_reason "tool_calls": calls, and the reply ended
+      // by itself.
+      if (called_ && (r.finish_reason == FinishReason::kEos ||
+                      r.finish_reason == FinishReason::kStop)) {
+        msg->set_finish_reason(v1::FINISH_REASON_TOOL_CALLS);
+      }
       v1::Usage* u = msg->mutable_usage();
       u->set_prompt_tokens(r.stats.prompt_tokens);
       u->set_completion_tokens(r.stats.completion_tokens);
@@ -149,6 +211,8 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
   PumpQueue* const pumps_;
   const Clock::time_point deadline_;
   std::shared_ptr<Sequence> seq_;
+  std::unique_ptr<ChatOutputStream> chat_;  // null: not a chat
+  bool called_ = false;                     // chat_ saw a call start
   std::string model_;
   Notifier::Id sub_ = 0;
 };
@@ -239,13 +303,18 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
     }
     tenant = {tenants_, *who};
   }
+  std::shared_ptr<const runtime::Model> model;
   absl::StatusOr<std::shared_ptr<Sequence>> seq =
-      SubmitGenerate(slots_, *state_, *request, limits_, arrival, deadline, "grpc", nullptr, tenant);
+      SubmitGenerate(slots_, *state_, *request, limits_, arrival, deadline, "grpc", &model, tenant);
   if (!seq.ok()) {
     reactor->FinishWith(ToGrpcStatus(seq.status()));
     return reactor;
   }
-  reactor->Attach(*std::move(seq));
+  std::unique_ptr<ChatOutputStream> chat;
+  if (request->input_case() == v1::GenerateRequest::kChat && model != nullptr) {
+    chat = ChatReplyReader(request->chat(), model->tokenizer());
+  }
+  reactor->Attach(*std::move(seq), std::move(chat));
   return reactor;
 }
 

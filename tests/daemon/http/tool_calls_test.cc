@@ -81,7 +81,7 @@ TEST(ToolCallsTest, ForcedCallsParseAndValidateThroughTheOpenAiClient) {
     r.mutable_stopping()->set_max_tokens(200);
     auto g = client->Generate(r);
     ASSERT_TRUE(g.ok()) << g.status();
-    EXPECT_EQ(g->finish_reason, v1::FINISH_REASON_EOS) << g->text;
+    EXPECT_EQ(g->finish_reason, v1::FINISH_REASON_TOOL_CALLS) << g->text;
     auto parser = chat::MakeToolCallParser("hermes");
     ASSERT_TRUE(parser.ok());
     const chat::ParsedToolCalls calls = (*parser)->Parse(g->text);
