@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
+#include "client/tool_file.h"
 
 namespace minfer::ctl {
 namespace {
@@ -19,6 +20,9 @@ namespace {
 struct GenerateArgs {
   std::string model, prompt, system, cache_salt;
   std::vector<std::string> template_kwargs;  // K=V
+  // Tools (with --chat): a tools file and the choice, sent when given.
+  std::string tools_file, tool_choice;
+  bool no_parallel_tool_calls = false;
   bool chat = false, ignore_eos = false, parse_special = false;
   int32_t max_tokens = 0, top_k = -1, logprobs = 0, last_n = -2;
   float temp = -1, top_p = -1, min_p = -1, rep = -1, freq = 0, pres = 0;
@@ -81,6 +85,107 @@ int SetConstraint(const GenerateArgs& a, v1::GenerateRequest* req) {
   return 0;
 }
 
+// The tool flags into the request's chat; 2 (usage) or 1 on a bad value.
+int SetTools(const GenerateArgs& a, v1::GenerateRequest* req) {
+  const bool any = !a.tools_file.empty() || !a.tool_choice.empty() || a.no_parallel_tool_calls;
+  if (!any) return 0;
+  if (!req->has_chat()) {
+    std::fprintf(stderr,
+                 "minferctl: --tools, --tool-choice and --no-parallel-tool-calls need --chat\n");
+    return 2;
+  }
+  v1::Chat* chat = req->mutable_chat();
+  if (!a.tools_file.empty()) {
+    absl::StatusOr<std::string> text = ReadWholeFile(a.tools_file, "--tools");
+    if (!text.ok()) return Fail(text.status());
+    absl::StatusOr<std::vector<v1::Tool>> tools = ParseToolsJson(*text);
+    if (!tools.ok()) {
+      std::fprintf(stderr, "minferctl: --tools %s: %s\n", a.tools_file.c_str(),
+                   std::string(tools.status().message()).c_str());
+      return 2;
+    }
+    for (v1::Tool& t : *tools) *chat->add_tools() = std::move(t);
+  }
+  if (!a.tool_choice.empty()) {
+    absl::StatusOr<v1::ToolChoice> choice = ParseToolChoice(a.tool_choice);
+    if (!choice.ok()) {
+      std::fprintf(stderr, "minferctl: --tool-choice: %s\n",
+                   std::string(choice.status().message()).c_str());
+      return 2;
+    }
+    *chat->mutable_tool_choice() = *std::move(choice);
+  }
+  if (a.no_parallel_tool_calls) chat->set_parallel_tool_calls(false);
+  return 0;
+}
+
+// Prints a chat reply's typed pieces as they stream: content as is, the
+// reasoning between "[reasoning]" and "[/reasoning]" lines, each call on a
+// line of its own, "[tool call N] NAME (ID) ARGUMENTS".
+class ChatPrinter {
+ public:
+  void Add(const v1::GenerateResponse& chunk) {
+    if (!chunk.reasoning_text().empty()) {
+      if (section_ != kReasoning) {
+        Close();
+        Line();
+        Put("[reasoning]\n");
+        section_ = kReasoning;
+      }
+      Put(chunk.reasoning_text());
+    }
+    if (!chunk.content_text().empty()) {
+      if (section_ != kContent) {
+        Close();
+        Line();
+        section_ = kContent;
+      }
+      Put(chunk.content_text());
+    }
+    for (const v1::ToolCallDelta& d : chunk.tool_calls()) {
+      if (section_ != kCall || d.index() != call_) {
+        Close();
+        Line();
+        section_ = kCall;
+        call_ = d.index();
+        Put(absl::StrCat("[tool call ", d.index(), "] ", d.name(), " (", d.id(), ") "));
+      }
+      Put(d.arguments());
+    }
+    std::fflush(stdout);
+  }
+  // Ends the output (a newline if anything was printed).
+  void End() {
+    Close();
+    if (printed_) Put("\n");
+    std::fflush(stdout);
+  }
+  bool printed() const { return printed_; }
+
+ private:
+  enum Section { kNone, kReasoning, kContent, kCall };
+  void Put(absl::string_view s) {
+    if (s.empty()) return;
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    printed_ = true;
+    at_line_start_ = s.back() == '\n';
+  }
+  void Line() {
+    if (printed_ && !at_line_start_) Put("\n");
+  }
+  void Close() {
+    if (section_ == kReasoning) {
+      Line();
+      Put("[/reasoning]\n");
+    }
+    section_ = kNone;
+  }
+  Section section_ = kNone;
+  int call_ = -1;
+  bool printed_ = false;
+  bool at_line_start_ = true;
+};
+
 int Generate(const GenerateArgs& a, const Globals& g, client::MinferClient& client) {
   v1::GenerateRequest req;
   if (int rc = SetConstraint(a, &req); rc != 0) return rc;
@@ -108,6 +213,7 @@ int Generate(const GenerateArgs& a, const Globals& g, client::MinferClient& clie
   } else {
     req.set_text(a.prompt);
   }
+  if (int rc = SetTools(a, &req); rc != 0) return rc;
   v1::SamplingParams* sp = req.mutable_sampling();
   if (a.temp >= 0) sp->set_temperature(a.temp);
   if (a.top_k >= 0) sp->set_top_k(a.top_k);
@@ -126,11 +232,17 @@ int Generate(const GenerateArgs& a, const Globals& g, client::MinferClient& clie
   req.set_cache_salt(a.cache_salt);
   std::vector<v1::SampledTokenLogprobs> logprobs;
   client::GenerateResult partial;
+  // A chat's reply prints from the typed fields (reasoning, content, calls
+  // apart); other prompts print the raw text.
+  const bool chat = req.has_chat();
+  ChatPrinter printer;
   absl::StatusOr<client::GenerateResult> r = client.Generate(
       req,
       [&](const v1::GenerateResponse& chunk) {
         if (g.json) {
           logprobs.insert(logprobs.end(), chunk.logprobs().begin(), chunk.logprobs().end());
+        } else if (chat) {
+          printer.Add(chunk);
         } else {
           std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
           std::fflush(stdout);
@@ -138,7 +250,14 @@ int Generate(const GenerateArgs& a, const Globals& g, client::MinferClient& clie
         return true;
       },
       0, &partial);
-  if (!g.json && !partial.text.empty()) {
+  if (!g.json && chat) {
+    // A server without the typed fields: the raw text.
+    if (!printer.printed() && !partial.text.empty()) {
+      std::fwrite(partial.text.data(), 1, partial.text.size(), stdout);
+      std::printf("\n");
+    }
+    printer.End();  // before the summary on (unbuffered) stderr
+  } else if (!g.json && !partial.text.empty()) {
     std::printf("\n");
     std::fflush(stdout);  // before the summary on (unbuffered) stderr
   }
@@ -147,6 +266,15 @@ int Generate(const GenerateArgs& a, const Globals& g, client::MinferClient& clie
     v1::GenerateResponse all;  // the whole stream as one message
     all.mutable_token_ids()->Add(r->token_ids.begin(), r->token_ids.end());
     all.set_text(r->text);
+    all.set_reasoning_text(r->reasoning);
+    all.set_content_text(r->content);
+    for (size_t i = 0; i < r->tool_calls.size(); ++i) {
+      v1::ToolCallDelta* call = all.add_tool_calls();  // each call whole
+      call->set_index(static_cast<int32_t>(i));
+      call->set_id(r->tool_calls[i].id());
+      call->set_name(r->tool_calls[i].name());
+      call->set_arguments(r->tool_calls[i].arguments());
+    }
     for (auto& lp : logprobs) *all.add_logprobs() = lp;
     all.set_finish_reason(r->finish_reason);
     *all.mutable_usage() = r->usage;
@@ -176,6 +304,15 @@ void AddGenerateCommand(CLI::App& app, const Globals& g, CommandTable& table) {
   c->add_option("--template-kwarg", a->template_kwargs,
                 "K=V: a chat template variable, V read as JSON (e.g. enable_thinking=false; "
                 "repeatable, with --chat)");
+  c->add_option("--tools", a->tools_file,
+                "FILE: functions the model may call (with --chat): a JSON array of OpenAI "
+                "tools ({\"type\": \"function\", \"function\": {...}}) or of {name, "
+                "description, parameters}");
+  c->add_option("--tool-choice", a->tool_choice,
+                "auto|none|required|NAME (with --chat): required or a function's NAME forces "
+                "a call whose arguments follow its schema");
+  c->add_flag("--no-parallel-tool-calls", a->no_parallel_tool_calls,
+              "a forced reply holds one call (with --chat)");
   // Sent as given, 0 included, so the server's own check answers (a
   // silent default for 0 would hide that the API refuses it).
   a->max_tokens_given = c->add_option("-n,--max-tokens", a->max_tokens,

@@ -4,6 +4,7 @@
 // with a non-zero exit code.
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <regex>
 #include <string>
@@ -233,6 +234,63 @@ TEST_F(MinferctlTest, GenerateWithOutputConstraints) {
   ASSERT_EQ(status.exit_code, 0);
   EXPECT_THAT(status.out, HasSubstr("grammars:   0 constrained sequences running, 4 requests; "
                                     "4 compiled, 0 cache hits, 1 refused; "));
+}
+
+TEST_F(MinferctlTest, GenerateWithTools) {
+  StartDaemon();
+  ASSERT_EQ(Ctl({"load", "m", path_, "--ctx", "1024", "-q"}).exit_code, 0);
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string tools = dir + "/tools.json";
+  // One tool in OpenAI's shape, one in minfer's.
+  std::ofstream(tools) << R"([
+      {"type": "function", "function": {"name": "add", "description": "adds",
+       "parameters": {"type": "object", "properties": {
+         "a": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["a"]}}},
+      {"name": "ping", "parameters": {"type": "object", "properties": {}}}])";
+
+  // A forced call of "add": typed in --json, arguments valid.
+  CommandResult js = Ctl({"--json", "generate", "m", "Add:", "--chat", "--tools", tools,
+                          "--tool-choice", "add", "--no-parallel-tool-calls", "--temp", "1",
+                          "--seed", "5", "-n", "200"});
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  const Json r = Json::parse(js.out);
+  EXPECT_EQ(r["finish_reason"], "FINISH_REASON_TOOL_CALLS") << js.out;
+  ASSERT_EQ(r["tool_calls"].size(), 1u) << js.out;
+  const Json& call = r["tool_calls"][0];
+  EXPECT_EQ(call["name"], "add");
+  EXPECT_EQ(call["index"], 0);
+  EXPECT_THAT(call["id"].get<std::string>(), StartsWith("call_"));
+  const Json args = Json::parse(call["arguments"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(args.is_object()) << call;
+  EXPECT_TRUE(args["a"].is_number_integer() && args["a"] >= 0 && args["a"] <= 9) << args;
+  EXPECT_THAT(r["text"].get<std::string>(), HasSubstr("<tool_call>"));
+
+  // The same call printed: one line per call.
+  CommandResult text = Ctl({"generate", "m", "Add:", "--chat", "--tools", tools, "--tool-choice",
+                            "add", "--no-parallel-tool-calls", "--temp", "1", "--seed", "5",
+                            "-n", "200"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  // (Ids are random; the seed repeats the arguments.)
+  EXPECT_THAT(text.out, StartsWith("[tool call 0] add (call_"));
+  EXPECT_THAT(text.out, ::testing::EndsWith(
+                            absl::StrCat(") ", call["arguments"].get<std::string>(), "\n")));
+  EXPECT_EQ(std::count(text.out.begin(), text.out.end(), '\n'), 1) << text.out;
+  EXPECT_THAT(text.err, HasSubstr("[tool_calls] m: "));
+
+  // Usage errors: tools without --chat, a file of the wrong shape; the
+  // server names an unknown function.
+  CommandResult no_chat = Ctl({"generate", "m", "x", "--tools", tools});
+  EXPECT_EQ(no_chat.exit_code, 2);
+  EXPECT_THAT(no_chat.err, HasSubstr("need --chat"));
+  const std::string bad = dir + "/bad.json";
+  std::ofstream(bad) << R"([{"type": "function", "function": {"description": "no name"}}])";
+  CommandResult shape = Ctl({"generate", "m", "x", "--chat", "--tools", bad});
+  EXPECT_EQ(shape.exit_code, 2);
+  EXPECT_THAT(shape.err, HasSubstr("[0].function.name: a string is required"));
+  CommandResult unknown =
+      Ctl({"generate", "m", "x", "--chat", "--tools", tools, "--tool-choice", "nope"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, StartsWith("minferctl: INVALID_ARGUMENT: chat.tool_choice"));
 }
 
 TEST_F(MinferctlTest, BenchStreamsConcurrentlyAndMatchesTheEngine) {
