@@ -117,12 +117,21 @@ TEST_F(AgentApisTest, AnthropicForcedToolUseValidates) {
   int calls = 0;
   for (const json& r : a["forced"]) {
     const std::string where = r.dump();
-    EXPECT_EQ(r["stop_reason"], "tool_use") << where;
+    // With parallel use on, the grammar allows another call after each
+    // one, and a random model may keep choosing one until max_tokens: the
+    // complete calls are still calls, and only the unfinished last one is
+    // text. One call (parallel off) always ends by itself.
+    const bool cut = r["parallel"].get<bool>() && r["stop_reason"] == "max_tokens";
+    if (!cut) EXPECT_EQ(r["stop_reason"], "tool_use") << where;
     EXPECT_EQ(r["type"], "message") << where;
     EXPECT_EQ(r["role"], "assistant") << where;
     EXPECT_THAT(r["id"].get<std::string>(), StartsWith("msg_")) << where;
     EXPECT_TRUE(r["usage_ok"].get<bool>()) << where;
-    EXPECT_EQ(r["text"], "") << where;
+    if (cut) {
+      EXPECT_THAT(r["text"].get<std::string>(), StartsWith("<tool_call>")) << where;
+    } else {
+      EXPECT_EQ(r["text"], "") << where;
+    }
     ASSERT_GE(r["calls"].size(), 1u) << where;
     for (const json& c : r["calls"]) {
       ++calls;

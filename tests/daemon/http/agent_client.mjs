@@ -72,19 +72,21 @@ async function caught(fn) {
     const m = await client.messages.create({
       model: "q", max_tokens: 300, temperature: 1, messages, tools, system: "You call tools.",
       tool_choice: {type: "any", disable_parallel_tool_use: seed === 1}});
-    out.anthropic.forced.push({choice: "any", stream: false, ...judgeMessage(m)});
+    out.anthropic.forced.push({choice: "any", stream: false, parallel: seed !== 1, ...judgeMessage(m)});
   }
   {
     const m = await client.messages.create({
       model: "q", max_tokens: 300, temperature: 1, messages, tools,
       tool_choice: {type: "tool", name: "set_alarm"}});
-    out.anthropic.forced.push({choice: "set_alarm", stream: false, ...judgeMessage(m, "set_alarm")});
+    out.anthropic.forced.push({choice: "set_alarm", stream: false, parallel: true,
+                               ...judgeMessage(m, "set_alarm")});
   }
-  // Streamed: the SDK folds the events into its final message.
+  // Streamed: the SDK folds the events into its final message. One call
+  // (parallel use off), so the streamed input_json pieces are that call's.
   {
     const stream = client.messages.stream({
       model: "q", max_tokens: 300, temperature: 1, messages, tools,
-      tool_choice: {type: "tool", name: "get_weather"}});
+      tool_choice: {type: "tool", name: "get_weather", disable_parallel_tool_use: true}});
     const types = [];
     let json = "";
     for await (const e of stream) {
@@ -94,7 +96,7 @@ async function caught(fn) {
       }
     }
     const m = await stream.finalMessage();
-    out.anthropic.forced.push({choice: "get_weather", stream: true, types,
+    out.anthropic.forced.push({choice: "get_weather", stream: true, parallel: false, types,
                                streamed_json: json, ...judgeMessage(m, "get_weather")});
   }
   // A streamed text reply, cut at max_tokens.
@@ -179,13 +181,14 @@ async function caught(fn) {
   {
     const r = await client.responses.create({
       model: "q", input, tools, tool_choice: {type: "function", name: "set_alarm"},
-      temperature: 1, max_output_tokens: 300, instructions: "You call tools."});
+      temperature: 1, max_output_tokens: 300, instructions: "You call tools.",
+      parallel_tool_calls: false});
     out.responses.forced.push({stream: false, ...judgeResponse(r, "set_alarm")});
   }
   {
     const stream = client.responses.stream({
       model: "q", input, tools, tool_choice: {type: "function", name: "get_weather"},
-      temperature: 1, max_output_tokens: 300});
+      temperature: 1, max_output_tokens: 300, parallel_tool_calls: false});
     const types = [];
     let seq_ok = true, last = -1, args = "";
     for await (const e of stream) {
