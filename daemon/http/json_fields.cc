@@ -2,10 +2,25 @@
 
 #include <cmath>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/http/openai_api.h"
 
 namespace minfer::daemon::http_api {
+
+namespace {
+constexpr const char* kParamPayload = "type.minfer.dev/openai.param";
+}  // namespace
+
+absl::Status FieldError(const std::string& param, const std::string& message) {
+  absl::Status s = absl::InvalidArgumentError(message);
+  s.SetPayload(kParamPayload, absl::Cord(param));
+  return s;
+}
+
+std::string Param(const absl::Status& status) {
+  auto p = status.GetPayload(kParamPayload);
+  return p.has_value() ? std::string(*p) : std::string();
+}
 
 const char* JsonTypeName(const ojson& v) {
   switch (v.type()) {
@@ -30,7 +45,7 @@ const char* JsonTypeName(const ojson& v) {
 }
 
 absl::Status WrongType(const std::string& field, const char* want, const ojson& got) {
-  return openai::FieldError(field,
+  return FieldError(field,
                             absl::StrCat(field, " must be ", want, ", got ", JsonTypeName(got)));
 }
 
@@ -47,7 +62,7 @@ absl::StatusOr<std::optional<double>> OptNumber(const ojson& object, const char*
   if (v.is_null()) return std::optional<double>();
   if (!v.is_number()) return WrongType(field, "a number", v);
   const double d = v.get<double>();
-  if (!std::isfinite(d)) return openai::FieldError(field, absl::StrCat(field, " must be finite"));
+  if (!std::isfinite(d)) return FieldError(field, absl::StrCat(field, " must be finite"));
   return std::optional<double>(d);
 }
 

@@ -1,7 +1,7 @@
 // Reading a request's JSON fields with errors that name them: the helpers
-// of the Anthropic and Responses APIs (anthropic_api.h, responses_api.h).
-// Errors are openai::FieldError (INVALID_ARGUMENT with the field's name as
-// a payload, openai::Param). Thread-safe (no state).
+// every HTTP API (OpenAI's, Anthropic's, Responses) reads its body with.
+// Errors are FieldError: INVALID_ARGUMENT with the field's name as a
+// payload (Param). Thread-safe (no state).
 #ifndef MINFER_DAEMON_HTTP_JSON_FIELDS_H_
 #define MINFER_DAEMON_HTTP_JSON_FIELDS_H_
 
@@ -16,6 +16,11 @@
 namespace minfer::daemon::http_api {
 
 using ojson = nlohmann::ordered_json;
+
+// INVALID_ARGUMENT `message` naming `param` (the API's field) in a payload.
+absl::Status FieldError(const std::string& param, const std::string& message);
+// The field an error names, "" if none.
+std::string Param(const absl::Status& status);
 
 // "a string", "an object", ...: for messages.
 const char* JsonTypeName(const ojson& v);

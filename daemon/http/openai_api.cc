@@ -13,6 +13,7 @@
 #include "daemon/api/chat_tools.h"
 #include "daemon/api/constraint.h"
 #include "daemon/api/generate_request.h"
+#include "daemon/http/json_fields.h"
 #include "daemon/serving/tenants.h"
 #include "engine/base/status.h"
 #include "engine/sampling/sampling_params.h"
@@ -25,73 +26,23 @@ using json = nlohmann::json;
 // order is the order its output is generated in.
 using ojson = nlohmann::ordered_json;
 
-constexpr const char* kParamPayload = "type.minfer.dev/openai.param";
-
 // Stop strings a request may give: OpenAI allows 4, the generation path 16.
 constexpr size_t kMaxStop = 16;
 
-const char* TypeName(const ojson& v) {
-  switch (v.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return "a boolean";
-    case json::value_t::string:
-      return "a string";
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::object:
-      return "an object";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "an integer";
-    case json::value_t::number_float:
-      return "a number";
-    default:
-      return "another type";
-  }
-}
-
-absl::Status WrongType(const std::string& field, const char* want, const ojson& got) {
-  return FieldError(field, absl::StrCat(field, " must be ", want, ", got ", TypeName(got)));
-}
-
+// The body readers of every HTTP API (json_fields.h); here the field's
+// name is also its key in the body.
+using http_api::WrongType;
 // The field's value, or null when absent: OpenAI treats an explicit null as
 // "not given".
-const ojson& Get(const ojson& body, const char* field) {
-  static const ojson kNull;
-  auto it = body.find(field);
-  return it == body.end() ? kNull : *it;
-}
-
+const ojson& Get(const ojson& body, const char* field) { return http_api::Member(body, field); }
 absl::StatusOr<std::optional<double>> OptNumber(const ojson& body, const char* field) {
-  const ojson& v = Get(body, field);
-  if (v.is_null()) return std::optional<double>();
-  if (!v.is_number()) return WrongType(field, "a number", v);
-  const double d = v.get<double>();
-  if (!std::isfinite(d)) return FieldError(field, absl::StrCat(field, " must be finite"));
-  return std::optional<double>(d);
+  return http_api::OptNumber(body, field, field);
 }
-
 absl::StatusOr<std::optional<int64_t>> OptInt(const ojson& body, const char* field) {
-  const ojson& v = Get(body, field);
-  if (v.is_null()) return std::optional<int64_t>();
-  if (v.is_number_integer()) return std::optional<int64_t>(v.get<int64_t>());
-  // 5.0 is an integer to a JSON writer that has only doubles.
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) {
-      return std::optional<int64_t>(static_cast<int64_t>(d));
-    }
-  }
-  return WrongType(field, "an integer", v);
+  return http_api::OptInt(body, field, field);
 }
-
 absl::StatusOr<std::optional<bool>> OptBool(const ojson& body, const char* field) {
-  const ojson& v = Get(body, field);
-  if (v.is_null()) return std::optional<bool>();
-  if (!v.is_boolean()) return WrongType(field, "a boolean", v);
-  return std::optional<bool>(v.get<bool>());
+  return http_api::OptBool(body, field, field);
 }
 
 absl::Status InRange(const char* field, double v, double lo, double hi) {
@@ -771,15 +722,10 @@ absl::Status ChatFieldError(const absl::Status& status) {
 }  // namespace
 
 absl::Status FieldError(const std::string& param, const std::string& message) {
-  absl::Status s = absl::InvalidArgumentError(message);
-  s.SetPayload(kParamPayload, absl::Cord(param));
-  return s;
+  return http_api::FieldError(param, message);
 }
 
-std::string Param(const absl::Status& status) {
-  auto p = status.GetPayload(kParamPayload);
-  return p.has_value() ? std::string(*p) : std::string();
-}
+std::string Param(const absl::Status& status) { return http_api::Param(status); }
 
 ApiError ApiErrorFor(const absl::Status& status) {
   ApiError e;
