@@ -15,6 +15,34 @@ namespace minfer::grammar {
 // ---------------------------------------------------------------------------
 // Vocabulary
 
+int Vocabulary::Utf8Step(int state, uint8_t b) {
+  // States: 0 between characters; 1 one continuation byte left; 2 two
+  // left; 3 two left, the next in A0-BF (after E0: no overlong forms); 4
+  // two left, the next in 80-9F (after ED: no surrogates); 5 three left; 6
+  // three left, the next in 90-BF (after F0); 7 three left, the next in
+  // 80-8F (after F4: nothing past U+10FFFF).
+  switch (state) {
+    case 0:
+      if (b < 0x80) return IsPlainByte(b) ? 0 : -1;
+      if (b >= 0xC2 && b <= 0xDF) return 1;
+      if (b == 0xE0) return 3;
+      if (b == 0xED) return 4;
+      if (b >= 0xE1 && b <= 0xEF) return 2;
+      if (b == 0xF0) return 6;
+      if (b >= 0xF1 && b <= 0xF3) return 5;
+      if (b == 0xF4) return 7;
+      return -1;
+    case 1: return b >= 0x80 && b <= 0xBF ? 0 : -1;
+    case 2: return b >= 0x80 && b <= 0xBF ? 1 : -1;
+    case 3: return b >= 0xA0 && b <= 0xBF ? 1 : -1;
+    case 4: return b >= 0x80 && b <= 0x9F ? 1 : -1;
+    case 5: return b >= 0x80 && b <= 0xBF ? 2 : -1;
+    case 6: return b >= 0x90 && b <= 0xBF ? 2 : -1;
+    case 7: return b >= 0x80 && b <= 0x8F ? 2 : -1;
+  }
+  return -1;
+}
+
 std::shared_ptr<const Vocabulary> Vocabulary::Create(std::vector<std::string> tokens,
                                                      std::vector<int32_t> stop_ids,
                                                      int32_t n_rows) {
@@ -74,19 +102,27 @@ std::shared_ptr<const Vocabulary> Vocabulary::Create(std::vector<std::string> to
     tr.end[open.back()] = static_cast<int32_t>(tr.byte.size());
     open.pop_back();
   }
-  // Heights of all-plain subtrees, children before parents (reverse
-  // preorder).
+  // Heights of plain-text subtrees, children before parents (reverse
+  // preorder). ok[k]: the UTF-8 states (Utf8Step) from which every path of
+  // k's subtree, read from k's own byte on, stays valid plain text.
   const int32_t nodes = static_cast<int32_t>(tr.byte.size());
   tr.plain_height.assign(nodes, 0);
+  std::vector<uint8_t> ok(nodes, 0), height(nodes, 1);
   for (int32_t k = nodes - 1; k >= 0; --k) {
-    if (!IsPlainByte(tr.byte[k])) continue;
+    uint8_t children_ok = 0xFF;  // states every child accepts
     int32_t h = 1;
-    bool plain = true;
-    for (int32_t c = k + 1; c < tr.end[k] && plain; c = tr.end[c]) {
-      plain = tr.plain_height[c] > 0;
-      h = std::max<int32_t>(h, 1 + tr.plain_height[c]);
+    for (int32_t c = k + 1; c < tr.end[k]; c = tr.end[c]) {
+      children_ok &= ok[c];
+      h = std::max<int32_t>(h, 1 + height[c]);
     }
-    if (plain && h <= 255) tr.plain_height[k] = static_cast<uint8_t>(h);
+    height[k] = static_cast<uint8_t>(std::min<int32_t>(h, 255));
+    uint8_t from = 0;
+    for (int u = 0; u < kUtf8States; ++u) {
+      const int next = Utf8Step(u, tr.byte[k]);
+      if (next >= 0 && (children_ok >> next) & 1) from |= static_cast<uint8_t>(1u << u);
+    }
+    ok[k] = from;
+    if ((from & 1) && h <= 255) tr.plain_height[k] = static_cast<uint8_t>(h);
   }
   return v;
 }
@@ -137,6 +173,10 @@ struct Automata {
   // rule with a next byte outside it dies in every context.
   std::vector<ByteSet> follow;
   std::vector<bool> wide_rule;  // InlineRules' "wide": classified context-free
+  // byte_rep[b]: the least byte that every byte edge treats as it treats b
+  // (lies in the same edges): a state steps alike on both, so a walk
+  // computes one step per class of bytes, not per byte.
+  std::array<uint8_t, 256> byte_rep{};
   int32_t root_rule = 0;
   // Unique per automata ever built (never reused, unlike an address): the
   // key of positions too large to share between grammars (PositionKey).
@@ -446,7 +486,8 @@ std::vector<bool> InlineRules(const Grammar& g, std::vector<bool>* wide_out) {
   }
   for (int32_t r = 0; r < nr; ++r) {
     const int64_t limit = starred[r] ? kInlineStarredExprs : kInlineExprs;
-    out[r] = !recursive[r] && !wide[r] && r != g.root() && sized(r) <= limit;
+    out[r] = !recursive[r] && !wide[r] && r != g.root() && !g.rule(r).no_inline &&
+             sized(r) <= limit;
   }
   *wide_out = wide;
   return out;
@@ -775,6 +816,17 @@ absl::Status BuildAutomata(const Grammar& g, Automata* a,
   for (size_t r = 0; r < a->follow.size(); ++r) {
     if (a->wide_rule[r]) a->follow[r].set();
   }
+  {
+    std::array<bool, 257> cut{};
+    cut[0] = true;
+    for (const Node& nd : a->nodes) {
+      for (const ByteEdge& e : nd.bytes) {
+        cut[e.lo] = true;
+        cut[e.hi + 1] = true;
+      }
+    }
+    for (int b = 0; b < 256; ++b) a->byte_rep[b] = cut[b] ? b : a->byte_rep[b - 1];
+  }
   a->classes.reset(new std::atomic<const Classes*>[a->nodes.size()]);
   for (size_t i = 0; i < a->nodes.size(); ++i) a->classes[i].store(nullptr);
   return absl::OkStatus();
@@ -1061,40 +1113,122 @@ std::shared_ptr<const Classes> Classify(const Automata& a, const Vocabulary& voc
   State scratch;
   auto step = [&](int32_t sid, uint8_t b) {
     const bool tabled = sid < kMaxTableStates;
+    const size_t row = static_cast<size_t>(sid) * 256;
     if (tabled) {
-      const int32_t t = table[static_cast<size_t>(sid) * 256 + b];
+      const int32_t t = table[row + b];
       if (t >= 0) return t;
     }
-    st.Advance(dstates[sid], b, &scratch);
-    const int32_t next = intern(std::move(scratch));
-    scratch = State();
-    if (tabled) table[static_cast<size_t>(sid) * 256 + b] = next;
+    // Bytes of one class (Automata::byte_rep) step alike: one Advance per
+    // class (a multi-byte character's bytes fall in a handful of them).
+    const uint8_t r = a.byte_rep[b];
+    int32_t next = tabled && r != b ? table[row + r] : -1;
+    if (next < 0) {
+      st.Advance(dstates[sid], r, &scratch);
+      next = intern(std::move(scratch));
+      scratch = State();
+      if (tabled) table[row + r] = next;
+    }
+    if (tabled) table[row + b] = next;
     return next;
   };
   // Plain subtrees (Trie::plain_height). A state is "uniform" when every
-  // plain byte steps it to one same state; from a state whose uniform
-  // chain keeps frames for h steps, every token of a plain subtree of
-  // height <= h is alive at its end: accepted, without walking it. Inside
-  // a string body (and a bounded one far enough from its bound) most of
-  // an ASCII vocabulary goes in a few such steps.
+  // plain character (Vocabulary::Utf8Step: printable ASCII but '"' and '\\',
+  // or a well-formed multi-byte UTF-8 character) steps it to one same
+  // state, through states that keep frames inside a multi-byte character.
+  // From a state whose uniform chain keeps frames for h steps, every token
+  // of a plain subtree of height <= h bytes (so of at most h characters) is
+  // alive at its end, even cut inside a character: accepted, without
+  // walking it. Inside a string body (and a bounded one far enough from its
+  // bound) most of the vocabulary, CJK and other scripts included, goes in
+  // a few such steps.
   std::vector<int32_t> unext;  // per state: -1 unknown, -2 not uniform, else the next state
+  std::vector<std::pair<int32_t, int>> todo, seen;  // (state, UTF-8 state) inside a character
+  // The same question for one automaton node, from its edges alone (no
+  // stepper call): the node every plain character leads to (-1: none
+  // leads anywhere; -2: characters differ, or a multi-byte one passes a
+  // node that calls, returns or splits). A state whose frames are all
+  // such nodes steps alike on every plain character — one step, where the
+  // general check below steps each class of bytes (a bounded string's
+  // chain near its bound is a new state per character).
+  absl::flat_hash_map<int64_t, int32_t> char_memo;
+  std::function<int32_t(int32_t, int)> char_target = [&](int32_t n, int u) -> int32_t {
+    const int64_t mkey = (static_cast<int64_t>(n) << 3) | u;
+    if (auto it = char_memo.find(mkey); it != char_memo.end()) return it->second;
+    const Node& nd = a.nodes[n];
+    int32_t target = -3;
+    bool any = false, none = false;
+    if (u != 0 && (!nd.refs.empty() || nd.accept)) target = -2;
+    for (int b = 0x20; b < 0x100 && target != -2; ++b) {
+      const int u2 = Vocabulary::Utf8Step(u, static_cast<uint8_t>(b));
+      if (u2 < 0) continue;
+      int32_t only = -1;
+      for (const ByteEdge& e : nd.bytes) {
+        if (e.lo > b) break;
+        if (b > e.hi || e.to == only) continue;
+        only = only == -1 ? e.to : -2;
+      }
+      if (only == -2 || (only == -1 && u != 0)) {
+        target = -2;
+        break;
+      }
+      if (only == -1) {
+        none = true;
+        continue;
+      }
+      any = true;
+      const int32_t end = u2 == 0 ? only : char_target(only, u2);
+      if (end < 0 || (target >= 0 && end != target)) {
+        target = -2;
+        break;
+      }
+      target = end;
+    }
+    if (target != -2) target = any && none ? -2 : any ? target : -1;
+    char_memo[mkey] = target;
+    return target;
+  };
   auto uniform_next = [&](int32_t sid) {
     if (static_cast<size_t>(sid) >= unext.size()) unext.resize(dstates.size(), -1);
     if (unext[sid] != -1) return unext[sid];
+    {
+      bool simple = true, alive = false;
+      for (int32_t fid : dstates[sid].frames) {
+        const int32_t t = char_target(arena.frame(fid).node, 0);
+        simple = simple && t != -2;
+        alive = alive || t >= 0;
+      }
+      if (simple) {
+        const int32_t nx = alive ? step(sid, 'a') : -2;
+        if (static_cast<size_t>(sid) >= unext.size()) unext.resize(dstates.size(), -1);
+        unext[sid] = nx;
+        return nx;
+      }
+    }
     int32_t nx = -1;
-    for (int b = 0x20; b <= 0x7E; ++b) {
-      if (!Vocabulary::IsPlainByte(static_cast<uint8_t>(b))) continue;
-      const int32_t s = step(sid, static_cast<uint8_t>(b));
-      if (nx == -1) {
-        nx = s;
-      } else if (s != nx) {
-        nx = -2;
-        break;
+    bool uniform = true;
+    todo.assign(1, {sid, 0});
+    seen = todo;
+    while (uniform && !todo.empty()) {
+      const auto [s, u] = todo.back();
+      todo.pop_back();
+      for (int b = 0x20; b < 0x100 && uniform; ++b) {
+        const int u2 = Vocabulary::Utf8Step(u, static_cast<uint8_t>(b));
+        if (u2 < 0) continue;
+        const int32_t t = step(s, static_cast<uint8_t>(b));
+        if (u2 == 0) {
+          if (nx == -1) nx = t;
+          uniform = t == nx;
+        } else if (!(dflags[t] & kHasFrames)) {
+          uniform = false;
+        } else if (std::find(seen.begin(), seen.end(), std::make_pair(t, u2)) == seen.end()) {
+          seen.emplace_back(t, u2);
+          todo.emplace_back(t, u2);
+        }
       }
     }
     if (static_cast<size_t>(sid) >= unext.size()) unext.resize(dstates.size(), -1);
-    unext[sid] = nx;
-    return nx;
+    unext[sid] = uniform && nx >= 0 ? nx : -2;
+    return unext[sid];
   };
   // True when next^1 .. next^h of sid all exist and have frames.
   auto plain_chain_alive = [&](int32_t sid, int32_t h) {
@@ -1278,6 +1412,9 @@ struct GrammarMatcher::Impl {
   State scratch;
   std::vector<State> walk;     // per-depth states of a mask's uncertain walk
   std::vector<uint32_t> tmp;   // a position's accepted set as a bitmask
+  // Per frame id: its uncertain tokens that survive the walk from it.
+  static constexpr size_t kMaxSurvivorFrames = 128;
+  absl::flat_hash_map<int32_t, std::vector<int32_t>> survivors;
 };
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
@@ -1339,16 +1476,26 @@ void GrammarMatcher::FillNextTokenBitmask(uint32_t* mask) {
   const int32_t maxlen = v.max_token_bytes();
   if (static_cast<int32_t>(impl_->walk.size()) < maxlen + 1) impl_->walk.resize(maxlen + 1);
   std::vector<State>& walk = impl_->walk;
+  // A frame's survivors depend on the frame alone (its node and the stack
+  // below, which its id names for the matcher's life), so they are kept per
+  // frame id: the next masks at the same frame — every character of a string
+  // body, of a key — set them without a walk.
+  auto& memo = impl_->survivors;
   for (size_t fi = 0; fi < cur.frames.size(); ++fi) {
     const Classes& c = GetClasses(*grammar_, a, cache, nodes[fi]);
     if (c.uncertain.empty()) continue;
+    if (auto it = memo.find(cur.frames[fi]); it != memo.end()) {
+      for (int32_t id : it->second) mask[id / 32] |= 1u << (id % 32);
+      continue;
+    }
+    if (memo.size() >= Impl::kMaxSurvivorFrames) memo.clear();
+    std::vector<int32_t>& alive = memo[cur.frames[fi]];
     walk[0].Clear();
     walk[0].frames.push_back(cur.frames[fi]);
     int32_t valid = 0;
     absl::string_view prev;
     for (int32_t rank : c.uncertain) {
       const int32_t id = v.sorted()[rank];
-      if (mask[id / 32] & (1u << (id % 32))) continue;  // allowed already
       absl::string_view t = v.token(id);
       // walk[0..valid] hold the states of `prev`'s prefixes.
       int32_t k = 0;
@@ -1364,6 +1511,7 @@ void GrammarMatcher::FillNextTokenBitmask(uint32_t* mask) {
       valid = d;
       if (d == len && (!walk[d].frames.empty() || walk[d].can_end)) {
         mask[id / 32] |= 1u << (id % 32);
+        alive.push_back(id);
       }
     }
   }

@@ -20,7 +20,9 @@
 // A step: FillNextTokenBitmask writes which tokens may come next (bit i of
 // word i/32 set = token i allowed): the union over the parse's stacks of the
 // accepted class of the stack's top, plus the context-dependent tokens that
-// survive a walk from the real stack. End-of-generation tokens are allowed
+// survive a walk from the real stack (kept per stack frame by the matcher,
+// so later masks at the same frame, e.g. each character of a string, skip
+// the walk). End-of-generation tokens are allowed
 // exactly when the grammar is complete. Then AcceptToken(sampled id).
 // Rollback(n) undoes the last n accepted tokens (speculative decoding);
 // JumpForward gives the bytes the grammar forces next.
@@ -80,17 +82,27 @@ class Vocabulary {
   // A node created for sorted()[i] has first = i even when no token ends
   // at it, so a subtree's tokens are the ranks [first[k], first[end[k]])
   // (to sorted().size() at the end).
-  // plain_height[k]: when every byte of k's subtree (k's own included) is
-  // printable ASCII other than '"' and '\\' — bytes that most string-body
-  // states treat alike — the subtree's height (1 for a leaf), else 0 (also
-  // past 255). Lets a walk accept such a subtree in one step.
+  // plain_height[k]: when every path of k's subtree, read from k's own
+  // byte on, is plain text — characters that most string-body states treat
+  // alike: printable ASCII other than '"' and '\\' (IsPlainByte), or any
+  // well-formed multi-byte UTF-8 character, the last one possibly cut
+  // short — the subtree's height in bytes (1 for a leaf), else 0 (also
+  // past 255). Lets a walk accept such a subtree in one step from a state
+  // that every plain character takes to one same state.
   struct Trie {
     std::vector<uint8_t> byte;
     std::vector<int32_t> depth, end, first, count;
     std::vector<uint8_t> plain_height;
   };
-  // The bytes plain_height counts.
+  // The ASCII bytes of plain text.
   static bool IsPlainByte(uint8_t b) { return b >= 0x20 && b <= 0x7E && b != '"' && b != '\\'; }
+  // Plain text as a byte automaton: Utf8Step(state, b) is the state after
+  // byte b (0: between characters; 1..kUtf8States-1: inside a multi-byte
+  // character), or -1 when b cannot come next (not plain, or ill-formed
+  // UTF-8: overlong forms, surrogates and code points past U+10FFFF are not
+  // characters).
+  static constexpr int kUtf8States = 8;
+  static int Utf8Step(int state, uint8_t b);
   const Trie& trie() const { return trie_; }
   // The bitmask (mask_words() words) of every non-empty token.
   const std::vector<uint32_t>& text_mask() const { return text_mask_; }

@@ -46,6 +46,19 @@ std::shared_ptr<const Vocabulary> TestVocab() {
                         "kqrst", "kqr\"", "kqrs\xCE\xB1", "kqrs\\n"}) {
     toks.push_back(w);
   }
+  // Plain subtrees with multi-byte UTF-8 (α, ω, € and U+1F600), cut inside
+  // a character too, beside ill-formed sequences (an overlong form, a
+  // surrogate, a lone continuation byte) that no plain subtree may hold.
+  for (const char* w :
+       {"\xCE\xB1\xCE\xB1", "\xCE\xB1\xCE\xB1\xCF\x89", "\xCE\xB1\xCE\xB1\xCE", "\xCE\xB1\xCE\xB1a",
+        "\xCE\xB1\xCE\xB1\xCF\x89\xCF\x89", "w\xE2\x82\xAC", "w\xE2\x82\xACw", "w\xE2\x82", "w\xE2",
+        "w\xE2\x82\xAC\xE2\x82\xAC", "w\xF0\x9F\x98\x80", "w\xF0\x9F", "w\xF0\x9F\x98\x80!",
+        "v\xE2\x82\xAC", "v\xE2\x82\xACv", "v\xC0\x80", "v\xED\xA0\x80", "v\xB1", "vv",
+        "\xE2\x82\xAC\xCE\xB1", "\xE2\x82\xAC\xCE\xB1\xCE\xB1", "\xE2\x82\xAC\xCE",
+        // continuations, so that a walk cut inside a character can go on
+        "\x82\xAC", "\xAC", "\x9F\x98\x80", "\x98\x80"}) {
+    toks.push_back(w);
+  }
   return Vocabulary::Create(toks, {0}, static_cast<int32_t>(toks.size()) + 7);
 }
 
@@ -295,6 +308,81 @@ TEST(MatcherTest, IdenticalPositionsShareClassesAcrossGrammars) {
   const CompilerStats after = compiler.stats();
   EXPECT_EQ(after.position_classes, before.position_classes);
   EXPECT_GT(after.position_hits, before.position_hits);
+}
+
+// Plain text decoded character by character (the reference for
+// Trie::plain_height): printable ASCII but '"' and '\\', or a well-formed
+// multi-byte character (no overlong form, surrogate or code point past
+// U+10FFFF); the last character may be cut short if some continuation
+// completes it.
+bool IsPlainText(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const uint8_t c = static_cast<uint8_t>(s[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7F || c == '"' || c == '\\') return false;
+      ++i;
+      continue;
+    }
+    int n;
+    uint32_t cp;
+    if (c >= 0xC0 && c <= 0xDF) {
+      n = 1, cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2, cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF7) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    auto well_formed = [&](uint32_t v) {
+      const uint32_t lo[] = {0, 0x80, 0x800, 0x10000};
+      return v >= lo[n] && v <= 0x10FFFF && !(v >= 0xD800 && v <= 0xDFFF);
+    };
+    const size_t have = std::min<size_t>(n, s.size() - i - 1);
+    for (size_t j = 1; j <= have; ++j) {
+      const uint8_t x = static_cast<uint8_t>(s[i + j]);
+      if ((x & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (x & 0x3F);
+    }
+    if (have == static_cast<size_t>(n)) {
+      if (!well_formed(cp)) return false;
+      i += n + 1;
+      continue;
+    }
+    // Cut short: some completion must be well formed.
+    bool any = false;
+    for (uint32_t x = 0x80; x <= 0xBF && !any; ++x) {
+      uint32_t v = (cp << 6) | (x & 0x3F);
+      for (size_t j = have + 1; j < static_cast<size_t>(n); ++j) v <<= 6;
+      any = well_formed(v);
+    }
+    return any;
+  }
+  return true;
+}
+
+TEST(MatcherTest, PlainHeightsMatchADecoder) {
+  auto vocab = TestVocab();
+  const Vocabulary::Trie& tr = vocab->trie();
+  const int32_t nodes = static_cast<int32_t>(tr.byte.size());
+  const int32_t ranks = static_cast<int32_t>(vocab->sorted().size());
+  int plain_multibyte = 0;
+  for (int32_t k = 0; k < nodes; ++k) {
+    // The subtree's tokens, read from k's byte on.
+    const int32_t r0 = tr.first[k], r1 = tr.end[k] < nodes ? tr.first[tr.end[k]] : ranks;
+    bool plain = true;
+    int32_t height = 0;
+    for (int32_t r = r0; r < r1; ++r) {
+      const std::string t(vocab->token(vocab->sorted()[r]));
+      const std::string rest = t.substr(tr.depth[k] - 1);
+      plain = plain && IsPlainText(rest);
+      height = std::max<int32_t>(height, static_cast<int32_t>(rest.size()));
+    }
+    EXPECT_EQ(tr.plain_height[k], plain ? height : 0) << "node " << k << " at rank " << r0;
+    plain_multibyte += plain && tr.byte[k] >= 0x80 && tr.end[k] - k >= 4;
+  }
+  EXPECT_GT(plain_multibyte, 2);
 }
 
 TEST(MatcherTest, StateCapIsEnforced) {
