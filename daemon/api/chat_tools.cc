@@ -61,6 +61,7 @@ grammar::RuleId Graft(const grammar::Grammar& g, absl::string_view prefix,
   std::vector<grammar::RuleId> rules(g.rules().size());
   for (size_t r = 0; r < g.rules().size(); ++r) {
     rules[r] = b->Declare(absl::StrCat(prefix, g.rules()[r].name));
+    if (g.rules()[r].no_inline) b->NoInline(rules[r]);
   }
   std::vector<grammar::ExprId> done(g.exprs().size(), -1);
   // Memoized: an expression shared by several parents is copied once.

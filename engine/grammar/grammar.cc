@@ -132,9 +132,14 @@ void GrammarBuilder::SetError(absl::Status status) {
 RuleId GrammarBuilder::Declare(absl::string_view name) {
   std::string n(name.empty() ? "rule" : name);
   if (FindRule(n) >= 0) {
-    for (int i = 1;; ++i) {
+    // The first free "n-i"; suffixes below next_suffix_[n] were all taken
+    // when last looked at (names are never freed), so a front end that
+    // declares thousands of rules under one name pays O(1) each.
+    int& next = next_suffix_[n];
+    for (int i = std::max(next, 1);; ++i) {
       std::string c = absl::StrCat(n, "-", i);
       if (FindRule(c) < 0) {
+        next = i + 1;
         n = std::move(c);
         break;
       }
@@ -145,18 +150,15 @@ RuleId GrammarBuilder::Declare(absl::string_view name) {
     SetError(absl::InvalidArgumentError(
         absl::StrCat("grammar too large: more than ", g_.limits_.max_rules, " rules")));
   }
+  by_name_.emplace(n, static_cast<RuleId>(g_.rules_.size()));
   g_.rules_.push_back(Rule{n, -1});
   defined_.push_back(false);
   return static_cast<RuleId>(g_.rules_.size() - 1);
 }
 
 RuleId GrammarBuilder::FindRule(absl::string_view name) const {
-  // Linear: front ends look rules up by name only while parsing small texts
-  // (GBNF); generated rules are referred to by id.
-  for (size_t i = 0; i < g_.rules_.size(); ++i) {
-    if (g_.rules_[i].name == name) return static_cast<RuleId>(i);
-  }
-  return -1;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
 }
 
 void GrammarBuilder::Define(RuleId rule, ExprId body) {

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -65,6 +66,13 @@ struct Expr {
 struct Rule {
   std::string name;
   ExprId body = -1;
+  // A hint to the matcher: keep this rule a rule of its own, never expanded
+  // in place at its references (matcher.cc inlines small rules). For a rule
+  // referenced from very many places — an object member that any-order
+  // objects call from a rule per set of members written — where copies
+  // would multiply automaton states. Not part of the language (ToString
+  // leaves it out).
+  bool no_inline = false;
 };
 
 struct GrammarLimits {
@@ -119,6 +127,8 @@ class GrammarBuilder {
   // The id of the rule named exactly `name`, or -1.
   RuleId FindRule(absl::string_view name) const;
   const std::string& RuleName(RuleId rule) const { return g_.rules_[rule].name; }
+  // Sets Rule::no_inline.
+  void NoInline(RuleId rule) { g_.rules_[rule].no_inline = true; }
 
   ExprId Empty();
   ExprId Nothing();
@@ -165,6 +175,10 @@ class GrammarBuilder {
   ExprId Add(Expr e);
   Grammar g_;
   std::vector<bool> defined_;
+  // Rule names to ids (Declare keeps names unique), and per name the next
+  // numeric suffix worth trying.
+  absl::flat_hash_map<std::string, RuleId> by_name_;
+  absl::flat_hash_map<std::string, int> next_suffix_;
   absl::Status error_;
   bool over_limit_ = false;
 };
