@@ -25,8 +25,9 @@
 namespace minfer::grammar {
 namespace {
 
-// ordered_json keeps an object's keys in document order: `properties` are
-// generated in the schema's order, and that order is the schema author's.
+// ordered_json keeps an object's keys in document order: where `properties`
+// are generated in the schema's order (large objects, PropertyOrder::
+// kSchema), that order is the schema author's.
 using Json = nlohmann::ordered_json;
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 using Int = __int128;
@@ -1861,7 +1862,7 @@ class Compiler {
     return b_.Alt(std::move(alts));
   }
 
-  // An object with patternProperties: the named properties as usual, then
+  // An object with patternProperties: the named properties as usual, and
   // any number of keys matching a pattern, each with the pattern's schema.
   // Exact when no named key matches a pattern (checked, so a key is never
   // both) and the patterns share one schema (a key matching two then needs
@@ -1962,7 +1963,7 @@ class Compiler {
       return Ref(ObjectRule());
     }
     if (patterns) return PatternObject(s, *patterns, props, required, ptr, depth);
-    // Additional properties: a schema or true allows them (after the named
+    // Additional properties: a schema or true allows them (among the named
     // ones); false forbids them; absent allows any, unless the schema names
     // properties and closed_objects is on (see json_schema.h).
     bool extra = false;
@@ -1985,11 +1986,6 @@ class Compiler {
       extra = true;
       extra_value = Ref(ValueRule());
     }
-    struct Prop {
-      std::string name;
-      ExprId member;
-      bool required;
-    };
     std::vector<Prop> list;
     absl::flat_hash_set<std::string> req(required.begin(), required.end());
     if (props) {
@@ -2017,10 +2013,67 @@ class Compiler {
                                          : KeyExcluding(named);
       extra_member = Shared(b_.Seq({key, Ws(), Lit(":"), Ws(), extra_value}), "additional-member");
     }
-    // rest(i): the members from i on when one was already written, each
-    // with its leading comma; optional ones may be skipped. Linear in the
-    // number of properties: "no member yet" (first) is an alternation over
-    // which optional member comes first, each continuing with rest(j+1).
+    // minProperties / maxProperties where the member structure already
+    // decides them: a bound the required members (or the named ones, with
+    // nothing additional) always meet is dropped; minProperties 1 is "not
+    // empty"; maxProperties 0 is "empty". Other counts would need counting
+    // across optional members: refused.
+    const int64_t n_required = std::count_if(list.begin(), list.end(),
+                                             [](const Prop& p) { return p.required; });
+    bool may_be_empty = n_required == 0;
+    if (s.contains("minProperties")) {
+      ASSIGN_OR_RETURN(int32_t m, Count(s, "minProperties", ptr));
+      if (m == 1) {
+        may_be_empty = false;
+      } else if (m > n_required) {
+        return Invalid("unsupported keyword 'minProperties' (enforced when 1, or when the "
+                       "required properties meet it)",
+                       ptr);
+      }
+    }
+    if (s.contains("maxProperties")) {
+      ASSIGN_OR_RETURN(int32_t m, Count(s, "maxProperties", ptr));
+      if (m == 0) {
+        return n_required == 0 && may_be_empty ? b_.Seq({Lit("{"), Ws(), Lit("}")}) : b_.Nothing();
+      } else if (extra || static_cast<int64_t>(n) > m) {
+        return Invalid("unsupported keyword 'maxProperties' (enforced when 0, or when the named "
+                       "properties, with none additional, cannot exceed it)",
+                       ptr);
+      }
+    }
+    std::vector<ExprId> first;
+    // One named member and no additional ones has a single order.
+    if ((n >= 2 || (n == 1 && extra)) &&
+        options_.property_order == JsonOptions::PropertyOrder::kAny &&
+        static_cast<int64_t>(n) <= options_.max_any_order_properties && n < 31 &&
+        any_order_rules_ + (int64_t{1} << n) <= options_.max_any_order_rules) {
+      any_order_rules_ += int64_t{1} << n;
+      first = AnyOrderMembers(list, extra_member);
+    } else {
+      first = SchemaOrderMembers(list, extra_member);
+    }
+    std::vector<ExprId> alts;
+    if (may_be_empty) alts.push_back(b_.Seq({Lit("{"), Ws(), Lit("}")}));
+    if (!first.empty()) alts.push_back(b_.Seq({Lit("{"), Ws(), b_.Alt(std::move(first)), Ws(), Lit("}")}));
+    return b_.Alt(std::move(alts));
+  }
+
+  struct Prop {
+    std::string name;
+    ExprId member;  // key, colon, value (no comma)
+    bool required;
+  };
+
+  // The members of a non-empty object in the schema's order: the
+  // alternatives for "first member on", each written once. rest(i): the
+  // members from i on when one was already written, each with its leading
+  // comma; optional ones may be skipped; then any additional ones
+  // (`extra_member` >= 0). Linear in the number of properties: "no member
+  // yet" (first) is an alternation over which optional member comes first,
+  // each continuing with rest(j+1).
+  std::vector<ExprId> SchemaOrderMembers(const std::vector<Prop>& list, ExprId extra_member) {
+    const size_t n = list.size();
+    const bool extra = extra_member >= 0;
     size_t first_required = n;
     for (size_t i = 0; i < n; ++i) {
       if (list[i].required) {
@@ -2041,45 +2094,66 @@ class Compiler {
       first.push_back(b_.Seq({list[j].member, rest[j + 1]}));
       if (list[j].required) break;
     }
-    bool may_be_empty = first_required == n;
-    if (may_be_empty && extra) {
-      first.push_back(b_.Seq({extra_member, rest[n]}));
+    // With no required member, additional members may come first.
+    if (first_required == n && extra) first.push_back(b_.Seq({extra_member, rest[n]}));
+    return first;
+  }
+
+  // The members of a non-empty object in any order (JsonOptions::
+  // PropertyOrder::kAny): a rule per set S of named members already
+  // written, after(S) ::= additional* ( next(i) after(S + i) for each i not
+  // in S | "" when S holds every required one ), where next(i) is member i
+  // with its leading comma. The state is the set, so no named key is
+  // written twice and none required is left out; additional keys (never a
+  // named key, see KeyExcluding) may come between any two. 2^n rules of
+  // n - |S| alternatives, which hold only references: every byte lives in
+  // the n next(i) rules (and the additional ones), marked no_inline, so the
+  // automaton has one copy of each member and its positions are classified
+  // once whatever the set.
+  std::vector<ExprId> AnyOrderMembers(const std::vector<Prop>& list, ExprId extra_member) {
+    const int n = static_cast<int>(list.size());
+    const bool extra = extra_member >= 0;
+    uint32_t required = 0;
+    std::vector<ExprId> member(n), next(n);
+    for (int i = 0; i < n; ++i) {
+      if (list[i].required) required |= 1u << i;
+      // Used twice (first, next): a rule, so its value is not copied (a
+      // reference is a leaf; sharing it is harmless).
+      member[i] = Shared(list[i].member, "member");
+      const RuleId r = b_.AddRule("member-next", b_.Seq({Comma(), member[i]}));
+      b_.NoInline(r);
+      next[i] = Ref(r);
     }
-    // minProperties / maxProperties where the member structure above
-    // already decides them: a bound the required members (or the named
-    // ones, with nothing additional) always meet is dropped; minProperties
-    // 1 is "not empty"; maxProperties 0 is "empty". Other counts would need
-    // counting across optional members: refused.
-    const int64_t n_required = std::count_if(list.begin(), list.end(),
-                                             [](const Prop& p) { return p.required; });
-    bool only_empty = false;
-    if (s.contains("minProperties")) {
-      ASSIGN_OR_RETURN(int32_t m, Count(s, "minProperties", ptr));
-      if (m == 1) {
-        may_be_empty = false;
-      } else if (m > n_required) {
-        return Invalid("unsupported keyword 'minProperties' (enforced when 1, or when the "
-                       "required properties meet it)",
-                       ptr);
+    ExprId extra_rest = -1;
+    if (extra) {
+      const RuleId r = b_.AddRule("additional-rest", b_.Star(b_.Seq({Comma(), extra_member})));
+      b_.NoInline(r);
+      extra_rest = Ref(r);
+    }
+    const uint32_t sets = 1u << n;
+    // Unique names up front (a numeric suffix search per rule would cost
+    // a lookup per rule already so named).
+    const int object = any_order_objects_++;
+    std::vector<RuleId> after(sets);
+    for (uint32_t set = 0; set < sets; ++set) {
+      after[set] = b_.Declare(absl::StrCat("obj", object, "-after-", set));
+    }
+    for (uint32_t set = 0; set < sets; ++set) {
+      std::vector<ExprId> alts;
+      for (int i = 0; i < n; ++i) {
+        if (set & (1u << i)) continue;
+        alts.push_back(b_.Seq({next[i], Ref(after[set | (1u << i)])}));
       }
+      if ((set & required) == required) alts.push_back(b_.Empty());
+      ExprId body = b_.Alt(std::move(alts));
+      if (extra) body = b_.Seq({extra_rest, body});
+      b_.Define(after[set], body);
     }
-    if (s.contains("maxProperties")) {
-      ASSIGN_OR_RETURN(int32_t m, Count(s, "maxProperties", ptr));
-      if (m == 0) {
-        only_empty = true;
-      } else if (extra || static_cast<int64_t>(n) > m) {
-        return Invalid("unsupported keyword 'maxProperties' (enforced when 0, or when the named "
-                       "properties, with none additional, cannot exceed it)",
-                       ptr);
-      }
-    }
-    if (only_empty) {
-      return first_required == n && may_be_empty ? b_.Seq({Lit("{"), Ws(), Lit("}")}) : b_.Nothing();
-    }
-    std::vector<ExprId> alts;
-    if (may_be_empty) alts.push_back(b_.Seq({Lit("{"), Ws(), Lit("}")}));
-    if (!first.empty()) alts.push_back(b_.Seq({Lit("{"), Ws(), b_.Alt(std::move(first)), Ws(), Lit("}")}));
-    return b_.Alt(std::move(alts));
+    // The first member: each appears here once, so it may be inlined.
+    std::vector<ExprId> first;
+    for (int i = 0; i < n; ++i) first.push_back(b_.Seq({member[i], Ref(after[1u << i])}));
+    if (extra) first.push_back(b_.Seq({extra_member, Ref(after[0])}));
+    return first;
   }
 
   const Json& root_;
@@ -2094,6 +2168,10 @@ class Compiler {
   std::map<std::pair<int32_t, int32_t>, RuleId> length_rules_;
   static constexpr int64_t kMaxFlattenSteps = 20000;
   int64_t flatten_steps_ = 0;
+  // Rules spent on any-order objects (JsonOptions::max_any_order_rules),
+  // and such objects built (their rules' names).
+  int64_t any_order_rules_ = 0;
+  int any_order_objects_ = 0;
   absl::flat_hash_set<ExprId> refs_;  // expressions that are rule references
   std::vector<std::unique_ptr<Json>> owned_;  // merged schemas compiled from
   RuleId ws_ = -1, char_ = -1, string_ = -1, integer_ = -1, number_ = -1, key_tail_ = -1;

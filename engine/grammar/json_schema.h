@@ -5,7 +5,7 @@
 // Accepted: draft 2020-12 as OpenAI and vLLM take it — type (one or a list)
 // object/array/string/number/integer/boolean/null, enum, const,
 // anyOf/oneOf/allOf, $ref/$defs (and definitions) including recursion,
-// properties (generated in the schema's order), required,
+// properties (in any order; see below), required,
 // additionalProperties (false, true, or a schema), items/prefixItems,
 // minItems/maxItems, minLength/maxLength, pattern, format (date, time,
 // date-time, uuid, email, ipv4, ipv6, uri), minimum/maximum and the
@@ -28,17 +28,25 @@
 // them except where a choice below says otherwise (each such choice is
 // pinned by a "valid_rejected" case in tests/engine/grammar/
 // json_schema_cases.json, checked against ajv):
-//  - Objects: properties appear in the order of `properties` (then any
-//    additional ones), as OpenAI's Structured Outputs generate them; each
-//    optional one may be left out (commas right for every subset; the
-//    grammar is linear in the number of properties).
+//  - Objects: properties in any order, each optional one may be left out,
+//    additional ones (where allowed) anywhere among the named ones — for
+//    objects of at most JsonOptions::max_any_order_properties (12) named
+//    properties, within max_any_order_rules per schema (a rule per set of
+//    properties written: 2^n). Larger objects, objects past the budget
+//    (the compiler meets nested objects before their parents) and
+//    JsonOptions::PropertyOrder::kSchema take the order of `properties`
+//    (then any additional ones), as OpenAI's Structured Outputs generate
+//    them: a grammar linear in the number of properties.
+//  - A key written twice is never accepted ({"a":1,"a":2}: JSON.parse and
+//    most validators keep the last value; a duplicate is no output a
+//    model should give).
 //  - additionalProperties absent: when the schema names `properties`, no
 //    other keys by default (JsonOptions::closed_objects: XGrammar's strict
 //    mode, a model should not invent keys), or, with closed_objects off,
-//    other keys with any value after the named ones as JSON Schema reads
+//    other keys with any value among the named ones as JSON Schema reads
 //    it (llguidance's default); when it has no `properties` ({"type":
 //    "object"}), any object. "properties": {} with closed_objects is the
-//    empty object only (a tool's "no arguments"), else any object. `true` or a schema: additional keys after
+//    empty object only (a tool's "no arguments"), else any object. `true` or a schema: additional keys among
 //    the named ones, each any string other than a named key; `false`:
 //    none. Inside allOf, an absent additionalProperties means "anything",
 //    so allOf can add properties; the merged schema then follows the rule
@@ -113,8 +121,8 @@
 // $vocabulary, contentEncoding, contentMediaType, contentSchema,
 // $dynamicAnchor, and any key starting "x-") are ignored; $defs and
 // definitions hold referenced schemas. patternProperties: any number of
-// keys matching a pattern, each with its schema, after the named
-// properties — exact when no named key matches a pattern and the patterns
+// keys matching a pattern, each with its schema, among the named
+// properties (as additional ones) — exact when no named key matches a pattern and the patterns
 // share one schema (keys matching none are not generated: exact under
 // additionalProperties false and closed objects, a valid subset otherwise),
 // refused otherwise. minProperties 1 (not empty) and maxProperties 0
@@ -166,11 +174,25 @@ struct JsonOptions {
   // schemas) closes them like additionalProperties: false — a subset of
   // the valid instances, never an invalid one, and a model does not invent
   // keys; false reads them as JSON Schema does (and llguidance): other keys
-  // after the named ones, any value each. Open objects cost masks: every
+  // among the named ones, any value each. Open objects cost masks: every
   // key written passes positions of a trie excluding the named keys, each
   // classified against the whole vocabulary when first reached (see
   // docs/benchmarks.md, MaskBench open vs closed).
   bool closed_objects = true;
+  // The order of an object's properties. kAny (the default; JSON Schema's
+  // reading): named and additional properties in any order, each named one
+  // at most once, exactly — for an object of at most
+  // max_any_order_properties named properties (required names outside
+  // `properties` count), while the schema's objects together stay within
+  // max_any_order_rules. The grammar has a rule per set of named
+  // properties already written (2^n for n properties), so larger objects,
+  // and objects past the budget (in the order the compiler meets them),
+  // fall back to the schema's order. kSchema: always the schema's order
+  // (OpenAI's Structured Outputs generate in it; a linear grammar).
+  enum class PropertyOrder : uint8_t { kAny, kSchema };
+  PropertyOrder property_order = PropertyOrder::kAny;
+  int32_t max_any_order_properties = 12;
+  int64_t max_any_order_rules = 1 << 14;
   // maxLength above this is lowered to it (0: no lowering; past
   // limits.max_repeat it is refused). Every string generated is still
   // valid; a longer one, which a model rarely writes within a request's

@@ -39,7 +39,9 @@ std::string GrammarSpec::Key() const {
     case GrammarKind::kJsonObject:
       absl::StrAppend(&key, "|json=", json.max_whitespace, ",", json.max_number_digits, ",",
                       json.closed_objects ? "closed," : "open,", json.max_string_length, ",",
-                      json.max_schema_bytes, ",", json.max_depth);
+                      json.max_schema_bytes, ",", json.max_depth, ",",
+                      json.property_order == JsonOptions::PropertyOrder::kAny ? "any" : "schema",
+                      ",", json.max_any_order_properties, ",", json.max_any_order_rules);
       break;
     default: break;
   }

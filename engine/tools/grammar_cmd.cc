@@ -153,6 +153,13 @@ int BenchCommand(int argc, char** argv) {
   app.add_flag("--open-objects", open_objects,
                "Objects whose schema names properties but leaves additionalProperties out take "
                "other keys after the named ones, as JSON Schema reads it (default: none)");
+  std::string property_order = "any";
+  app.add_option("--property-order", property_order,
+                 "Order of an object's properties: any (JSON Schema's reading, exact up to "
+                 "--max-any-order-properties named ones) or schema (the schema's order)")
+      ->check(CLI::IsMember({"any", "schema"}));
+  app.add_option("--max-any-order-properties", a.options.json.max_any_order_properties,
+                 "Objects with more named properties take them in the schema's order");
   app.add_option("--rows", a.rows,
                  "Bitmask rows (default: the GGUF's output rows; the vocabulary for a .json)");
   app.add_option("--failures", a.failures,
@@ -164,6 +171,9 @@ int BenchCommand(int argc, char** argv) {
     return app.exit(e);
   }
   a.options.json.closed_objects = !open_objects;
+  a.options.json.property_order = property_order == "schema"
+                                      ? grammar::JsonOptions::PropertyOrder::kSchema
+                                      : grammar::JsonOptions::PropertyOrder::kAny;
   const absl::Status status = RunBench(a);
   if (!status.ok()) {
     std::cerr << "minfer grammar bench: " << status.message() << "\n";
