@@ -22,6 +22,11 @@ void PrintModel(const v1::ModelStatus& m) {
       {"backend:", m.backend()},
       {"context:", absl::StrCat(m.n_ctx(), " tokens x ", m.parallel(), " sequences, KV ",
                                 m.kv_type())},
+      {"parsers:", absl::StrCat("tool calls ",
+                                m.tool_parser().empty() ? "from the template" : m.tool_parser(),
+                                ", reasoning ",
+                                m.reasoning_parser().empty() ? "from the template"
+                                                             : m.reasoning_parser())},
       {"sequences:", absl::StrCat(m.active_sequences(), " active, ", m.queued_sequences(),
                                   " queued (queue size ", m.queue_size(), ")")},
       {"memory:", absl::StrCat(Mib(m.memory().total_bytes()), " (weights ",
@@ -127,6 +132,7 @@ struct LoadArgs {
   int32_t parallel = 0, queue = 0;
   int64_t kv_tokens = 0;
   std::string kv_type, backend;
+  std::string tool_parser, reasoning_parser;
   std::vector<std::string> knobs;  // K=V
   bool quiet = false;
 };
@@ -139,6 +145,8 @@ int Load(LoadArgs& a, const Globals& g, client::MinferClient& client) {
   load.set_kv_tokens(a.kv_tokens);
   load.set_kv_type(a.kv_type);
   load.set_backend(a.backend);
+  load.set_tool_parser(a.tool_parser);
+  load.set_reasoning_parser(a.reasoning_parser);
   for (const std::string& kv : a.knobs) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -242,6 +250,12 @@ void AddModelCommands(CLI::App& app, const Globals& g, CommandTable& table) {
                      "KV pool size in tokens (0 = parallel x ctx; smaller pools preempt)");
   c_load->add_option("--kv-type", load->kv_type, "f32, f16 or q8_0");
   c_load->add_option("--backend", load->backend, "cpu, cuda or auto");
+  c_load->add_option("--tool-parser", load->tool_parser,
+                     "tool-call family of the replies: hermes, llama3_json or none "
+                     "(default: the chat template's)");
+  c_load->add_option("--reasoning-parser", load->reasoning_parser,
+                     "reasoning split: qwen3 (<think>...</think>) or none "
+                     "(default: the chat template's tags)");
   c_load->add_option("--knob", load->knobs, "K=V per-model knob override (repeatable)");
   c_load->add_flag("-q,--quiet", load->quiet, "no progress bar");
   table.Add(c_load, [load, &g](client::MinferClient& client) { return Load(*load, g, client); });

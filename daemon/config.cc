@@ -157,6 +157,8 @@ absl::Status ReadModel(const Json& j, const std::string& path, const std::string
   RETURN_IF_ERROR(r.Integer("queue_size", &m->queue_size, 1));
   RETURN_IF_ERROR(r.Integer("kv_tokens", &m->kv_tokens, 1));
   RETURN_IF_ERROR(r.String("kv_type", &m->kv_type));
+  RETURN_IF_ERROR(r.String("tool_parser", &m->tool_parser));
+  RETURN_IF_ERROR(r.String("reasoning_parser", &m->reasoning_parser));
   RETURN_IF_ERROR(r.StringMap("knobs", &m->knobs));
   RETURN_IF_ERROR(r.Done());
   if (m->name.empty() || m->path.empty()) {
@@ -306,6 +308,36 @@ absl::Status ApplyConfigFile(const std::string& path, DaemonConfig* config) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ApplyConfigJson(ss.str(), path, config);
+}
+
+absl::StatusOr<SlotConfig> ParseModelFlag(const std::string& spec) {
+  SlotConfig c;
+  c.n_ctx = 0;  // the defaults, resolved by the slot manager
+  c.parallel = 0;
+  c.queue_size = 0;
+  std::vector<std::string> parts = absl::StrSplit(spec, ',');
+  const size_t eq = parts[0].find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == parts[0].size()) {
+    return absl::InvalidArgumentError(absl::StrCat("--model wants NAME=PATH, got '", spec, "'"));
+  }
+  c.name = parts[0].substr(0, eq);
+  c.path = parts[0].substr(eq + 1);
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& part = parts[i];
+    const size_t e = part.find('=');
+    const std::string key = part.substr(0, e);
+    const std::string value = e == std::string::npos ? "" : part.substr(e + 1);
+    if (e != std::string::npos && key == "tool_parser") {
+      c.tool_parser = value;
+    } else if (e != std::string::npos && key == "reasoning_parser") {
+      c.reasoning_parser = value;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model '", spec, "': '", part,
+          "' is not an option (tool_parser=FAMILY|none, reasoning_parser=qwen3|none)"));
+    }
+  }
+  return c;
 }
 
 absl::StatusOr<TenantConfig> ParseTenantFlag(const std::string& spec) {

@@ -179,7 +179,9 @@ int main(int argc, char** argv) {
                       ->envname("MINFER_ADMIN_TOKEN");
   auto* o_token_file =
       app.add_option("--admin-token-file", admin_token_file, "file holding the admin token");
-  app.add_option("--model", models, "NAME=PATH: load a model at start (repeatable)");
+  app.add_option("--model", models,
+                 "NAME=PATH[,tool_parser=FAMILY|none][,reasoning_parser=qwen3|none]: load a "
+                 "model at start (repeatable)");
   app.add_option("--alias", aliases, "ALIAS=MODEL: set once MODEL is ready (repeatable)");
   app.add_option("--tenant", tenant_flags,
                  "name=N,key_file=F[,weight=W][,max_streams=S][,max_streams_per_model=M]"
@@ -255,16 +257,10 @@ int main(int argc, char** argv) {
   if (*o_dmt) config.limits.default_max_tokens = default_max_tokens;
   if (*o_log) config.log_level = log_level;
   for (const std::string& m : models) {
-    std::pair<std::string, std::string> kv;
-    if (!SplitPair(m, &kv)) return Fail(absl::StrCat("--model wants NAME=PATH, got '", m, "'"));
-    std::erase_if(config.models, [&](const auto& c) { return c.name == kv.first; });
-    minfer::daemon::SlotConfig c;
-    c.name = kv.first;
-    c.path = kv.second;
-    c.n_ctx = 0;  // the defaults, resolved by the slot manager
-    c.parallel = 0;
-    c.queue_size = 0;
-    config.models.push_back(std::move(c));
+    absl::StatusOr<minfer::daemon::SlotConfig> c = minfer::daemon::ParseModelFlag(m);
+    if (!c.ok()) return Fail(std::string(c.status().message()));
+    std::erase_if(config.models, [&](const auto& x) { return x.name == c->name; });
+    config.models.push_back(*std::move(c));
   }
   for (const std::string& t : tenant_flags) {
     absl::StatusOr<minfer::daemon::TenantConfig> tc = minfer::daemon::ParseTenantFlag(t);

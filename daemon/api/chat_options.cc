@@ -8,6 +8,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "engine/base/field_error.h"
 #include "engine/tokenizer/jinja.h"
 #include "nlohmann/json.hpp"
 
@@ -67,8 +68,8 @@ absl::StatusOr<tokenizer::ChatTemplateOptions> ChatTemplateOptionsOf(const v1::C
   tokenizer::ChatTemplateOptions options;
   const auto& kwargs = chat.template_kwargs();
   if (kwargs.size() > kMaxTemplateKwargs) {
-    return absl::InvalidArgumentError(absl::StrCat("chat.template_kwargs: ", kwargs.size(),
-                                                   " entries (at most ", kMaxTemplateKwargs, ")"));
+    return InvalidField("chat.template_kwargs", absl::StrCat(kwargs.size(), " entries (at most ",
+                                                             kMaxTemplateKwargs, ")"));
   }
   // Sorted, so errors and the variables do not depend on the map's order.
   std::map<std::string, std::string> sorted(kwargs.begin(), kwargs.end());
@@ -76,23 +77,22 @@ absl::StatusOr<tokenizer::ChatTemplateOptions> ChatTemplateOptionsOf(const v1::C
   for (const auto& [key, text] : sorted) {
     bytes += key.size() + text.size();
     if (bytes > kMaxTemplateKwargsBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "chat.template_kwargs: more than ", kMaxTemplateKwargsBytes, " bytes of keys and values"));
+      return InvalidField("chat.template_kwargs", absl::StrCat("more than ", kMaxTemplateKwargsBytes,
+                                                               " bytes of keys and values"));
     }
     if (!IsIdentifier(key)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chat.template_kwargs: key '", key.substr(0, 64),
-                       "' is not a template variable name (letters, digits, _)"));
+      return InvalidField("chat.template_kwargs",
+                          absl::StrCat("key '", key.substr(0, 64),
+                                       "' is not a template variable name (letters, digits, _)"));
     }
     if (key == "messages" || key == "add_generation_prompt" || key == "bos_token" ||
         key == "eos_token") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "chat.template_kwargs: '", key, "' is set by the server, not by template_kwargs"));
+      return InvalidField("chat.template_kwargs",
+                          absl::StrCat("'", key, "' is set by the server, not by template_kwargs"));
     }
     if (IsRefusedTemplateKwarg(key)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "chat.template_kwargs.", key, ": ", key,
-          " are given in chat.tools, not as a template variable"));
+      return InvalidField(absl::StrCat("chat.template_kwargs.", key),
+                          absl::StrCat(key, " are given in chat.tools, not as a template variable"));
     }
     // A value that is not JSON (a bare word) is the string itself.
     json j = json::parse(text, nullptr, /*allow_exceptions=*/false);

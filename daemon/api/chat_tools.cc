@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "daemon/api/chat_options.h"
+#include "engine/base/field_error.h"
 #include "engine/base/status.h"
 #include "nlohmann/json.hpp"
 
@@ -19,8 +20,9 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
+// The field as data (field_error.h): each API names it its own way.
 absl::Status Invalid(const std::string& field, absl::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
+  return InvalidField(field, message);
 }
 
 bool ValidToolName(absl::string_view name) {
@@ -219,7 +221,9 @@ bool ParsesToolCalls(const v1::Chat& chat) {
   return !chat.tools().empty() && chat.tool_choice().mode() != v1::ToolChoice::TOOL_CHOICE_NONE;
 }
 
-std::string ToolCallFamilyOf(const tokenizer::Tokenizer& tok) {
+std::string ToolCallFamilyOf(const tokenizer::Tokenizer& tok, const ChatParsers& parsers) {
+  if (parsers.tool == "none") return "";
+  if (!parsers.tool.empty()) return parsers.tool;
   const absl::StatusOr<tokenizer::ChatTemplate>& t = tok.chat_template();
   if (!t.ok()) return "";
   const absl::string_view family = chat::ToolCallFamilyForTemplate(t->source());
@@ -231,9 +235,9 @@ absl::StatusOr<grammar::Grammar> ForcedToolCallGrammar(const v1::Chat& chat,
                                                        absl::string_view family,
                                                        const grammar::JsonOptions& json) {
   if (family != "hermes" && family != "llama3_json") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chat.tool_choice: the model's tool-call syntax ('", family,
-        "') has no forced form (hermes and llama3_json have)"));
+    return Invalid("chat.tool_choice",
+                   absl::StrCat("the model's tool-call syntax ('", family,
+                                "') has no forced form (hermes and llama3_json have)"));
   }
   const bool hermes = family == "hermes";
   const bool named = chat.tool_choice().mode() == v1::ToolChoice::TOOL_CHOICE_FUNCTION;
@@ -247,7 +251,7 @@ absl::StatusOr<grammar::Grammar> ForcedToolCallGrammar(const v1::Chat& chat,
     if (!schema.ok()) return schema.status();
     absl::StatusOr<grammar::Grammar> args = grammar::JsonSchemaToGrammar(*schema, json);
     if (!args.ok()) {
-      return absl::Status(args.status().code(), absl::StrCat(field, ": ", args.status().message()));
+      return FieldErrorWithCode(args.status().code(), field, args.status().message());
     }
     const grammar::RuleId root = Graft(*args, absl::StrCat("t", i, "_"), &b);
     // The name is a JSON string; ValidateChatTools allows no byte that
@@ -258,29 +262,40 @@ absl::StatusOr<grammar::Grammar> ForcedToolCallGrammar(const v1::Chat& chat,
                            b.Ref(root), b.Literal(hermes ? "}\n</tool_call>" : "}")}));
   }
   if (calls.empty()) {
-    return absl::InvalidArgumentError("chat.tool_choice: no tool to call");
+    return Invalid("chat.tool_choice", "no tool to call");
   }
   const grammar::ExprId call = b.AddRule("call", b.Alt(std::move(calls)));
   grammar::ExprId body = b.Ref(call);
   const bool parallel = !chat.has_parallel_tool_calls() || chat.parallel_tool_calls();
   if (hermes && parallel) {
-    body = b.Seq({body, b.Star(b.Seq({b.Literal("\n"), b.Ref(call)}))});
+    // 1 to kMaxForcedToolCalls calls: the bound ends a reply that would
+    // otherwise only stop at max_tokens.
+    body = b.Seq({body, b.Repeat(b.Seq({b.Literal("\n"), b.Ref(call)}), 0,
+                                 kMaxForcedToolCalls - 1)});
   }
   const grammar::RuleId root = b.AddRule("root", body);
   absl::StatusOr<grammar::Grammar> g = std::move(b).Build(root);
   if (!g.ok()) {
-    return absl::Status(g.status().code(),
-                        absl::StrCat("chat.tools: the forced call grammar: ", g.status().message()));
+    return FieldErrorWithCode(g.status().code(), "chat.tools",
+                              absl::StrCat("the forced call grammar: ", g.status().message()));
   }
   return g;
 }
 
-ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::Tokenizer& tok) {
+ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::Tokenizer& tok,
+                                       const ChatParsers& parsers) {
   ChatOutputOptions o;
-  if (ParsesToolCalls(chat)) o.tool_family = ToolCallFamilyOf(tok);
+  if (ParsesToolCalls(chat)) o.tool_family = ToolCallFamilyOf(tok, parsers);
   const absl::StatusOr<tokenizer::ChatTemplate>& t = tok.chat_template();
-  o.reasoning.enabled = t.ok() && absl::StrContains(t->source(), o.reasoning.start_tag) &&
-                        absl::StrContains(t->source(), o.reasoning.end_tag);
+  if (parsers.reasoning == "none") {
+    o.reasoning.enabled = false;
+  } else if (!parsers.reasoning.empty()) {
+    // "qwen3", the one named parser: ReasoningOptions' default tags.
+    o.reasoning.enabled = true;
+  } else {
+    o.reasoning.enabled = t.ok() && absl::StrContains(t->source(), o.reasoning.start_tag) &&
+                          absl::StrContains(t->source(), o.reasoning.end_tag);
+  }
   if (o.reasoning.enabled) {
     // A template that opens the think block in the generation prompt
     // (Qwen3-Thinking, DeepSeek-R1): the reply starts inside it.
@@ -317,6 +332,16 @@ absl::StatusOr<std::unique_ptr<ChatOutputStream>> ChatOutputStream::Create(
     s->calls_ = (*parser)->NewStream(std::move(ids));
   }
   return s;
+}
+
+std::unique_ptr<ChatOutputStream> ChatOutputStream::CreateOrContent(ChatOutputOptions* options,
+                                                                   chat::ToolCallIdFn ids) {
+  absl::StatusOr<std::unique_ptr<ChatOutputStream>> s = Create(*options, ids);
+  if (s.ok()) return *std::move(s);
+  *options = ChatOutputOptions();
+  options->reasoning.enabled = false;
+  // No family and no split: nothing here can fail.
+  return std::unique_ptr<ChatOutputStream>(new ChatOutputStream());
 }
 
 void ChatOutputStream::Content(std::vector<chat::ToolCallEvent> events,

@@ -46,6 +46,11 @@ namespace minfer::daemon {
 
 inline constexpr size_t kMaxTools = 128;
 inline constexpr size_t kMaxToolNameBytes = 64;
+// The most calls a forced reply may make in parallel (ForcedToolCallGrammar):
+// a grammar that allowed any number would let a model that never picks the
+// end token loop on calls until max_tokens; 16 is more than agents issue in
+// one turn (OpenAI's own replies rarely carry more than a handful).
+inline constexpr int kMaxForcedToolCalls = 16;
 
 // Checks chat's tools, tool_choice and tool history: at most kMaxTools
 // tools, each with a name of 1 to 64 letters, digits, '_', '-' or '.',
@@ -81,12 +86,23 @@ bool ParsesToolCalls(const v1::Chat& chat);
 // source; a ChatML model whose template shows no call syntax (Qwen2's
 // plain template, the built-in ChatML) gets "hermes", what the Qwen2
 // family is trained on. "" when unknown.
-std::string ToolCallFamilyOf(const tokenizer::Tokenizer& tok);
+// A model's reply parsers as loaded (SlotConfig.tool_parser /
+// reasoning_parser, checked by CheckChatParsers): "" = what the chat
+// template says, "none" = off, else a tool-call family ("hermes",
+// "llama3_json") or a reasoning parser ("qwen3": <think>...</think>).
+struct ChatParsers {
+  std::string tool;
+  std::string reasoning;
+};
+
+// The family as above, or `parsers.tool` when the model was loaded with one
+// ("" for "none").
+std::string ToolCallFamilyOf(const tokenizer::Tokenizer& tok, const ChatParsers& parsers = {});
 
 // The grammar of a reply that is only calls, in `family`'s syntax:
 //   hermes:      <tool_call>\n{"name": "N", "arguments": ARGS}\n</tool_call>
-//                (several joined by "\n" when parallel_tool_calls is unset
-//                or true)
+//                (1 to kMaxForcedToolCalls of them joined by "\n" when
+//                parallel_tool_calls is unset or true)
 //   llama3_json: {"name": "N", "parameters": ARGS} (one call)
 // N one of the tools (only the named one for a function choice), ARGS
 // valid against that tool's parameters (no parameters: {}).
@@ -109,7 +125,8 @@ struct ChatOutputOptions {
 // inside it when the rendered prompt ends in an open <think> (then the
 // prompt is rendered once more to see; a chat that does not render gets
 // the closed start).
-ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::Tokenizer& tok);
+ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::Tokenizer& tok,
+                                       const ChatParsers& parsers = {});
 
 struct ChatOutputEvent {
   enum class Type {
@@ -142,6 +159,12 @@ class ChatOutputStream {
   // `ids` names the calls (null: NewToolCallId).
   static absl::StatusOr<std::unique_ptr<ChatOutputStream>> Create(const ChatOutputOptions& options,
                                                                   chat::ToolCallIdFn ids = nullptr);
+  // The reader every front door gives a reply: Create(*options, ids), or,
+  // for a family the registry does not know (not reachable while families
+  // come from it), a reader that takes the whole reply as content, with
+  // *options reset to say so. Never null.
+  static std::unique_ptr<ChatOutputStream> CreateOrContent(ChatOutputOptions* options,
+                                                           chat::ToolCallIdFn ids = nullptr);
 
   std::vector<ChatOutputEvent> Feed(absl::string_view delta);
   std::vector<ChatOutputEvent> Finish();

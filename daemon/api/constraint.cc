@@ -6,28 +6,34 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "daemon/api/chat_tools.h"
+#include "engine/base/field_error.h"
 
 namespace minfer::daemon {
 namespace {
 
 constexpr const char* kConstraintPayload = "type.minfer.dev/constraint";
 
+// A field error marked as the constraint's.
+absl::Status MarkConstraint(absl::Status s) {
+  s.SetPayload(kConstraintPayload, absl::Cord("1"));
+  return s;
+}
+
 absl::Status CheckText(const char* field, const std::string& text) {
-  if (text.empty()) return ConstraintError(absl::StrCat(field, ": empty"));
+  if (text.empty()) return ConstraintError(field, "empty");
   if (text.size() > kMaxConstraintBytes) {
-    return ConstraintError(absl::StrCat(field, ": ", text.size(), " bytes, at most ",
-                                        kMaxConstraintBytes));
+    return ConstraintError(field, absl::StrCat(text.size(), " bytes, at most ",
+                                               kMaxConstraintBytes));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status ConstraintError(absl::string_view message) {
-  absl::Status s = absl::InvalidArgumentError(message);
-  s.SetPayload(kConstraintPayload, absl::Cord("1"));
-  return s;
+absl::Status ConstraintError(absl::string_view field, absl::string_view message) {
+  return MarkConstraint(InvalidField(field, message));
 }
 
 bool IsConstraintError(const absl::Status& status) {
@@ -81,16 +87,16 @@ absl::StatusOr<std::optional<grammar::GrammarSpec>> ConstraintSpec(
       break;
     case v1::GenerateRequest::kChoice: {
       const auto& choices = request.choice().choices();
-      if (choices.empty()) return ConstraintError("choice.choices: no choices");
+      if (choices.empty()) return ConstraintError("choice.choices", "no choices");
       if (choices.size() > kMaxChoices) {
-        return ConstraintError(absl::StrCat("choice.choices: ", choices.size(),
-                                            " choices, at most ", kMaxChoices));
+        return ConstraintError("choice.choices",
+                               absl::StrCat(choices.size(), " choices, at most ", kMaxChoices));
       }
       size_t bytes = 0;
       for (const std::string& c : choices) bytes += c.size();
       if (bytes > kMaxConstraintBytes) {
-        return ConstraintError(absl::StrCat("choice.choices: ", bytes, " bytes, at most ",
-                                            kMaxConstraintBytes));
+        return ConstraintError("choice.choices",
+                               absl::StrCat(bytes, " bytes, at most ", kMaxConstraintBytes));
       }
       spec.kind = grammar::GrammarKind::kChoice;
       spec.choices.assign(choices.begin(), choices.end());
@@ -102,18 +108,18 @@ absl::StatusOr<std::optional<grammar::GrammarSpec>> ConstraintSpec(
   if (request.has_json_max_whitespace()) {
     const int32_t ws = request.json_max_whitespace();
     if (!json) {
-      return ConstraintError(
-          "json_max_whitespace: only with a json_schema or json_object constraint");
+      return ConstraintError("json_max_whitespace",
+                             "only with a json_schema or json_object constraint");
     }
     if (ws < 0 || ws > kMaxJsonWhitespace) {
-      return ConstraintError(absl::StrCat("json_max_whitespace must be in [0, ",
-                                          kMaxJsonWhitespace, "], got ", ws));
+      return MarkConstraint(InvalidFieldThat(
+          "json_max_whitespace", absl::StrCat("must be in [0, ", kMaxJsonWhitespace, "], got ", ws)));
     }
     spec.json.max_whitespace = ws;
   }
   if (request.has_json_closed_objects()) {
     if (request.constraint_case() != v1::GenerateRequest::kJsonSchema) {
-      return ConstraintError("json_closed_objects: only with a json_schema constraint");
+      return ConstraintError("json_closed_objects", "only with a json_schema constraint");
     }
     spec.json.closed_objects = request.json_closed_objects();
   }
@@ -134,7 +140,10 @@ absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToo
   *basis.mutable_tool_choice() = chat.tool_choice();
   if (chat.has_parallel_tool_calls()) basis.set_parallel_tool_calls(chat.parallel_tool_calls());
   std::string key = absl::StrCat("tool_call|", family, "|");
-  if (!basis.AppendToString(&key)) return absl::InternalError("chat.tools: cannot serialize the tools");
+  if (!basis.AppendToString(&key)) {
+    return FieldErrorWithCode(absl::StatusCode::kInternal, "chat.tools",
+                              "cannot serialize the tools");
+  }
   bool built = true;
   absl::Status build_error;
   absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled = model.grammars().CompileKeyed(
@@ -150,8 +159,7 @@ absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToo
       grammar::GrammarKind::kJsonSchema);
   if (!built) return build_error;  // already names its field
   if (compiled.ok()) return compiled;
-  return absl::Status(compiled.status().code(),
-                      absl::StrCat("chat.tools: ", compiled.status().message()));
+  return FieldErrorWithCode(compiled.status().code(), "chat.tools", compiled.status().message());
 }
 
 absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstraint(
@@ -164,12 +172,11 @@ absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstrain
   if (compiled.ok()) return compiled;
   // Front ends may name their kind already ("gbnf: line 1, column 10:
   // ..."); the field is said once.
-  const std::string field = absl::StrCat(ConstraintField(request), ": ");
-  const absl::string_view reason = compiled.status().message();
-  const std::string message =
-      absl::StartsWith(reason, field) ? std::string(reason) : absl::StrCat(field, reason);
-  if (absl::IsInvalidArgument(compiled.status())) return ConstraintError(message);
-  return absl::Status(compiled.status().code(), message);
+  const std::string field = ConstraintField(request);
+  absl::string_view reason = compiled.status().message();
+  absl::ConsumePrefix(&reason, absl::StrCat(field, ": "));
+  if (absl::IsInvalidArgument(compiled.status())) return ConstraintError(field, reason);
+  return FieldErrorWithCode(compiled.status().code(), field, reason);
 }
 
 }  // namespace minfer::daemon

@@ -6,11 +6,11 @@
 // grammar / json_schema and vLLM's structured_outputs into the proto's
 // oneof).
 //
-// Errors are INVALID_ARGUMENT whose message starts with the proto field
-// ("json_schema: unsupported keyword 'patternProperties' at
-// /properties/a") and which carry a payload marking them as the
-// constraint's (IsConstraintError), so an API layer can name its own field
-// for them without matching message text.
+// Errors are field errors (engine/base/field_error.h) naming the proto
+// field ("json_schema: unsupported keyword 'patternProperties' at
+// /properties/a"; FieldPath "json_schema") and carry a payload marking them
+// as the constraint's (IsConstraintError), so an API layer can name its own
+// field for them without matching message text.
 //
 // Thread-safe (no state; GrammarCompiler::Compile is thread-safe).
 #ifndef MINFER_DAEMON_API_CONSTRAINT_H_
@@ -66,8 +66,9 @@ absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstrain
 absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToolCall(
     const v1::Chat& chat, absl::string_view family, const runtime::Model& model);
 
-// INVALID_ARGUMENT about the constraint, marked as such.
-absl::Status ConstraintError(absl::string_view message);
+// INVALID_ARGUMENT "<field>: <message>" about the constraint's proto field
+// (a field error), marked as the constraint's.
+absl::Status ConstraintError(absl::string_view field, absl::string_view message);
 // Whether `status` came from ConstraintSpec / CompileConstraint.
 bool IsConstraintError(const absl::Status& status);
 

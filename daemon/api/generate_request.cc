@@ -12,6 +12,7 @@
 #include "daemon/api/chat_options.h"
 #include "daemon/api/constraint.h"
 #include "daemon/serving/client_input.h"
+#include "engine/base/field_error.h"
 #include "engine/base/status.h"
 #include "engine/sampling/sampling_params.h"
 
@@ -27,22 +28,26 @@ uint64_t RandomSeed() {
   return rng();
 }
 
-// runtime::ValidateGenerateRequest names the engine request's fields; the
-// API's are: SamplingParams.x -> sampling.x (n_logprobs is
+// runtime::ValidateGenerateRequest names the engine request's fields
+// (FieldPath); the request model's are: sampling.x stays (but n_logprobs is
 // options.top_logprobs, checked before), max_tokens -> stopping.max_tokens,
 // stop[i] -> stopping.stop[i], and prompt[i] -> tokens.ids[i] when the
 // client sent ids (a text or chat prompt keeps "prompt": its ids are the
-// tokenizer's).
+// tokenizer's). The message follows the path (RenameField); a reason
+// (context_length_exceeded) is kept.
 absl::Status ToApiFields(const absl::Status& s, bool ids_input) {
-  std::string msg(s.message());
-  if (absl::StartsWith(msg, "SamplingParams.")) {
-    msg = "sampling." + msg.substr(15);
-  } else if (absl::StartsWith(msg, "max_tokens") || absl::StartsWith(msg, "stop[")) {
-    msg = "stopping." + msg;
-  } else if (ids_input && absl::StartsWith(msg, "prompt[")) {
-    msg = "tokens.ids[" + msg.substr(7);
+  std::vector<FieldPathStep> path = ParseFieldPath(FieldPath(s));
+  if (path.empty()) return s;
+  const std::string& head = path[0].name;
+  if (head == "max_tokens" || head == "stop") {
+    path.insert(path.begin(), FieldPathStep{"stopping"});
+  } else if (head == "sampling" && path.size() > 1 && path[1].name == "n_logprobs") {
+    path = {FieldPathStep{"options"}, FieldPathStep{"top_logprobs"}};
+  } else if (head == "prompt" && ids_input && path.size() > 1 && path[1].is_index()) {
+    path[0].name = "ids";
+    path.insert(path.begin(), FieldPathStep{"tokens"});
   }
-  return absl::Status(s.code(), msg);
+  return RenameField(s, FormatFieldPath(path));
 }
 
 }  // namespace
@@ -57,17 +62,18 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
                                                               const runtime::Model& model,
                                                               int64_t n_ctx,
                                                               const GenerationLimits& limits,
-                                                              BuildReport* report) {
+                                                              BuildReport* report,
+                                                              const ChatParsers& parsers) {
   runtime::GenerateRequest out;
   const tokenizer::Tokenizer& tok = model.tokenizer();
   if (request.cache_salt().size() > kMaxCacheSaltBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("cache_salt: ", request.cache_salt().size(),
-                                                   " bytes, at most ", kMaxCacheSaltBytes));
+    return InvalidField("cache_salt", absl::StrCat(request.cache_salt().size(), " bytes, at most ",
+                                                   kMaxCacheSaltBytes));
   }
   out.cache_ns = PrefixCacheNamespace("", request.cache_salt());
   switch (request.input_case()) {
     case v1::GenerateRequest::kText: {
-      if (request.text().empty()) return absl::InvalidArgumentError("text: the prompt is empty");
+      if (request.text().empty()) return InvalidField("text", "the prompt is empty");
       tokenizer::EncodeOptions eo;
       eo.parse_special = request.options().parse_special();
       out.prompt = tok.Encode(request.text(), eo);
@@ -75,44 +81,43 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
     }
     case v1::GenerateRequest::kChat: {
       if (request.chat().messages().empty()) {
-        return absl::InvalidArgumentError("chat.messages: no messages");
+        return InvalidField("chat.messages", "no messages");
       }
       ASSIGN_OR_RETURN(const ChatTemplateInput input, ChatTemplateInputOf(request.chat()));
-      if (ParsesToolCalls(request.chat()) && ToolCallFamilyOf(tok).empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "chat.tools: model '", request.model(),
-            "' has a chat template with no tool-call syntax minfer can parse (Hermes "
-            "<tool_call> or Llama 3 JSON)"));
+      if (ParsesToolCalls(request.chat()) && ToolCallFamilyOf(tok, parsers).empty()) {
+        return InvalidField("chat.tools",
+                            absl::StrCat("model '", request.model(),
+                                         "' has a chat template with no tool-call syntax minfer "
+                                         "can parse (Hermes <tool_call> or Llama 3 JSON)"));
       }
       if (IsForcedToolChoice(request.chat()) &&
           request.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "chat.tool_choice: a forced tool call is its own constraint; it can not be combined "
-            "with ", ConstraintField(request)));
+        return InvalidField("chat.tool_choice",
+                            absl::StrCat("a forced tool call is its own constraint; it can not be "
+                                         "combined with ", ConstraintField(request)));
       }
       absl::StatusOr<std::vector<int32_t>> ids =
           tok.EncodeChat(input.messages, /*add_generation_prompt=*/true, input.options);
       if (!ids.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("chat: ", ids.status().message()));
+        return InvalidField("chat", ids.status().message());
       }
       out.prompt = std::move(*ids);
       break;
     }
     case v1::GenerateRequest::kTokens: {
       const auto& ids = request.tokens().ids();
-      if (ids.empty()) return absl::InvalidArgumentError("tokens.ids: no tokens");
+      if (ids.empty()) return InvalidField("tokens.ids", "no tokens");
       out.prompt.assign(ids.begin(), ids.end());
       break;
     }
     case v1::GenerateRequest::INPUT_NOT_SET:
-      return absl::InvalidArgumentError("input: set one of text, chat or tokens");
+      return InvalidField("input", "set one of text, chat or tokens");
   }
   const int64_t n_prompt = static_cast<int64_t>(out.prompt.size());
-  if (n_prompt == 0) return absl::InvalidArgumentError("prompt: it encodes to no tokens");
+  if (n_prompt == 0) return InvalidField("prompt", "it encodes to no tokens");
   if (n_prompt > limits.max_prompt_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt: ", n_prompt, " tokens exceed the server's limit of ",
-                     limits.max_prompt_tokens, " (max_prompt_tokens)"));
+    return InvalidField("prompt", absl::StrCat(n_prompt, " tokens exceed the server's limit of ",
+                                               limits.max_prompt_tokens, " (max_prompt_tokens)"));
   }
 
   const v1::SamplingParams& sp = request.sampling();
@@ -128,25 +133,25 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
   s.seed = sp.has_seed() ? sp.seed() : RandomSeed();
   const int32_t top_logprobs = request.options().top_logprobs();
   if (top_logprobs < 0 || top_logprobs > kMaxLogprobs) {
-    return absl::InvalidArgumentError(absl::StrCat("options.top_logprobs must be in [0, ",
-                                                   kMaxLogprobs, "], got ", top_logprobs));
+    return InvalidFieldThat("options.top_logprobs",
+                            absl::StrCat("must be in [0, ", kMaxLogprobs, "], got ", top_logprobs));
   }
   s.n_logprobs = top_logprobs;
 
   const v1::StoppingCriteria& st = request.stopping();
   if (st.has_max_tokens()) {
     if (st.max_tokens() > limits.max_tokens) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stopping.max_tokens ", st.max_tokens(),
-                       " exceeds the server's limit of ", limits.max_tokens));
+      return InvalidFieldThat("stopping.max_tokens",
+                              absl::StrCat(st.max_tokens(), " exceeds the server's limit of ",
+                                           limits.max_tokens));
     }
     out.max_tokens = st.max_tokens();
   } else {
     out.max_tokens = std::min(limits.default_max_tokens, limits.max_tokens);
   }
   if (static_cast<size_t>(st.stop_size()) > kMaxStopStrings) {
-    return absl::InvalidArgumentError(absl::StrCat("stopping.stop: at most ", kMaxStopStrings,
-                                                   " stop strings, got ", st.stop_size()));
+    return InvalidField("stopping.stop", absl::StrCat("at most ", kMaxStopStrings,
+                                                      " stop strings, got ", st.stop_size()));
   }
   out.stop.assign(st.stop().begin(), st.stop().end());
   out.ignore_eos = st.ignore_eos();
@@ -159,7 +164,7 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
   if (request.input_case() == v1::GenerateRequest::kChat && IsForcedToolChoice(request.chat())) {
     const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> g = CompileForcedToolCall(
-        request.chat(), ToolCallFamilyOf(tok), model);
+        request.chat(), ToolCallFamilyOf(tok, parsers), model);
     if (report != nullptr) {
       report->compiled_constraint = true;
       report->grammar_status = g.status();
@@ -190,12 +195,13 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
 absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
     SlotManager* slots, const ServingState& state, const v1::GenerateRequest& request,
     const GenerationLimits& limits, Clock::time_point arrival, Clock::time_point deadline,
-    const char* api, std::shared_ptr<const runtime::Model>* model_out, const TenantRef& tenant) {
+    const char* api, std::shared_ptr<const runtime::Model>* model_out, const TenantRef& tenant,
+    ChatParsers* parsers_out) {
   if (state.draining()) {
     return absl::UnavailableError("the server is draining; it accepts no new generations");
   }
   if (request.model().empty()) {
-    return absl::InvalidArgumentError("model: name a loaded model or alias");
+    return InvalidField("model", "name a loaded model or alias");
   }
   RETURN_IF_ERROR(CheckName(request.model(), "model"));
   return slots->Submit(
@@ -207,8 +213,9 @@ absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
               absl::StrCat("model '", model, "' is ", SlotStateName(slot.state()), ", not ready"));
         }
         BuildReport report;
+        const ChatParsers parsers{slot.config().tool_parser, slot.config().reasoning_parser};
         absl::StatusOr<runtime::GenerateRequest> built =
-            BuildGenerateRequest(request, *m, slot.n_ctx(), limits, &report);
+            BuildGenerateRequest(request, *m, slot.n_ctx(), limits, &report, parsers);
         if (report.compiled_constraint) {
           slot.RecordGrammarCompile(report.grammar_status, report.grammar_seconds);
         }
@@ -233,6 +240,7 @@ absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
         seq->set_api(api);
         seq->set_tenant(std::move(lease));
         if (model_out != nullptr) *model_out = m;
+        if (parsers_out != nullptr) *parsers_out = parsers;
         return seq;
       });
 }

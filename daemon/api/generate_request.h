@@ -48,7 +48,11 @@ struct BuildReport {
 
 // Validates `request` against the limits and the model and builds the
 // engine request (tokenizing text or chat input). INVALID_ARGUMENT names the
-// proto field ("sampling.top_p must be in (0, 1] ..."). An unset seed is
+// proto field ("sampling.top_p must be in (0, 1] ..."), also as data
+// (engine/base/field_error.h: FieldPath "sampling.top_p"; a prompt longer
+// than the context has ErrorReason context_length_exceeded). `parsers`:
+// the model's reply parsers (the tool-call family a chat's calls are
+// parsed and forced in). An unset seed is
 // drawn at random. The request's prefix-cache namespace is its cache_salt's
 // alone (PrefixCacheNamespace("", cache_salt)); SubmitGenerate adds the
 // tenant's. A constraint is compiled last, with the model's grammar
@@ -60,7 +64,8 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
                                                               const runtime::Model& model,
                                                               int64_t n_ctx,
                                                               const GenerationLimits& limits,
-                                                              BuildReport* report = nullptr);
+                                                              BuildReport* report = nullptr,
+                                                              const ChatParsers& parsers = {});
 
 // The engine's prefix-cache namespace (runtime::GenerateRequest::cache_ns)
 // of a request of a tenant (Tenants::CacheNamespace; "" without tenants)
@@ -85,7 +90,8 @@ struct TenantRef {
 // full). `arrival` and `deadline` (Clock::time_point::max() for none) as
 // Sequence takes them; `api` ("grpc", "http") labels the request in the
 // slot's log. With `model`, also returns the model that serves it (its
-// tokenizer renders the response). With a tenant: Tenants::Admit's
+// tokenizer renders the response); with `parsers`, the reply parsers it was
+// loaded with (ChatOutputOptionsFor reads the reply with them). With a tenant: Tenants::Admit's
 // PERMISSION_DENIED and RESOURCE_EXHAUSTED (QuotaExceededError when its
 // quota can not hold the request's prompt + max_tokens), the sequence is
 // scheduled in the tenant's share group with its weight, and its prefix
@@ -94,7 +100,7 @@ absl::StatusOr<std::shared_ptr<Sequence>> SubmitGenerate(
     SlotManager* slots, const ServingState& state, const v1::GenerateRequest& request,
     const GenerationLimits& limits, Clock::time_point arrival, Clock::time_point deadline,
     const char* api, std::shared_ptr<const runtime::Model>* model = nullptr,
-    const TenantRef& tenant = {});
+    const TenantRef& tenant = {}, ChatParsers* parsers = nullptr);
 
 }  // namespace minfer::daemon
 

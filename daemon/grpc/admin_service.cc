@@ -135,6 +135,8 @@ void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& al
   out->set_n_ctx(st.n_ctx > 0 ? st.n_ctx : st.config.n_ctx);
   out->set_parallel(st.config.parallel);
   out->set_kv_type(st.kv_type.empty() ? st.config.kv_type : st.kv_type);
+  out->set_tool_parser(st.config.tool_parser);
+  out->set_reasoning_parser(st.config.reasoning_parser);
   for (const auto& [k, v] : st.knobs) (*out->mutable_knobs())[k] = v;
   v1::MemoryUsage* mem = out->mutable_memory();
   mem->set_weights_bytes(st.weights_bytes);
@@ -297,6 +299,8 @@ grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(
   config.knobs = KnobOverrides(request->knobs().begin(), request->knobs().end());
   config.queue_size = request->queue_size();
   config.kv_tokens = request->kv_tokens();
+  config.tool_parser = request->tool_parser();
+  config.reasoning_parser = request->reasoning_parser();
   absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Load(std::move(config));
   if (!slot.ok()) {
     reactor->FinishWith(ToGrpcStatus(slot.status()));

@@ -57,18 +57,12 @@ v1::FinishReason ToProto(FinishReason r) {
 
 // The reader of a chat reply to `chat` by the model of `tok`: the reading
 // the HTTP APIs give it (ChatOutputOptionsFor decides the call family and
-// the reasoning split). A family the registry does not know (not reachable:
-// families come from it) reads the reply as content.
+// the reasoning split; CreateOrContent the fallback).
 std::unique_ptr<ChatOutputStream> ChatReplyReader(const v1::Chat& chat,
-                                                  const tokenizer::Tokenizer& tok) {
-  ChatOutputOptions options = ChatOutputOptionsFor(chat, tok);
-  absl::StatusOr<std::unique_ptr<ChatOutputStream>> s = ChatOutputStream::Create(options);
-  if (!s.ok()) {
-    options = ChatOutputOptions();
-    options.reasoning.enabled = false;
-    s = ChatOutputStream::Create(options);
-  }
-  return s.ok() ? *std::move(s) : nullptr;
+                                                  const tokenizer::Tokenizer& tok,
+                                                  const ChatParsers& parsers) {
+  ChatOutputOptions options = ChatOutputOptionsFor(chat, tok, parsers);
+  return ChatOutputStream::CreateOrContent(&options);
 }
 
 // Adds the reader's events to the response's typed fields. Consecutive
@@ -304,15 +298,16 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
     tenant = {tenants_, *who};
   }
   std::shared_ptr<const runtime::Model> model;
-  absl::StatusOr<std::shared_ptr<Sequence>> seq =
-      SubmitGenerate(slots_, *state_, *request, limits_, arrival, deadline, "grpc", &model, tenant);
+  ChatParsers parsers;
+  absl::StatusOr<std::shared_ptr<Sequence>> seq = SubmitGenerate(
+      slots_, *state_, *request, limits_, arrival, deadline, "grpc", &model, tenant, &parsers);
   if (!seq.ok()) {
     reactor->FinishWith(ToGrpcStatus(seq.status()));
     return reactor;
   }
   std::unique_ptr<ChatOutputStream> chat;
   if (request->input_case() == v1::GenerateRequest::kChat && model != nullptr) {
-    chat = ChatReplyReader(request->chat(), model->tokenizer());
+    chat = ChatReplyReader(request->chat(), model->tokenizer(), parsers);
   }
   reactor->Attach(*std::move(seq), std::move(chat));
   return reactor;

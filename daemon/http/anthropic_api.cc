@@ -1,5 +1,6 @@
 #include "daemon/http/anthropic_api.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -10,7 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/api/chat_tools.h"
 #include "daemon/http/json_fields.h"
+#include "daemon/http/tools_reader.h"
 #include "daemon/http/openai_api.h"
+#include "engine/base/field_error.h"
 #include "engine/base/status.h"
 
 namespace minfer::daemon::anthropic {
@@ -218,41 +221,22 @@ absl::Status ParseMessages(const ojson& body, v1::Chat* chat, Origins* origins) 
 }
 
 absl::Status ParseTools(const ojson& body, v1::Chat* chat) {
-  const ojson& tools = Member(body, "tools");
-  if (!tools.is_null()) {
-    if (!tools.is_array()) return WrongType("tools", "an array", tools);
-    if (tools.size() > kMaxTools) {
-      return FieldError("tools", absl::StrCat("tools holds ", tools.size(), " tools; at most ",
-                                              kMaxTools));
+  http_api::ToolShape shape;
+  shape.schema = "input_schema";
+  shape.explain_schema = false;
+  shape.strict = false;
+  shape.check_type = [](const ojson& t, const std::string& f) -> absl::Status {
+    const ojson& type = Member(t, "type");
+    if (!type.is_null() && !(type.is_string() && type.get<std::string>() == "custom")) {
+      return FieldError(f + ".type",
+                        absl::StrCat(f, ".type ", type.dump(),
+                                     " is not supported: only client tools (no type, or "
+                                     "\"custom\") with an input_schema; server tools do not "
+                                     "run here"));
     }
-    for (size_t i = 0; i < tools.size(); ++i) {
-      const ojson& t = tools[i];
-      const std::string f = absl::StrCat("tools[", i, "]");
-      if (!t.is_object()) return WrongType(f, "an object", t);
-      const ojson& type = Member(t, "type");
-      if (!type.is_null() && !(type.is_string() && type.get<std::string>() == "custom")) {
-        return FieldError(f + ".type",
-                          absl::StrCat(f, ".type ", type.dump(),
-                                       " is not supported: only client tools (no type, or "
-                                       "\"custom\") with an input_schema; server tools do not "
-                                       "run here"));
-      }
-      const ojson& name = Member(t, "name");
-      if (!name.is_string()) {
-        return name.is_null() ? FieldError(f + ".name", f + ".name is required")
-                              : WrongType(f + ".name", "a string", name);
-      }
-      v1::Tool* out = chat->add_tools();
-      out->set_name(name.get<std::string>());
-      ASSIGN_OR_RETURN(std::optional<std::string> description,
-                       http_api::OptString(t, "description", f + ".description"));
-      if (description.has_value()) out->set_description(*description);
-      const ojson& schema = Member(t, "input_schema");
-      if (schema.is_null()) return FieldError(f + ".input_schema", f + ".input_schema is required");
-      if (!schema.is_object()) return WrongType(f + ".input_schema", "a JSON Schema (an object)", schema);
-      out->set_parameters(schema.dump());
-    }
-  }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(http_api::ReadTools(body, shape, chat));
   const ojson& choice = Member(body, "tool_choice");
   if (choice.is_null()) return absl::OkStatus();
   if (!choice.is_object()) return WrongType("tool_choice", "an object", choice);
@@ -296,52 +280,53 @@ absl::Status ParseTools(const ojson& body, v1::Chat* chat) {
   return absl::OkStatus();
 }
 
-// "chat.tools[1].parameters: ..." -> "tools[1].input_schema: ...", and
-// chat messages to the blocks they came from.
-absl::Status RenameChatError(const absl::Status& status, const Origins& origins) {
-  const absl::string_view msg = status.message();
-  const size_t colon = msg.find(": ");
-  std::string field(msg.substr(5, colon == absl::string_view::npos ? msg.size() - 5 : colon - 5));
-  const std::string rest(colon == absl::string_view::npos ? "" : msg.substr(colon + 2));
-  if (absl::StartsWith(field, "tool_choice")) {
-    field = absl::StrContains(field, "function") ? "tool_choice.name" : "tool_choice";
-  } else if (absl::StartsWith(field, "tools[")) {
-    if (absl::EndsWith(field, ".parameters")) {
-      field = absl::StrCat(field.substr(0, field.size() - 11), ".input_schema");
+// The request model's field (FieldPath) as this API names it:
+// chat.tools[i].parameters -> tools[i].input_schema, the chat's messages and
+// history calls -> the blocks they came from (origins), chat.tool_choice ->
+// tool_choice (.name for the named tool), stopping.stop[i] ->
+// stop_sequences[i]; the rest as the chat API names it.
+std::string AnthropicFieldName(const std::vector<FieldPathStep>& path, const Origins& origins) {
+  auto name_at = [&](size_t i) -> std::string {
+    return i < path.size() && !path[i].is_index() ? path[i].name : std::string();
+  };
+  auto from = [&](size_t i) {
+    return FormatFieldPath(
+        std::vector<FieldPathStep>(path.begin() + std::min(i, path.size()), path.end()));
+  };
+  if (name_at(0) == "chat" && name_at(1) == "tool_choice") {
+    return name_at(2) == "function" ? "tool_choice.name" : "tool_choice";
+  }
+  if (name_at(0) == "chat" && name_at(1) == "tools") {
+    // Anthropic's tools are flat: tools[i].name, tools[i].input_schema.
+    if (path.size() == 4 && path[2].is_index() && name_at(3) == "parameters") {
+      return absl::StrCat("tools[", path[2].index, "].input_schema");
     }
-  } else if (absl::StartsWith(field, "messages[")) {
-    const size_t k = std::strtoul(field.c_str() + 9, nullptr, 10);
-    const size_t close = field.find(']');
+    return from(1);
+  }
+  if (name_at(0) == "chat" && name_at(1) == "messages" && path.size() > 2 && path[2].is_index()) {
+    const size_t k = static_cast<size_t>(path[2].index);
     if (k < origins.messages.size()) {
-      std::string tail = field.substr(close + 1);
-      std::string base = origins.messages[k];
-      size_t call = std::string::npos;
-      if (absl::StartsWith(tail, ".tool_calls[")) {
-        call = std::strtoul(tail.c_str() + 12, nullptr, 10);
+      // A history call is one tool_use block.
+      if (name_at(3) == "tool_calls" && path.size() > 4 && path[4].is_index() &&
+          static_cast<size_t>(path[4].index) < origins.calls[k].size()) {
+        return origins.calls[k][path[4].index];
       }
-      if (call != std::string::npos && call < origins.calls[k].size()) {
-        field = origins.calls[k][call];
-      } else {
-        field = base + tail;
-      }
+      const std::string tail = from(3);
+      return tail.empty() ? origins.messages[k]
+                          : absl::StrCat(origins.messages[k], tail[0] == '[' ? "" : ".", tail);
     }
   }
-  return FieldError(field, absl::StrCat(field, ": ", rest));
+  if (name_at(0) == "stopping" && name_at(1) == "stop") {
+    return absl::StrCat("stop_sequences", from(2));
+  }
+  return openai::ApiFieldName(openai::Endpoint::kChatCompletions, path);
 }
 
 // A submission error in the API's names.
 absl::Status ApiFieldError(const absl::Status& status, const Origins& origins) {
-  if (status.code() == absl::StatusCode::kInvalidArgument && openai::Param(status).empty() &&
-      absl::StartsWith(status.message(), "chat.")) {
-    return RenameChatError(status, origins);
-  }
-  absl::Status s = openai::ToApiFieldError(openai::Endpoint::kChatCompletions, status);
-  const std::string param = openai::Param(s);
-  if (param == "stop") {
-    return FieldError("stop_sequences",
-                      absl::StrCat("stop_sequences", s.message().substr(4)));
-  }
-  return s;
+  return http_api::ToApiField(status, [&origins](const std::vector<FieldPathStep>& path) {
+    return AnthropicFieldName(path, origins);
+  });
 }
 
 std::string NewId(const char* prefix) {
@@ -361,16 +346,8 @@ class MessageReply : public http_api::Reply {
   MessageReply(const v1::GenerateRequest& request, const http_api::ReplyContext& ctx)
       : id_(NewId("msg_")), model_(ctx.model), prompt_tokens_(ctx.prompt_tokens) {
     if (request.stopping().stop_size() == 1) only_stop_ = request.stopping().stop(0);
-    ChatOutputOptions options = ChatOutputOptionsFor(request.chat(), *ctx.tokenizer);
-    auto ids = [](int) { return NewId("toolu_"); };
-    absl::StatusOr<std::unique_ptr<ChatOutputStream>> s = ChatOutputStream::Create(options, ids);
-    if (!s.ok()) {
-      // A family the registry does not know (families come from it): content.
-      options = ChatOutputOptions();
-      options.reasoning.enabled = false;
-      s = ChatOutputStream::Create(options, ids);
-    }
-    stream_ = *std::move(s);
+    ChatOutputOptions options = ChatOutputOptionsFor(request.chat(), *ctx.tokenizer, ctx.parsers);
+    stream_ = ChatOutputStream::CreateOrContent(&options, [](int) { return NewId("toolu_"); });
   }
 
   std::string StreamEvents(const SequenceChunk& chunk) override {

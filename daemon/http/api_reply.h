@@ -16,6 +16,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "daemon/api/chat_tools.h"
 #include "daemon/serving/sequence.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "minfer/v1/generation.pb.h"
@@ -49,6 +50,7 @@ struct ReplyContext {
   std::string model;
   const tokenizer::Tokenizer* tokenizer = nullptr;
   int32_t prompt_tokens = 0;
+  ChatParsers parsers;  // the model's reply parsers (load options)
 };
 
 // A generation request of some API, parsed and valid as far as the API can

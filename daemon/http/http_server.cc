@@ -147,7 +147,7 @@ class OpenAiReply : public http_api::Reply {
               const http_api::ReplyContext& ctx)
       : request_(std::move(request)),
         writer_(*request_, RandomId(chat ? "chatcmpl-" : "cmpl-"), UnixNow(), ctx.model,
-                ctx.tokenizer) {}
+                ctx.tokenizer, ctx.parsers) {}
 
   std::string StreamEvents(const SequenceChunk& chunk) override {
     std::string out;
@@ -199,7 +199,7 @@ class HttpServer::Generation : public std::enable_shared_from_this<Generation> {
  public:
   Generation(HttpServer* server, http::EventServer* transport, http_api::ApiRequest request,
              std::shared_ptr<Sequence> seq, std::shared_ptr<const runtime::Model> model,
-             std::shared_ptr<http::Exchange> exchange)
+             const ChatParsers& parsers, std::shared_ptr<http::Exchange> exchange)
       : server_(server),
         transport_(transport),
         route_(request.route),
@@ -209,7 +209,7 @@ class HttpServer::Generation : public std::enable_shared_from_this<Generation> {
         model_(std::move(model)),
         exchange_(std::move(exchange)) {
     // The tokenizer lives as long as model_, which this object holds.
-    reply_ = request.reply({seq_->model(), &model_->tokenizer(), seq_->prompt_tokens()});
+    reply_ = request.reply({seq_->model(), &model_->tokenizer(), seq_->prompt_tokens(), parsers});
   }
 
   void Begin() {
@@ -575,16 +575,18 @@ void HttpServer::Generate(Route route, http::HttpRequest request,
 void HttpServer::Submit(Clock::time_point arrival, http_api::ApiRequest request, TenantRef tenant,
                         std::shared_ptr<http::Exchange> exchange) {
   std::shared_ptr<const runtime::Model> model;
+  ChatParsers parsers;
   absl::StatusOr<std::shared_ptr<Sequence>> seq =
       SubmitGenerate(slots_, *state_, request.generate, limits_, arrival,
-                     Clock::time_point::max(), "http", &model, tenant);
+                     Clock::time_point::max(), "http", &model, tenant, &parsers);
   if (!seq.ok()) {
     Refuse(request.route, *exchange, request.error(seq.status()), seq.status());
     return;
   }
   state_->StreamStarted();
   auto gen = std::make_shared<Generation>(this, server_.get(), std::move(request),
-                                          *std::move(seq), std::move(model), std::move(exchange));
+                                          *std::move(seq), std::move(model), parsers,
+                                          std::move(exchange));
   gen->Begin();
 }
 

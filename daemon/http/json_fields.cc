@@ -22,6 +22,17 @@ std::string Param(const absl::Status& status) {
   return p.has_value() ? std::string(*p) : std::string();
 }
 
+absl::Status ToApiField(const absl::Status& status, const ApiFieldNamer& namer) {
+  if (status.ok() || !Param(status).empty()) return status;
+  const std::string path = FieldPath(status);
+  if (path.empty()) return status;
+  const std::string name = namer(ParseFieldPath(path));
+  if (name.empty()) return status;
+  absl::Status out = RenameField(status, name);
+  out.SetPayload(kParamPayload, absl::Cord(name));
+  return out;
+}
+
 const char* JsonTypeName(const ojson& v) {
   switch (v.type()) {
     case ojson::value_t::null:

@@ -6,11 +6,14 @@
 #define MINFER_DAEMON_HTTP_JSON_FIELDS_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/base/field_error.h"
 #include "nlohmann/json.hpp"
 
 namespace minfer::daemon::http_api {
@@ -21,6 +24,18 @@ using ojson = nlohmann::ordered_json;
 absl::Status FieldError(const std::string& param, const std::string& message);
 // The field an error names, "" if none.
 std::string Param(const absl::Status& status);
+
+// Maps a request-model field path (FieldPath, parsed) to the API's field
+// name; "" when the API has no name for it.
+using ApiFieldNamer = std::function<std::string(const std::vector<FieldPathStep>& path)>;
+
+// A field error from the generation path (naming the request model's field,
+// FieldPath: "chat.tools[1].parameters") as the API names it: the message
+// says `namer`'s field ("tools[1].function.parameters: ..."), which is also
+// the Param. Statuses that already name an API field (Param), that are not
+// field errors, or whose path `namer` has no name for pass unchanged; the
+// code and other payloads (ErrorReason) are kept. Never reads the message.
+absl::Status ToApiField(const absl::Status& status, const ApiFieldNamer& namer);
 
 // "a string", "an object", ...: for messages.
 const char* JsonTypeName(const ojson& v);

@@ -1,5 +1,6 @@
 #include "daemon/http/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -14,7 +15,9 @@
 #include "daemon/api/constraint.h"
 #include "daemon/api/generate_request.h"
 #include "daemon/http/json_fields.h"
+#include "daemon/http/tools_reader.h"
 #include "daemon/serving/tenants.h"
+#include "engine/base/field_error.h"
 #include "engine/base/status.h"
 #include "engine/sampling/sampling_params.h"
 
@@ -206,60 +209,18 @@ absl::Status ParseMessages(const ojson& body, v1::Chat* chat) {
 // "required", {"type": "function", "function": {"name"}}) and
 // parallel_tool_calls, into the chat.
 absl::Status ParseTools(const ojson& body, v1::Chat* chat) {
-  const ojson& tools = Get(body, "tools");
-  if (!tools.is_null()) {
-    if (!tools.is_array()) return WrongType("tools", "an array", tools);
-    if (tools.size() > kMaxTools) {
-      return FieldError("tools", absl::StrCat("tools holds ", tools.size(), " tools; at most ",
-                                              kMaxTools));
+  http_api::ToolShape shape;
+  shape.function = "function";
+  shape.check_type = [](const ojson& t, const std::string& f) -> absl::Status {
+    const ojson& type = Get(t, "type");
+    if (!type.is_string()) return WrongType(f + ".type", "a string", type);
+    if (type.get<std::string>() != "function") {
+      return FieldError(f + ".type", absl::StrCat(f, ".type '", type.get<std::string>(),
+                                                  "' is not supported: only function tools"));
     }
-    for (size_t i = 0; i < tools.size(); ++i) {
-      const ojson& t = tools[i];
-      const std::string f = absl::StrCat("tools[", i, "]");
-      if (!t.is_object()) return WrongType(f, "an object", t);
-      const ojson& type = Get(t, "type");
-      if (!type.is_string()) return WrongType(f + ".type", "a string", type);
-      if (type.get<std::string>() != "function") {
-        return FieldError(f + ".type", absl::StrCat(f, ".type '", type.get<std::string>(),
-                                                    "' is not supported: only function tools"));
-      }
-      const ojson& fn = Get(t, "function");
-      if (fn.is_null()) return FieldError(f + ".function", f + ".function is required");
-      if (!fn.is_object()) return WrongType(f + ".function", "an object", fn);
-      v1::Tool* out = chat->add_tools();
-      const ojson& name = Get(fn, "name");
-      if (name.is_null()) {
-        return FieldError(f + ".function.name", f + ".function.name is required");
-      }
-      if (!name.is_string()) return WrongType(f + ".function.name", "a string", name);
-      out->set_name(name.get<std::string>());
-      const ojson& description = Get(fn, "description");
-      if (!description.is_null()) {
-        if (!description.is_string()) {
-          return WrongType(f + ".function.description", "a string", description);
-        }
-        out->set_description(description.get<std::string>());
-      }
-      // Required (issue 28 lists a tool without parameters as bad input,
-      // though OpenAI reads it as "no arguments"): a call's arguments are
-      // generated and checked against this schema, so it is said outright.
-      const ojson& parameters = Get(fn, "parameters");
-      if (parameters.is_null()) {
-        return FieldError(f + ".function.parameters",
-                          absl::StrCat(f, ".function.parameters is required: the JSON Schema of the "
-                                          "arguments ({\"type\": \"object\", \"properties\": {}} for none)"));
-      }
-      if (!parameters.is_object()) {
-        return WrongType(f + ".function.parameters", "a JSON Schema (an object)", parameters);
-      }
-      out->set_parameters(parameters.dump());
-      const ojson& strict = Get(fn, "strict");
-      if (!strict.is_null()) {
-        if (!strict.is_boolean()) return WrongType(f + ".function.strict", "a boolean", strict);
-        out->set_strict(strict.get<bool>());
-      }
-    }
-  }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(http_api::ReadTools(body, shape, chat));
   const ojson& choice = Get(body, "tool_choice");
   v1::ToolChoice* tc = chat->mutable_tool_choice();
   if (choice.is_string()) {
@@ -695,30 +656,6 @@ json Bytes(const std::string& s) {
   return out;
 }
 
-// "chat.tools[1].parameters: ..." (daemon/api's field names for tools and
-// tool history) -> the API's "tools[1].function.parameters".
-absl::Status ChatFieldError(const absl::Status& status) {
-  const absl::string_view msg = status.message();
-  const size_t colon = msg.find(": ");
-  std::string field(msg.substr(5, colon == absl::string_view::npos ? msg.size() - 5 : colon - 5));
-  const std::string rest(colon == absl::string_view::npos ? "" : msg.substr(colon + 2));
-  if (absl::StartsWith(field, "tool_choice")) {
-    field = "tool_choice";
-  } else if (absl::StartsWith(field, "tools[") || absl::StartsWith(field, "messages[")) {
-    // The last component (name, parameters, arguments) sits under
-    // "function" in OpenAI's shape.
-    const size_t dot = field.rfind('.');
-    const absl::string_view last =
-        dot == std::string::npos ? absl::string_view() : absl::string_view(field).substr(dot + 1);
-    if (dot != std::string::npos && field[dot - 1] == ']' &&
-        (last == "name" || last == "parameters" || last == "description" ||
-         last == "arguments")) {
-      field = absl::StrCat(field.substr(0, dot), ".function", field.substr(dot));
-    }
-  }
-  return FieldError(field, absl::StrCat(field, ": ", rest));
-}
-
 }  // namespace
 
 absl::Status FieldError(const std::string& param, const std::string& message) {
@@ -735,9 +672,9 @@ ApiError ApiErrorFor(const absl::Status& status) {
     case absl::StatusCode::kInvalidArgument:
       e.http_status = 400;
       e.type = "invalid_request_error";
-      if (absl::StrContains(e.message, "do not fit the model's context")) {
-        e.code = "context_length_exceeded";
-      }
+      // The cause as data (ErrorReason: context_length_exceeded), never
+      // read from the message.
+      e.code = ErrorReason(status);
       break;
     case absl::StatusCode::kUnauthenticated:
       e.http_status = 401;
@@ -947,38 +884,71 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const ojson& body)
   return out;
 }
 
-absl::Status ToApiFieldError(Endpoint endpoint, const absl::Status& status) {
-  if (status.code() != absl::StatusCode::kInvalidArgument || !Param(status).empty()) {
-    return status;
-  }
-  if (absl::StartsWith(status.message(), "chat.")) return ChatFieldError(status);
+std::string ApiFieldName(Endpoint endpoint, const std::vector<FieldPathStep>& path) {
+  if (path.empty() || path[0].is_index()) return "";
   const std::string prompt = endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
-  // Proto field prefix -> API field.
-  const std::pair<const char*, std::string> kRenames[] = {
-      {"text: ", prompt},
-      {"chat: ", prompt},
-      {"tokens.ids", prompt},
-      {"prompt: ", prompt},
-      {"stopping.max_tokens", "max_tokens"},
-      {"stopping.stop", "stop"},
-      {"options.top_logprobs", "top_logprobs"},
-      {"cache_salt", "cache_salt"},
-      {"sampling.", ""},
+  const std::string& head = path[0].name;
+  auto name_at = [&](size_t i) -> std::string {
+    return i < path.size() && !path[i].is_index() ? path[i].name : std::string();
   };
-  std::string msg(status.message());
-  for (const auto& [from, to] : kRenames) {
-    if (!absl::StartsWith(msg, from)) continue;
-    std::string param = to;
-    std::string rest = msg.substr(std::string(from).size());
-    if (param.empty()) {
-      // "sampling.top_p must be ..." -> "top_p must be ...".
-      param = rest.substr(0, rest.find_first_of(" :"));
-      return FieldError(param, rest);
+  auto rest = [&](size_t from) {
+    return std::vector<FieldPathStep>(path.begin() + std::min(from, path.size()), path.end());
+  };
+  auto join = [](std::vector<FieldPathStep> front, const std::vector<FieldPathStep>& back) {
+    front.insert(front.end(), back.begin(), back.end());
+    return FormatFieldPath(front);
+  };
+  if (head == "chat") {
+    const std::string part = name_at(1);
+    if (part.empty()) return prompt;  // the template's error: the whole chat
+    if (part == "tool_choice") return "tool_choice";
+    if (part == "template_kwargs") return join({{"chat_template_kwargs"}}, rest(2));
+    // A tool's and a history call's name, parameters, description and
+    // arguments sit under "function" in OpenAI's shape.
+    auto functioned = [](const std::string& s) {
+      return s == "name" || s == "parameters" || s == "description" || s == "arguments";
+    };
+    if (part == "tools" && path.size() >= 4 && path[2].is_index() && functioned(name_at(3))) {
+      return join({{"tools"}, path[2], {"function"}}, rest(3));
     }
-    if (absl::EndsWith(from, ": ")) return FieldError(param, absl::StrCat(param, ": ", rest));
-    return FieldError(param, absl::StrCat(param, rest));
+    if (part == "messages" && path.size() >= 6 && path[2].is_index() &&
+        name_at(3) == "tool_calls" && path[4].is_index() && functioned(name_at(5))) {
+      return join({{"messages"}, path[2], {"tool_calls"}, path[4], {"function"}}, rest(5));
+    }
+    return FormatFieldPath(rest(1));
   }
-  return status;
+  if (head == "text" || head == "prompt" || head == "input") {
+    // prompt[i] (a completion's token ids) keeps its index.
+    if (endpoint == Endpoint::kCompletions && path.size() > 1 && path[1].is_index()) {
+      return join({{"prompt"}}, rest(1));
+    }
+    return prompt;
+  }
+  if (head == "tokens") {
+    if (endpoint == Endpoint::kCompletions && path.size() > 2 && path[2].is_index()) {
+      return join({{"prompt"}}, rest(2));
+    }
+    return prompt;
+  }
+  if (head == "stopping") {
+    // OpenAI's empty stop strings are dropped, so a proto index may not be
+    // the API's: the field is "stop".
+    if (name_at(1) == "stop") return "stop";
+    return FormatFieldPath(rest(1));
+  }
+  if (head == "options" && name_at(1) == "top_logprobs") return "top_logprobs";
+  if (head == "sampling") {
+    if (name_at(1) == "penalty_last_n") return "repeat_last_n";
+    return FormatFieldPath(rest(1));
+  }
+  if (head == "cache_salt" || head == "model") return head;
+  return "";
+}
+
+absl::Status ToApiFieldError(Endpoint endpoint, const absl::Status& status) {
+  return http_api::ToApiField(status, [endpoint](const std::vector<FieldPathStep>& path) {
+    return ApiFieldName(endpoint, path);
+  });
 }
 
 absl::Status ToApiFieldError(const ParsedRequest& request, const absl::Status& status) {
@@ -987,10 +957,9 @@ absl::Status ToApiFieldError(const ParsedRequest& request, const absl::Status& s
   }
   // "json_schema: unsupported keyword ..." -> the API field the schema came
   // in: "response_format.json_schema.schema: unsupported keyword ...".
-  const absl::string_view msg = status.message();
-  const size_t colon = msg.find(": ");
-  const absl::string_view rest = colon == absl::string_view::npos ? msg : msg.substr(colon + 2);
-  return FieldError(request.constraint_param, absl::StrCat(request.constraint_param, ": ", rest));
+  const std::string param = request.constraint_param;
+  return http_api::ToApiField(status,
+                              [&param](const std::vector<FieldPathStep>&) { return param; });
 }
 
 const char* OpenAiFinishReason(FinishReason reason) {
@@ -998,23 +967,16 @@ const char* OpenAiFinishReason(FinishReason reason) {
 }
 
 ResponseWriter::ResponseWriter(const ParsedRequest& request, std::string id, int64_t created,
-                               std::string model, const tokenizer::Tokenizer* tokenizer)
+                               std::string model, const tokenizer::Tokenizer* tokenizer,
+                               const ChatParsers& parsers)
     : request_(request),
       id_(std::move(id)),
       created_(created),
       model_(std::move(model)),
       tokenizer_(tokenizer) {
   if (request_.endpoint == Endpoint::kChatCompletions) {
-    output_ = ChatOutputOptionsFor(request_.generate.chat(), *tokenizer_);
-    absl::StatusOr<std::unique_ptr<ChatOutputStream>> s = ChatOutputStream::Create(output_);
-    if (!s.ok()) {
-      // A family the registry does not know (not reachable: families come
-      // from it); the reply is then content.
-      output_ = ChatOutputOptions();
-      output_.reasoning.enabled = false;
-      s = ChatOutputStream::Create(output_);
-    }
-    stream_ = *std::move(s);
+    output_ = ChatOutputOptionsFor(request_.generate.chat(), *tokenizer_, parsers);
+    stream_ = ChatOutputStream::CreateOrContent(&output_);
   }
 }
 

@@ -58,6 +58,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/api/chat_tools.h"
 #include "daemon/serving/sequence.h"
+#include "engine/base/field_error.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "minfer/v1/generation.pb.h"
 #include "nlohmann/json.hpp"
@@ -84,9 +85,9 @@ absl::Status FieldError(const std::string& param, const std::string& message);
 std::string Param(const absl::Status& status);
 
 // The HTTP error for a status from parsing, authentication or the
-// generation path: INVALID_ARGUMENT 400 (code context_length_exceeded when
-// the prompt does not fit), UNAUTHENTICATED 401, PERMISSION_DENIED 403,
-// NOT_FOUND 404 (model_not_found), RESOURCE_EXHAUSTED 429 (queue_full, or
+// generation path: INVALID_ARGUMENT 400 (code: the status's ErrorReason,
+// context_length_exceeded when the prompt does not fit), UNAUTHENTICATED
+// 401, PERMISSION_DENIED 403, NOT_FOUND 404 (model_not_found), RESOURCE_EXHAUSTED 429 (queue_full, or
 // quota_exceeded for a tenant's token quota: IsQuotaExceeded),
 // FAILED_PRECONDITION 503 (model not ready), UNAVAILABLE 503 (draining),
 // DEADLINE_EXCEEDED 504, CANCELLED 499, anything else 500.
@@ -114,9 +115,17 @@ struct ParsedRequest {
 // are FieldErrors.
 absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const nlohmann::ordered_json& body);
 
-// Renames the generation path's field names (BuildGenerateRequest speaks
-// the proto's: "sampling.top_p", "stopping.max_tokens", "text: ...") to the
-// API's, keeping other statuses as they are.
+// The request model's field `path` (a field error's FieldPath, parsed:
+// "chat.tools[1].parameters", "stopping.max_tokens", "sampling.top_p",
+// "prompt") as this API names it ("tools[1].function.parameters",
+// "max_tokens", "top_p", "messages" or "prompt"); "" for a path it has no
+// name for. The other HTTP APIs fall back to it.
+std::string ApiFieldName(Endpoint endpoint, const std::vector<FieldPathStep>& path);
+
+// A field error of the generation path (BuildGenerateRequest, ValidateChatTools:
+// they name the proto's fields as data, FieldPath) renamed to the API's
+// field with ApiFieldName, as message and Param; other statuses as they are.
+// No message text is read.
 absl::Status ToApiFieldError(Endpoint endpoint, const absl::Status& status);
 // The same, and a constraint's error (IsConstraintError: from compiling the
 // schema, grammar, regex or choice) names the API field the constraint came
@@ -128,9 +137,10 @@ class ResponseWriter {
  public:
   // `id`: "chatcmpl-..." / "cmpl-..."; `created`: Unix seconds; `model`:
   // the model that serves it; `tokenizer` (outliving the writer) renders
-  // the logprobs' tokens.
+  // the logprobs' tokens; `parsers` the model's reply parsers.
   ResponseWriter(const ParsedRequest& request, std::string id, int64_t created,
-                 std::string model, const tokenizer::Tokenizer* tokenizer);
+                 std::string model, const tokenizer::Tokenizer* tokenizer,
+                 const ChatParsers& parsers = {});
 
   // Streaming: the chunks for what a Sequence published (chat: the first
   // call also sends the role delta), then, with the chunk that carries the

@@ -1,5 +1,6 @@
 #include "daemon/http/responses_api.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -12,7 +13,9 @@
 #include "daemon/api/chat_tools.h"
 #include "daemon/api/constraint.h"
 #include "daemon/http/json_fields.h"
+#include "daemon/http/tools_reader.h"
 #include "daemon/http/openai_api.h"
+#include "engine/base/field_error.h"
 #include "engine/base/status.h"
 
 namespace minfer::daemon::responses {
@@ -148,44 +151,16 @@ absl::Status ParseInput(const ojson& body, v1::Chat* chat,
 }
 
 absl::Status ParseTools(const ojson& body, v1::Chat* chat) {
-  const ojson& tools = Member(body, "tools");
-  if (!tools.is_null()) {
-    if (!tools.is_array()) return WrongType("tools", "an array", tools);
-    if (tools.size() > kMaxTools) {
-      return FieldError("tools", absl::StrCat("tools holds ", tools.size(), " tools; at most ",
-                                              kMaxTools));
+  http_api::ToolShape shape;
+  shape.check_type = [](const ojson& t, const std::string& f) -> absl::Status {
+    ASSIGN_OR_RETURN(std::optional<std::string> type, http_api::OptString(t, "type", f + ".type"));
+    if (type != "function") {
+      return FieldError(f + ".type", absl::StrCat(f, ".type '", type.value_or(""),
+                                                  "' is not supported: only function tools"));
     }
-    for (size_t i = 0; i < tools.size(); ++i) {
-      const ojson& t = tools[i];
-      const std::string f = absl::StrCat("tools[", i, "]");
-      if (!t.is_object()) return WrongType(f, "an object", t);
-      ASSIGN_OR_RETURN(std::optional<std::string> type, http_api::OptString(t, "type", f + ".type"));
-      if (type != "function") {
-        return FieldError(f + ".type", absl::StrCat(f, ".type '", type.value_or(""),
-                                                    "' is not supported: only function tools"));
-      }
-      ASSIGN_OR_RETURN(std::optional<std::string> name, http_api::OptString(t, "name", f + ".name"));
-      if (!name.has_value()) return FieldError(f + ".name", f + ".name is required");
-      v1::Tool* out = chat->add_tools();
-      out->set_name(*name);
-      ASSIGN_OR_RETURN(std::optional<std::string> description,
-                       http_api::OptString(t, "description", f + ".description"));
-      if (description.has_value()) out->set_description(*description);
-      // Required, as in OpenAI's Responses API (and issue 28's bad input).
-      const ojson& parameters = Member(t, "parameters");
-      if (parameters.is_null()) {
-        return FieldError(f + ".parameters",
-                          absl::StrCat(f, ".parameters is required: the JSON Schema of the arguments "
-                                          "({\"type\": \"object\", \"properties\": {}} for none)"));
-      }
-      if (!parameters.is_object()) {
-        return WrongType(f + ".parameters", "a JSON Schema (an object)", parameters);
-      }
-      out->set_parameters(parameters.dump());
-      ASSIGN_OR_RETURN(std::optional<bool> strict, http_api::OptBool(t, "strict", f + ".strict"));
-      out->set_strict(strict.value_or(false));
-    }
-  }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(http_api::ReadTools(body, shape, chat));
   const ojson& choice = Member(body, "tool_choice");
   v1::ToolChoice* tc = chat->mutable_tool_choice();
   if (choice.is_string()) {
@@ -267,36 +242,42 @@ absl::Status ParseTextFormat(const ojson& body, v1::GenerateRequest* g, json* ec
   return absl::OkStatus();
 }
 
+// The request model's field (FieldPath) as this API names it: the
+// constraint is text.format.schema, the chat's messages the input items they
+// came from (origins), stopping.max_tokens is max_output_tokens and the
+// prompt as a whole is input; tools keep their flat shape (tools[i].name,
+// tools[i].parameters); the rest as the chat API names it.
+std::string ResponsesFieldName(const std::vector<FieldPathStep>& path, bool constraint,
+                               const std::vector<std::string>& origins) {
+  if (constraint) return "text.format.schema";
+  auto name_at = [&](size_t i) -> std::string {
+    return i < path.size() && !path[i].is_index() ? path[i].name : std::string();
+  };
+  auto from = [&](size_t i) {
+    return FormatFieldPath(
+        std::vector<FieldPathStep>(path.begin() + std::min(i, path.size()), path.end()));
+  };
+  if (name_at(0) == "chat") {
+    if (name_at(1) == "tool_choice") return "tool_choice";
+    if (name_at(1) == "tools") return from(1);
+    if (name_at(1) == "messages" && path.size() > 2 && path[2].is_index() &&
+        static_cast<size_t>(path[2].index) < origins.size()) {
+      const std::string tail = from(3);
+      const std::string& base = origins[path[2].index];
+      return tail.empty() ? base : absl::StrCat(base, tail[0] == '[' ? "" : ".", tail);
+    }
+  }
+  if (name_at(0) == "stopping" && name_at(1) == "max_tokens") return "max_output_tokens";
+  const std::string chat_name = openai::ApiFieldName(openai::Endpoint::kChatCompletions, path);
+  return chat_name == "messages" ? "input" : chat_name;
+}
+
 // A submission error in the API's names.
 absl::Status ApiFieldError(const absl::Status& status, const std::vector<std::string>& origins) {
-  if (status.code() != absl::StatusCode::kInvalidArgument || !openai::Param(status).empty()) {
-    return status;
-  }
-  const absl::string_view msg = status.message();
-  if (IsConstraintError(status)) {
-    const size_t colon = msg.find(": ");
-    const std::string rest(colon == absl::string_view::npos ? msg : msg.substr(colon + 2));
-    return FieldError("text.format.schema", absl::StrCat("text.format.schema: ", rest));
-  }
-  if (absl::StartsWith(msg, "chat.")) {
-    const size_t colon = msg.find(": ");
-    std::string field(msg.substr(5, colon == absl::string_view::npos ? msg.size() - 5 : colon - 5));
-    const std::string rest(colon == absl::string_view::npos ? "" : msg.substr(colon + 2));
-    if (absl::StartsWith(field, "tool_choice")) {
-      field = "tool_choice";
-    } else if (absl::StartsWith(field, "messages[")) {
-      const size_t k = std::strtoul(field.c_str() + 9, nullptr, 10);
-      if (k < origins.size()) field = origins[k] + field.substr(field.find(']') + 1);
-    }
-    return FieldError(field, absl::StrCat(field, ": ", rest));
-  }
-  absl::Status s = openai::ToApiFieldError(openai::Endpoint::kChatCompletions, status);
-  if (openai::Param(s) == "max_tokens") {
-    return FieldError("max_output_tokens",
-                      absl::StrCat("max_output_tokens", s.message().substr(10)));
-  }
-  if (openai::Param(s) == "messages") return FieldError("input", std::string(s.message()));
-  return s;
+  const bool constraint = IsConstraintError(status);
+  return http_api::ToApiField(status, [&](const std::vector<FieldPathStep>& path) {
+    return ResponsesFieldName(path, constraint, origins);
+  });
 }
 
 http_api::ErrorReply ErrorFor(const absl::Status& status) {
@@ -329,14 +310,8 @@ class ResponseReply : public http_api::Reply {
         created_(std::chrono::duration_cast<std::chrono::seconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count()) {
-    ChatOutputOptions options = ChatOutputOptionsFor(request.chat(), *ctx.tokenizer);
-    absl::StatusOr<std::unique_ptr<ChatOutputStream>> s = ChatOutputStream::Create(options);
-    if (!s.ok()) {
-      options = ChatOutputOptions();
-      options.reasoning.enabled = false;
-      s = ChatOutputStream::Create(options);
-    }
-    stream_ = *std::move(s);
+    ChatOutputOptions options = ChatOutputOptionsFor(request.chat(), *ctx.tokenizer, ctx.parsers);
+    stream_ = ChatOutputStream::CreateOrContent(&options);
   }
 
   std::string StreamEvents(const SequenceChunk& chunk) override {

@@ -8,6 +8,7 @@
 #include "daemon/http/anthropic_api.h"
 #include "daemon/http/json_fields.h"
 #include "daemon/http/openai_api.h"
+#include "engine/base/field_error.h"
 #include "engine/base/status.h"
 
 namespace minfer::daemon::tokenize_api {
@@ -61,9 +62,8 @@ absl::Status RefuseUnsupported(const ojson& body) {
 // The chat template's error, as the generation path words it ("chat: ..."),
 // renamed to the chat API's field.
 absl::Status RenderError(const absl::Status& status) {
-  return openai::ToApiFieldError(
-      openai::Endpoint::kChatCompletions,
-      absl::InvalidArgumentError(absl::StrCat("chat: ", status.message())));
+  return openai::ToApiFieldError(openai::Endpoint::kChatCompletions,
+                                 InvalidField("chat", status.message()));
 }
 
 }  // namespace
@@ -181,8 +181,7 @@ http_api::ErrorReply CountTokens(const ojson& body, const tokenizer::Tokenizer& 
   absl::StatusOr<std::vector<int32_t>> ids =
       tok.EncodeChat(input->messages, /*add_generation_prompt=*/true, input->options);
   if (!ids.ok()) {
-    return parsed->error(
-        absl::InvalidArgumentError(absl::StrCat("chat: ", ids.status().message())));
+    return parsed->error(InvalidField("chat", ids.status().message()));
   }
   return {200, json{{"input_tokens", ids->size()}}};
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "engine/base/field_error.h"
 
 namespace minfer::daemon {
 
@@ -15,29 +16,30 @@ std::string QuoteInput(absl::string_view text, size_t max_bytes) {
 
 absl::Status CheckName(absl::string_view name, absl::string_view field) {
   if (name.size() > kMaxNameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " must be at most ", kMaxNameBytes,
-                                                   " characters, got ", QuoteInput(name)));
+    return InvalidFieldThat(field, absl::StrCat("must be at most ", kMaxNameBytes,
+                                                " characters, got ", QuoteInput(name)));
   }
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '-';
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, " may use only letters, digits, '.', '_' and '-', got ", QuoteInput(name)));
+      return InvalidFieldThat(
+          field, absl::StrCat("may use only letters, digits, '.', '_' and '-', got ",
+                              QuoteInput(name)));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckPath(absl::string_view path, absl::string_view field) {
-  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " must not be empty"));
+  if (path.empty()) return InvalidFieldThat(field, "must not be empty");
   if (path.size() > kMaxPathBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " must be at most ", kMaxPathBytes,
-                                                   " bytes, got ", QuoteInput(path)));
+    return InvalidFieldThat(field, absl::StrCat("must be at most ", kMaxPathBytes,
+                                                " bytes, got ", QuoteInput(path)));
   }
   if (path.find('\0') != absl::string_view::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " must not contain a NUL byte, got ", QuoteInput(path)));
+    return InvalidFieldThat(field,
+                            absl::StrCat("must not contain a NUL byte, got ", QuoteInput(path)));
   }
   return absl::OkStatus();
 }

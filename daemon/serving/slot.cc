@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/base/logging.h"
+#include "engine/chat/tool_calls.h"
 #include "engine/base/status.h"
 #include "engine/gguf/gguf.h"
 #include "engine/grammar/matcher.h"
@@ -32,6 +34,25 @@ struct Slot::Active {
   bool got_token = false;
   runtime::GenerationStats stats;  // what the engine reported so far
 };
+
+std::vector<std::string> ReasoningParsers() { return {"qwen3"}; }
+
+absl::Status CheckChatParsers(const SlotConfig& config) {
+  // The lists come from the registries, so a family added there is
+  // accepted here without a second list to keep.
+  auto check = [](const char* field, const std::string& name,
+                  const std::vector<std::string>& known) -> absl::Status {
+    if (name.empty() || name == "none") return absl::OkStatus();
+    for (const std::string& k : known) {
+      if (name == k) return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " '", name.substr(0, 64), "' is not known: ", absl::StrJoin(known, ", "),
+        " or none (empty: the chat template's)"));
+  };
+  RETURN_IF_ERROR(check("tool_parser", config.tool_parser, chat::ToolCallFamilies()));
+  return check("reasoning_parser", config.reasoning_parser, ReasoningParsers());
+}
 
 absl::StatusOr<std::optional<graph::DType>> ParseKvType(const std::string& kv_type) {
   if (kv_type.empty() || kv_type == "auto") return std::optional<graph::DType>();

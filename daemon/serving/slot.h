@@ -71,7 +71,18 @@ struct SlotConfig {
   // KV pool size in tokens (rounded up to whole blocks); 0 = parallel x
   // n_ctx, every sequence can reach the full context at once.
   int64_t kv_tokens = 0;
+  // Reply parsers (LoadModelRequest.tool_parser / reasoning_parser): "" =
+  // from the chat template, "none", or a name (CheckChatParsers).
+  std::string tool_parser;
+  std::string reasoning_parser;
 };
+
+// The reasoning parsers a model may be loaded with (besides "" and "none").
+std::vector<std::string> ReasoningParsers();
+// INVALID_ARGUMENT naming config's tool_parser or reasoning_parser when it
+// is not "", "none" or a known one (chat::ToolCallFamilies,
+// ReasoningParsers), listing the known ones.
+absl::Status CheckChatParsers(const SlotConfig& config);
 
 // "" -> nullopt (the model's default); else the DType, or INVALID_ARGUMENT.
 absl::StatusOr<std::optional<graph::DType>> ParseKvType(const std::string& kv_type);
@@ -175,6 +186,8 @@ class Slot {
   Slot& operator=(const Slot&) = delete;
 
   const std::string& name() const { return config_.name; }
+  // The configuration it was loaded with (as validated by the manager).
+  const SlotConfig& config() const { return config_; }
   SlotState state() const;
   SlotStatus Status() const;
   // The model while READY or UNLOADING (e.g. for tokenizing; the Tokenizer

@@ -95,6 +95,7 @@ absl::StatusOr<std::shared_ptr<Slot>> SlotManager::Load(SlotConfig config) {
   if (config.parallel == 0) config.parallel = options_.default_parallel;
   if (config.queue_size == 0) config.queue_size = options_.default_queue_size;
   RETURN_IF_ERROR(ParseKvType(config.kv_type).status());
+  RETURN_IF_ERROR(CheckChatParsers(config));
   if (absl::Status s = KnobRegistry::Global().ValidateOverrides(config.knobs); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("knobs: ", s.message()));
   }

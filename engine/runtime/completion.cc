@@ -4,41 +4,45 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/field_error.h"
 #include "engine/base/status.h"
 
 namespace minfer::runtime {
 
 absl::Status ValidateGenerateRequest(const GenerateRequest& request, const Model& model,
                                      int64_t n_ctx) {
-  if (request.prompt.empty()) return absl::InvalidArgumentError("prompt: no tokens");
+  // Errors name the request's field as data (field_error.h), so that each
+  // front door can say it in its own terms.
+  if (request.prompt.empty()) return InvalidField("prompt", "no tokens");
   const int64_t n_vocab = model.hparams().n_vocab;
   for (size_t i = 0; i < request.prompt.size(); ++i) {
     const int32_t t = request.prompt[i];
     if (t < 0 || t >= n_vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt[", i, "]: token id ", t,
-                                                     " is outside the vocabulary [0, ", n_vocab,
-                                                     ")"));
+      return InvalidField(absl::StrCat("prompt[", i, "]"),
+                          absl::StrCat("token id ", t, " is outside the vocabulary [0, ",
+                                       n_vocab, ")"));
     }
   }
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
   if (n_prompt >= n_ctx) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt: ", n_prompt, " tokens do not fit the model's context of ", n_ctx,
-                     " (one position must remain for the completion)"));
+    return WithReason(
+        InvalidField("prompt", absl::StrCat(n_prompt, " tokens do not fit the model's context of ",
+                                            n_ctx,
+                                            " (one position must remain for the completion)")),
+        kContextLengthExceeded);
   }
   if (request.max_tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_tokens must be >= 1, got ", request.max_tokens));
+    return InvalidFieldThat("max_tokens", absl::StrCat("must be >= 1, got ", request.max_tokens));
   }
-  RETURN_IF_ERROR(request.sampling.Validate());
+  RETURN_IF_ERROR(PrefixField(request.sampling.Validate(), "sampling"));
   if (request.grammar != nullptr && request.grammar->vocab().n_rows() != n_vocab) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "grammar: compiled for a vocabulary of ", request.grammar->vocab().n_rows(),
+    return InvalidField("grammar", absl::StrCat(
+        "compiled for a vocabulary of ", request.grammar->vocab().n_rows(),
         " rows, the model has ", n_vocab, " (compile it with this model's grammars())"));
   }
   for (size_t i = 0; i < request.stop.size(); ++i) {
     if (request.stop[i].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is empty"));
+      return InvalidFieldThat(absl::StrCat("stop[", i, "]"), "is empty");
     }
   }
   return absl::OkStatus();

@@ -4,14 +4,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "engine/base/field_error.h"
 
 namespace minfer {
 namespace {
 
 absl::Status Bad(absl::string_view field, absl::string_view requirement,
                  double value) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "SamplingParams.", field, " must be ", requirement, ", got ", value));
+  // The field as data (field_error.h); a request that holds these params
+  // puts its own prefix before it (PrefixField).
+  return InvalidFieldThat(field, absl::StrCat("must be ", requirement, ", got ", value));
 }
 
 }  // namespace
@@ -48,9 +50,8 @@ absl::Status SamplingParams::Validate() const {
   }
   for (size_t i = 0; i < banned_tokens.size(); ++i) {
     if (banned_tokens[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("SamplingParams.banned_tokens[", i,
-                       "] must be >= 0, got ", banned_tokens[i]));
+      return InvalidFieldThat(absl::StrCat("banned_tokens[", i, "]"),
+                              absl::StrCat("must be >= 0, got ", banned_tokens[i]));
     }
   }
   return absl::OkStatus();

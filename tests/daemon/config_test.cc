@@ -206,6 +206,36 @@ TEST(ConfigTest, TenantFlag) {
   }
 }
 
+TEST(ConfigTest, ModelFlagTakesPerModelParsers) {
+  auto plain = ParseModelFlag("m=/models/a.gguf");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->name, "m");
+  EXPECT_EQ(plain->path, "/models/a.gguf");
+  EXPECT_EQ(plain->n_ctx, 0);
+  EXPECT_EQ(plain->parallel, 0);
+  EXPECT_EQ(plain->tool_parser, "");
+  auto both = ParseModelFlag("m=/a.gguf,tool_parser=llama3_json,reasoning_parser=none");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->tool_parser, "llama3_json");
+  EXPECT_EQ(both->reasoning_parser, "none");
+  for (const char* bad : {"m", "=/a.gguf", "m=", "m=/a.gguf,ctx=5", "m=/a.gguf,tool_parser"}) {
+    EXPECT_FALSE(ParseModelFlag(bad).ok()) << bad;
+  }
+  // Parser names are checked at load, against the registries.
+  SlotConfig c = *both;
+  EXPECT_TRUE(CheckChatParsers(c).ok());
+  c.tool_parser = "mistral";
+  absl::Status s = CheckChatParsers(c);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("tool_parser 'mistral' is not known"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("hermes"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("llama3_json"));
+  c.tool_parser = "none";
+  c.reasoning_parser = "deepseek";
+  EXPECT_THAT(std::string(CheckChatParsers(c).message()),
+              HasSubstr("reasoning_parser 'deepseek' is not known: qwen3"));
+}
+
 // The admin token is not an API key: a tenant key (inline or from its key
 // file) or an api_key_file key equal to it is refused at start, naming the
 // tenant and never echoing the key.

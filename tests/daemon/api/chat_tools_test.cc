@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/field_error.h"
 #include "engine/grammar/json_validate.h"
 #include "engine/grammar/matcher.h"
 #include "gmock/gmock.h"
@@ -110,6 +111,9 @@ TEST(ChatToolsTest, ValidationNamesTheField) {
     absl::Status s = Check(c);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << b.message;
     EXPECT_THAT(std::string(s.message()), HasSubstr(b.message));
+    // The field travels as data too (field_error.h): the path the message
+    // starts with.
+    EXPECT_EQ(FieldPath(s), b.message.substr(0, b.message.find(": "))) << s;
   }
 }
 
@@ -238,6 +242,42 @@ TEST(ChatToolsTest, ForcedCallsAlwaysParseAndValidate) {
   }
 }
 
+// Parallel forced calls are bounded: after kMaxForcedToolCalls calls the
+// grammar allows no further "\n<tool_call>", only the end.
+TEST(ChatToolsTest, ForcedParallelCallsStopAtTheCap) {
+  grammar::GrammarCompiler compiler(ByteVocab());
+  v1::Chat c = ToolChat();
+  c.mutable_tool_choice()->set_mode(v1::ToolChoice::TOOL_CHOICE_FUNCTION);
+  c.mutable_tool_choice()->set_function("ping");
+  c.set_parallel_tool_calls(true);
+  auto g = ForcedToolCallGrammar(c, "hermes");
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto compiled = compiler.CompileGrammar(*std::move(g), grammar::GrammarKind::kJsonSchema);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  grammar::GrammarMatcher m(*compiled);
+  std::vector<uint32_t> mask((*compiled)->vocab().mask_words());
+  auto accept = [&](const std::string& text) {
+    for (char ch : text) {
+      const int32_t id = 1 + static_cast<unsigned char>(ch);
+      ASSERT_TRUE(m.AcceptToken(id).ok()) << "at '" << ch << "' of " << text;
+    }
+  };
+  const int32_t newline = 1 + '\n';
+  const std::string call = R"(<tool_call>
+{"name": "ping", "arguments": {}}
+</tool_call>)";
+  for (int k = 1; k <= kMaxForcedToolCalls; ++k) {
+    if (k > 1) accept("\n");
+    accept(call);
+    EXPECT_TRUE(m.IsComplete()) << k << " calls";
+    m.FillNextTokenBitmask(mask.data());
+    const bool more = mask[newline / 32] >> (newline % 32) & 1;
+    EXPECT_EQ(more, k < kMaxForcedToolCalls) << k << " calls";
+    EXPECT_TRUE(mask[0] & 1) << "the end is allowed after " << k << " calls";
+  }
+  EXPECT_FALSE(m.AcceptToken(newline).ok());
+}
+
 TEST(ChatToolsTest, ForcedGrammarErrorsNameTheTool) {
   v1::Chat c = ToolChat();
   c.mutable_tool_choice()->set_mode(v1::ToolChoice::TOOL_CHOICE_REQUIRED);
@@ -245,6 +285,7 @@ TEST(ChatToolsTest, ForcedGrammarErrorsNameTheTool) {
   auto g = ForcedToolCallGrammar(c, "hermes");
   ASSERT_FALSE(g.ok());
   EXPECT_THAT(std::string(g.status().message()), HasSubstr("chat.tools[1].parameters: "));
+  EXPECT_EQ(FieldPath(g.status()), "chat.tools[1].parameters");
   EXPECT_THAT(std::string(g.status().message()), HasSubstr("propertyNames"));
   // A named choice compiles only its tool: the bad one is not reached.
   c.mutable_tool_choice()->set_mode(v1::ToolChoice::TOOL_CHOICE_FUNCTION);

@@ -100,6 +100,8 @@ TEST_F(AdminServiceTest, LoadStreamsProgressAndReportsMemory) {
   EXPECT_EQ(st->parallel(), 2);
   EXPECT_EQ(st->kv_type(), "f16");
   EXPECT_EQ(st->backend(), "cpu");
+  EXPECT_EQ(st->tool_parser(), "");  // from the template
+  EXPECT_EQ(st->reasoning_parser(), "");
   // KV: the pool, parallel x n_ctx/16 blocks of 16 rows plus the reserved
   // block, x {K,V} x n_layer x n_kv_embd x 2 bytes (f16); the tiny shape has
   // 2 layers, 2 KV heads of 64.
@@ -158,6 +160,22 @@ TEST_F(AdminServiceTest, LoadErrorsAndTheDaemonKeepsServing) {
   knob.set_kv_type("");
   (*knob.mutable_knobs())["MINFER_THREADS"] = "2";  // global: not per model
   EXPECT_EQ(client_->LoadModel(knob).status().code(), absl::StatusCode::kInvalidArgument);
+  // An unknown tool-call family is refused, naming it and the known ones.
+  v1::LoadModelRequest parser = kv;
+  parser.set_kv_type("");
+  parser.set_tool_parser("mistral");
+  absl::Status refused = client_->LoadModel(parser).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("tool_parser 'mistral'"));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("hermes, llama3_json"));
+  // A known one loads and shows in the status.
+  parser.set_name("parsed");
+  parser.set_tool_parser("llama3_json");
+  parser.set_reasoning_parser("none");
+  auto loaded = client_->LoadModel(parser);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->tool_parser(), "llama3_json");
+  EXPECT_EQ(loaded->reasoning_parser(), "none");
 
   // Failed loads stay visible with their reason until replaced.
   auto failed = client_->GetModelStatus("garbage");

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/api/constraint.h"
 #include "daemon/serving/tenants.h"
+#include "engine/base/field_error.h"
 #include "engine/runtime/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -145,7 +146,7 @@ TEST(OpenAiParseTest, CacheSaltIsCarriedAndChecked) {
   }
   // The generation path's own check (gRPC's) renames to the same field.
   absl::Status grpc = ToApiFieldError(
-      Endpoint::kCompletions, absl::InvalidArgumentError("cache_salt: 300 bytes, at most 256"));
+      Endpoint::kCompletions, InvalidField("cache_salt", "300 bytes, at most 256"));
   EXPECT_EQ(Param(grpc), "cache_salt");
 }
 
@@ -343,30 +344,56 @@ TEST(OpenAiParseTest, BadFieldsAreRefusedNamingTheField) {
 }
 
 TEST(OpenAiParseTest, GenerationPathErrorsAreRenamedToTheApiFields) {
-  absl::Status top_p =
-      ToApiFieldError(Endpoint::kChatCompletions,
-                      absl::InvalidArgumentError("sampling.top_p must be in (0, 1], got 2"));
+  absl::Status top_p = ToApiFieldError(Endpoint::kChatCompletions,
+                                       InvalidFieldThat("sampling.top_p", "must be in (0, 1], got 2"));
   EXPECT_EQ(Param(top_p), "top_p");
   EXPECT_EQ(top_p.message(), "top_p must be in (0, 1], got 2");
-  absl::Status max_tokens = ToApiFieldError(
-      Endpoint::kCompletions,
-      absl::InvalidArgumentError("stopping.max_tokens 9999 exceeds the server's limit of 4096"));
+  absl::Status max_tokens =
+      ToApiFieldError(Endpoint::kCompletions,
+                      InvalidFieldThat("stopping.max_tokens", "9999 exceeds the server's limit of 4096"));
   EXPECT_EQ(Param(max_tokens), "max_tokens");
   EXPECT_EQ(max_tokens.message(), "max_tokens 9999 exceeds the server's limit of 4096");
   absl::Status ctx = ToApiFieldError(
       Endpoint::kChatCompletions,
-      absl::InvalidArgumentError("prompt: 300 tokens do not fit the model's context of 256 (one "
-                                 "position must remain for the completion)"));
+      WithReason(InvalidField("prompt", "300 tokens do not fit the model's context of 256 (one "
+                                        "position must remain for the completion)"),
+                 kContextLengthExceeded));
   EXPECT_EQ(Param(ctx), "messages");
   EXPECT_THAT(std::string(ctx.message()), HasSubstr("messages: 300 tokens do not fit"));
   EXPECT_EQ(ApiErrorFor(ctx).code, "context_length_exceeded");
-  absl::Status empty =
-      ToApiFieldError(Endpoint::kCompletions, absl::InvalidArgumentError("text: the prompt is empty"));
+  absl::Status empty = ToApiFieldError(Endpoint::kCompletions, InvalidField("text", "the prompt is empty"));
   EXPECT_EQ(Param(empty), "prompt");
   EXPECT_EQ(empty.message(), "prompt: the prompt is empty");
-  // Not a field error: unchanged.
+  // A client's token id: its index in the API's prompt.
+  absl::Status id = ToApiFieldError(Endpoint::kCompletions,
+                                    InvalidField("tokens.ids[3]", "token id 9 is outside"));
+  EXPECT_EQ(Param(id), "prompt[3]");
+  EXPECT_EQ(id.message(), "prompt[3]: token id 9 is outside");
+  EXPECT_EQ(Param(ToApiFieldError(Endpoint::kChatCompletions,
+                                  InvalidFieldThat("sampling.penalty_last_n", "must be >= -1"))),
+            "repeat_last_n");
+  // Not a field error: unchanged, whatever its message says.
   absl::Status nf = ToApiFieldError(Endpoint::kCompletions, absl::NotFoundError("no model 'x'"));
   EXPECT_EQ(nf, absl::NotFoundError("no model 'x'"));
+  const absl::Status words = absl::InvalidArgumentError("sampling.top_p must be in (0, 1]");
+  EXPECT_EQ(ToApiFieldError(Endpoint::kChatCompletions, words), words);
+}
+
+// The error code comes from the status's reason, never from its words.
+TEST(OpenAiErrorTest, ContextLengthExceededComesFromTheReasonNotTheMessage) {
+  EXPECT_EQ(ApiErrorFor(WithReason(absl::InvalidArgumentError("too long"), kContextLengthExceeded))
+                .code,
+            "context_length_exceeded");
+  EXPECT_EQ(ApiErrorFor(absl::InvalidArgumentError(
+                            "prompt: 300 tokens do not fit the model's context of 256"))
+                .code,
+            "");
+  const ApiError e = ApiErrorFor(ToApiFieldError(
+      Endpoint::kCompletions,
+      WithReason(InvalidField("prompt", "long"), kContextLengthExceeded)));
+  EXPECT_EQ(e.code, "context_length_exceeded");
+  EXPECT_EQ(e.param, "prompt");
+  EXPECT_EQ(e.http_status, 400);
 }
 
 // Structured outputs: every API's constraint field lands in the proto's
@@ -599,19 +626,19 @@ TEST(OpenAiConstraintTest, CompileErrorsNameTheApiFieldTheConstraintCameIn) {
   ParsedRequest r = ParseWith(Endpoint::kChatCompletions, R"("response_format": {
       "type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}})");
   absl::Status s = ToApiFieldError(
-      r, ConstraintError("json_schema: unsupported keyword 'patternProperties' at /properties/a"));
+      r, ConstraintError("json_schema", "unsupported keyword 'patternProperties' at /properties/a"));
   EXPECT_EQ(Param(s), "response_format.json_schema.schema");
   EXPECT_EQ(s.message(),
             "response_format.json_schema.schema: unsupported keyword 'patternProperties' at "
             "/properties/a");
   EXPECT_EQ(ApiErrorFor(s).http_status, 400);
   ParsedRequest c = ParseWith(Endpoint::kCompletions, R"("guided_choice": [])");
-  absl::Status none = ToApiFieldError(c, ConstraintError("choice.choices: no choices"));
+  absl::Status none = ToApiFieldError(c, ConstraintError("choice.choices", "no choices"));
   EXPECT_EQ(Param(none), "guided_choice");
   EXPECT_EQ(none.message(), "guided_choice: no choices");
   // Other errors of the generation path keep their renaming.
   absl::Status top_p =
-      ToApiFieldError(r, absl::InvalidArgumentError("sampling.top_p must be in (0, 1], got 2"));
+      ToApiFieldError(r, InvalidFieldThat("sampling.top_p", "must be in (0, 1], got 2"));
   EXPECT_EQ(Param(top_p), "top_p");
 }
 
@@ -901,15 +928,21 @@ TEST(OpenAiToolsTest, BadToolInputIsA400NamingTheField) {
   // forced call with a response_format) name the API's fields.
   absl::Status compile = ToApiFieldError(
       Endpoint::kChatCompletions,
-      absl::InvalidArgumentError("chat.tools[1].parameters: unsupported keyword 'not' at /"));
+      InvalidField("chat.tools[1].parameters", "unsupported keyword 'not' at /"));
   EXPECT_EQ(Param(compile), "tools[1].function.parameters");
   EXPECT_EQ(compile.message(), "tools[1].function.parameters: unsupported keyword 'not' at /");
   EXPECT_EQ(Param(ToApiFieldError(Endpoint::kChatCompletions,
-                                  absl::InvalidArgumentError("chat.tool_choice: combined"))),
+                                  InvalidField("chat.tool_choice", "combined"))),
             "tool_choice");
   EXPECT_EQ(Param(ToApiFieldError(Endpoint::kChatCompletions,
-                                  absl::InvalidArgumentError("chat.tools: model 'm' ..."))),
+                                  InvalidField("chat.tools", "model 'm' ..."))),
             "tools");
+  EXPECT_EQ(Param(ToApiFieldError(Endpoint::kChatCompletions,
+                                  InvalidField("chat.messages[2].tool_calls[0].arguments", "x"))),
+            "messages[2].tool_calls[0].function.arguments");
+  EXPECT_EQ(Param(ToApiFieldError(Endpoint::kChatCompletions,
+                                  InvalidField("chat.template_kwargs.tools", "x"))),
+            "chat_template_kwargs.tools");
 }
 
 // Replies read for tool calls (the tiny model's ChatML template reads as
@@ -965,6 +998,49 @@ TEST_F(OpenAiToolReplyTest, WholeReplyCarriesToolCalls) {
   EXPECT_EQ(rn["choices"][0]["message"]["content"], kCallReply);
   EXPECT_FALSE(rn["choices"][0]["message"].contains("tool_calls"));
   EXPECT_EQ(rn["choices"][0]["finish_reason"], "stop");
+}
+
+// A model loaded with a tool parser (LoadModelRequest.tool_parser) reads its
+// replies in that family, not the template's (the tiny model's ChatML
+// template reads as hermes); "none" reads no calls.
+TEST_F(OpenAiToolReplyTest, TheLoadedToolParserOverridesTheTemplates) {
+  ParsedRequest req = MustParse(Endpoint::kChatCompletions,
+                                (std::string(kToolsBody) +
+                                 R"("messages": [{"role": "user", "content": "x"}]})").c_str());
+  EXPECT_EQ(ToolCallFamilyOf(tok()), "hermes");
+  EXPECT_EQ(ToolCallFamilyOf(tok(), ChatParsers{"llama3_json", ""}), "llama3_json");
+  EXPECT_EQ(ToolCallFamilyOf(tok(), ChatParsers{"none", ""}), "");
+  const std::string llama = R"({"name": "ping", "parameters": {}})";
+  // By the template (hermes): a Llama 3 call is content.
+  ResponseWriter by_template(req, "chatcmpl-9", 7, "tiny", &tok());
+  by_template.Accumulate(Text(llama));
+  json r = by_template.Response(Result(FinishReason::kEos, 3, 2));
+  EXPECT_EQ(r["choices"][0]["message"]["content"], llama);
+  // Loaded with tool_parser llama3_json: the same reply is a call.
+  ResponseWriter llama3(req, "chatcmpl-10", 7, "tiny", &tok(), ChatParsers{"llama3_json", ""});
+  llama3.Accumulate(Text(llama));
+  r = llama3.Response(Result(FinishReason::kEos, 3, 2));
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "ping");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+  // Loaded with tool_parser none: a hermes block is content.
+  ResponseWriter none(req, "chatcmpl-11", 7, "tiny", &tok(), ChatParsers{"none", ""});
+  none.Accumulate(Text(kCallReply));
+  r = none.Response(Result(FinishReason::kEos, 3, 2));
+  EXPECT_EQ(r["choices"][0]["message"]["content"], kCallReply);
+  EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls"));
+  // reasoning_parser qwen3 splits <think> although ChatML has no such tags.
+  ParsedRequest plain = MustParse(Endpoint::kChatCompletions,
+                                  R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})");
+  ResponseWriter think(plain, "chatcmpl-12", 7, "tiny", &tok(), ChatParsers{"", "qwen3"});
+  think.Accumulate(Text("<think>hm</think>yes"));
+  r = think.Response(Result(FinishReason::kEos, 3, 2));
+  EXPECT_EQ(r["choices"][0]["message"]["reasoning_content"], "hm");
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "yes");
+  ResponseWriter no_split(plain, "chatcmpl-13", 7, "tiny", &tok());
+  no_split.Accumulate(Text("<think>hm</think>yes"));
+  r = no_split.Response(Result(FinishReason::kEos, 3, 2));
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "<think>hm</think>yes");
 }
 
 TEST_F(OpenAiToolReplyTest, StreamedReplySendsToolCallDeltas) {

@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/base/field_error.h"
 #include "engine/base/knobs.h"
 #include "engine/runtime/batch_runner.h"
 #include "engine/runtime/completion.h"
@@ -426,7 +427,7 @@ TEST(EngineTest, RequestRulesAreCheckedOnceAndTheRunnerAssertsThem) {
        "completion)"},
       {[](GenerateRequest& r) { r.max_tokens = 0; }, 16, "max_tokens must be >= 1, got 0"},
       {[](GenerateRequest& r) { r.stop = {"a", ""}; }, 16, "stop[1] is empty"},
-      {[](GenerateRequest& r) { r.sampling.top_p = 2; }, 16, "SamplingParams.top_p"},
+      {[](GenerateRequest& r) { r.sampling.top_p = 2; }, 16, "sampling.top_p"},
   };
   EngineOptions eo;
   eo.max_seqs = 2;
@@ -464,6 +465,40 @@ TEST(EngineTest, RequestRulesAreCheckedOnceAndTheRunnerAssertsThem) {
   EXPECT_TRUE(absl::IsInternal(st)) << st;
   EXPECT_EQ(st.message(), absl::StrCat("batch runner invariant: item 0: token id ", n_vocab,
                                        " is outside the vocabulary [0, ", n_vocab, ")"));
+}
+
+// The rules' errors name the field as data (engine/base/field_error.h), and a
+// prompt longer than the context says so as a reason, not only in words.
+TEST(EngineTest, RequestRuleErrorsCarryTheFieldAndTheReason) {
+  auto model = LoadModel("tiny", "q8_0");
+  ASSERT_NE(model, nullptr);
+  GenerateRequest ok;
+  ok.prompt = {1, 2, 3};
+  ok.max_tokens = 4;
+  struct Case {
+    std::function<void(GenerateRequest&)> edit;
+    int64_t n_ctx;
+    std::string path, reason;
+  };
+  const std::vector<Case> cases = {
+      {[](GenerateRequest& r) { r.prompt.clear(); }, 16, "prompt", ""},
+      {[](GenerateRequest& r) { r.prompt[2] = -1; }, 16, "prompt[2]", ""},
+      {[](GenerateRequest&) {}, 3, "prompt", kContextLengthExceeded},
+      {[](GenerateRequest& r) { r.max_tokens = 0; }, 16, "max_tokens", ""},
+      {[](GenerateRequest& r) { r.stop = {"a", ""}; }, 16, "stop[1]", ""},
+      {[](GenerateRequest& r) { r.sampling.top_p = 2; }, 16, "sampling.top_p", ""},
+      {[](GenerateRequest& r) { r.sampling.banned_tokens = {-3}; }, 16,
+       "sampling.banned_tokens[0]", ""},
+  };
+  for (const Case& c : cases) {
+    GenerateRequest r = ok;
+    c.edit(r);
+    const absl::Status v = ValidateGenerateRequest(r, *model, c.n_ctx);
+    EXPECT_EQ(FieldPath(v), c.path) << v;
+    EXPECT_EQ(ErrorReason(v), c.reason) << v;
+    // The message is the path and what follows it.
+    EXPECT_EQ(v.message(), absl::StrCat(c.path, FieldText(v))) << v;
+  }
 }
 
 // Prefix caching: prompts that share a 50-token system prompt, two
