@@ -4,10 +4,12 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "engine/chat/text_stream.h"
 #include "nlohmann/json.hpp"
 
@@ -268,11 +270,116 @@ absl::string_view StripSpace(absl::string_view s) {
   return s;
 }
 
+bool IsIdentStart(char c) { return absl::ascii_isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool IsIdentChar(char c) { return IsIdentStart(c) || absl::ascii_isdigit(static_cast<unsigned char>(c)); }
+
+// A Python identifier at the front of *s, consumed; "" if none.
+absl::string_view TakeIdent(absl::string_view* s) {
+  if (s->empty() || !IsIdentStart(s->front())) return {};
+  size_t n = 1;
+  while (n < s->size() && IsIdentChar((*s)[n])) ++n;
+  absl::string_view id = s->substr(0, n);
+  s->remove_prefix(n);
+  return id;
+}
+
+void SkipSpace(absl::string_view* s) {
+  while (!s->empty() && IsSpace(s->front())) s->remove_prefix(1);
+}
+
+// A Python literal at the front of *s as JSON, consumed: a string in single
+// or double quotes (escapes \\ \' \" \n \t \r; others keep the
+// backslash), a number, True, False or None. nullopt if none.
+std::optional<Json> TakePythonLiteral(absl::string_view* s) {
+  if (s->empty()) return std::nullopt;
+  const char q = s->front();
+  if (q == '"' || q == '\'') {
+    std::string out;
+    for (size_t i = 1; i < s->size(); ++i) {
+      const char c = (*s)[i];
+      if (c == q) {
+        s->remove_prefix(i + 1);
+        return Json(std::move(out));
+      }
+      if (c == '\\' && i + 1 < s->size()) {
+        const char e = (*s)[++i];
+        switch (e) {
+          case 'n': out.push_back('\n'); break;
+          case 't': out.push_back('\t'); break;
+          case 'r': out.push_back('\r'); break;
+          case '\\': case '\'': case '"': out.push_back(e); break;
+          default: out.push_back('\\'); out.push_back(e); break;
+        }
+        continue;
+      }
+      out.push_back(c);
+    }
+    return std::nullopt;  // unterminated
+  }
+  for (const auto& [word, value] : {std::pair<absl::string_view, Json>{"True", Json(true)},
+                                    {"False", Json(false)}, {"None", Json(nullptr)}}) {
+    if (absl::StartsWith(*s, word) && (s->size() == word.size() || !IsIdentChar((*s)[word.size()]))) {
+      s->remove_prefix(word.size());
+      return value;
+    }
+  }
+  size_t n = 0;
+  while (n < s->size() && (absl::ascii_isdigit(static_cast<unsigned char>((*s)[n])) ||
+                           absl::StrContains("+-.eE", (*s)[n]))) {
+    ++n;
+  }
+  if (n == 0) return std::nullopt;
+  const absl::string_view num = s->substr(0, n);
+  Json j = Json::parse(num.begin(), num.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_number()) return std::nullopt;
+  s->remove_prefix(n);
+  return j;
+}
+
+// Llama 3.1's built-in tools after <|python_tag|> (brave_search,
+// wolfram_alpha): NAME.call(KEY=LITERAL, ...), the whole text (around
+// whitespace). The call is NAME with the keyword arguments as a JSON
+// object, in their order; nullopt for anything else (a code_interpreter
+// reply is Python code: content).
+std::optional<CallText> ParseBuiltinCall(absl::string_view text) {
+  absl::string_view s = StripSpace(text);
+  const absl::string_view name = TakeIdent(&s);
+  if (name.empty() || !absl::ConsumePrefix(&s, ".call(")) return std::nullopt;
+  Json args = Json::object();
+  SkipSpace(&s);
+  while (!absl::ConsumePrefix(&s, ")")) {
+    const absl::string_view key = TakeIdent(&s);
+    SkipSpace(&s);
+    if (key.empty() || !absl::ConsumePrefix(&s, "=")) return std::nullopt;
+    SkipSpace(&s);
+    std::optional<Json> value = TakePythonLiteral(&s);
+    if (!value.has_value() || args.contains(std::string(key))) return std::nullopt;
+    args[std::string(key)] = *std::move(value);
+    SkipSpace(&s);
+    if (absl::ConsumePrefix(&s, ",")) {
+      SkipSpace(&s);
+    } else if (s.empty() || s.front() != ')') {
+      return std::nullopt;
+    }
+  }
+  if (!s.empty()) return std::nullopt;  // text after the call
+  CallText call;
+  call.name = std::string(name);
+  call.arguments = args.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+  return call;
+}
+
 // The calls of a whole reply that starts like one, or nullopt if it is not
 // entirely calls.
 std::optional<std::vector<CallText>> ParseLlamaCalls(absl::string_view reply) {
   absl::string_view s = StripSpace(reply);
-  if (absl::StartsWith(s, kPythonTag)) s.remove_prefix(kPythonTag.size());
+  if (absl::StartsWith(s, kPythonTag)) {
+    s.remove_prefix(kPythonTag.size());
+    // A built-in tool's call is one Python expression, never JSON.
+    if (std::optional<CallText> builtin = ParseBuiltinCall(s); builtin.has_value()) {
+      return std::vector<CallText>{*std::move(builtin)};
+    }
+  }
   std::vector<absl::string_view> parts = SplitCalls(s);
   // "a; b;" is two calls: one trailing separator is tolerated.
   if (parts.size() > 1 && StripSpace(parts.back()).empty()) parts.pop_back();

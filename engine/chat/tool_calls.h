@@ -11,7 +11,11 @@
 //                 whitespace, optionally after <|python_tag|>) is
 //                 {"name": N, "parameters": {..}} ("arguments" is accepted for
 //                 "parameters"); several objects separated by ";" are parallel
-//                 calls. Any other reply is content, verbatim.
+//                 calls. After <|python_tag|>, Llama 3.1's built-in tool
+//                 syntax is a call too: brave_search.call(query="x") is the
+//                 call brave_search with {"query":"x"} (keyword arguments
+//                 whose values are Python string, number, True/False/None
+//                 literals). Any other reply is content, verbatim.
 //
 // Malformed calls are content, never errors: a block whose JSON does not
 // parse, is not an object, has no non-empty string "name", has "arguments"

@@ -239,10 +239,33 @@ TEST(Llama3JsonTest, ContentVerbatim) {
   }
 }
 
+// Llama 3.1's built-in tools (brave_search, wolfram_alpha) write a Python
+// call after <|python_tag|>: a call of that name with the keyword arguments.
+TEST(Llama3JsonTest, BuiltInToolCallAfterThePythonTag) {
+  ExpectParse("llama3_json", "<|python_tag|>brave_search.call(query=\"weather Paris\")",
+              {"", {{"call_0", "brave_search", R"({"query":"weather Paris"})"}}});
+  ExpectParse("llama3_json", "<|python_tag|>brave_search.call(query=\"x\")",
+              {"", {{"call_0", "brave_search", R"({"query":"x"})"}}});
+  ExpectParse("llama3_json",
+              " <|python_tag|>wolfram_alpha.call( query = 'solve x\\'s \\\"y\\\"; z' , n=3,"
+              " exact=True, unit=None, f=-1.5) \n",
+              {"", {{"call_0", "wolfram_alpha",
+                     R"({"query":"solve x's \"y\"; z","n":3,"exact":true,"unit":null,"f":-1.5})"}}});
+  ExpectParse("llama3_json", "<|python_tag|>ping.call()", {"", {{"call_0", "ping", "{}"}}});
+}
+
 TEST(Llama3JsonTest, MalformedCallsAreContent) {
   for (const char* text : {
-           // Llama 3.1's built-in tool syntax is Python, not JSON.
-           "<|python_tag|>brave_search.call(query=\"weather Paris\")",
+           // Built-in syntax only after the tag, and only a whole call.
+           "brave_search.call(query=\"weather Paris\")",
+           "<|python_tag|>brave_search.call(query=\"weather Paris\"",
+           "<|python_tag|>brave_search.call(query=\"x\") and more",
+           "<|python_tag|>brave_search.call(\"x\")",
+           "<|python_tag|>brave_search.call(q=\"x\", q=\"y\")",
+           "<|python_tag|>brave_search.call(q=x)",
+           "<|python_tag|>brave_search.search(q=\"x\")",
+           // A code_interpreter reply is code, not a call.
+           "<|python_tag|>print(1 + 1)",
            // Cut off.
            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Par",
            // Parameters not an object.
