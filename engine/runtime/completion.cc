@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/field_error.h"
 #include "engine/base/status.h"
@@ -35,10 +37,43 @@ absl::Status ValidateGenerateRequest(const GenerateRequest& request, const Model
     return InvalidFieldThat("max_tokens", absl::StrCat("must be >= 1, got ", request.max_tokens));
   }
   RETURN_IF_ERROR(PrefixField(request.sampling.Validate(), "sampling"));
-  if (request.grammar != nullptr && request.grammar->vocab().n_rows() != n_vocab) {
-    return InvalidField("grammar", absl::StrCat(
-        "compiled for a vocabulary of ", request.grammar->vocab().n_rows(),
-        " rows, the model has ", n_vocab, " (compile it with this model's grammars())"));
+  auto check_rows = [&](const std::shared_ptr<const grammar::CompiledGrammar>& g,
+                        const char* field) -> absl::Status {
+    if (g == nullptr || g->vocab().n_rows() == n_vocab) return absl::OkStatus();
+    return InvalidField(field, absl::StrCat("compiled for a vocabulary of ", g->vocab().n_rows(),
+                                            " rows, the model has ", n_vocab,
+                                            " (compile it with this model's grammars())"));
+  };
+  RETURN_IF_ERROR(check_rows(request.grammar, "grammar"));
+  using Start = GenerateRequest::GrammarStart;
+  if (request.grammar_start != Start::kNow && request.grammar == nullptr) {
+    return InvalidField("grammar_start", "set without a grammar");
+  }
+  if (request.grammar_start == Start::kAtTrigger && request.grammar_trigger.empty()) {
+    return InvalidField("grammar_trigger", "empty (grammar_start is kAtTrigger)");
+  }
+  if (request.grammar_start == Start::kAfterReasoning && !request.reasoning.has_value()) {
+    return InvalidField("grammar_start",
+                        "kAfterReasoning needs the reply's reasoning (no think block given)");
+  }
+  if (request.reasoning.has_value()) {
+    const GenerateRequest::Reasoning& r = *request.reasoning;
+    if (r.start_tag.empty() || r.end_tag.empty()) {
+      return InvalidField("reasoning", "empty start or end tag");
+    }
+    if (r.budget < -1) {
+      return InvalidField("reasoning.budget",
+                          absl::StrCat("must be >= 0 (or -1 for none), got ", r.budget));
+    }
+    if (r.budget >= 0 && r.close == nullptr) {
+      return InvalidField("reasoning.close", "a budget needs the closing grammar");
+    }
+    if (request.grammar_start == Start::kAfterReasoning && !r.starts_open && r.open == nullptr) {
+      return InvalidField("reasoning.open",
+                          "kAfterReasoning with a closed start needs the start tag's grammar");
+    }
+    RETURN_IF_ERROR(check_rows(r.close, "reasoning.close"));
+    RETURN_IF_ERROR(check_rows(r.open, "reasoning.open"));
   }
   for (size_t i = 0; i < request.stop.size(); ++i) {
     if (request.stop[i].empty()) {
@@ -67,11 +102,30 @@ absl::StatusOr<std::unique_ptr<Completion>> Completion::Create(const Model& mode
   tokenizer::DecodeOptions dopt;
   dopt.skip_special = !request.render_special;
   c->detok_ = std::make_unique<tokenizer::StreamingDetokenizer>(&model.tokenizer(), dopt);
+  using Start = GenerateRequest::GrammarStart;
+  const int64_t words = (n_vocab + 31) / 32;
+  if (request.grammar != nullptr || request.reasoning.has_value()) c->mask_.assign(words, 0);
+  if (request.reasoning.has_value()) {
+    c->phase_ = request.reasoning->starts_open ? Phase::kInside : Phase::kUndecided;
+  }
   if (request.grammar != nullptr) {
-    c->matcher_ = std::make_unique<grammar::GrammarMatcher>(request.grammar);
-    c->mask_.assign(request.grammar->vocab().mask_words(), 0);
+    if (request.grammar_start == Start::kNow ||
+        (request.grammar_start == Start::kAfterReasoning && c->phase_ == Phase::kUndecided)) {
+      c->matcher_ = std::make_unique<grammar::GrammarMatcher>(request.grammar);
+      if (request.grammar_start == Start::kAfterReasoning) {
+        c->open_ = std::make_unique<grammar::GrammarMatcher>(request.reasoning->open);
+        c->open_mask_.assign(words, 0);
+      }
+    } else {
+      c->grammar_pending_ = true;
+    }
   }
   c->req_ = std::move(request);
+  if (c->phase_ == Phase::kInside && c->req_.reasoning->budget == 0 && c->matcher_ == nullptr) {
+    // No reasoning at all: the closing text comes first.
+    c->matcher_ = std::make_unique<grammar::GrammarMatcher>(c->req_.reasoning->close);
+    c->closing_ = true;
+  }
   c->stats_.prompt_tokens = static_cast<int32_t>(c->req_.prompt.size());
   return c;
 }
@@ -96,7 +150,94 @@ void Completion::Cancel() {
 void Completion::ComputeMask() {
   if (matcher_ == nullptr || mask_fresh_) return;
   matcher_->FillNextTokenBitmask(mask_.data());
+  if (open_ != nullptr) {
+    open_->FillNextTokenBitmask(open_mask_.data());
+    for (size_t w = 0; w < mask_.size(); ++w) mask_[w] |= open_mask_[w];
+  }
   mask_fresh_ = true;
+}
+
+void Completion::StartGrammar(absl::string_view written) {
+  grammar_pending_ = false;
+  matcher_ = std::make_unique<grammar::GrammarMatcher>(req_.grammar);
+  mask_fresh_ = false;
+  // The bytes the model wrote past the start point in the token that
+  // reached it: the grammar takes them first. If it cannot, the output is
+  // not constrained (completion.h: kAtTrigger).
+  if (!written.empty() && !matcher_->AcceptBytes(written)) matcher_.reset();
+}
+
+void Completion::Observe(absl::string_view piece) {
+  if (!req_.reasoning.has_value() && !grammar_pending_) return;
+  using Start = GenerateRequest::GrammarStart;
+  const Start start = req_.grammar_start;
+  if (phase_ == Phase::kInside && !closing_) reasoning_tokens_++;
+  scan_.append(piece.data(), piece.size());
+  // Keeps the last n-1 bytes: all a later piece can complete `tag` with.
+  auto keep_tail = [this](const std::string& tag) {
+    if (scan_.size() >= tag.size()) scan_.erase(0, scan_.size() - (tag.size() - 1));
+  };
+  auto strip_ws = [this] {
+    size_t i = 0;
+    while (i < scan_.size() && absl::ascii_isspace(static_cast<unsigned char>(scan_[i]))) ++i;
+    scan_.erase(0, i);
+  };
+  for (;;) {
+    switch (phase_) {
+      case Phase::kUndecided: {
+        const std::string& tag = req_.reasoning->start_tag;
+        strip_ws();
+        if (scan_.empty()) return;
+        if (scan_.size() < tag.size() && absl::StartsWith(tag, scan_)) return;  // maybe the tag
+        if (absl::StartsWith(scan_, tag)) {
+          scan_.erase(0, tag.size());
+          phase_ = Phase::kInside;
+          continue;
+        }
+        phase_ = Phase::kOutside;  // the reply has no think block
+        continue;
+      }
+      case Phase::kInside: {
+        const std::string& tag = req_.reasoning->end_tag;
+        const size_t at = scan_.find(tag);
+        if (at == std::string::npos) {
+          keep_tail(tag);
+          const GenerateRequest::Reasoning& r = *req_.reasoning;
+          if (r.budget >= 0 && reasoning_tokens_ >= r.budget && !closing_ && matcher_ == nullptr) {
+            // Budget spent: the closing text is forced next (completion.h).
+            matcher_ = std::make_unique<grammar::GrammarMatcher>(r.close);
+            closing_ = true;
+            mask_fresh_ = false;
+          }
+          return;
+        }
+        scan_.erase(0, at + tag.size());
+        phase_ = Phase::kOutside;
+        if (grammar_pending_ && start == Start::kAfterReasoning) {
+          strip_ws();
+          StartGrammar(scan_);
+          scan_.clear();
+          return;
+        }
+        continue;
+      }
+      case Phase::kOutside: {
+        if (!grammar_pending_ || start != Start::kAtTrigger) {
+          scan_.clear();
+          return;
+        }
+        const std::string& trigger = req_.grammar_trigger;
+        const size_t at = scan_.find(trigger);
+        if (at == std::string::npos) {
+          keep_tail(trigger);
+          return;
+        }
+        StartGrammar(absl::string_view(scan_).substr(at));
+        scan_.clear();
+        return;
+      }
+    }
+  }
 }
 
 absl::StatusOr<SampledToken> Completion::Sample(const float* logits, int64_t n_vocab) {
@@ -128,13 +269,38 @@ absl::StatusOr<SampledToken> Completion::Sample(const float* logits, int64_t n_v
 absl::StatusOr<StepOutput> Completion::Accept(const SampledToken& s, int64_t n_evaluated) {
   StepOutput out;
   if (done_) return out;
-  if (matcher_ != nullptr) {
+  if (open_ != nullptr) {
+    // Think block or grammar (kAfterReasoning, closed start): the mask was
+    // the union; the token keeps the matchers that take it.
+    const bool tag = open_->AcceptToken(s.token).ok();
+    const bool main = matcher_->AcceptToken(s.token).ok();
+    if (!tag && !main) return absl::InternalError("grammar refused the sampled token");
+    if (tag && (!main || open_->IsComplete())) {
+      // Into the think block (or on the way): the grammar waits for its end.
+      matcher_.reset();
+      grammar_pending_ = true;
+    }
+    if (!tag || open_->IsComplete()) {
+      open_.reset();
+      if (!tag) phase_ = Phase::kOutside;
+    } else if (matcher_ == nullptr) {
+      // Only the tag is left: its matcher constrains alone until complete.
+      matcher_ = std::move(open_);
+      closing_ = true;
+    }
+    mask_fresh_ = false;
+  } else if (matcher_ != nullptr) {
     absl::Status st = matcher_->AcceptToken(s.token);
     if (!st.ok()) {
       // The sampler only draws allowed tokens: a refusal is a bug here.
       return absl::InternalError(absl::StrCat("grammar refused the sampled token: ", st.message()));
     }
     mask_fresh_ = false;
+    if (closing_ && matcher_->IsComplete()) {
+      // The forced text (a budget's closing tag, or the start tag) is out.
+      matcher_.reset();
+      closing_ = false;
+    }
   }
   RETURN_IF_ERROR(sampler_->Accept(s.token));
   stats_.completion_tokens++;
@@ -151,12 +317,13 @@ absl::StatusOr<StepOutput> Completion::Accept(const SampledToken& s, int64_t n_e
     return out;
   }
   ASSIGN_OR_RETURN(std::string piece, detok_->Push(s.token));
+  Observe(piece);
   StopFeedResult fed = stops_->Feed(piece);
   out.text += fed.emit;
   text_ += fed.emit;
   if (fed.stopped) {
     Finish(FinishReason::kStop, &out);
-  } else if (matcher_ != nullptr && matcher_->IsTerminated()) {
+  } else if (matcher_ != nullptr && !closing_ && open_ == nullptr && matcher_->IsTerminated()) {
     // Nothing but the end can follow: finish as if the model chose it.
     Finish(FinishReason::kEos, &out);
   } else if (stats_.completion_tokens >= req_.max_tokens || n_evaluated >= n_ctx_) {
