@@ -231,16 +231,22 @@ std::string ToolCallFamilyOf(const tokenizer::Tokenizer& tok, const ChatParsers&
   return t->is_chatml() ? "hermes" : "";
 }
 
-absl::StatusOr<grammar::Grammar> ForcedToolCallGrammar(const v1::Chat& chat,
-                                                       absl::string_view family,
-                                                       const grammar::JsonOptions& json) {
+namespace {
+
+// The calls grammar: forced (ForcedToolCallGrammar) or, with `strict_auto`,
+// what follows the trigger in auto mode (StrictToolCallGrammar): every tool,
+// a strict one's arguments by its schema, another's any JSON object.
+absl::StatusOr<grammar::Grammar> CallsGrammar(const v1::Chat& chat, absl::string_view family,
+                                              const grammar::JsonOptions& json, bool strict_auto) {
   if (family != "hermes" && family != "llama3_json") {
-    return Invalid("chat.tool_choice",
-                   absl::StrCat("the model's tool-call syntax ('", family,
-                                "') has no forced form (hermes and llama3_json have)"));
+    return Invalid(strict_auto ? "chat.tools" : "chat.tool_choice",
+                   absl::StrCat(strict_auto ? "strict tools need " : "",
+                                "the model's tool-call syntax ('", family,
+                                "') has no constrained form (hermes and llama3_json have)"));
   }
   const bool hermes = family == "hermes";
-  const bool named = chat.tool_choice().mode() == v1::ToolChoice::TOOL_CHOICE_FUNCTION;
+  const bool named =
+      !strict_auto && chat.tool_choice().mode() == v1::ToolChoice::TOOL_CHOICE_FUNCTION;
   grammar::GrammarBuilder b(json.limits);
   std::vector<grammar::ExprId> calls;
   for (int i = 0; i < chat.tools_size(); ++i) {
@@ -249,7 +255,9 @@ absl::StatusOr<grammar::Grammar> ForcedToolCallGrammar(const v1::Chat& chat,
     const std::string field = absl::StrCat("chat.tools[", i, "].parameters");
     absl::StatusOr<std::string> schema = ArgumentsSchema(t, field);
     if (!schema.ok()) return schema.status();
-    absl::StatusOr<grammar::Grammar> args = grammar::JsonSchemaToGrammar(*schema, json);
+    absl::StatusOr<grammar::Grammar> args = strict_auto && !t.strict()
+                                                ? grammar::JsonObjectGrammar(json)
+                                                : grammar::JsonSchemaToGrammar(*schema, json);
     if (!args.ok()) {
       return FieldErrorWithCode(args.status().code(), field, args.status().message());
     }
@@ -280,6 +288,34 @@ absl::StatusOr<grammar::Grammar> ForcedToolCallGrammar(const v1::Chat& chat,
                               absl::StrCat("the forced call grammar: ", g.status().message()));
   }
   return g;
+}
+
+}  // namespace
+
+absl::StatusOr<grammar::Grammar> ForcedToolCallGrammar(const v1::Chat& chat,
+                                                       absl::string_view family,
+                                                       const grammar::JsonOptions& json) {
+  return CallsGrammar(chat, family, json, /*strict_auto=*/false);
+}
+
+bool HasStrictAutoTools(const v1::Chat& chat) {
+  if (!ParsesToolCalls(chat) || IsForcedToolChoice(chat)) return false;
+  for (const v1::Tool& t : chat.tools()) {
+    if (t.strict()) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<grammar::Grammar> StrictToolCallGrammar(const v1::Chat& chat,
+                                                       absl::string_view family,
+                                                       const grammar::JsonOptions& json) {
+  return CallsGrammar(chat, family, json, /*strict_auto=*/true);
+}
+
+std::string ToolCallTrigger(absl::string_view family) {
+  if (family == "hermes") return "<tool_call>";
+  if (family == "llama3_json") return "{\"name\": \"";
+  return "";
 }
 
 ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::Tokenizer& tok,

@@ -112,6 +112,21 @@ absl::StatusOr<grammar::Grammar> ForcedToolCallGrammar(const v1::Chat& chat,
                                                        absl::string_view family,
                                                        const grammar::JsonOptions& json = {});
 
+// Strict tools in auto mode (OpenAI's `strict: true`): whether `chat` has
+// a strict tool and a choice that parses calls without forcing one; then
+// the reply is free until the model opens a call (ToolCallTrigger), and
+// from there follows StrictToolCallGrammar: the family's call syntax as in
+// ForcedToolCallGrammar (required), over every tool, a strict tool's
+// arguments valid against its parameters and another's any JSON object.
+// The llama3_json trigger is `{"name": "` as its template shows a call; a
+// call spelled otherwise is parsed unconstrained.
+bool HasStrictAutoTools(const v1::Chat& chat);
+absl::StatusOr<grammar::Grammar> StrictToolCallGrammar(const v1::Chat& chat,
+                                                       absl::string_view family,
+                                                       const grammar::JsonOptions& json = {});
+// The text that opens a call in `family`'s syntax ("" if none is known).
+std::string ToolCallTrigger(absl::string_view family);
+
 // How a chat reply is to be read.
 struct ChatOutputOptions {
   // The family to parse calls in; "" parses none (content only).

@@ -131,7 +131,8 @@ absl::StatusOr<std::optional<grammar::GrammarSpec>> ConstraintSpec(
 }
 
 absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToolCall(
-    const v1::Chat& chat, absl::string_view family, const runtime::Model& model) {
+    const v1::Chat& chat, absl::string_view family, const runtime::Model& model,
+    bool strict_auto) {
   // Agents send the same tools with every turn: the grammar is cached under
   // what it is built from (the family, the tools, the choice and the
   // parallel flag; no maps, so the serialization is deterministic).
@@ -139,7 +140,7 @@ absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToo
   *basis.mutable_tools() = chat.tools();
   *basis.mutable_tool_choice() = chat.tool_choice();
   if (chat.has_parallel_tool_calls()) basis.set_parallel_tool_calls(chat.parallel_tool_calls());
-  std::string key = absl::StrCat("tool_call|", family, "|");
+  std::string key = absl::StrCat(strict_auto ? "strict_call|" : "tool_call|", family, "|");
   if (!basis.AppendToString(&key)) {
     return FieldErrorWithCode(absl::StatusCode::kInternal, "chat.tools",
                               "cannot serialize the tools");
@@ -149,7 +150,8 @@ absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToo
   absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled = model.grammars().CompileKeyed(
       key,
       [&]() -> absl::StatusOr<grammar::Grammar> {
-        absl::StatusOr<grammar::Grammar> g = ForcedToolCallGrammar(chat, family);
+        absl::StatusOr<grammar::Grammar> g = strict_auto ? StrictToolCallGrammar(chat, family)
+                                                         : ForcedToolCallGrammar(chat, family);
         if (!g.ok()) {
           built = false;
           build_error = g.status();

@@ -62,9 +62,11 @@ absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstrain
 // the family, the tools, the choice and parallel_tool_calls (an agent
 // sends the same tools every turn). ForcedToolCallGrammar's
 // errors ("chat.tools[1].parameters: ..."), and the compiler's prefixed
-// with "chat.tools: ". Blocks for the compile, as CompileConstraint.
+// with "chat.tools: ". Blocks for the compile, as CompileConstraint. With
+// `strict_auto`, StrictToolCallGrammar instead (cached apart).
 absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToolCall(
-    const v1::Chat& chat, absl::string_view family, const runtime::Model& model);
+    const v1::Chat& chat, absl::string_view family, const runtime::Model& model,
+    bool strict_auto = false);
 
 // INVALID_ARGUMENT "<field>: <message>" about the constraint's proto field
 // (a field error), marked as the constraint's.

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/api/chat_options.h"
+#include "daemon/api/chat_phases.h"
 #include "daemon/api/constraint.h"
 #include "daemon/serving/client_input.h"
 #include "engine/base/field_error.h"
@@ -173,10 +174,8 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
     }
     if (!g.ok()) return g.status();
     out.grammar = *std::move(g);
-    return out;
-  }
-  if (request.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET ||
-      request.has_json_max_whitespace()) {
+  } else if (request.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET ||
+             request.has_json_max_whitespace()) {
     const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> g =
         CompileConstraint(request, model);
@@ -188,6 +187,20 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
     }
     if (!g.ok()) return g.status();
     out.grammar = *std::move(g);
+  }
+  // When the grammar starts, the think block and its budget, strict tools
+  // in auto mode (chat_phases.h).
+  if (request.input_case() == v1::GenerateRequest::kChat) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool had_grammar = out.grammar != nullptr;
+    absl::Status planned = PlanChatReply(request.chat(), model, &out, parsers);
+    if (report != nullptr && !had_grammar && (out.grammar != nullptr || !planned.ok())) {
+      report->compiled_constraint = true;
+      report->grammar_status = planned;
+      report->grammar_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    RETURN_IF_ERROR(planned);
   }
   return out;
 }

@@ -1,6 +1,7 @@
 #include "daemon/http/anthropic_api.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -596,7 +597,12 @@ absl::StatusOr<http_api::ApiRequest> ParseMessagesRequest(const ojson& body) {
         return FieldError("thinking.budget_tokens",
                           "thinking.budget_tokens is required with type \"enabled\" (>= 1)");
       }
+      if (*budget > std::numeric_limits<int32_t>::max()) {
+        return FieldError("thinking.budget_tokens",
+                          absl::StrCat("thinking.budget_tokens is too large: ", *budget));
+      }
       (*chat->mutable_template_kwargs())["enable_thinking"] = "true";
+      chat->set_reasoning_budget(static_cast<int32_t>(*budget));
     } else if (type == "disabled") {
       (*chat->mutable_template_kwargs())["enable_thinking"] = "false";
     } else {

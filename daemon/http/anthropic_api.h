@@ -12,8 +12,9 @@
 // absent or "custom"), tool_choice ({type: auto | any | tool | none, name,
 // disable_parallel_tool_use}), stop_sequences, temperature ([0, 1]),
 // top_p, top_k, metadata (accepted, unused), thinking ({type: enabled,
-// budget_tokens} / {type: disabled}: the template's enable_thinking; the
-// budget is checked, not enforced), stream. Refused with a 400 naming the
+// budget_tokens} / {type: disabled}: the template's enable_thinking, and
+// the budget as v1::Chat.reasoning_budget: the think block is closed when
+// it is spent), stream. Refused with a 400 naming the
 // field: a missing max_tokens, block types other than those (image,
 // document, ...), a tool_result whose tool_use_id no earlier tool_use
 // carries, server tools (a tool with another type), a tool_choice naming

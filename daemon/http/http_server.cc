@@ -550,10 +550,13 @@ void HttpServer::Generate(Route route, http::HttpRequest request,
     }
     tenant = {tenants_, *who};
   }
-  // A forced tool call compiles a grammar too (chat_tools.h).
+  // A forced tool call compiles a grammar too, and so do strict tools in
+  // auto mode and a reasoning budget (chat_tools.h, chat_phases.h).
   const bool compiles =
       parsed->generate.constraint_case() != v1::GenerateRequest::CONSTRAINT_NOT_SET ||
-      (parsed->generate.has_chat() && IsForcedToolChoice(parsed->generate.chat()));
+      (parsed->generate.has_chat() && (IsForcedToolChoice(parsed->generate.chat()) ||
+                                       HasStrictAutoTools(parsed->generate.chat()) ||
+                                       parsed->generate.chat().has_reasoning_budget()));
   if (!compiles) {
     Submit(arrival, *std::move(parsed), tenant, std::move(exchange));
     return;

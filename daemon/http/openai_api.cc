@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -200,6 +201,15 @@ absl::Status ParseMessages(const ojson& body, v1::Chat* chat) {
       }
       (*chat->mutable_template_kwargs())[it.key()] = it->dump();
     }
+  }
+  // vLLM's name for the think block's token budget (v1::Chat.reasoning_budget).
+  ASSIGN_OR_RETURN(std::optional<int64_t> budget, OptInt(body, "thinking_token_budget"));
+  if (budget.has_value()) {
+    if (*budget < 0 || *budget > std::numeric_limits<int32_t>::max()) {
+      return FieldError("thinking_token_budget",
+                        absl::StrCat("thinking_token_budget must be in [0, 2^31), got ", *budget));
+    }
+    chat->set_reasoning_budget(static_cast<int32_t>(*budget));
   }
   return absl::OkStatus();
 }

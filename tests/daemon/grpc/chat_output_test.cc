@@ -195,6 +195,54 @@ TEST_F(ChatOutputTest, RequiredCallsArriveTypedAndValid) {
   }
 }
 
+TEST_F(ChatOutputTest, ABudgetLetsTheModelThinkBeforeAForcedCall) {
+  // Qwen3's template leaves the think block to the model: with a budget the
+  // first token may open it (then at most 4 tokens of thought, closed by
+  // "\n</think>") or start the call; either way the call is forced.
+  int thought = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    v1::GenerateRequest r = ChatRequest("Add something.");
+    AddTools(&r);
+    r.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::TOOL_CHOICE_FUNCTION);
+    r.mutable_chat()->mutable_tool_choice()->set_function("add");
+    r.mutable_chat()->set_parallel_tool_calls(false);
+    r.mutable_chat()->set_reasoning_budget(4);
+    r.mutable_sampling()->set_temperature(1);
+    r.mutable_sampling()->set_seed(seed);
+    const Typed t = Run(r);
+    EXPECT_TRUE(t.errors.empty()) << t.errors[0];
+    EXPECT_EQ(t.finish, v1::FINISH_REASON_TOOL_CALLS) << t.text;
+    ASSERT_EQ(t.calls.size(), 1u) << t.text;
+    EXPECT_EQ(t.calls.begin()->second.name, "add");
+    ExpectValid(t.calls.begin()->second.arguments, kAddSchema, t.text);
+    if (t.text.rfind("<think>", 0) == 0) {
+      thought++;
+      EXPECT_NE(t.text.find("\n</think>"), std::string::npos) << t.text;
+      EXPECT_EQ(t.content, "") << t.text;
+    } else {
+      EXPECT_EQ(t.reasoning, "") << t.text;
+    }
+  }
+  // Both ways happen (fixed seeds: the same every run).
+  EXPECT_GT(thought, 0);
+  EXPECT_LT(thought, 10);
+}
+
+TEST_F(ChatOutputTest, StrictToolsInAutoModeServe) {
+  // A random model rarely opens a call by itself; the request must still
+  // be served as a plain auto-mode reply (the strict grammar waits for the
+  // call tag; grammar_start_test and chat_phases_test check what it does).
+  v1::GenerateRequest r = ChatRequest("Anything.");
+  AddTools(&r);
+  r.mutable_chat()->mutable_tools(0)->set_strict(true);
+  r.mutable_sampling()->set_temperature(1);
+  r.mutable_sampling()->set_seed(3);
+  r.mutable_stopping()->set_max_tokens(24);
+  const Typed t = Run(r);
+  EXPECT_TRUE(t.errors.empty()) << t.errors[0];
+  EXPECT_FALSE(t.text.empty());
+}
+
 TEST_F(ChatOutputTest, ReasoningAndAutoCallsFromForcedText) {
   // A choice constraint makes the model write a think block, content and a
   // Hermes call: the reply's typed fields split it.
