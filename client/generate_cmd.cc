@@ -23,6 +23,7 @@ struct GenerateArgs {
   // Tools (with --chat): a tools file and the choice, sent when given.
   std::string tools_file, tool_choice;
   bool no_parallel_tool_calls = false;
+  int reasoning_budget = -1;  // -1: not given
   bool chat = false, ignore_eos = false, parse_special = false;
   int32_t max_tokens = 0, top_k = -1, logprobs = 0, last_n = -2;
   float temp = -1, top_p = -1, min_p = -1, rep = -1, freq = 0, pres = 0;
@@ -87,14 +88,17 @@ int SetConstraint(const GenerateArgs& a, v1::GenerateRequest* req) {
 
 // The tool flags into the request's chat; 2 (usage) or 1 on a bad value.
 int SetTools(const GenerateArgs& a, v1::GenerateRequest* req) {
-  const bool any = !a.tools_file.empty() || !a.tool_choice.empty() || a.no_parallel_tool_calls;
+  const bool any = !a.tools_file.empty() || !a.tool_choice.empty() ||
+                   a.no_parallel_tool_calls || a.reasoning_budget >= 0;
   if (!any) return 0;
   if (!req->has_chat()) {
     std::fprintf(stderr,
-                 "minferctl: --tools, --tool-choice and --no-parallel-tool-calls need --chat\n");
+                 "minferctl: --tools, --tool-choice, --no-parallel-tool-calls and "
+                 "--reasoning-budget need --chat\n");
     return 2;
   }
   v1::Chat* chat = req->mutable_chat();
+  if (a.reasoning_budget >= 0) chat->set_reasoning_budget(a.reasoning_budget);
   if (!a.tools_file.empty()) {
     absl::StatusOr<std::string> text = ReadWholeFile(a.tools_file, "--tools");
     if (!text.ok()) return Fail(text.status());
@@ -313,6 +317,10 @@ void AddGenerateCommand(CLI::App& app, const Globals& g, CommandTable& table) {
                 "a call whose arguments follow its schema");
   c->add_flag("--no-parallel-tool-calls", a->no_parallel_tool_calls,
               "a forced reply holds one call (with --chat)");
+  c->add_option("--reasoning-budget", a->reasoning_budget,
+                "N: tokens the think block may take; then it is closed (with --chat; "
+                "models whose template writes <think>)")
+      ->check(CLI::NonNegativeNumber);
   // Sent as given, 0 included, so the server's own check answers (a
   // silent default for 0 would hide that the API refuses it).
   a->max_tokens_given = c->add_option("-n,--max-tokens", a->max_tokens,
