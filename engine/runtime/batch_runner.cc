@@ -176,7 +176,8 @@ absl::Status BatchRunner::Prepare() {
   return GetGraph(t, 1).status();
 }
 
-absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<RowResult>* results) {
+absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<RowResult>* results,
+                              std::vector<RowResult>* extra) {
   const int64_t n_items = static_cast<int64_t>(items.size());
   if (n_items == 0) return absl::InvalidArgumentError("batch runner: empty step");
   if (n_items > opt_.max_seqs) {
@@ -215,8 +216,20 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
             n_vocab, ")"));
       }
     }
+    if (it.extra_rows != 0 &&
+        (it.extra_rows < 0 || it.extra_rows >= n || !it.logits || it.mask != nullptr ||
+         extra == nullptr)) {
+      return absl::InternalError(absl::StrCat(
+          "batch runner invariant: item ", i, " asks for ", it.extra_rows, " extra rows of ", n,
+          " tokens (needs logits, no mask, fewer than its tokens, and an extra output)"));
+    }
     n_tokens += n;
-    if (it.logits) ++n_rows;
+    if (it.logits) n_rows += 1 + it.extra_rows;
+  }
+  if (n_rows > opt_.max_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat("batch runner: ", n_rows,
+                                                   " output rows in one step, at most ",
+                                                   opt_.max_seqs));
   }
   if (n_tokens > opt_.max_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("batch runner: ", n_tokens,
@@ -288,6 +301,20 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
       ++row;
     }
   }
+  // Extra rows (speculative verification) after every item's last row, so
+  // the rows above keep their places.
+  const int64_t n_main = row;
+  t = 0;
+  for (int64_t i = 0; i < n_items; ++i) {
+    const BatchItem& it = items[i];
+    const int64_t n = static_cast<int64_t>(it.tokens.size());
+    for (int32_t j = 0; j < it.extra_rows; ++j, ++row) {
+      out_rows_[row] = static_cast<int32_t>(t + n - 1 - it.extra_rows + j);
+      top_mode_[row] = graph::TopKModeValue(static_cast<int32_t>(it.mode), -1);
+    }
+    t += n;
+  }
+  t = n_tokens;
   // Padding: each token at position 0 of the reserved sequence (the last
   // table row, all entries the reserved block).
   if (t < T) add_tiles(p.n_table_rows - 1, t, T - t, 0);
@@ -319,16 +346,26 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
     RETURN_IF_ERROR(c->exec->ReadNodeRange(io.top, 0, top_host_.data(), n_rows * stride * 4));
   }
   results->assign(n_items, RowResult{});
+  if (extra != nullptr) extra->assign(n_rows - n_main, RowResult{});
   int64_t n_full = 0;
   std::vector<int64_t> full_of(n_rows, -1);
+  // Output row r's result and item (main rows first, then extra rows).
+  std::vector<std::pair<RowResult*, int64_t>> row_of(n_rows);
   row = 0;
   for (int64_t i = 0; i < n_items; ++i) {
-    if (!items[i].logits) continue;
+    if (items[i].logits) row_of[row++] = {&(*results)[i], i};
+  }
+  for (int64_t i = 0; i < n_items; ++i) {
+    for (int32_t j = 0; j < items[i].extra_rows; ++j, ++row) {
+      row_of[row] = {&(*extra)[row - n_main], i};
+    }
+  }
+  for (row = 0; row < n_rows; ++row) {
     const float* tr = top_host_.data() + row * stride;
-    RowResult& rr = (*results)[i];
+    RowResult& rr = *row_of[row].first;
     rr.max = tr[0];
     rr.log_norm = std::numeric_limits<double>::quiet_NaN();
-    const RowMode mode = items[i].mode;
+    const RowMode mode = items[row_of[row].second].mode;
     if (mode == RowMode::kFull || !std::isfinite(tr[0])) {
       full_of[row] = n_full++;
     } else {
@@ -341,20 +378,16 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
         rr.top.push_back({id, tr[2 + 2 * j]});
       }
     }
-    ++row;
   }
   if (n_full > 0) {
     full_host_.resize(static_cast<size_t>(n_full) * n_vocab);
-    row = 0;
-    for (int64_t i = 0; i < n_items; ++i) {
-      if (!items[i].logits) continue;
-      if (full_of[row] >= 0) {
-        float* dst = full_host_.data() + full_of[row] * n_vocab;
-        RETURN_IF_ERROR(c->exec->ReadNodeRange(io.logits, row * n_vocab * 4, dst, n_vocab * 4));
-        if (items[i].mask != nullptr) ApplyMask(items[i].mask, n_vocab, dst);
-        (*results)[i].logits = dst;
-      }
-      ++row;
+    for (row = 0; row < n_rows; ++row) {
+      if (full_of[row] < 0) continue;
+      float* dst = full_host_.data() + full_of[row] * n_vocab;
+      RETURN_IF_ERROR(c->exec->ReadNodeRange(io.logits, row * n_vocab * 4, dst, n_vocab * 4));
+      const BatchItem& it = items[row_of[row].second];
+      if (it.mask != nullptr) ApplyMask(it.mask, n_vocab, dst);
+      row_of[row].first->logits = dst;
     }
     stats_.full_rows += n_full;
   }

@@ -107,6 +107,11 @@ struct BatchItem {
   // full (all -inf), for the sampler to report as any row without a finite
   // logit.
   const uint32_t* mask = nullptr;
+  // Speculative verification: output rows also for the `extra_rows` tokens
+  // before the last one (each row gives the token after its own), with the
+  // item's mode. Needs `logits`, no `mask`, and extra_rows < tokens.size();
+  // the rows go to Run's `extra` (below).
+  int32_t extra_rows = 0;
 };
 
 // The output row of an item that asked for one.
@@ -152,7 +157,13 @@ class BatchRunner {
   // wrong id or block would read or write outside the device buffers: a
   // violation is INTERNAL ("batch runner invariant: item i ..."), a bug in
   // the caller. On error the KV rows of this step may be partly written.
-  absl::Status Run(absl::Span<const BatchItem> items, std::vector<RowResult>* results);
+  //
+  // Items with extra_rows: their extra rows go to `extra` (required then),
+  // item by item in item order, each item's in token order. Output rows in
+  // all (one per item with logits plus the extra ones) are at most
+  // max_seqs: the graphs' output buffers are sized for that many.
+  absl::Status Run(absl::Span<const BatchItem> items, std::vector<RowResult>* results,
+                   std::vector<RowResult>* extra = nullptr);
 
   // Changes the token budget (graphs are rebuilt for the new buckets).
   void SetMaxTokens(int64_t max_tokens);

@@ -103,7 +103,41 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   // shapes the numbers (kernels, fusions, KV handling) must not let blocks
   // computed before it changed stand for blocks computed after.
   e->scheduler_->SetPrefixSalt(e->knob_gen_);
+  if (o.spec_k < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("spec_k must be >= 0, got ", o.spec_k));
+  }
+  if (o.spec_k > 0) {
+    e->drafter_ = o.drafter != nullptr ? o.drafter : std::make_shared<const NgramDrafter>();
+  }
   return e;
+}
+
+void Engine::ProposeDrafts() {
+  // Every running or waiting sequence may take an output row this step;
+  // drafts get the rows left (BatchRunner: at most max_seqs in all).
+  int64_t rows = opt_.max_seqs - scheduler_->running() - scheduler_->waiting();
+  std::vector<int32_t> draft;
+  for (auto& [id, s] : seqs_) {
+    if (rows <= 0) return;
+    const Completion& c = *s.c;
+    if (c.done() || c.constrained() || c.request().grammar != nullptr ||
+        c.request().sampling.temperature != 0.0f) {
+      continue;
+    }
+    const std::optional<Scheduler::SeqInfo> info = scheduler_->Info(id);
+    if (!info.has_value() || !info->running || info->known - info->computed != 1) continue;
+    // Tokens the completion may still take after this step's first one.
+    const int64_t left = c.request().max_tokens - c.stats().completion_tokens - 1;
+    const int64_t k = std::min<int64_t>({opt_.spec_k, left, rows});
+    if (k <= 0) continue;
+    draft.clear();
+    const int64_t n = drafter_->Propose(s.tokens, k, &draft);
+    if (n == 0) continue;
+    s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
+    s.drafts = n;
+    scheduler_->SetDrafts(id, n);
+    rows -= n;
+  }
 }
 
 int64_t Engine::BudgetKnob() const {
@@ -175,6 +209,8 @@ EngineSnapshot Engine::Snapshot() const {
   s.steps = steps_;
   for (const auto& [id, seq] : seqs_) s.constrained_running += seq.c->constrained() ? 1 : 0;
   s.grammar_masks = grammar_masks_;
+  s.spec_drafted = spec_drafted_;
+  s.spec_accepted = spec_accepted_;
   s.grammar_mask_seconds = grammar_mask_seconds_;
   s.token_budget = opt_.token_budget;
   s.n_ctx = opt_.n_ctx;
@@ -208,7 +244,21 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
   steps_++;
   RefreshKnobs();
   const uint64_t evictions = runner_->pool().blocks().evictions();
+  if (drafter_ != nullptr) ProposeDrafts();
   Scheduler::Step step = scheduler_->Schedule();
+  // Drafts the scheduler did not take (budget, context, preemption) leave
+  // the sequence's tokens again.
+  if (drafter_ != nullptr) {
+    for (auto& [id, s] : seqs_) {
+      if (s.drafts == 0) continue;
+      int64_t taken = 0;
+      for (const Scheduler::Work& w : step.work) {
+        if (w.id == id) taken = w.drafts;
+      }
+      s.tokens.resize(s.tokens.size() - (s.drafts - taken));
+      s.drafts = taken;
+    }
+  }
   last_.preempted = static_cast<int64_t>(step.preempted.size());
   last_.cached_tokens = step.cached;
   last_.evictions = static_cast<int64_t>(runner_->pool().blocks().evictions() - evictions);
@@ -227,6 +277,7 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
     it.pos0 = w.start;
     it.blocks = scheduler_->blocks(w.id);
     it.logits = w.completes;
+    it.extra_rows = static_cast<int32_t>(w.drafts);
     if (w.completes && s.c->constrained()) {
       to_mask_.push_back(s.c.get());
       if (backend_masks_) {
@@ -246,7 +297,7 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
                                                                : RowMode::kTop;
     }
     items_.push_back(it);
-    if (w.count > 1) last_.prefill_tokens += w.count;
+    if (w.count - w.drafts > 1) last_.prefill_tokens += w.count - w.drafts;
   }
   last_.sequences = static_cast<int64_t>(step.work.size());
   last_.tokens = step.tokens;
@@ -267,7 +318,7 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
       mask_seconds_step_ = Since(m0);
     });
   }
-  absl::Status run = runner_->Run(items_, &results_);
+  absl::Status run = runner_->Run(items_, &results_, &extra_);
   if (!to_mask_.empty() && !backend_masks_) {
     mask_worker_->Wait();
     grammar_masks_ += static_cast<int64_t>(to_mask_.size());
@@ -282,35 +333,87 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
     last_.seconds = Since(t0);
     return run;
   }
-  scheduler_->Commit(step);
   const double secs = Since(t0);
   const int64_t n_vocab = model_->hparams().n_vocab;
+  // Sample (and verify drafts) first, then commit the computed rows (less
+  // the refused drafts'), then report: a sequence that finished still
+  // publishes its full blocks for the prefix cache.
+  struct Outcome {
+    absl::StatusOr<StepOutput> out = StepOutput{};
+    bool sampled = false;
+  };
+  std::vector<Outcome> outcomes(step.work.size());
+  std::vector<int64_t> rejected(step.work.size(), 0);
+  int64_t extra_base = 0;
   for (size_t i = 0; i < step.work.size(); ++i) {
     const Scheduler::Work& w = step.work[i];
+    Seq& s = seqs_.at(w.id);
+    if (s.got_token) s.decode_seconds += secs;
+    const int64_t base = extra_base;
+    extra_base += w.drafts;
+    if (!w.completes) continue;
+    outcomes[i].sampled = true;
+    // Rows j = 0..drafts: row j follows token start + count - 1 - drafts + j;
+    // its sample is kept, and the next row is read only while the sample
+    // equals the draft it is compared with (the token row j + 1 was fed).
+    const int64_t first = w.start + w.count - 1 - w.drafts;  // the last known token
+    StepOutput all;
+    int64_t accepted = 0;
+    absl::Status failed;
+    for (int64_t j = 0; j <= w.drafts; ++j) {
+      const RowResult& rr = j < w.drafts ? extra_[base + j] : results_[i];
+      absl::StatusOr<SampledToken> st = rr.logits != nullptr ? s.c->Sample(rr.logits, n_vocab)
+                                                             : s.c->SampleTop(rr.top, rr.log_norm);
+      absl::StatusOr<StepOutput> out =
+          st.ok() ? s.c->Accept(*st, first + j + 1) : absl::StatusOr<StepOutput>(st.status());
+      if (!out.ok()) {
+        failed = out.status();
+        break;
+      }
+      all.tokens.insert(all.tokens.end(), out->tokens.begin(), out->tokens.end());
+      all.text += out->text;
+      all.logprobs.insert(all.logprobs.end(), out->logprobs.begin(), out->logprobs.end());
+      if (s.c->done() || j == w.drafts || st->token != s.tokens[first + 1 + j]) break;
+      ++accepted;
+    }
+    if (!failed.ok()) {
+      outcomes[i].out = failed;
+      continue;
+    }
+    if (w.drafts > 0) {
+      spec_drafted_ += w.drafts;
+      spec_accepted_ += accepted;
+      rejected[i] = w.drafts - accepted;
+      // Keep the accepted drafts (they equal the samples), drop the rest.
+      s.tokens.resize(first + 1 + accepted);
+      s.drafts = 0;
+    }
+    outcomes[i].out = std::move(all);
+  }
+  scheduler_->Commit(step, rejected);
+  for (size_t i = 0; i < step.work.size(); ++i) {
+    const Scheduler::Work& w = step.work[i];
+    if (!outcomes[i].sampled) continue;
     auto it = seqs_.find(w.id);
     Seq& s = it->second;
-    if (s.got_token) s.decode_seconds += secs;
-    if (!w.completes) continue;
-    const RowResult& rr = results_[i];
-    absl::StatusOr<SampledToken> st =
-        rr.logits != nullptr ? s.c->Sample(rr.logits, n_vocab) : s.c->SampleTop(rr.top, rr.log_norm);
-    absl::StatusOr<StepOutput> out =
-        st.ok() ? s.c->Accept(*st, w.start + w.count) : absl::StatusOr<StepOutput>(st.status());
-    if (!out.ok()) {
-      Finish(w.id, s, events, out.status());
+    if (!outcomes[i].out.ok()) {
+      Finish(w.id, s, events, outcomes[i].out.status());
       seqs_.erase(it);
       continue;
     }
+    StepOutput& out = *outcomes[i].out;
     if (!s.got_token) {
       s.got_token = true;
       GenerationStats& gs = s.c->stats();
       gs.ttft_seconds = Since(s.added);
       gs.prefill_seconds = gs.ttft_seconds;
     }
-    s.tokens.push_back(out->tokens.back());
+    // The accepted drafts are in s.tokens already; the last sample is new.
+    if (!out.tokens.empty()) s.tokens.push_back(out.tokens.back());
     EngineEvent ev;
     ev.id = w.id;
-    ev.out = std::move(*out);
+    ev.out = std::move(out);
+    const int64_t n_new = static_cast<int64_t>(ev.out.tokens.size());
     if (s.c->done()) {
       s.c->stats().decode_seconds = s.decode_seconds;
       ev.finished = true;
@@ -321,7 +424,7 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
       seqs_.erase(it);
     } else {
       events->push_back(std::move(ev));
-      scheduler_->Append(w.id);
+      for (int64_t k = 0; k < n_new; ++k) scheduler_->Append(w.id);
     }
   }
   last_.seconds = Since(t0);

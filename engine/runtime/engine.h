@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "engine/runtime/batch_runner.h"
 #include "engine/runtime/completion.h"
+#include "engine/runtime/drafter.h"
 #include "engine/runtime/scheduler.h"
 
 namespace minfer::runtime {
@@ -55,6 +56,15 @@ struct EngineOptions {
   // GPU (a row read back costs more than the overlap gains), the host on
   // the CPU (the row is already in memory).
   std::optional<bool> backend_masks;
+  // Speculative decoding with n-gram drafts (drafter.h): up to spec_k
+  // drafted tokens ride along a sequence's decode token, and the step's
+  // rows for them are verified in order — each accepted while it equals
+  // the token the sequence samples there, so the output is exactly the
+  // plain run's. Greedy (temperature 0), unconstrained sequences only, for
+  // now; output rows of a step stay within max_seqs. 0: off.
+  int32_t spec_k = 0;
+  // The drafter (null: NgramDrafter) — a draft model's, or a test's.
+  std::shared_ptr<const Drafter> drafter;
 };
 
 // What a step did for one sequence.
@@ -100,6 +110,9 @@ struct EngineSnapshot {
   int64_t constrained_running = 0;
   int64_t grammar_masks = 0;
   double grammar_mask_seconds = 0;
+  // Speculative decoding: tokens drafted into steps and accepted of them.
+  int64_t spec_drafted = 0;
+  int64_t spec_accepted = 0;
   int64_t token_budget = 0;
   int64_t n_ctx = 0;
   EngineStepStats last_step;
@@ -164,6 +177,7 @@ class Engine : public StepEngine {
     bool got_token = false;
     bool scheduled = false;
     double decode_seconds = 0;
+    int64_t drafts = 0;  // drafted tokens at the end of `tokens` (this step's)
   };
   void Finish(uint64_t id, Seq& s, std::vector<EngineEvent>* events, absl::Status status);
   // MINFER_BATCH_TOKENS changes apply between steps.
@@ -183,6 +197,12 @@ class Engine : public StepEngine {
   EngineStepStats last_;
   std::vector<BatchItem> items_;
   std::vector<RowResult> results_;
+  std::vector<RowResult> extra_;  // speculative rows (BatchRunner::Run)
+  // Speculative decoding (EngineOptions::spec_k): drafts for the next step.
+  std::shared_ptr<const Drafter> drafter_;
+  void ProposeDrafts();
+  int64_t spec_drafted_ = 0;
+  int64_t spec_accepted_ = 0;
 
   // One thread that computes the step's grammar masks while the caller's
   // thread runs the forward pass. Created at the first constrained step.

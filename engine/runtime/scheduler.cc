@@ -39,6 +39,11 @@ void Scheduler::Append(SeqId id) {
   if (it != seqs_.end()) it->second.known++;
 }
 
+void Scheduler::SetDrafts(SeqId id, int64_t n) {
+  auto it = seqs_.find(id);
+  if (it != seqs_.end()) it->second.drafts = std::max<int64_t>(n, 0);
+}
+
 void Scheduler::Remove(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
@@ -205,6 +210,13 @@ Scheduler::SeqId Scheduler::FairnessVictim(uint32_t group, double w) const {
 
 Scheduler::Step Scheduler::Schedule() {
   Step step;
+  // Drafts are for this step only (SetDrafts).
+  struct ClearDrafts {
+    std::map<SeqId, Seq>* seqs;
+    ~ClearDrafts() {
+      for (auto& [id, s] : *seqs) s.drafts = 0;
+    }
+  } clear_drafts{&seqs_};
   int64_t budget = opt_.token_budget;
   // allowance: prefill tokens each group may still take this round (null:
   // no limit).
@@ -228,7 +240,13 @@ Scheduler::Step Scheduler::Schedule() {
       int64_t count = std::min(total_need - already, budget);
       if (allowance != nullptr) count = std::min(count, (*allowance)[s.group]);
       if (count <= 0) continue;
-      if (!Reserve(id, s.computed + already + count, &step, &budget)) continue;
+      // Drafts ride along a decode token, within the budget and the context.
+      int64_t drafts = 0;
+      if (decode_pass && s.drafts > 0) {
+        drafts = std::min({s.drafts, budget - count, opt_.max_seq_rows - s.known});
+        drafts = std::max<int64_t>(drafts, 0);
+      }
+      if (!Reserve(id, s.computed + already + count + drafts, &step, &budget)) continue;
       auto w = has();  // (Reserve may have taken other work items back)
       if (w != step.work.end()) {
         w->count += count;
@@ -237,6 +255,11 @@ Scheduler::Step Scheduler::Schedule() {
         w = step.work.end() - 1;
       }
       w->completes = w->start + w->count == s.known;
+      if (drafts > 0) {
+        w->count += drafts;
+        w->drafts = drafts;
+        count += drafts;
+      }
       step.tokens += count;
       budget -= count;
       if (allowance != nullptr) (*allowance)[s.group] -= count;
@@ -305,12 +328,25 @@ Scheduler::Step Scheduler::Schedule() {
   return step;
 }
 
-void Scheduler::Commit(const Step& step) {
-  for (const Work& w : step.work) {
+void Scheduler::Commit(const Step& step, absl::Span<const int64_t> rejected) {
+  for (size_t i = 0; i < step.work.size(); ++i) {
+    const Work& w = step.work[i];
     auto it = seqs_.find(w.id);
     if (it == seqs_.end()) continue;
-    it->second.computed += w.count;
-    PublishFull(it->second);
+    Seq& s = it->second;
+    const int64_t back = i < rejected.size() ? std::clamp<int64_t>(rejected[i], 0, w.drafts) : 0;
+    s.computed += w.count - back;
+    if (w.drafts > 0) {
+      // The refused drafts' rows are gone: free the blocks only they used
+      // (the next token's row is allocated when it is scheduled).
+      const int64_t keep = BlocksFor(s.computed, opt_.block_size);
+      if (static_cast<int64_t>(s.blocks.size()) > keep) {
+        std::vector<int32_t> tail(s.blocks.begin() + keep, s.blocks.end());
+        s.blocks.resize(keep);
+        alloc_->Free(tail);
+      }
+    }
+    PublishFull(s);
   }
 }
 

@@ -108,6 +108,15 @@ class Scheduler {
   void SetClass(SeqId id, uint32_t group, double weight, int32_t priority);
   // One more token is known (sampled after the step that completed it).
   void Append(SeqId id);
+  // Speculative decoding: the sequence's next decode step may also carry
+  // `n` drafted tokens after its known ones (its `tokens` must hold them
+  // until Commit). They are scheduled only in the decode pass, as far as the
+  // budget, the context and the blocks allow (Work::drafts says how many);
+  // the step's rows for them are verified by the caller, and Commit's
+  // `rejected` takes back the KV rows of the drafts it refused. Cleared by
+  // Schedule (a sequence that did not get them must be given them again)
+  // and by Commit.
+  void SetDrafts(SeqId id, int64_t n);
   // Forgets a sequence, waiting or running, and frees its blocks.
   void Remove(SeqId id);
 
@@ -115,9 +124,12 @@ class Scheduler {
     SeqId id = 0;
     int64_t start = 0;  // first token evaluated (its position)
     int64_t count = 0;  // tokens evaluated
-    // start + count == known: the step's row for the last token gives the
-    // sequence's next token.
+    // start + count == known (+ drafts): the step's row for the last token
+    // gives the sequence's next token.
     bool completes = false;
+    // Drafted tokens among the last of `count` (SetDrafts): the rows of the
+    // last drafts + 1 tokens each give a token to verify.
+    int64_t drafts = 0;
   };
   struct Step {
     std::vector<Work> work;        // passes 1, 2, 3 in order
@@ -128,8 +140,12 @@ class Scheduler {
   };
   // Plans one step (see the file comment).
   Step Schedule();
-  // The step ran: every scheduled sequence has `count` more tokens computed.
-  void Commit(const Step& step);
+  // The step ran: every scheduled sequence has `count` more tokens computed,
+  // less `rejected[i]` for work i (empty: none; at most its drafts): the
+  // KV rows of refused drafts are dropped, and the sequence's blocks past
+  // what its computed rows need are freed (never published: a block is
+  // published only once computed rows fill it).
+  void Commit(const Step& step, absl::Span<const int64_t> rejected = {});
 
   // A sequence's block table (valid until the next Schedule/Remove).
   absl::Span<const int32_t> blocks(SeqId id) const;
@@ -163,6 +179,7 @@ class Scheduler {
     const std::vector<int32_t>* tokens = nullptr;
     std::string cache_ns;
     int64_t published = 0;  // leading blocks published (or taken from the cache)
+    int64_t drafts = 0;     // SetDrafts, for the next Schedule
     int64_t cached = 0;
     uint32_t group = 0;
     double weight = 1.0;

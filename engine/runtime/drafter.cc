@@ -1,0 +1,32 @@
+#include "engine/runtime/drafter.h"
+
+#include <algorithm>
+
+namespace minfer::runtime {
+
+NgramDrafter::NgramDrafter(int32_t min_n, int32_t max_n, int64_t window)
+    : min_n_(std::max(min_n, 1)), max_n_(std::max(max_n, std::max(min_n, 1))), window_(window) {}
+
+int64_t NgramDrafter::Propose(absl::Span<const int32_t> tokens, int64_t k,
+                              std::vector<int32_t>* out) const {
+  const int64_t len = static_cast<int64_t>(tokens.size());
+  if (k <= 0 || len < min_n_ + 1) return 0;
+  const int64_t lo = std::max<int64_t>(0, len - window_);
+  // Longest context first: a longer match predicts better.
+  for (int64_t n = std::min<int64_t>(max_n_, len - 1); n >= min_n_; --n) {
+    const int32_t* suffix = tokens.data() + len - n;
+    // The most recent earlier occurrence (ending before the suffix starts
+    // overlapping itself is fine: only its continuation must exist).
+    for (int64_t start = len - n - 1; start >= lo; --start) {
+      if (!std::equal(suffix, suffix + n, tokens.data() + start)) continue;
+      const int64_t from = start + n;
+      const int64_t m = std::min<int64_t>(k, len - from);
+      if (m <= 0) continue;
+      out->insert(out->end(), tokens.begin() + from, tokens.begin() + from + m);
+      return m;
+    }
+  }
+  return 0;
+}
+
+}  // namespace minfer::runtime

@@ -1,0 +1,305 @@
+// Speculative decoding in the batched engine (issue 29, first part): n-gram
+// drafts ride along decode tokens and are verified in the same forward. The
+// output must be exactly the plain run's — greedy ids equal, for Qwen2,
+// Qwen3 and Llama files, alone and beside sequences that do not speculate,
+// with stop strings, under preemption and with the prefix cache — and the
+// KV rows of refused drafts must be given back (the scheduler's rollback,
+// tested without a model).
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/drafter.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/kv_pool.h"
+#include "engine/runtime/model.h"
+#include "engine/runtime/scheduler.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_models.h"
+
+namespace minfer::runtime {
+namespace {
+
+std::shared_ptr<Model> LoadModel(const std::string& shape) {
+  auto path = testing::TestModelPath(shape, "q8_0");
+  EXPECT_TRUE(path.ok()) << path.status();
+  if (!path.ok()) return nullptr;
+  ModelOptions opt;
+  opt.backend = "cpu";
+  auto m = Model::Load(*path, opt);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *m : nullptr;
+}
+
+// A prompt that repeats itself (what n-gram drafts feed on): a random
+// phrase three times, then a random tail.
+std::vector<int32_t> RepeatingPrompt(uint32_t seed, int32_t vocab) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
+  std::vector<int32_t> phrase(6 + seed % 5), p;
+  for (auto& t : phrase) t = d(rng);
+  for (int r = 0; r < 3; ++r) p.insert(p.end(), phrase.begin(), phrase.end());
+  // Ending inside a fourth copy: the drafter proposes the phrase's rest.
+  p.insert(p.end(), phrase.begin(), phrase.begin() + 3);
+  return p;
+}
+
+struct Output {
+  std::vector<int32_t> tokens;
+  std::string text;
+  FinishReason reason = FinishReason::kLength;
+};
+
+std::vector<Output> RunAll(std::shared_ptr<Model> model, const std::vector<GenerateRequest>& reqs,
+                        EngineOptions eo, EngineSnapshot* snap = nullptr) {
+  auto e = Engine::Create(model, eo);
+  EXPECT_TRUE(e.ok()) << e.status();
+  std::vector<Output> out(reqs.size());
+  std::map<uint64_t, size_t> index;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto id = (*e)->Add(reqs[i]);
+    EXPECT_TRUE(id.ok()) << id.status();
+    index[*id] = i;
+  }
+  std::vector<EngineEvent> ev;
+  for (int step = 0; step < 5000 && (*e)->HasWork(); ++step) {
+    ev.clear();
+    absl::Status st = (*e)->Step(&ev);
+    EXPECT_TRUE(st.ok()) << st;
+    for (const EngineEvent& x : ev) {
+      EXPECT_TRUE(x.status.ok()) << x.status;
+      Output& o = out[index[x.id]];
+      o.tokens.insert(o.tokens.end(), x.out.tokens.begin(), x.out.tokens.end());
+      o.text += x.out.text;
+      if (x.finished) o.reason = x.reason;
+    }
+  }
+  EXPECT_FALSE((*e)->HasWork());
+  EXPECT_EQ((*e)->pool().blocks().used(), 0) << "finished sequences hold blocks";
+  if (snap != nullptr) *snap = (*e)->Snapshot();
+  return out;
+}
+
+std::vector<GenerateRequest> Requests(const Model& model, int n, int max_tokens,
+                                      float temperature) {
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    GenerateRequest r;
+    r.prompt = RepeatingPrompt(700 + i, model.tokenizer().vocab_size());
+    r.max_tokens = max_tokens + i % 3;
+    r.ignore_eos = true;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 40 + i;
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+void ExpectSame(const std::vector<Output>& got, const std::vector<Output>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+    EXPECT_EQ(got[i].text, want[i].text) << "request " << i;
+    EXPECT_EQ(got[i].reason, want[i].reason) << "request " << i;
+  }
+}
+
+// Drafts from the plain run's outputs (what a perfect draft model would
+// write), wrong at every `wrong_every`-th position when set: every path of
+// verification is taken — all accepted, a prefix accepted, none.
+class OracleDrafter : public Drafter {
+ public:
+  OracleDrafter(const std::vector<GenerateRequest>& reqs, const std::vector<Output>& outs,
+                int wrong_every)
+      : wrong_every_(wrong_every) {
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      std::vector<int32_t> all = reqs[i].prompt;
+      all.insert(all.end(), outs[i].tokens.begin(), outs[i].tokens.end());
+      runs_.push_back({reqs[i].prompt.size(), std::move(all)});
+    }
+  }
+  int64_t Propose(absl::Span<const int32_t> tokens, int64_t k,
+                  std::vector<int32_t>* out) const override {
+    for (const auto& [prompt, all] : runs_) {
+      if (tokens.size() < prompt || tokens.size() >= all.size() ||
+          !std::equal(all.begin(), all.begin() + tokens.size(), tokens.begin())) {
+        continue;
+      }
+      int64_t n = 0;
+      for (size_t j = tokens.size(); j < all.size() && n < k; ++j, ++n) {
+        const bool wrong = wrong_every_ > 0 && (j % wrong_every_) == 0;
+        out->push_back(wrong ? (all[j] + 1) % 100 : all[j]);
+      }
+      return n;
+    }
+    return 0;
+  }
+
+ private:
+  int wrong_every_;
+  std::vector<std::pair<size_t, std::vector<int32_t>>> runs_;
+};
+
+class SpecFamilyTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SpecFamilyTest, GreedyIdsEqualThePlainRunAloneAndInABatch) {
+  auto model = LoadModel(GetParam());
+  ASSERT_NE(model, nullptr);
+  // Greedy requests (they speculate) beside sampled ones (they do not).
+  std::vector<GenerateRequest> reqs = Requests(*model, 4, 40, 0.0f);
+  for (GenerateRequest& r : Requests(*model, 2, 30, 1.0f)) reqs.push_back(r);
+  EngineOptions eo;
+  eo.max_seqs = 16;
+  eo.token_budget = 64;
+  eo.n_ctx = 512;
+  const std::vector<Output> plain = RunAll(model, reqs, eo);
+  eo.spec_k = 4;
+  EngineSnapshot snap;
+  // n-gram drafts (random weights rarely repeat their prompt: few drafts).
+  ExpectSame(RunAll(model, reqs, eo, &snap), plain);
+  // A perfect drafter: every draft accepted.
+  eo.drafter = std::make_shared<OracleDrafter>(reqs, plain, 0);
+  ExpectSame(RunAll(model, reqs, eo, &snap), plain);
+  EXPECT_GT(snap.spec_drafted, 40);
+  EXPECT_EQ(snap.spec_accepted, snap.spec_drafted);
+  // Drafts wrong at every third position: prefixes accepted, the rest
+  // rolled back.
+  eo.drafter = std::make_shared<OracleDrafter>(reqs, plain, 3);
+  ExpectSame(RunAll(model, reqs, eo, &snap), plain);
+  EXPECT_GT(snap.spec_accepted, 0);
+  EXPECT_LT(snap.spec_accepted, snap.spec_drafted);
+  // Alone (one sequence, the most rows for drafts), a perfect draft of 6.
+  for (size_t i = 0; i < 2; ++i) {
+    eo.spec_k = 0;
+    eo.drafter = nullptr;
+    const std::vector<Output> a = RunAll(model, {reqs[i]}, eo);
+    eo.spec_k = 6;
+    eo.drafter = std::make_shared<OracleDrafter>(std::vector<GenerateRequest>{reqs[i]}, a, 0);
+    ExpectSame(RunAll(model, {reqs[i]}, eo, &snap), a);
+    EXPECT_EQ(snap.spec_accepted, snap.spec_drafted);
+    EXPECT_GE(snap.spec_accepted, 30) << "request " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, SpecFamilyTest,
+                         ::testing::Values("tiny-untied", "qwen3-tiny", "llama-tiny"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
+
+TEST(SpecDecodeTest, StopStringsAndMaxTokensEndAtTheSameToken) {
+  auto model = LoadModel("tiny-untied");
+  ASSERT_NE(model, nullptr);
+  EngineOptions eo;
+  eo.max_seqs = 8;
+  eo.n_ctx = 512;
+  std::vector<GenerateRequest> reqs = Requests(*model, 3, 48, 0.0f);
+  const std::vector<Output> free_run = RunAll(model, reqs, eo);
+  // A stop string from the middle of each plain output; max_tokens that
+  // cut inside a likely accepted run.
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const std::string& t = free_run[i].text;
+    ASSERT_GT(t.size(), 20u);
+    reqs[i].stop = {t.substr(t.size() / 2, 3)};
+    reqs[i].max_tokens = 17 + static_cast<int32_t>(i);
+  }
+  const std::vector<Output> plain = RunAll(model, reqs, eo);
+  eo.spec_k = 5;
+  // Drafts of the unstopped run: the stop string and max_tokens fall inside
+  // accepted runs, which must end where the plain run ended.
+  eo.drafter = std::make_shared<OracleDrafter>(reqs, free_run, 0);
+  ExpectSame(RunAll(model, reqs, eo), plain);
+}
+
+TEST(SpecDecodeTest, PreemptionAndThePrefixCacheKeepTheTokens) {
+  auto model = LoadModel("tiny-untied");
+  ASSERT_NE(model, nullptr);
+  std::vector<GenerateRequest> reqs = Requests(*model, 6, 40, 0.0f);
+  EngineOptions eo;
+  eo.max_seqs = 6;
+  eo.token_budget = 64;
+  eo.n_ctx = 512;
+  eo.kv_block = 16;
+  eo.kv_blocks = 1 + 12;  // short of rows: sequences are preempted
+  eo.prefix_cache = true;
+  const std::vector<Output> plain = RunAll(model, reqs, eo);
+  eo.spec_k = 4;
+  EngineSnapshot snap;
+  // Each prompt twice in one engine: later copies take the earlier ones'
+  // published blocks, which must hold only accepted tokens' rows.
+  std::vector<GenerateRequest> twice = reqs;
+  twice.insert(twice.end(), reqs.begin(), reqs.end());
+  std::vector<Output> want = plain;
+  want.insert(want.end(), plain.begin(), plain.end());
+  eo.drafter = std::make_shared<OracleDrafter>(reqs, plain, 4);
+  ExpectSame(RunAll(model, twice, eo, &snap), want);
+  EXPECT_GT(snap.preemptions, 0) << "the pool was never short";
+  EXPECT_GT(snap.spec_accepted, 0);
+}
+
+TEST(SpecDecodeTest, SchedulerRollsRefusedDraftsBack) {
+  BlockAllocator alloc(1 + 8, 1);
+  SchedulerOptions so;
+  so.block_size = 4;
+  so.token_budget = 32;
+  so.max_seqs = 4;
+  so.prefix_cache = true;
+  Scheduler s(so, &alloc);
+  std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6};  // prompt of 6
+  s.Add(7, 6, &tokens);
+  Scheduler::Step st = s.Schedule();
+  ASSERT_EQ(st.work.size(), 1u);
+  s.Commit(st);
+  tokens.push_back(9);  // the sampled token: 7 known, 6 computed
+  s.Append(7);
+  // Five drafts: rows 6..11 need 3 blocks.
+  tokens.insert(tokens.end(), {10, 11, 12, 13, 14});
+  s.SetDrafts(7, 5);
+  st = s.Schedule();
+  ASSERT_EQ(st.work.size(), 1u);
+  EXPECT_EQ(st.work[0].start, 6);
+  EXPECT_EQ(st.work[0].count, 6);
+  EXPECT_EQ(st.work[0].drafts, 5);
+  EXPECT_TRUE(st.work[0].completes);
+  EXPECT_EQ(s.Info(7)->blocks, 3);
+  // One draft accepted: 8 rows computed, the third block goes back.
+  const std::vector<int64_t> rejected = {4};
+  s.Commit(st, rejected);
+  EXPECT_EQ(s.Info(7)->computed, 8);
+  EXPECT_EQ(s.Info(7)->blocks, 2);
+  EXPECT_EQ(alloc.used(), 2);
+  // The cache holds the first two blocks (rows 0..7), nothing of the refused.
+  tokens.resize(8);
+  tokens.push_back(21);  // the bonus token
+  s.Append(7);
+  s.Append(7);
+  EXPECT_EQ(s.Info(7)->known, 9);
+  // Drafts are for one step: unset, the next step is one decode token.
+  st = s.Schedule();
+  ASSERT_EQ(st.work.size(), 1u);
+  EXPECT_EQ(st.work[0].count, 1);
+  EXPECT_EQ(st.work[0].drafts, 0);
+}
+
+TEST(SpecDecodeTest, NgramDrafterProposesWhatFollowedTheLastMatch) {
+  NgramDrafter d(2, 4);
+  std::vector<int32_t> out;
+  // "5 6 7 8 ... 5 6" -> 7 8 (after the longest earlier match of the tail).
+  EXPECT_EQ(d.Propose(std::vector<int32_t>{5, 6, 7, 8, 9, 1, 5, 6}, 3, &out), 3);
+  EXPECT_EQ(out, (std::vector<int32_t>{7, 8, 9}));
+  out.clear();
+  EXPECT_EQ(d.Propose(std::vector<int32_t>{1, 2, 3, 4}, 3, &out), 0) << "no repeat, no draft";
+  // The most recent occurrence wins.
+  out.clear();
+  EXPECT_EQ(d.Propose(std::vector<int32_t>{1, 2, 3, 1, 2, 4, 1, 2}, 1, &out), 1);
+  EXPECT_EQ(out, (std::vector<int32_t>{4}));
+}
+
+}  // namespace
+}  // namespace minfer::runtime
