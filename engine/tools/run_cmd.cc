@@ -6,6 +6,7 @@
 #include "CLI/CLI.hpp"
 #include "engine/base/knobs.h"
 #include "absl/strings/str_format.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/generation.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/session.h"
@@ -59,6 +60,17 @@ int RunMain(int argc, char** argv) {
   app.add_option("--gpu", gpu, "CUDA device index (default: highest compute capability)");
   app.add_flag("--json", json, "print one JSON object with ids, text, finish reason, timings");
   app.add_flag("-q,--quiet", quiet, "no load progress or summary on stderr");
+  std::string spec;
+  int32_t spec_k = 4;
+  app.add_option("--spec", spec,
+                 "speculative decoding: ngram (drafts by prompt lookup; greedy only); runs on "
+                 "the batched engine, one sequence")
+      ->check(CLI::IsMember({"ngram"}));
+  app.add_option("--spec-k", spec_k,
+                 "drafted tokens per step (with --spec; 0 = the batched engine without drafts, "
+                 "the baseline)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 63));
   AddSamplingFlags(app, &req.sampling);
   CLI11_PARSE(app, argc, argv);
   if (gpu >= 0) (void)KnobRegistry::Global().Set("MINFER_GPU", std::to_string(gpu));
@@ -89,16 +101,9 @@ int RunMain(int argc, char** argv) {
     eo.parse_special = !no_special;
     req.prompt = tok.Encode(prompt, eo);
   }
-  runtime::SessionOptions sopt;
-  sopt.n_ctx = n_ctx;
-  auto session = runtime::Session::Create(*model, sopt);
-  if (!session.ok()) {
-    std::cerr << "minfer run: " << session.status().message() << "\n";
-    return 1;
-  }
   std::vector<int32_t> prompt_ids = req.prompt;
   nlohmann::json logprobs = nlohmann::json::array();
-  auto gen = runtime::Generate(session->get(), std::move(req), [&](const runtime::StepOutput& s) {
+  auto emit = [&](const runtime::StepOutput& s) {
     if (!json) {
       std::fwrite(s.text.data(), 1, s.text.size(), stdout);
       std::fflush(stdout);
@@ -109,18 +114,79 @@ int RunMain(int argc, char** argv) {
       logprobs.push_back({{"id", lp.token}, {"logprob", lp.logprob}, {"top", top}});
     }
     return true;
-  });
-  if (!gen.ok()) {
-    std::cerr << "\nminfer run: " << gen.status().message() << "\n";
-    return 1;
+  };
+  // What either path produced.
+  std::vector<int32_t> out_ids;
+  std::string out_text;
+  FinishReason reason = FinishReason::kLength;
+  runtime::GenerationStats st;
+  nlohmann::json spec_json;
+  if (!spec.empty()) {
+    // One sequence on the batched engine, drafts riding its decode steps.
+    runtime::EngineOptions eo;
+    eo.n_ctx = n_ctx;
+    eo.max_seqs = spec_k + 1;  // output rows: the token and its drafts
+    eo.kv_block = 16;
+    eo.kv_blocks = 2 + (n_ctx + 15) / 16;
+    eo.spec_k = spec_k;
+    auto engine = runtime::Engine::Create(*model, eo);
+    if (!engine.ok()) {
+      std::cerr << "minfer run: " << engine.status().message() << "\n";
+      return 1;
+    }
+    auto id = (*engine)->Add(std::move(req));
+    if (!id.ok()) {
+      std::cerr << "minfer run: " << id.status().message() << "\n";
+      return 1;
+    }
+    std::vector<runtime::EngineEvent> events;
+    while ((*engine)->HasWork()) {
+      events.clear();
+      if (absl::Status s = (*engine)->Step(&events); !s.ok()) {
+        std::cerr << "\nminfer run: " << s.message() << "\n";
+        return 1;
+      }
+      for (const runtime::EngineEvent& ev : events) {
+        if (!ev.status.ok()) {
+          std::cerr << "\nminfer run: " << ev.status.message() << "\n";
+          return 1;
+        }
+        emit(ev.out);
+        out_ids.insert(out_ids.end(), ev.out.tokens.begin(), ev.out.tokens.end());
+        out_text += ev.out.text;
+        if (ev.finished) {
+          reason = ev.reason;
+          st = ev.stats;
+        }
+      }
+    }
+    const runtime::EngineSnapshot snap = (*engine)->Snapshot();
+    spec_json = {{"mode", spec}, {"k", spec_k}, {"drafted", snap.spec_drafted},
+                 {"accepted", snap.spec_accepted}};
+  } else {
+    runtime::SessionOptions sopt;
+    sopt.n_ctx = n_ctx;
+    auto session = runtime::Session::Create(*model, sopt);
+    if (!session.ok()) {
+      std::cerr << "minfer run: " << session.status().message() << "\n";
+      return 1;
+    }
+    auto gen = runtime::Generate(session->get(), std::move(req), emit);
+    if (!gen.ok()) {
+      std::cerr << "\nminfer run: " << gen.status().message() << "\n";
+      return 1;
+    }
+    out_ids = (*gen)->output_tokens();
+    out_text = (*gen)->text();
+    reason = (*gen)->finish_reason();
+    st = (*gen)->stats();
   }
-  const auto& st = (*gen)->stats();
   if (json) {
     nlohmann::json j;
     j["prompt_ids"] = prompt_ids;
-    j["generated_ids"] = (*gen)->output_tokens();
-    j["text"] = (*gen)->text();
-    j["finish_reason"] = std::string(FinishReasonName((*gen)->finish_reason()));
+    j["generated_ids"] = out_ids;
+    j["text"] = out_text;
+    j["finish_reason"] = std::string(FinishReasonName(reason));
     j["timings"] = {{"prompt_tokens", st.prompt_tokens},
                     {"completion_tokens", st.completion_tokens},
                     {"prefill_seconds", st.prefill_seconds},
@@ -131,6 +197,7 @@ int RunMain(int argc, char** argv) {
                     {"decode_tokens_per_second", st.DecodeTokensPerSecond()},
                     {"load_seconds", (*model)->load_seconds()}};
     if (!logprobs.empty()) j["logprobs"] = logprobs;
+    if (!spec_json.is_null()) j["spec"] = spec_json;
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::printf("\n");
@@ -138,7 +205,7 @@ int RunMain(int argc, char** argv) {
       std::fprintf(stderr,
                    "[%s] prompt %d tokens in %.3f s (%.1f t/s); generated %d tokens, "
                    "%.1f t/s decode; ttft %.3f s\n",
-                   std::string(FinishReasonName((*gen)->finish_reason())).c_str(), st.prompt_tokens,
+                   std::string(FinishReasonName(reason)).c_str(), st.prompt_tokens,
                    st.prefill_seconds,
                    st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0.0,
                    st.completion_tokens, st.DecodeTokensPerSecond(), st.ttft_seconds);
