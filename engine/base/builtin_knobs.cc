@@ -153,6 +153,11 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "Tokens per batched step (every running sequence's next token, then prefill chunks of "
        "new ones); 0 = by placement: 2048 on a GPU, 512 on the CPU. At least the model's "
        "parallel sequences."});
+  add({"MINFER_SPEC_K", KnobType::kInt, "0", KnobScope::kPerModel, KnobEffect::kImmediate,
+       "Speculative decoding with n-gram (prompt lookup) drafts: tokens drafted into each "
+       "decode step of a greedy, unconstrained sequence and verified in the same forward "
+       "(output unchanged); 0 = off. Pays where replies repeat their context (code edits, "
+       "extraction, agents)."});
   add({"MINFER_KV_BLOCK", KnobType::kInt, "16", KnobScope::kPerModel, KnobEffect::kReload,
        "Rows (tokens) per block of the paged KV pool: a power of two in [1, 4096]."});
   add({"MINFER_PREFIX_CACHE", KnobType::kBool, "1", KnobScope::kPerModel,

@@ -103,12 +103,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   // shapes the numbers (kernels, fusions, KV handling) must not let blocks
   // computed before it changed stand for blocks computed after.
   e->scheduler_->SetPrefixSalt(e->knob_gen_);
-  if (o.spec_k < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("spec_k must be >= 0, got ", o.spec_k));
+  e->options_spec_fixed_ = o.spec_k.has_value();
+  e->spec_k_ = static_cast<int32_t>(
+      o.spec_k.value_or(knobs.GetInt("MINFER_SPEC_K", &model->knobs())));
+  if (e->spec_k_ < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("spec_k must be >= 0, got ", e->spec_k_));
   }
-  if (o.spec_k > 0) {
-    e->drafter_ = o.drafter != nullptr ? o.drafter : std::make_shared<const NgramDrafter>();
-  }
+  e->drafter_ = o.drafter != nullptr ? o.drafter : std::make_shared<const NgramDrafter>();
   return e;
 }
 
@@ -126,9 +127,13 @@ void Engine::ProposeDrafts() {
     }
     const std::optional<Scheduler::SeqInfo> info = scheduler_->Info(id);
     if (!info.has_value() || !info->running || info->known - info->computed != 1) continue;
+    if (s.skip > 0) {
+      --s.skip;
+      continue;
+    }
     // Tokens the completion may still take after this step's first one.
     const int64_t left = c.request().max_tokens - c.stats().completion_tokens - 1;
-    const int64_t k = std::min<int64_t>({opt_.spec_k, left, rows});
+    const int64_t k = std::min<int64_t>({spec_k_, left, rows});
     if (k <= 0) continue;
     draft.clear();
     const int64_t n = drafter_->Propose(s.tokens, k, &draft);
@@ -154,6 +159,10 @@ void Engine::RefreshKnobs() {
     const bool on = KnobRegistry::Global().GetBool("MINFER_PREFIX_CACHE", &model_->knobs());
     opt_.prefix_cache = on;
     scheduler_->SetPrefixCache(on);
+  }
+  if (!options_spec_fixed_) {
+    spec_k_ = static_cast<int32_t>(std::max<int64_t>(
+        0, KnobRegistry::Global().GetInt("MINFER_SPEC_K", &model_->knobs())));
   }
   if (options_budget_fixed_) return;
   const int64_t b = std::max<int64_t>(BudgetKnob(), opt_.max_seqs);
@@ -244,11 +253,11 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
   steps_++;
   RefreshKnobs();
   const uint64_t evictions = runner_->pool().blocks().evictions();
-  if (drafter_ != nullptr) ProposeDrafts();
+  if (spec_k_ > 0) ProposeDrafts();
   Scheduler::Step step = scheduler_->Schedule();
   // Drafts the scheduler did not take (budget, context, preemption) leave
   // the sequence's tokens again.
-  if (drafter_ != nullptr) {
+  if (spec_k_ > 0) {
     for (auto& [id, s] : seqs_) {
       if (s.drafts == 0) continue;
       int64_t taken = 0;
@@ -384,6 +393,12 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
       spec_drafted_ += w.drafts;
       spec_accepted_ += accepted;
       rejected[i] = w.drafts - accepted;
+      if (accepted > 0) {
+        s.misses = 0;
+      } else {
+        s.misses = std::min(s.misses + 1, 5);
+        s.skip = (1 << s.misses) - 1;
+      }
       // Keep the accepted drafts (they equal the samples), drop the rest.
       s.tokens.resize(first + 1 + accepted);
       s.drafts = 0;

@@ -61,8 +61,9 @@ struct EngineOptions {
   // rows for them are verified in order — each accepted while it equals
   // the token the sequence samples there, so the output is exactly the
   // plain run's. Greedy (temperature 0), unconstrained sequences only, for
-  // now; output rows of a step stay within max_seqs. 0: off.
-  int32_t spec_k = 0;
+  // now; output rows of a step stay within max_seqs. 0: off; unset: the
+  // model's MINFER_SPEC_K knob (read between steps).
+  std::optional<int32_t> spec_k;
   // The drafter (null: NgramDrafter) — a draft model's, or a test's.
   std::shared_ptr<const Drafter> drafter;
 };
@@ -178,6 +179,12 @@ class Engine : public StepEngine {
     bool scheduled = false;
     double decode_seconds = 0;
     int64_t drafts = 0;  // drafted tokens at the end of `tokens` (this step's)
+    // Drafts back off while they fail: after `misses` steps in a row whose
+    // drafts were all refused, the sequence skips 2^misses - 1 steps (at
+    // most 31) before drafting again; an accepted draft resets it. So text
+    // that does not repeat costs a few rows, not k rows a step.
+    int32_t misses = 0;
+    int32_t skip = 0;
   };
   void Finish(uint64_t id, Seq& s, std::vector<EngineEvent>* events, absl::Status status);
   // MINFER_BATCH_TOKENS changes apply between steps.
@@ -201,6 +208,8 @@ class Engine : public StepEngine {
   // Speculative decoding (EngineOptions::spec_k): drafts for the next step.
   std::shared_ptr<const Drafter> drafter_;
   void ProposeDrafts();
+  int32_t spec_k_ = 0;  // effective
+  bool options_spec_fixed_ = false;  // EngineOptions::spec_k given
   int64_t spec_drafted_ = 0;
   int64_t spec_accepted_ = 0;
 

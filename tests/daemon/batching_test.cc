@@ -33,7 +33,7 @@ class BatchingTest : public ::testing::Test {
     client_ = ClientFor(*daemon_);
   }
 
-  void LoadModel(int64_t kv_tokens) {
+  void LoadModel(int64_t kv_tokens, int spec_k = 0) {
     v1::LoadModelRequest r;
     r.set_name("m");
     r.set_path(path_);
@@ -42,6 +42,7 @@ class BatchingTest : public ::testing::Test {
     r.set_queue_size(16);
     r.set_kv_tokens(kv_tokens);
     (*r.mutable_knobs())["MINFER_BATCH_TOKENS"] = "24";
+    if (spec_k > 0) (*r.mutable_knobs())["MINFER_SPEC_K"] = absl::StrCat(spec_k);
     auto st = client_->LoadModel(r);
     ASSERT_TRUE(st.ok()) << st.status();
   }
@@ -106,6 +107,23 @@ TEST_F(BatchingTest, PreemptedStreamsResumeWithoutALostOrRepeatedToken) {
   EXPECT_GT(st->kv_pool().preemptions(), 0u);
   EXPECT_EQ(st->counters().failed(), 0u);
   EXPECT_EQ(st->counters().completed(), 8u);
+}
+
+TEST_F(BatchingTest, SpeculatingStreamsEqualTheirAloneRuns) {
+  // n-gram drafts (MINFER_SPEC_K) on the greedy streams, with and without
+  // a pool that runs dry: every stream still equals its alone run.
+  for (int64_t kv : {0, 256}) {
+    LoadModel(kv, /*spec_k=*/4);
+    RunConcurrently(Requests());
+    auto st = client_->GetModelStatus("m");
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->counters().failed(), 0u);
+    EXPECT_EQ(st->counters().completed(), 8u);
+    EXPECT_EQ(st->kv_pool().blocks_used(), 0);
+    v1::UnloadModelRequest u;
+    u.set_name("m");
+    ASSERT_TRUE(client_->UnloadModel(u).ok());
+  }
 }
 
 TEST_F(BatchingTest, RequestThatCanNeverFitThePoolIsRefusedWithTheFigures) {

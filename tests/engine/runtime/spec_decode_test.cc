@@ -193,6 +193,25 @@ INSTANTIATE_TEST_SUITE_P(Families, SpecFamilyTest,
                            return n;
                          });
 
+TEST(SpecDecodeTest, DraftsThatAlwaysFailBackOff) {
+  auto model = LoadModel("tiny-untied");
+  ASSERT_NE(model, nullptr);
+  std::vector<GenerateRequest> reqs = Requests(*model, 2, 120, 0.0f);
+  EngineOptions eo;
+  eo.max_seqs = 8;
+  eo.n_ctx = 512;
+  const std::vector<Output> plain = RunAll(model, reqs, eo);
+  eo.spec_k = 4;
+  eo.drafter = std::make_shared<OracleDrafter>(reqs, plain, 1);  // every draft wrong
+  EngineSnapshot snap;
+  ExpectSame(RunAll(model, reqs, eo, &snap), plain);
+  EXPECT_EQ(snap.spec_accepted, 0);
+  // Without the back-off: ~4 drafts for each of ~240 tokens. With it, a
+  // failing sequence drafts at steps 0, 1, 3, 7, 15, 31, then every 32.
+  EXPECT_GT(snap.spec_drafted, 0);
+  EXPECT_LT(snap.spec_drafted, 4 * 2 * 14) << "failing drafts did not back off";
+}
+
 TEST(SpecDecodeTest, StopStringsAndMaxTokensEndAtTheSameToken) {
   auto model = LoadModel("tiny-untied");
   ASSERT_NE(model, nullptr);
