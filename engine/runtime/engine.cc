@@ -121,10 +121,7 @@ void Engine::ProposeDrafts() {
   for (auto& [id, s] : seqs_) {
     if (rows <= 0) return;
     const Completion& c = *s.c;
-    if (c.done() || c.constrained() || c.request().grammar != nullptr ||
-        c.request().sampling.temperature != 0.0f) {
-      continue;
-    }
+    if (c.done() || c.constrained() || c.request().grammar != nullptr) continue;
     const std::optional<Scheduler::SeqInfo> info = scheduler_->Info(id);
     if (!info.has_value() || !info->running || info->known - info->computed != 1) continue;
     if (s.skip > 0) {

@@ -58,11 +58,16 @@ struct EngineOptions {
   std::optional<bool> backend_masks;
   // Speculative decoding with n-gram drafts (drafter.h): up to spec_k
   // drafted tokens ride along a sequence's decode token, and the step's
-  // rows for them are verified in order — each accepted while it equals
-  // the token the sequence samples there, so the output is exactly the
-  // plain run's. Greedy (temperature 0), unconstrained sequences only, for
-  // now; output rows of a step stay within max_seqs. 0: off; unset: the
-  // model's MINFER_SPEC_K knob (read between steps).
+  // rows for them are verified in order — the sequence samples each row as
+  // it would have (same sampler, same random draws, rows equal to a plain
+  // step's) and a draft is accepted while it equals the sample. A draft is
+  // one token (the drafter's distribution q is one-hot), so this is the
+  // standard rejection rule exactly: the draft d survives with probability
+  // p(d) = min(1, p(d)/q(d)), and on refusal the sample is a draw from the
+  // normalized residual max(0, p - q); greedy or sampled, the output equals
+  // the plain run's, seeds included. Unconstrained sequences only, for now;
+  // output rows of a step stay within max_seqs. 0: off; unset: the model's
+  // MINFER_SPEC_K knob (read between steps).
   std::optional<int32_t> spec_k;
   // The drafter (null: NgramDrafter) — a draft model's, or a test's.
   std::shared_ptr<const Drafter> drafter;

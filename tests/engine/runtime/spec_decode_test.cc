@@ -149,7 +149,9 @@ class SpecFamilyTest : public ::testing::TestWithParam<const char*> {};
 TEST_P(SpecFamilyTest, GreedyIdsEqualThePlainRunAloneAndInABatch) {
   auto model = LoadModel(GetParam());
   ASSERT_NE(model, nullptr);
-  // Greedy requests (they speculate) beside sampled ones (they do not).
+  // Greedy requests beside sampled ones (seeded: with the same random
+  // draws, accepting while the sample equals the draft gives the same
+  // tokens).
   std::vector<GenerateRequest> reqs = Requests(*model, 4, 40, 0.0f);
   for (GenerateRequest& r : Requests(*model, 2, 30, 1.0f)) reqs.push_back(r);
   EngineOptions eo;
