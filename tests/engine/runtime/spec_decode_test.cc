@@ -19,6 +19,7 @@
 #include "engine/runtime/model.h"
 #include "engine/runtime/scheduler.h"
 #include "gtest/gtest.h"
+#include "tests/engine/runtime/oracle_drafter.h"
 #include "tests/support/test_models.h"
 
 namespace minfer::runtime {
@@ -108,41 +109,13 @@ void ExpectSame(const std::vector<Output>& got, const std::vector<Output>& want)
   }
 }
 
-// Drafts from the plain run's outputs (what a perfect draft model would
-// write), wrong at every `wrong_every`-th position when set: every path of
-// verification is taken — all accepted, a prefix accepted, none.
-class OracleDrafter : public Drafter {
- public:
-  OracleDrafter(const std::vector<GenerateRequest>& reqs, const std::vector<Output>& outs,
-                int wrong_every)
-      : wrong_every_(wrong_every) {
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      std::vector<int32_t> all = reqs[i].prompt;
-      all.insert(all.end(), outs[i].tokens.begin(), outs[i].tokens.end());
-      runs_.push_back({reqs[i].prompt.size(), std::move(all)});
-    }
-  }
-  int64_t Propose(absl::Span<const int32_t> tokens, int64_t k,
-                  std::vector<int32_t>* out) const override {
-    for (const auto& [prompt, all] : runs_) {
-      if (tokens.size() < prompt || tokens.size() >= all.size() ||
-          !std::equal(all.begin(), all.begin() + tokens.size(), tokens.begin())) {
-        continue;
-      }
-      int64_t n = 0;
-      for (size_t j = tokens.size(); j < all.size() && n < k; ++j, ++n) {
-        const bool wrong = wrong_every_ > 0 && (j % wrong_every_) == 0;
-        out->push_back(wrong ? (all[j] + 1) % 100 : all[j]);
-      }
-      return n;
-    }
-    return 0;
-  }
-
- private:
-  int wrong_every_;
-  std::vector<std::pair<size_t, std::vector<int32_t>>> runs_;
-};
+// OracleDrafter over Outputs.
+std::shared_ptr<const Drafter> Oracle(const std::vector<GenerateRequest>& reqs,
+                                      const std::vector<Output>& outs, int wrong_every) {
+  std::vector<std::vector<int32_t>> tokens;
+  for (const Output& o : outs) tokens.push_back(o.tokens);
+  return std::make_shared<testing::OracleDrafter>(reqs, tokens, wrong_every);
+}
 
 class SpecFamilyTest : public ::testing::TestWithParam<const char*> {};
 
@@ -164,13 +137,13 @@ TEST_P(SpecFamilyTest, GreedyIdsEqualThePlainRunAloneAndInABatch) {
   // n-gram drafts (random weights rarely repeat their prompt: few drafts).
   ExpectSame(RunAll(model, reqs, eo, &snap), plain);
   // A perfect drafter: every draft accepted.
-  eo.drafter = std::make_shared<OracleDrafter>(reqs, plain, 0);
+  eo.drafter = Oracle(reqs, plain, 0);
   ExpectSame(RunAll(model, reqs, eo, &snap), plain);
   EXPECT_GT(snap.spec_drafted, 40);
   EXPECT_EQ(snap.spec_accepted, snap.spec_drafted);
   // Drafts wrong at every third position: prefixes accepted, the rest
   // rolled back.
-  eo.drafter = std::make_shared<OracleDrafter>(reqs, plain, 3);
+  eo.drafter = Oracle(reqs, plain, 3);
   ExpectSame(RunAll(model, reqs, eo, &snap), plain);
   EXPECT_GT(snap.spec_accepted, 0);
   EXPECT_LT(snap.spec_accepted, snap.spec_drafted);
@@ -180,7 +153,7 @@ TEST_P(SpecFamilyTest, GreedyIdsEqualThePlainRunAloneAndInABatch) {
     eo.drafter = nullptr;
     const std::vector<Output> a = RunAll(model, {reqs[i]}, eo);
     eo.spec_k = 6;
-    eo.drafter = std::make_shared<OracleDrafter>(std::vector<GenerateRequest>{reqs[i]}, a, 0);
+    eo.drafter = Oracle(std::vector<GenerateRequest>{reqs[i]}, a, 0);
     ExpectSame(RunAll(model, {reqs[i]}, eo, &snap), a);
     EXPECT_EQ(snap.spec_accepted, snap.spec_drafted);
     EXPECT_GE(snap.spec_accepted, 30) << "request " << i;
@@ -204,7 +177,7 @@ TEST(SpecDecodeTest, DraftsThatAlwaysFailBackOff) {
   eo.n_ctx = 512;
   const std::vector<Output> plain = RunAll(model, reqs, eo);
   eo.spec_k = 4;
-  eo.drafter = std::make_shared<OracleDrafter>(reqs, plain, 1);  // every draft wrong
+  eo.drafter = Oracle(reqs, plain, 1);  // every draft wrong
   EngineSnapshot snap;
   ExpectSame(RunAll(model, reqs, eo, &snap), plain);
   EXPECT_EQ(snap.spec_accepted, 0);
@@ -234,7 +207,7 @@ TEST(SpecDecodeTest, StopStringsAndMaxTokensEndAtTheSameToken) {
   eo.spec_k = 5;
   // Drafts of the unstopped run: the stop string and max_tokens fall inside
   // accepted runs, which must end where the plain run ended.
-  eo.drafter = std::make_shared<OracleDrafter>(reqs, free_run, 0);
+  eo.drafter = Oracle(reqs, free_run, 0);
   ExpectSame(RunAll(model, reqs, eo), plain);
 }
 
@@ -258,7 +231,7 @@ TEST(SpecDecodeTest, PreemptionAndThePrefixCacheKeepTheTokens) {
   twice.insert(twice.end(), reqs.begin(), reqs.end());
   std::vector<Output> want = plain;
   want.insert(want.end(), plain.begin(), plain.end());
-  eo.drafter = std::make_shared<OracleDrafter>(reqs, plain, 4);
+  eo.drafter = Oracle(reqs, plain, 4);
   ExpectSame(RunAll(model, twice, eo, &snap), want);
   EXPECT_GT(snap.preemptions, 0) << "the pool was never short";
   EXPECT_GT(snap.spec_accepted, 0);
