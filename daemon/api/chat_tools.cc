@@ -298,6 +298,12 @@ absl::StatusOr<grammar::Grammar> ForcedToolCallGrammar(const v1::Chat& chat,
   return CallsGrammar(chat, family, json, /*strict_auto=*/false);
 }
 
+grammar::JsonOptions ToolArgumentsJsonOptions() {
+  grammar::JsonOptions o;
+  o.max_whitespace = kToolArgumentsMaxWhitespace;
+  return o;
+}
+
 bool HasStrictAutoTools(const v1::Chat& chat) {
   if (!ParsesToolCalls(chat) || IsForcedToolChoice(chat)) return false;
   for (const v1::Tool& t : chat.tools()) {

@@ -51,6 +51,14 @@ inline constexpr size_t kMaxToolNameBytes = 64;
 // end token loop on calls until max_tokens; 16 is more than agents issue in
 // one turn (OpenAI's own replies rarely carry more than a handful).
 inline constexpr int kMaxForcedToolCalls = 16;
+// Whitespace bytes per gap in a constrained call's arguments JSON
+// (JsonOptions::max_whitespace; the default 16 is for documents). Calls are
+// written compactly ({"city": "Paris"}, or a newline and a short indent):
+// a looser cap only lets a model pad its arguments, and a forced reply of
+// several calls run into max_tokens.
+inline constexpr int kToolArgumentsMaxWhitespace = 4;
+// The JsonOptions of call grammars' arguments.
+grammar::JsonOptions ToolArgumentsJsonOptions();
 
 // Checks chat's tools, tool_choice and tool history: at most kMaxTools
 // tools, each with a name of 1 to 64 letters, digits, '_', '-' or '.',

@@ -150,8 +150,10 @@ absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToo
   absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled = model.grammars().CompileKeyed(
       key,
       [&]() -> absl::StatusOr<grammar::Grammar> {
-        absl::StatusOr<grammar::Grammar> g = strict_auto ? StrictToolCallGrammar(chat, family)
-                                                         : ForcedToolCallGrammar(chat, family);
+        const grammar::JsonOptions json = ToolArgumentsJsonOptions();
+        absl::StatusOr<grammar::Grammar> g = strict_auto
+                                                 ? StrictToolCallGrammar(chat, family, json)
+                                                 : ForcedToolCallGrammar(chat, family, json);
         if (!g.ok()) {
           built = false;
           build_error = g.status();

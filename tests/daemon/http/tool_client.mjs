@@ -24,7 +24,10 @@ const client = new OpenAI({baseURL: `${baseURL}/v1`, apiKey: "none", maxRetries:
                            timeout: 120000});
 const ajv = new Ajv2020({strict: false});
 
-// Finite by construction, so a random model's walk ends.
+// Finite by construction, so a random model's walk ends. A forced reply
+// holds at most 16 calls (kMaxForcedToolCalls), each of bounded arguments:
+// MAX_FORCED tokens hold the longest, so the grammar, not the limit, ends it.
+const MAX_FORCED = 2000;
 const tools = [
   {type: "function", function: {
     name: "get_weather", description: "Current weather of a city",
@@ -74,7 +77,7 @@ function choiceFor(named) {
 async function plain(model, seed, named, parallel) {
   const r = await client.chat.completions.create({
     model, messages, tools, tool_choice: choiceFor(named), parallel_tool_calls: parallel,
-    temperature: 1, seed, max_tokens: 400,
+    temperature: 1, seed, max_tokens: MAX_FORCED,
   });
   const c = r.choices[0];
   return {model, seed, named: named ?? null, parallel, stream: false,
@@ -85,7 +88,7 @@ async function plain(model, seed, named, parallel) {
 async function streamed(model, seed, named, parallel) {
   const stream = await client.chat.completions.create({
     model, messages, tools, tool_choice: choiceFor(named), parallel_tool_calls: parallel,
-    temperature: 1, seed, max_tokens: 400, stream: true,
+    temperature: 1, seed, max_tokens: MAX_FORCED, stream: true,
   });
   const calls = [];
   let finish = null, content = "", first_deltas_ok = true;
