@@ -124,6 +124,11 @@ std::shared_ptr<const Vocabulary> Vocabulary::Create(std::vector<std::string> to
     ok[k] = from;
     if ((from & 1) && h <= 255) tr.plain_height[k] = static_cast<uint8_t>(h);
   }
+  tr.packed.resize(nodes);
+  for (int32_t k = 0; k < nodes; ++k) {
+    tr.packed[k] = {tr.end[k], tr.first[k], tr.count[k], static_cast<uint16_t>(tr.depth[k]),
+                    tr.byte[k], tr.plain_height[k]};
+  }
   return v;
 }
 
@@ -183,9 +188,36 @@ struct Automata {
   uint64_t uid = 0;
   // Lazily computed classes per node (null until needed).
   std::unique_ptr<std::atomic<const Classes*>[]> classes;
+  // CharTarget's answers per (node, UTF-8 state), kCharTargetUnknown until
+  // asked: a property of the automata, shared by every classification (the
+  // positions of a bounded string each walk the rest of its chain).
+  std::unique_ptr<std::atomic<int32_t>[]> char_target;
+  // Classify's walks of whole subtrees of the vocabulary trie's root (a
+  // token's first byte), by the state that byte leads to: the positions of
+  // one object key (an additional key's exclusion trie: "a", "as", "as_"
+  // ...) differ in a few first bytes, and every other first byte leads to
+  // one same state (the rest of a key that is none of the names), whose
+  // walk over most of the vocabulary is then done once per grammar instead
+  // of once per position. Bounded (kMaxSubtreeMemoBytes).
+  struct SubtreeWalk {
+    std::vector<std::pair<int32_t, int32_t>> runs;  // accepted ranks, [begin, end)
+    std::vector<int32_t> uncertain;                 // ranks
+    int64_t accepted = 0;
+  };
+  std::mutex memo_mu;
+  absl::flat_hash_map<std::string, std::shared_ptr<const SubtreeWalk>> subtree_memo;
+  size_t subtree_memo_bytes = 0;
+  std::atomic<int64_t> subtree_replays{0};
   std::mutex mu;
   std::vector<std::shared_ptr<const Classes>> owned;
 };
+
+// Automata::char_target before it is computed.
+constexpr int32_t kCharTargetUnknown = INT32_MIN;
+// Automata::subtree_memo: its memory per grammar at most, and the least
+// subtree (trie nodes) worth recording.
+constexpr size_t kMaxSubtreeMemoBytes = size_t{16} << 20;
+constexpr int32_t kMinMemoSubtree = 64;
 
 struct ClassCache {
   std::mutex mu;
@@ -829,6 +861,9 @@ absl::Status BuildAutomata(const Grammar& g, Automata* a,
   }
   a->classes.reset(new std::atomic<const Classes*>[a->nodes.size()]);
   for (size_t i = 0; i < a->nodes.size(); ++i) a->classes[i].store(nullptr);
+  const size_t n_targets = a->nodes.size() * Vocabulary::kUtf8States;
+  a->char_target.reset(new std::atomic<int32_t>[n_targets]);
+  for (size_t i = 0; i < n_targets; ++i) a->char_target[i].store(kCharTargetUnknown);
   return absl::OkStatus();
 }
 
@@ -993,27 +1028,42 @@ std::pair<uint64_t, uint64_t> PositionKey(const Automata& a, int32_t node, int32
   // that agree up to that depth have the same classes — e.g. every position
   // of a string bounded by maxLength 1024 that is still 128 bytes or more
   // from its bound shares one entry instead of classifying each.
-  absl::flat_hash_map<int32_t, int32_t> local;
+  // local[n]: node n's number here (-1: not reached). A scratch array per
+  // thread, sized to the largest automata seen and reset through `order`,
+  // so a key costs its reach, not a hash map's (this runs once per position
+  // a grammar reaches, many of them on the engine's mask thread).
+  thread_local std::vector<int32_t> local;
+  if (local.size() < a.nodes.size()) local.resize(a.nodes.size(), -1);
   std::vector<int32_t> order = {node};
   std::vector<int32_t> dist = {0};
+  order.reserve(256);
+  dist.reserve(256);
   local[node] = 0;
+  struct Reset {
+    const std::vector<int32_t>& order;
+    ~Reset() {
+      for (int32_t n : order) local[n] = -1;
+    }
+  } reset{order};
   std::deque<int32_t> queue = {0};
   auto reach = [&](int32_t n, int32_t d, bool front) {
-    auto [it, ins] = local.try_emplace(n, static_cast<int32_t>(order.size()));
-    if (ins) {
+    int32_t id = local[n];
+    if (id < 0) {
+      id = static_cast<int32_t>(order.size());
+      local[n] = id;
       order.push_back(n);
       dist.push_back(d);
-    } else if (d < dist[it->second]) {
-      dist[it->second] = d;
+    } else if (d < dist[id]) {
+      dist[id] = d;
     } else {
-      return it->second;
+      return id;
     }
     if (front) {
-      queue.push_front(it->second);
+      queue.push_front(id);
     } else {
-      queue.push_back(it->second);
+      queue.push_back(id);
     }
-    return it->second;
+    return id;
   };
   while (!queue.empty()) {
     if (order.size() > kMaxKeyNodes) {
@@ -1035,6 +1085,7 @@ std::pair<uint64_t, uint64_t> PositionKey(const Automata& a, int32_t node, int32
   // The canonical form, in discovery order (which depends on the structure
   // alone): acceptance, and the edges of every node expanded.
   std::string canon;
+  canon.reserve(order.size() * 16);
   for (size_t i = 0; i < order.size(); ++i) {
     const Node& nd = a.nodes[order[i]];
     canon.push_back(nd.accept ? 'A' : 'N');
@@ -1043,15 +1094,15 @@ std::pair<uint64_t, uint64_t> PositionKey(const Automata& a, int32_t node, int32
       continue;
     }
     for (const ByteEdge& e : nd.bytes) {
-      const int32_t t = local.at(e.to);
+      const int32_t t = local[e.to];
       canon.push_back(static_cast<char>(e.lo));
       canon.push_back(static_cast<char>(e.hi));
       canon.append(reinterpret_cast<const char*>(&t), sizeof(t));
     }
     canon.push_back('|');
     for (const RefEdge& e : nd.refs) {
-      const int32_t s = local.at(a.rule_start[e.rule]);
-      const int32_t t = local.at(e.to);
+      const int32_t s = local[a.rule_start[e.rule]];
+      const int32_t t = local[e.to];
       canon.append(reinterpret_cast<const char*>(&s), sizeof(s));
       canon.append(reinterpret_cast<const char*>(&t), sizeof(t));
     }
@@ -1070,6 +1121,52 @@ std::pair<uint64_t, uint64_t> PositionKey(const Automata& a, int32_t node, int32
 }
 
 }  // namespace
+
+// The node every plain character (Vocabulary::Utf8Step: printable ASCII but
+// '"' and '\\', or a well-formed multi-byte UTF-8 character) leads to from
+// node `n` in UTF-8 state `u`, from its edges alone (no stepper call): -1
+// when none leads anywhere; -2 when characters differ, or a multi-byte one
+// passes a node that calls, returns or splits. A state whose frames are all
+// such nodes steps alike on every plain character — one step, where
+// Classify's general check steps each class of bytes (a bounded string's
+// chain near its bound is a new state per character). Memoized in the
+// automata (races only compute the same answer twice).
+int32_t CharTarget(const Automata& a, int32_t n, int u) {
+  std::atomic<int32_t>& memo = a.char_target[static_cast<size_t>(n) * Vocabulary::kUtf8States + u];
+  if (const int32_t m = memo.load(std::memory_order_relaxed); m != kCharTargetUnknown) return m;
+  const Node& nd = a.nodes[n];
+  int32_t target = -3;
+  bool any = false, none = false;
+  if (u != 0 && (!nd.refs.empty() || nd.accept)) target = -2;
+  for (int b = 0x20; b < 0x100 && target != -2; ++b) {
+    const int u2 = Vocabulary::Utf8Step(u, static_cast<uint8_t>(b));
+    if (u2 < 0) continue;
+    int32_t only = -1;
+    for (const ByteEdge& e : nd.bytes) {
+      if (e.lo > b) break;
+      if (b > e.hi || e.to == only) continue;
+      only = only == -1 ? e.to : -2;
+    }
+    if (only == -2 || (only == -1 && u != 0)) {
+      target = -2;
+      break;
+    }
+    if (only == -1) {
+      none = true;
+      continue;
+    }
+    any = true;
+    const int32_t end = u2 == 0 ? only : CharTarget(a, only, u2);
+    if (end < 0 || (target >= 0 && end != target)) {
+      target = -2;
+      break;
+    }
+    target = end;
+  }
+  if (target != -2) target = any && none ? -2 : any ? target : -1;
+  memo.store(target, std::memory_order_relaxed);
+  return target;
+}
 
 // Classifies every token of `vocab` at `node` alone (see Classes): a
 // depth-first walk of the vocabulary trie, one Advance per trie node whose
@@ -1143,57 +1240,15 @@ std::shared_ptr<const Classes> Classify(const Automata& a, const Vocabulary& voc
   // a few such steps.
   std::vector<int32_t> unext;  // per state: -1 unknown, -2 not uniform, else the next state
   std::vector<std::pair<int32_t, int>> todo, seen;  // (state, UTF-8 state) inside a character
-  // The same question for one automaton node, from its edges alone (no
-  // stepper call): the node every plain character leads to (-1: none
-  // leads anywhere; -2: characters differ, or a multi-byte one passes a
-  // node that calls, returns or splits). A state whose frames are all
-  // such nodes steps alike on every plain character — one step, where the
-  // general check below steps each class of bytes (a bounded string's
-  // chain near its bound is a new state per character).
-  absl::flat_hash_map<int64_t, int32_t> char_memo;
-  std::function<int32_t(int32_t, int)> char_target = [&](int32_t n, int u) -> int32_t {
-    const int64_t mkey = (static_cast<int64_t>(n) << 3) | u;
-    if (auto it = char_memo.find(mkey); it != char_memo.end()) return it->second;
-    const Node& nd = a.nodes[n];
-    int32_t target = -3;
-    bool any = false, none = false;
-    if (u != 0 && (!nd.refs.empty() || nd.accept)) target = -2;
-    for (int b = 0x20; b < 0x100 && target != -2; ++b) {
-      const int u2 = Vocabulary::Utf8Step(u, static_cast<uint8_t>(b));
-      if (u2 < 0) continue;
-      int32_t only = -1;
-      for (const ByteEdge& e : nd.bytes) {
-        if (e.lo > b) break;
-        if (b > e.hi || e.to == only) continue;
-        only = only == -1 ? e.to : -2;
-      }
-      if (only == -2 || (only == -1 && u != 0)) {
-        target = -2;
-        break;
-      }
-      if (only == -1) {
-        none = true;
-        continue;
-      }
-      any = true;
-      const int32_t end = u2 == 0 ? only : char_target(only, u2);
-      if (end < 0 || (target >= 0 && end != target)) {
-        target = -2;
-        break;
-      }
-      target = end;
-    }
-    if (target != -2) target = any && none ? -2 : any ? target : -1;
-    char_memo[mkey] = target;
-    return target;
-  };
+  // A state whose frames all have a CharTarget steps alike on every plain
+  // character: one step instead of the general check below.
   auto uniform_next = [&](int32_t sid) {
     if (static_cast<size_t>(sid) >= unext.size()) unext.resize(dstates.size(), -1);
     if (unext[sid] != -1) return unext[sid];
     {
       bool simple = true, alive = false;
       for (int32_t fid : dstates[sid].frames) {
-        const int32_t t = char_target(arena.frame(fid).node, 0);
+        const int32_t t = CharTarget(a, arena.frame(fid).node, 0);
         simple = simple && t != -2;
         alive = alive || t >= 0;
       }
@@ -1230,17 +1285,29 @@ std::shared_ptr<const Classes> Classify(const Automata& a, const Vocabulary& voc
     unext[sid] = uniform && nx >= 0 ? nx : -2;
     return unext[sid];
   };
-  // True when next^1 .. next^h of sid all exist and have frames.
+  // True when next^1 .. next^h of sid all exist and have frames. Asked at
+  // every plain trie node the walk meets, so each state remembers how far
+  // its chain is known to stay alive (255: forever, a loop), and a bounded
+  // string's chain is followed once per state, not once per trie node.
+  std::vector<uint8_t> chain_alive;  // per state: steps known alive (255: any)
   auto plain_chain_alive = [&](int32_t sid, int32_t h) {
-    for (int32_t i = 0; i < h; ++i) {
-      const int32_t nx = uniform_next(sid);
-      if (nx < 0 || !(dflags[nx] & kHasFrames)) return false;
-      if (nx == sid) return true;  // a loop: alive forever
-      sid = nx;
+    if (static_cast<size_t>(sid) < chain_alive.size() && chain_alive[sid] >= h) return true;
+    int32_t cur = sid, i = 0;
+    bool forever = false;
+    for (; i < h; ++i) {
+      const int32_t nx = uniform_next(cur);
+      if (nx < 0 || !(dflags[nx] & kHasFrames)) break;
+      if (nx == cur) {  // a loop: alive forever
+        forever = true;
+        break;
+      }
+      cur = nx;
     }
-    return true;
+    if (chain_alive.size() < dstates.size()) chain_alive.resize(dstates.size(), 0);
+    const int32_t known = forever ? 255 : i;
+    chain_alive[sid] = static_cast<uint8_t>(std::max<int32_t>(chain_alive[sid], std::min(known, 255)));
+    return forever || i >= h;
   };
-  const uint8_t* tplain = tr.plain_height.data();
   const int32_t n_ranks = static_cast<int32_t>(vocab.sorted().size());
   std::vector<int32_t> states(maxlen + 1, -1);
   std::vector<uint8_t> ctx(maxlen + 1, 0);
@@ -1255,56 +1322,119 @@ std::shared_ptr<const Classes> Classify(const Automata& a, const Vocabulary& voc
   }
   auto out = std::make_shared<Classes>();
   // Accepted tokens as [begin, end) runs of vocabulary ranks (trie order).
+  // A run extends the last one when adjacent, except across merge_floor
+  // (the start of a subtree walk being recorded for the memo).
   std::vector<std::pair<int32_t, int32_t>> runs;
+  size_t merge_floor = 0;
   int64_t n_accepted = 0;
+  auto add_run = [&](int32_t r0, int32_t r1) {
+    if (runs.size() > merge_floor && runs.back().second == r0) {
+      runs.back().second = r1;
+    } else {
+      runs.emplace_back(r0, r1);
+    }
+    n_accepted += r1 - r0;
+  };
   const int32_t n = static_cast<int32_t>(tr.byte.size());
-  const uint8_t* tbyte = tr.byte.data();
-  const int32_t* tdepth = tr.depth.data();
-  const int32_t* tend = tr.end.data();
-  const int32_t* tfirst = tr.first.data();
-  const int32_t* tcount = tr.count.data();
+  const Vocabulary::Trie::Packed* tn = tr.packed.data();
   // ctx[d]: some path of the first d bytes returned into the unknown caller
   // and continued with a byte the caller's rule may be followed by (FOLLOW);
   // such tokens, if they die here, are decided per stack (uncertain).
-  const ByteSet& follow = a.follow[a.node_rule[node]];
+  const int32_t rule = a.node_rule[node];
+  const ByteSet& follow = a.follow[rule];
+  // The subtree walk being recorded (Automata::subtree_memo): its key, the
+  // trie node where it ends, and where its runs and uncertain ranks start.
+  std::string memo_key;
+  int32_t memo_end = -1;
+  size_t memo_runs = 0, memo_unc = 0;
+  int64_t memo_accepted = 0;
+  Automata& ma = const_cast<Automata&>(a);
+  auto finish_memo = [&]() {
+    auto w = std::make_shared<Automata::SubtreeWalk>();
+    w->runs.assign(runs.begin() + memo_runs, runs.end());
+    w->uncertain.assign(out->uncertain.begin() + memo_unc, out->uncertain.end());
+    w->accepted = n_accepted - memo_accepted;
+    const size_t bytes = memo_key.size() + w->runs.size() * 8 + w->uncertain.size() * 4 + 64;
+    std::lock_guard<std::mutex> lock(ma.memo_mu);
+    if (ma.subtree_memo_bytes + bytes <= kMaxSubtreeMemoBytes &&
+        ma.subtree_memo.try_emplace(memo_key, std::move(w)).second) {
+      ma.subtree_memo_bytes += bytes;
+    }
+    memo_end = -1;
+  };
+  // A state's stacks as node sequences (frame ids are this walk's own).
+  std::vector<std::string> sigs;
+  auto signature = [&](int32_t sid) -> const std::string& {
+    if (sigs.size() < dstates.size()) sigs.resize(dstates.size());
+    std::string& sg = sigs[sid];
+    if (!sg.empty()) return sg;
+    const State& ds = dstates[sid];
+    sg.push_back(static_cast<char>(ds.can_end | (ds.needs_parent << 1)));
+    for (int32_t f0 : ds.frames) {
+      for (int32_t fid = f0; fid >= 0; fid = arena.frame(fid).parent) {
+        const int32_t nd = arena.frame(fid).node;
+        sg.append(reinterpret_cast<const char*>(&nd), sizeof(nd));
+      }
+      sg.push_back('|');
+    }
+    return sg;
+  };
   for (int32_t k = 0; k < n;) {
-    const int32_t d = tdepth[k];
+    if (memo_end >= 0 && k >= memo_end) finish_memo();
+    const Vocabulary::Trie::Packed& node_k = tn[k];
+    const int32_t d = node_k.depth;
     const int32_t pid = states[d - 1];
     const uint8_t pf = dflags[pid];
     if (!(pf & kHasFrames)) {
       // Only reached through a node whose state died: handled there.
-      k = tend[k];
+      k = node_k.end;
       continue;
     }
-    if (const int32_t h = tplain[k]; h > 0 && tend[k] - k >= 4 && plain_chain_alive(pid, h)) {
-      const int32_t r0 = tfirst[k];
-      const int32_t r1 = tend[k] < n ? tfirst[tend[k]] : n_ranks;
-      if (!runs.empty() && runs.back().second == r0) {
-        runs.back().second = r1;
-      } else {
-        runs.emplace_back(r0, r1);
-      }
-      n_accepted += r1 - r0;
-      k = tend[k];
+    if (const int32_t h = node_k.plain_height;
+        h > 0 && node_k.end - k >= 4 && plain_chain_alive(pid, h)) {
+      const int32_t r0 = node_k.first;
+      const int32_t r1 = node_k.end < n ? tn[node_k.end].first : n_ranks;
+      add_run(r0, r1);
+      k = node_k.end;
       continue;
     }
-    const uint8_t byte = tbyte[k];
+    const uint8_t byte = node_k.byte;
     const bool cd = ctx[d - 1] || ((pf & kNeedsParent) && follow[byte]);
     ctx[d] = cd;
     const int32_t sid = step(pid, byte);
     states[d] = sid;
     const uint8_t f = dflags[sid];
+    if (d == 1 && (f & kHasFrames) && node_k.end - k >= kMinMemoSubtree) {
+      // A first byte's subtree: walked before from the same state?
+      memo_key.clear();
+      memo_key.append(reinterpret_cast<const char*>(&rule), sizeof(rule));
+      memo_key.append(reinterpret_cast<const char*>(&k), sizeof(k));
+      memo_key.push_back(static_cast<char>(cd));
+      memo_key.append(signature(sid));
+      std::shared_ptr<const Automata::SubtreeWalk> hit;
+      {
+        std::lock_guard<std::mutex> lock(ma.memo_mu);
+        if (auto it = ma.subtree_memo.find(memo_key); it != ma.subtree_memo.end()) hit = it->second;
+      }
+      if (hit != nullptr) {
+        ma.subtree_replays.fetch_add(1, std::memory_order_relaxed);
+        for (const auto& [r0, r1] : hit->runs) add_run(r0, r1);
+        out->uncertain.insert(out->uncertain.end(), hit->uncertain.begin(), hit->uncertain.end());
+        k = node_k.end;
+        continue;
+      }
+      memo_end = node_k.end;
+      memo_runs = runs.size();
+      merge_floor = memo_runs;
+      memo_unc = out->uncertain.size();
+      memo_accepted = n_accepted;
+    }
     // Tokens ending here: alive (or returning exactly at their end) is
     // accepted; dead is uncertain under ctx, else rejected.
-    if (const int32_t cnt = tcount[k]; cnt > 0) {
-      const int32_t r0 = tfirst[k];
+    if (const int32_t cnt = node_k.count; cnt > 0) {
+      const int32_t r0 = node_k.first;
       if (f != 0) {
-        if (!runs.empty() && runs.back().second == r0) {
-          runs.back().second = r0 + cnt;
-        } else {
-          runs.emplace_back(r0, r0 + cnt);
-        }
-        n_accepted += cnt;
+        add_run(r0, r0 + cnt);
       } else if (cd) {
         for (int32_t j = 0; j < cnt; ++j) out->uncertain.push_back(r0 + j);
       }
@@ -1315,15 +1445,18 @@ std::shared_ptr<const Classes> Classify(const Automata& a, const Vocabulary& voc
     }
     // Dead below here: a child's subtree is uncertain under ctx, or when
     // this prefix returned into the caller and the child's byte may follow.
-    for (int32_t c = k + 1; c < tend[k]; c = tend[c]) {
-      if (cd || ((f & kNeedsParent) && follow[tbyte[c]])) {
-        for (int32_t x = c; x < tend[c]; ++x) {
-          for (int32_t j = 0; j < tcount[x]; ++j) out->uncertain.push_back(tfirst[x] + j);
+    // (Neither: the whole subtree is rejected, without looking at it.)
+    if (cd || (f & kNeedsParent)) {
+      for (int32_t c = k + 1; c < node_k.end; c = tn[c].end) {
+        if (!cd && !follow[tn[c].byte]) continue;
+        for (int32_t x = c; x < tn[c].end; ++x) {
+          for (int32_t j = 0; j < tn[x].count; ++j) out->uncertain.push_back(tn[x].first + j);
         }
       }
     }
-    k = tend[k];
+    k = node_k.end;
   }
+  if (memo_end >= 0) finish_memo();
   const std::vector<int32_t>& sorted = vocab.sorted();
   out->accepted = n_accepted;
   if (n_accepted > vocab.mask_words()) {
@@ -1396,6 +1529,10 @@ const Classes& GetClasses(const CompiledGrammar& g, const Automata& a, internal:
 // CompiledGrammar
 
 CompiledGrammar::~CompiledGrammar() = default;
+
+int64_t CompiledGrammar::subtree_walks_replayed() const {
+  return automata_->subtree_replays.load(std::memory_order_relaxed);
+}
 
 int64_t CompiledGrammar::states() const {
   return automata_ ? static_cast<int64_t>(automata_->nodes.size()) : 0;

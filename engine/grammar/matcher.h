@@ -93,6 +93,15 @@ class Vocabulary {
     std::vector<uint8_t> byte;
     std::vector<int32_t> depth, end, first, count;
     std::vector<uint8_t> plain_height;
+    // The same fields packed per node (16 bytes, one cache line per four
+    // nodes): a classification jumps from subtree to subtree, and reading
+    // six arrays cost six cache misses per trie node it visits.
+    struct Packed {
+      int32_t end, first, count;
+      uint16_t depth;
+      uint8_t byte, plain_height;
+    };
+    std::vector<Packed> packed;
   };
   // The ASCII bytes of plain text.
   static bool IsPlainByte(uint8_t b) { return b >= 0x20 && b <= 0x7E && b != '"' && b != '\\'; }
@@ -146,6 +155,9 @@ class CompiledGrammar {
   // Automaton states over all rules.
   int64_t states() const;
   double compile_ms() const { return compile_ms_; }
+  // Subtrees of the vocabulary trie whose walk a classification replayed
+  // from an earlier one of this grammar instead of walking (statistics).
+  int64_t subtree_walks_replayed() const;
 
  private:
   friend class GrammarCompiler;

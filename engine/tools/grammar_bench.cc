@@ -89,7 +89,13 @@ bool FeedValid(Context& cx, const std::shared_ptr<const grammar::CompiledGrammar
   for (size_t i = 0; i < ids.size(); ++i) {
     const auto t0 = Clock::now();
     m.FillNextTokenBitmask(cx.mask.data());
-    cx.mask_us.push_back(static_cast<float>(Micros(t0, Clock::now())));
+    const double us = Micros(t0, Clock::now());
+    cx.mask_us.push_back(static_cast<float>(us));
+    if (cx.options.slow_mask_us > 0 && us > cx.options.slow_mask_us) {
+      AddFailure(cx, schema, test, name, "slow_mask",
+                 absl::StrFormat("%.0f us before token %d (byte %d)", us, i, offset),
+                 absl::string_view(text).substr(0, offset));
+    }
     const bool allowed = Bit(cx.mask, ids[i]);
     const absl::Status accepted = m.AcceptToken(ids[i]);
     if (allowed != accepted.ok()) {

@@ -56,6 +56,10 @@ struct GrammarBenchOptions {
   // it the schema's remaining instances and walks are skipped and it does
   // not pass (MaskBench gives each engine a per-schema timeout too).
   std::chrono::milliseconds schema_time_limit{0};
+  // Masks of valid instances slower than this (microseconds; 0: off) are
+  // recorded as failures of kind "slow_mask" with the text before them, to
+  // find which positions make the p99 (they do not fail the schema).
+  double slow_mask_us = 0;
   // Called after every schema (progress reports on long runs).
   std::function<void(const GrammarBenchReport&)> progress;
 };
@@ -65,7 +69,8 @@ struct GrammarBenchFailure {
   int64_t schema = 0;  // 0-based index among the schemas read
   int32_t test = -1;   // index in the schema's tests (-1: a random walk)
   std::string name;
-  std::string kind;    // "valid_rejected", "invalid_accepted", "mask_mismatch", "dead_end"
+  std::string kind;    // "valid_rejected", "invalid_accepted", "mask_mismatch", "dead_end",
+                       // "slow_mask" (only with slow_mask_us)
   std::string detail;  // where and why
   std::string text;    // the instance (or walk) text, cut to 2 KB
 };

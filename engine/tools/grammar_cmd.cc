@@ -146,6 +146,9 @@ int BenchCommand(int argc, char** argv) {
   app.add_option("--schema-time-limit-s", a.schema_time_limit_s,
                  "Time one schema's instances and walks may take (0: no limit); past it the "
                  "schema does not pass");
+  app.add_option("--slow-mask-us", a.options.slow_mask_us,
+                 "Record each mask of a valid instance slower than this many microseconds in the "
+                 "--failures file (kind slow_mask, with the text before it)");
   app.add_flag("--progress", a.progress, "Report progress on stderr every 100 schemas");
   app.add_option("--max-whitespace", a.options.json.max_whitespace,
                  "Whitespace bytes allowed between JSON tokens");

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/grammar/json_schema.h"
 #include "gtest/gtest.h"
 #include "tests/engine/grammar/recognizer.h"
 
@@ -59,12 +60,24 @@ std::shared_ptr<const Vocabulary> TestVocab() {
         "\x82\xAC", "\xAC", "\x9F\x98\x80", "\x98\x80"}) {
     toks.push_back(w);
   }
+  // Two first bytes with subtrees of 64 trie nodes and more, which
+  // Classify records per state and replays at later positions
+  // (Automata::subtree_memo): "q" and '"' followed by every pair over an
+  // alphabet of key characters and JSON punctuation.
+  const std::string keyish = "abq\":,{}";
+  for (char lead : std::string("q\"")) {
+    for (char x : keyish) {
+      toks.push_back(std::string{lead, x});
+      for (char y : keyish) toks.push_back(std::string{lead, x, y});
+    }
+  }
   return Vocabulary::Create(toks, {0}, static_cast<int32_t>(toks.size()) + 7);
 }
 
 struct Case {
   std::string name;
   Grammar grammar;
+  int walks = 12;  // random walks checked against the reference
 };
 
 Grammar Must(absl::StatusOr<Grammar> g) {
@@ -144,6 +157,19 @@ std::vector<Case> Cases() {
                        b.Literal("}")}));
     out.push_back({"json-strings", Must(std::move(b).Build(root))});
   }
+  {  // An object whose keys other than "qa", "qab" and "b" are additional:
+     // the additional key's exclusion trie puts one position per character
+     // of the names, whose walks share their subtrees (subtree_memo).
+    JsonOptions o;
+    o.closed_objects = false;
+    o.max_whitespace = 0;
+    out.push_back({"open-object", Must(JsonSchemaToGrammar(
+                                      R"({"type": "object", "properties": {"qa": {"type": "string"},
+                                      "qab": {"type": "integer"}, "b": {"enum": ["q", "qq"]}},
+                                      "additionalProperties": {"type": "boolean"}})",
+                                      o)),
+                   /*walks=*/4});
+  }
   {  // one to three strings of at most 7 characters: a bounded body's
      // positions differ by how many characters are left
     GrammarBuilder b;
@@ -185,7 +211,7 @@ TEST(MatcherTest, MasksEqualTheReferenceOnRandomWalks) {
     auto cg = compiler.CompileGrammar(std::move(c.grammar), GrammarKind::kGbnf);
     ASSERT_TRUE(cg.ok()) << cg.status();
     int completed = 0;
-    for (int walk = 0; walk < 12; ++walk) {
+    for (int walk = 0; walk < c.walks; ++walk) {
       GrammarMatcher m(*cg);
       std::string text;
       std::vector<uint32_t> mask(vocab->mask_words());
@@ -217,6 +243,7 @@ TEST(MatcherTest, MasksEqualTheReferenceOnRandomWalks) {
       }
     }
     EXPECT_GT(completed, 0);
+    if (c.name == "open-object") EXPECT_GT((*cg)->subtree_walks_replayed(), 0);
   }
 }
 
