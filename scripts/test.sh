@@ -7,11 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 
-jobs_flag=()
-[[ -n "${MINFER_BAZEL_JOBS:-}" ]] && jobs_flag=(--jobs="$MINFER_BAZEL_JOBS")
+flags=(--config=ci)
+[[ -n "${MINFER_BAZEL_JOBS:-}" ]] && flags+=(--jobs="$MINFER_BAZEL_JOBS")
 
-bazel build "${jobs_flag[@]}" //...
-bazel test "${jobs_flag[@]}" //...
+bazel build "${flags[@]}" //...
+bazel test "${flags[@]}" //...
 # Every library that reaches the static cudart must link statically: as a
 # shared library (Bazel's dynamic-mode test builds) it would reference cudart
 # symbols that only the binary's own static cudart provides, and the test
@@ -42,8 +42,8 @@ if [[ -n "$client_engine" ]]; then
 fi
 if [[ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]]; then
   echo "test.sh: CUDA toolkit found: building and testing with --config=cuda"
-  bazel build "${jobs_flag[@]}" --config=cuda //... //cuda/...
-  bazel test "${jobs_flag[@]}" --config=cuda //...
+  bazel build "${flags[@]}" --config=cuda //... //cuda/...
+  bazel test "${flags[@]}" --config=cuda //...
 else
   echo "test.sh: no CUDA toolkit: skipped the --config=cuda build"
 fi
