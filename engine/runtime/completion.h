@@ -39,6 +39,10 @@ struct GenerateRequest {
   int32_t max_tokens = 256;     // completion tokens at most (>= 1)
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  // Speculative decoding may draft for this request when the engine does
+  // (EngineOptions::spec_k); false opts out (its tokens are the same either
+  // way; only the time differs).
+  bool speculative = true;
   // Render control tokens that are sampled (never EOS) instead of dropping them.
   bool render_special = false;
   // Scheduling: the share group (a tenant; 0 = the default group) and its
@@ -139,6 +143,11 @@ struct GenerationStats {
   // Batched engine: prompt tokens whose KV came from the prefix cache at
   // the first admission (not computed).
   int32_t cached_prompt_tokens = 0;
+  // Batched engine, speculative decoding: drafted tokens verified for this
+  // sequence, and how many of them were accepted (OpenAI's usage calls
+  // them accepted / rejected prediction tokens).
+  int32_t spec_drafted = 0;
+  int32_t spec_accepted = 0;
   double DecodeTokensPerSecond() const {
     return decode_seconds > 0 ? (completion_tokens - 1) / decode_seconds : 0;
   }

@@ -8,7 +8,7 @@ NgramDrafter::NgramDrafter(int32_t min_n, int32_t max_n, int64_t window)
     : min_n_(std::max(min_n, 1)), max_n_(std::max(max_n, std::max(min_n, 1))), window_(window) {}
 
 int64_t NgramDrafter::Propose(absl::Span<const int32_t> tokens, int64_t k,
-                              std::vector<int32_t>* out) const {
+                              std::vector<int32_t>* out) {
   const int64_t len = static_cast<int64_t>(tokens.size());
   if (k <= 0 || len < min_n_ + 1) return 0;
   const int64_t lo = std::max<int64_t>(0, len - window_);

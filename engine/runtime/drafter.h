@@ -9,8 +9,12 @@
 // extraction traffic repeats its prompt, so these guesses are often right;
 // on text that does not repeat it proposes nothing and costs nothing.
 //
-// Thread safety: a drafter is immutable after construction; Propose is
-// thread-safe.
+// ModelDrafter (model_drafter.h) drafts with a smaller model of the same
+// vocabulary, for all the step's sequences in one batched loop.
+//
+// Thread safety: an Engine calls its drafter from its own thread only. The
+// drafters here are immutable after construction and Propose is
+// thread-safe; a stateful one (ModelDrafter) serves one Engine.
 #ifndef MINFER_ENGINE_RUNTIME_DRAFTER_H_
 #define MINFER_ENGINE_RUNTIME_DRAFTER_H_
 
@@ -21,13 +25,33 @@
 
 namespace minfer::runtime {
 
+// One sequence's request for a draft this step.
+struct DraftQuery {
+  uint64_t seq = 0;                   // the engine's sequence id
+  absl::Span<const int32_t> tokens;  // the sequence so far (prompt + output)
+  int64_t k = 0;                      // tokens wanted at most (>= 1)
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
   // Appends to `out` at most `k` tokens guessed to follow `tokens` (the
   // sequence so far); returns how many.
   virtual int64_t Propose(absl::Span<const int32_t> tokens, int64_t k,
-                          std::vector<int32_t>* out) const = 0;
+                          std::vector<int32_t>* out) = 0;
+  // Drafts for a step's sequences at once: (*out)[i] gets at most
+  // queries[i].k tokens for queries[i] (out is resized to the queries).
+  // The default asks Propose for each; a model drafter batches them.
+  virtual void ProposeAll(absl::Span<const DraftQuery> queries,
+                          std::vector<std::vector<int32_t>>* out) {
+    out->resize(queries.size());
+    for (size_t i = 0; i < queries.size(); ++i) {
+      (*out)[i].clear();
+      Propose(queries[i].tokens, queries[i].k, &(*out)[i]);
+    }
+  }
+  // Sequence `seq` ended: whatever the drafter kept for it may go.
+  virtual void Forget(uint64_t seq) {}
 };
 
 class NgramDrafter : public Drafter {
@@ -36,7 +60,7 @@ class NgramDrafter : public Drafter {
   // `window` tokens are searched (bounds the cost per step).
   explicit NgramDrafter(int32_t min_n = 2, int32_t max_n = 4, int64_t window = 4096);
   int64_t Propose(absl::Span<const int32_t> tokens, int64_t k,
-                  std::vector<int32_t>* out) const override;
+                  std::vector<int32_t>* out) override;
 
  private:
   int32_t min_n_, max_n_;

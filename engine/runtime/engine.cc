@@ -109,7 +109,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   if (e->spec_k_ < 0) {
     return absl::InvalidArgumentError(absl::StrCat("spec_k must be >= 0, got ", e->spec_k_));
   }
-  e->drafter_ = o.drafter != nullptr ? o.drafter : std::make_shared<const NgramDrafter>();
+  e->drafter_ = o.drafter != nullptr ? o.drafter : std::make_shared<NgramDrafter>();
   return e;
 }
 
@@ -117,28 +117,39 @@ void Engine::ProposeDrafts() {
   // Every running or waiting sequence may take an output row this step;
   // drafts get the rows left (BatchRunner: at most max_seqs in all).
   int64_t rows = opt_.max_seqs - scheduler_->running() - scheduler_->waiting();
-  std::vector<int32_t> draft;
+  std::vector<DraftQuery> queries;
   for (auto& [id, s] : seqs_) {
-    if (rows <= 0) return;
+    if (rows <= 0) break;
     const Completion& c = *s.c;
-    if (c.done() || c.constrained() || c.request().grammar != nullptr) continue;
+    if (c.done() || c.constrained() || c.request().grammar != nullptr ||
+        !c.request().speculative) {
+      continue;
+    }
     const std::optional<Scheduler::SeqInfo> info = scheduler_->Info(id);
     if (!info.has_value() || !info->running || info->known - info->computed != 1) continue;
     if (s.skip > 0) {
       --s.skip;
       continue;
     }
-    // Tokens the completion may still take after this step's first one.
+    // Tokens the completion may still take after this step's first one,
+    // and the positions its context has left.
     const int64_t left = c.request().max_tokens - c.stats().completion_tokens - 1;
-    const int64_t k = std::min<int64_t>({spec_k_, left, rows});
+    const int64_t room = opt_.n_ctx - static_cast<int64_t>(s.tokens.size());
+    const int64_t k = std::min<int64_t>({spec_k_, left, room, rows});
     if (k <= 0) continue;
-    draft.clear();
-    const int64_t n = drafter_->Propose(s.tokens, k, &draft);
+    queries.push_back({id, s.tokens, k});
+    rows -= k;
+  }
+  if (queries.empty()) return;
+  drafter_->ProposeAll(queries, &drafts_);
+  for (size_t i = 0; i < queries.size(); ++i) {
+    const std::vector<int32_t>& draft = drafts_[i];
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(draft.size()), queries[i].k);
     if (n == 0) continue;
-    s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
+    Seq& s = seqs_.at(queries[i].seq);
+    s.tokens.insert(s.tokens.end(), draft.begin(), draft.begin() + n);
     s.drafts = n;
-    scheduler_->SetDrafts(id, n);
-    rows -= n;
+    scheduler_->SetDrafts(queries[i].seq, n);
   }
 }
 
@@ -229,6 +240,7 @@ void Engine::Cancel(uint64_t id) {
   if (it == seqs_.end()) return;
   it->second.c->Cancel();
   scheduler_->Remove(id);
+  if (drafter_ != nullptr) drafter_->Forget(id);
   seqs_.erase(it);
 }
 
@@ -242,6 +254,7 @@ void Engine::Finish(uint64_t id, Seq& s, std::vector<EngineEvent>* events, absl:
   ev.stats = s.c->stats();
   events->push_back(std::move(ev));
   scheduler_->Remove(id);
+  if (drafter_ != nullptr) drafter_->Forget(id);
 }
 
 absl::Status Engine::Step(std::vector<EngineEvent>* events) {
@@ -389,6 +402,8 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
     if (w.drafts > 0) {
       spec_drafted_ += w.drafts;
       spec_accepted_ += accepted;
+      s.c->stats().spec_drafted += static_cast<int32_t>(w.drafts);
+      s.c->stats().spec_accepted += static_cast<int32_t>(accepted);
       rejected[i] = w.drafts - accepted;
       if (accepted > 0) {
         s.misses = 0;

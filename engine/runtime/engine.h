@@ -69,8 +69,9 @@ struct EngineOptions {
   // output rows of a step stay within max_seqs. 0: off; unset: the model's
   // MINFER_SPEC_K knob (read between steps).
   std::optional<int32_t> spec_k;
-  // The drafter (null: NgramDrafter) — a draft model's, or a test's.
-  std::shared_ptr<const Drafter> drafter;
+  // The drafter (null: NgramDrafter) — a draft model's (ModelDrafter,
+  // which then serves this engine alone), or a test's.
+  std::shared_ptr<Drafter> drafter;
 };
 
 // What a step did for one sequence.
@@ -211,7 +212,8 @@ class Engine : public StepEngine {
   std::vector<RowResult> results_;
   std::vector<RowResult> extra_;  // speculative rows (BatchRunner::Run)
   // Speculative decoding (EngineOptions::spec_k): drafts for the next step.
-  std::shared_ptr<const Drafter> drafter_;
+  std::shared_ptr<Drafter> drafter_;
+  std::vector<std::vector<int32_t>> drafts_;  // ProposeAll's output (reused)
   void ProposeDrafts();
   int32_t spec_k_ = 0;  // effective
   bool options_spec_fixed_ = false;  // EngineOptions::spec_k given

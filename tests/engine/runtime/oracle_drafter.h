@@ -28,7 +28,7 @@ class OracleDrafter : public runtime::Drafter {
     }
   }
   int64_t Propose(absl::Span<const int32_t> tokens, int64_t k,
-                  std::vector<int32_t>* out) const override {
+                  std::vector<int32_t>* out) override {
     for (const auto& [prompt, all] : runs_) {
       if (tokens.size() < prompt || tokens.size() >= all.size() ||
           !std::equal(all.begin(), all.begin() + tokens.size(), tokens.begin())) {

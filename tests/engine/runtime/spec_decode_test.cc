@@ -1,11 +1,13 @@
-// Speculative decoding in the batched engine (issue 29, first part): n-gram
-// drafts ride along decode tokens and are verified in the same forward. The
+// Speculative decoding in the batched engine (issue 29): n-gram and
+// draft-model drafts ride along decode tokens and are verified in the same
+// forward. The
 // output must be exactly the plain run's — greedy ids equal, for Qwen2,
 // Qwen3 and Llama files, alone and beside sequences that do not speculate,
 // with stop strings, under preemption and with the prefix cache — and the
 // KV rows of refused drafts must be given back (the scheduler's rollback,
 // tested without a model).
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <random>
@@ -17,6 +19,7 @@
 #include "engine/runtime/engine.h"
 #include "engine/runtime/kv_pool.h"
 #include "engine/runtime/model.h"
+#include "engine/runtime/model_drafter.h"
 #include "engine/runtime/scheduler.h"
 #include "gtest/gtest.h"
 #include "tests/engine/runtime/oracle_drafter.h"
@@ -53,6 +56,7 @@ struct Output {
   std::vector<int32_t> tokens;
   std::string text;
   FinishReason reason = FinishReason::kLength;
+  GenerationStats stats;  // at the finish
 };
 
 std::vector<Output> RunAll(std::shared_ptr<Model> model, const std::vector<GenerateRequest>& reqs,
@@ -76,7 +80,10 @@ std::vector<Output> RunAll(std::shared_ptr<Model> model, const std::vector<Gener
       Output& o = out[index[x.id]];
       o.tokens.insert(o.tokens.end(), x.out.tokens.begin(), x.out.tokens.end());
       o.text += x.out.text;
-      if (x.finished) o.reason = x.reason;
+      if (x.finished) {
+        o.reason = x.reason;
+        o.stats = x.stats;
+      }
     }
   }
   EXPECT_FALSE((*e)->HasWork());
@@ -110,7 +117,7 @@ void ExpectSame(const std::vector<Output>& got, const std::vector<Output>& want)
 }
 
 // OracleDrafter over Outputs.
-std::shared_ptr<const Drafter> Oracle(const std::vector<GenerateRequest>& reqs,
+std::shared_ptr<Drafter> Oracle(const std::vector<GenerateRequest>& reqs,
                                       const std::vector<Output>& outs, int wrong_every) {
   std::vector<std::vector<int32_t>> tokens;
   for (const Output& o : outs) tokens.push_back(o.tokens);
@@ -157,6 +164,74 @@ TEST_P(SpecFamilyTest, GreedyIdsEqualThePlainRunAloneAndInABatch) {
     ExpectSame(RunAll(model, {reqs[i]}, eo, &snap), a);
     EXPECT_EQ(snap.spec_accepted, snap.spec_drafted);
     EXPECT_GE(snap.spec_accepted, 30) << "request " << i;
+  }
+}
+
+// Draft models (ModelDrafter): the target's own weights, the same weights
+// at another quantization, and another model of the same vocabulary (other
+// weights: a different seed). Synthetic models all continue token t with
+// the same pi(t) (mkmodel's output head), so greedy drafts of any of them
+// are accepted; a request sampled at a high temperature strays from them
+// and has its drafts refused part of the time, so the draft's KV follows
+// the target's through rejections. The outputs are always the plain run's.
+TEST_P(SpecFamilyTest, DraftModelsGiveThePlainRun) {
+  auto model = LoadModel(GetParam());
+  ASSERT_NE(model, nullptr);
+  std::vector<GenerateRequest> reqs = Requests(*model, 3, 40, 0.0f);
+  for (GenerateRequest& r : Requests(*model, 1, 40, 4.0f)) {
+    r.prompt.push_back(3);  // not the first greedy request's prompt
+    reqs.push_back(r);
+  }
+  // A request that opts out: never drafted for, the same tokens.
+  reqs.push_back(reqs[1]);
+  reqs.back().speculative = false;
+  EngineOptions eo;
+  eo.max_seqs = 8;
+  eo.token_budget = 64;
+  eo.n_ctx = 512;
+  eo.kv_block = 16;
+  const std::vector<Output> plain = RunAll(model, reqs, eo);
+  eo.spec_k = 4;
+  struct Draft {
+    const char* what;
+    const char* type;
+    uint64_t seed;
+  };
+  for (const Draft& d : {Draft{"itself", "q8_0", 1}, Draft{"requantized", "q4_0", 1},
+                         Draft{"another model", "q8_0", 7}}) {
+    SCOPED_TRACE(d.what);
+    auto path = testing::TestModelPath(GetParam(), d.type, d.seed);
+    ASSERT_TRUE(path.ok()) << path.status();
+    ModelOptions mo;
+    mo.backend = "cpu";
+    auto draft = Model::Load(*path, mo);
+    ASSERT_TRUE(draft.ok()) << draft.status();
+    auto drafter = ModelDrafter::Create(*draft, *model, eo);
+    ASSERT_TRUE(drafter.ok()) << drafter.status();
+    eo.drafter = *drafter;
+    EngineSnapshot snap;
+    ExpectSame(RunAll(model, reqs, eo, &snap), plain);
+    EXPECT_GT(snap.spec_drafted, 40);
+    std::cout << GetParam() << ", draft " << d.what << ": " << snap.spec_accepted << " of "
+              << snap.spec_drafted << " drafts accepted in " << (*drafter)->steps()
+              << " draft steps\n";
+    EXPECT_GE(snap.spec_accepted, snap.spec_drafted / 2);
+    EXPECT_LT(snap.spec_accepted, snap.spec_drafted) << "the sampled request never strayed";
+    // Rounds ran batched: fewer draft steps than drafted tokens.
+    EXPECT_LT((*drafter)->steps(), snap.spec_drafted);
+    // Per sequence (usage's prediction tokens): they add up to the engine's.
+    const std::vector<Output> got = RunAll(model, reqs, eo, &snap);
+    int64_t drafted = 0, accepted = 0;
+    for (const Output& o : got) {
+      drafted += o.stats.spec_drafted;
+      accepted += o.stats.spec_accepted;
+      EXPECT_LE(o.stats.spec_accepted, o.stats.spec_drafted);
+    }
+    EXPECT_EQ(drafted, snap.spec_drafted);
+    EXPECT_EQ(accepted, snap.spec_accepted);
+    EXPECT_EQ(got.back().stats.spec_drafted, 0) << "speculative: false was drafted for";
+    EXPECT_GT(got[1].stats.spec_drafted, 0);
+    EXPECT_EQ((*drafter)->engine().pool().blocks().used(), 0) << "draft requests hold blocks";
   }
 }
 
@@ -279,6 +354,18 @@ TEST(SpecDecodeTest, SchedulerRollsRefusedDraftsBack) {
   ASSERT_EQ(st.work.size(), 1u);
   EXPECT_EQ(st.work[0].count, 1);
   EXPECT_EQ(st.work[0].drafts, 0);
+}
+
+TEST(SpecDecodeTest, DraftModelOfAnotherVocabularyIsRefused) {
+  auto qwen = LoadModel("tiny-untied");
+  auto llama = LoadModel("llama-tiny");
+  ASSERT_NE(qwen, nullptr);
+  ASSERT_NE(llama, nullptr);
+  const absl::Status st = CheckDraftVocabulary(*llama, *qwen);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("must share the target's tokenizer"), std::string::npos) << st;
+  EXPECT_FALSE(ModelDrafter::Create(llama, *qwen, EngineOptions{}).ok());
+  EXPECT_TRUE(CheckDraftVocabulary(*qwen, *qwen).ok());
 }
 
 TEST(SpecDecodeTest, NgramDrafterProposesWhatFollowedTheLastMatch) {
