@@ -113,6 +113,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   return e;
 }
 
+// Engine::spec_rate_ below this: the engine's drafts mostly fail.
+constexpr double kSpecLowRate = 0.2;
+
 void Engine::ProposeDrafts() {
   // Every running or waiting sequence may take an output row this step;
   // drafts get the rows left (BatchRunner: at most max_seqs in all).
@@ -195,6 +198,10 @@ absl::StatusOr<uint64_t> Engine::Add(GenerateRequest request) {
   }
   const uint64_t id = next_id_++;
   Seq& s = seqs_[id];
+  if (spec_rate_ < kSpecLowRate) {
+    s.misses = 6;
+    s.skip = (1 << s.misses) - 1;
+  }
   s.tokens = c->prompt();
   s.c = std::move(c);
   s.added = std::chrono::steady_clock::now();
@@ -405,10 +412,11 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
       s.c->stats().spec_drafted += static_cast<int32_t>(w.drafts);
       s.c->stats().spec_accepted += static_cast<int32_t>(accepted);
       rejected[i] = w.drafts - accepted;
+      spec_rate_ += (static_cast<double>(accepted) / w.drafts - spec_rate_) / 4;
       if (accepted > 0) {
         s.misses = 0;
       } else {
-        s.misses = std::min(s.misses + 1, 5);
+        s.misses = std::min(s.misses + 1, spec_rate_ < kSpecLowRate ? 7 : 5);
         s.skip = (1 << s.misses) - 1;
       }
       // Keep the accepted drafts (they equal the samples), drop the rest.

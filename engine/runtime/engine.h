@@ -187,8 +187,11 @@ class Engine : public StepEngine {
     int64_t drafts = 0;  // drafted tokens at the end of `tokens` (this step's)
     // Drafts back off while they fail: after `misses` steps in a row whose
     // drafts were all refused, the sequence skips 2^misses - 1 steps (at
-    // most 31) before drafting again; an accepted draft resets it. So text
-    // that does not repeat costs a few rows, not k rows a step.
+    // most 31; 127 while the engine's drafts mostly fail, spec_rate_); an
+    // accepted draft resets it. A sequence that starts while drafts mostly
+    // fail starts backed off (its first draft after 63 steps). So text
+    // that does not repeat, or a draft model that disagrees with the
+    // target, costs a few rounds, not one a step.
     int32_t misses = 0;
     int32_t skip = 0;
   };
@@ -218,6 +221,10 @@ class Engine : public StepEngine {
   int32_t spec_k_ = 0;  // effective
   bool options_spec_fixed_ = false;  // EngineOptions::spec_k given
   int64_t spec_drafted_ = 0;
+  // Acceptance of recent drafting rounds (accepted / drafted, an average
+  // with weight 1/4 per round), optimistic at first: below kSpecLowRate,
+  // the engine's drafts mostly fail and sequences back off further.
+  double spec_rate_ = 1.0;
   int64_t spec_accepted_ = 0;
 
   // One thread that computes the step's grammar masks while the caller's

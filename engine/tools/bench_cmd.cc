@@ -4,12 +4,14 @@
 // llama-batched-bench: B sequences of -p prompt tokens prefilled, then -n
 // steps that decode one token of every sequence together (greedy, argmax on
 // the device); prompt and generated tokens/s over all sequences, median of
-// the repetitions after one warm-up.
+// the repetitions after one warm-up. With --spec ngram|draft, speculative
+// decoding against plain decoding on the engine (SpecBench).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <random>
 
 #include "CLI/CLI.hpp"
@@ -17,6 +19,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/runtime/batch_runner.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/model_drafter.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/session.h"
 #include "engine/tools/bench_ops.h"
@@ -183,6 +187,143 @@ int BatchedBench(std::shared_ptr<runtime::Model> model, const std::vector<int64_
   return 0;
 }
 
+// Speculative decoding (--spec): B streams of -n greedy tokens each on the
+// engine, without drafts and then with them, same prompts. A prompt is a
+// random phrase said three times and cut inside a fourth (what prompt lookup
+// feeds on); -p sets its length at least. Reports decode tokens/s over all
+// streams (from the step where every stream has its first token to the
+// last), the speed-up and the share of drafts accepted; median of the
+// repetitions after one warm-up.
+int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Model> draft,
+              const std::string& spec, int32_t spec_k, const std::vector<int64_t>& batches,
+              int64_t n_prompt, int64_t n_gen, int64_t reps, int64_t budget, int32_t kv_block,
+              const std::string& output) {
+  const auto& hp = model->hparams();
+  const int32_t vocab = std::min<int32_t>(model->tokenizer().vocab_size(), hp.n_vocab) - 32;
+  struct Row {
+    int64_t b;
+    double plain, spec, accepted_share;
+    int64_t drafted, accepted;
+  };
+  std::vector<Row> rows;
+  for (int64_t B : batches) {
+    std::mt19937 rng(7);
+    std::vector<runtime::GenerateRequest> reqs(B);
+    for (auto& r : reqs) {
+      std::vector<int32_t> phrase(std::max<int64_t>(8, n_prompt / 4));
+      for (auto& t : phrase) t = static_cast<int32_t>(rng() % vocab);
+      for (int rep = 0; rep < 3; ++rep) r.prompt.insert(r.prompt.end(), phrase.begin(), phrase.end());
+      r.prompt.insert(r.prompt.end(), phrase.begin(), phrase.begin() + phrase.size() / 2);
+      r.max_tokens = static_cast<int32_t>(n_gen);
+      r.ignore_eos = true;
+      r.sampling.temperature = 0;
+    }
+    const int64_t prompt_len = static_cast<int64_t>(reqs[0].prompt.size());
+    Row row{B, 0, 0, 0, 0, 0};
+    for (int with = 0; with < 2; ++with) {
+      runtime::EngineOptions eo;
+      // Output rows for every stream's token and its drafts.
+      eo.max_seqs = static_cast<int32_t>(B * (spec_k + 1));
+      eo.token_budget = std::max<int64_t>(budget, eo.max_seqs);
+      eo.n_ctx = prompt_len + n_gen + spec_k + 1;
+      eo.kv_block = kv_block;
+      eo.spec_k = with ? spec_k : 0;
+      std::shared_ptr<runtime::ModelDrafter> drafter;
+      if (with && spec == "draft") {
+        auto d = runtime::ModelDrafter::Create(draft, *model, eo);
+        if (!d.ok()) {
+          std::cerr << "minfer bench: " << d.status().message() << "\n";
+          return 1;
+        }
+        drafter = *d;
+        eo.drafter = drafter;
+      }
+      auto engine = runtime::Engine::Create(model, eo);
+      if (!engine.ok()) {
+        std::cerr << "minfer bench: " << engine.status().message() << "\n";
+        return 1;
+      }
+      std::vector<double> tps;
+      int64_t drafted0 = 0, accepted0 = 0;
+      for (int64_t rep = 0; rep <= reps; ++rep) {
+        // Distinct prompts per repetition would defeat nothing: the prefix
+        // cache is off by default on the target; the draft's is meant to hit.
+        std::map<uint64_t, int64_t> got;
+        for (const auto& r : reqs) {
+          auto id = (*engine)->Add(r);
+          if (!id.ok()) {
+            std::cerr << "minfer bench: " << id.status().message() << "\n";
+            return 1;
+          }
+          got[*id] = 0;
+        }
+        const runtime::EngineSnapshot before = (*engine)->Snapshot();
+        std::vector<runtime::EngineEvent> events;
+        double t_start = 0;
+        int64_t counted = 0, started = 0;
+        while ((*engine)->HasWork()) {
+          events.clear();
+          if (auto st = (*engine)->Step(&events); !st.ok()) {
+            std::cerr << "minfer bench: " << st.message() << "\n";
+            return 1;
+          }
+          for (const auto& ev : events) {
+            int64_t& n = got[ev.id];
+            if (n == 0 && !ev.out.tokens.empty()) ++started;
+            n += static_cast<int64_t>(ev.out.tokens.size());
+            if (t_start > 0) counted += static_cast<int64_t>(ev.out.tokens.size());
+          }
+          if (t_start == 0 && started == B) t_start = Now();
+        }
+        const double dt = Now() - t_start;
+        const runtime::EngineSnapshot after = (*engine)->Snapshot();
+        if (rep > 0) {
+          tps.push_back(counted / dt);
+          drafted0 += after.spec_drafted - before.spec_drafted;
+          accepted0 += after.spec_accepted - before.spec_accepted;
+        }
+      }
+      (with ? row.spec : row.plain) = Median(tps);
+      if (with) {
+        row.drafted = drafted0;
+        row.accepted = accepted0;
+        row.accepted_share = drafted0 > 0 ? static_cast<double>(accepted0) / drafted0 : 0;
+      }
+    }
+    rows.push_back(row);
+  }
+  if (output == "json") {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Row& x : rows) {
+      j.push_back({{"model", model->name()},
+                   {"backend", model->backends().front()->name()},
+                   {"spec", spec},
+                   {"draft", draft != nullptr ? draft->name() : ""},
+                   {"spec_k", spec_k},
+                   {"streams", x.b},
+                   {"n_gen", n_gen},
+                   {"plain_tokens_per_second", x.plain},
+                   {"spec_tokens_per_second", x.spec},
+                   {"speedup", x.plain > 0 ? x.spec / x.plain : 0},
+                   {"drafted", x.drafted},
+                   {"accepted", x.accepted},
+                   {"acceptance", x.accepted_share}});
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("| model | backend | spec | k | streams | plain t/s | spec t/s | speed-up | drafts accepted |\n");
+  std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const Row& x : rows) {
+    std::printf("| %s | %s | %s%s | %d | %ld | %.1f | %.1f | %.2fx | %.0f%% of %ld |\n",
+                model->name().c_str(), model->backends().front()->name().c_str(), spec.c_str(),
+                draft != nullptr ? (" (" + draft->name() + ")").c_str() : "", spec_k, x.b,
+                x.plain, x.spec, x.plain > 0 ? x.spec / x.plain : 0, 100 * x.accepted_share,
+                x.drafted);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int BenchMain(int argc, char** argv) {
@@ -207,7 +348,22 @@ int BenchMain(int argc, char** argv) {
   app.add_option("--batch-tokens", budget,
                  "batched mode: tokens per step (0: 2048 on a GPU, 512 on the CPU)");
   app.add_option("--kv-block", kv_block, "batched mode: KV rows per block")->capture_default_str();
+  std::string spec, draft_path;
+  int32_t spec_k = 4;
+  app.add_option("--spec", spec,
+                 "speculative decoding: ngram or draft (--draft): -n greedy tokens on each of "
+                 "-b streams (default 1), without and with drafts")
+      ->check(CLI::IsMember({"ngram", "draft"}));
+  app.add_option("--draft", draft_path, "draft model for --spec draft (implies it)");
+  app.add_option("--spec-k", spec_k, "drafted tokens per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 63));
   CLI11_PARSE(app, argc, argv);
+  if (!draft_path.empty() && spec.empty()) spec = "draft";
+  if (spec == "draft" && draft_path.empty()) {
+    std::cerr << "minfer bench: --spec draft needs --draft PATH\n";
+    return 2;
+  }
   if (gpu >= 0) (void)KnobRegistry::Global().Set("MINFER_GPU", std::to_string(gpu));
 
   runtime::ModelOptions mopt;
@@ -219,6 +375,21 @@ int BenchMain(int argc, char** argv) {
   }
   const auto& hp = (*model)->hparams();
   std::cerr << (*model)->Summary() << "\n";
+  if (!spec.empty()) {
+    std::shared_ptr<runtime::Model> draft;
+    if (spec == "draft") {
+      auto d = runtime::Model::Load(draft_path, mopt);
+      if (!d.ok()) {
+        std::cerr << "minfer bench: draft: " << d.status().message() << "\n";
+        return 1;
+      }
+      draft = *d;
+      std::cerr << "draft: " << draft->Summary() << "\n";
+    }
+    if (budget <= 0) budget = (*model)->gpu() ? 2048 : 512;
+    return SpecBench(*model, draft, spec, spec_k, batches.empty() ? std::vector<int64_t>{1} : batches,
+                     n_prompt, std::max<int64_t>(n_gen, 1), reps, budget, kv_block, output);
+  }
   if (!batches.empty()) {
     if (budget <= 0) budget = (*model)->gpu() ? 2048 : 512;
     return BatchedBench(*model, batches, std::max<int64_t>(n_prompt, 1), std::max<int64_t>(n_gen, 1),

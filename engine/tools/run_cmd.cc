@@ -7,6 +7,7 @@
 #include "engine/base/knobs.h"
 #include "absl/strings/str_format.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/model_drafter.h"
 #include "engine/runtime/generation.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/session.h"
@@ -60,12 +61,14 @@ int RunMain(int argc, char** argv) {
   app.add_option("--gpu", gpu, "CUDA device index (default: highest compute capability)");
   app.add_flag("--json", json, "print one JSON object with ids, text, finish reason, timings");
   app.add_flag("-q,--quiet", quiet, "no load progress or summary on stderr");
-  std::string spec;
+  std::string spec, draft_path;
   int32_t spec_k = 4;
   app.add_option("--spec", spec,
-                 "speculative decoding: ngram (drafts by prompt lookup; greedy only); runs on "
-                 "the batched engine, one sequence")
-      ->check(CLI::IsMember({"ngram"}));
+                 "speculative decoding: ngram (drafts by prompt lookup) or draft (a draft model, "
+                 "--draft); runs on the batched engine, one sequence")
+      ->check(CLI::IsMember({"ngram", "draft"}));
+  app.add_option("--draft", draft_path,
+                 "draft model (GGUF with the model's tokenizer) for --spec draft; implies it");
   app.add_option("--spec-k", spec_k,
                  "drafted tokens per step (with --spec; 0 = the batched engine without drafts, "
                  "the baseline)")
@@ -73,6 +76,11 @@ int RunMain(int argc, char** argv) {
       ->check(CLI::Range(0, 63));
   AddSamplingFlags(app, &req.sampling);
   CLI11_PARSE(app, argc, argv);
+  if (!draft_path.empty() && spec.empty()) spec = "draft";
+  if (spec == "draft" && draft_path.empty()) {
+    std::cerr << "minfer run: --spec draft needs --draft PATH\n";
+    return 2;
+  }
   if (gpu >= 0) (void)KnobRegistry::Global().Set("MINFER_GPU", std::to_string(gpu));
   req.ignore_eos = ignore_eos;
 
@@ -129,6 +137,21 @@ int RunMain(int argc, char** argv) {
     eo.kv_block = 16;
     eo.kv_blocks = 2 + (n_ctx + 15) / 16;
     eo.spec_k = spec_k;
+    std::shared_ptr<runtime::ModelDrafter> drafter;
+    if (spec == "draft") {
+      auto draft = runtime::Model::Load(draft_path, mopt);
+      if (!draft.ok()) {
+        std::cerr << "minfer run: draft: " << draft.status().message() << "\n";
+        return 1;
+      }
+      auto d = runtime::ModelDrafter::Create(*draft, **model, eo);
+      if (!d.ok()) {
+        std::cerr << "minfer run: " << d.status().message() << "\n";
+        return 1;
+      }
+      drafter = *d;
+      eo.drafter = drafter;
+    }
     auto engine = runtime::Engine::Create(*model, eo);
     if (!engine.ok()) {
       std::cerr << "minfer run: " << engine.status().message() << "\n";
@@ -163,6 +186,11 @@ int RunMain(int argc, char** argv) {
     const runtime::EngineSnapshot snap = (*engine)->Snapshot();
     spec_json = {{"mode", spec}, {"k", spec_k}, {"drafted", snap.spec_drafted},
                  {"accepted", snap.spec_accepted}};
+    if (drafter != nullptr) {
+      spec_json["draft"] = draft_path;
+      spec_json["draft_steps"] = drafter->steps();
+      spec_json["draft_seconds"] = drafter->seconds();
+    }
   } else {
     runtime::SessionOptions sopt;
     sopt.n_ctx = n_ctx;

@@ -260,6 +260,23 @@ TEST(SpecDecodeTest, DraftsThatAlwaysFailBackOff) {
   // failing sequence drafts at steps 0, 1, 3, 7, 15, 31, then every 32.
   EXPECT_GT(snap.spec_drafted, 0);
   EXPECT_LT(snap.spec_drafted, 4 * 2 * 14) << "failing drafts did not back off";
+  // Once the engine's drafts mostly fail, sequences that come later start
+  // backed off: their first draft comes after 63 steps, then after 127.
+  auto e = Engine::Create(model, eo);
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<EngineEvent> ev;
+  int64_t first = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (const GenerateRequest& r : reqs) ASSERT_TRUE((*e)->Add(r).ok());
+    while ((*e)->HasWork()) {
+      ev.clear();
+      ASSERT_TRUE((*e)->Step(&ev).ok());
+    }
+    if (round == 0) first = (*e)->Snapshot().spec_drafted;
+  }
+  const int64_t second = (*e)->Snapshot().spec_drafted - first;
+  EXPECT_GT(first, 0);
+  EXPECT_LE(second, 4 * 2 * 1) << "later sequences drafted " << second << " tokens";
 }
 
 TEST(SpecDecodeTest, StopStringsAndMaxTokensEndAtTheSameToken) {
