@@ -7,6 +7,7 @@
 // KV rows of refused drafts must be given back (the scheduler's rollback,
 // tested without a model).
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "engine/runtime/model.h"
 #include "engine/runtime/model_drafter.h"
 #include "engine/runtime/scheduler.h"
+#include "engine/runtime/session.h"
 #include "gtest/gtest.h"
 #include "tests/engine/runtime/oracle_drafter.h"
 #include "tests/support/test_models.h"
@@ -371,6 +373,144 @@ TEST(SpecDecodeTest, SchedulerRollsRefusedDraftsBack) {
   ASSERT_EQ(st.work.size(), 1u);
   EXPECT_EQ(st.work[0].count, 1);
   EXPECT_EQ(st.work[0].drafts, 0);
+}
+
+// A drafter that always guesses the same token.
+class FixedDrafter : public Drafter {
+ public:
+  explicit FixedDrafter(int32_t token) : token_(token) {}
+  int64_t Propose(absl::Span<const int32_t>, int64_t k, std::vector<int32_t>* out) override {
+    if (k <= 0) return 0;
+    out->push_back(token_);
+    return 1;
+  }
+
+ private:
+  int32_t token_;
+};
+
+// The sampler's distribution over a row: softmax of logits / temperature
+// over the top_k largest (ties: lower id), the rest 0 — computed here from
+// a Session's logits, independently of the engine.
+std::map<int32_t, double> TopKSoftmax(const std::vector<float>& logits, float temperature,
+                                      int top_k) {
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  std::partial_sort(ids.begin(), ids.begin() + top_k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+  });
+  std::map<int32_t, double> p;
+  double z = 0;
+  for (int i = 0; i < top_k; ++i) z += std::exp((logits[ids[i]] - logits[ids[0]]) / temperature);
+  for (int i = 0; i < top_k; ++i) {
+    p[ids[i]] = std::exp((logits[ids[i]] - logits[ids[0]]) / temperature) / z;
+  }
+  return p;
+}
+
+// Pearson's chi-square of observed counts against probabilities.
+double ChiSquare(const std::map<int32_t, int64_t>& seen, const std::map<int32_t, double>& p,
+                 int64_t n) {
+  double chi = 0;
+  for (const auto& [id, q] : p) {
+    const double want = q * n;
+    const auto it = seen.find(id);
+    const double got = it == seen.end() ? 0 : static_cast<double>(it->second);
+    chi += (got - want) * (got - want) / want;
+  }
+  return chi;
+}
+
+// Rejection sampling keeps the target's distribution. Every request drafts
+// the same guess d for its second token; a refused guess is replaced by a
+// sample of the row, an accepted one is followed by a sample of the row
+// after it. Over 4,000 seeds, the second token's frequencies must match the
+// target's distribution after the first, and the third token's (where the
+// guess was taken) the distribution after d — both computed from a
+// Session's logits — within chi-square's 0.1% critical value for 5 degrees
+// of freedom (20.5; top_k 6 makes each distribution six tokens).
+TEST(SpecDecodeTest, RejectionSamplingKeepsTheTargetDistribution) {
+  auto model = LoadModel("tiny-untied");
+  ASSERT_NE(model, nullptr);
+  constexpr float kTemp = 6.0f;
+  constexpr int kTopK = 6;
+  constexpr int64_t kSeeds = 4000;
+  constexpr double kChi2Critical = 20.52;  // df 5, p = 0.001
+  const std::vector<int32_t> prompt = RepeatingPrompt(900, model->tokenizer().vocab_size());
+  // The independent reference: the first token's distribution, its likeliest
+  // value t1, then the distributions after t1 and after (t1, d).
+  SessionOptions so;
+  so.n_ctx = 128;
+  auto session = Session::Create(model, so);
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto l0 = (*session)->Eval(prompt);
+  ASSERT_TRUE(l0.ok()) << l0.status();
+  const auto p1 = TopKSoftmax(*l0, kTemp, kTopK);
+  const int32_t t1 = std::max_element(p1.begin(), p1.end(), [](auto& a, auto& b) {
+                       return a.second < b.second;
+                     })->first;
+  auto l1 = (*session)->Eval(std::vector<int32_t>{t1});
+  ASSERT_TRUE(l1.ok()) << l1.status();
+  const auto p2 = TopKSoftmax(*l1, kTemp, kTopK);
+  const int32_t d = std::max_element(p2.begin(), p2.end(), [](auto& a, auto& b) {
+                      return a.second < b.second;
+                    })->first;
+  auto l2 = (*session)->Eval(std::vector<int32_t>{d});
+  ASSERT_TRUE(l2.ok()) << l2.status();
+  const auto p3 = TopKSoftmax(*l2, kTemp, kTopK);
+  for (const auto* p : {&p1, &p2, &p3}) {
+    for (const auto& [id, q] : *p) EXPECT_GT(q, 0.01) << "too peaked a distribution to test";
+  }
+
+  std::vector<GenerateRequest> reqs;
+  for (int64_t i = 0; i < kSeeds; ++i) {
+    GenerateRequest r;
+    r.prompt = prompt;
+    r.max_tokens = 3;
+    r.ignore_eos = true;
+    r.sampling.temperature = kTemp;
+    r.sampling.top_k = kTopK;
+    r.sampling.seed = 1000 + i;
+    reqs.push_back(r);
+  }
+  EngineOptions eo;
+  eo.max_seqs = 64;
+  eo.token_budget = 512;
+  eo.n_ctx = 128;
+  eo.spec_k = 1;
+  eo.drafter = std::make_shared<FixedDrafter>(d);
+  // Waves of 16, so every sequence has rows for its draft (a step's output
+  // rows stay within max_seqs, waiting sequences' included).
+  std::vector<Output> got;
+  EngineSnapshot snap, wave;
+  for (int64_t i = 0; i < kSeeds; i += 16) {
+    const std::vector<GenerateRequest> part(reqs.begin() + i,
+                                            reqs.begin() + std::min<int64_t>(i + 16, kSeeds));
+    for (Output& o : RunAll(model, part, eo, &wave)) got.push_back(std::move(o));
+    snap.spec_drafted += wave.spec_drafted;
+    snap.spec_accepted += wave.spec_accepted;
+  }
+  std::map<int32_t, int64_t> c2, c3;
+  int64_t n2 = 0, n3 = 0;
+  for (const Output& o : got) {
+    ASSERT_EQ(o.tokens.size(), 3u);
+    if (o.tokens[0] != t1) continue;
+    ++n2;
+    c2[o.tokens[1]]++;
+    if (o.tokens[1] != d) continue;
+    ++n3;
+    c3[o.tokens[2]]++;
+  }
+  EXPECT_GT(snap.spec_accepted, 200) << "the guess was rarely verified";
+  EXPECT_LT(snap.spec_accepted, snap.spec_drafted) << "the guess was never refused";
+  ASSERT_GT(n3, 300);
+  for (const auto& [id, n] : c2) EXPECT_TRUE(p2.count(id)) << "token " << id << " outside top_k";
+  for (const auto& [id, n] : c3) EXPECT_TRUE(p3.count(id)) << "token " << id << " outside top_k";
+  const double chi2 = ChiSquare(c2, p2, n2), chi3 = ChiSquare(c3, p3, n3);
+  std::cout << "second token: chi-square " << chi2 << " over " << n2
+            << " samples; third token after the guess: " << chi3 << " over " << n3 << "\n";
+  EXPECT_LT(chi2, kChi2Critical);
+  EXPECT_LT(chi3, kChi2Critical);
 }
 
 TEST(SpecDecodeTest, DraftModelOfAnotherVocabularyIsRefused) {
