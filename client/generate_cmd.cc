@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
 #include "client/tool_file.h"
@@ -24,7 +25,7 @@ struct GenerateArgs {
   std::string tools_file, tool_choice;
   bool no_parallel_tool_calls = false;
   int reasoning_budget = -1;  // -1: not given
-  bool chat = false, ignore_eos = false, parse_special = false;
+  bool chat = false, ignore_eos = false, parse_special = false, no_speculative = false;
   int32_t max_tokens = 0, top_k = -1, logprobs = 0, last_n = -2;
   float temp = -1, top_p = -1, min_p = -1, rep = -1, freq = 0, pres = 0;
   int64_t seed = -1;
@@ -234,6 +235,7 @@ int Generate(const GenerateArgs& a, const Globals& g, client::MinferClient& clie
   req.mutable_options()->set_top_logprobs(a.logprobs);
   req.mutable_options()->set_parse_special(a.parse_special);
   req.set_cache_salt(a.cache_salt);
+  if (a.no_speculative) req.set_speculative(false);
   std::vector<v1::SampledTokenLogprobs> logprobs;
   client::GenerateResult partial;
   // A chat's reply prints from the typed fields (reasoning, content, calls
@@ -286,12 +288,18 @@ int Generate(const GenerateArgs& a, const Globals& g, client::MinferClient& clie
     PrintJson(all);
   } else {
     const v1::Usage& u = r->usage;
+    const std::string drafts =
+        u.spec_drafted_tokens() > 0
+            ? absl::StrFormat("; %d of %d drafted tokens accepted", u.spec_accepted_tokens(),
+                              u.spec_drafted_tokens())
+            : std::string();
     std::fprintf(stderr,
                  "[%s] %s: %d prompt + %d completion tokens; ttft %.3f s, %.1f tok/s, "
-                 "seed %llu\n",
+                 "seed %llu%s\n",
                  FinishName(r->finish_reason).c_str(), r->model.c_str(), u.prompt_tokens(),
                  u.completion_tokens(), u.time_to_first_token_seconds(),
-                 u.decode_tokens_per_second(), static_cast<unsigned long long>(u.seed()));
+                 u.decode_tokens_per_second(), static_cast<unsigned long long>(u.seed()),
+                 drafts.c_str());
   }
   return 0;
 }
@@ -327,6 +335,8 @@ void AddGenerateCommand(CLI::App& app, const Globals& g, CommandTable& table) {
                                       "completion tokens at most (default: the server's)");
   c->add_option("--stop", a->stop, "stop string (repeatable)");
   c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-turn");
+  c->add_flag("--no-speculative", a->no_speculative,
+              "opt out of the model's speculative decoding (same tokens, no drafts)");
   c->add_flag("--parse-special", a->parse_special, "recognize control tokens in the prompt");
   c->add_option("--temp", a->temp, "temperature (0 = greedy; server default 1)");
   c->add_option("--top-k", a->top_k, "top-k (0 = off)");

@@ -14,6 +14,25 @@
 namespace minfer::ctl {
 namespace {
 
+// "draft model /m/small.gguf, k 4: 1200 drafted, 900 accepted (75.0%)".
+std::string SpecLine(const v1::ModelStatus& m) {
+  std::string mode;
+  if (m.spec().empty()) {
+    mode = m.spec_k() > 0 ? absl::StrCat("n-gram, k ", m.spec_k(), " (MINFER_SPEC_K)")
+                          : std::string("off (MINFER_SPEC_K=0)");
+  } else if (m.spec() == "off") {
+    mode = "off";
+  } else if (m.spec() == "ngram") {
+    mode = absl::StrCat("n-gram, k ", m.spec_k());
+  } else {
+    mode = absl::StrCat(m.spec() == "draft" ? "draft model " : m.spec() + " ", m.draft(), ", k ",
+                        m.spec_k());
+  }
+  if (m.spec_drafted_tokens() == 0) return mode;
+  return absl::StrFormat("%s: %d drafted, %d accepted (%.1f%%)", mode, m.spec_drafted_tokens(),
+                         m.spec_accepted_tokens(), 100.0 * m.spec_acceptance_rate());
+}
+
 void PrintModel(const v1::ModelStatus& m) {
   Table rows = {
       {"name:", m.name()},
@@ -27,12 +46,17 @@ void PrintModel(const v1::ModelStatus& m) {
                                 ", reasoning ",
                                 m.reasoning_parser().empty() ? "from the template"
                                                              : m.reasoning_parser())},
+      {"spec:", SpecLine(m)},
       {"sequences:", absl::StrCat(m.active_sequences(), " active, ", m.queued_sequences(),
                                   " queued (queue size ", m.queue_size(), ")")},
       {"memory:", absl::StrCat(Mib(m.memory().total_bytes()), " (weights ",
                                Mib(m.memory().weights_bytes()), ", KV ",
                                Mib(m.memory().kv_bytes()), ", scratch ",
-                               Mib(m.memory().scratch_bytes()), "; reserved ",
+                               Mib(m.memory().scratch_bytes()),
+                               m.memory().draft_bytes() > 0
+                                   ? absl::StrCat(", draft model ", Mib(m.memory().draft_bytes()))
+                                   : std::string(),
+                               "; reserved ",
                                Mib(m.memory().reserved_bytes()), "; held by the backend ",
                                Mib(m.memory().backend_bytes()), ")")},
       {"requests:", absl::StrCat(m.counters().requests(), " (", m.counters().completed(),
@@ -133,6 +157,8 @@ struct LoadArgs {
   int64_t kv_tokens = 0;
   std::string kv_type, backend;
   std::string tool_parser, reasoning_parser;
+  std::string spec, draft;
+  int32_t spec_k = 0;
   std::vector<std::string> knobs;  // K=V
   bool quiet = false;
 };
@@ -147,6 +173,9 @@ int Load(LoadArgs& a, const Globals& g, client::MinferClient& client) {
   load.set_backend(a.backend);
   load.set_tool_parser(a.tool_parser);
   load.set_reasoning_parser(a.reasoning_parser);
+  load.set_spec(a.spec);
+  load.set_draft(a.draft);  // with spec "" the server reads it as spec "draft"
+  load.set_spec_k(a.spec_k);
   for (const std::string& kv : a.knobs) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -256,6 +285,14 @@ void AddModelCommands(CLI::App& app, const Globals& g, CommandTable& table) {
   c_load->add_option("--reasoning-parser", load->reasoning_parser,
                      "reasoning split: qwen3 (<think>...</think>) or none "
                      "(default: the chat template's tags)");
+  c_load->add_option("--spec", load->spec,
+                     "speculative decoding: off, ngram (drafts from the text so far) or draft "
+                     "(a draft model's, --draft); default: the MINFER_SPEC_K knob");
+  c_load->add_option("--draft", load->draft,
+                     "draft model GGUF (as the daemon sees it) with the same tokenizer, e.g. a "
+                     "smaller model of the family; implies --spec draft");
+  c_load->add_option("--spec-k", load->spec_k,
+                     "tokens drafted per step, 1 to 16 (default 4 with --spec ngram or draft)");
   c_load->add_option("--knob", load->knobs, "K=V per-model knob override (repeatable)");
   c_load->add_flag("-q,--quiet", load->quiet, "no progress bar");
   table.Add(c_load, [load, &g](client::MinferClient& client) { return Load(*load, g, client); });

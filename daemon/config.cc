@@ -159,6 +159,9 @@ absl::Status ReadModel(const Json& j, const std::string& path, const std::string
   RETURN_IF_ERROR(r.String("kv_type", &m->kv_type));
   RETURN_IF_ERROR(r.String("tool_parser", &m->tool_parser));
   RETURN_IF_ERROR(r.String("reasoning_parser", &m->reasoning_parser));
+  RETURN_IF_ERROR(r.String("spec", &m->spec));
+  RETURN_IF_ERROR(r.String("draft", &m->draft));
+  RETURN_IF_ERROR(r.Integer("spec_k", &m->spec_k, 0));
   RETURN_IF_ERROR(r.StringMap("knobs", &m->knobs));
   RETURN_IF_ERROR(r.Done());
   if (m->name.empty() || m->path.empty()) {
@@ -331,10 +334,20 @@ absl::StatusOr<SlotConfig> ParseModelFlag(const std::string& spec) {
       c.tool_parser = value;
     } else if (e != std::string::npos && key == "reasoning_parser") {
       c.reasoning_parser = value;
+    } else if (e != std::string::npos && key == "spec") {
+      c.spec = value;
+    } else if (e != std::string::npos && key == "draft") {
+      c.draft = value;
+    } else if (e != std::string::npos && key == "spec_k") {
+      if (!absl::SimpleAtoi(value, &c.spec_k)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--model '", spec, "': spec_k wants an integer, got '", value, "'"));
+      }
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--model '", spec, "': '", part,
-          "' is not an option (tool_parser=FAMILY|none, reasoning_parser=qwen3|none)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--model '", spec, "': '", part,
+                       "' is not an option (tool_parser=FAMILY|none, reasoning_parser=qwen3|none, "
+                       "spec=off|ngram|draft, draft=PATH, spec_k=K)"));
     }
   }
   return c;

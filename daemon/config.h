@@ -25,6 +25,7 @@
 //                 "n_ctx": 4096, "parallel": 4, "kv_type": "f16", "kv_tokens": 8192,
 //                 "backend": "auto", "queue_size": 16,
 //                 "tool_parser": "hermes", "reasoning_parser": "none",  // "": the template's
+//                 "spec": "draft", "draft": "models/draft.gguf", "spec_k": 4,  // "": the knob
 //                 "knobs": {"MINFER_PREFILL_CHUNK": "256"}}],
 //     "aliases": {"prod": "default"},
 //     "tenants": [{"name": "search", "api_keys": ["..."],  // or "api_key_file"
@@ -108,11 +109,13 @@ absl::Status FinalizeConfig(DaemonConfig* config);
 absl::StatusOr<TenantConfig> ParseTenantFlag(const std::string& spec);
 
 // minferd's --model flag: NAME=PATH, then optional comma-separated
-// per-model options tool_parser=FAMILY|none and reasoning_parser=qwen3|none
-// (e.g. "m=/models/a.gguf,tool_parser=llama3_json"); so a PATH holds no
-// comma. n_ctx, parallel and queue_size are left 0 (the server defaults).
-// INVALID_ARGUMENT naming the part that is wrong; the parser names are
-// checked when the model loads (CheckChatParsers).
+// per-model options tool_parser=FAMILY|none, reasoning_parser=qwen3|none,
+// spec=off|ngram|draft, draft=PATH and spec_k=K (e.g.
+// "m=/models/a.gguf,tool_parser=llama3_json,draft=/models/small.gguf"); so
+// a PATH holds no comma. n_ctx, parallel and queue_size are left 0 (the
+// server defaults). INVALID_ARGUMENT naming the part that is wrong; the
+// parser names and the speculative options are checked when the model
+// loads (CheckChatParsers, CheckSpeculative).
 absl::StatusOr<SlotConfig> ParseModelFlag(const std::string& spec);
 
 // "1073741824", "512M", "8G", "1.5GiB", "64KiB" -> bytes (binary units).

@@ -180,8 +180,9 @@ int main(int argc, char** argv) {
   auto* o_token_file =
       app.add_option("--admin-token-file", admin_token_file, "file holding the admin token");
   app.add_option("--model", models,
-                 "NAME=PATH[,tool_parser=FAMILY|none][,reasoning_parser=qwen3|none]: load a "
-                 "model at start (repeatable)");
+                 "NAME=PATH[,tool_parser=FAMILY|none][,reasoning_parser=qwen3|none]"
+                 "[,spec=off|ngram|draft][,draft=PATH][,spec_k=K]: load a model at start "
+                 "(repeatable; draft=PATH drafts speculative tokens with that model)");
   app.add_option("--alias", aliases, "ALIAS=MODEL: set once MODEL is ready (repeatable)");
   app.add_option("--tenant", tenant_flags,
                  "name=N,key_file=F[,weight=W][,max_streams=S][,max_streams_per_model=M]"

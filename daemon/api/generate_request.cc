@@ -156,6 +156,7 @@ absl::StatusOr<runtime::GenerateRequest> BuildGenerateRequest(const v1::Generate
   }
   out.stop.assign(st.stop().begin(), st.stop().end());
   out.ignore_eos = st.ignore_eos();
+  out.speculative = !request.has_speculative() || request.speculative();
   // The engine's own rules (vocabulary, context, max_tokens, sampling, stop
   // strings), checked here once; the layers below take them as given.
   if (absl::Status v = runtime::ValidateGenerateRequest(out, model, n_ctx); !v.ok()) {

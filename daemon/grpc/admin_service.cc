@@ -137,12 +137,22 @@ void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& al
   out->set_kv_type(st.kv_type.empty() ? st.config.kv_type : st.kv_type);
   out->set_tool_parser(st.config.tool_parser);
   out->set_reasoning_parser(st.config.reasoning_parser);
+  out->set_spec(st.config.spec);
+  out->set_spec_k(st.spec_k);
+  out->set_draft(st.config.draft);
+  out->set_spec_drafted_tokens(st.spec_drafted);
+  out->set_spec_accepted_tokens(st.spec_accepted);
+  if (st.spec_drafted > 0) {
+    out->set_spec_acceptance_rate(static_cast<double>(st.spec_accepted) /
+                                  static_cast<double>(st.spec_drafted));
+  }
   for (const auto& [k, v] : st.knobs) (*out->mutable_knobs())[k] = v;
   v1::MemoryUsage* mem = out->mutable_memory();
   mem->set_weights_bytes(st.weights_bytes);
   mem->set_kv_bytes(st.kv_bytes);
   mem->set_scratch_bytes(st.scratch_bytes);
-  mem->set_total_bytes(st.weights_bytes + st.kv_bytes + st.scratch_bytes);
+  mem->set_draft_bytes(st.draft_bytes);
+  mem->set_total_bytes(st.weights_bytes + st.kv_bytes + st.scratch_bytes + st.draft_bytes);
   mem->set_reserved_bytes(st.estimate.total());
   mem->set_backend_bytes(st.backend_bytes);
   out->set_active_sequences(st.active);
@@ -274,6 +284,7 @@ grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(
   }
   absl::Status valid = name;
   if (valid.ok()) valid = CheckPath(request->path(), "path");
+  if (valid.ok() && !request->draft().empty()) valid = CheckPath(request->draft(), "draft");
   if (valid.ok() && request->backend() == "cuda") {
     bool linked = false;
     for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {
@@ -301,6 +312,9 @@ grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(
   config.kv_tokens = request->kv_tokens();
   config.tool_parser = request->tool_parser();
   config.reasoning_parser = request->reasoning_parser();
+  config.spec = request->spec();
+  config.draft = request->draft();
+  config.spec_k = request->spec_k();
   absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Load(std::move(config));
   if (!slot.ok()) {
     reactor->FinishWith(ToGrpcStatus(slot.status()));

@@ -161,6 +161,8 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
       u->set_total_seconds(r.total_seconds);
       u->set_seed(r.seed);
       u->set_cached_prompt_tokens(r.stats.cached_prompt_tokens);
+      u->set_spec_drafted_tokens(r.stats.spec_drafted);
+      u->set_spec_accepted_tokens(r.stats.spec_accepted);
       *final = ToGrpcStatus(r.status);
     }
     return true;

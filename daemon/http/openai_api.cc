@@ -839,6 +839,10 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, const ojson& body)
   RETURN_IF_ERROR(ParseStop(body, st));
   ASSIGN_OR_RETURN(std::optional<bool> ignore_eos, OptBool(body, "ignore_eos"));
   st->set_ignore_eos(ignore_eos.value_or(false));
+  // minfer's extension: false opts this request out of the model's
+  // speculative decoding (GenerateRequest.speculative).
+  ASSIGN_OR_RETURN(std::optional<bool> speculative, OptBool(body, "speculative"));
+  if (speculative.has_value()) g.set_speculative(*speculative);
   // vLLM's name: orders the request within its tenant (higher first).
   ASSIGN_OR_RETURN(std::optional<int64_t> priority, OptInt(body, "priority"));
   if (priority.has_value()) {
@@ -1119,11 +1123,20 @@ json ResponseWriter::Choice(const std::string& text, const std::vector<int32_t>&
 }
 
 json ResponseWriter::Usage(const SequenceResult& result) const {
-  return json{{"prompt_tokens", result.stats.prompt_tokens},
-              {"completion_tokens", result.stats.completion_tokens},
-              {"total_tokens", result.stats.prompt_tokens + result.stats.completion_tokens},
-              // OpenAI's field for prompt tokens served from a prompt cache.
-              {"prompt_tokens_details", {{"cached_tokens", result.stats.cached_prompt_tokens}}}};
+  json u = {{"prompt_tokens", result.stats.prompt_tokens},
+            {"completion_tokens", result.stats.completion_tokens},
+            {"total_tokens", result.stats.prompt_tokens + result.stats.completion_tokens},
+            // OpenAI's field for prompt tokens served from a prompt cache.
+            {"prompt_tokens_details", {{"cached_tokens", result.stats.cached_prompt_tokens}}}};
+  // Speculative decoding, in the fields OpenAI reports Predicted Outputs
+  // in: drafted tokens the model accepted, and those it refused (they were
+  // computed, not returned). Only when something was drafted.
+  if (result.stats.spec_drafted > 0) {
+    u["completion_tokens_details"] = {
+        {"accepted_prediction_tokens", result.stats.spec_accepted},
+        {"rejected_prediction_tokens", result.stats.spec_drafted - result.stats.spec_accepted}};
+  }
+  return u;
 }
 
 std::vector<json> ResponseWriter::StreamChunks(const SequenceChunk& chunk) {

@@ -144,6 +144,16 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                               .Help("Time spent computing token masks (on the mask threads, "
                                     "overlapped with the forward pass).")
                               .Register(r);
+  spec_drafted_tokens_ = &prometheus::BuildCounter()
+                             .Name("minfer_spec_drafted_tokens_total")
+                             .Help("Speculative decoding: tokens drafted (n-gram or draft model) "
+                                   "into steps and verified.")
+                             .Register(r);
+  spec_accepted_tokens_ = &prometheus::BuildCounter()
+                              .Name("minfer_spec_accepted_tokens_total")
+                              .Help("Speculative decoding: drafted tokens the model accepted "
+                                    "(each saves a step of its sequence).")
+                              .Register(r);
   tenant_streams_ = &prometheus::BuildGauge()
                          .Name("minfer_tenant_streams")
                          .Help("A tenant's streams open now (counted against its cap).")
@@ -302,6 +312,8 @@ ModelMetrics* Metrics::ForModel(const std::string& model) {
     slot->grammar_refused = &grammar_refused_->Add(l);
     slot->grammar_masks = &grammar_masks_->Add(l);
     slot->grammar_mask_seconds = &grammar_mask_seconds_->Add(l);
+    slot->spec_drafted_tokens = &spec_drafted_tokens_->Add(l);
+    slot->spec_accepted_tokens = &spec_accepted_tokens_->Add(l);
   }
   return slot.get();
 }

@@ -35,6 +35,9 @@
 //   minfer_grammar_masks_total{model}                token masks the engine computed
 //   minfer_grammar_mask_seconds_total{model}         their total time (on the mask threads,
 //                                                    overlapped with the forward)
+//   minfer_spec_drafted_tokens_total{model}          speculative decoding: tokens drafted into
+//                                                    steps (n-gram or draft model)
+//   minfer_spec_accepted_tokens_total{model}         ... and accepted of them
 //   minfer_draining                                  1 while draining
 //   minfer_http_connections                          HTTP connections open
 //   minfer_http_connections_total{result}            accepted / refused (over a
@@ -110,6 +113,8 @@ struct ModelMetrics {
   prometheus::Counter* grammar_refused = nullptr;
   prometheus::Counter* grammar_masks = nullptr;
   prometheus::Counter* grammar_mask_seconds = nullptr;
+  prometheus::Counter* spec_drafted_tokens = nullptr;
+  prometheus::Counter* spec_accepted_tokens = nullptr;
 };
 
 class Metrics {
@@ -200,6 +205,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* grammar_refused_;
   prometheus::Family<prometheus::Counter>* grammar_masks_;
   prometheus::Family<prometheus::Counter>* grammar_mask_seconds_;
+  prometheus::Family<prometheus::Counter>* spec_drafted_tokens_;
+  prometheus::Family<prometheus::Counter>* spec_accepted_tokens_;
   prometheus::Gauge* draining_;
   prometheus::Gauge* http_open_;
   prometheus::Family<prometheus::Counter>* http_connections_;

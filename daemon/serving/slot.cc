@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/base/field_error.h"
 #include "engine/base/logging.h"
 #include "engine/chat/tool_calls.h"
 #include "engine/base/status.h"
@@ -52,6 +53,35 @@ absl::Status CheckChatParsers(const SlotConfig& config) {
   };
   RETURN_IF_ERROR(check("tool_parser", config.tool_parser, chat::ToolCallFamilies()));
   return check("reasoning_parser", config.reasoning_parser, ReasoningParsers());
+}
+
+absl::Status CheckSpeculative(SlotConfig* config) {
+  std::string& spec = config->spec;
+  if (spec.empty() && !config->draft.empty()) spec = "draft";
+  if (!spec.empty() && spec != "off" && spec != "ngram" && spec != "draft") {
+    return InvalidField("spec", absl::StrCat("'", spec.substr(0, 64),
+                                             "' is not known: off, ngram or draft (empty: the "
+                                             "MINFER_SPEC_K knob)"));
+  }
+  if (config->spec_k < 0 || config->spec_k > kMaxSpecK) {
+    return InvalidFieldThat("spec_k", absl::StrCat("must be in [0, ", kMaxSpecK, "] (0: ",
+                                                   kDefaultSpecK, "), got ", config->spec_k));
+  }
+  if (spec == "draft" && config->draft.empty()) {
+    return InvalidField("draft", "spec 'draft' needs a draft model: the path of its GGUF file");
+  }
+  if (spec != "draft" && !config->draft.empty()) {
+    return InvalidField("draft", absl::StrCat("a draft model drafts with spec 'draft' (or empty), "
+                                              "not with spec '", spec, "'"));
+  }
+  const bool speculates = spec == "ngram" || spec == "draft";
+  if (!speculates && config->spec_k != 0) {
+    return InvalidField("spec_k", absl::StrCat("set with spec '", spec,
+                                               "': spec_k applies to spec ngram or draft (the "
+                                               "knob MINFER_SPEC_K sets it otherwise)"));
+  }
+  if (speculates && config->spec_k == 0) config->spec_k = kDefaultSpecK;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<graph::DType>> ParseKvType(const std::string& kv_type) {
@@ -170,6 +200,13 @@ SlotStatus Slot::Status() const {
   s.prefix_hit_tokens = prefix_hit_tokens_;
   s.prefix_evictions = prefix_evictions_;
   s.steps = steps_;
+  s.spec_k = config_.spec_k;
+  if (config_.spec.empty()) {
+    s.spec_k = static_cast<int32_t>(KnobRegistry::Global().GetInt("MINFER_SPEC_K", &knobs_));
+  }
+  s.spec_drafted = spec_drafted_;
+  s.spec_accepted = spec_accepted_;
+  s.draft_bytes = draft_bytes_;
   s.counters = counters_;
   s.grammar = grammar_;
   s.load_seconds = load_seconds_;
@@ -327,6 +364,7 @@ void Slot::ThreadMain() {
   if (!loaded.ok()) {
     hooks_.budget->Release(config_.name);
     engine_.reset();
+    drafter_.reset();
     model_mut_.reset();
     Logger("daemon")->error("model '{}': load failed: {}", config_.name, loaded);
     SetState(SlotState::kFailed, loaded);
@@ -356,6 +394,7 @@ void Slot::ThreadMain() {
 }
 
 absl::StatusOr<std::string> Slot::AdmitOnDevice(const gguf::GgufFile& file,
+                                                 const gguf::GgufFile* draft,
                                                  const MemoryEstimate& device_estimate) {
   if (config_.backend == "cpu" || hooks_.device_budget == nullptr) return config_.backend;
   for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {
@@ -365,14 +404,21 @@ absl::StatusOr<std::string> Slot::AdmitOnDevice(const gguf::GgufFile& file,
     MemoryEstimate dev = device_estimate;
     if (p.weight_bytes) {
       dev.weights = 0;
-      for (const gguf::TensorInfo& t : file.tensors()) {
-        dev.weights += p.weight_bytes(static_cast<int>(t.type), t.dims.empty() ? 1 : t.dims[0],
-                                      t.rows(), t.nbytes, &config_.knobs);
+      for (const gguf::GgufFile* f : {&file, draft}) {
+        if (f == nullptr) continue;
+        for (const gguf::TensorInfo& t : f->tensors()) {
+          dev.weights += p.weight_bytes(static_cast<int>(t.type), t.dims.empty() ? 1 : t.dims[0],
+                                        t.rows(), t.nbytes, &config_.knobs);
+        }
       }
     }
     absl::Status st = hooks_.device_budget->Reserve(
         config_.name, absl::StrCat(p.name, " device ", info->name), dev, info->free_bytes,
         info->total_bytes);
+    if (!st.ok() && draft != nullptr) {
+      st = absl::Status(st.code(), absl::StrCat(st.message(), " (with draft '", config_.draft,
+                                                "', which the figures include)"));
+    }
     if (st.ok()) return config_.backend;
     if (config_.backend == "cuda") return st;
     // "auto": the model still runs, on the CPU.
@@ -384,10 +430,13 @@ absl::StatusOr<std::string> Slot::AdmitOnDevice(const gguf::GgufFile& file,
 
 absl::Status Slot::Load() {
   const std::string where = absl::StrCat("model '", config_.name, "' (", config_.path, ")");
+  const bool with_draft = config_.spec == "draft";
+  const std::string draft_where = absl::StrCat("draft '", config_.draft, "'");
   std::string backend = config_.backend;
   ASSIGN_OR_RETURN(std::optional<graph::DType> kv_type, ParseKvType(config_.kv_type));
   int64_t pool_blocks = 0;
   int32_t kv_block = 16;
+  uint64_t target_bytes = 0;  // the weights Model::Load reads (progress)
   // Admission first: the tensor table and hyperparameters are enough to
   // estimate, and reading them touches no weight pages.
   {
@@ -406,18 +455,56 @@ absl::Status Slot::Load() {
     ep.token_budget = budget_knob > 0 ? budget_knob : 512;
     MemoryEstimate estimate = EstimateMemory(**file, hp, ep);
     // On a device the steps are those of the device's token budget.
-    ep.token_budget = budget_knob > 0 ? budget_knob : 2048;
-    const MemoryEstimate device_estimate = EstimateMemory(**file, hp, ep);
+    EstimateParams device_ep = ep;
+    device_ep.token_budget = budget_knob > 0 ? budget_knob : 2048;
+    MemoryEstimate device_estimate = EstimateMemory(**file, hp, device_ep);
     pool_blocks = PoolBlocks(hp, ep);
     kv_block = ep.kv_block;
+    // A draft model runs an engine of its own beside the target's: its
+    // weights, a KV pool of parallel x n_ctx in the model's default KV type
+    // (counted as f32) and its graphs' activations, admitted together with
+    // the target so a draft that does not fit is refused like a target.
+    std::unique_ptr<gguf::GgufFile> draft_file;
+    MemoryEstimate draft_estimate;
+    if (with_draft) {
+      absl::StatusOr<std::unique_ptr<gguf::GgufFile>> d = gguf::GgufFile::Open(config_.draft);
+      if (!d.ok()) return Annotate(d.status(), absl::StrCat(where, ": ", draft_where));
+      auto draft_arch = models::DecoderModel::FromGguf(**d);
+      if (!draft_arch.ok()) {
+        return Annotate(draft_arch.status(), absl::StrCat(where, ": ", draft_where));
+      }
+      const models::DecoderHparams& dhp = (*draft_arch)->hparams();
+      EstimateParams dp = ep;
+      dp.kv_type.reset();
+      dp.kv_tokens = 0;
+      draft_estimate = EstimateMemory(**d, dhp, dp);
+      EstimateParams ddp = device_ep;
+      ddp.kv_type.reset();
+      ddp.kv_tokens = 0;
+      const MemoryEstimate draft_device = EstimateMemory(**d, dhp, ddp);
+      estimate.weights += draft_estimate.weights;
+      estimate.kv += draft_estimate.kv;
+      estimate.scratch += draft_estimate.scratch;
+      device_estimate.weights += draft_device.weights;
+      device_estimate.kv += draft_device.kv;
+      device_estimate.scratch += draft_device.scratch;
+      draft_file = std::move(*d);
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       estimate_ = estimate;
-      scratch_bytes_ = estimate.scratch;
+      scratch_bytes_ = estimate.scratch - draft_estimate.scratch;
     }
-    RETURN_IF_ERROR(hooks_.budget->Reserve(config_.name, estimate));
-    load_total_.store(file.value()->file_size() - file.value()->data_offset());
-    ASSIGN_OR_RETURN(backend, AdmitOnDevice(**file, device_estimate));
+    if (absl::Status st = hooks_.budget->Reserve(config_.name, estimate); !st.ok()) {
+      if (!with_draft) return st;
+      return absl::Status(st.code(), absl::StrCat(st.message(), "; the figures include ",
+                                                  draft_where, ": ", draft_estimate.ToString()));
+    }
+    target_bytes = file.value()->file_size() - file.value()->data_offset();
+    uint64_t total = target_bytes;
+    if (draft_file != nullptr) total += draft_file->file_size() - draft_file->data_offset();
+    load_total_.store(total);
+    ASSIGN_OR_RETURN(backend, AdmitOnDevice(**file, draft_file.get(), device_estimate));
   }
   // The device reservation covers the upload; once the load ends (either
   // way) the device's own free figure accounts for what was allocated.
@@ -429,12 +516,14 @@ absl::Status Slot::Load() {
     }
   } release_device{hooks_.device_budget, config_.name};
   if (hooks_.before_load) hooks_.before_load(config_.name);
+  // Progress over the target's weights, then the draft's.
+  const uint64_t load_total = load_total_.load();
   runtime::ModelOptions mo;
   mo.backend = backend;
   mo.knobs = config_.knobs;
-  mo.progress = [this](uint64_t done, uint64_t total) {
+  mo.progress = [this, load_total](uint64_t done, uint64_t total) {
     load_done_.store(done, std::memory_order_relaxed);
-    load_total_.store(total, std::memory_order_relaxed);
+    load_total_.store(std::max(total, load_total), std::memory_order_relaxed);
     state_notifier_.Notify();
   };
   absl::StatusOr<std::shared_ptr<runtime::Model>> model = runtime::Model::Load(config_.path, mo);
@@ -446,6 +535,29 @@ absl::Status Slot::Load() {
   eo.kv_block = kv_block;
   eo.kv_blocks = pool_blocks;
   eo.kv_type = kv_type;
+  if (config_.spec == "off") eo.spec_k = 0;
+  if (config_.spec == "ngram" || with_draft) eo.spec_k = config_.spec_k;
+  if (with_draft) {
+    // The same options as the target (backend, knobs); progress goes on
+    // from the target's bytes.
+    runtime::ModelOptions dmo = mo;
+    const uint64_t base = target_bytes;
+    dmo.progress = [this, base, load_total](uint64_t done, uint64_t total) {
+      load_done_.store(base + done, std::memory_order_relaxed);
+      load_total_.store(std::max(base + total, load_total), std::memory_order_relaxed);
+      state_notifier_.Notify();
+    };
+    absl::StatusOr<std::shared_ptr<runtime::Model>> draft =
+        runtime::Model::Load(config_.draft, dmo);
+    if (!draft.ok()) return Annotate(draft.status(), absl::StrCat(where, ": ", draft_where));
+    absl::StatusOr<std::shared_ptr<runtime::ModelDrafter>> drafter =
+        runtime::ModelDrafter::Create(*draft, *model_mut_, eo);
+    if (!drafter.ok()) {
+      return Annotate(drafter.status(), absl::StrCat(where, ": ", draft_where));
+    }
+    drafter_ = *std::move(drafter);
+    eo.drafter = drafter_;
+  }
   absl::StatusOr<std::unique_ptr<runtime::StepEngine>> engine;
   if (hooks_.make_engine) {
     engine = hooks_.make_engine(model_mut_, eo);
@@ -470,6 +582,10 @@ absl::Status Slot::Load() {
   // Computed here, on the slot's thread: Summary() reads the model's knob
   // overrides, which only this thread may touch once the engine runs.
   std::string summary = model_mut_->Summary();
+  if (drafter_ != nullptr) {
+    absl::StrAppend(&summary, "; draft ", drafter_->model().Summary());
+  }
+  const uint64_t draft_bytes = DraftBytes();
   const int64_t backend_bytes = model_mut_->kv_backend()->MemoryBytes();
   const uint64_t backend_gen = model_mut_->kv_backend()->pool_gen();
   std::lock_guard<std::mutex> lock(mu_);
@@ -485,6 +601,7 @@ absl::Status Slot::Load() {
   kv_blocks_total_ = snap.kv_blocks_total;
   kv_block_bytes_ = static_cast<uint64_t>(snap.kv_block_bytes);
   token_budget_ = snap.token_budget;
+  draft_bytes_ = draft_bytes;
   if (metrics_ != nullptr) {
     metrics_->weights_bytes->Set(static_cast<double>(model_->weight_bytes()));
     metrics_->kv_bytes->Set(static_cast<double>(kv_bytes_));
@@ -494,6 +611,13 @@ absl::Status Slot::Load() {
     metrics_->backend_bytes->Set(static_cast<double>(backend_bytes_));
   }
   return absl::OkStatus();
+}
+
+uint64_t Slot::DraftBytes() const {
+  if (drafter_ == nullptr) return 0;
+  const runtime::EngineSnapshot d = drafter_->engine().Snapshot();
+  return drafter_->model().weight_bytes() + static_cast<uint64_t>(std::max<int64_t>(d.kv_bytes, 0)) +
+         static_cast<uint64_t>(std::max<int64_t>(d.activation_bytes, 0));
 }
 
 void Slot::Serve() {
@@ -672,10 +796,14 @@ void Slot::FinishSequence(Active& a, absl::Status status, FinishReason reason,
   }
   Logger("daemon")->info(
       "generate api={} model={} prompt={} completion={} ttft={:.4f}s decode={:.1f}tok/s "
-      "queue={:.4f}s total={:.3f}s finish={}{}{}",
+      "queue={:.4f}s total={:.3f}s finish={}{}{}{}",
       a.seq->api(), config_.name, r.stats.prompt_tokens, r.stats.completion_tokens, r.ttft_seconds,
       r.DecodeTokensPerSecond(), r.queue_seconds, r.total_seconds,
-      FinishReasonName(r.finish_reason), status.ok() ? "" : " status=",
+      FinishReasonName(r.finish_reason),
+      r.stats.spec_drafted > 0 ? absl::StrCat(" drafted=", r.stats.spec_drafted,
+                                              " accepted=", r.stats.spec_accepted)
+                               : std::string(),
+      status.ok() ? "" : " status=",
       status.ok() ? std::string() : status.ToString());
   a.seq->Finish(std::move(r));
 }
@@ -720,8 +848,12 @@ void Slot::UpdateGauges() {
   bool prefix_cache = false;
   int64_t constrained = 0, masks = 0;
   double mask_seconds = 0;
+  uint64_t spec_drafted = spec_drafted_seen_, spec_accepted = spec_accepted_seen_;
+  const uint64_t draft_bytes = DraftBytes();
   if (engine_ != nullptr) {
     runtime::EngineSnapshot snap = engine_->Snapshot();
+    spec_drafted = static_cast<uint64_t>(std::max<int64_t>(snap.spec_drafted, 0));
+    spec_accepted = static_cast<uint64_t>(std::max<int64_t>(snap.spec_accepted, 0));
     constrained = snap.constrained_running;
     masks = snap.grammar_masks;
     mask_seconds = snap.grammar_mask_seconds;
@@ -749,6 +881,15 @@ void Slot::UpdateGauges() {
   }
   masks_seen_ = static_cast<uint64_t>(std::max<int64_t>(masks, 0));
   mask_seconds_seen_ = mask_seconds;
+  if (metrics_ != nullptr && spec_drafted > spec_drafted_seen_) {
+    metrics_->spec_drafted_tokens->Increment(static_cast<double>(spec_drafted - spec_drafted_seen_));
+  }
+  if (metrics_ != nullptr && spec_accepted > spec_accepted_seen_) {
+    metrics_->spec_accepted_tokens->Increment(
+        static_cast<double>(spec_accepted - spec_accepted_seen_));
+  }
+  spec_drafted_seen_ = spec_drafted;
+  spec_accepted_seen_ = spec_accepted;
   std::lock_guard<std::mutex> lock(mu_);
   if (grammar_used && model_mut_ != nullptr) {
     if (metrics_ != nullptr && compiler.cache_hits > static_cast<int64_t>(grammar_.cache_hits)) {
@@ -776,6 +917,9 @@ void Slot::UpdateGauges() {
   sequence_blocks_ = std::move(per_seq);
   preemptions_ = preemptions;
   steps_ = steps;
+  spec_drafted_ = spec_drafted;
+  spec_accepted_ = spec_accepted;
+  draft_bytes_ = draft_bytes;
   if (budget > 0) token_budget_ = budget;
   if (metrics_ != nullptr) {
     metrics_->queue_depth->Set(static_cast<double>(waiting_ + queue_.size()));
@@ -791,6 +935,7 @@ void Slot::UpdateGauges() {
 
 void Slot::Teardown() {
   engine_.reset();
+  drafter_.reset();
   model_mut_.reset();
   UnloadResult result;
   std::function<void(const UnloadResult&)> done;

@@ -56,6 +56,7 @@
 #include "engine/graph/tensor.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/model.h"
+#include "engine/runtime/model_drafter.h"
 
 namespace minfer::daemon {
 
@@ -75,7 +76,17 @@ struct SlotConfig {
   // from the chat template, "none", or a name (CheckChatParsers).
   std::string tool_parser;
   std::string reasoning_parser;
+  // Speculative decoding (LoadModelRequest.spec / draft / spec_k;
+  // CheckSpeculative): spec "" (the MINFER_SPEC_K knob), "off", "ngram" or
+  // "draft"; the draft model's path (spec "draft"); drafted tokens per step
+  // (0: kDefaultSpecK with ngram or draft).
+  std::string spec;
+  std::string draft;
+  int32_t spec_k = 0;
 };
+
+inline constexpr int32_t kDefaultSpecK = 4;
+inline constexpr int32_t kMaxSpecK = 16;
 
 // The reasoning parsers a model may be loaded with (besides "" and "none").
 std::vector<std::string> ReasoningParsers();
@@ -83,6 +94,13 @@ std::vector<std::string> ReasoningParsers();
 // is not "", "none" or a known one (chat::ToolCallFamilies,
 // ReasoningParsers), listing the known ones.
 absl::Status CheckChatParsers(const SlotConfig& config);
+// Validates and resolves config's speculative options: a draft with spec ""
+// means "draft"; spec_k 0 with "ngram" or "draft" becomes kDefaultSpecK.
+// INVALID_ARGUMENT naming the field (engine/base/field_error.h): an unknown
+// spec (listing the known ones), spec "draft" without a draft, a draft with
+// spec "off" or "ngram", spec_k outside [0, kMaxSpecK] or given without
+// spec "ngram" or "draft".
+absl::Status CheckSpeculative(SlotConfig* config);
 
 // "" -> nullopt (the model's default); else the DType, or INVALID_ARGUMENT.
 absl::StatusOr<std::optional<graph::DType>> ParseKvType(const std::string& kv_type);
@@ -142,6 +160,14 @@ struct SlotStatus {
   uint64_t prefix_hit_tokens = 0;  // prompt tokens taken from the prefix cache
   uint64_t prefix_evictions = 0;
   uint64_t steps = 0;
+  // Speculative decoding: the effective drafted tokens per step (the
+  // MINFER_SPEC_K knob's value now when config.spec is ""), and tokens
+  // drafted into steps and accepted since the load.
+  int32_t spec_k = 0;
+  uint64_t spec_drafted = 0;
+  uint64_t spec_accepted = 0;
+  // A draft model's weights, KV pool and activations (once loaded).
+  uint64_t draft_bytes = 0;
   SlotCounters counters;
   GrammarCounters grammar;
   uint64_t load_bytes_done = 0;
@@ -247,9 +273,15 @@ class Slot {
   // RESOURCE_EXHAUSTED when "cuda" was asked for and does not fit.
   // `device_estimate`: KV and graph scratch at the device's prefill chunk
   // (the weights are re-counted in the device's layout).
+  // `draft`: a draft model's file, whose weights are counted too (its KV
+  // and scratch are in `device_estimate`), or null.
   absl::StatusOr<std::string> AdmitOnDevice(const gguf::GgufFile& file,
+                                            const gguf::GgufFile* draft,
                                             const MemoryEstimate& device_estimate);
   absl::Status Load();
+  // The draft model's weights, KV pool and activations (0 without one);
+  // the slot's thread only.
+  uint64_t DraftBytes() const;
   void Serve();
   void Teardown();
   void SetState(SlotState state, absl::Status error = absl::OkStatus());
@@ -271,6 +303,9 @@ class Slot {
   // Owned by the slot's thread.
   std::unique_ptr<runtime::StepEngine> engine_;
   std::shared_ptr<runtime::Model> model_mut_;  // for knob changes
+  // spec "draft": the engine's drafter (the engine drives it; the slot
+  // reads its memory figures between steps).
+  std::shared_ptr<runtime::ModelDrafter> drafter_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -305,6 +340,9 @@ class Slot {
   uint64_t prefix_hit_tokens_ = 0;
   uint64_t prefix_evictions_ = 0;
   uint64_t steps_ = 0;
+  uint64_t spec_drafted_ = 0;
+  uint64_t spec_accepted_ = 0;
+  uint64_t draft_bytes_ = 0;
   std::vector<Task> tasks_;
   SlotCounters counters_;
   bool stop_requested_ = false;  // the destructor: unload at once
@@ -322,6 +360,9 @@ class Slot {
   // by the difference); the slot's thread only.
   uint64_t masks_seen_ = 0;
   double mask_seconds_seen_ = 0;
+  // ... and the engine's speculative totals (the same for the counters).
+  uint64_t spec_drafted_seen_ = 0;
+  uint64_t spec_accepted_seen_ = 0;
   // A constraint reached the model's GrammarCompiler: only then is its
   // stats() read (Model::grammars() builds the vocabulary on first use).
   std::atomic<bool> grammar_used_{false};

@@ -96,6 +96,7 @@ absl::StatusOr<std::shared_ptr<Slot>> SlotManager::Load(SlotConfig config) {
   if (config.queue_size == 0) config.queue_size = options_.default_queue_size;
   RETURN_IF_ERROR(ParseKvType(config.kv_type).status());
   RETURN_IF_ERROR(CheckChatParsers(config));
+  RETURN_IF_ERROR(CheckSpeculative(&config));
   if (absl::Status s = KnobRegistry::Global().ValidateOverrides(config.knobs); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("knobs: ", s.message()));
   }
@@ -130,11 +131,17 @@ absl::StatusOr<std::shared_ptr<Slot>> SlotManager::Load(SlotConfig config) {
           absl::StrCat("'", config.name, "' is an alias (of model '", *target, "')"));
     }
     Logger("daemon")->info(
-        "model '{}': loading {} (backend {}, {} sequences, n_ctx {}, KV pool {} tokens, queue {})",
+        "model '{}': loading {} (backend {}, {} sequences, n_ctx {}, KV pool {} tokens, queue "
+        "{}{})",
         config.name, config.path, config.backend, config.parallel, config.n_ctx,
         config.kv_tokens > 0 ? absl::StrCat(config.kv_tokens)
                              : absl::StrCat(config.parallel, " x n_ctx"),
-        config.queue_size);
+        config.queue_size,
+        config.spec.empty() ? std::string()
+        : config.spec == "off"
+            ? std::string(", speculation off")
+            : absl::StrCat(", speculation ", config.spec, " k ", config.spec_k,
+                           config.draft.empty() ? "" : " with draft ", config.draft));
     Slot::Hooks hooks;
     hooks.budget = &budget_;
     hooks.device_budget = &device_budget_;

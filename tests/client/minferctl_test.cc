@@ -171,6 +171,57 @@ TEST_F(MinferctlTest, LoadGenerateStatusUnload) {
   EXPECT_EQ(gone.out, "");
 }
 
+// load --draft / --spec / --spec-k: a refused combination names the field;
+// a draft model's streams are the engine's tokens; generate reports the
+// drafts (and --no-speculative opts out); status shows the mode and the
+// acceptance in the table and as JSON.
+TEST_F(MinferctlTest, SpeculativeLoadOptionsAndStatus) {
+  StartDaemon();
+  auto draft = testing::TestModelPath("tiny-untied", "q4_0", 1);
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  CommandResult bad = Ctl({"load", "s", path_, "--spec", "draft", "-q"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("draft: spec 'draft' needs a draft model"));
+  CommandResult load = Ctl({"load", "s", path_, "--ctx", "256", "--parallel", "2", "--draft",
+                            *draft, "--spec-k", "3", "-q"});
+  ASSERT_EQ(load.exit_code, 0) << load.err;
+  EXPECT_THAT(load.out, HasSubstr("; draft qwen2 2 layers"));
+
+  auto req = daemon::testing::TextRequest("s", "Hello world", 24);
+  auto ref = daemon::testing::ReferenceGenerate(path_, req, 256);
+  ASSERT_TRUE(ref.ok());
+  CommandResult gen =
+      Ctl({"generate", "s", "Hello world", "-n", "24", "--temp", "0", "--ignore-eos"});
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  EXPECT_EQ(gen.out, ref->text + "\n");
+  EXPECT_THAT(gen.err, HasSubstr(" drafted tokens accepted"));
+  CommandResult off = Ctl({"--json", "generate", "s", "Hello world", "-n", "24", "--temp", "0",
+                           "--ignore-eos", "--no-speculative"});
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  Json o = Json::parse(off.out);
+  EXPECT_EQ(o["token_ids"].get<std::vector<int32_t>>(), ref->ids);
+  EXPECT_EQ(o["usage"]["spec_drafted_tokens"], 0);
+
+  CommandResult status = Ctl({"status", "s"});
+  ASSERT_EQ(status.exit_code, 0);
+  EXPECT_THAT(status.out, HasSubstr(absl::StrCat("spec:       draft model ", *draft, ", k 3: ")));
+  EXPECT_THAT(status.out, HasSubstr(" accepted ("));
+  EXPECT_THAT(status.out, HasSubstr(", draft model "));  // memory
+  Json s = Json::parse(Ctl({"--json", "status", "s"}).out);
+  EXPECT_EQ(s["spec"], "draft");
+  EXPECT_EQ(s["spec_k"], 3);
+  EXPECT_EQ(s["draft"], *draft);
+  EXPECT_GT(std::stoll(s["spec_drafted_tokens"].get<std::string>()), 0);  // uint64: a string
+  EXPECT_GT(std::stoll(s["spec_accepted_tokens"].get<std::string>()), 0);
+  EXPECT_GT(s["spec_acceptance_rate"].get<double>(), 0);
+  EXPECT_LE(s["spec_acceptance_rate"].get<double>(), 1);
+
+  CommandResult help = Ctl({"load", "--help"});
+  EXPECT_THAT(help.out, HasSubstr("--draft"));
+  EXPECT_THAT(help.out, HasSubstr("--spec-k"));
+  EXPECT_THAT(help.out, HasSubstr("off, ngram"));
+}
+
 TEST_F(MinferctlTest, GenerateWithOutputConstraints) {
   StartDaemon();
   ASSERT_EQ(Ctl({"load", "m", path_, "--ctx", "512", "-q"}).exit_code, 0);

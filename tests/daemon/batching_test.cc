@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/test_util.h"
 #include "tests/support/test_models.h"
@@ -33,7 +34,7 @@ class BatchingTest : public ::testing::Test {
     client_ = ClientFor(*daemon_);
   }
 
-  void LoadModel(int64_t kv_tokens, int spec_k = 0) {
+  void LoadModel(int64_t kv_tokens, int spec_k = 0, const std::string& draft = "") {
     v1::LoadModelRequest r;
     r.set_name("m");
     r.set_path(path_);
@@ -42,14 +43,15 @@ class BatchingTest : public ::testing::Test {
     r.set_queue_size(16);
     r.set_kv_tokens(kv_tokens);
     (*r.mutable_knobs())["MINFER_BATCH_TOKENS"] = "24";
-    if (spec_k > 0) (*r.mutable_knobs())["MINFER_SPEC_K"] = absl::StrCat(spec_k);
+    if (spec_k > 0 && draft.empty()) (*r.mutable_knobs())["MINFER_SPEC_K"] = absl::StrCat(spec_k);
+    r.set_draft(draft);  // spec "draft", k 4
     auto st = client_->LoadModel(r);
     ASSERT_TRUE(st.ok()) << st.status();
   }
 
   // Runs the requests at once (a thread each) and checks every stream
   // against its alone run.
-  void RunConcurrently(const std::vector<v1::GenerateRequest>& reqs) {
+  std::vector<client::GenerateResult> RunConcurrently(const std::vector<v1::GenerateRequest>& reqs) {
     std::vector<absl::StatusOr<client::GenerateResult>> out(reqs.size(),
                                                              absl::UnknownError("not run"));
     std::vector<std::thread> threads;
@@ -57,14 +59,19 @@ class BatchingTest : public ::testing::Test {
       threads.emplace_back([&, i] { out[i] = client_->Generate(reqs[i]); });
     }
     for (auto& t : threads) t.join();
+    std::vector<client::GenerateResult> results;
     for (size_t i = 0; i < reqs.size(); ++i) {
-      ASSERT_TRUE(out[i].ok()) << "stream " << i << ": " << out[i].status();
+      EXPECT_TRUE(out[i].ok()) << "stream " << i << ": " << out[i].status();
+      if (!out[i].ok()) return {};
       auto ref = ReferenceGenerate(path_, reqs[i]);
-      ASSERT_TRUE(ref.ok()) << ref.status();
+      EXPECT_TRUE(ref.ok()) << ref.status();
+      if (!ref.ok()) return {};
       EXPECT_EQ(out[i]->token_ids, ref->ids) << "stream " << i;
       EXPECT_EQ(out[i]->text, ref->text) << "stream " << i;
       EXPECT_GE(std::set<int32_t>(ref->ids.begin(), ref->ids.end()).size(), 6u);
+      results.push_back(*std::move(out[i]));
     }
+    return results;
   }
 
   std::vector<v1::GenerateRequest> Requests() {
@@ -123,6 +130,100 @@ TEST_F(BatchingTest, SpeculatingStreamsEqualTheirAloneRuns) {
     v1::UnloadModelRequest u;
     u.set_name("m");
     ASSERT_TRUE(client_->UnloadModel(u).ok());
+  }
+}
+
+// A draft model (LoadModelRequest.draft: the same shape at q4_0, which
+// shares the target's vocabulary and so its greedy continuations): four
+// concurrent streams, greedy and seeded, each equal to its alone run on a
+// plain engine; the drafts were made and accepted (per stream in usage,
+// per model in the status and the metrics), and a request that opts out
+// gets no drafts and the same tokens.
+TEST_F(BatchingTest, DraftModelStreamsEqualTheirAloneRuns) {
+  auto draft = minfer::testing::TestModelPath("tiny-untied", "q4_0", 1);
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  LoadModel(0, 0, *draft);
+  std::vector<v1::GenerateRequest> reqs = Requests();
+  reqs.resize(4);  // rows to spare for drafts (the step's rows stay within parallel 8)
+  const std::vector<client::GenerateResult> results = RunConcurrently(reqs);
+  ASSERT_EQ(results.size(), reqs.size());
+  int64_t drafted = 0, accepted = 0;
+  for (const client::GenerateResult& r : results) {
+    EXPECT_LE(r.usage.spec_accepted_tokens(), r.usage.spec_drafted_tokens());
+    drafted += r.usage.spec_drafted_tokens();
+    accepted += r.usage.spec_accepted_tokens();
+  }
+  EXPECT_GT(drafted, 0);
+  EXPECT_GT(accepted, 0);
+  auto st = client_->GetModelStatus("m");
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->spec(), "draft");
+  EXPECT_EQ(st->draft(), *draft);
+  EXPECT_EQ(st->spec_k(), 4);
+  EXPECT_EQ(st->spec_drafted_tokens(), static_cast<uint64_t>(drafted));
+  EXPECT_EQ(st->spec_accepted_tokens(), static_cast<uint64_t>(accepted));
+  EXPECT_DOUBLE_EQ(st->spec_acceptance_rate(), static_cast<double>(accepted) / drafted);
+  EXPECT_GT(st->memory().draft_bytes(), 0u);
+  EXPECT_EQ(st->counters().completed(), 4u);
+  EXPECT_EQ(st->kv_pool().blocks_used(), 0);
+  EXPECT_THAT(st->summary(), ::testing::HasSubstr("; draft "));
+  const std::string metrics = daemon_->metrics().Serialize();
+  EXPECT_NE(metrics.find(absl::StrCat("minfer_spec_drafted_tokens_total{model=\"m\"} ", drafted)),
+            std::string::npos);
+  EXPECT_NE(
+      metrics.find(absl::StrCat("minfer_spec_accepted_tokens_total{model=\"m\"} ", accepted)),
+      std::string::npos);
+
+  // speculative: false -> no drafts, the same tokens.
+  v1::GenerateRequest off = reqs[0];
+  off.set_speculative(false);
+  auto plain = client_->Generate(off);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->token_ids, results[0].token_ids);
+  EXPECT_EQ(plain->usage.spec_drafted_tokens(), 0);
+  EXPECT_EQ(plain->usage.spec_accepted_tokens(), 0);
+  auto again = client_->GetModelStatus("m");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->spec_drafted_tokens(), static_cast<uint64_t>(drafted));
+}
+
+// spec "ngram" as a load option (not the knob), and "off" overriding the
+// knob: both give each stream its alone run's tokens; only ngram drafts.
+// The prompt is a greedy run's tokens followed by its first two again, so
+// prompt lookup finds the continuation in the prompt.
+TEST_F(BatchingTest, NgramAndOffLoadOptions) {
+  auto chain = ReferenceGenerate(path_, TextRequest("x", "Once upon a time", 24));
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  for (const char* spec : {"ngram", "off"}) {
+    v1::LoadModelRequest r;
+    r.set_name(spec);
+    r.set_path(path_);
+    r.set_parallel(8);
+    r.set_n_ctx(512);
+    r.set_spec(spec);
+    (*r.mutable_knobs())["MINFER_SPEC_K"] = "4";  // ignored: the load option decides
+    auto loaded = client_->LoadModel(r);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->spec(), spec);
+    EXPECT_EQ(loaded->spec_k(), std::string(spec) == "ngram" ? 4 : 0);
+    v1::GenerateRequest req = TextRequest(spec, "unused", 16);
+    for (int32_t id : chain->ids) req.mutable_tokens()->add_ids(id);
+    req.mutable_tokens()->add_ids(chain->ids[0]);
+    req.mutable_tokens()->add_ids(chain->ids[1]);
+    auto out = client_->Generate(req);
+    ASSERT_TRUE(out.ok()) << out.status();
+    auto ref = ReferenceGenerate(path_, req);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    EXPECT_EQ(out->token_ids, ref->ids) << spec;
+    auto st = client_->GetModelStatus(spec);
+    ASSERT_TRUE(st.ok());
+    if (std::string(spec) == "off") {
+      EXPECT_EQ(out->usage.spec_drafted_tokens(), 0);
+      EXPECT_EQ(st->spec_drafted_tokens(), 0u);
+    } else {
+      EXPECT_GT(out->usage.spec_drafted_tokens(), 0);
+      EXPECT_EQ(st->spec_drafted_tokens(), static_cast<uint64_t>(out->usage.spec_drafted_tokens()));
+    }
   }
 }
 

@@ -4,6 +4,9 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/serving/slot.h"
+#include "engine/base/field_error.h"
+#include "engine/base/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -31,6 +34,7 @@ TEST(ConfigTest, ReadsEveryKey) {
     "defaults": {"n_ctx": 1024, "parallel": 3, "queue_size": 0},
     "models": [{"name": "m", "path": "/m.gguf", "n_ctx": 256, "parallel": 2,
                 "kv_type": "f16", "backend": "cpu", "queue_size": 5,
+                "spec": "draft", "draft": "/small.gguf", "spec_k": 6,
                 "knobs": {"MINFER_PREFILL_CHUNK": "64"}}],
     "aliases": {"prod": "m"},
     "log_level": "debug"
@@ -59,6 +63,9 @@ TEST(ConfigTest, ReadsEveryKey) {
   EXPECT_EQ(c.models[0].backend, "cpu");
   EXPECT_EQ(c.models[0].queue_size, 5);
   EXPECT_EQ(c.models[0].knobs.at("MINFER_PREFILL_CHUNK"), "64");
+  EXPECT_EQ(c.models[0].spec, "draft");
+  EXPECT_EQ(c.models[0].draft, "/small.gguf");
+  EXPECT_EQ(c.models[0].spec_k, 6);
   ASSERT_EQ(c.aliases.size(), 1u);
   EXPECT_EQ(c.aliases[0], std::make_pair(std::string("prod"), std::string("m")));
   EXPECT_EQ(c.log_level, "debug");
@@ -86,6 +93,10 @@ TEST(ConfigTest, ErrorsNameTheKey) {
            {R"({"drain_timeout_seconds": "soon"})", "drain_timeout_seconds must be a number"},
            {R"({"models": [{"name": "m"}]})", "models[0] needs a name and a path"},
            {R"({"models": [{"name": "m", "path": "p", "ctx": 3}]})", "unknown key 'models[0].ctx'"},
+           {R"({"models": [{"name": "m", "path": "p", "spec_k": -1}]})",
+            "models[0].spec_k must be an integer >= 0"},
+           {R"({"models": [{"name": "m", "path": "p", "draft": 3}]})",
+            "models[0].draft must be a string"},
            {R"({"aliases": {"a": 1}})", "aliases.a must be a string"},
            {R"({"tenants": {"a": 1}})", "tenants must be an array"},
            {R"({"tenants": [{"name": "a", "wieght": 2}]})", "unknown key 'tenants[0].wieght'"},
@@ -234,6 +245,74 @@ TEST(ConfigTest, ModelFlagTakesPerModelParsers) {
   c.reasoning_parser = "deepseek";
   EXPECT_THAT(std::string(CheckChatParsers(c).message()),
               HasSubstr("reasoning_parser 'deepseek' is not known: qwen3"));
+}
+
+TEST(ConfigTest, ModelFlagTakesSpeculativeOptions) {
+  auto draft = ParseModelFlag("m=/a.gguf,draft=/small.gguf,spec_k=6");
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  EXPECT_EQ(draft->spec, "");  // CheckSpeculative makes it "draft"
+  EXPECT_EQ(draft->draft, "/small.gguf");
+  EXPECT_EQ(draft->spec_k, 6);
+  auto ngram = ParseModelFlag("m=/a.gguf,spec=ngram,tool_parser=hermes");
+  ASSERT_TRUE(ngram.ok()) << ngram.status();
+  EXPECT_EQ(ngram->spec, "ngram");
+  EXPECT_EQ(ngram->tool_parser, "hermes");
+  for (const char* bad : {"m=/a.gguf,spec_k=four", "m=/a.gguf,spec_k=", "m=/a.gguf,draft",
+                          "m=/a.gguf,speculative=1"}) {
+    absl::StatusOr<SlotConfig> s = ParseModelFlag(bad);
+    EXPECT_FALSE(s.ok()) << bad;
+  }
+  EXPECT_THAT(std::string(ParseModelFlag("m=/a.gguf,spec_k=four").status().message()),
+              HasSubstr("spec_k wants an integer, got 'four'"));
+  EXPECT_THAT(std::string(ParseModelFlag("m=/a.gguf,speculative=1").status().message()),
+              HasSubstr("spec=off|ngram|draft, draft=PATH, spec_k=K"));
+}
+
+// CheckSpeculative resolves the defaults and refuses what does not go
+// together, naming the field (as data too).
+TEST(ConfigTest, SpeculativeOptionsAreResolvedAndChecked) {
+  auto check = [](const std::string& spec, const std::string& draft,
+                  int32_t k) -> absl::StatusOr<SlotConfig> {
+    SlotConfig c;
+    c.spec = spec;
+    c.draft = draft;
+    c.spec_k = k;
+    RETURN_IF_ERROR(CheckSpeculative(&c));
+    return c;
+  };
+  // A draft alone means spec "draft"; k defaults to 4 where drafts are made.
+  auto d = check("", "/small.gguf", 0);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->spec, "draft");
+  EXPECT_EQ(d->spec_k, kDefaultSpecK);
+  auto n = check("ngram", "", 8);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->spec_k, 8);
+  EXPECT_EQ(check("ngram", "", 0)->spec_k, 4);
+  EXPECT_EQ(check("draft", "/d.gguf", 16)->spec_k, 16);
+  EXPECT_EQ(check("off", "", 0)->spec_k, 0);
+  EXPECT_EQ(check("", "", 0)->spec, "");  // the knob decides
+  struct Bad {
+    std::string spec, draft;
+    int32_t k;
+    std::string field, says;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"eagle", "", 0, "spec", "spec: 'eagle' is not known: off, ngram or draft"},
+           {"draft", "", 0, "draft", "draft: spec 'draft' needs a draft model"},
+           {"ngram", "/d.gguf", 0, "draft", "not with spec 'ngram'"},
+           {"off", "/d.gguf", 0, "draft", "not with spec 'off'"},
+           {"ngram", "", 17, "spec_k", "spec_k must be in [0, 16] (0: 4), got 17"},
+           {"draft", "/d.gguf", -1, "spec_k", "spec_k must be in [0, 16]"},
+           {"off", "", 2, "spec_k", "spec_k: set with spec 'off'"},
+           {"", "", 2, "spec_k", "spec_k applies to spec ngram or draft"},
+       }) {
+    absl::StatusOr<SlotConfig> s = check(b.spec, b.draft, b.k);
+    ASSERT_FALSE(s.ok()) << b.says;
+    EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << s.status();
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr(b.says));
+    EXPECT_EQ(FieldPath(s.status()), b.field) << s.status();
+  }
 }
 
 // The admin token is not an API key: a tenant key (inline or from its key

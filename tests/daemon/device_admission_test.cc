@@ -88,6 +88,23 @@ TEST_F(DeviceAdmissionTest, CudaThatDoesNotFitIsRefusedWithTheFigures) {
   EXPECT_THAT(msg, HasSubstr(absl::StrCat("(", weights, " B) + KV")));
   EXPECT_THAT(msg, HasSubstr("600.0 MiB"));
   EXPECT_THAT(msg, HasSubstr("leaving 88.0 MiB"));
+
+  // With a draft model, the device is asked for both models' weights in its
+  // layout (and both KV pools); the refusal names the draft.
+  auto draft = minfer::testing::TestModelPath("tiny", "q4_0", 1);
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  v1::LoadModelRequest with_draft = Request("drafted", "cuda", 8, 4096);
+  with_draft.set_draft(*draft);
+  auto d = client_->LoadModel(with_draft);
+  ASSERT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted) << d.status();
+  auto draft_file = gguf::GgufFile::Open(*draft);
+  ASSERT_TRUE(draft_file.ok());
+  uint64_t both = weights;
+  for (const auto& t : (*draft_file)->tensors()) both += 2 * t.nbytes;
+  const std::string dmsg(d.status().message());
+  EXPECT_THAT(dmsg, HasSubstr("model 'drafted' does not fit in the memory of cuda device FakeGPU"));
+  EXPECT_THAT(dmsg, HasSubstr(absl::StrCat("(", both, " B) + KV")));
+  EXPECT_THAT(dmsg, HasSubstr(absl::StrCat("with draft '", *draft, "'")));
 }
 
 TEST_F(DeviceAdmissionTest, AutoThatDoesNotFitRunsOnTheCpu) {

@@ -176,6 +176,50 @@ TEST_F(AdminServiceTest, LoadErrorsAndTheDaemonKeepsServing) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->tool_parser(), "llama3_json");
   EXPECT_EQ(loaded->reasoning_parser(), "none");
+  EXPECT_EQ(loaded->spec(), "");  // the MINFER_SPEC_K knob: off by default
+  EXPECT_EQ(loaded->spec_k(), 0);
+  EXPECT_EQ(loaded->memory().draft_bytes(), 0u);
+
+  // Speculative decoding options that do not go together are refused at
+  // the request, naming the field.
+  v1::LoadModelRequest spec = kv;
+  spec.set_name("spec");
+  spec.set_kv_type("");
+  spec.set_spec("draft");
+  absl::Status no_draft = client_->LoadModel(spec).status();
+  EXPECT_EQ(no_draft.code(), absl::StatusCode::kInvalidArgument) << no_draft;
+  EXPECT_THAT(std::string(no_draft.message()), HasSubstr("draft: spec 'draft' needs a draft model"));
+  spec.set_spec("medusa");
+  EXPECT_THAT(std::string(client_->LoadModel(spec).status().message()),
+              HasSubstr("spec: 'medusa' is not known: off, ngram or draft"));
+  spec.set_spec("ngram");
+  spec.set_spec_k(17);
+  EXPECT_THAT(std::string(client_->LoadModel(spec).status().message()),
+              HasSubstr("spec_k must be in [0, 16]"));
+  // A draft that is not there fails the load, naming its path (a draft
+  // alone means spec "draft").
+  spec.set_spec("");
+  spec.set_spec_k(0);
+  spec.set_draft("/nonexistent/draft.gguf");
+  absl::Status no_file = client_->LoadModel(spec).status();
+  EXPECT_EQ(no_file.code(), absl::StatusCode::kNotFound) << no_file;
+  EXPECT_THAT(std::string(no_file.message()), HasSubstr("draft '/nonexistent/draft.gguf'"));
+  // A draft with another tokenizer: CheckDraftVocabulary's reason, after
+  // the draft's path.
+  auto llama = minfer::testing::TestModelPath("llama-tiny", "q8_0", 1);
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  spec.set_name("spec-vocab");
+  spec.set_draft(*llama);
+  absl::Status vocab = client_->LoadModel(spec).status();
+  EXPECT_EQ(vocab.code(), absl::StatusCode::kInvalidArgument) << vocab;
+  EXPECT_THAT(std::string(vocab.message()), HasSubstr(absl::StrCat("draft '", *llama, "': ")));
+  EXPECT_THAT(std::string(vocab.message()), HasSubstr("a draft must share the target's tokenizer"));
+  auto vocab_status = client_->GetModelStatus("spec-vocab");
+  ASSERT_TRUE(vocab_status.ok());
+  EXPECT_EQ(vocab_status->state(), v1::MODEL_STATE_FAILED);
+  EXPECT_THAT(vocab_status->reason(), HasSubstr("a draft must share the target's tokenizer"));
+  EXPECT_EQ(vocab_status->spec(), "draft");
+  EXPECT_EQ(vocab_status->draft(), *llama);
 
   // Failed loads stay visible with their reason until replaced.
   auto failed = client_->GetModelStatus("garbage");
@@ -475,6 +519,90 @@ TEST_F(AdminServiceTest, MemoryAdmissionRefusesWithTheFigures) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(refused.status().message()),
               HasSubstr(absl::StrCat(small->memory().reserved_bytes(), " B) reserved by other")));
+}
+
+// A draft model is admitted with its target: its weights, its KV pool
+// (parallel x n_ctx, counted as f32) and its activations join the
+// target's, and a draft that does not fit beside its target is refused with
+// the figures, naming the draft.
+TEST_F(AdminServiceTest, DraftModelsAreAdmittedWithTheirTarget) {
+  DaemonConfig c = testing::TestConfig();
+  c.memory_limit = 64u << 20;  // 64 MiB
+  Start(c);
+  auto draft = minfer::testing::TestModelPath("tiny", "q4_0", 1);
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  auto weights_of = [](const std::string& path) {
+    auto file = gguf::GgufFile::Open(path);
+    uint64_t w = 0;
+    for (const auto& t : (*file)->tensors()) w += t.nbytes;
+    return w;
+  };
+  const uint64_t weights = weights_of(path_), draft_weights = weights_of(*draft);
+  auto file = gguf::GgufFile::Open(path_);
+  ASSERT_TRUE(file.ok());
+  auto hp = models::DecoderModel::FromGguf(**file);
+  ASSERT_TRUE(hp.ok());
+  // (6 x 256 + 1) blocks of 16 rows of f32 KV (~50 MiB) fits the limit
+  // alone (MemoryAdmissionRefusesWithTheFigures), not twice.
+  v1::LoadModelRequest r;
+  r.set_name("big");
+  r.set_path(path_);
+  r.set_n_ctx(4096);
+  r.set_parallel(6);
+  r.set_kv_type("f32");
+  r.set_draft(*draft);
+  auto big = client_->LoadModel(r);
+  ASSERT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  const uint64_t kv = (6ull * 4096 / 16 + 1) * 16 * 2 * 2 * 128 * 4;
+  const uint64_t scratch = models::BatchScratchBound((*hp)->hparams(), 512, 6, 4096 / 16);
+  const uint64_t total = weights + kv + scratch + draft_weights + kv + scratch;
+  const std::string msg(big.status().message());
+  EXPECT_THAT(msg, HasSubstr("model 'big' does not fit in memory"));
+  EXPECT_THAT(msg, HasSubstr(absl::StrCat("weights ", absl::StrFormat("%.1f", (weights + draft_weights) / 1048576.0),
+                                          " MiB (", weights + draft_weights, " B)")));
+  EXPECT_THAT(msg, HasSubstr(absl::StrCat("KV ", absl::StrFormat("%.1f", 2 * kv / 1048576.0),
+                                          " MiB (", 2 * kv, " B)")));
+  EXPECT_THAT(msg, HasSubstr(absl::StrCat("= ", absl::StrFormat("%.1f", total / 1048576.0),
+                                          " MiB (", total, " B)")));
+  EXPECT_THAT(msg, HasSubstr("the memory limit is 64.0 MiB (67108864 B)"));
+  EXPECT_THAT(msg, HasSubstr(absl::StrCat("the figures include draft '", *draft, "': weights ")));
+  EXPECT_THAT(msg, HasSubstr(absl::StrCat("(", draft_weights, " B) + KV ")));
+  auto failed = client_->GetModelStatus("big");
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(failed->state(), v1::MODEL_STATE_FAILED);
+  // A smaller configuration with its draft fits, reserves both, and serves
+  // the tokens of a plain engine.
+  r.set_name("small");
+  r.set_n_ctx(256);
+  r.set_parallel(1);
+  std::vector<v1::LoadModelResponse> progress;
+  auto small =
+      client_->LoadModel(r, [&](const v1::LoadModelResponse& p) { progress.push_back(p); });
+  ASSERT_TRUE(small.ok()) << small.status();
+  // Progress runs over both files' weights.
+  auto draft_file = gguf::GgufFile::Open(*draft);
+  ASSERT_TRUE(draft_file.ok());
+  ASSERT_FALSE(progress.empty());
+  EXPECT_EQ(progress.back().bytes_total(),
+            (*file)->file_size() - (*file)->data_offset() + (*draft_file)->file_size() -
+                (*draft_file)->data_offset());
+  EXPECT_EQ(progress.back().bytes_done(), progress.back().bytes_total());
+  const uint64_t small_kv = (256ull / 16 + 1) * 16 * 2 * 2 * 128 * 4;
+  const uint64_t small_scratch = models::BatchScratchBound((*hp)->hparams(), 512, 1, 256 / 16);
+  EXPECT_EQ(small->memory().reserved_bytes(),
+            weights + small_kv + small_scratch + draft_weights + small_kv + small_scratch);
+  EXPECT_EQ(small->spec(), "draft");
+  EXPECT_EQ(small->spec_k(), 4);
+  EXPECT_EQ(small->draft(), *draft);
+  // The draft's weights and its pool (f32 on the CPU) at least.
+  EXPECT_GE(small->memory().draft_bytes(), draft_weights + small_kv);
+  EXPECT_EQ(small->memory().total_bytes(),
+            small->memory().weights_bytes() + small->memory().kv_bytes() +
+                small->memory().scratch_bytes() + small->memory().draft_bytes());
+  const auto req = TextRequest("small", "drafted", 12);
+  auto out = client_->Generate(req);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->token_ids, ReferenceGenerate(path_, req, 256)->ids);
 }
 
 TEST_F(AdminServiceTest, HealthFollowsLoadUnloadAndDrain) {

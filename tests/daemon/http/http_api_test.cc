@@ -257,6 +257,66 @@ TEST_F(HttpApiTest, OpenAiSdkGetsWhatGrpcGets) {
                         "method=\"/v1/chat/completions\",model=\"a\"} 1"));
 }
 
+// A model loaded with a draft (the same shape at q4_0): the SDK reads
+// usage.completion_tokens_details with the accepted and rejected drafts
+// (as gRPC's usage counts them, in the response and the streamed usage
+// chunk), the ids are those of the model without drafts, "speculative":
+// false drafts nothing, and a non-boolean is a 400 naming the field.
+TEST_F(HttpApiTest, DraftedRequestsReportPredictionTokens) {
+  auto draft = minfer::testing::TestModelPath("tiny-untied", "q4_0", 1);
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  v1::LoadModelRequest load;
+  load.set_name("spec");
+  load.set_path(*path_);
+  load.set_draft(*draft);
+  auto loaded = client_->LoadModel(load);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto r = minfer::testing::RunCommand({"/usr/bin/env", "node",
+                                        "tests/daemon/http/openai_client.mjs", kModules, Base(),
+                                        kKey, "spec", "spec"},
+                                       std::chrono::seconds(120));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  const json out = json::parse(r->out, nullptr, false);
+  ASSERT_FALSE(out.is_discarded()) << r->out;
+
+  v1::GenerateRequest same = ChatRequest(24);
+  const client::GenerateResult plain = Grpc(same);  // model "a": no drafts
+  EXPECT_EQ(plain.usage.spec_drafted_tokens(), 0);
+  same.set_model("spec");
+  const client::GenerateResult grpc = Grpc(same);
+  ASSERT_GT(grpc.usage.spec_drafted_tokens(), 0);
+  ASSERT_GT(grpc.usage.spec_accepted_tokens(), 0);
+  EXPECT_EQ(grpc.token_ids, plain.token_ids);
+  const json want = {
+      {"accepted_prediction_tokens", grpc.usage.spec_accepted_tokens()},
+      {"rejected_prediction_tokens",
+       grpc.usage.spec_drafted_tokens() - grpc.usage.spec_accepted_tokens()}};
+  EXPECT_EQ(Ids(out["chat"]["token_ids"]), plain.token_ids);
+  EXPECT_EQ(out["chat"]["usage"]["completion_tokens_details"], want);
+  EXPECT_EQ(out["chat"]["accepted"], grpc.usage.spec_accepted_tokens());
+  EXPECT_EQ(Ids(out["stream"]["token_ids"]), plain.token_ids);
+  EXPECT_EQ(out["stream"]["usage"]["completion_tokens_details"], want);
+  EXPECT_EQ(Ids(out["off"]["token_ids"]), plain.token_ids);
+  EXPECT_FALSE(out["off"]["usage"].contains("completion_tokens_details")) << out["off"];
+  EXPECT_EQ(out["bad"]["status"], 400);
+  EXPECT_EQ(out["bad"]["param"], "speculative");
+  EXPECT_THAT(out["bad"]["message"].get<std::string>(),
+              HasSubstr("speculative must be a boolean, got a string"));
+  // /v1/completions reads the opt-out too.
+  int status = 0;
+  json e = json::parse(Post("/v1/completions",
+                            R"({"model": "spec", "prompt": "x", "speculative": 1})", &status));
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(e["error"]["param"], "speculative");
+  auto st = client_->GetModelStatus("spec");
+  ASSERT_TRUE(st.ok());
+  EXPECT_GT(st->spec_accepted_tokens(), 0u);
+  v1::UnloadModelRequest u;
+  u.set_name("spec");
+  EXPECT_TRUE(client_->UnloadModel(u).ok());
+}
+
 TEST_F(HttpApiTest, CurlSeesSseFramingAndDone) {
   const std::string body = R"({"model": "prod", "stream": true, "temperature": 0,
       "max_tokens": 12, "ignore_eos": true, "return_token_ids": true,

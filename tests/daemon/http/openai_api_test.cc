@@ -218,6 +218,28 @@ TEST(OpenAiParseTest, UnsetFieldsStayUnset) {
   EXPECT_EQ(r.generate.options().top_logprobs(), 0);
 }
 
+// minfer's extension "speculative": false opts the request out of the
+// model's speculative decoding; absent (or null) leaves the proto field
+// unset, which means true.
+TEST(OpenAiParseTest, SpeculativeOptOutReachesTheGenerateRequest) {
+  for (Endpoint e : {Endpoint::kChatCompletions, Endpoint::kCompletions}) {
+    const std::string input = e == Endpoint::kChatCompletions
+                                  ? R"("messages": [{"role": "user", "content": "x"}])"
+                                  : R"("prompt": "x")";
+    auto parse = [&](const std::string& extra) {
+      return MustParse(e, ("{\"model\": \"m\", " + input + extra + "}").c_str()).generate;
+    };
+    const v1::GenerateRequest off = parse(R"(, "speculative": false)");
+    EXPECT_TRUE(off.has_speculative());
+    EXPECT_FALSE(off.speculative());
+    const v1::GenerateRequest on = parse(R"(, "speculative": true)");
+    EXPECT_TRUE(on.has_speculative());
+    EXPECT_TRUE(on.speculative());
+    EXPECT_FALSE(parse("").has_speculative());
+    EXPECT_FALSE(parse(R"(, "speculative": null)").has_speculative());
+  }
+}
+
 TEST(OpenAiParseTest, LogprobsWithoutAlternativesStillAskTheSamplerForOne) {
   ParsedRequest r = MustParse(Endpoint::kChatCompletions,
                               R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
@@ -320,6 +342,11 @@ TEST(OpenAiParseTest, BadFieldsAreRefusedNamingTheField) {
       {Endpoint::kChatCompletions,
        R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"})",
        "stream", "stream must be a boolean, got a string"},
+      {Endpoint::kChatCompletions,
+       R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "speculative": "no"})",
+       "speculative", "speculative must be a boolean, got a string"},
+      {Endpoint::kCompletions, R"({"model": "m", "prompt": "x", "speculative": 0})",
+       "speculative", "speculative must be a boolean, got an integer"},
       {Endpoint::kCompletions, R"({"model": "m", "prompt": ["a", "b"]})", "prompt",
        "prompt holds 2 prompts"},
       {Endpoint::kCompletions, R"({"model": "m", "prompt": {}})", "prompt",
@@ -734,6 +761,38 @@ TEST_F(OpenAiResponseTest, ChatStreamIsRoleThenContentThenFinishThenUsage) {
   EXPECT_EQ(c2[2]["usage"],
             json::parse(R"({"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8,
                             "prompt_tokens_details": {"cached_tokens": 2}})"));
+}
+
+// A drafted-for sequence's usage carries OpenAI's Predicted Outputs counts:
+// accepted drafts, and rejected ones (drafted - accepted); in the streamed
+// usage chunk and the whole response alike. Without drafts, no details.
+TEST_F(OpenAiResponseTest, UsageReportsAcceptedAndRejectedPredictionTokens) {
+  SequenceResult drafted = Result(FinishReason::kLength, 5, 12);
+  drafted.stats.spec_drafted = 10;
+  drafted.stats.spec_accepted = 7;
+  const json details =
+      json::parse(R"({"accepted_prediction_tokens": 7, "rejected_prediction_tokens": 3})");
+  ParsedRequest stream = MustParse(Endpoint::kChatCompletions, R"({
+      "model": "m", "messages": [{"role": "user", "content": "x"}], "stream": true,
+      "stream_options": {"include_usage": true}})");
+  ResponseWriter ws(stream, "chatcmpl-3", 7, "tiny", &tok());
+  SequenceChunk last;
+  last.result = drafted;
+  std::vector<json> chunks = ws.StreamChunks(last);
+  ASSERT_FALSE(chunks.empty());
+  EXPECT_EQ(chunks.back()["choices"], json::array());
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens_details"], details);
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 12);
+  for (Endpoint e : {Endpoint::kChatCompletions, Endpoint::kCompletions}) {
+    ParsedRequest req = MustParse(e, e == Endpoint::kChatCompletions
+                                         ? R"({"model": "m", "messages": [{"role": "user",
+                                                                            "content": "x"}]})"
+                                         : R"({"model": "m", "prompt": "x"})");
+    ResponseWriter w(req, "id-1", 7, "tiny", &tok());
+    EXPECT_EQ(w.Response(drafted)["usage"]["completion_tokens_details"], details);
+    const json plain = w.Response(Result(FinishReason::kLength, 5, 12))["usage"];
+    EXPECT_FALSE(plain.contains("completion_tokens_details")) << plain;
+  }
 }
 
 TEST_F(OpenAiResponseTest, EosAndStopBothFinishAsStopAndEmptyDeltasSendNothing) {

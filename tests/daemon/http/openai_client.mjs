@@ -3,14 +3,18 @@
 // it saw as one JSON object (the C++ test compares it with gRPC's answers
 // and checks the server's side).
 //
-//   node openai_client.mjs NODE_MODULES BASE_URL API_KEY MODEL
+//   node openai_client.mjs NODE_MODULES BASE_URL API_KEY MODEL [spec]
+//
+// With "spec", only the speculative-decoding checks run, on a MODEL loaded
+// with a draft: usage.completion_tokens_details as the SDK parses it, in a
+// response and in the streamed usage chunk, and the "speculative" opt-out.
 //
 // Extension fields (ignore_eos, return_token_ids) go in the request body
 // as-is, as the SDK passes unknown parameters through.
 import path from "node:path";
 import {pathToFileURL} from "node:url";
 
-const [modules, baseURL, apiKey, model] = process.argv.slice(2);
+const [modules, baseURL, apiKey, model, mode] = process.argv.slice(2);
 const {default: OpenAI} = await import(
     pathToFileURL(path.resolve(modules, "openai", "index.mjs")).href);
 
@@ -28,6 +32,28 @@ async function caught(fn) {
     return {thrown: true, status: e.status ?? null, code: e.code ?? null, param: e.param ?? null,
             type: e.type ?? null, message: e.message ?? String(e)};
   }
+}
+
+if (mode === "spec") {
+  const req = {model, messages, temperature: 0, max_tokens: 24, ignore_eos: true,
+               return_token_ids: true};
+  const chat = await client.chat.completions.create(req);
+  out.chat = {usage: chat.usage, token_ids: chat.choices[0].token_ids,
+              accepted: chat.usage.completion_tokens_details?.accepted_prediction_tokens ?? null,
+              rejected: chat.usage.completion_tokens_details?.rejected_prediction_tokens ?? null};
+  const stream = await client.chat.completions.create({
+    ...req, stream: true, stream_options: {include_usage: true}});
+  const s = {usage: null, token_ids: []};
+  for await (const chunk of stream) {
+    if (chunk.usage) s.usage = chunk.usage;
+    s.token_ids.push(...(chunk.choices[0]?.token_ids ?? []));
+  }
+  out.stream = s;
+  const off = await client.chat.completions.create({...req, speculative: false});
+  out.off = {usage: off.usage, token_ids: off.choices[0].token_ids};
+  out.bad = await caught(() => client.chat.completions.create({...req, speculative: "no"}));
+  console.log(JSON.stringify(out));
+  process.exit(0);
 }
 
 // Chat, not streaming, greedy.
