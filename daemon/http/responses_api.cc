@@ -608,6 +608,11 @@ absl::StatusOr<http_api::ApiRequest> ParseResponsesRequest(const ojson& body) {
 
   ASSIGN_OR_RETURN(std::optional<bool> stream, http_api::OptBool(body, "stream", "stream"));
   out.stream = stream.value_or(false);
+  // minfer's extension, as on the OpenAI routes: false opts this request
+  // out of the model's speculative decoding (GenerateRequest.speculative).
+  ASSIGN_OR_RETURN(std::optional<bool> speculative,
+                   http_api::OptBool(body, "speculative", "speculative"));
+  if (speculative.has_value()) g.set_speculative(*speculative);
   v1::SamplingParams* sp = g.mutable_sampling();
   ASSIGN_OR_RETURN(std::optional<double> temperature,
                    http_api::OptNumber(body, "temperature", "temperature"));

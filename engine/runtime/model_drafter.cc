@@ -38,6 +38,7 @@ absl::StatusOr<std::shared_ptr<ModelDrafter>> ModelDrafter::Create(
   o.max_seqs = target_options.max_seqs;
   o.n_ctx = target_options.n_ctx;
   o.kv_block = target_options.kv_block;
+  o.kv_type = target_options.kv_type;  // unset: the draft model's default
   o.prefix_cache = true;
   o.spec_k = 0;
   auto d = std::shared_ptr<ModelDrafter>(new ModelDrafter());

@@ -40,9 +40,9 @@ absl::Status CheckDraftVocabulary(const Model& draft, const Model& target);
 
 class ModelDrafter : public Drafter {
  public:
-  // The draft engine takes `target_options`' max_seqs, n_ctx and kv_block
-  // (so any sequence of the target fits it), with the prefix cache on and
-  // no speculation of its own.
+  // The draft engine takes `target_options`' max_seqs, n_ctx, kv_block and
+  // kv_type (so any sequence of the target fits it), with the prefix cache
+  // on and no speculation of its own.
   static absl::StatusOr<std::shared_ptr<ModelDrafter>> Create(std::shared_ptr<const Model> draft,
                                                               const Model& target,
                                                               const EngineOptions& target_options);

@@ -5,12 +5,15 @@
 // the tokenizer's own bytes.
 #include "daemon/http/openai_api.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/api/constraint.h"
+#include "daemon/http/anthropic_api.h"
+#include "daemon/http/responses_api.h"
 #include "daemon/serving/tenants.h"
 #include "engine/base/field_error.h"
 #include "engine/runtime/model.h"
@@ -237,6 +240,36 @@ TEST(OpenAiParseTest, SpeculativeOptOutReachesTheGenerateRequest) {
     EXPECT_TRUE(on.speculative());
     EXPECT_FALSE(parse("").has_speculative());
     EXPECT_FALSE(parse(R"(, "speculative": null)").has_speculative());
+  }
+}
+
+// The same extension on the Anthropic and Responses routes, which read
+// their bodies apart; a non-boolean is refused naming the field.
+TEST(OpenAiParseTest, SpeculativeOptOutOnTheAnthropicAndResponsesRoutes) {
+  const auto messages = [](const std::string& extra) {
+    return anthropic::ParseMessagesRequest(nlohmann::ordered_json::parse(
+        R"({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}])" +
+        extra + "}"));
+  };
+  const auto responses = [](const std::string& extra) {
+    return responses::ParseResponsesRequest(
+        nlohmann::ordered_json::parse(R"({"model": "m", "input": "x")" + extra + "}"));
+  };
+  for (const auto& parse : {std::function<absl::StatusOr<http_api::ApiRequest>(
+                                const std::string&)>(messages),
+                            std::function<absl::StatusOr<http_api::ApiRequest>(
+                                const std::string&)>(responses)}) {
+    auto off = parse(R"(, "speculative": false)");
+    ASSERT_TRUE(off.ok()) << off.status();
+    EXPECT_TRUE(off->generate.has_speculative());
+    EXPECT_FALSE(off->generate.speculative());
+    auto unset = parse("");
+    ASSERT_TRUE(unset.ok()) << unset.status();
+    EXPECT_FALSE(unset->generate.has_speculative());
+    auto bad = parse(R"(, "speculative": "no")");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("speculative"));
   }
 }
 

@@ -233,7 +233,51 @@ TEST_P(SpecFamilyTest, DraftModelsGiveThePlainRun) {
     EXPECT_EQ(accepted, snap.spec_accepted);
     EXPECT_EQ(got.back().stats.spec_drafted, 0) << "speculative: false was drafted for";
     EXPECT_GT(got[1].stats.spec_drafted, 0);
+    if (std::string(d.what) == "itself") {
+      // The target drafting for itself: every greedy draft is accepted.
+      for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(got[i].stats.spec_accepted, got[i].stats.spec_drafted) << "request " << i;
+      }
+    }
     EXPECT_EQ((*drafter)->engine().pool().blocks().used(), 0) << "draft requests hold blocks";
+  }
+  // Cancelled between steps while drafts are in flight: its blocks, and the
+  // draft engine's, are given back, and the others' tokens do not change.
+  {
+    auto path = testing::TestModelPath(GetParam(), "q4_0", 1);
+    ASSERT_TRUE(path.ok()) << path.status();
+    ModelOptions mo;
+    mo.backend = "cpu";
+    auto draft = Model::Load(*path, mo);
+    ASSERT_TRUE(draft.ok()) << draft.status();
+    auto drafter = ModelDrafter::Create(*draft, *model, eo);
+    ASSERT_TRUE(drafter.ok()) << drafter.status();
+    eo.drafter = *drafter;
+    auto e = Engine::Create(model, eo);
+    ASSERT_TRUE(e.ok()) << e.status();
+    std::vector<uint64_t> ids;
+    for (const GenerateRequest& r : reqs) {
+      auto id = (*e)->Add(r);
+      ASSERT_TRUE(id.ok()) << id.status();
+      ids.push_back(*id);
+    }
+    std::map<uint64_t, std::vector<int32_t>> out;
+    std::vector<EngineEvent> ev;
+    for (int step = 0; (*e)->HasWork() && step < 1000; ++step) {
+      if (step == 6) (*e)->Cancel(ids[0]);
+      ev.clear();
+      ASSERT_TRUE((*e)->Step(&ev).ok());
+      for (const EngineEvent& x : ev) {
+        out[x.id].insert(out[x.id].end(), x.out.tokens.begin(), x.out.tokens.end());
+      }
+    }
+    EXPECT_GT((*e)->Snapshot().spec_drafted, 0);
+    EXPECT_EQ((*e)->pool().blocks().used(), 0) << "the cancelled sequence's blocks are held";
+    EXPECT_EQ((*drafter)->engine().pool().blocks().used(), 0);
+    EXPECT_LT(out[ids[0]].size(), plain[0].tokens.size());
+    EXPECT_EQ(out[ids[0]], std::vector<int32_t>(plain[0].tokens.begin(),
+                                                 plain[0].tokens.begin() + out[ids[0]].size()));
+    for (size_t i = 1; i < reqs.size(); ++i) EXPECT_EQ(out[ids[i]], plain[i].tokens) << i;
   }
 }
 
