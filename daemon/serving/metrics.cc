@@ -77,6 +77,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                     .Help("Blocks of the model's KV pool by state (used, free; cached: free "
                           "blocks that hold a prefix a new sequence can reuse).")
                     .Register(r);
+  kv_usage_ = &prometheus::BuildGauge()
+                   .Name("minfer_kv_cache_usage_ratio")
+                   .Help("Share of the model's KV pool blocks in use, in [0, 1] (what the Gateway "
+                         "API Inference Extension's endpoint picker reads as KV-cache "
+                         "utilization, beside minfer_queue_depth and minfer_active_sequences).")
+                   .Register(r);
   preemptions_ = &prometheus::BuildCounter()
                       .Name("minfer_preemptions_total")
                       .Help("Sequences preempted because the KV pool ran dry (recomputed later).")
@@ -294,6 +300,7 @@ ModelMetrics* Metrics::ForModel(const std::string& model) {
     slot->kv_blocks_used = &kv_blocks_->Add({{"model", model}, {"state", "used"}});
     slot->kv_blocks_free = &kv_blocks_->Add({{"model", model}, {"state", "free"}});
     slot->kv_blocks_cached = &kv_blocks_->Add({{"model", model}, {"state", "cached"}});
+    slot->kv_usage = &kv_usage_->Add(l);
     slot->preemptions = &preemptions_->Add(l);
     slot->prefix_hit_tokens = &prefix_hit_tokens_->Add(l);
     slot->prefix_evictions = &prefix_evictions_->Add(l);
@@ -338,6 +345,7 @@ void Metrics::RemoveModel(const std::string& model) {
     kv_blocks_->Remove(m.kv_blocks_used);
     kv_blocks_->Remove(m.kv_blocks_free);
     kv_blocks_->Remove(m.kv_blocks_cached);
+    kv_usage_->Remove(m.kv_usage);
     constrained_sequences_->Remove(m.constrained_sequences);
     // Counters and histograms stay registered; forget only our pointers to
     // the removed gauges by dropping the entry (a reload re-adds them).

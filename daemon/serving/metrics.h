@@ -15,6 +15,9 @@
 //   minfer_slot_memory_bytes{model,kind}             weights / kv / scratch
 //   minfer_backend_memory_bytes{model}               all the backend holds
 //   minfer_kv_blocks{model,state}                    KV pool blocks used / free / cached
+//   minfer_kv_cache_usage_ratio{model}               KV pool blocks used / allocatable, in
+//                                                    [0, 1] (the Gateway API Inference
+//                                                    Extension's KVCacheUtilization)
 //                                                    (cached: free, holding a reusable prefix)
 //   minfer_prefix_cache_hit_tokens_total{model}      prompt tokens taken from the prefix cache
 //   minfer_prefix_cache_evictions_total{model}       cached blocks reused for other contents
@@ -98,6 +101,7 @@ struct ModelMetrics {
   prometheus::Gauge* kv_blocks_used = nullptr;
   prometheus::Gauge* kv_blocks_free = nullptr;
   prometheus::Gauge* kv_blocks_cached = nullptr;
+  prometheus::Gauge* kv_usage = nullptr;
   prometheus::Counter* preemptions = nullptr;
   prometheus::Counter* prefix_hit_tokens = nullptr;
   prometheus::Counter* prefix_evictions = nullptr;
@@ -186,6 +190,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* itl_;
   prometheus::Family<prometheus::Gauge>* queue_depth_;
   prometheus::Family<prometheus::Gauge>* active_;
+  prometheus::Family<prometheus::Gauge>* kv_usage_;
   prometheus::Family<prometheus::Gauge>* slot_state_;
   prometheus::Family<prometheus::Gauge>* slot_memory_;
   prometheus::Family<prometheus::Gauge>* backend_memory_;

@@ -607,6 +607,7 @@ absl::Status Slot::Load() {
     metrics_->kv_bytes->Set(static_cast<double>(kv_bytes_));
     metrics_->kv_blocks_free->Set(static_cast<double>(kv_blocks_total_));
     metrics_->kv_blocks_used->Set(0);
+    metrics_->kv_usage->Set(0);
     metrics_->scratch_bytes->Set(static_cast<double>(scratch_bytes_));
     metrics_->backend_bytes->Set(static_cast<double>(backend_bytes_));
   }
@@ -929,6 +930,8 @@ void Slot::UpdateGauges() {
     metrics_->kv_blocks_used->Set(static_cast<double>(used));
     metrics_->kv_blocks_free->Set(static_cast<double>(kv_blocks_total_ - used));
     metrics_->kv_blocks_cached->Set(static_cast<double>(cached));
+    metrics_->kv_usage->Set(kv_blocks_total_ > 0 ? static_cast<double>(used) / kv_blocks_total_
+                                                 : 0.0);
     metrics_->constrained_sequences->Set(static_cast<double>(constrained));
   }
 }

@@ -1046,6 +1046,7 @@ TEST_F(AdminServiceTest, MetricsAreServedOverHttp) {
   EXPECT_THAT(body, HasSubstr(absl::StrCat("minfer_slot_memory_bytes{kind=\"kv\",model=\"a\"} ",
                                            (256 / 16 + 1) * 16 * 2 * 2 * 128 * 4)));
   EXPECT_THAT(body, HasSubstr("minfer_kv_blocks{model=\"a\",state=\"used\"} 0"));
+  EXPECT_THAT(body, HasSubstr("minfer_kv_cache_usage_ratio{model=\"a\"} 0"));
   EXPECT_THAT(body, HasSubstr("minfer_step_sequences_count{model=\"a\"} "));
   EXPECT_THAT(body, HasSubstr("minfer_preemptions_total{model=\"a\"} 0"));
   EXPECT_THAT(body, HasSubstr("minfer_queue_depth{model=\"a\"} 0"));
