@@ -246,8 +246,9 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
       std::vector<double> tps;
       int64_t drafted0 = 0, accepted0 = 0;
       for (int64_t rep = 0; rep <= reps; ++rep) {
-        // Distinct prompts per repetition would defeat nothing: the prefix
-        // cache is off by default on the target; the draft's is meant to hit.
+        // The same prompts every repetition: the target's prefix cache is
+        // off unless MINFER_PREFIX_CACHE turns it on, so each repetition
+        // prefills them again; only the draft's own cache is meant to hit.
         std::map<uint64_t, int64_t> got;
         for (const auto& r : reqs) {
           auto id = (*engine)->Add(r);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/base/status.h"
 #include "engine/runtime/drafter.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/kv_pool.h"
@@ -169,6 +170,18 @@ TEST_P(SpecFamilyTest, GreedyIdsEqualThePlainRunAloneAndInABatch) {
   }
 }
 
+// A ModelDrafter over the synthetic model (shape, type, seed) on the CPU.
+absl::StatusOr<std::shared_ptr<ModelDrafter>> MakeDrafter(const std::string& shape,
+                                                          const std::string& type, uint64_t seed,
+                                                          const Model& target,
+                                                          const EngineOptions& eo) {
+  ASSIGN_OR_RETURN(std::string path, testing::TestModelPath(shape, type, seed));
+  ModelOptions mo;
+  mo.backend = "cpu";
+  ASSIGN_OR_RETURN(std::shared_ptr<Model> draft, Model::Load(path, mo));
+  return ModelDrafter::Create(std::move(draft), target, eo);
+}
+
 // Draft models (ModelDrafter): the target's own weights, the same weights
 // at another quantization, and another model of the same vocabulary (other
 // weights: a different seed). Synthetic models all continue token t with
@@ -202,13 +215,7 @@ TEST_P(SpecFamilyTest, DraftModelsGiveThePlainRun) {
   for (const Draft& d : {Draft{"itself", "q8_0", 1}, Draft{"requantized", "q4_0", 1},
                          Draft{"another model", "q8_0", 7}}) {
     SCOPED_TRACE(d.what);
-    auto path = testing::TestModelPath(GetParam(), d.type, d.seed);
-    ASSERT_TRUE(path.ok()) << path.status();
-    ModelOptions mo;
-    mo.backend = "cpu";
-    auto draft = Model::Load(*path, mo);
-    ASSERT_TRUE(draft.ok()) << draft.status();
-    auto drafter = ModelDrafter::Create(*draft, *model, eo);
+    auto drafter = MakeDrafter(GetParam(), d.type, d.seed, *model, eo);
     ASSERT_TRUE(drafter.ok()) << drafter.status();
     eo.drafter = *drafter;
     EngineSnapshot snap;
@@ -244,13 +251,7 @@ TEST_P(SpecFamilyTest, DraftModelsGiveThePlainRun) {
   // Cancelled between steps while drafts are in flight: its blocks, and the
   // draft engine's, are given back, and the others' tokens do not change.
   {
-    auto path = testing::TestModelPath(GetParam(), "q4_0", 1);
-    ASSERT_TRUE(path.ok()) << path.status();
-    ModelOptions mo;
-    mo.backend = "cpu";
-    auto draft = Model::Load(*path, mo);
-    ASSERT_TRUE(draft.ok()) << draft.status();
-    auto drafter = ModelDrafter::Create(*draft, *model, eo);
+    auto drafter = MakeDrafter(GetParam(), "q4_0", 1, *model, eo);
     ASSERT_TRUE(drafter.ok()) << drafter.status();
     eo.drafter = *drafter;
     auto e = Engine::Create(model, eo);
