@@ -22,6 +22,7 @@
 #include "engine/runtime/model.h"
 #include "engine/sampling/sampler.h"
 #include "gtest/gtest.h"
+#include "tests/support/cpu_model.h"
 #include "tests/support/test_models.h"
 
 namespace minfer::runtime {
@@ -30,14 +31,7 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 std::shared_ptr<Model> LoadModel(const std::string& shape, const std::string& type) {
-  auto path = testing::TestModelPath(shape, type);
-  EXPECT_TRUE(path.ok()) << path.status();
-  if (!path.ok()) return nullptr;
-  ModelOptions opt;
-  opt.backend = "cpu";
-  auto m = Model::Load(*path, opt);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? *m : nullptr;
+  return testing::LoadCpuTestModel(shape, type);
 }
 
 bool Allowed(const std::vector<uint32_t>& m, int64_t id) { return (m[id / 32] >> (id % 32)) & 1u; }

@@ -18,6 +18,7 @@
 #include "engine/runtime/session.h"
 #include "gtest/gtest.h"
 #include "tests/engine/grammar/recognizer.h"
+#include "tests/support/cpu_model.h"
 #include "tests/support/test_models.h"
 
 namespace minfer::runtime {
@@ -27,14 +28,7 @@ using grammar::GrammarBuilder;
 using grammar::RuleId;
 
 std::shared_ptr<Model> LoadTiny() {
-  auto path = testing::TestModelPath("tiny", "q8_0");
-  EXPECT_TRUE(path.ok()) << path.status();
-  if (!path.ok()) return nullptr;
-  ModelOptions opt;
-  opt.backend = "cpu";
-  auto m = Model::Load(*path, opt);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? *m : nullptr;
+  return testing::LoadCpuTestModel("tiny", "q8_0");
 }
 
 // {"n":<1-3 digits>,"tags":[<"word">, ...]} with words of [a-z ] (0-12),

@@ -26,20 +26,14 @@
 #include "engine/runtime/scheduler.h"
 #include "engine/runtime/session.h"
 #include "gtest/gtest.h"
+#include "tests/support/cpu_model.h"
 #include "tests/support/test_models.h"
 
 namespace minfer::runtime {
 namespace {
 
 std::shared_ptr<Model> LoadModel(const std::string& shape, const std::string& type) {
-  auto path = testing::TestModelPath(shape, type);
-  EXPECT_TRUE(path.ok()) << path.status();
-  if (!path.ok()) return nullptr;
-  ModelOptions opt;
-  opt.backend = "cpu";
-  auto m = Model::Load(*path, opt);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? *m : nullptr;
+  return testing::LoadCpuTestModel(shape, type);
 }
 
 std::vector<int32_t> Prompt(int64_t n, uint32_t seed, int32_t vocab) {

@@ -19,6 +19,7 @@
 #include "engine/runtime/model.h"
 #include "gtest/gtest.h"
 #include "tests/engine/grammar/recognizer.h"
+#include "tests/support/cpu_model.h"
 #include "tests/support/test_models.h"
 
 namespace minfer::runtime {
@@ -29,14 +30,7 @@ using grammar::RuleId;
 using Start = GenerateRequest::GrammarStart;
 
 std::shared_ptr<Model> LoadTiny() {
-  auto path = testing::TestModelPath("tiny", "q8_0");
-  EXPECT_TRUE(path.ok()) << path.status();
-  if (!path.ok()) return nullptr;
-  ModelOptions opt;
-  opt.backend = "cpu";
-  auto m = Model::Load(*path, opt);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? *m : nullptr;
+  return testing::LoadCpuTestModel("tiny", "q8_0");
 }
 
 // `prefix` then {"a":<1-3 digits>} then `suffix`.

@@ -26,20 +26,14 @@
 #include "engine/runtime/session.h"
 #include "gtest/gtest.h"
 #include "tests/engine/runtime/oracle_drafter.h"
+#include "tests/support/cpu_model.h"
 #include "tests/support/test_models.h"
 
 namespace minfer::runtime {
 namespace {
 
 std::shared_ptr<Model> LoadModel(const std::string& shape) {
-  auto path = testing::TestModelPath(shape, "q8_0");
-  EXPECT_TRUE(path.ok()) << path.status();
-  if (!path.ok()) return nullptr;
-  ModelOptions opt;
-  opt.backend = "cpu";
-  auto m = Model::Load(*path, opt);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? *m : nullptr;
+  return testing::LoadCpuTestModel(shape, "q8_0");
 }
 
 // A prompt that repeats itself (what n-gram drafts feed on): a random
