@@ -45,7 +45,8 @@ MemoryEstimate EstimateMemory(const gguf::GgufFile& file, const models::DecoderH
   e.kv = static_cast<uint64_t>(PoolBlocks(hp, params)) * 2 * static_cast<uint64_t>(hp.n_layer) *
          static_cast<uint64_t>(graph::DTypeBytes(kv_type, hp.n_embd_kv())) * bs;
   const int64_t budget = std::max<int64_t>(params.token_budget, 1);
-  const int64_t rows = std::min<int64_t>(budget, std::max(params.parallel, 1));
+  const int64_t rows =
+      std::min<int64_t>(budget, std::max(params.parallel, 1) + std::max(params.spec_rows, 0));
   e.scratch = models::BatchScratchBound(hp, budget, rows, Blocks(ClampCtx(hp, params.n_ctx), bs));
   return e;
 }

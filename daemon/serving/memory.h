@@ -55,6 +55,9 @@ struct EstimateParams {
   int64_t kv_tokens = 0;
   int32_t kv_block = 16;
   int64_t token_budget = 512;  // tokens per batched step
+  // Output rows for speculative drafts beyond one per sequence
+  // (runtime::EngineOptions::spec_rows).
+  int32_t spec_rows = 0;
 };
 
 // Blocks of the KV pool the engine allocates for `params` (the reserved

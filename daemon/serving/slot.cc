@@ -453,6 +453,13 @@ absl::Status Slot::Load() {
     ep.kv_block = static_cast<int32_t>(KnobRegistry::Global().GetInt("MINFER_KV_BLOCK", &config_.knobs));
     const int64_t budget_knob = KnobRegistry::Global().GetInt("MINFER_BATCH_TOKENS", &config_.knobs);
     ep.token_budget = budget_knob > 0 ? budget_knob : 512;
+    // The engine's draft rows (runtime::EngineOptions::spec_rows) when it
+    // starts speculating.
+    const bool speculates =
+        config_.spec == "ngram" || with_draft ||
+        (config_.spec.empty() &&
+         KnobRegistry::Global().GetInt("MINFER_SPEC_K", &config_.knobs) > 0);
+    ep.spec_rows = speculates ? runtime::SpecRows(config_.parallel) : 0;
     MemoryEstimate estimate = EstimateMemory(**file, hp, ep);
     // On a device the steps are those of the device's token budget.
     EstimateParams device_ep = ep;
@@ -477,10 +484,12 @@ absl::Status Slot::Load() {
       EstimateParams dp = ep;
       dp.kv_type.reset();
       dp.kv_tokens = 0;
+      dp.spec_rows = 0;  // the draft engine does not speculate
       draft_estimate = EstimateMemory(**d, dhp, dp);
       EstimateParams ddp = device_ep;
       ddp.kv_type.reset();
       ddp.kv_tokens = 0;
+      ddp.spec_rows = 0;
       const MemoryEstimate draft_device = EstimateMemory(**d, dhp, ddp);
       estimate.weights += draft_estimate.weights;
       estimate.kv += draft_estimate.kv;

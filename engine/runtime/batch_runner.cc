@@ -73,11 +73,14 @@ absl::StatusOr<std::unique_ptr<BatchRunner>> BatchRunner::Create(
   o.n_ctx = std::min(o.n_ctx, hp.context_length);
   // A step never holds more sequences than tokens.
   o.max_seqs = static_cast<int32_t>(std::min<int64_t>(o.max_seqs, o.max_tokens));
+  o.max_rows = static_cast<int32_t>(
+      std::clamp<int64_t>(o.max_rows > 0 ? o.max_rows : o.max_seqs, o.max_seqs, o.max_tokens));
   std::unique_ptr<BatchRunner> r(new BatchRunner);
   r->max_blocks_ = static_cast<int32_t>(BlocksFor(o.n_ctx, o.kv_block));
   if (o.kv_blocks == 0) o.kv_blocks = static_cast<int64_t>(o.max_seqs) * r->max_blocks_ + 1;
   r->model_ = std::move(model);
   r->opt_ = o;
+  r->max_rows_granted_ = o.max_rows;
   const graph::DType kv_type = o.kv_type.value_or(r->model_->DefaultKvType());
   ASSIGN_OR_RETURN(r->pool_, KvPool::Create(r->model_->kv_backend(), static_cast<int>(hp.n_layer),
                                             hp.n_embd_kv(), kv_type, o.kv_block, o.kv_blocks));
@@ -165,14 +168,18 @@ absl::StatusOr<BatchRunner::Cached*> BatchRunner::GetGraph(int64_t n_tokens, int
 void BatchRunner::SetMaxTokens(int64_t max_tokens) {
   if (max_tokens == opt_.max_tokens || max_tokens < opt_.max_seqs) return;
   opt_.max_tokens = max_tokens;
+  // Rows stay what Create granted (the activations were sized for them)
+  // as far as the new budget holds them.
+  opt_.max_rows = static_cast<int32_t>(std::clamp<int64_t>(max_rows_granted_, opt_.max_seqs,
+                                                           max_tokens));
   graphs_.clear();
 }
 
 absl::Status BatchRunner::Prepare() {
   const int64_t t = TokenBucket(opt_.max_tokens);
   // The largest graphs: every token a sequence of its own with an output
-  // row (decode), and one long prefill.
-  RETURN_IF_ERROR(GetGraph(t, RowBucket(std::min<int64_t>(t, opt_.max_seqs), t)).status());
+  // row (decode) and every speculative row, and one long prefill.
+  RETURN_IF_ERROR(GetGraph(t, RowBucket(std::min<int64_t>(t, opt_.max_rows), t)).status());
   return GetGraph(t, 1).status();
 }
 
@@ -217,19 +224,20 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
       }
     }
     if (it.extra_rows != 0 &&
-        (it.extra_rows < 0 || it.extra_rows >= n || !it.logits || it.mask != nullptr ||
-         extra == nullptr)) {
+        (it.extra_rows < 0 || it.extra_rows >= n || !it.logits ||
+         (it.mask != nullptr && it.extra_masks == nullptr) || extra == nullptr)) {
       return absl::InternalError(absl::StrCat(
           "batch runner invariant: item ", i, " asks for ", it.extra_rows, " extra rows of ", n,
-          " tokens (needs logits, no mask, fewer than its tokens, and an extra output)"));
+          " tokens (needs logits, fewer than its tokens, masks for them if the item has one, "
+          "and an extra output)"));
     }
     n_tokens += n;
     if (it.logits) n_rows += 1 + it.extra_rows;
   }
-  if (n_rows > opt_.max_seqs) {
+  if (n_rows > opt_.max_rows) {
     return absl::InvalidArgumentError(absl::StrCat("batch runner: ", n_rows,
                                                    " output rows in one step, at most ",
-                                                   opt_.max_seqs));
+                                                   opt_.max_rows));
   }
   if (n_tokens > opt_.max_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("batch runner: ", n_tokens,
@@ -310,7 +318,13 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
     const int64_t n = static_cast<int64_t>(it.tokens.size());
     for (int32_t j = 0; j < it.extra_rows; ++j, ++row) {
       out_rows_[row] = static_cast<int32_t>(t + n - 1 - it.extra_rows + j);
-      top_mode_[row] = graph::TopKModeValue(static_cast<int32_t>(it.mode), -1);
+      int32_t slot = -1;
+      if (it.mask != nullptr && it.mode != RowMode::kFull) {
+        slot = static_cast<int32_t>(masks_.size() / mask_words);
+        const uint32_t* m = it.extra_masks + j * mask_words;
+        masks_.insert(masks_.end(), m, m + mask_words);
+      }
+      top_mode_[row] = graph::TopKModeValue(static_cast<int32_t>(it.mode), slot);
     }
     t += n;
   }
@@ -349,23 +363,30 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
   if (extra != nullptr) extra->assign(n_rows - n_main, RowResult{});
   int64_t n_full = 0;
   std::vector<int64_t> full_of(n_rows, -1);
-  // Output row r's result and item (main rows first, then extra rows).
-  std::vector<std::pair<RowResult*, int64_t>> row_of(n_rows);
+  // Output row r's result, item and mask (main rows first, then extra rows).
+  struct RowOf {
+    RowResult* result;
+    int64_t item;
+    const uint32_t* mask;
+  };
+  std::vector<RowOf> row_of(n_rows);
   row = 0;
   for (int64_t i = 0; i < n_items; ++i) {
-    if (items[i].logits) row_of[row++] = {&(*results)[i], i};
+    if (items[i].logits) row_of[row++] = {&(*results)[i], i, items[i].mask};
   }
   for (int64_t i = 0; i < n_items; ++i) {
-    for (int32_t j = 0; j < items[i].extra_rows; ++j, ++row) {
-      row_of[row] = {&(*extra)[row - n_main], i};
+    const BatchItem& it = items[i];
+    for (int32_t j = 0; j < it.extra_rows; ++j, ++row) {
+      row_of[row] = {&(*extra)[row - n_main], i,
+                     it.mask != nullptr ? it.extra_masks + j * mask_words : nullptr};
     }
   }
   for (row = 0; row < n_rows; ++row) {
     const float* tr = top_host_.data() + row * stride;
-    RowResult& rr = *row_of[row].first;
+    RowResult& rr = *row_of[row].result;
     rr.max = tr[0];
     rr.log_norm = std::numeric_limits<double>::quiet_NaN();
-    const RowMode mode = items[row_of[row].second].mode;
+    const RowMode mode = items[row_of[row].item].mode;
     if (mode == RowMode::kFull || !std::isfinite(tr[0])) {
       full_of[row] = n_full++;
     } else {
@@ -385,9 +406,8 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
       if (full_of[row] < 0) continue;
       float* dst = full_host_.data() + full_of[row] * n_vocab;
       RETURN_IF_ERROR(c->exec->ReadNodeRange(io.logits, row * n_vocab * 4, dst, n_vocab * 4));
-      const BatchItem& it = items[row_of[row].second];
-      if (it.mask != nullptr) ApplyMask(it.mask, n_vocab, dst);
-      row_of[row].first->logits = dst;
+      if (row_of[row].mask != nullptr) ApplyMask(row_of[row].mask, n_vocab, dst);
+      row_of[row].result->logits = dst;
     }
     stats_.full_rows += n_full;
   }

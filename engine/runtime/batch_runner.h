@@ -74,6 +74,11 @@ namespace minfer::runtime {
 struct BatchRunnerOptions {
   int64_t max_tokens = 512;  // tokens per step at most (the scheduler's budget)
   int32_t max_seqs = 16;     // sequences per step at most
+  // Output rows per step at most: one per sequence that completes a row,
+  // plus speculative verification rows (BatchItem::extra_rows). 0:
+  // max_seqs. Clamped to [max_seqs, max_tokens]; each row costs a row of
+  // logits (n_vocab floats) in the largest graph's activations.
+  int32_t max_rows = 0;
   int64_t n_ctx = 4096;      // tokens per sequence at most (clamped to the model's)
   int32_t kv_block = 16;     // rows per KV block (a power of two)
   // Pool size in blocks, the reserved one included; 0: enough for max_seqs
@@ -109,9 +114,15 @@ struct BatchItem {
   const uint32_t* mask = nullptr;
   // Speculative verification: output rows also for the `extra_rows` tokens
   // before the last one (each row gives the token after its own), with the
-  // item's mode. Needs `logits`, no `mask`, and extra_rows < tokens.size();
-  // the rows go to Run's `extra` (below).
+  // item's mode. Needs `logits` and extra_rows < tokens.size(); the rows go
+  // to Run's `extra` (below).
   int32_t extra_rows = 0;
+  // With `mask` and extra_rows > 0: the extra rows' masks, extra_rows
+  // consecutive masks of graph::TopKMaskWords(n_vocab) words (a constrained
+  // sequence's grammar state differs at every drafted position); read
+  // during Run only. Required when `mask` is set and extra_rows > 0,
+  // ignored otherwise.
+  const uint32_t* extra_masks = nullptr;
 };
 
 // The output row of an item that asked for one.
@@ -161,7 +172,7 @@ class BatchRunner {
   // Items with extra_rows: their extra rows go to `extra` (required then),
   // item by item in item order, each item's in token order. Output rows in
   // all (one per item with logits plus the extra ones) are at most
-  // max_seqs: the graphs' output buffers are sized for that many.
+  // max_rows: the graphs' output buffers are sized for that many.
   absl::Status Run(absl::Span<const BatchItem> items, std::vector<RowResult>* results,
                    std::vector<RowResult>* extra = nullptr);
 
@@ -200,6 +211,7 @@ class BatchRunner {
   std::shared_ptr<const Model> model_;
   BatchRunnerOptions opt_;
   int32_t max_blocks_ = 0;
+  int32_t max_rows_granted_ = 0;  // options().max_rows as Create clamped it
   std::unique_ptr<KvPool> pool_;
   std::vector<std::unique_ptr<graph::ActivationArena>> arenas_;
   std::list<Cached> graphs_;  // most recently used first

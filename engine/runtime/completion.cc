@@ -157,6 +157,38 @@ void Completion::ComputeMask() {
   mask_fresh_ = true;
 }
 
+int64_t Completion::AllowedDrafts(absl::Span<const int32_t> drafts) {
+  if (matcher_ == nullptr) return static_cast<int64_t>(drafts.size());
+  if (open_ != nullptr) return 0;
+  int32_t n = 0;
+  for (int32_t d : drafts) {
+    if (!matcher_->IsTokenAllowed(d) || !matcher_->AcceptToken(d).ok()) break;
+    ++n;
+    // Nothing useful follows the end of the output or of forced text.
+    if (matcher_->IsTerminated() || (closing_ && matcher_->IsComplete())) break;
+  }
+  matcher_->Rollback(n);
+  return n;
+}
+
+void Completion::ComputeDraftMasks(absl::Span<const int32_t> drafts) {
+  ComputeMask();
+  const size_t words = mask_.size();
+  draft_masks_.resize(words * (drafts.size() + 1));
+  std::copy(mask_.begin(), mask_.end(), draft_masks_.begin());
+  int32_t n = 0;
+  for (int32_t d : drafts) {
+    if (!matcher_->AcceptToken(d).ok()) break;  // AllowedDrafts said it would not happen
+    ++n;
+    matcher_->FillNextTokenBitmask(draft_masks_.data() + words * n);
+  }
+  // A refused draft (a broken precondition) leaves all-zero masks: its
+  // rows allow nothing and are never read, since verification stops at
+  // the refused draft.
+  std::fill(draft_masks_.begin() + words * (n + 1), draft_masks_.end(), 0u);
+  matcher_->Rollback(n);
+}
+
 void Completion::StartGrammar(absl::string_view written) {
   grammar_pending_ = false;
   matcher_ = std::make_unique<grammar::GrammarMatcher>(req_.grammar);

@@ -199,6 +199,37 @@ class Completion {
   const uint32_t* mask() const { return mask_.data(); }
   const grammar::GrammarMatcher* matcher() const { return matcher_.get(); }
 
+  // Speculative decoding (engine.h) of output that a grammar constrains.
+  // Whether it ever can be: a grammar (now or later: after the think
+  // block, at a trigger) or a reasoning budget whose closing text is forced.
+  bool MayConstrain() const {
+    return req_.grammar != nullptr || (req_.reasoning.has_value() && req_.reasoning->budget >= 0);
+  }
+  // Whether one matcher decides every next token until the output ends:
+  // constrained, with no think block, trigger, start tag or forced text
+  // still to come. Only then can masks for drafted positions be computed
+  // ahead of the forward (ComputeDraftMasks); otherwise a draft may cross
+  // the point where the constraint starts or changes.
+  bool DraftMasksComputable() const {
+    return matcher_ != nullptr && open_ == nullptr && !closing_ && !grammar_pending_ &&
+           phase_ == Phase::kOutside;
+  }
+  // The length of the longest prefix of `drafts` the active matcher
+  // allows from the current state, ending after a token that completes
+  // it (drafts past the end of the output are useless); all of them
+  // without a matcher, none while a start tag and the grammar compete.
+  // Leaves the matcher as it was (Rollback).
+  int64_t AllowedDrafts(absl::Span<const int32_t> drafts);
+  // Precondition: DraftMasksComputable() and `drafts` allowed
+  // (AllowedDrafts). Computes the mask of the current state (mask(), as
+  // ComputeMask) and of the state after each draft: draft_masks() then
+  // holds drafts.size() + 1 masks of ceil(n_vocab / 32) words, mask j for
+  // the row that follows drafts[0..j). Leaves the matcher as it was. Like
+  // ComputeMask, may run on another thread, never concurrently with Accept
+  // or Sample.
+  void ComputeDraftMasks(absl::Span<const int32_t> drafts);
+  const uint32_t* draft_masks() const { return draft_masks_.data(); }
+
   bool done() const { return done_; }
   FinishReason finish_reason() const { return reason_; }
   GenerationStats& stats() { return stats_; }
@@ -244,6 +275,7 @@ class Completion {
   void StartGrammar(absl::string_view written);
   std::vector<uint32_t> mask_;
   bool mask_fresh_ = false;      // mask_ is for the current matcher state
+  std::vector<uint32_t> draft_masks_;  // ComputeDraftMasks
   std::vector<float> masked_;    // a masked copy of the row being sampled
   std::vector<int32_t> output_;
   std::string text_;

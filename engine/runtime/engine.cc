@@ -71,9 +71,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
     return absl::InvalidArgumentError(absl::StrCat("max_seqs must be >= 1, got ", o.max_seqs));
   }
   o.max_seqs = static_cast<int32_t>(std::min<int64_t>(o.max_seqs, o.token_budget));
+  e->options_spec_fixed_ = o.spec_k.has_value();
+  e->spec_k_ = static_cast<int32_t>(
+      o.spec_k.value_or(knobs.GetInt("MINFER_SPEC_K", &model->knobs())));
+  if (e->spec_k_ < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("spec_k must be >= 0, got ", e->spec_k_));
+  }
+  if (!o.spec_rows.has_value()) {
+    o.spec_rows = e->spec_k_ > 0 || o.drafter != nullptr ? SpecRows(o.max_seqs) : 0;
+  }
+  if (*o.spec_rows < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("spec_rows must be >= 0, got ", *o.spec_rows));
+  }
   BatchRunnerOptions ro;
   ro.max_tokens = o.token_budget;
   ro.max_seqs = o.max_seqs;
+  ro.max_rows = o.max_seqs + *o.spec_rows;
   ro.n_ctx = o.n_ctx;
   ro.kv_block = o.kv_block;
   ro.kv_blocks = o.kv_blocks;
@@ -103,12 +116,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   // shapes the numbers (kernels, fusions, KV handling) must not let blocks
   // computed before it changed stand for blocks computed after.
   e->scheduler_->SetPrefixSalt(e->knob_gen_);
-  e->options_spec_fixed_ = o.spec_k.has_value();
-  e->spec_k_ = static_cast<int32_t>(
-      o.spec_k.value_or(knobs.GetInt("MINFER_SPEC_K", &model->knobs())));
-  if (e->spec_k_ < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("spec_k must be >= 0, got ", e->spec_k_));
-  }
   e->drafter_ = o.drafter != nullptr ? o.drafter : std::make_shared<NgramDrafter>();
   return e;
 }
@@ -117,17 +124,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
 constexpr double kSpecLowRate = 0.2;
 
 void Engine::ProposeDrafts() {
-  // Every running or waiting sequence may take an output row this step;
-  // drafts get the rows left (BatchRunner: at most max_seqs in all).
-  int64_t rows = opt_.max_seqs - scheduler_->running() - scheduler_->waiting();
+  // Every sequence that may run this step (at most max_seqs) may take an
+  // output row; drafts get the rows left (BatchRunnerOptions::max_rows).
+  int64_t rows = runner_->options().max_rows -
+                 std::min<int64_t>(scheduler_->running() + scheduler_->waiting(), opt_.max_seqs);
   std::vector<DraftQuery> queries;
   for (auto& [id, s] : seqs_) {
     if (rows <= 0) break;
     const Completion& c = *s.c;
-    if (c.done() || c.constrained() || c.request().grammar != nullptr ||
-        !c.request().speculative) {
-      continue;
-    }
+    if (c.done() || !c.request().speculative) continue;
+    // Backend masks are computed before the forward: only under one
+    // matcher can they be for drafted positions (EngineOptions::spec_k).
+    if (backend_masks_ && c.MayConstrain() && !c.DraftMasksComputable()) continue;
     const std::optional<Scheduler::SeqInfo> info = scheduler_->Info(id);
     if (!info.has_value() || !info->running || info->known - info->computed != 1) continue;
     if (s.skip > 0) {
@@ -147,9 +155,13 @@ void Engine::ProposeDrafts() {
   drafter_->ProposeAll(queries, &drafts_);
   for (size_t i = 0; i < queries.size(); ++i) {
     const std::vector<int32_t>& draft = drafts_[i];
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(draft.size()), queries[i].k);
-    if (n == 0) continue;
+    int64_t n = std::min<int64_t>(static_cast<int64_t>(draft.size()), queries[i].k);
     Seq& s = seqs_.at(queries[i].seq);
+    // A draft the grammar forbids would be refused: it gets no row.
+    if (n > 0 && s.c->MayConstrain()) {
+      n = s.c->AllowedDrafts(absl::MakeConstSpan(draft).first(n));
+    }
+    if (n == 0) continue;
     s.tokens.insert(s.tokens.end(), draft.begin(), draft.begin() + n);
     s.drafts = n;
     scheduler_->SetDrafts(queries[i].seq, n);
@@ -305,7 +317,7 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
     it.logits = w.completes;
     it.extra_rows = static_cast<int32_t>(w.drafts);
     if (w.completes && s.c->constrained()) {
-      to_mask_.push_back(s.c.get());
+      to_mask_.push_back({s.c.get(), static_cast<int64_t>(items_.size()), w.drafts});
       if (backend_masks_) {
         // Masked on the backend: the mask must exist before the forward.
         it.mask = s.c->mask();
@@ -317,6 +329,11 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
         // runs; the whole row is read and masked (Completion::Sample).
         it.mode = RowMode::kFull;
       }
+    } else if (w.completes && w.drafts > 0 && s.c->MayConstrain()) {
+      // Not constrained yet, but a drafted token may start the constraint
+      // (a trigger, a think block's end): every row is read whole, so the
+      // rows after it are masked on the host (EngineOptions::spec_k).
+      it.mode = RowMode::kFull;
     } else if (w.completes) {
       it.mode = !s.c->UsesOnlyTop(opt_.top_k) ? RowMode::kFull
                 : s.c->request().sampling.temperature == 0.0f ? RowMode::kArgmax
@@ -332,15 +349,30 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
   // completions are not touched here until Wait).
   if (!to_mask_.empty() && backend_masks_) {
     const auto m0 = std::chrono::steady_clock::now();
-    DefaultThreadPool().ParallelFor(static_cast<int64_t>(to_mask_.size()),
-                                    [this](int64_t i, int) { to_mask_[i]->ComputeMask(); });
-    grammar_masks_ += static_cast<int64_t>(to_mask_.size());
+    DefaultThreadPool().ParallelFor(static_cast<int64_t>(to_mask_.size()), [this](int64_t i, int) {
+      const ToMask& m = to_mask_[i];
+      if (m.drafts == 0) {
+        m.c->ComputeMask();
+        return;
+      }
+      // The drafts are the item's last tokens; a mask per drafted row.
+      absl::Span<const int32_t> tokens = items_[m.item].tokens;
+      m.c->ComputeDraftMasks(tokens.last(m.drafts));
+    });
+    for (const ToMask& m : to_mask_) {
+      grammar_masks_ += 1 + m.drafts;
+      if (m.drafts == 0) continue;
+      BatchItem& it = items_[m.item];
+      const int64_t words = graph::TopKMaskWords(model_->hparams().n_vocab);
+      it.extra_masks = m.c->draft_masks();
+      it.mask = m.c->draft_masks() + words * m.drafts;
+    }
     grammar_mask_seconds_ += Since(m0);
   } else if (!to_mask_.empty()) {
     if (mask_worker_ == nullptr) mask_worker_ = std::make_unique<MaskWorker>();
     mask_worker_->Run([this] {
       const auto m0 = std::chrono::steady_clock::now();
-      for (Completion* c : to_mask_) c->ComputeMask();
+      for (const ToMask& m : to_mask_) m.c->ComputeMask();
       mask_seconds_step_ = Since(m0);
     });
   }
@@ -367,6 +399,9 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
   struct Outcome {
     absl::StatusOr<StepOutput> out = StepOutput{};
     bool sampled = false;
+    // The last token sampled is a draft accepted as the sequence ended
+    // (already in the sequence's tokens), not a new one.
+    bool last_was_draft = false;
   };
   std::vector<Outcome> outcomes(step.work.size());
   std::vector<int64_t> rejected(step.work.size(), 0);
@@ -399,8 +434,14 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
       all.tokens.insert(all.tokens.end(), out->tokens.begin(), out->tokens.end());
       all.text += out->text;
       all.logprobs.insert(all.logprobs.end(), out->logprobs.begin(), out->logprobs.end());
-      if (s.c->done() || j == w.drafts || st->token != s.tokens[first + 1 + j]) break;
-      ++accepted;
+      // The draft this row verifies (the token fed after it) is accepted
+      // when the sample equals it — also when that token ends the output.
+      const bool match = j < w.drafts && st->token == s.tokens[first + 1 + j];
+      if (match) ++accepted;
+      if (s.c->done() || !match) {
+        outcomes[i].last_was_draft = match;
+        break;
+      }
     }
     if (!failed.ok()) {
       outcomes[i].out = failed;
@@ -443,8 +484,9 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
       gs.ttft_seconds = Since(s.added);
       gs.prefill_seconds = gs.ttft_seconds;
     }
-    // The accepted drafts are in s.tokens already; the last sample is new.
-    if (!out.tokens.empty()) s.tokens.push_back(out.tokens.back());
+    // The accepted drafts are in s.tokens already; the last sample is new
+    // unless it was an accepted draft that ended the output.
+    if (!out.tokens.empty() && !outcomes[i].last_was_draft) s.tokens.push_back(out.tokens.back());
     EngineEvent ev;
     ev.id = w.id;
     ev.out = std::move(out);

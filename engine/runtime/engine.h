@@ -65,14 +65,34 @@ struct EngineOptions {
   // standard rejection rule exactly: the draft d survives with probability
   // p(d) = min(1, p(d)/q(d)), and on refusal the sample is a draw from the
   // normalized residual max(0, p - q); greedy or sampled, the output equals
-  // the plain run's, seeds included. Unconstrained sequences only, for now;
-  // output rows of a step stay within max_seqs. 0: off; unset: the model's
-  // MINFER_SPEC_K knob (read between steps).
+  // the plain run's, seeds included. Constrained sequences draft too: a
+  // draft the grammar forbids is cut before it costs a row, and each
+  // drafted row is sampled under the grammar's state at its position —
+  // with masks on the host, the whole row is read and masked after the
+  // tokens before it are accepted (so drafts may cross a think block's end
+  // or a trigger); with masks on the backend, the masks of every drafted
+  // position are computed before the forward by advancing the matcher
+  // over the drafts and rolling it back (Completion::ComputeDraftMasks),
+  // so only sequences under one matcher to their end draft there.
+  // 0: off; unset: the model's MINFER_SPEC_K knob (read between steps).
   std::optional<int32_t> spec_k;
+  // Output rows a step may spend on drafts beyond one per sequence
+  // (BatchRunnerOptions::max_rows = max_seqs + spec_rows). Unset:
+  // SpecRows(max_seqs) when speculation is on at creation (spec_k > 0, or
+  // a drafter given), else 0: a MINFER_SPEC_K raised later then drafts
+  // only into the rows that sequences not running leave free.
+  std::optional<int32_t> spec_rows;
   // The drafter (null: NgramDrafter) — a draft model's (ModelDrafter,
   // which then serves this engine alone), or a test's.
   std::shared_ptr<Drafter> drafter;
 };
+
+// The draft rows an engine of max_seqs sequences gets by default
+// (EngineOptions::spec_rows): a row per sequence, so that at full
+// concurrency each can verify a draft or two, and at least 16, so that one
+// stream can verify long runs (spec_k up to 16). Each costs a row of logits
+// in the largest graph.
+inline int32_t SpecRows(int32_t max_seqs) { return std::max<int32_t>(max_seqs, 16); }
 
 // What a step did for one sequence.
 struct EngineEvent {
@@ -245,7 +265,14 @@ class Engine : public StepEngine {
     std::thread thread_;
   };
   std::unique_ptr<MaskWorker> mask_worker_;
-  std::vector<Completion*> to_mask_;
+  // A constrained row's completion, its item, and the drafts at the end of
+  // the item's tokens (masks for each drafted row too).
+  struct ToMask {
+    Completion* c;
+    int64_t item;
+    int64_t drafts;
+  };
+  std::vector<ToMask> to_mask_;
   bool backend_masks_ = false;
   int64_t grammar_masks_ = 0;
   double grammar_mask_seconds_ = 0;

@@ -222,9 +222,10 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
     Row row{B, 0, 0, 0, 0, 0};
     for (int with = 0; with < 2; ++with) {
       runtime::EngineOptions eo;
-      // Output rows for every stream's token and its drafts.
-      eo.max_seqs = static_cast<int32_t>(B * (spec_k + 1));
-      eo.token_budget = std::max<int64_t>(budget, eo.max_seqs);
+      // As minferd --parallel B: the engine adds the rows for drafts
+      // (runtime::SpecRows) when it speculates.
+      eo.max_seqs = static_cast<int32_t>(B);
+      eo.token_budget = std::max<int64_t>(budget, B * (spec_k + 1));
       eo.n_ctx = prompt_len + n_gen + spec_k + 1;
       eo.kv_block = kv_block;
       eo.spec_k = with ? spec_k : 0;

@@ -29,6 +29,7 @@
 #include "engine/gguf/gguf.h"
 #include "engine/models/decoder/decoder.h"
 #include "engine/runtime/device_backend.h"
+#include "engine/runtime/engine.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -554,8 +555,12 @@ TEST_F(AdminServiceTest, DraftModelsAreAdmittedWithTheirTarget) {
   auto big = client_->LoadModel(r);
   ASSERT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
   const uint64_t kv = (6ull * 4096 / 16 + 1) * 16 * 2 * 2 * 128 * 4;
-  const uint64_t scratch = models::BatchScratchBound((*hp)->hparams(), 512, 6, 4096 / 16);
-  const uint64_t total = weights + kv + scratch + draft_weights + kv + scratch;
+  // The target's graphs hold a row per sequence and its draft rows
+  // (runtime::SpecRows); the draft engine's, a row per sequence.
+  const uint64_t scratch =
+      models::BatchScratchBound((*hp)->hparams(), 512, 6 + runtime::SpecRows(6), 4096 / 16);
+  const uint64_t draft_scratch = models::BatchScratchBound((*hp)->hparams(), 512, 6, 4096 / 16);
+  const uint64_t total = weights + kv + scratch + draft_weights + kv + draft_scratch;
   const std::string msg(big.status().message());
   EXPECT_THAT(msg, HasSubstr("model 'big' does not fit in memory"));
   EXPECT_THAT(msg, HasSubstr(absl::StrCat("weights ", absl::StrFormat("%.1f", (weights + draft_weights) / 1048576.0),
@@ -588,9 +593,12 @@ TEST_F(AdminServiceTest, DraftModelsAreAdmittedWithTheirTarget) {
                 (*draft_file)->data_offset());
   EXPECT_EQ(progress.back().bytes_done(), progress.back().bytes_total());
   const uint64_t small_kv = (256ull / 16 + 1) * 16 * 2 * 2 * 128 * 4;
-  const uint64_t small_scratch = models::BatchScratchBound((*hp)->hparams(), 512, 1, 256 / 16);
+  const uint64_t small_scratch =
+      models::BatchScratchBound((*hp)->hparams(), 512, 1 + runtime::SpecRows(1), 256 / 16);
+  const uint64_t small_draft_scratch =
+      models::BatchScratchBound((*hp)->hparams(), 512, 1, 256 / 16);
   EXPECT_EQ(small->memory().reserved_bytes(),
-            weights + small_kv + small_scratch + draft_weights + small_kv + small_scratch);
+            weights + small_kv + small_scratch + draft_weights + small_kv + small_draft_scratch);
   EXPECT_EQ(small->spec(), "draft");
   EXPECT_EQ(small->spec_k(), 4);
   EXPECT_EQ(small->draft(), *draft);

@@ -222,5 +222,92 @@ TEST(BatchRunnerMaskTest, MaskedRowsEqualHostMaskedFullLogits) {
   EXPECT_GT((*masked)->stats().decode_only_steps, 0);
 }
 
+// Speculative rows of a constrained sequence (BatchItem::extra_masks): each
+// drafted row is reduced under its own mask, and a row read whole (kFull,
+// or one whose mask allows nothing) gets its own mask on the host copy —
+// against the same rows unmasked, masked on the host. More rows than
+// sequences (max_rows).
+TEST(BatchRunnerMaskTest, DraftedRowsTakeTheirOwnMasks) {
+  auto model = LoadModel("tiny", "q8_0");
+  ASSERT_NE(model, nullptr);
+  const int64_t V = model->hparams().n_vocab;
+  const int64_t limit = std::min<int64_t>(model->tokenizer().vocab_size(), V);
+  const int64_t words = graph::TopKMaskWords(V);
+  BatchRunnerOptions ro;
+  ro.max_tokens = 64;
+  ro.max_seqs = 3;
+  ro.max_rows = 16;
+  ro.n_ctx = 128;
+  ro.top_k = 16;
+  auto plain = BatchRunner::Create(model, ro);
+  auto masked = BatchRunner::Create(model, ro);
+  ASSERT_TRUE(plain.ok() && masked.ok());
+  EXPECT_EQ((*masked)->options().max_rows, 16);
+  const RowMode modes[] = {RowMode::kArgmax, RowMode::kTop, RowMode::kFull};
+  constexpr int kDrafts = 4;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(limit - 1));
+  std::vector<std::vector<int32_t>> toks(3), blocks(3);
+  std::vector<BatchItem> items(3);
+  for (int i = 0; i < 3; ++i) {
+    toks[i].resize(5 + kDrafts);
+    for (auto& t : toks[i]) t = tok(rng);
+    ASSERT_TRUE((*plain)->pool().blocks().Allocate(1, &blocks[i]));
+    std::vector<int32_t> b;
+    ASSERT_TRUE((*masked)->pool().blocks().Allocate(1, &b));
+    ASSERT_EQ(b, blocks[i]);
+    items[i].tokens = toks[i];
+    items[i].blocks = blocks[i];
+    items[i].mode = RowMode::kFull;
+    items[i].extra_rows = kDrafts;
+  }
+  std::vector<RowResult> full, full_extra;
+  ASSERT_TRUE((*plain)->Run(items, &full, &full_extra).ok());
+  ASSERT_EQ(full_extra.size(), 3u * kDrafts);
+  // Row r of item i: extra rows 0..kDrafts-1, then the main row.
+  auto full_row = [&](int i, int r) {
+    return r < kDrafts ? full_extra[i * kDrafts + r].logits : full[i].logits;
+  };
+  // Masks: [item][row] — half the ids, the row's unmasked best removed;
+  // item 1's third row allows nothing.
+  std::vector<std::vector<uint32_t>> masks(3);
+  for (int i = 0; i < 3; ++i) {
+    masks[i].assign(words * (kDrafts + 1), 0);
+    for (int r = 0; r <= kDrafts; ++r) {
+      uint32_t* m = masks[i].data() + words * r;
+      if (i == 1 && r == 2) continue;
+      for (int64_t id = 0; id < V; ++id) {
+        if (rng() & 1) m[id / 32] |= 1u << (id % 32);
+      }
+      const float* f = full_row(i, r);
+      const int64_t best = std::max_element(f, f + limit) - f;
+      m[best / 32] &= ~(1u << (best % 32));
+    }
+    items[i].mode = modes[i];
+    items[i].extra_masks = masks[i].data();
+    items[i].mask = masks[i].data() + words * kDrafts;
+  }
+  std::vector<RowResult> res, res_extra;
+  ASSERT_TRUE((*masked)->Run(items, &res, &res_extra).ok());
+  for (int i = 0; i < 3; ++i) {
+    for (int r = 0; r <= kDrafts; ++r) {
+      SCOPED_TRACE(::testing::Message() << "item " << i << " row " << r);
+      std::vector<uint32_t> m(masks[i].begin() + words * r, masks[i].begin() + words * (r + 1));
+      const std::vector<float> want = MaskedRow(full_row(i, r), V, m);
+      const RowResult& rr = r < kDrafts ? res_extra[i * kDrafts + r] : res[i];
+      if (modes[i] == RowMode::kFull || (i == 1 && r == 2)) {
+        ASSERT_NE(rr.logits, nullptr);
+        EXPECT_EQ(0, std::memcmp(rr.logits, want.data(), V * sizeof(float)));
+      } else {
+        ExpectTopRow(rr, want, limit, modes[i], ro.top_k);
+      }
+    }
+  }
+  // An item with a mask but no masks for its drafted rows is a caller bug.
+  items[0].extra_masks = nullptr;
+  absl::Status st = (*masked)->Run(items, &res, &res_extra);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+}
+
 }  // namespace
 }  // namespace minfer::runtime

@@ -18,6 +18,7 @@
 #include "engine/runtime/session.h"
 #include "gtest/gtest.h"
 #include "tests/engine/grammar/recognizer.h"
+#include "tests/engine/runtime/oracle_drafter.h"
 #include "tests/support/cpu_model.h"
 #include "tests/support/test_models.h"
 
@@ -219,6 +220,146 @@ TEST(ConstrainedEngineTest, BackendAndHostMasksAgree) {
     EXPECT_GT((*e)->Snapshot().grammar_masks, 4);
   }
   EXPECT_EQ(by_mode[0], by_mode[1]);
+}
+
+// Speculative decoding of constrained sequences (issue 29): drafts are
+// cut where the grammar forbids them and each drafted row is sampled under
+// the grammar's state at its position, so the output is the plain run's —
+// greedy and seeded sampled, with masks on the host (rows read whole,
+// masked after the tokens before them are accepted, drafts crossing the
+// trigger where a grammar starts) and on the backend (a mask per drafted
+// row, computed ahead by advancing the matcher over the drafts and
+// rolling it back).
+TEST(ConstrainedEngineTest, SpeculativeDraftsFollowTheGrammar) {
+  auto model = LoadTiny();
+  ASSERT_NE(model, nullptr);
+  grammar::Grammar ref = RecordGrammar();
+  auto cg = model->grammars().CompileGrammar(ref, grammar::GrammarKind::kGbnf);
+  ASSERT_TRUE(cg.ok());
+  auto run = [&](const std::vector<GenerateRequest>& reqs, EngineOptions eo,
+                 EngineSnapshot* snap) {
+    auto e = Engine::Create(model, eo);
+    EXPECT_TRUE(e.ok()) << e.status();
+    std::vector<uint64_t> ids;
+    for (const GenerateRequest& r : reqs) ids.push_back(*(*e)->Add(r));
+    auto res = RunAll(**e);
+    std::vector<Result> out;
+    for (uint64_t id : ids) {
+      EXPECT_TRUE(res[id].status.ok()) << res[id].status;
+      out.push_back(res[id]);
+    }
+    EXPECT_EQ((*e)->pool().blocks().used(), 0);
+    *snap = (*e)->Snapshot();
+    return out;
+  };
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 4; ++i) {
+    GenerateRequest r;
+    r.prompt = {970, 11, static_cast<int32_t>(200 + i)};
+    r.sampling.temperature = i < 2 ? 0.0f : 0.8f;
+    r.sampling.top_k = 20;
+    r.sampling.seed = 17 + i;
+    r.max_tokens = 60;
+    r.grammar = *cg;
+    reqs.push_back(r);
+  }
+  // Free text until a trigger, then the grammar: the trigger is a piece of
+  // what the model writes unconstrained, so the output crosses it.
+  GenerateRequest free;
+  free.prompt = {970, 11, 300};
+  free.max_tokens = 40;
+  EngineSnapshot snap;
+  const std::vector<Result> unconstrained = run({free}, {.max_seqs = 2, .n_ctx = 256}, &snap);
+  ASSERT_GE(unconstrained[0].text.size(), 12u);
+  GenerateRequest triggered = free;
+  triggered.grammar = *cg;
+  triggered.grammar_start = GenerateRequest::GrammarStart::kAtTrigger;
+  triggered.grammar_trigger = unconstrained[0].text.substr(6, 2);
+  triggered.max_tokens = 60;
+  reqs.push_back(triggered);
+  // And an unconstrained neighbour (another prompt: the oracle tells runs
+  // apart by their prompts).
+  free.prompt.back() = 301;
+  reqs.push_back(free);
+
+  for (bool backend : {false, true}) {
+    SCOPED_TRACE(backend ? "backend masks" : "host masks");
+    EngineOptions eo{.max_seqs = 6, .n_ctx = 256};
+    eo.backend_masks = backend;
+    eo.spec_k = 0;
+    const std::vector<Result> plain = run(reqs, eo, &snap);
+    int in_language = 0;
+    for (size_t i = 0; i < 4; ++i) in_language += plain[i].reason == FinishReason::kEos;
+    EXPECT_GE(in_language, 3);
+    std::vector<std::vector<int32_t>> outs;
+    for (const Result& r : plain) outs.push_back(r.tokens);
+    for (int wrong_every : {0, 3}) {
+      SCOPED_TRACE(wrong_every);
+      eo.spec_k = 5;
+      eo.drafter = std::make_shared<testing::OracleDrafter>(reqs, outs, wrong_every);
+      const std::vector<Result> spec = run(reqs, eo, &snap);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        EXPECT_EQ(spec[i].tokens, plain[i].tokens) << "request " << i;
+        EXPECT_EQ(spec[i].text, plain[i].text) << "request " << i;
+        EXPECT_EQ(spec[i].reason, plain[i].reason) << "request " << i;
+      }
+      EXPECT_GT(snap.spec_drafted, 40);
+      if (wrong_every == 0) {
+        // The plain run's own tokens: the grammar allows every one, and
+        // every one is accepted.
+        EXPECT_EQ(snap.spec_accepted, snap.spec_drafted);
+      } else {
+        EXPECT_LT(snap.spec_accepted, snap.spec_drafted);
+        EXPECT_GT(snap.spec_accepted, 0);
+      }
+    }
+  }
+}
+
+// A drafter that proposes only what the grammar forbids gets no draft
+// into a step: the grammar cuts them before they cost a row.
+TEST(ConstrainedEngineTest, DraftsTheGrammarForbidsTakeNoRows) {
+  auto model = LoadTiny();
+  ASSERT_NE(model, nullptr);
+  auto cg = model->grammars().CompileGrammar(RecordGrammar(), grammar::GrammarKind::kGbnf);
+  ASSERT_TRUE(cg.ok());
+  // A control token that does not end the output: no grammar state allows
+  // it, so a drafter of nothing else is always wrong.
+  const tokenizer::Tokenizer& tok = model->tokenizer();
+  int32_t control = -1;
+  for (int32_t id = 0; id < tok.vocab_size() && control < 0; ++id) {
+    if (tok.token_type(id) == tokenizer::TokenType::kControl &&
+        !std::binary_search(tok.stop_ids().begin(), tok.stop_ids().end(), id)) {
+      control = id;
+    }
+  }
+  ASSERT_GE(control, 0);
+  struct Wrong : Drafter {
+    std::vector<int32_t> draft;
+    int64_t Propose(absl::Span<const int32_t>, int64_t k, std::vector<int32_t>* out) override {
+      for (int64_t i = 0; i < k && i < static_cast<int64_t>(draft.size()); ++i) out->push_back(draft[i]);
+      return std::min<int64_t>(k, draft.size());
+    }
+  };
+  auto wrong = std::make_shared<Wrong>();
+  wrong->draft.assign(4, control);
+  for (bool backend : {false, true}) {
+    EngineOptions eo{.max_seqs = 2, .n_ctx = 256};
+    eo.backend_masks = backend;
+    eo.spec_k = 4;
+    eo.drafter = wrong;
+    auto e = Engine::Create(model, eo);
+    ASSERT_TRUE(e.ok());
+    GenerateRequest r;
+    r.prompt = {970, 11, 187};
+    r.max_tokens = 12;
+    r.grammar = *cg;
+    const uint64_t id = *(*e)->Add(r);
+    auto res = RunAll(**e);
+    ASSERT_TRUE(res[id].status.ok()) << res[id].status;
+    EXPECT_TRUE(grammar::testing::IsViablePrefix(RecordGrammar(), res[id].text)) << res[id].text;
+    EXPECT_EQ((*e)->Snapshot().spec_drafted, 0);
+  }
 }
 
 TEST(ConstrainedEngineTest, GrammarOfAnotherVocabularyIsRefused) {

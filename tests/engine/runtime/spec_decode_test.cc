@@ -320,6 +320,37 @@ TEST(SpecDecodeTest, DraftsThatAlwaysFailBackOff) {
   EXPECT_LE(second, 4 * 2 * 1) << "later sequences drafted " << second << " tokens";
 }
 
+// Every sequence running (max_seqs of them) still drafts: the engine
+// grants draft rows beyond one per sequence (EngineOptions::spec_rows), so
+// speculation does not stop when the slot is full.
+TEST(SpecDecodeTest, DraftRowsBeyondOnePerSequence) {
+  auto model = LoadModel("tiny-untied");
+  ASSERT_NE(model, nullptr);
+  std::vector<GenerateRequest> reqs = Requests(*model, 3, 40, 0.0f);
+  EngineOptions eo;
+  eo.max_seqs = 3;
+  eo.n_ctx = 512;
+  const std::vector<Output> plain = RunAll(model, reqs, eo);
+  eo.spec_k = 4;
+  eo.drafter = Oracle(reqs, plain, 0);
+  auto e = Engine::Create(model, eo);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->runner().options().max_rows, 3 + SpecRows(3));
+  EngineSnapshot snap;
+  ExpectSame(RunAll(model, reqs, eo, &snap), plain);
+  // Three sequences of ~40 tokens, four drafts a step each, all accepted:
+  // about 8 steps each instead of 40.
+  EXPECT_EQ(snap.spec_accepted, snap.spec_drafted);
+  EXPECT_GE(snap.spec_accepted, 3 * 30);
+  EXPECT_LE(snap.steps, 20);
+  // Without draft rows (spec_rows 0) a full slot drafts nothing: only
+  // after the first sequence ends (40 tokens) may the last one (42) draft
+  // its one remaining token.
+  eo.spec_rows = 0;
+  ExpectSame(RunAll(model, reqs, eo, &snap), plain);
+  EXPECT_LE(snap.spec_drafted, 1);
+}
+
 TEST(SpecDecodeTest, StopStringsAndMaxTokensEndAtTheSameToken) {
   auto model = LoadModel("tiny-untied");
   ASSERT_NE(model, nullptr);
