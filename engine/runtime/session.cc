@@ -1,17 +1,15 @@
 #include "engine/runtime/session.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/knobs.h"
 #include "engine/base/logging.h"
 #include "engine/base/status.h"
 
 namespace minfer::runtime {
-namespace {
-// Prefill graphs of distinct lengths kept per session (the decode graph and
-// the full-chunk graph are the common ones).
-constexpr size_t kMaxCachedGraphs = 4;
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const Model> model,
                                                          const SessionOptions& options) {
@@ -21,89 +19,48 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const M
   std::unique_ptr<Session> s(new Session);
   s->model_ = std::move(model);
   const auto& hp = s->model_->hparams();
-  s->n_ctx_ = std::min(options.n_ctx, hp.context_length);
-  graph::KvLayout layout;
-  layout.dtype = options.kv_type.value_or(s->model_->DefaultKvType());
-  layout.n_ctx = s->n_ctx_;
-  layout.n_kv_embd = hp.n_embd_kv();
+  const graph::DType kv_type = options.kv_type.value_or(s->model_->DefaultKvType());
   graph::Backend* kvb = s->model_->kv_backend();
-  if (!kvb->SupportsKvType(layout.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("KV type ", graph::DTypeName(layout.dtype),
+  if (!kvb->SupportsKvType(kv_type)) {
+    return absl::InvalidArgumentError(absl::StrCat("KV type ", graph::DTypeName(kv_type),
                                                    " is not supported by backend ", kvb->name()));
   }
-  if (layout.dtype == graph::DType::kQ8_0 && layout.n_kv_embd % 32 != 0) {
+  if (kv_type == graph::DType::kQ8_0 && hp.n_embd_kv() % 32 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("KV type q8_0 needs n_kv_embd % 32 == 0, got ",
-                                                   layout.n_kv_embd));
+                                                   hp.n_embd_kv()));
   }
-  ASSIGN_OR_RETURN(s->kv_, graph::KvCache::Create(kvb, static_cast<int>(hp.n_layer), layout));
-  s->knob_gen_ = KnobRegistry::Global().generation() + s->model_->knob_generation();
+  KnobRegistry& knobs = KnobRegistry::Global();
+  BatchRunnerOptions ro;
+  ro.max_seqs = 1;
+  ro.max_tokens = PrefillChunk(knobs.GetInt("MINFER_PREFILL_CHUNK", &s->model_->knobs()),
+                               s->model_->gpu());
+  ro.max_rows = static_cast<int32_t>(kSessionLogitRows);
+  // A context of one token has no next token to predict: at least two.
+  ro.n_ctx = std::max<int64_t>(std::min(options.n_ctx, hp.context_length), 2);
+  ro.kv_block = static_cast<int32_t>(knobs.GetInt("MINFER_KV_BLOCK", &s->model_->knobs()));
+  ro.kv_blocks = BlocksFor(ro.n_ctx, ro.kv_block) + 1;  // the one sequence, and the reserved block
+  ro.kv_type = kv_type;
+  ro.top_k = 1;
+  ASSIGN_OR_RETURN(s->runner_, BatchRunner::Create(s->model_, ro));
+  KvPool& pool = s->runner_->pool();
+  if (!pool.blocks().Allocate(pool.blocks().total(), &s->blocks_)) {
+    return absl::InternalError("session: the KV pool's blocks are taken");
+  }
   return s;
 }
 
-int64_t Session::graph_bytes() const {
-  int64_t total = 0;
-  for (const CachedGraph& c : graphs_) {
-    for (graph::Backend* b : model_->backends()) total += c.exec->activation_bytes(b);
-  }
-  return total;
-}
-
-absl::StatusOr<graph::GraphExec*> Session::GetGraph(int64_t n_tokens, int64_t n_out) {
-  KnobRegistry& knobs = KnobRegistry::Global();
-  // Both counters only grow, so their sum moves whenever either does.
-  const uint64_t gen = knobs.generation() + model_->knob_generation();
-  if (gen != knob_gen_) {
-    graphs_.clear();  // a knob that shapes graphs may have changed
-    knob_gen_ = gen;
-  }
-  models::GraphParams p;
-  p.n_tokens = n_tokens;
-  p.n_out = n_out;
-  p.n_ctx = n_ctx_;
-  p.kv_type = kv_->layout().dtype;
-  p.fuse_qkv = !knobs.GetBool("MINFER_NO_FUSE_QKV", &model_->knobs());
-  p.fuse_ffn = !knobs.GetBool("MINFER_NO_FUSE_FFN", &model_->knobs());
-  p.fuse_qkv_prefill = !knobs.GetBool("MINFER_NO_FUSE_QKV_PREFILL", &model_->knobs());
-  p.gpu = model_->gpu();
-  for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
-    if (it->params == p) {
-      graphs_.splice(graphs_.begin(), graphs_, it);
-      return graphs_.front().exec.get();
-    }
-  }
-  ASSIGN_OR_RETURN(graph::Graph g, models::BuildDecoderGraph(model_->arch(), p));
-  CachedGraph c;
-  c.params = p;
-  c.graph = std::make_shared<graph::Graph>(std::move(g));
-  ASSIGN_OR_RETURN(c.exec, graph::GraphExec::Create(c.graph, model_->backends(), kv_.get()));
-  stats_.graph_builds++;
-  graphs_.push_front(std::move(c));
-  while (graphs_.size() > kMaxCachedGraphs) graphs_.pop_back();
-  return graphs_.front().exec.get();
-}
-
-absl::Status Session::Step(absl::Span<const int32_t> tokens, bool all_logits,
-                           std::vector<float>* out) {
-  const int64_t nt = static_cast<int64_t>(tokens.size());
-  const int64_t n_out = all_logits ? nt : 1;
-  ASSIGN_OR_RETURN(graph::GraphExec * exec, GetGraph(nt, n_out));
-  positions_.resize(nt);
-  for (int64_t i = 0; i < nt; ++i) positions_[i] = static_cast<int32_t>(n_past_ + i);
-  rows_.resize(n_out);
-  for (int64_t i = 0; i < n_out; ++i) rows_[i] = static_cast<int32_t>(nt - n_out + i);
-  graph::RunInputs in{tokens, positions_, rows_};
-  RETURN_IF_ERROR(exec->Run(in, out));
-  n_past_ += nt;
-  return absl::OkStatus();
+const EvalStats& Session::stats() const {
+  stats_.graph_builds = runner_->stats().graph_builds;
+  return stats_;
 }
 
 absl::StatusOr<std::vector<float>> Session::Eval(absl::Span<const int32_t> tokens,
                                                  bool all_logits) {
   if (tokens.empty()) return absl::InvalidArgumentError("Eval: no tokens");
   const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n_past_ + n > n_ctx_) {
+  if (n_past_ + n > n_ctx()) {
     return absl::OutOfRangeError(absl::StrCat("context is full: ", n_past_, " tokens held + ", n,
-                                              " new exceed n_ctx ", n_ctx_));
+                                              " new exceed n_ctx ", n_ctx()));
   }
   const int64_t n_vocab = model_->hparams().n_vocab;
   for (int32_t t : tokens) {
@@ -112,23 +69,41 @@ absl::StatusOr<std::vector<float>> Session::Eval(absl::Span<const int32_t> token
           absl::StrCat("token id ", t, " is outside the vocabulary [0, ", n_vocab, ")"));
     }
   }
+  // The chunk knob may have changed since the last call.
   const int64_t chunk = PrefillChunk(
       KnobRegistry::Global().GetInt("MINFER_PREFILL_CHUNK", &model_->knobs()), model_->gpu());
+  runner_->SetMaxTokens(chunk);
+  const int64_t step_tokens =
+      std::min(runner_->options().max_tokens,
+               all_logits ? static_cast<int64_t>(runner_->options().max_rows) : chunk);
   const int64_t start = n_past_;
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits, part;
-  for (int64_t off = 0; off < n; off += chunk) {
-    const int64_t len = std::min(chunk, n - off);
-    absl::Status s = Step(tokens.subspan(off, len), all_logits, &part);
-    if (!s.ok()) {
+  std::vector<float> logits;
+  if (all_logits) logits.reserve(static_cast<size_t>(n * n_vocab));
+  for (int64_t off = 0; off < n; off += step_tokens) {
+    const int64_t len = std::min(step_tokens, n - off);
+    const bool last = off + len == n;
+    BatchItem item;
+    item.tokens = tokens.subspan(off, len);
+    item.pos0 = n_past_;
+    item.blocks = blocks_;
+    item.logits = all_logits || last;
+    item.mode = RowMode::kFull;
+    item.extra_rows = all_logits ? static_cast<int32_t>(len - 1) : 0;
+    absl::Status st = runner_->Run({&item, 1}, &results_, &extra_);
+    if (!st.ok()) {
       n_past_ = start;
-      return s;
+      return st;
     }
+    n_past_ += len;
+    if (!item.logits) continue;
+    // Rows in token order: the extra rows, then the last token's.
     if (all_logits) {
-      logits.insert(logits.end(), part.begin(), part.end());
-    } else if (off + len == n) {
-      logits.swap(part);
+      for (const RowResult& r : extra_) logits.insert(logits.end(), r.logits, r.logits + n_vocab);
+    } else {
+      logits.clear();
     }
+    logits.insert(logits.end(), results_[0].logits, results_[0].logits + n_vocab);
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (KnobRegistry::Global().GetBool("MINFER_TIMING")) {

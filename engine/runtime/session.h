@@ -1,12 +1,16 @@
-// A session: one sequence's KV cache and position over a shared Model, with
-// the built graphs it reuses.
+// A session: one sequence's KV cache and position over a shared Model —
+// the batch engine's forward (BatchRunner) with one sequence, so that there
+// is one forward path: the same graphs, KV layout and kernels serve
+// `minfer run`, `minfer bench` and the daemon's batches, and a session's
+// logits equal a batched sequence's bit for bit on the CPU.
 //
 // Eval() appends tokens at positions n_past, n_past+1, ...: prompts are
-// evaluated in chunks of MINFER_PREFILL_CHUNK tokens (PrefillChunk), single
-// tokens by the decode graph. A graph is built once per GraphParams (tokens per step,
-// rows of logits, n_ctx, KV type, fusion switches, GPU participation) and
-// re-executed with new inputs at the same buffers; a knob change that
-// affects graphs (knob registry generation) rebuilds them between steps.
+// evaluated in chunks of MINFER_PREFILL_CHUNK tokens (PrefillChunk), at
+// most kSessionLogitRows at a time when every token's logits are asked
+// for. The session's KV pool holds exactly n_ctx rows (its blocks all
+// belong to the one sequence), and its runner keeps the graphs of the
+// shapes it met (BatchRunner: token buckets, rebuilt when a knob that
+// shapes graphs changes).
 //
 // Not thread-safe: one thread drives a session at a time. Sessions of the
 // same model must also not run concurrently (they share its backends).
@@ -14,14 +18,13 @@
 #define MINFER_ENGINE_RUNTIME_SESSION_H_
 
 #include <cstdint>
-#include <list>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/graph/executor.h"
-#include "engine/graph/kv_cache.h"
+#include "engine/runtime/batch_runner.h"
 #include "engine/runtime/model.h"
 
 namespace minfer::runtime {
@@ -38,6 +41,11 @@ inline int64_t PrefillChunk(int64_t knob, bool gpu) {
   if (knob > 0) return knob;
   return gpu ? kGpuPrefillChunk : kCpuPrefillChunk;
 }
+
+// Rows of logits one evaluation step of a session returns at most: an
+// Eval with all_logits runs in steps of this many tokens (each row is
+// n_vocab floats of the graph's activations).
+inline constexpr int64_t kSessionLogitRows = 64;
 
 struct SessionOptions {
   int64_t n_ctx = 4096;  // clamped to the model's context length
@@ -67,37 +75,28 @@ class Session {
                                           bool all_logits = false);
 
   int64_t n_past() const { return n_past_; }
-  int64_t n_ctx() const { return n_ctx_; }
-  graph::DType kv_type() const { return kv_->layout().dtype; }
+  int64_t n_ctx() const { return runner_->n_ctx(); }
+  graph::DType kv_type() const { return runner_->pool().dtype(); }
   // Forgets the sequence (the KV rows are simply overwritten later).
   void Reset() { n_past_ = 0; }
   // Keeps the first n tokens (n <= n_past), e.g. to reuse a common prefix.
   void Truncate(int64_t n) { n_past_ = std::min(n_past_, std::max<int64_t>(n, 0)); }
 
-  const EvalStats& stats() const { return stats_; }
+  const EvalStats& stats() const;
   const Model& model() const { return *model_; }
-  int64_t kv_bytes() const { return kv_->bytes(); }
-  // Activation memory of the currently cached graphs, per backend.
-  int64_t graph_bytes() const;
+  int64_t kv_bytes() const { return runner_->pool().bytes(); }
+  // Activation memory of the runner's graphs, over all backends.
+  int64_t graph_bytes() const { return runner_->activation_bytes(); }
 
  private:
   Session() = default;
-  struct CachedGraph {
-    models::GraphParams params;
-    std::shared_ptr<graph::Graph> graph;
-    std::unique_ptr<graph::GraphExec> exec;
-  };
-  absl::StatusOr<graph::GraphExec*> GetGraph(int64_t n_tokens, int64_t n_out);
-  absl::Status Step(absl::Span<const int32_t> tokens, bool all_logits, std::vector<float>* out);
 
   std::shared_ptr<const Model> model_;
-  std::unique_ptr<graph::KvCache> kv_;
-  int64_t n_ctx_ = 0;
+  std::unique_ptr<BatchRunner> runner_;
+  std::vector<int32_t> blocks_;  // the sequence's block table: every block of the pool
   int64_t n_past_ = 0;
-  uint64_t knob_gen_ = 0;
-  std::list<CachedGraph> graphs_;  // most recently used first
-  EvalStats stats_;
-  std::vector<int32_t> positions_, rows_;
+  mutable EvalStats stats_;
+  std::vector<RowResult> results_, extra_;
 };
 
 }  // namespace minfer::runtime

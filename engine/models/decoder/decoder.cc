@@ -17,13 +17,6 @@ using graph::RopeStyle;
 using graph::Shape;
 using graph::Weight;
 
-std::string GraphParams::ToString() const {
-  return absl::StrCat("nt=", n_tokens, " n_out=", n_out, " n_ctx=", n_ctx,
-                      " kv=", graph::DTypeName(kv_type), " fuse_qkv=", fuse_qkv,
-                      " fuse_ffn=", fuse_ffn, " fuse_qkv_prefill=", fuse_qkv_prefill,
-                      " gpu=", gpu);
-}
-
 uint64_t DecoderModel::weight_bytes() const {
   uint64_t total = 0;
   for (const auto& w : weights_) total += w->nbytes;
@@ -329,8 +322,7 @@ struct QkvNodes {
 // the biases, RoPE and the KV store; otherwise the chain of matmuls, biases,
 // per-head q/k norms (Qwen3), RoPE and the store, the same values. The q/k-norm
 // layers always take the chain: the fused epilogue has no norm between the
-// bias and RoPE. kv_rows: the cache rows the tokens' K/V go to (kNoNode:
-// their positions, a session's contiguous cache).
+// bias and RoPE. kv_rows: the cache rows the tokens' K/V go to.
 QkvNodes BuildQkv(GraphBuilder& b, const DecoderModel& model, const DecoderLayer& L, int layer,
                   NodeId n, NodeId pos, NodeId kv_rows, int64_t nt, bool fused,
                   const std::string& p) {
@@ -360,57 +352,11 @@ QkvNodes BuildQkv(GraphBuilder& b, const DecoderModel& model, const DecoderLayer
              model.rope_freqs());
   k = b.RoPE(k, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "k_rope",
              model.rope_freqs());
-  NodeId store = b.KvcacheStore(k, v, kv_rows == graph::kNoNode ? pos : kv_rows, layer,
-                                p + "kv_store");
+  NodeId store = b.KvcacheStore(k, v, kv_rows, layer, p + "kv_store");
   return {q, store};
 }
 
 }  // namespace
-
-absl::StatusOr<graph::Graph> BuildDecoderGraph(const DecoderModel& model, const GraphParams& gp) {
-  const DecoderHparams& hp = model.hparams();
-  const int64_t nt = gp.n_tokens, hd = hp.head_dim;
-  const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
-  if (nt <= 0 || gp.n_out <= 0 || gp.n_out > nt || gp.n_ctx <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("decoder graph: bad params ", gp.ToString()));
-  }
-  GraphBuilder b;
-  graph::GraphIO io;
-  io.tokens = b.Input(DType::kI32, Shape(nt), "tokens");
-  io.positions = b.Input(DType::kI32, Shape(nt), "positions");
-  io.out_rows = b.Input(DType::kI32, Shape(gp.n_out), "out_rows");
-  const NodeId pos = io.positions;
-  const Shape kv_shape(hp.n_embd_kv(), gp.n_ctx);
-  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
-
-  NodeId x = b.GetRows(model.token_embd(), io.tokens, "embd");
-  for (int l = 0; l < static_cast<int>(hp.n_layer); ++l) {
-    const DecoderLayer& L = model.layers()[l];
-    const std::string p = absl::StrCat("blk.", l, ".");
-    // Attention block.
-    NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
-    // Prefill QKV fusion at nt > 1 (the decode fusion pass fuses nt == 1).
-    const auto [q, store] =
-        BuildQkv(b, model, L, l, n, pos, graph::kNoNode, nt, nt > 1 && gp.fuse_qkv_prefill, p);
-    NodeId kc = b.KvcacheLoad(store, l, KvKind::kK, kv_shape, gp.kv_type, p + "k_cache");
-    NodeId vc = b.KvcacheLoad(store, l, KvKind::kV, kv_shape, gp.kv_type, p + "v_cache");
-    NodeId a = b.Attn(q, kc, vc, pos, nh, nkv, static_cast<int>(hd), attn_scale, l, p + "attn");
-    x = b.Add(x, b.MatMul(a, L.wo, p + "attn_out"), p + "attn_residual");
-    // Feed-forward block.
-    NodeId m = b.RmsNorm(x, L.ffn_norm, hp.rms_eps, p + "ffn_norm");
-    NodeId g = b.MatMul(m, L.w_gate, p + "gate");
-    NodeId u = b.MatMul(m, L.w_up, p + "up");
-    NodeId s = b.SwiGLU(g, u, p + "swiglu");
-    x = b.Add(x, b.MatMul(s, L.w_down, p + "down"), p + "ffn_residual");
-  }
-  // Only the rows whose logits are wanted go through the head.
-  x = b.GetRows(x, io.out_rows, "out_select");
-  x = b.RmsNorm(x, model.output_norm(), hp.rms_eps, "output_norm");
-  io.logits = b.MatMul(x, model.output(), "logits");
-  ASSIGN_OR_RETURN(graph::Graph g, b.Finish(io, static_cast<int>(hp.n_layer)));
-  if (nt == 1 && (gp.fuse_qkv || gp.fuse_ffn)) return FuseDecode(g, gp.fuse_qkv, gp.fuse_ffn);
-  return g;
-}
 
 std::string BatchGraphParams::ToString() const {
   return absl::StrCat("nt=", n_tokens, " n_out=", n_out, " tiles=", n_tiles, " table_rows=",
@@ -483,6 +429,11 @@ absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,
   return b.Finish(io, static_cast<int>(hp.n_layer));
 }
 
+namespace {
+
+// The activations of one graph of n_tokens tokens (its residual stream,
+// q/k/v, attention output, FFN, one row of logits), as the planner lays
+// them out: BatchScratchBound's part for the layers.
 uint64_t GraphScratchBound(const DecoderHparams& hp, int64_t n_tokens) {
   const uint64_t t = static_cast<uint64_t>(std::max<int64_t>(n_tokens, 1));
   // Activations of the widest of the stream and q / the attention output
@@ -491,6 +442,8 @@ uint64_t GraphScratchBound(const DecoderHparams& hp, int64_t n_tokens) {
   const uint64_t per_token = 6 * wide + 4 * hp.n_embd_kv() + 3 * hp.n_ff;
   return 4 * t * per_token + 4 * static_cast<uint64_t>(hp.n_vocab) + 2 * t * hp.n_ff;
 }
+
+}  // namespace
 
 uint64_t BatchScratchBound(const DecoderHparams& hp, int64_t n_tokens, int64_t n_rows,
                            int64_t max_blocks) {

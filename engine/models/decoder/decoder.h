@@ -124,34 +124,6 @@ class DecoderModel {
   std::vector<DecoderLayer> layers_;
 };
 
-// The parameters that change a built graph: two graphs built with equal
-// params are identical (the reuse identity).
-struct GraphParams {
-  int64_t n_tokens = 1;     // tokens per evaluation (1 = decode)
-  int64_t n_out = 1;        // rows of logits produced (selected by out_rows)
-  int64_t n_ctx = 0;        // KV cache rows
-  graph::DType kv_type = graph::DType::kF32;
-  bool fuse_qkv = true;     // decode fusions (only applied when n_tokens == 1)
-  bool fuse_ffn = true;
-  // Prefill (n_tokens > 1): each layer's q/k/v projections as one FusedQKV
-  // (one GEMM launch over all three weights on a GPU; on the CPU the same
-  // three matmuls as unfused) and its biases, RoPE and KV store as one
-  // QkvBiasRopeStore over the nt tokens.
-  bool fuse_qkv_prefill = true;
-  bool gpu = false;         // whether a GPU backend participates
-
-  bool operator==(const GraphParams& o) const {
-    return n_tokens == o.n_tokens && n_out == o.n_out && n_ctx == o.n_ctx &&
-           kv_type == o.kv_type && fuse_qkv == o.fuse_qkv && fuse_ffn == o.fuse_ffn &&
-           fuse_qkv_prefill == o.fuse_qkv_prefill && gpu == o.gpu;
-  }
-  std::string ToString() const;
-};
-
-// Builds the unfused decoder graph, then applies the decode fusion pass when
-// params ask for it and n_tokens == 1.
-absl::StatusOr<graph::Graph> BuildDecoderGraph(const DecoderModel& model, const GraphParams& params);
-
 // The parameters of a batched graph over a paged KV pool (graph.h's paged
 // Attn): n_tokens tokens of any number of sequences, each with its own
 // positions, cache rows and block table; logits for n_out selected rows and
@@ -182,8 +154,9 @@ struct BatchGraphParams {
   std::string ToString() const;
 };
 
-// Per layer: the same math as BuildDecoderGraph (q/k/v as FusedQKV +
-// QkvBiasRopeStore when fuse_qkv, FusedFFN when fuse_ffn at one token and,
+// The decoder's one forward graph (a Session is a one-sequence batch).
+// Per layer: q/k/v as FusedQKV + QkvBiasRopeStore when fuse_qkv, FusedFFN
+// when fuse_ffn at one token and,
 // for a GPU, at up to kFusedFfnMaxTokens (a decode batch: one launch for
 // gate and up; CPU graphs keep gate, up and SwiGLU apart at nt > 1, where
 // the CPU's batched matmul is faster than FusedFFN's token loop)),
@@ -192,19 +165,8 @@ struct BatchGraphParams {
 absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,
                                                   const BatchGraphParams& params);
 
-// The decode fusion pass (exposed for tests): rewrites, for single-token
-// graphs, each layer's q/k/v projections + biases + RoPE + KV store into
-// FusedQKV (when q, k and v weights share a type) + QkvBiasRopeStore, and
-// gate/up projections + SwiGLU into FusedFFN. The result computes the same
-// values. Graphs with n_tokens != 1 are returned unchanged.
-absl::StatusOr<graph::Graph> FuseDecode(const graph::Graph& g, bool fuse_qkv, bool fuse_ffn);
-
 // Activation memory, for admission before a model is loaded: an upper bound
-// on the bytes of the intermediate tensors of one graph of n_tokens tokens
-// (its residual stream, q/k/v, attention output, FFN, one row of logits),
-// as the graph planner lays them out.
-uint64_t GraphScratchBound(const DecoderHparams& hp, int64_t n_tokens);
-// The same for a batched graph of n_tokens tokens producing n_rows rows of
+// on the bytes of a batched graph of n_tokens tokens producing n_rows rows of
 // logits (rounded up to the runner's power-of-two row buckets) with
 // max_blocks block-table entries per sequence: the graph's activations
 // plus logits, TopK candidates and masks, block tables and the per-token inputs.

@@ -70,9 +70,11 @@ TEST(MemoryTest, WeightsAreTheFilesTensorBytes) {
   EXPECT_EQ(e.weights, model->weight_bytes());
 }
 
-// One graph of T tokens never needs more than GraphScratchBound(T), and a
-// session that went through every kind of graph stays within the slot's
-// per-sequence scratch estimate.
+// A session (a one-sequence batch runner) after a step of T tokens holds no
+// more than BatchScratchBound for T's token bucket, one row of logits (the
+// graph's rows for all_logits are at most kSessionLogitRows) and its block
+// table; and the batched engine stays within the slot's estimate, draft
+// rows included.
 TEST(MemoryTest, ScratchBoundHoldsForRealGraphs) {
   for (const std::string shape : {"tiny", "tiny-untied"}) {
     auto model = LoadModel(shape);
@@ -86,23 +88,33 @@ TEST(MemoryTest, ScratchBoundHoldsForRealGraphs) {
       for (int64_t i = 0; i < t; ++i) ids[i] = static_cast<int32_t>(i % 1000);
       ASSERT_TRUE((*s)->Eval(ids).ok());
       const uint64_t used = static_cast<uint64_t>((*s)->graph_bytes());
-      const uint64_t bound = models::GraphScratchBound(hp, t);
+      // The runner's token buckets: powers of two to 256, then multiples.
+      int64_t bucket = 1;
+      while (bucket < t && bucket < 256) bucket <<= 1;
+      if (t > 256) bucket = (t + 255) / 256 * 256;
+      const uint64_t bound =
+          models::BatchScratchBound(hp, bucket, runtime::kSessionLogitRows, 1024 / 16);
       EXPECT_LE(used, bound) << shape << " T=" << t;
       std::printf("%s T=%ld: graph %lu B, bound %lu B (%.2fx)\n", shape.c_str(), t, used, bound,
                   static_cast<double>(bound) / used);
     }
     // The batched engine's arena after its largest graphs (Prepare) and a
     // mixed workload stays within the slot's estimate.
-    for (int32_t parallel : {1, 4, 16}) {
+    for (int32_t parallel : {1, 4, 16, -4}) {
+      // Negative: that many sequences, speculating (draft rows).
+      const bool spec = parallel < 0;
+      parallel = std::abs(parallel);
       EstimateParams p;
       p.n_ctx = 2048;
       p.parallel = parallel;
       p.token_budget = 512;
+      p.spec_rows = spec ? runtime::SpecRows(parallel) : 0;
       runtime::EngineOptions eo;
       eo.max_seqs = parallel;
       eo.token_budget = 512;
       eo.n_ctx = 2048;
       eo.kv_blocks = PoolBlocks(hp, p);
+      if (spec) eo.spec_k = 4;
       auto engine = runtime::Engine::Create(model, eo);
       ASSERT_TRUE(engine.ok()) << engine.status();
       ASSERT_TRUE((*engine)->runner().Prepare().ok());

@@ -1,5 +1,6 @@
 #include "engine/graph/executor.h"
 
+#include <algorithm>
 #include <set>
 
 #include "engine/cpu/cpu_backend.h"
@@ -31,6 +32,66 @@ std::shared_ptr<runtime::Model> Tiny() {
   auto m = runtime::Model::Load(*path, {.backend = "cpu"});
   EXPECT_TRUE(m.ok()) << m.status();
   return *m;
+}
+
+// The decoder's graph (the batched one, the engine's only forward) for one
+// sequence of nt tokens at positions 0.. over a cache of two 16-row blocks
+// (block 0 reserved for padding), with a row of logits for every token.
+struct OneSequence {
+  std::shared_ptr<Graph> graph;
+  std::vector<int32_t> tokens, pos, out_rows, kv_rows, tiles, tables, top_mode;
+  static constexpr int64_t kCacheRows = 32;
+  RunInputs inputs() const {
+    RunInputs in;
+    in.tokens = tokens;
+    in.positions = pos;
+    in.out_rows = out_rows;
+    in.kv_rows = kv_rows;
+    in.attn_tiles = tiles;
+    in.block_tables = tables;
+    in.top_mode = top_mode;
+    return in;
+  }
+};
+absl::StatusOr<OneSequence> BuildOneSequence(const runtime::Model& model, int64_t nt,
+                                             int64_t n_out) {
+  const int64_t n_tiles = (nt + kAttnTileTokens - 1) / kAttnTileTokens;
+  models::BatchGraphParams p;
+  p.n_tokens = nt;
+  p.n_out = n_out;
+  p.n_tiles = n_tiles;
+  p.n_table_rows = 2;
+  p.max_blocks = 1;
+  p.kv_block = 16;
+  p.cache_rows = OneSequence::kCacheRows;
+  p.kv_type = DType::kF32;
+  p.top_k = 1;
+  p.vocab_limit = static_cast<int32_t>(model.hparams().n_vocab);
+  auto g = models::BuildDecoderBatchGraph(model.arch(), p);
+  if (!g.ok()) return g.status();
+  OneSequence s;
+  s.graph = std::make_shared<Graph>(std::move(*g));
+  for (int64_t t = 0; t < nt; ++t) {
+    s.tokens.push_back(static_cast<int32_t>((t * 97 + 3) % 1000));
+    s.pos.push_back(static_cast<int32_t>(t));
+    s.kv_rows.push_back(static_cast<int32_t>(16 + t));  // block 1
+  }
+  for (int64_t r = 0; r < n_out; ++r) {
+    s.out_rows.push_back(static_cast<int32_t>(nt - n_out + r));
+    s.top_mode.push_back(TopKModeValue(1));
+  }
+  for (int64_t i = 0; i < n_tiles; ++i) {
+    const int64_t t0 = i * kAttnTileTokens;
+    s.tiles.insert(s.tiles.end(), {0, static_cast<int32_t>(t0),
+                                   static_cast<int32_t>(std::min<int64_t>(kAttnTileTokens, nt - t0)), 0});
+  }
+  s.tables = {1, 0};  // the sequence's block; the padding row's reserved block
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> Cache(Backend* b, const runtime::Model& model) {
+  return KvCache::Create(b, static_cast<int>(model.hparams().n_layer),
+                         {DType::kF32, OneSequence::kCacheRows, model.hparams().n_embd_kv()});
 }
 
 // No two tensors whose lifetimes overlap share bytes; KV regions belong to
@@ -70,14 +131,10 @@ TEST(ExecutorTest, LivenessAllocationNeverOverlapsLiveTensors) {
   auto model = Tiny();
   ASSERT_NE(model, nullptr);
   for (int64_t nt : {1, 7}) {
-    models::GraphParams p;
-    p.n_tokens = nt;
-    p.n_out = nt;
-    p.n_ctx = 16;
-    auto g = models::BuildDecoderGraph(model->arch(), p);
-    ASSERT_TRUE(g.ok()) << g.status();
-    auto graph = std::make_shared<Graph>(std::move(*g));
-    auto kv = KvCache::Create(model->kv_backend(), 2, {DType::kF32, 16, model->hparams().n_embd_kv()});
+    auto one = BuildOneSequence(*model, nt, nt);
+    ASSERT_TRUE(one.ok()) << one.status();
+    std::shared_ptr<Graph> graph = one->graph;
+    auto kv = Cache(model->kv_backend(), *model);
     ASSERT_TRUE(kv.ok());
     auto e = GraphExec::Create(graph, model->backends(), kv->get());
     ASSERT_TRUE(e.ok()) << e.status();
@@ -94,15 +151,13 @@ TEST(ExecutorTest, LivenessAllocationNeverOverlapsLiveTensors) {
 TEST(ExecutorTest, KvRegionsPersistAcrossGraphRebuilds) {
   auto model = Tiny();
   ASSERT_NE(model, nullptr);
-  auto kv = KvCache::Create(model->kv_backend(), 2, {DType::kF32, 16, model->hparams().n_embd_kv()});
+  auto kv = Cache(model->kv_backend(), *model);
   ASSERT_TRUE(kv.ok());
   const BufferRef k0 = (*kv)->layer(0).k;
   for (int round = 0; round < 3; ++round) {
-    models::GraphParams p;
-    p.n_tokens = 3 + round;
-    p.n_ctx = 16;
-    auto g = models::BuildDecoderGraph(model->arch(), p);
-    auto e = GraphExec::Create(std::make_shared<Graph>(std::move(*g)), model->backends(), kv->get());
+    auto one = BuildOneSequence(*model, 3 + round, 1);
+    ASSERT_TRUE(one.ok()) << one.status();
+    auto e = GraphExec::Create(one->graph, model->backends(), kv->get());
     ASSERT_TRUE(e.ok());
     // Destroying the exec frees its activation buffers; the KV regions stay.
   }
@@ -118,21 +173,17 @@ TEST(ExecutorTest, MultiBackendSplitsMatchSingleBackend) {
   ASSERT_NE(model, nullptr);
   PickyCpu picky("picky", {OpKind::kMatMul});
   cpu::CpuBackend& plain = *static_cast<cpu::CpuBackend*>(model->kv_backend());
-  models::GraphParams p;
-  p.n_tokens = 5;
-  p.n_out = 5;
-  p.n_ctx = 16;
-  auto g = models::BuildDecoderGraph(model->arch(), p);
-  auto graph = std::make_shared<Graph>(std::move(*g));
-  const std::vector<int32_t> tokens = {3, 99, 500, 7, 12}, pos = {0, 1, 2, 3, 4}, rows = {0, 1, 2, 3, 4};
+  auto one = BuildOneSequence(*model, 5, 5);
+  ASSERT_TRUE(one.ok()) << one.status();
+  std::shared_ptr<Graph> graph = one->graph;
 
   auto run = [&](std::vector<Backend*> backends, Backend* kv_backend, int* n_splits,
                  int* n_copies) {
-    auto kv = KvCache::Create(kv_backend, 2, {DType::kF32, 16, model->hparams().n_embd_kv()});
+    auto kv = Cache(kv_backend, *model);
     auto e = GraphExec::Create(graph, backends, kv->get());
     EXPECT_TRUE(e.ok()) << e.status();
     std::vector<float> logits;
-    EXPECT_TRUE((*e)->Run({tokens, pos, rows}, &logits).ok());
+    EXPECT_TRUE((*e)->Run(one->inputs(), &logits).ok());
     *n_splits = static_cast<int>((*e)->splits().size());
     *n_copies = 0;
     for (const Split& s : (*e)->splits()) {
@@ -159,11 +210,10 @@ TEST(ExecutorTest, UnsupportedNodeIsAClearError) {
   auto model = Tiny();
   ASSERT_NE(model, nullptr);
   PickyCpu no_attn("no-attn", {OpKind::kAttn});
-  models::GraphParams p;
-  p.n_ctx = 8;
-  auto g = models::BuildDecoderGraph(model->arch(), p);
-  auto kv = KvCache::Create(&no_attn, 2, {DType::kF32, 8, model->hparams().n_embd_kv()});
-  auto e = GraphExec::Create(std::make_shared<Graph>(std::move(*g)), {&no_attn}, kv->get());
+  auto one = BuildOneSequence(*model, 1, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  auto kv = Cache(&no_attn, *model);
+  auto e = GraphExec::Create(one->graph, {&no_attn}, kv->get());
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("Attn"), std::string::npos) << e.status();
   EXPECT_NE(e.status().message().find("no-attn"), std::string::npos) << e.status();
@@ -180,14 +230,10 @@ TEST(ExecutorTest, Qwen2MarksInt8OnlyProducersByQuantMix) {
     ASSERT_TRUE(path.ok()) << path.status();
     auto model = runtime::Model::Load(*path, {.backend = "cpu"});
     ASSERT_TRUE(model.ok()) << model.status();
-    models::GraphParams p;
-    p.n_tokens = 16;
-    p.n_out = 1;
-    p.n_ctx = 32;
-    auto g = models::BuildDecoderGraph((*model)->arch(), p);
-    ASSERT_TRUE(g.ok()) << g.status();
+    auto one = BuildOneSequence(**model, 16, 1);
+    ASSERT_TRUE(one.ok()) << one.status();
     int marked = 0;
-    for (const Node& n : g->nodes()) {
+    for (const Node& n : one->graph->nodes()) {
       if (n.p.int8_consumers) {
         ++marked;
         EXPECT_TRUE(n.name.find("attn_norm") != std::string::npos ||
