@@ -41,9 +41,16 @@ if [[ -n "$client_engine" ]]; then
   exit 1
 fi
 if [[ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]]; then
+  # The CUDA code and everything that links it: the kernels, the backend,
+  # the binaries and the GPU tests (which skip without a device), and one
+  # process test of the CUDA-linked minferd, which must serve on the CPU
+  # where no GPU is found. The rest of the suite does not change with
+  # --config=cuda (it ran above).
   echo "test.sh: CUDA toolkit found: building and testing with --config=cuda"
-  bazel build "${flags[@]}" --config=cuda //... //cuda/...
-  bazel test "${flags[@]}" --config=cuda //...
+  cuda_targets=(//cuda/... //tests/cuda/... //engine/tools:minfer //daemon:minferd
+                //client:minferctl //tests/daemon:minferd_process_test)
+  bazel build "${flags[@]}" --config=cuda "${cuda_targets[@]}"
+  bazel test "${flags[@]}" --config=cuda //tests/cuda/... //tests/daemon:minferd_process_test
 else
   echo "test.sh: no CUDA toolkit: skipped the --config=cuda build"
 fi

@@ -1,4 +1,4 @@
-// The soak (soak.h) against a real minferd process for about a minute: CI's
+// The soak (soak.h) against a real minferd process for 40 seconds: CI's
 // version of scripts/soak.sh. Streams through an alias must all succeed with
 // the same greedy output while a second model (the full Qwen2 tokenizer) is
 // loaded, aliased and unloaded over and over with requests hitting it, and
@@ -47,8 +47,8 @@ TEST(SoakProcessTest, StreamsSurviveModelCyclingAndMemoryStaysFlat) {
   o.http_streams = 2;
   o.idle_http = 200;
   o.slow_http = 50;
-  o.seconds = EnvDouble("MINFER_SOAK_SECONDS", 60);
-  o.warmup_seconds = EnvDouble("MINFER_SOAK_WARMUP", 20);
+  o.seconds = EnvDouble("MINFER_SOAK_SECONDS", 40);
+  o.warmup_seconds = EnvDouble("MINFER_SOAK_WARMUP", 15);
   o.max_tokens = 32;
   o.n_ctx = 512;
   o.parallel = 2;
