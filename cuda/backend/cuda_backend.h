@@ -49,7 +49,7 @@
 #include "engine/base/knobs.h"
 #include "engine/graph/backend.h"
 #include "engine/graph/buffer_pool.h"
-#include "engine/models/decoder/decoder.h"
+#include "engine/models/decoder.h"
 
 namespace minfer::cuda {
 

@@ -33,7 +33,7 @@
 #include "absl/status/statusor.h"
 #include "engine/gguf/gguf.h"
 #include "engine/graph/tensor.h"
-#include "engine/models/decoder/decoder.h"
+#include "engine/models/decoder.h"
 
 namespace minfer::daemon {
 

@@ -13,7 +13,7 @@
 #include "engine/base/status.h"
 #include "engine/gguf/gguf.h"
 #include "engine/grammar/matcher.h"
-#include "engine/models/decoder/decoder.h"
+#include "engine/models/decoder.h"
 #include "engine/runtime/device_backend.h"
 
 namespace minfer::daemon {

@@ -39,6 +39,7 @@ bool CpuBackend::SupportsOp(const Node& node) const {
     case OpKind::kMatMul:
     case OpKind::kFusedQKV:
     case OpKind::kFusedFFN:
+    case OpKind::kMoeFFN:
       for (const graph::Weight* w : node.weights) {
         if (!weight_ok(w)) return false;
       }
@@ -206,6 +207,10 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       return TopKRows(pool, f(0), args.inputs[0].bytes / 4 / node.shape.ne[1], node.shape.ne[1],
                       i32(1), node.p.top_k, node.p.vocab_limit, out,
                       node.inputs.size() > 2 ? reinterpret_cast<const uint32_t*>(in[2]) : nullptr);
+    case OpKind::kMoeRoute:
+      return MoeRouteRows(f(0), node.p.n_expert, node.shape.ne[1], node.p, out);
+    case OpKind::kMoeFFN:
+      return MoeFfn(pool, node, f(0), f(1), node.shape.ne[1], out);
     case OpKind::kPermute: {
       graph::Shape xs;  // the input's shape: out.ne[perm[i]] = in.ne[i]
       for (int i = 0; i < 4; ++i) xs.ne[i] = node.shape.ne[node.p.perm[i]];

@@ -54,6 +54,16 @@ absl::Status MatMulConcat(ThreadPool& pool, const std::vector<const graph::Weigh
 absl::Status FusedFfn(ThreadPool& pool, const graph::Weight& wg, const graph::Weight& wu,
                       const float* x, int64_t nt, float* y, std::vector<uint8_t>& scratch);
 
+// Mixture of experts (graph.h's MoeRoute and MoeFFN): routing of nt tokens'
+// router logits [n_expert, nt] into out [2 k, nt]; the expert FFN of nt
+// tokens x [n_embd, nt] along `route` into y [n_embd, nt] (node: the MoeFFN
+// node, for its weights and params). INVALID_ARGUMENT names a route entry
+// outside [0, n_expert).
+absl::Status MoeRouteRows(const float* logits, int64_t n_expert, int64_t nt,
+                          const graph::OpParams& p, float* out);
+absl::Status MoeFfn(ThreadPool& pool, const graph::Node& node, const float* x, const float* route,
+                    int64_t nt, float* y);
+
 // Writes k/v rows [n_kv_embd] of nt tokens into the cache at pos[t].
 absl::Status KvStore(const float* k, const float* v, const int32_t* pos, int64_t nt,
                      const graph::KvLayout& layout, uint8_t* k_cache, uint8_t* v_cache);

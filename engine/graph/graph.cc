@@ -31,6 +31,8 @@ const char* OpName(OpKind op) {
     case OpKind::kQkvBiasRopeStore: return "QkvBiasRopeStore";
     case OpKind::kFusedFFN: return "FusedFFN";
     case OpKind::kTopK: return "TopK";
+    case OpKind::kMoeRoute: return "MoeRoute";
+    case OpKind::kMoeFFN: return "MoeFFN";
   }
   return "?";
 }
@@ -508,6 +510,73 @@ NodeId GraphBuilder::FusedFFN(NodeId x, const Weight* wgate, const Weight* wup, 
   n.shape = Shape(wgate->dims[1], nx.shape.ne[1]);
   n.inputs = {x};
   n.weights = {wgate, wup};
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::MoeRoute(NodeId logits, int n_expert_used, MoeGating gating, bool norm,
+                              float scale, std::string name) {
+  if (!Valid(logits)) return kNoNode;
+  const Node& nl = node(logits);
+  const std::string label = "MoeRoute " + name;
+  if (!Check(nl.dtype == DType::kF32 && nl.shape.ne[2] == 1 && nl.shape.ne[3] == 1, label,
+             "logits must be f32 [n_expert, nt]"))
+    return kNoNode;
+  if (!Check(n_expert_used >= 1 && n_expert_used <= nl.shape.ne[0], label,
+             absl::StrCat("experts per token ", n_expert_used, " must be in [1, n_expert ",
+                          nl.shape.ne[0], "]")))
+    return kNoNode;
+  Node n;
+  n.op = OpKind::kMoeRoute;
+  n.shape = Shape(2 * n_expert_used, nl.shape.ne[1]);
+  n.inputs = {logits};
+  n.p.n_expert = static_cast<int32_t>(nl.shape.ne[0]);
+  n.p.n_expert_used = n_expert_used;
+  n.p.moe_gating = gating;
+  n.p.moe_norm = norm;
+  n.p.moe_scale = scale;
+  n.name = std::move(name);
+  return Push(std::move(n));
+}
+
+NodeId GraphBuilder::MoeFFN(NodeId x, NodeId route, const Weight* gate, const Weight* up,
+                            const Weight* down, const Weight* gate_b, const Weight* up_b,
+                            const Weight* down_b, MoeAct act, std::string name) {
+  if (!Valid(x) || !Valid(route)) return kNoNode;
+  const Node& nx = node(x);
+  const Node& nr = node(route);
+  const std::string label = "MoeFFN " + name;
+  if (!Check(nr.op == OpKind::kMoeRoute && nr.shape.ne[1] == nx.shape.ne[1], label,
+             "route must be a MoeRoute over the input's tokens"))
+    return kNoNode;
+  if (!Check(gate && up && down && gate->dims.size() == 3 && up->dims == gate->dims &&
+                 down->dims.size() == 3,
+             label, "gate/up/down experts must be 3-D, gate and up alike"))
+    return kNoNode;
+  const int64_t n_embd = nx.shape.ne[0], n_ff = gate->dims[1], n_exp = gate->dims[2];
+  if (!Check(gate->dims[0] == n_embd && down->dims[0] == n_ff && down->dims[1] == n_embd &&
+                 down->dims[2] == n_exp && n_exp == nr.p.n_expert,
+             label,
+             absl::StrCat("expert shapes [", absl::StrJoin(gate->dims, ", "), "] / [",
+                          absl::StrJoin(down->dims, ", "), "] do not fit n_embd ", n_embd,
+                          " and the router's ", nr.p.n_expert, " experts")))
+    return kNoNode;
+  const std::vector<int64_t> ff_bias = {n_ff, n_exp}, embd_bias = {n_embd, n_exp};
+  if (!Check((!gate_b || (gate_b->dims == ff_bias && gate_b->type == GgmlType::kF32)) &&
+                 (!up_b || (up_b->dims == ff_bias && up_b->type == GgmlType::kF32)) &&
+                 (!down_b || (down_b->dims == embd_bias && down_b->type == GgmlType::kF32)),
+             label, "expert biases must be f32 [n_ff_exp | n_embd, n_expert]"))
+    return kNoNode;
+  if (!Check(nx.shape.ne[2] == 1 && nx.shape.ne[3] == 1, label, "input must be [n_embd, nt]"))
+    return kNoNode;
+  Node n;
+  n.op = OpKind::kMoeFFN;
+  n.shape = Shape(n_embd, nx.shape.ne[1]);
+  n.inputs = {x, route};
+  n.weights = {gate, up, down, gate_b, up_b, down_b};
+  n.p.n_expert = static_cast<int32_t>(n_exp);
+  n.p.n_expert_used = nr.p.n_expert_used;
+  n.p.moe_act = act;
   n.name = std::move(name);
   return Push(std::move(n));
 }

@@ -72,6 +72,29 @@
 //                    logit gets max -inf and no candidates. Columns no row
 //                    names are never read (a step uploads only the columns
 //                    of its masked rows).
+//   MoeRoute logits  mixture-of-experts routing of each token (column) of the
+//                    router's logits [n_expert, nt] -> [2 k, nt] f32, k =
+//                    p.n_expert_used: k weights, then the k chosen experts'
+//                    ids (int32 bits), by decreasing score (ties: lower
+//                    id first). p.moe_gating kSoftmax: score = softmax over
+//                    all n_expert logits, weight = the chosen scores;
+//                    kSoftmaxWeight: score = the logit, weights = softmax
+//                    over the k chosen logits. p.moe_norm: weights divided
+//                    by their sum (at least 6.103515625e-5, the smallest
+//                    normal f16, as llama.cpp clamps it). p.moe_scale != 0:
+//                    weights multiplied by it
+//   MoeFFN x, route  y[:, t] = sum_j w_j (D_e (act(G_e x_t + bg_e, U_e x_t +
+//                    bu_e)) + bd_e) over the k (weight w_j, expert e) pairs
+//                    of route[:, t] (a MoeRoute output), j in route order;
+//                    G, U [n_embd, n_ff_exp, n_expert], D [n_ff_exp, n_embd,
+//                    n_expert] are 3-D weights (weights[0..2]: gate, up,
+//                    down; expert e is slice e of the last axis), the biases
+//                    bg, bu [n_ff_exp, n_expert], bd [n_embd, n_expert] are
+//                    optional (weights[3..5], null when absent); act
+//                    (p.moe_act): kSilu silu(g) * u; kSwigluOai
+//                    (gpt-oss): with g' = min(g, L), u' = clamp(u, -L, L),
+//                    g' * sigmoid(a g') * (u' + 1), a = p.moe_alpha, L =
+//                    p.moe_limit. x [n_embd, nt], y [n_embd, nt]
 //
 // Graphs are immutable once built; executing one never changes it.
 #ifndef MINFER_ENGINE_GRAPH_GRAPH_H_
@@ -112,6 +135,8 @@ enum class OpKind : uint8_t {
   kQkvBiasRopeStore,
   kFusedFFN,
   kTopK,
+  kMoeRoute,
+  kMoeFFN,
 };
 
 // Most tokens one attention tile (graph.h, paged Attn) may hold.
@@ -138,6 +163,10 @@ inline bool IsAliasOp(OpKind op) {
 }
 
 enum class RopeStyle : uint8_t { kNeoX, kInterleaved };
+// How a mixture-of-experts router turns logits into weights (MoeRoute).
+enum class MoeGating : uint8_t { kSoftmax, kSoftmaxWeight };
+// The expert FFN's activation (MoeFFN).
+enum class MoeAct : uint8_t { kSilu, kSwigluOai };
 enum class KvKind : uint8_t { kK, kV };
 
 using NodeId = int32_t;
@@ -173,6 +202,15 @@ struct OpParams {
   // backend's mode 2 at prefill); a model whose quant mix gives any
   // consumer an f32/f16 weight keeps the f32 write (the safe mode).
   bool int8_consumers = false;
+  // MoeRoute, MoeFFN (op table).
+  int32_t n_expert = 0;
+  int32_t n_expert_used = 0;
+  MoeGating moe_gating = MoeGating::kSoftmax;
+  bool moe_norm = false;
+  float moe_scale = 0.0f;
+  MoeAct moe_act = MoeAct::kSilu;
+  float moe_alpha = 1.702f;
+  float moe_limit = 7.0f;
 };
 
 struct Node {
@@ -182,6 +220,7 @@ struct Node {
   Shape shape;
   std::vector<NodeId> inputs;
   // Weights the op reads: MatMul/GetRows/RmsNorm/Add/Mul: [0];
+  // MoeFFN: gate, up, down experts, then their biases (null when absent);
   // FusedQKV: Wq, Wk, Wv; QkvBiasRopeStore: bq, bk, bv [, rope factors];
   // RoPE: [rope factors] (empty: none); FusedFFN: Wgate, Wup.
   std::vector<const Weight*> weights;
@@ -295,6 +334,13 @@ class GraphBuilder {
   // mask: kNoNode, or an i32 input [TopKMaskWords(n_vocab), n_out].
   NodeId TopK(NodeId logits, NodeId mode, int top_k, int vocab_limit, std::string name = "",
               NodeId mask = kNoNode);
+
+  NodeId MoeRoute(NodeId logits, int n_expert_used, MoeGating gating, bool norm, float scale,
+                  std::string name = "");
+  // gate_b, up_b, down_b: optional expert biases (null: none).
+  NodeId MoeFFN(NodeId x, NodeId route, const Weight* gate, const Weight* up, const Weight* down,
+                const Weight* gate_b, const Weight* up_b, const Weight* down_b, MoeAct act,
+                std::string name = "");
 
   // Re-pushes `n` (from another graph) with its inputs replaced by
   // `inputs`; used by graph rewrite passes. Shapes are taken as given.

@@ -1,20 +1,36 @@
-// The registry of architectures (GGUF general.architecture) minfer runs.
-// Every one of them is a dense pre-norm decoder built by the shared layer
-// builder of qwen2.h; what tells them apart is one row of this table, read
-// once at load. A new architecture of that shape is a new row here; one
-// that needs other math adds its own model file and a row naming it.
+// The registry of architectures (GGUF general.architecture) minfer runs: one
+// row per family, defined in the family's own file (engine/models/qwen2.cc,
+// qwen3.cc, llama.cc, qwen3moe.cc), llama.cpp's src/models/ shape. A row
+// says how the family reads its file (keys beyond the shared ones, each
+// layer's tensors), builds its graph (on the shared blocks of blocks.h) and
+// bounds its activations; everything else (the shared keys, the embedding
+// and head, checks of shapes and types) is common to all.
+//
+// A new family implements the four functions below in one file and adds its
+// row to Architectures() (architectures.cc). docs/design.md ("The
+// architecture interface") walks through one.
 //
 // Immutable; thread-safe.
 #ifndef MINFER_ENGINE_MODELS_ARCHITECTURES_H_
 #define MINFER_ENGINE_MODELS_ARCHITECTURES_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/gguf/gguf.h"
 #include "engine/graph/graph.h"
 
 namespace minfer::models {
+
+struct DecoderHparams;
+struct DecoderLayer;
+struct BatchGraphParams;
+class DecoderModel;
+class WeightResolver;
 
 struct ArchitectureSpec {
   const char* name = "";  // general.architecture, and the prefix of its keys
@@ -25,16 +41,37 @@ struct ArchitectureSpec {
   // Defaults for keys a file may leave out (llama.cpp's).
   float default_rope_base = 10000.0f;
   float default_rms_eps = 1e-6f;
+
+  // Reads the family's own keys into `hp` after the shared ones (null:
+  // none). A dense family leaves it null: a file with experts is then
+  // refused, naming {arch}.expert_count.
+  absl::Status (*read_hparams)(const gguf::GgufFile& file, DecoderHparams& hp) = nullptr;
+  // Resolves layer `layer`'s tensors into `L` (blocks.h has the shared
+  // attention, dense-FFN and MoE-FFN resolvers).
+  absl::Status (*resolve_layer)(WeightResolver& r, int layer, DecoderLayer& L) = nullptr;
+  // The batched forward graph (decoder.h, BuildDecoderBatchGraph).
+  absl::StatusOr<graph::Graph> (*build_graph)(const DecoderModel& model,
+                                              const BatchGraphParams& params) = nullptr;
+  // Bytes of the graph's layer activations (and backend scratch its ops
+  // use) at n_tokens tokens, before logits and inputs (decoder.h,
+  // BatchScratchBound adds those).
+  uint64_t (*activation_bound)(const DecoderHparams& hp, int64_t n_tokens) = nullptr;
 };
 
 // The row of `name`, or null when minfer does not run that architecture.
 const ArchitectureSpec* FindArchitecture(absl::string_view name);
 
-// Every row, in the order they were added (qwen2, qwen3, llama).
-const std::vector<ArchitectureSpec>& Architectures();
+// Every row, in the order they were added (qwen2, qwen3, llama, qwen3moe).
+const std::vector<const ArchitectureSpec*>& Architectures();
 
-// "qwen2, qwen3, llama": for error messages and listings.
+// "qwen2, qwen3, llama, qwen3moe": for error messages and listings.
 std::string SupportedArchitectures();
+
+// The rows, defined in the families' files.
+const ArchitectureSpec& Qwen2Architecture();
+const ArchitectureSpec& Qwen3Architecture();
+const ArchitectureSpec& LlamaArchitecture();
+const ArchitectureSpec& Qwen3MoeArchitecture();
 
 }  // namespace minfer::models
 

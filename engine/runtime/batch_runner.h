@@ -64,7 +64,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/graph/executor.h"
-#include "engine/models/decoder/decoder.h"
+#include "engine/models/decoder.h"
 #include "engine/runtime/kv_pool.h"
 #include "engine/runtime/model.h"
 #include "engine/sampling/sampler.h"

@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "engine/base/knobs.h"
 #include "engine/graph/backend.h"
-#include "engine/models/decoder/decoder.h"
+#include "engine/models/decoder.h"
 
 namespace minfer::runtime {
 

@@ -142,15 +142,27 @@ std::string Model::Summary() const {
   std::string types;
   std::map<std::string, int> by_type;
   for (const auto& w : arch_->weights()) {
-    if (w->dims.size() == 2) by_type[GgmlTypeName(w->type)]++;
+    if (w->dims.size() >= 2) by_type[GgmlTypeName(w->type)]++;
+  }
+  std::string experts;
+  if (hp.moe()) {
+    int64_t params = 0;
+    for (const auto& w : arch_->weights()) {
+      int64_t n = 1;
+      for (int64_t d : w->dims) n *= d;
+      params += n;
+    }
+    experts = absl::StrFormat(
+        ", %d of %d experts per token in each layer (%.2fM of %.2fM parameters active per token)",
+        hp.n_expert_used, hp.n_expert, arch_->active_params_per_token() / 1e6, params / 1e6);
   }
   for (const auto& [t, n] : by_type) absl::StrAppend(&types, types.empty() ? "" : " ", t, "x", n);
   return absl::StrFormat(
-      "%s %d layers, n_embd %d, %d/%d heads%s, vocab %d%s; weights %.1f MiB (%s); "
+      "%s %d layers, n_embd %d, %d/%d heads%s, vocab %d%s%s; weights %.1f MiB (%s); "
       "placement: %s; KV %s",
       hp.arch, hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv,
       hp.n_embd_q() != hp.n_embd ? absl::StrCat(" x ", hp.head_dim) : std::string(), hp.n_vocab,
-      hp.tied_embeddings ? " (tied)" : "", weight_bytes() / 1048576.0, types,
+      hp.tied_embeddings ? " (tied)" : "", experts, weight_bytes() / 1048576.0, types,
       backends_.front()->name(), graph::DTypeName(DefaultKvType()));
 }
 

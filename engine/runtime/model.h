@@ -20,7 +20,7 @@
 #include "engine/gguf/gguf.h"
 #include "engine/grammar/matcher.h"
 #include "engine/graph/backend.h"
-#include "engine/models/decoder/decoder.h"
+#include "engine/models/decoder.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace minfer::runtime {

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "engine/models/decoder/decoder.h"
+#include "engine/models/decoder.h"
 
 namespace minfer::tools {
 

@@ -60,6 +60,34 @@ absl::Status PrintGgufInfo(const std::string& path, size_t max_items, std::ostre
   for (const auto& [type, cb] : by_type) {
     out << absl::StrFormat("  %-8s %4d tensors %12s\n", type, cb.first, HumanBytes(cb.second));
   }
+  // Mixture of experts: the expert tensors (3-D, "*_exps"), their types and
+  // what a token reads of them.
+  const std::string arch = g.GetString("general.architecture").value_or("");
+  const auto experts = g.GetInt(arch + ".expert_count");
+  const auto used = g.GetInt(arch + ".expert_used_count");
+  std::map<std::string, std::pair<int, uint64_t>> exp_types;
+  int64_t exp_elems = 0;
+  for (const gguf::TensorInfo& t : g.tensors()) {
+    if (t.dims.size() != 3 || t.name.find("_exps.") == std::string::npos) continue;
+    auto& e = exp_types[GgmlTypeName(t.type)];
+    e.first++;
+    e.second += t.nbytes;
+    exp_elems += t.n_elements;
+  }
+  if (experts.ok() && *experts > 0) {
+    const int64_t k = used.ok() ? *used : 0;
+    out << absl::StrFormat("\nexperts: %d per layer, %d used per token\n", *experts, k);
+    for (const auto& [type, cb] : exp_types) {
+      out << absl::StrFormat("  %-8s %4d expert tensors %12s\n", type, cb.first,
+                             HumanBytes(cb.second));
+    }
+    if (k > 0) {
+      const int64_t active = total_elems - exp_elems + exp_elems / *experts * k;
+      out << absl::StrFormat("  %d expert parameters; a token uses %d of them, %d parameters "
+                             "in all (embedding table included)\n",
+                             exp_elems, exp_elems / *experts * k, active);
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -129,11 +129,17 @@ int64_t SyntheticSuccessor(int64_t token, int64_t n_normal) {
 absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, ThreadPool* pool) {
   auto t0 = std::chrono::steady_clock::now();
   const Qwen2Shape& s = opt.shape;
-  if (s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "llama") {
+  if (s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "llama" && s.arch != "qwen3moe") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "architecture '", s.arch, "' is not one mkmodel writes (qwen2, qwen3, llama)"));
+        "architecture '", s.arch, "' is not one mkmodel writes (qwen2, qwen3, llama, qwen3moe)"));
   }
-  const bool qwen3 = s.arch == "qwen3";
+  const bool moe = s.arch == "qwen3moe";
+  if (moe && (s.n_expert < 1 || s.n_expert_used < 1 || s.n_expert_used > s.n_expert ||
+              s.n_ff_exp < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad experts: ", s.n_expert_used, " of ",
+                                                   s.n_expert, " experts of width ", s.n_ff_exp));
+  }
+  const bool qwen3 = s.arch == "qwen3" || moe;
   const bool llama = s.arch == "llama";
   const bool biases = s.arch == "qwen2";
   if (s.n_head <= 0 || s.n_head_kv <= 0 || (s.head_dim <= 0 && s.n_embd % s.n_head != 0) ||
@@ -161,6 +167,9 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   // silu(g) * u with g, u ~ N(0, 1) has rms ~ 0.6.
   const float down_scale = branch / (0.6f * std::sqrt(static_cast<float>(s.n_ff)));
   const float out_scale = branch / std::sqrt(static_cast<float>(n_embd_q));
+  // The experts' weighted sum has about one expert's norm (weights sum to 1).
+  const float moe_down_scale =
+      moe ? branch / (0.6f * std::sqrt(static_cast<float>(s.n_ff_exp))) : 0.0f;
 
   std::vector<TensorPlan> plans;
   auto add = [&](std::string name, std::vector<int64_t> dims, TensorPlan::Kind kind, float scale) {
@@ -189,9 +198,23 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
     }
     add(p + "attn_output.weight", {n_embd_q, s.n_embd}, TensorPlan::kGaussian, out_scale);
     add(p + "ffn_norm.weight", {s.n_embd}, TensorPlan::kNormGain, 0.1f);
-    add(p + "ffn_gate.weight", {s.n_embd, s.n_ff}, TensorPlan::kGaussian, in_scale);
-    add(p + "ffn_up.weight", {s.n_embd, s.n_ff}, TensorPlan::kGaussian, in_scale);
-    add(p + "ffn_down.weight", {s.n_ff, s.n_embd}, TensorPlan::kGaussian, down_scale);
+    if (moe) {
+      // Router logits of unit scale: a softmax over them is far from
+      // uniform and far from one-hot, so the top-k experts change from
+      // token to token (a router that always picked the same ones would
+      // test nothing of the routing).
+      add(p + "ffn_gate_inp.weight", {s.n_embd, s.n_expert}, TensorPlan::kGaussian, in_scale);
+      add(p + "ffn_gate_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert}, TensorPlan::kGaussian,
+          in_scale);
+      add(p + "ffn_up_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert}, TensorPlan::kGaussian,
+          in_scale);
+      add(p + "ffn_down_exps.weight", {s.n_ff_exp, s.n_embd, s.n_expert}, TensorPlan::kGaussian,
+          moe_down_scale);
+    } else {
+      add(p + "ffn_gate.weight", {s.n_embd, s.n_ff}, TensorPlan::kGaussian, in_scale);
+      add(p + "ffn_up.weight", {s.n_embd, s.n_ff}, TensorPlan::kGaussian, in_scale);
+      add(p + "ffn_down.weight", {s.n_ff, s.n_embd}, TensorPlan::kGaussian, down_scale);
+    }
   }
   add("output_norm.weight", {s.n_embd}, TensorPlan::kNormGain, 0.1f);
   if (!s.tied) add("output.weight", {s.n_embd, s.n_vocab}, TensorPlan::kOutputHead, head_scale);
@@ -199,7 +222,8 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   gguf::GgufWriter w;
   w.SetString("general.architecture", s.arch);
   w.SetString("general.type", "model");
-  w.SetString("general.name", absl::StrCat(qwen3   ? "minfer synthetic Qwen3 "
+  w.SetString("general.name", absl::StrCat(moe     ? "minfer synthetic Qwen3 MoE "
+                                           : qwen3 ? "minfer synthetic Qwen3 "
                                            : llama ? "minfer synthetic Llama 3 "
                                                    : "minfer synthetic Qwen2.5 ",
                                            s.name, " ", opt.recipe.name));
@@ -218,6 +242,11 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   if (qwen3) {
     w.SetU32(A + "attention.key_length", static_cast<uint32_t>(head_dim));
     w.SetU32(A + "attention.value_length", static_cast<uint32_t>(head_dim));
+  }
+  if (moe) {  // what llama.cpp's converter writes for Qwen3 MoE
+    w.SetU32(A + "expert_count", static_cast<uint32_t>(s.n_expert));
+    w.SetU32(A + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    w.SetU32(A + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
   }
   if (llama) {  // what llama.cpp's converter writes for Llama 3
     w.SetU32(A + "rope.dimension_count", static_cast<uint32_t>(head_dim));

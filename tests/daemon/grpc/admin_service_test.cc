@@ -27,7 +27,7 @@
 #include "daemon/serving/memory.h"
 #include "engine/base/knobs.h"
 #include "engine/gguf/gguf.h"
-#include "engine/models/decoder/decoder.h"
+#include "engine/models/decoder.h"
 #include "engine/runtime/device_backend.h"
 #include "engine/runtime/engine.h"
 #include "gmock/gmock.h"

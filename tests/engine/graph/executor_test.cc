@@ -4,7 +4,7 @@
 #include <set>
 
 #include "engine/cpu/cpu_backend.h"
-#include "engine/models/decoder/decoder.h"
+#include "engine/models/decoder.h"
 #include "engine/runtime/model.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_models.h"

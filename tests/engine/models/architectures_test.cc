@@ -1,5 +1,5 @@
 // The architecture registry: one row per supported general.architecture,
-// with the switches the shared decoder builder reads.
+// each family implementing the interface (its keys, tensors, graph, bound).
 #include "engine/models/architectures.h"
 
 #include "gtest/gtest.h"
@@ -8,8 +8,19 @@ namespace minfer::models {
 namespace {
 
 TEST(ArchitecturesTest, RowsAndTheirSwitches) {
-  EXPECT_EQ(SupportedArchitectures(), "qwen2, qwen3, llama");
-  ASSERT_EQ(Architectures().size(), 3u);
+  EXPECT_EQ(SupportedArchitectures(), "qwen2, qwen3, llama, qwen3moe");
+  ASSERT_EQ(Architectures().size(), 4u);
+  for (const ArchitectureSpec* a : Architectures()) {
+    SCOPED_TRACE(a->name);
+    // Every family implements the interface.
+    EXPECT_NE(a->resolve_layer, nullptr);
+    EXPECT_NE(a->build_graph, nullptr);
+    EXPECT_NE(a->activation_bound, nullptr);
+  }
+  const ArchitectureSpec* qwen3moe = FindArchitecture("qwen3moe");
+  ASSERT_NE(qwen3moe, nullptr);
+  EXPECT_TRUE(qwen3moe->qk_norm);
+  EXPECT_NE(qwen3moe->read_hparams, nullptr);  // the expert keys
   const ArchitectureSpec* qwen2 = FindArchitecture("qwen2");
   const ArchitectureSpec* qwen3 = FindArchitecture("qwen3");
   const ArchitectureSpec* llama = FindArchitecture("llama");

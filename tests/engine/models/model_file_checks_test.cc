@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf.h"
 #include "engine/gguf/writer.h"
-#include "engine/models/decoder/decoder.h"
+#include "engine/models/decoder.h"
 #include "engine/runtime/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -199,6 +199,54 @@ TEST_F(ModelFileChecksTest, MissingKeysAndExpertsAreInvalidArgument) {
   // UNIMPLEMENTED before.
   EXPECT_REFUSED(CheckKey("llama.expert_count", gguf::Value::U32(8)),
                  "key 'llama.expert_count' = 8", "mixture-of-experts");
+}
+
+// Mixture-of-experts files (qwen3moe-tiny: 16 experts of 256, 4 per token):
+// expert keys that disagree with each other or with the tensors, and a
+// gating function the family does not run, are refused naming the key.
+TEST(MoeFileChecksTest, ExpertKeysMustAgreeWithTheTensors) {
+  auto src = testing::TestModelPath("qwen3moe-tiny", "q8_0");
+  ASSERT_TRUE(src.ok()) << src.status();
+  int n = 0;
+  auto check = [&](const GgufEdit& edit, models::DecoderHparams* hp = nullptr) -> absl::Status {
+    auto path = RewriteGguf(*src, absl::StrCat("moe", ++n, ".gguf"), edit);
+    if (!path.ok()) return absl::InternalError(path.status().ToString());
+    auto f = gguf::GgufFile::Open(*path);
+    if (!f.ok()) return absl::InternalError(f.status().ToString());
+    auto m = models::DecoderModel::FromGguf(**f);
+    if (m.ok() && hp != nullptr) *hp = (*m)->hparams();
+    return m.status();
+  };
+  auto key = [&](const std::string& k, gguf::Value v) {
+    return check({.keys = [&](gguf::GgufWriter& w) { w.Set(k, v); }});
+  };
+  models::DecoderHparams hp;
+  ASSERT_TRUE(check({}, &hp).ok());
+  EXPECT_EQ(hp.n_expert, 16);
+  EXPECT_EQ(hp.n_expert_used, 4);
+  EXPECT_EQ(hp.n_ff_exp, 256);
+  EXPECT_TRUE(hp.moe_norm);
+  EXPECT_EQ(hp.moe_gating, graph::MoeGating::kSoftmax);
+  // The router's and the experts' tensors say 16.
+  EXPECT_REFUSED(key("qwen3moe.expert_count", gguf::Value::U32(12)),
+                 "'blk.0.ffn_gate_inp.weight' has shape [256, 16], expected [256, 12]",
+                 "'qwen3moe.expert_count' 12");
+  EXPECT_REFUSED(key("qwen3moe.expert_feed_forward_length", gguf::Value::U32(512)),
+                 "'blk.0.ffn_gate_exps.weight' has shape [256, 256, 16], expected [256, 512, 16]");
+  EXPECT_REFUSED(key("qwen3moe.expert_used_count", gguf::Value::U32(17)),
+                 "key 'qwen3moe.expert_used_count' = 17", "'qwen3moe.expert_count' 16");
+  EXPECT_REFUSED(key("qwen3moe.expert_used_count", gguf::Value::U32(0)),
+                 "key 'qwen3moe.expert_used_count' = 0");
+  EXPECT_REFUSED(key("qwen3moe.expert_count", gguf::Value::U32(0)),
+                 "key 'qwen3moe.expert_count' = 0");
+  // llama.cpp's numbering: 2 is sigmoid, which Qwen3 MoE does not use.
+  EXPECT_REFUSED(key("qwen3moe.expert_gating_func", gguf::Value::U32(2)),
+                 "key 'qwen3moe.expert_gating_func' = 2", "1 (softmax)");
+  EXPECT_TRUE(key("qwen3moe.expert_gating_func", gguf::Value::U32(1)).ok());
+  EXPECT_REFUSED(check({.drop_keys = {"qwen3moe.expert_used_count"}}),
+                 "qwen3moe.expert_used_count");
+  EXPECT_REFUSED(check({.drop_tensors = {"blk.1.ffn_down_exps.weight"}}),
+                 "missing tensor 'blk.1.ffn_down_exps.weight'");
 }
 
 // Model::Load: the tokenizer's problems are the file's too.

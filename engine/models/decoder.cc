@@ -1,4 +1,4 @@
-#include "engine/models/decoder/decoder.h"
+#include "engine/models/decoder.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,46 +6,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/base/status.h"
+#include "engine/models/blocks.h"
 
 namespace minfer::models {
 
-using graph::DType;
-using graph::GraphBuilder;
-using graph::KvKind;
-using graph::NodeId;
-using graph::RopeStyle;
-using graph::Shape;
 using graph::Weight;
 
 uint64_t DecoderModel::weight_bytes() const {
   uint64_t total = 0;
   for (const auto& w : weights_) total += w->nbytes;
   return total;
-}
-
-absl::StatusOr<const Weight*> DecoderModel::Resolve(const gguf::GgufFile& f, const std::string& name,
-                                                  std::vector<int64_t> dims, bool optional,
-                                                  absl::string_view why) {
-  const gguf::TensorInfo* t = f.FindTensor(name);
-  if (t == nullptr) {
-    if (optional) return nullptr;
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", f.path(), "': missing tensor '", name, "'"));
-  }
-  if (t->dims != dims) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model '", f.path(), "': tensor '", name, "' has shape [", absl::StrJoin(t->dims, ", "),
-        "], expected [", absl::StrJoin(dims, ", "), "]", why.empty() ? "" : " (", why,
-        why.empty() ? "" : ")"));
-  }
-  auto w = std::make_unique<Weight>();
-  w->name = name;
-  w->type = t->type;
-  w->dims = t->dims;
-  w->data = t->data;
-  w->nbytes = t->nbytes;
-  weights_.push_back(std::move(w));
-  return weights_.back().get();
 }
 
 namespace {
@@ -81,6 +51,7 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::ReadGguf(
                                                    SupportedArchitectures(), ")"));
   }
   std::unique_ptr<DecoderModel> m(new DecoderModel);
+  m->spec_ = spec;
   DecoderHparams& hp = m->hp_;
   hp.arch = arch;
   hp.rope_style = spec->rope_style;
@@ -108,13 +79,16 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::ReadGguf(
     *out = fv;
     return absl::OkStatus();
   };
-  // Mixtral and other mixture-of-experts files share the `llama` name: said first, as
-  // the reason, whatever else their keys hold.
-  if (f.Has(A + "expert_count")) {
+  // Mixtral and other mixture-of-experts files share the `llama` name: said
+  // first, as the reason, whatever else their keys hold, for every family
+  // without experts.
+  if (spec->read_hparams == nullptr && f.Has(A + "expert_count")) {
     ASSIGN_OR_RETURN(int64_t experts, f.GetInt(A + "expert_count"));
     if (experts > 0) {
       return BadKey(f, A + "expert_count", absl::StrCat(experts),
-                    "(mixture-of-experts models are not supported)");
+                    absl::StrCat("(mixture-of-experts files of '", arch,
+                                 "' are not supported; the MoE architectures minfer runs: "
+                                 "qwen3moe)"));
     }
   }
   RETURN_IF_ERROR(get_int(A + "embedding_length", &hp.n_embd));
@@ -211,6 +185,7 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::ReadGguf(
                                  "rope_freqs.weight factors"));
     }
   }
+  if (spec->read_hparams != nullptr) RETURN_IF_ERROR(spec->read_hparams(f, hp));
   const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
   if (embd == nullptr || embd->dims.size() != 2) {
     return absl::InvalidArgumentError(
@@ -218,27 +193,19 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::ReadGguf(
   }
   hp.n_vocab = embd->dims[1];
 
-  const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff, V = hp.n_vocab;
-  const int64_t HD = hp.head_dim;
-  // Why the attention tensors have the widths they must: a file whose
-  // head-count or head-dimension keys disagree with its tensors shows here,
-  // and the message says which keys the expectation came from.
-  const std::string q_why = absl::StrCat("'", A, "attention.head_count' ", hp.n_head,
-                                         " x head dimension ", HD, " from ", head_dim_from);
-  const std::string kv_why = absl::StrCat("'", A, "attention.head_count_kv' ", hp.n_head_kv,
-                                          " x head dimension ", HD, " from ", head_dim_from);
-  const std::string hd_why = absl::StrCat("head dimension from ", head_dim_from);
-  ASSIGN_OR_RETURN(m->token_embd_, m->Resolve(f, "token_embd.weight", {E, V}, false));
-  ASSIGN_OR_RETURN(m->output_norm_, m->Resolve(f, "output_norm.weight", {E}, false));
-  ASSIGN_OR_RETURN(m->output_, m->Resolve(f, "output.weight", {E, V}, true));
+  const int64_t E = hp.n_embd, V = hp.n_vocab, HD = hp.head_dim;
+  WeightResolver r(f, *m, head_dim_from);
+  ASSIGN_OR_RETURN(m->token_embd_, r.Get("token_embd.weight", {E, V}, false));
+  ASSIGN_OR_RETURN(m->output_norm_, r.Get("output_norm.weight", {E}, false));
+  ASSIGN_OR_RETURN(m->output_, r.Get("output.weight", {E, V}, true));
   if (m->output_ == nullptr) {
     hp.tied_embeddings = true;
     m->output_ = m->token_embd_;
   }
   // Llama 3.1+'s frequency factors; llama.cpp reads them for every
   // architecture, so a file of another family that carries them gets them.
-  ASSIGN_OR_RETURN(m->rope_freqs_, m->Resolve(f, "rope_freqs.weight", {HD / 2}, true,
-                                                absl::StrCat("half the ", hd_why)));
+  ASSIGN_OR_RETURN(m->rope_freqs_, r.Get("rope_freqs.weight", {HD / 2}, true,
+                                         absl::StrCat("half the ", r.hd_why())));
   if (m->rope_freqs_ != nullptr) {
     if (m->rope_freqs_->type != GgmlType::kF32) {
       return absl::InvalidArgumentError(
@@ -255,33 +222,8 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::ReadGguf(
     }
   }
   for (int64_t l = 0; l < hp.n_layer; ++l) {
-    const std::string p = absl::StrCat("blk.", l, ".");
     DecoderLayer L;
-    ASSIGN_OR_RETURN(L.attn_norm, m->Resolve(f, p + "attn_norm.weight", {E}, false));
-    ASSIGN_OR_RETURN(L.wq, m->Resolve(f, p + "attn_q.weight", {E, Q}, false, q_why));
-    ASSIGN_OR_RETURN(L.wk, m->Resolve(f, p + "attn_k.weight", {E, KV}, false, kv_why));
-    ASSIGN_OR_RETURN(L.wv, m->Resolve(f, p + "attn_v.weight", {E, KV}, false, kv_why));
-    ASSIGN_OR_RETURN(L.bq, m->Resolve(f, p + "attn_q.bias", {Q}, true, q_why));
-    ASSIGN_OR_RETURN(L.bk, m->Resolve(f, p + "attn_k.bias", {KV}, true, kv_why));
-    ASSIGN_OR_RETURN(L.bv, m->Resolve(f, p + "attn_v.bias", {KV}, true, kv_why));
-    // Qwen3's per-head q/k norms are part of the architecture: required.
-    ASSIGN_OR_RETURN(L.q_norm, m->Resolve(f, p + "attn_q_norm.weight", {HD}, !spec->qk_norm, hd_why));
-    ASSIGN_OR_RETURN(L.k_norm, m->Resolve(f, p + "attn_k_norm.weight", {HD}, !spec->qk_norm, hd_why));
-    if ((L.q_norm == nullptr) != (L.k_norm == nullptr)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model '", f.path(), "': layer ", l, " has one of attn_q_norm / attn_k_norm, not both"));
-    }
-    ASSIGN_OR_RETURN(L.wo, m->Resolve(f, p + "attn_output.weight", {Q, E}, false, q_why));
-    ASSIGN_OR_RETURN(L.ffn_norm, m->Resolve(f, p + "ffn_norm.weight", {E}, false));
-    ASSIGN_OR_RETURN(L.w_gate, m->Resolve(f, p + "ffn_gate.weight", {E, F}, false));
-    ASSIGN_OR_RETURN(L.w_up, m->Resolve(f, p + "ffn_up.weight", {E, F}, false));
-    ASSIGN_OR_RETURN(L.w_down, m->Resolve(f, p + "ffn_down.weight", {F, E}, false));
-    for (const Weight* w : {L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv, L.q_norm, L.k_norm}) {
-      if (w != nullptr && w->type != GgmlType::kF32) {
-        return absl::InvalidArgumentError(absl::StrCat("model '", f.path(), "': tensor '", w->name,
-                                                       "' must be f32, is ", GgmlTypeName(w->type)));
-      }
-    }
+    RETURN_IF_ERROR(spec->resolve_layer(r, static_cast<int>(l), L));
     m->layers_.push_back(L);
   }
   if (m->output_norm_->type != GgmlType::kF32) {
@@ -310,54 +252,6 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::ReadGguf(
   return m;
 }
 
-namespace {
-
-struct QkvNodes {
-  NodeId q;      // roped q, [head_dim, n_head, nt]
-  NodeId store;  // the layer's KV store (its cache loads depend on it)
-};
-
-// One layer's q, k and v from the normed stream n: with `fused`, one
-// FusedQKV (planar q | k | v; one GEMM launch on a GPU) and one epilogue for
-// the biases, RoPE and the KV store; otherwise the chain of matmuls, biases,
-// per-head q/k norms (Qwen3), RoPE and the store, the same values. The q/k-norm
-// layers always take the chain: the fused epilogue has no norm between the
-// bias and RoPE. kv_rows: the cache rows the tokens' K/V go to.
-QkvNodes BuildQkv(GraphBuilder& b, const DecoderModel& model, const DecoderLayer& L, int layer,
-                  NodeId n, NodeId pos, NodeId kv_rows, int64_t nt, bool fused,
-                  const std::string& p) {
-  const DecoderHparams& hp = model.hparams();
-  const int64_t hd = hp.head_dim;
-  const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
-  if (fused && L.q_norm == nullptr) {
-    NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
-    NodeId q = b.QkvBiasRopeStore({qkv}, L.bq, L.bk, L.bv, pos, nh, nkv, static_cast<int>(hd),
-                                  hp.rope_style, hp.rope_base, layer,
-                                  p + "qkv_bias_rope_store", kv_rows, model.rope_freqs());
-    return {q, q};
-  }
-  NodeId q = b.MatMul(n, L.wq, p + "q");
-  NodeId k = b.MatMul(n, L.wk, p + "k");
-  NodeId v = b.MatMul(n, L.wv, p + "v");
-  if (L.bq) q = b.Add(q, L.bq, p + "q_bias");
-  if (L.bk) k = b.Add(k, L.bk, p + "k_bias");
-  if (L.bv) v = b.Add(v, L.bv, p + "v_bias");
-  q = b.Reshape(q, Shape(hd, nh, nt), p + "q_heads");
-  k = b.Reshape(k, Shape(hd, nkv, nt), p + "k_heads");
-  if (L.q_norm != nullptr) {
-    q = b.QkNorm(q, L.q_norm, hp.rms_eps, p + "q_norm");
-    k = b.QkNorm(k, L.k_norm, hp.rms_eps, p + "k_norm");
-  }
-  q = b.RoPE(q, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "q_rope",
-             model.rope_freqs());
-  k = b.RoPE(k, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "k_rope",
-             model.rope_freqs());
-  NodeId store = b.KvcacheStore(k, v, kv_rows, layer, p + "kv_store");
-  return {q, store};
-}
-
-}  // namespace
-
 std::string BatchGraphParams::ToString() const {
   return absl::StrCat("nt=", n_tokens, " n_out=", n_out, " tiles=", n_tiles, " table_rows=",
                       n_table_rows, " max_blocks=", max_blocks, " kv_block=", kv_block,
@@ -369,81 +263,23 @@ std::string BatchGraphParams::ToString() const {
 
 absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,
                                                   const BatchGraphParams& gp) {
-  const DecoderHparams& hp = model.hparams();
-  const int64_t nt = gp.n_tokens, hd = hp.head_dim;
-  const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
-  if (nt <= 0 || gp.n_out <= 0 || gp.n_out > nt || gp.n_tiles <= 0 || gp.n_table_rows <= 0 ||
-      gp.max_blocks <= 0 || gp.kv_block <= 0 || gp.cache_rows <= 0 ||
-      gp.cache_rows % gp.kv_block != 0 || (gp.decode_only && gp.n_tiles != nt)) {
-    return absl::InvalidArgumentError(absl::StrCat("decoder batch graph: bad params ", gp.ToString()));
-  }
-  GraphBuilder b;
-  graph::GraphIO io;
-  io.tokens = b.Input(DType::kI32, Shape(nt), "tokens");
-  io.positions = b.Input(DType::kI32, Shape(nt), "positions");
-  io.kv_rows = b.Input(DType::kI32, Shape(nt), "kv_rows");
-  io.attn_tiles = b.Input(DType::kI32, Shape(4, gp.n_tiles), "attn_tiles");
-  io.block_tables = b.Input(DType::kI32, Shape(gp.max_blocks, gp.n_table_rows), "block_tables");
-  io.out_rows = b.Input(DType::kI32, Shape(gp.n_out), "out_rows");
-  io.top_mode = b.Input(DType::kI32, Shape(gp.n_out), "top_mode");
-  // Allowed-token masks of constrained rows. Every batch graph has the
-  // input rather than a masked variant of each graph: a step without masked
-  // rows writes none of it and its TopK reads none of it (no row names a
-  // column), so it costs unconstrained steps only these bytes of arena
-  // (1/32 of the logits'), while a variant would double the graphs to build
-  // and, on a GPU, to capture whenever constrained sequences come and go.
-  io.top_mask = b.Input(DType::kI32, Shape(graph::TopKMaskWords(hp.n_vocab), gp.n_out),
-                        "top_mask");
-  const NodeId pos = io.positions;
-  const Shape kv_shape(hp.n_embd_kv(), gp.cache_rows);
-  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  return model.spec().build_graph(model, gp);
+}
 
-  NodeId x = b.GetRows(model.token_embd(), io.tokens, "embd");
-  for (int l = 0; l < static_cast<int>(hp.n_layer); ++l) {
-    const DecoderLayer& L = model.layers()[l];
-    const std::string p = absl::StrCat("blk.", l, ".");
-    NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
-    const auto [q, store] = BuildQkv(b, model, L, l, n, pos, io.kv_rows, nt, gp.fuse_qkv, p);
-    NodeId kc = b.KvcacheLoad(store, l, KvKind::kK, kv_shape, gp.kv_type, p + "k_cache");
-    NodeId vc = b.KvcacheLoad(store, l, KvKind::kV, kv_shape, gp.kv_type, p + "v_cache");
-    NodeId a = b.PagedAttn(q, kc, vc, pos, io.attn_tiles, io.block_tables, gp.kv_block, nh, nkv,
-                           static_cast<int>(hd), attn_scale, l, p + "attn", gp.decode_only);
-    x = b.Add(x, b.MatMul(a, L.wo, p + "attn_out"), p + "attn_residual");
-    NodeId m = b.RmsNorm(x, L.ffn_norm, hp.rms_eps, p + "ffn_norm");
-    NodeId s;
-    // On a GPU a decode batch fuses gate/up too: one launch over both
-    // weights' rows, its SwiGLU writing the down projection's activations.
-    if (gp.fuse_ffn && (nt == 1 || (gp.gpu && nt <= kFusedFfnMaxTokens))) {
-      s = b.FusedFFN(m, L.w_gate, L.w_up, p + "ffn_gate_up");
-    } else {
-      NodeId g = b.MatMul(m, L.w_gate, p + "gate");
-      NodeId u = b.MatMul(m, L.w_up, p + "up");
-      s = b.SwiGLU(g, u, p + "swiglu");
+int64_t DecoderModel::active_params_per_token() const {
+  int64_t total = 0;
+  for (const auto& w : weights_) {
+    int64_t n = 1;
+    for (int64_t d : w->dims) n *= d;
+    if (w.get() == token_embd_ && !hp_.tied_embeddings) {
+      n = w->ne0();  // one row is read
+    } else if (w->dims.size() == 3 && hp_.n_expert > 0) {
+      n = n / hp_.n_expert * hp_.n_expert_used;  // the experts a token uses
     }
-    x = b.Add(x, b.MatMul(s, L.w_down, p + "down"), p + "ffn_residual");
+    total += n;
   }
-  x = b.GetRows(x, io.out_rows, "out_select");
-  x = b.RmsNorm(x, model.output_norm(), hp.rms_eps, "output_norm");
-  io.logits = b.MatMul(x, model.output(), "logits");
-  io.top = b.TopK(io.logits, io.top_mode, gp.top_k, gp.vocab_limit, "top", io.top_mask);
-  return b.Finish(io, static_cast<int>(hp.n_layer));
+  return total;
 }
-
-namespace {
-
-// The activations of one graph of n_tokens tokens (its residual stream,
-// q/k/v, attention output, FFN, one row of logits), as the planner lays
-// them out: BatchScratchBound's part for the layers.
-uint64_t GraphScratchBound(const DecoderHparams& hp, int64_t n_tokens) {
-  const uint64_t t = static_cast<uint64_t>(std::max<int64_t>(n_tokens, 1));
-  // Activations of the widest of the stream and q / the attention output
-  // (Qwen3's q is wider than its stream).
-  const uint64_t wide = static_cast<uint64_t>(std::max(hp.n_embd, hp.n_embd_q()));
-  const uint64_t per_token = 6 * wide + 4 * hp.n_embd_kv() + 3 * hp.n_ff;
-  return 4 * t * per_token + 4 * static_cast<uint64_t>(hp.n_vocab) + 2 * t * hp.n_ff;
-}
-
-}  // namespace
 
 uint64_t BatchScratchBound(const DecoderHparams& hp, int64_t n_tokens, int64_t n_rows,
                            int64_t max_blocks) {
@@ -458,7 +294,10 @@ uint64_t BatchScratchBound(const DecoderHparams& hp, int64_t n_tokens, int64_t n
   const uint64_t masks = 4 * static_cast<uint64_t>(graph::TopKMaskWords(hp.n_vocab)) * rows;
   const uint64_t tables = 4 * (t + 1) * static_cast<uint64_t>(std::max<int64_t>(max_blocks, 1));
   const uint64_t inputs = 4 * (4 * t) + 16 * (t + 1 + t / 64) + 8 * rows;
-  return GraphScratchBound(hp, n_tokens) + logits + top + masks + tables + inputs;
+  const ArchitectureSpec* spec = FindArchitecture(hp.arch);
+  const uint64_t layers = spec != nullptr ? spec->activation_bound(hp, n_tokens)
+                                          : DenseActivationBound(hp, n_tokens);
+  return layers + logits + top + masks + tables + inputs;
 }
 
 }  // namespace minfer::models

@@ -1,28 +1,22 @@
-// The dense pre-norm decoder architectures minfer runs: Qwen2 / Qwen2.5
-// (`qwen2`), dense Qwen3 (`qwen3`) and Llama 3.x (`llama`): hyperparameters
-// and weights read from GGUF, and the layer builder that turns them into a
-// compute graph.
+// The model interface the runtime, the backends and the daemon see: a
+// decoder's hyperparameters and resolved weights (DecoderModel), the batched
+// forward graph over a paged KV pool (BuildDecoderBatchGraph) and its
+// activation bound (BatchScratchBound). What differs between architectures
+// lives in one file per family (engine/models/<family>.cc: its tensors, its
+// graph on the shared blocks of blocks.h, its bound), reached through the
+// registry row of architectures.h; nothing here or outside engine/models
+// names a family.
 //
-// Per layer (pre-norm, GQA, SwiGLU FFN, RoPE):
+// Every family so far is a pre-norm decoder with GQA attention and RoPE:
 //   h   = x + W_o · Attn(RoPE(N_q(W_q·n + b_q)), RoPE(N_k(W_k·n + b_k)), W_v·n + b_v),
 //         n = RmsNorm(x) * g_attn
-//   x'  = h + W_down · (silu(W_gate·m) * (W_up·m)),  m = RmsNorm(h) * g_ffn
+//   x'  = h + FFN(m),  m = RmsNorm(h) * g_ffn
 // logits = W_out · (RmsNorm(x_L) * g_out)   (W_out = token_embd when tied)
-// qwen2: QKV biases b_q, b_k, b_v; N_q = N_k = identity; head_dim = n_embd /
-// n_head; NeoX RoPE (pairs i, i + head_dim/2). qwen3: no biases; N_q, N_k =
-// RMSNorm of each head with its own [head_dim] gain (attn_q_norm /
-// attn_k_norm); head_dim from attention.key_length, so q and the attention
-// output are n_head x head_dim wide, which need not be n_embd (Qwen3-0.6B:
-// 16 x 128 over 1,024); NeoX RoPE. llama: no biases, no q/k norms; RoPE on
-// adjacent pairs (2i, 2i+1: llama.cpp's "normal" mode for this
-// architecture), with the optional per-pair frequency factors of the tensor
-// rope_freqs.weight [head_dim/2] (Llama 3.1/3.2's "llama3" context scaling
-// baked into the file: pair i turns by pos * base^(-2i/d) / factor_i).
-// Which architecture gets which switches is the registry's row
-// (engine/models/architectures.h); q/k/v biases are read when a file has
-// them, for every architecture, as llama.cpp does.
-#ifndef MINFER_ENGINE_MODELS_DECODER_DECODER_H_
-#define MINFER_ENGINE_MODELS_DECODER_DECODER_H_
+// FFN is dense (W_down · (silu(W_gate·m) * (W_up·m))) or a mixture of
+// experts (graph.h's MoeRoute + MoeFFN: a router picks k of n_expert
+// expert FFNs per token and sums their outputs, weighted).
+#ifndef MINFER_ENGINE_MODELS_DECODER_H_
+#define MINFER_ENGINE_MODELS_DECODER_H_
 
 #include <cstdint>
 #include <memory>
@@ -52,9 +46,17 @@ struct DecoderHparams {
   graph::RopeStyle rope_style = graph::RopeStyle::kNeoX;
   bool tied_embeddings = false;
   std::string arch = "qwen2";  // general.architecture
+  // Mixture of experts (n_expert 0: every layer's FFN is dense).
+  int64_t n_expert = 0;       // {arch}.expert_count
+  int64_t n_expert_used = 0;  // {arch}.expert_used_count: experts per token
+  int64_t n_ff_exp = 0;       // one expert's FFN width
+  graph::MoeGating moe_gating = graph::MoeGating::kSoftmax;
+  bool moe_norm = false;      // chosen weights renormalized to sum 1
+  float moe_scale = 0.0f;     // chosen weights scaled (0: not)
 
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }
   int64_t n_embd_q() const { return n_head * head_dim; }  // q and attention output
+  bool moe() const { return n_expert > 0; }
 };
 
 
@@ -73,7 +75,19 @@ struct DecoderLayer {
   const graph::Weight* w_gate = nullptr;
   const graph::Weight* w_up = nullptr;
   const graph::Weight* w_down = nullptr;
+  // Mixture of experts: the router [n_embd, n_expert] (and its bias), the
+  // experts' 3-D weights (graph.h, MoeFFN) and their optional biases.
+  const graph::Weight* ffn_gate_inp = nullptr;
+  const graph::Weight* ffn_gate_inp_b = nullptr;
+  const graph::Weight* ffn_gate_exps = nullptr;
+  const graph::Weight* ffn_up_exps = nullptr;
+  const graph::Weight* ffn_down_exps = nullptr;
+  const graph::Weight* ffn_gate_exps_b = nullptr;
+  const graph::Weight* ffn_up_exps_b = nullptr;
+  const graph::Weight* ffn_down_exps_b = nullptr;
 };
+
+class WeightResolver;
 
 // Hyperparameters and resolved weights of one decoder GGUF file. Holds
 // pointers into the file's mapping: the GgufFile must outlive it.
@@ -89,11 +103,16 @@ class DecoderModel {
   // than the key head dimension; rope.dimension_count other than the head
   // dimension (the head dimension is attention.key_length, else
   // embedding_length / head_count, and must agree with the tensors first);
-  // mixture-of-experts files; an architecture without a registry row (the
-  // message names the supported ones).
+  // an architecture without a registry row (the message names the
+  // supported ones); a mixture-of-experts file of a dense family, or one
+  // whose expert keys and tensors disagree (expert_used_count above
+  // expert_count, expert tensors of another count, an unknown gating
+  // function), naming the key.
   static absl::StatusOr<std::unique_ptr<DecoderModel>> FromGguf(const gguf::GgufFile& file);
 
   const DecoderHparams& hparams() const { return hp_; }
+  // The family's registry row.
+  const ArchitectureSpec& spec() const { return *spec_; }
   const graph::Weight* token_embd() const { return token_embd_; }
   const graph::Weight* output_norm() const { return output_norm_; }
   const graph::Weight* output() const { return output_; }  // token_embd when tied
@@ -103,8 +122,14 @@ class DecoderModel {
   // Every weight (for registration on device backends and accounting).
   const std::vector<std::unique_ptr<graph::Weight>>& weights() const { return weights_; }
   uint64_t weight_bytes() const;
+  // Parameters one token reads: every weight but the experts a token does
+  // not use (n_expert_used of n_expert) and the embedding rows of other
+  // tokens. Equals the parameter count of a dense model less its
+  // embedding table's other rows.
+  int64_t active_params_per_token() const;
 
  private:
+  friend class WeightResolver;
   DecoderModel() = default;
   // FromGguf's checks, with the reader's own codes (NOT_FOUND for a missing key).
   static absl::StatusOr<std::unique_ptr<DecoderModel>> ReadGguf(
@@ -116,6 +141,7 @@ class DecoderModel {
                                                absl::string_view why = {});
 
   DecoderHparams hp_;
+  const ArchitectureSpec* spec_ = nullptr;
   std::vector<std::unique_ptr<graph::Weight>> weights_;
   const graph::Weight* token_embd_ = nullptr;
   const graph::Weight* output_norm_ = nullptr;
@@ -154,18 +180,15 @@ struct BatchGraphParams {
   std::string ToString() const;
 };
 
-// The decoder's one forward graph (a Session is a one-sequence batch).
-// Per layer: q/k/v as FusedQKV + QkvBiasRopeStore when fuse_qkv, FusedFFN
-// when fuse_ffn at one token and,
-// for a GPU, at up to kFusedFfnMaxTokens (a decode batch: one launch for
-// gate and up; CPU graphs keep gate, up and SwiGLU apart at nt > 1, where
-// the CPU's batched matmul is faster than FusedFFN's token loop)),
-// with K/V stored at the tokens' kv_rows and attention reading each token's
-// own sequence through its block table.
+// The model's one forward graph (a Session is a one-sequence batch), built
+// by its family (ArchitectureSpec::build_graph on blocks.h): K/V stored at
+// the tokens' kv_rows and attention reading each token's own sequence
+// through its block table; logits for the out_rows and their TopK.
 absl::StatusOr<graph::Graph> BuildDecoderBatchGraph(const DecoderModel& model,
                                                   const BatchGraphParams& params);
 
-// Activation memory, for admission before a model is loaded: an upper bound
+// Activation memory, for admission before a model is loaded (the family's
+// ArchitectureSpec::activation_bound for the layers): an upper bound
 // on the bytes of a batched graph of n_tokens tokens producing n_rows rows of
 // logits (rounded up to the runner's power-of-two row buckets) with
 // max_blocks block-table entries per sequence: the graph's activations
@@ -175,4 +198,4 @@ uint64_t BatchScratchBound(const DecoderHparams& hp, int64_t n_tokens, int64_t n
 
 }  // namespace minfer::models
 
-#endif  // MINFER_ENGINE_MODELS_DECODER_DECODER_H_
+#endif  // MINFER_ENGINE_MODELS_DECODER_H_
