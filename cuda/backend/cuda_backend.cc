@@ -320,9 +320,11 @@ bool CudaBackend::SupportsOp(const Node& n) const {
     case OpKind::kSilu:
     case OpKind::kSwiGLU:
     case OpKind::kSoftmax:
-    case OpKind::kAttn:
     case OpKind::kQkvBiasRopeStore:
       return true;
+    case OpKind::kAttn:
+      // Sliding windows and sinks (gpt-oss) have no CUDA kernel yet.
+      return n.p.attn_window == 0 && n.weights.empty();
     case OpKind::kTopK:
       return n.p.top_k <= kTopKMaxK;
     case OpKind::kRmsNorm:
@@ -335,9 +337,10 @@ bool CudaBackend::SupportsOp(const Node& n) const {
     case OpKind::kGetRows:
     case OpKind::kFusedQKV:
     case OpKind::kFusedFFN:
-    case OpKind::kRoPE:
       // Weight types are gated at the model level (all-or-nothing).
       return true;
+    case OpKind::kRoPE:
+      return !n.p.yarn.active();  // YaRN has no CUDA kernel yet
     case OpKind::kKvcacheLoad:
       return SupportsKvType(n.dtype);
     case OpKind::kMoeRoute:

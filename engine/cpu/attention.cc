@@ -94,6 +94,7 @@ void AttendScalar(const attn_internal::AttnArgs& a, int64_t t, int hk, std::vect
                   std::vector<float>& sc, std::vector<float>& acc) {
   const int group = a.n_head / a.n_head_kv, hd = a.head_dim;
   const int64_t n_kv = static_cast<int64_t>(a.pos[t]) + 1;
+  const int64_t first = attn_internal::FirstKey(a, a.pos[t]);
   row.resize(a.n_kv_embd);
   sc.resize(static_cast<size_t>(group) * n_kv);
   acc.assign(static_cast<size_t>(group) * hd, 0.0f);
@@ -106,6 +107,10 @@ void AttendScalar(const attn_internal::AttnArgs& a, int64_t t, int hk, std::vect
     return row.data() + static_cast<int64_t>(hk) * hd;
   };
   for (int64_t p = 0; p < n_kv; ++p) {
+    if (p < first) {
+      for (int g = 0; g < group; ++g) sc[g * n_kv + p] = -INFINITY;
+      continue;
+    }
     const float* k = load(a.k_cache, p);
     for (int g = 0; g < group; ++g) {
       const float* qh = a.q + (t * a.n_head + hk * group + g) * hd;
@@ -119,12 +124,15 @@ void AttendScalar(const attn_internal::AttnArgs& a, int64_t t, int hk, std::vect
     float* s = sc.data() + g * n_kv;
     float mx = -INFINITY;
     for (int64_t p = 0; p < n_kv; ++p) mx = std::max(mx, s[p]);
+    const float sink = a.sinks != nullptr ? a.sinks[hk * group + g] : -INFINITY;
+    mx = std::max(mx, sink);
     for (int64_t p = 0; p < n_kv; ++p) {
       s[p] = std::exp(s[p] - mx);
       sum[g] += s[p];
     }
+    if (a.sinks != nullptr) sum[g] += std::exp(sink - mx);
   }
-  for (int64_t p = 0; p < n_kv; ++p) {
+  for (int64_t p = first; p < n_kv; ++p) {
     const float* v = load(a.v_cache, p);
     for (int g = 0; g < group; ++g) {
       const float w = sc[g * n_kv + p];
@@ -290,7 +298,9 @@ absl::Status PagedAttention(ThreadPool& pool, const PagedAttnArgs& pa, KernelImp
                                      .v_cache = pa.v_cache,
                                      .y = pa.y,
                                      .table = nullptr,
-                                     .block_shift = shift};
+                                     .block_shift = shift,
+                                     .window = pa.window,
+                                     .sinks = pa.sinks};
   const int n_kv = pa.n_head_kv;
   if (impl == KernelImpl::kScalar || !GetCpuFeatures().HasAvx2Set()) {
     pool.ParallelFor(pa.nt * n_kv, [&](int64_t task, int) {

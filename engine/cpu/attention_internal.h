@@ -33,7 +33,17 @@ struct AttnArgs {
   // block_shift | j % block size); null for a contiguous cache.
   const int32_t* table = nullptr;
   int block_shift = 0;
+  // Sliding window: a query at position p sees keys j with p - j < window
+  // (0: every key up to p).
+  int window = 0;
+  // Attention sinks, one logit per query head (graph.h's paged Attn), or null.
+  const float* sinks = nullptr;
 };
+
+// The first key a query at position `pos` sees.
+inline int64_t FirstKey(const AttnArgs& a, int64_t pos) {
+  return a.window > 0 ? (pos - a.window + 1 > 0 ? pos - a.window + 1 : 0) : 0;
+}
 
 // The cache row holding logical row j of the tile's sequence.
 inline int64_t CacheRow(const AttnArgs& a, int64_t j) {

@@ -157,7 +157,7 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       const graph::Weight* factors = graph::RopeFactors(node);
       RopeF32(f(0), i32(1), out, s.ne[0], s.ne[1], s.ne[2], node.p.n_rot, node.p.rope_style,
               node.p.rope_base,
-              factors ? reinterpret_cast<const float*>(factors->data) : nullptr);
+              factors ? reinterpret_cast<const float*>(factors->data) : nullptr, &node.p.yarn);
       return absl::OkStatus();
     }
     case OpKind::kKvcacheStore: {
@@ -198,6 +198,10 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
         pa.k_cache = in[1];
         pa.v_cache = in[2];
         pa.y = out;
+        pa.window = p.attn_window;
+        if (!node.weights.empty() && node.weights[0] != nullptr) {
+          pa.sinks = reinterpret_cast<const float*>(node.weights[0]->data);
+        }
         return PagedAttention(pool, pa);
       }
       return Attention(pool, f(0), i32(3), node.shape.ne[1], p.n_head, p.n_head_kv, p.head_dim,

@@ -77,7 +77,8 @@ void RmsNormRows(ThreadPool& pool, const float* x, const float* w, float eps, fl
 }
 
 void RopeF32(const float* x, const int32_t* pos, float* y, int64_t head_dim, int64_t n_heads,
-             int64_t nt, int n_rot, graph::RopeStyle style, float base, const float* factors) {
+             int64_t nt, int n_rot, graph::RopeStyle style, float base, const float* factors,
+             const graph::RopeYarn* yarn) {
   const int half = n_rot / 2;
   std::vector<float> freq(half);
   // Computed in float as powf(base, -2i/n_rot) (divided by the factor), the
@@ -86,14 +87,38 @@ void RopeF32(const float* x, const int32_t* pos, float* y, int64_t head_dim, int
     freq[i] = std::pow(base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
     if (factors != nullptr) freq[i] /= factors[i];
   }
+  // YaRN (graph.h): the mix of extrapolated and interpolated angles per
+  // pair (ramp r_i times ext_factor) and the magnitude scale.
+  std::vector<float> mix;
+  float mscale = 1.0f;
+  if (yarn != nullptr && yarn->active()) {
+    auto corr = [&](float beta) {
+      return n_rot * std::log(yarn->n_ctx_orig / (beta * 2.0f * static_cast<float>(M_PI))) /
+             (2.0f * std::log(base));
+    };
+    const float lo = std::max(0.0f, std::floor(corr(yarn->beta_fast)));
+    const float hi = std::min(static_cast<float>(n_rot - 1), std::ceil(corr(yarn->beta_slow)));
+    mix.resize(half);
+    for (int i = 0; i < half; ++i) {
+      const float r = (static_cast<float>(i) - lo) / std::max(0.001f, hi - lo);
+      mix[i] = (1.0f - std::min(1.0f, std::max(0.0f, r))) * yarn->ext_factor;
+    }
+    mscale = yarn->attn_factor;
+    if (yarn->ext_factor != 0.0f) mscale *= 1.0f + 0.1f * std::log(1.0f / yarn->freq_scale);
+  }
   std::vector<float> cs(half), sn(half);
   for (int64_t t = 0; t < nt; ++t) {
     const float p = static_cast<float>(pos[t]);
     for (int i = 0; i < half; ++i) {
       // theta rounded to float, then sin/cos of that float exactly.
-      double theta = static_cast<double>(p * freq[i]);
-      cs[i] = static_cast<float>(std::cos(theta));
-      sn[i] = static_cast<float>(std::sin(theta));
+      float th = p * freq[i];
+      if (!mix.empty()) {
+        const float interp = yarn->freq_scale * th;
+        th = interp * (1.0f - mix[i]) + th * mix[i];
+      }
+      const double theta = static_cast<double>(th);
+      cs[i] = static_cast<float>(std::cos(theta)) * mscale;
+      sn[i] = static_cast<float>(std::sin(theta)) * mscale;
     }
     for (int64_t h = 0; h < n_heads; ++h) {
       const float* xh = x + (t * n_heads + h) * head_dim;

@@ -29,9 +29,10 @@ void RmsNormRows(ThreadPool& pool, const float* x, const float* w, float eps, fl
 // Rotary embedding of x [head_dim, n_heads, nt] -> y (may alias x). Pair i
 // turns by pos * freq[i], freq[i] = powf(base, -2i/n_rot) / factors[i] in
 // float (factors: n_rot/2 values, or null for none).
+// yarn: YaRN's interpolation and magnitude scale (graph.h), or null.
 void RopeF32(const float* x, const int32_t* pos, float* y, int64_t head_dim, int64_t n_heads,
              int64_t nt, int n_rot, graph::RopeStyle style, float base,
-             const float* factors = nullptr);
+             const float* factors = nullptr, const graph::RopeYarn* yarn = nullptr);
 
 void PermuteF32(const float* x, const graph::Shape& xs, const std::array<int8_t, 4>& perm,
                 float* y);
@@ -107,6 +108,8 @@ struct PagedAttnArgs {
   const uint8_t* k_cache;
   const uint8_t* v_cache;
   float* y;
+  int window = 0;                 // sliding window (0: none)
+  const float* sinks = nullptr;   // [n_head] sink logits, or null
 };
 absl::Status PagedAttention(ThreadPool& pool, const PagedAttnArgs& args,
                             KernelImpl impl = KernelImpl::kAuto);

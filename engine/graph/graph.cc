@@ -218,7 +218,7 @@ NodeId GraphBuilder::MatMul(NodeId x, const Weight* w, std::string name) {
 }
 
 NodeId GraphBuilder::RoPE(NodeId x, NodeId pos, RopeStyle style, float base, int n_rot,
-                          std::string name, const Weight* factors) {
+                          std::string name, const Weight* factors, const RopeYarn& yarn) {
   if (!Valid(x) || !Valid(pos)) return kNoNode;
   const Node& nx = node(x);
   const Node& np = node(pos);
@@ -240,6 +240,7 @@ NodeId GraphBuilder::RoPE(NodeId x, NodeId pos, RopeStyle style, float base, int
   n.p.rope_style = style;
   n.p.rope_base = base;
   n.p.n_rot = n_rot;
+  n.p.yarn = yarn;
   return Push(std::move(n));
 }
 
@@ -317,7 +318,8 @@ NodeId GraphBuilder::Attn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId pos, 
 NodeId GraphBuilder::PagedAttn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId pos,
                                NodeId tiles, NodeId tables, int kv_block, int n_head,
                                int n_head_kv, int head_dim, float scale, int layer,
-                               std::string name, bool single_token_tiles) {
+                               std::string name, bool single_token_tiles, int window,
+                               const Weight* sinks) {
   if (!Valid(tiles) || !Valid(tables)) return kNoNode;
   const std::string label = "Attn " + name;
   const Node& nt = node(tiles);
@@ -329,6 +331,11 @@ NodeId GraphBuilder::PagedAttn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId 
   if (!Check(kv_block > 0 && (kv_block & (kv_block - 1)) == 0, label,
              absl::StrCat("kv_block ", kv_block, " is not a power of two")))
     return kNoNode;
+  if (!Check(window >= 0, label, absl::StrCat("window ", window, " is negative"))) return kNoNode;
+  if (!Check(sinks == nullptr || (sinks->type == GgmlType::kF32 && sinks->dims.size() == 1 &&
+                                  sinks->ne0() == n_head),
+             label, absl::StrCat("sinks must be f32 [", n_head, "]")))
+    return kNoNode;
   NodeId id = Attn(q, k_cache, v_cache, pos, n_head, n_head_kv, head_dim, scale, layer,
                    std::move(name));
   if (id == kNoNode) return kNoNode;
@@ -338,6 +345,8 @@ NodeId GraphBuilder::PagedAttn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId 
   n.p.kv_block = kv_block;
   n.p.max_blocks = static_cast<int32_t>(nb.shape.ne[0]);
   n.p.single_token_tiles = single_token_tiles;
+  n.p.attn_window = window;
+  if (sinks != nullptr) n.weights = {sinks};
   return id;
 }
 

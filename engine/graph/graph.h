@@ -17,7 +17,17 @@
 //                    interleaved (pairs 2i, 2i+1; llama.cpp's "normal" mode,
 //                    Llama's) style. Pair i turns by pos * base^(-2i/n_rot)
 //                    / f[i]; f is the optional weight [n_rot/2] f32 of
-//                    frequency factors (Llama 3.1's rope_freqs), else 1
+//                    frequency factors (Llama 3.1's rope_freqs), else 1.
+//                    p.yarn (YaRN, when yarn.freq_scale != 1): pair i turns
+//                    by theta = ti (1 - r_i e) + tx r_i e, tx = pos *
+//                    base^(-2i/n_rot), ti = tx * freq_scale, e =
+//                    ext_factor, r_i = 1 - clamp((i - lo) / max(0.001, hi -
+//                    lo), 0, 1) with lo = max(0, floor(c(beta_fast))), hi =
+//                    min(n_rot - 1, ceil(c(beta_slow))), c(b) = n_rot
+//                    ln(n_ctx_orig / (2 pi b)) / (2 ln base); cos and sin
+//                    are scaled by attn_factor (1 + 0.1 ln(1 / freq_scale)
+//                    when e != 0): ggml's rope with YaRN, as llama.cpp runs
+//                    gpt-oss
 //   KvcacheStore k, v, pos   writes rows k[:, t], v[:, t] into the layer's KV
 //                    cache at rows pos[t] (a paged cache: the token's
 //                    physical row); output is a 1-element token that orders
@@ -36,8 +46,15 @@
 //                    (table row, first token, token count, 0) runs of
 //                    consecutive tokens of one sequence (count 0: unused
 //                    entry). Every token belongs to exactly one tile and
-//                    attends to logical rows 0..pos[t] of its sequence. A
-//                    tile has at most kAttnTileTokens tokens.
+//                    attends to logical rows 0..pos[t] of its sequence
+//                    (p.attn_window > 0: only the rows j with pos[t] - j <
+//                    window, a sliding window). A tile has at most
+//                    kAttnTileTokens tokens. weights[0], when present, are
+//                    attention sinks: f32 [n_head] logits s_h, one per query
+//                    head, that join each softmax's normalizer (and its max)
+//                    without a value row: out = sum_j e^(w_j - M) v_j /
+//                    (sum_j e^(w_j - M) + e^(s_h - M)), M = max(max_j w_j,
+//                    s_h) (gpt-oss)
 //   View x           alias of a contiguous byte range of x (offset, shape)
 //   Reshape x        alias of x with another shape of the same element count
 //   Permute x        copy of x with axes permuted (out.ne[perm[i]] = x.ne[i])
@@ -163,6 +180,17 @@ inline bool IsAliasOp(OpKind op) {
 }
 
 enum class RopeStyle : uint8_t { kNeoX, kInterleaved };
+// YaRN context extension of a RoPE node (op table); freq_scale 1: none.
+struct RopeYarn {
+  float freq_scale = 1.0f;  // 1 / the scaling factor
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  int32_t n_ctx_orig = 0;
+  bool active() const { return freq_scale != 1.0f; }
+  bool operator==(const RopeYarn&) const = default;
+};
 // How a mixture-of-experts router turns logits into weights (MoeRoute).
 enum class MoeGating : uint8_t { kSoftmax, kSoftmaxWeight };
 // The expert FFN's activation (MoeFFN).
@@ -180,6 +208,7 @@ struct OpParams {
   RopeStyle rope_style = RopeStyle::kNeoX;
   float rope_base = 10000.0f;
   int32_t n_rot = 0;         // RoPE: rotated dims per head (0 = head_dim)
+  RopeYarn yarn;             // RoPE
   int32_t layer = -1;        // KV ops, Attn, QkvBiasRopeStore
   KvKind kv = KvKind::kK;    // KvcacheLoad
   int32_t n_head = 0;        // Attn, QkvBiasRopeStore
@@ -192,6 +221,7 @@ struct OpParams {
   // Attn (paged): every tile holds one token (a step of decode tokens only),
   // so a backend may skip its multi-token attention path.
   bool single_token_tiles = false;
+  int32_t attn_window = 0;   // Attn (paged): sliding window (0: none)
   int32_t top_k = 0;         // TopK: candidates per row
   int32_t vocab_limit = 0;   // TopK: ids at or above are never candidates
   // RmsNorm, SwiGLU, FusedFFN: every consumer of the output is a MatMul,
@@ -219,7 +249,8 @@ struct Node {
   DType dtype = DType::kF32;
   Shape shape;
   std::vector<NodeId> inputs;
-  // Weights the op reads: MatMul/GetRows/RmsNorm/Add/Mul: [0];
+  // Weights the op reads: MatMul/GetRows/RmsNorm/Add/Mul: [0]; Attn: the
+  // sinks [0] (optional);
   // MoeFFN: gate, up, down experts, then their biases (null when absent);
   // FusedQKV: Wq, Wk, Wv; QkvBiasRopeStore: bq, bk, bv [, rope factors];
   // RoPE: [rope factors] (empty: none); FusedFFN: Wgate, Wup.
@@ -300,7 +331,7 @@ class GraphBuilder {
   NodeId MatMul(NodeId x, const Weight* w, std::string name = "");
   // factors: RoPE frequency factors, f32 [n_rot / 2], or null.
   NodeId RoPE(NodeId x, NodeId pos, RopeStyle style, float base, int n_rot, std::string name = "",
-              const Weight* factors = nullptr);
+              const Weight* factors = nullptr, const RopeYarn& yarn = {});
   NodeId KvcacheStore(NodeId k, NodeId v, NodeId pos, int layer, std::string name = "");
   // shape: [n_kv_embd, n_ctx]; dtype: the cache element type.
   NodeId KvcacheLoad(NodeId store, int layer, KvKind kv, Shape shape, DType dtype,
@@ -311,10 +342,12 @@ class GraphBuilder {
   // [max_blocks, n_rows] i32 inputs, kv_block rows per block.
   // single_token_tiles: the caller promises tiles of one token each
   // (OpParams::single_token_tiles).
+  // window: sliding window (0: none); sinks: f32 [n_head] or null.
   NodeId PagedAttn(NodeId q, NodeId k_cache, NodeId v_cache, NodeId pos, NodeId tiles,
                    NodeId tables, int kv_block, int n_head, int n_head_kv, int head_dim,
                    float scale, int layer, std::string name = "",
-                   bool single_token_tiles = false);
+                   bool single_token_tiles = false, int window = 0,
+                   const Weight* sinks = nullptr);
   NodeId View(NodeId x, Shape shape, int64_t byte_offset, std::string name = "");
   NodeId Reshape(NodeId x, Shape shape, std::string name = "");
   NodeId Permute(NodeId x, std::array<int8_t, 4> perm, std::string name = "");

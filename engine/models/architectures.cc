@@ -6,7 +6,8 @@ namespace minfer::models {
 
 const std::vector<const ArchitectureSpec*>& Architectures() {
   static const auto* table = new std::vector<const ArchitectureSpec*>{
-      &Qwen2Architecture(), &Qwen3Architecture(), &LlamaArchitecture(), &Qwen3MoeArchitecture()};
+      &Qwen2Architecture(), &Qwen3Architecture(), &LlamaArchitecture(), &Qwen3MoeArchitecture(),
+      &GptOssArchitecture()};
   return *table;
 }
 

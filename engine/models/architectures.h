@@ -1,6 +1,6 @@
 // The registry of architectures (GGUF general.architecture) minfer runs: one
 // row per family, defined in the family's own file (engine/models/qwen2.cc,
-// qwen3.cc, llama.cc, qwen3moe.cc), llama.cpp's src/models/ shape. A row
+// qwen3.cc, llama.cc, qwen3moe.cc, gpt_oss.cc), llama.cpp's src/models/ shape. A row
 // says how the family reads its file (keys beyond the shared ones, each
 // layer's tensors), builds its graph (on the shared blocks of blocks.h) and
 // bounds its activations; everything else (the shared keys, the embedding
@@ -41,6 +41,10 @@ struct ArchitectureSpec {
   // Defaults for keys a file may leave out (llama.cpp's).
   float default_rope_base = 10000.0f;
   float default_rms_eps = 1e-6f;
+  // The family runs YaRN RoPE scaling when a file asks for it
+  // (rope.scaling.type "yarn"); otherwise a scaling that changes the angles
+  // is refused.
+  bool yarn = false;
 
   // Reads the family's own keys into `hp` after the shared ones (null:
   // none). A dense family leaves it null: a file with experts is then
@@ -61,10 +65,11 @@ struct ArchitectureSpec {
 // The row of `name`, or null when minfer does not run that architecture.
 const ArchitectureSpec* FindArchitecture(absl::string_view name);
 
-// Every row, in the order they were added (qwen2, qwen3, llama, qwen3moe).
+// Every row, in the order they were added (qwen2, qwen3, llama, qwen3moe,
+// gpt-oss).
 const std::vector<const ArchitectureSpec*>& Architectures();
 
-// "qwen2, qwen3, llama, qwen3moe": for error messages and listings.
+// "qwen2, qwen3, llama, qwen3moe, gpt-oss": for error messages and listings.
 std::string SupportedArchitectures();
 
 // The rows, defined in the families' files.
@@ -72,6 +77,7 @@ const ArchitectureSpec& Qwen2Architecture();
 const ArchitectureSpec& Qwen3Architecture();
 const ArchitectureSpec& LlamaArchitecture();
 const ArchitectureSpec& Qwen3MoeArchitecture();
+const ArchitectureSpec& GptOssArchitecture();
 
 }  // namespace minfer::models
 

@@ -82,7 +82,11 @@ absl::Status ResolveAttention(WeightResolver& r, int layer, DecoderLayer& L) {
                                                    " has one of attn_q_norm / attn_k_norm, not both"));
   }
   ASSIGN_OR_RETURN(L.wo, r.Get(p + "attn_output.weight", {Q, E}, false, r.q_why()));
-  for (const Weight* w : {L.attn_norm, L.bq, L.bk, L.bv, L.q_norm, L.k_norm}) {
+  ASSIGN_OR_RETURN(L.bo, r.Get(p + "attn_output.bias", {E}, true));
+  ASSIGN_OR_RETURN(L.attn_sinks,
+                   r.Get(p + "attn_sinks.weight", {hp.n_head}, true,
+                         absl::StrCat("'", hp.arch, ".attention.head_count' ", hp.n_head)));
+  for (const Weight* w : {L.attn_norm, L.bq, L.bk, L.bv, L.q_norm, L.k_norm, L.bo, L.attn_sinks}) {
     RETURN_IF_ERROR(r.RequireF32(w));
   }
   return absl::OkStatus();
@@ -99,7 +103,8 @@ absl::Status ResolveDenseFfn(WeightResolver& r, int layer, DecoderLayer& L) {
   return r.RequireF32(L.ffn_norm);
 }
 
-absl::Status ResolveMoeFfn(WeightResolver& r, int layer, DecoderLayer& L) {
+absl::Status ResolveMoeFfn(WeightResolver& r, int layer, DecoderLayer& L,
+                           absl::string_view norm) {
   const DecoderHparams& hp = r.hp();
   const int64_t E = hp.n_embd, F = hp.n_ff_exp, X = hp.n_expert;
   const std::string p = absl::StrCat("blk.", layer, ".");
@@ -107,7 +112,7 @@ absl::Status ResolveMoeFfn(WeightResolver& r, int layer, DecoderLayer& L) {
   const std::string x_why = absl::StrCat("'", A, "expert_count' ", X);
   const std::string f_why =
       absl::StrCat("expert width ", F, " and '", A, "expert_count' ", X);
-  ASSIGN_OR_RETURN(L.ffn_norm, r.Get(p + "ffn_norm.weight", {E}, false));
+  ASSIGN_OR_RETURN(L.ffn_norm, r.Get(absl::StrCat(p, norm, ".weight"), {E}, false));
   ASSIGN_OR_RETURN(L.ffn_gate_inp, r.Get(p + "ffn_gate_inp.weight", {E, X}, false, x_why));
   ASSIGN_OR_RETURN(L.ffn_gate_inp_b, r.Get(p + "ffn_gate_inp.bias", {X}, true, x_why));
   ASSIGN_OR_RETURN(L.ffn_gate_exps, r.Get(p + "ffn_gate_exps.weight", {E, F, X}, false, f_why));
@@ -222,7 +227,7 @@ QkvNodes BuildQkv(GraphBuilder& b, const DecoderModel& model, const DecoderLayer
   const DecoderHparams& hp = model.hparams();
   const int64_t hd = hp.head_dim;
   const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
-  if (fused && L.q_norm == nullptr) {
+  if (fused && L.q_norm == nullptr && !hp.yarn.active()) {
     NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
     NodeId q = b.QkvBiasRopeStore({qkv}, L.bq, L.bk, L.bv, pos, nh, nkv, static_cast<int>(hd),
                                   hp.rope_style, hp.rope_base, layer,
@@ -242,9 +247,9 @@ QkvNodes BuildQkv(GraphBuilder& b, const DecoderModel& model, const DecoderLayer
     k = b.QkNorm(k, L.k_norm, hp.rms_eps, p + "k_norm");
   }
   q = b.RoPE(q, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "q_rope",
-             model.rope_freqs());
+             model.rope_freqs(), hp.yarn);
   k = b.RoPE(k, pos, hp.rope_style, hp.rope_base, static_cast<int>(hd), p + "k_rope",
-             model.rope_freqs());
+             model.rope_freqs(), hp.yarn);
   NodeId store = b.KvcacheStore(k, v, kv_rows, layer, p + "kv_store");
   return {q, store};
 }
@@ -260,10 +265,13 @@ NodeId AttentionBlock(GraphBuilder& b, const DecoderModel& model, const DecoderL
                                    gp.n_tokens, gp.fuse_qkv, p);
   NodeId kc = b.KvcacheLoad(store, layer, KvKind::kK, in.kv_shape, gp.kv_type, p + "k_cache");
   NodeId vc = b.KvcacheLoad(store, layer, KvKind::kV, in.kv_shape, gp.kv_type, p + "v_cache");
+  const int window = hp.IsSwaLayer(layer) ? static_cast<int>(hp.n_swa) : 0;
   NodeId a = b.PagedAttn(q, kc, vc, in.io.positions, in.io.attn_tiles, in.io.block_tables,
                          gp.kv_block, nh, nkv, static_cast<int>(hp.head_dim), in.attn_scale,
-                         layer, p + "attn", gp.decode_only);
-  return b.MatMul(a, L.wo, p + "attn_out");
+                         layer, p + "attn", gp.decode_only, window, L.attn_sinks);
+  NodeId out = b.MatMul(a, L.wo, p + "attn_out");
+  if (L.bo != nullptr) out = b.Add(out, L.bo, p + "attn_out_bias");
+  return out;
 }
 
 NodeId DenseFfnBlock(GraphBuilder& b, const DecoderModel&, const DecoderLayer& L, NodeId m,

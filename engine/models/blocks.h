@@ -48,14 +48,17 @@ class WeightResolver {
 };
 
 // attn_norm, attn_q/k/v (+ optional biases), attn_q_norm / attn_k_norm
-// (required when the row says qk_norm), attn_output.
+// (required when the row says qk_norm), attn_output (+ optional bias),
+// attn_sinks (optional, [n_head]).
 absl::Status ResolveAttention(WeightResolver& r, int layer, DecoderLayer& L);
 // ffn_norm, ffn_gate, ffn_up, ffn_down.
 absl::Status ResolveDenseFfn(WeightResolver& r, int layer, DecoderLayer& L);
-// ffn_norm, the router ffn_gate_inp [n_embd, n_expert] (+ optional bias),
+// The pre-FFN norm (`norm`: "ffn_norm", gpt-oss's "post_attention_norm"),
+// the router ffn_gate_inp [n_embd, n_expert] (+ optional bias),
 // ffn_gate_exps / ffn_up_exps [n_embd, n_ff_exp, n_expert], ffn_down_exps
 // [n_ff_exp, n_embd, n_expert] (+ optional biases).
-absl::Status ResolveMoeFfn(WeightResolver& r, int layer, DecoderLayer& L);
+absl::Status ResolveMoeFfn(WeightResolver& r, int layer, DecoderLayer& L,
+                           absl::string_view norm = "ffn_norm");
 
 // The expert keys shared by MoE families: {arch}.expert_count (>= 1),
 // expert_used_count (1..expert_count), expert_feed_forward_length (default
@@ -75,9 +78,11 @@ struct GraphInputs {
 GraphInputs BuildInputs(graph::GraphBuilder& b, const DecoderHparams& hp,
                         const BatchGraphParams& gp);
 
-// W_o · PagedAttn(q, K, V) of one layer from its normed stream n: q/k/v as
-// FusedQKV + QkvBiasRopeStore when gp.fuse_qkv (and the layer has no q/k
-// norms), else the chain of matmuls, biases, q/k norms, RoPE and the store.
+// W_o · PagedAttn(q, K, V) (+ b_o) of one layer from its normed stream n:
+// q/k/v as FusedQKV + QkvBiasRopeStore when gp.fuse_qkv (and the layer has
+// no q/k norms and RoPE no YaRN), else the chain of matmuls, biases, q/k
+// norms, RoPE and the store; the layer's sliding window (hp.IsSwaLayer)
+// and sinks when it has them.
 graph::NodeId AttentionBlock(graph::GraphBuilder& b, const DecoderModel& model,
                              const DecoderLayer& L, int layer, graph::NodeId n,
                              const GraphInputs& in, const BatchGraphParams& gp,

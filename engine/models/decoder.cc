@@ -177,7 +177,25 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::ReadGguf(
       }
     }
     const bool scaled = factor != 0 && factor != 1;
-    if (scaling == "longrope" || (scaling != "none" && scaled)) {
+    if (scaling == "yarn" && scaled && spec->yarn) {
+      // YaRN as llama.cpp runs it (graph.h's RoPE): interpolation by
+      // 1/factor past the original context's wavelengths, extrapolation
+      // below, cos and sin scaled by attn_factor (1 + 0.1 ln factor).
+      hp.yarn.freq_scale = static_cast<float>(1.0 / factor);
+      hp.yarn.ext_factor = 1.0f;
+      hp.yarn.n_ctx_orig = static_cast<int32_t>(hp.context_length);
+      const std::string orig_key = A + "rope.scaling.original_context_length";
+      if (f.Has(orig_key)) {
+        int64_t orig = 0;
+        RETURN_IF_ERROR(get_int(orig_key, &orig));
+        hp.yarn.n_ctx_orig = static_cast<int32_t>(orig);
+      }
+      for (auto [key, out] : {std::pair{"rope.scaling.attn_factor", &hp.yarn.attn_factor},
+                              std::pair{"rope.scaling.yarn_beta_fast", &hp.yarn.beta_fast},
+                              std::pair{"rope.scaling.yarn_beta_slow", &hp.yarn.beta_slow}}) {
+        if (f.Has(A + key)) RETURN_IF_ERROR(get_positive_float(A + key, out));
+      }
+    } else if (scaling == "longrope" || (scaling != "none" && scaled)) {
       return BadKey(f, f.Has(type_key) ? type_key : factor_key,
                     f.Has(type_key) ? absl::StrCat("'", scaling, "'") : absl::StrCat(factor),
                     absl::StrCat("(RoPE scaling '", scaling, "' at factor ", factor == 0 ? 1 : factor,

@@ -53,10 +53,21 @@ struct DecoderHparams {
   graph::MoeGating moe_gating = graph::MoeGating::kSoftmax;
   bool moe_norm = false;      // chosen weights renormalized to sum 1
   float moe_scale = 0.0f;     // chosen weights scaled (0: not)
+  // Sliding-window attention (n_swa 0: none): layer l attends to the last
+  // n_swa positions when l % swa_period < swa_period - 1 (llama.cpp's
+  // pattern; period 2: the even layers), to all of them otherwise. The KV
+  // pool keeps every position of every layer (the window is a mask).
+  int64_t n_swa = 0;
+  int64_t swa_period = 0;
+  // YaRN RoPE scaling (freq_scale 1: none), from rope.scaling.* keys.
+  graph::RopeYarn yarn;
 
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }
   int64_t n_embd_q() const { return n_head * head_dim; }  // q and attention output
   bool moe() const { return n_expert > 0; }
+  bool IsSwaLayer(int64_t l) const {
+    return n_swa > 0 && swa_period > 0 && l % swa_period < swa_period - 1;
+  }
 };
 
 
@@ -71,6 +82,9 @@ struct DecoderLayer {
   const graph::Weight* q_norm = nullptr;  // qwen3: per-head RMSNorm gains [head_dim]
   const graph::Weight* k_norm = nullptr;
   const graph::Weight* wo = nullptr;
+  const graph::Weight* bo = nullptr;          // attn_output.bias (optional)
+  const graph::Weight* attn_sinks = nullptr;  // [n_head] sink logits (optional)
+  // The norm before the FFN (ffn_norm; gpt-oss names it post_attention_norm).
   const graph::Weight* ffn_norm = nullptr;
   const graph::Weight* w_gate = nullptr;
   const graph::Weight* w_up = nullptr;

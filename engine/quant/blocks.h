@@ -97,7 +97,28 @@ struct BlockQ6_K {
   uint16_t d;
 };
 
+// OCP microscaling FP4 (gpt-oss's expert weights): x = d * v[q], d =
+// 2^(e - 128) from the E8M0 exponent e, v the E2M1 values doubled to
+// integers (kMxfp4Values; the halving is in d), q in [0, 15]: element j
+// in the low nibble of qs[j], element j + 16 in the high one.
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[kQK / 2];
+};
+
 #pragma pack(pop)
+
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12,
+                                             0, -1, -2, -3, -4, -6, -8, -12};
+
+// d of an MXFP4 block, 2^(e - 128) exactly (a subnormal float for e < 2),
+// as ggml computes it.
+inline float Mxfp4Scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
 
 // minfer's activation block: 32 values quantized symmetrically,
 // x ~= qs * d, with d = absmax / 127 and s = d * sum(qs) (the term the
@@ -120,6 +141,7 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8A) == 40);
+static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(alignof(BlockQ8A) == 4);
 
 // Decodes the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K

@@ -97,6 +97,17 @@ void DequantizeQ8_0(const void* src, float* dst, int64_t n) {
   }
 }
 
+void DequantizeMXFP4(const void* src, float* dst, int64_t n) {
+  const auto* x = static_cast<const BlockMXFP4*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
+    const float d = Mxfp4Scale(x[b].e);
+    for (int j = 0; j < kQK / 2; ++j) {
+      dst[j] = kMxfp4Values[x[b].qs[j] & 0x0F] * d;
+      dst[j + kQK / 2] = kMxfp4Values[x[b].qs[j] >> 4] * d;
+    }
+  }
+}
+
 void DequantizeQ4_K(const void* src, float* dst, int64_t n) {
   const auto* x = static_cast<const BlockQ4_K*>(src);
   for (int64_t b = 0; b < n / kQKK; ++b) {
@@ -178,6 +189,7 @@ DequantizeRowFn ScalarDequantizer(GgmlType type) {
     case GgmlType::kQ5_0: return DequantizeQ5_0;
     case GgmlType::kQ5_1: return DequantizeQ5_1;
     case GgmlType::kQ8_0: return DequantizeQ8_0;
+    case GgmlType::kMXFP4: return DequantizeMXFP4;
     case GgmlType::kQ4_K: return DequantizeQ4_K;
     case GgmlType::kQ5_K: return DequantizeQ5_K;
     case GgmlType::kQ6_K: return DequantizeQ6_K;

@@ -18,6 +18,7 @@
 //    every x86-64 CPU.
 #include <emmintrin.h>  // SSE2: part of the x86-64 baseline, no dispatch
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -242,6 +243,34 @@ void QuantizeQ8_0(const float* src, void* dst, int64_t n) {
     for (int j = 0; j < kQK; ++j) {
       y[b].qs[j] = static_cast<int8_t>(RoundToInt(Clamp(src[j] * id, -127.0f, 127.0f)));
     }
+  }
+}
+
+// MXFP4: the shared exponent puts the block's absmax in [8, 16) units of d
+// (ggml's choice: e = floor(log2(absmax)) - 2 + 127), each element the
+// nearest of the 16 values (ties to the lower code).
+void QuantizeMXFP4(const float* src, void* dst, int64_t n) {
+  auto* y = static_cast<BlockMXFP4*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
+    const float amax = AbsMax(src, kQK);
+    int e = 0;
+    if (amax > 0.0f && std::isfinite(amax)) {
+      e = std::clamp(static_cast<int>(std::floor(std::log2(amax))) - 2 + 127, 0, 254);
+    }
+    y[b].e = static_cast<uint8_t>(e);
+    const float d = Mxfp4Scale(y[b].e);
+    uint8_t q[kQK];
+    for (int j = 0; j < kQK; ++j) {
+      const float v = src[j] / d;
+      int best = 0;
+      float best_err = std::fabs(v - kMxfp4Values[0]);
+      for (int i = 1; i < 16; ++i) {
+        const float err = std::fabs(v - kMxfp4Values[i]);
+        if (err < best_err) best = i, best_err = err;
+      }
+      q[j] = static_cast<uint8_t>(best);
+    }
+    for (int j = 0; j < kQK / 2; ++j) y[b].qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
   }
 }
 
@@ -629,6 +658,7 @@ QuantizeRowFn GetQuantizeRowFn(GgmlType type) {
     case GgmlType::kQ5_0: return QuantizeQ5_0;
     case GgmlType::kQ5_1: return QuantizeQ5_1;
     case GgmlType::kQ8_0: return QuantizeQ8_0;
+    case GgmlType::kMXFP4: return QuantizeMXFP4;
     case GgmlType::kQ4_K: return QuantizeQ4_K;
     case GgmlType::kQ5_K: return QuantizeQ5_K;
     case GgmlType::kQ6_K: return QuantizeQ6_K;

@@ -37,8 +37,12 @@ uint32_t LoadU32(const uint8_t* p) {
 
 // Legacy block types: Decode(block, w[32]) writes the integer weights the
 // lanes multiply (offset applied), Scale(block) d, and Min(block) m
-// (kHasMin types only).
-struct Q4_0Ref {
+// (kHasMin types only). HalfScale: the fp16 d most of them carry.
+template <class B>
+struct HalfScale {
+  static float Scale(const B& b) { return Fp16ToFloat(b.d); }
+};
+struct Q4_0Ref : HalfScale<BlockQ4_0> {
   using Block = BlockQ4_0;
   static constexpr bool kHasMin = false;
   static void Decode(const Block& b, int* w) {
@@ -50,7 +54,7 @@ struct Q4_0Ref {
   static float Min(const Block&) { return 0.0f; }
 };
 
-struct Q4_1Ref {
+struct Q4_1Ref : HalfScale<BlockQ4_1> {
   using Block = BlockQ4_1;
   static constexpr bool kHasMin = true;
   static void Decode(const Block& b, int* w) {
@@ -62,7 +66,7 @@ struct Q4_1Ref {
   static float Min(const Block& b) { return Fp16ToFloat(b.m); }
 };
 
-struct Q5_0Ref {
+struct Q5_0Ref : HalfScale<BlockQ5_0> {
   using Block = BlockQ5_0;
   static constexpr bool kHasMin = false;
   static void Decode(const Block& b, int* w) {
@@ -75,7 +79,7 @@ struct Q5_0Ref {
   static float Min(const Block&) { return 0.0f; }
 };
 
-struct Q5_1Ref {
+struct Q5_1Ref : HalfScale<BlockQ5_1> {
   using Block = BlockQ5_1;
   static constexpr bool kHasMin = true;
   static void Decode(const Block& b, int* w) {
@@ -88,12 +92,26 @@ struct Q5_1Ref {
   static float Min(const Block& b) { return Fp16ToFloat(b.m); }
 };
 
-struct Q8_0Ref {
+struct Q8_0Ref : HalfScale<BlockQ8_0> {
   using Block = BlockQ8_0;
   static constexpr bool kHasMin = false;
   static void Decode(const Block& b, int* w) {
     for (int j = 0; j < 32; ++j) w[j] = b.qs[j];
   }
+  static float Min(const Block&) { return 0.0f; }
+};
+
+// MXFP4: signed values from the table, d from the shared exponent.
+struct MXFP4Ref {
+  using Block = BlockMXFP4;
+  static constexpr bool kHasMin = false;
+  static void Decode(const Block& b, int* w) {
+    for (int j = 0; j < 16; ++j) {
+      w[j] = kMxfp4Values[b.qs[j] & 0x0F];
+      w[j + 16] = kMxfp4Values[b.qs[j] >> 4];
+    }
+  }
+  static float Scale(const Block& b) { return Mxfp4Scale(b.e); }
   static float Min(const Block&) { return 0.0f; }
 };
 
@@ -105,7 +123,7 @@ float VecDot32(const void* w_row, const BlockQ8A* a, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b) {
     T::Decode(x[b], w);
     const int32_t isum = IntDot(w, a[b].qs, kQK);
-    acc = std::fma(static_cast<float>(isum), Fp16ToFloat(x[b].d) * a[b].d, acc);
+    acc = std::fma(static_cast<float>(isum), T::Scale(x[b]) * a[b].d, acc);
     if constexpr (T::kHasMin) acc = std::fma(T::Min(x[b]), a[b].s, acc);
   }
   return acc;
@@ -195,6 +213,7 @@ const Q8AKernels* Q8AKernelsScalar(GgmlType wtype) {
     case GgmlType::kQ5_0: return &kScalarQ8A<VecDot32<Q5_0Ref>>;
     case GgmlType::kQ5_1: return &kScalarQ8A<VecDot32<Q5_1Ref>>;
     case GgmlType::kQ8_0: return &kScalarQ8A<VecDot32<Q8_0Ref>>;
+    case GgmlType::kMXFP4: return &kScalarQ8A<VecDot32<MXFP4Ref>>;
     case GgmlType::kQ4_K: return &kScalarQ8A<VecDotQ45K<4>>;
     case GgmlType::kQ5_K: return &kScalarQ8A<VecDotQ45K<5>>;
     case GgmlType::kQ6_K: return &kScalarQ8A<VecDotQ6_K>;

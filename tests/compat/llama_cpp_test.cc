@@ -16,7 +16,8 @@
 // (each side quantizes activations for its integer dot products in its own
 // block format, llama.cpp q8_K for K-quants where minfer uses 32-wide
 // blocks, which moves the logits by a few tenths of a percent and a
-// log-probability near -15 by a few hundredths of a nat). A wrong RoPE
+// log-probability near -15 by a few hundredths of a nat; gpt-oss files
+// more, see LogProbTolerance). A wrong RoPE
 // angle, a missing BOS or a wrong head moves them by far more (a BOS
 // mismatch: ~0.2 nats on llama-tiny f32).
 #include <algorithm>
@@ -42,10 +43,16 @@ using Json = nlohmann::json;
 
 constexpr int kGreedyTokens = 24;
 constexpr int kTopK = 8;
-double LogProbTolerance(const std::string& type) {
+double LogProbTolerance(const std::string& shape, const std::string& type) {
   if (type == "f32") return 0.005;
   if (type == "f16") return 0.01;
   if (type == "bf16") return 0.05;
+  // gpt-oss's YaRN scale multiplies every attention logit by 1.81 and its
+  // router follows the quantized activations, so the two sides' different
+  // 8-bit activation blocks move the far tail (log-probabilities near -15)
+  // further: measured 0.149 (q8_0) and 0.335 (MXFP4 experts), with f32
+  // weights at 0.0009 and greedy ids equal with 1-nat margins.
+  if (shape.rfind("gpt-oss", 0) == 0) return 0.4;
   return 0.15;
 }
 // A continuation "moves": at least this many distinct tokens in the 24.
@@ -157,7 +164,7 @@ TEST_P(LlamaCppTest, LoadsTokenizesAndGeneratesLikeMinfer) {
         ASSERT_LT(id, static_cast<int32_t>(lp[step].size()));
         const double diff = std::abs(lp[step][id] - expected);
         worst = std::max(worst, diff);
-        EXPECT_LE(diff, LogProbTolerance(type))
+        EXPECT_LE(diff, LogProbTolerance(shape, type))
             << "step " << step << " token " << id << ": minfer " << lp[step][id]
             << ", llama.cpp " << expected;
       }
@@ -262,6 +269,14 @@ INSTANTIATE_TEST_SUITE_P(
                       // token, experts in each weight type.
                       std::pair{"qwen3moe-tiny", "f32"}, std::pair{"qwen3moe-tiny", "q8_0"},
                       std::pair{"qwen3moe-tiny", "q4_k_m"},
+                      // MXFP4 experts (gpt-oss's format) in llama.cpp's loader
+                      // and dot products.
+                      std::pair{"qwen3moe-tiny", "mxfp4_moe"},
+                      // gpt-oss: attention sinks, a sliding window of 16 on
+                      // the even layers, YaRN RoPE, biases everywhere, the
+                      // clamped SwiGLU, a softmax over the chosen experts.
+                      std::pair{"gpt-oss-tiny", "f32"}, std::pair{"gpt-oss-tiny", "q8_0"},
+                      std::pair{"gpt-oss-tiny", "mxfp4_moe"},
                       // Tied head over the full 128,256-token vocabulary.
                       std::pair{"llama-small", "q8_0"}),
     [](const auto& info) {

@@ -164,5 +164,44 @@ TEST(ElementwiseTest, RopeStylesAndFrequencyFactors) {
   }
 }
 
+// YaRN (gpt-oss: factor 32 over 4,096 positions, base 150,000, 64 rotated
+// dimensions) against the op table in doubles: pairs below the correction
+// range keep their angle, pairs above it turn 32 times slower, the ones
+// between mix linearly, and cos and sin are scaled by 1 + 0.1 ln 32.
+TEST(ElementwiseTest, RopeYarnMatchesTheOpTable) {
+  const int64_t hd = 64, heads = 2, nt = 3;
+  const std::vector<int32_t> pos = {1, 77, 5000};
+  const auto x = Random(hd * heads * nt, 9);
+  graph::RopeYarn yarn;
+  yarn.freq_scale = 1.0f / 32;
+  yarn.ext_factor = 1.0f;
+  yarn.n_ctx_orig = 4096;
+  std::vector<float> y(x.size());
+  RopeF32(x.data(), pos.data(), y.data(), hd, heads, nt, 64, graph::RopeStyle::kNeoX, 150000.0f,
+          nullptr, &yarn);
+  const double pi = 3.14159265358979323846;
+  auto corr = [&](double beta) { return 64 * std::log(4096 / (beta * 2 * pi)) / (2 * std::log(150000.0)); };
+  const double lo = std::floor(corr(32)), hi = std::ceil(corr(1));
+  EXPECT_EQ(lo, 8);  // as llama.cpp rounds them (the reference model keeps 8.09 / 17.40)
+  EXPECT_EQ(hi, 18);
+  const double mscale = 1 + 0.1 * std::log(32.0);
+  for (int64_t t = 0; t < nt; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* xh = x.data() + (t * heads + h) * hd;
+      const float* yh = y.data() + (t * heads + h) * hd;
+      for (int i = 0; i < 32; ++i) {
+        const double extrap = pos[t] * std::pow(150000.0, -2.0 * i / 64);
+        const double ramp = 1 - std::clamp((i - lo) / std::max(0.001, hi - lo), 0.0, 1.0);
+        const double theta = extrap / 32 * (1 - ramp) + extrap * ramp;
+        const double c = std::cos(theta) * mscale, sn = std::sin(theta) * mscale;
+        const double want0 = xh[i] * c - xh[i + 32] * sn, want1 = xh[i] * sn + xh[i + 32] * c;
+        const double tol = 2e-5 * (1 + std::abs(theta)) * (std::abs(xh[i]) + std::abs(xh[i + 32]));
+        ASSERT_NEAR(yh[i], want0, tol) << t << " " << h << " " << i;
+        ASSERT_NEAR(yh[i + 32], want1, tol) << t << " " << h << " " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace minfer::cpu

@@ -207,3 +207,103 @@ TEST(TopKRowsTest, MatchesBruteForce) {
 
 }  // namespace
 }  // namespace minfer::cpu
+
+namespace minfer::cpu {
+namespace {
+
+// Sliding windows and attention sinks (gpt-oss) against a float64 reference
+// of graph.h's op table, on the SIMD and the scalar kernel; a query's value
+// does not depend on its tile (a decode tile of one token gives the prefill
+// tile's value bit for bit), windows shorter and longer than the kernel's
+// key block.
+TEST(PagedAttentionWindowTest, WindowAndSinksMatchFloat64) {
+  const int n_head = 8, n_head_kv = 2, hd = 64, bs = 16;
+  const int64_t nkv = n_head_kv * hd, len = 192, n_new = 64;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(2);
+  graph::KvLayout layout{DType::kF32, len, nkv};
+  std::vector<float> k(nkv * len), v(nkv * len), q(n_head * hd * n_new), sinks(n_head);
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  for (auto& x : q) x = 2.0f * nd(rng);  // sharp enough that the window matters
+  for (auto& x : sinks) x = 2.0f * nd(rng);
+  std::vector<uint8_t> kc(layout.row_bytes() * len), vc(kc.size());
+  std::vector<int32_t> rows(len);
+  std::iota(rows.begin(), rows.end(), 0);
+  ASSERT_TRUE(KvStore(k.data(), v.data(), rows.data(), len, layout, kc.data(), vc.data()).ok());
+  std::vector<int32_t> table(len / bs + 1);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<int32_t> pos(n_new);
+  std::iota(pos.begin(), pos.end(), static_cast<int32_t>(len - n_new));
+  const float scale = 0.125f;
+  for (int window : {16, 100}) {
+    for (bool with_sinks : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "window " << window << " sinks " << with_sinks);
+      std::vector<int32_t> tiles = {0, 0, static_cast<int32_t>(n_new), 0};
+      PagedAttnArgs pa;
+      pa.q = q.data();
+      pa.pos = pos.data();
+      pa.nt = n_new;
+      pa.tiles = tiles.data();
+      pa.n_tiles = 1;
+      pa.tables = table.data();
+      pa.n_table_rows = 1;
+      pa.max_blocks = static_cast<int>(table.size());
+      pa.kv_block = bs;
+      pa.n_head = n_head;
+      pa.n_head_kv = n_head_kv;
+      pa.head_dim = hd;
+      pa.scale = scale;
+      pa.layout = layout;
+      pa.k_cache = kc.data();
+      pa.v_cache = vc.data();
+      pa.window = window;
+      pa.sinks = with_sinks ? sinks.data() : nullptr;
+      for (KernelImpl impl : {KernelImpl::kAuto, KernelImpl::kScalar}) {
+        std::vector<float> y(q.size(), NAN);
+        pa.y = y.data();
+        ASSERT_TRUE(PagedAttention(pool, pa, impl).ok());
+        double worst = 0;
+        for (int64_t t = 0; t < n_new; ++t) {
+          const int64_t p = pos[t], first = std::max<int64_t>(0, p - window + 1);
+          for (int h = 0; h < n_head; ++h) {
+            const int hk = h / (n_head / n_head_kv);
+            const float* qh = q.data() + (t * n_head + h) * hd;
+            std::vector<double> w;
+            double mx = with_sinks ? sinks[h] : -INFINITY;
+            for (int64_t j = first; j <= p; ++j) {
+              double s = 0;
+              for (int i = 0; i < hd; ++i) s += double(qh[i]) * k[j * nkv + hk * hd + i];
+              w.push_back(s * scale);
+              mx = std::max(mx, w.back());
+            }
+            double den = with_sinks ? std::exp(sinks[h] - mx) : 0.0;
+            for (double& x : w) den += (x = std::exp(x - mx));
+            for (int i = 0; i < hd; ++i) {
+              double o = 0;
+              for (size_t jj = 0; jj < w.size(); ++jj) o += w[jj] * v[(first + jj) * nkv + hk * hd + i];
+              worst = std::max(worst, std::abs(o / den - y[(t * n_head + h) * hd + i]));
+            }
+          }
+        }
+        EXPECT_LT(worst, 1e-4) << (impl == KernelImpl::kAuto ? "simd" : "scalar");
+        if (impl != KernelImpl::kAuto) continue;
+        // The last token alone (a decode tile) gives its prefill value.
+        std::vector<int32_t> one_tile = {0, 0, 1, 0};
+        std::vector<float> y1(n_head * hd, NAN);
+        PagedAttnArgs one = pa;
+        one.q = q.data() + (n_new - 1) * n_head * hd;
+        one.pos = pos.data() + n_new - 1;
+        one.nt = 1;
+        one.tiles = one_tile.data();
+        one.y = y1.data();
+        ASSERT_TRUE(PagedAttention(pool, one, impl).ok());
+        EXPECT_EQ(0, std::memcmp(y1.data(), y.data() + (n_new - 1) * n_head * hd, y1.size() * 4));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace minfer::cpu

@@ -8,8 +8,8 @@ namespace minfer::models {
 namespace {
 
 TEST(ArchitecturesTest, RowsAndTheirSwitches) {
-  EXPECT_EQ(SupportedArchitectures(), "qwen2, qwen3, llama, qwen3moe");
-  ASSERT_EQ(Architectures().size(), 4u);
+  EXPECT_EQ(SupportedArchitectures(), "qwen2, qwen3, llama, qwen3moe, gpt-oss");
+  ASSERT_EQ(Architectures().size(), 5u);
   for (const ArchitectureSpec* a : Architectures()) {
     SCOPED_TRACE(a->name);
     // Every family implements the interface.
@@ -21,6 +21,10 @@ TEST(ArchitecturesTest, RowsAndTheirSwitches) {
   ASSERT_NE(qwen3moe, nullptr);
   EXPECT_TRUE(qwen3moe->qk_norm);
   EXPECT_NE(qwen3moe->read_hparams, nullptr);  // the expert keys
+  const ArchitectureSpec* gpt_oss = FindArchitecture("gpt-oss");
+  ASSERT_NE(gpt_oss, nullptr);
+  EXPECT_TRUE(gpt_oss->yarn);
+  EXPECT_FALSE(qwen3moe->yarn);
   const ArchitectureSpec* qwen2 = FindArchitecture("qwen2");
   const ArchitectureSpec* qwen3 = FindArchitecture("qwen3");
   const ArchitectureSpec* llama = FindArchitecture("llama");

@@ -249,6 +249,53 @@ TEST(MoeFileChecksTest, ExpertKeysMustAgreeWithTheTensors) {
                  "missing tensor 'blk.1.ffn_down_exps.weight'");
 }
 
+// gpt-oss: the window and YaRN keys, its required tensors.
+TEST(MoeFileChecksTest, GptOssKeysAndTensors) {
+  auto src = testing::TestModelPath("gpt-oss-tiny", "q8_0");
+  ASSERT_TRUE(src.ok()) << src.status();
+  int n = 0;
+  auto check = [&](const GgufEdit& edit, models::DecoderHparams* hp = nullptr) -> absl::Status {
+    auto path = RewriteGguf(*src, absl::StrCat("gptoss", ++n, ".gguf"), edit);
+    if (!path.ok()) return absl::InternalError(path.status().ToString());
+    auto f = gguf::GgufFile::Open(*path);
+    if (!f.ok()) return absl::InternalError(f.status().ToString());
+    auto m = models::DecoderModel::FromGguf(**f);
+    if (m.ok() && hp != nullptr) *hp = (*m)->hparams();
+    return m.status();
+  };
+  models::DecoderHparams hp;
+  ASSERT_TRUE(check({}, &hp).ok());
+  EXPECT_EQ(hp.n_swa, 16);
+  EXPECT_TRUE(hp.IsSwaLayer(0));
+  EXPECT_FALSE(hp.IsSwaLayer(1));
+  EXPECT_EQ(hp.moe_gating, graph::MoeGating::kSoftmaxWeight);
+  EXPECT_FLOAT_EQ(hp.yarn.freq_scale, 1.0f / 32);
+  EXPECT_EQ(hp.yarn.n_ctx_orig, 4096);
+  EXPECT_REFUSED(check({.drop_keys = {"gpt-oss.attention.sliding_window"}}),
+                 "gpt-oss.attention.sliding_window");
+  EXPECT_REFUSED(check({.keys = [](gguf::GgufWriter& w) {
+                   w.Set("gpt-oss.attention.sliding_window", gguf::Value::U32(0));
+                 }}),
+                 "key 'gpt-oss.attention.sliding_window' = 0");
+  EXPECT_REFUSED(check({.keys = [](gguf::GgufWriter& w) {
+                   w.Set("gpt-oss.expert_gating_func", gguf::Value::U32(1));
+                 }}),
+                 "key 'gpt-oss.expert_gating_func' = 1", "3 (softmax_weight)");
+  EXPECT_REFUSED(check({.drop_tensors = {"blk.2.attn_sinks.weight"}}),
+                 "missing tensor 'blk.2.attn_sinks.weight'");
+  // A family without YaRN refuses it (qwen3moe here).
+  auto qwen = testing::TestModelPath("qwen3moe-tiny", "q8_0");
+  ASSERT_TRUE(qwen.ok());
+  auto path = RewriteGguf(*qwen, "qwen_yarn.gguf", {.keys = [](gguf::GgufWriter& w) {
+                            w.Set("qwen3moe.rope.scaling.type", gguf::Value::String("yarn"));
+                            w.Set("qwen3moe.rope.scaling.factor", gguf::Value::F32(4));
+                          }});
+  ASSERT_TRUE(path.ok());
+  auto f = gguf::GgufFile::Open(*path);
+  ASSERT_TRUE(f.ok());
+  EXPECT_REFUSED(models::DecoderModel::FromGguf(**f).status(), "'yarn' at factor 4");
+}
+
 // Model::Load: the tokenizer's problems are the file's too.
 TEST_F(ModelFileChecksTest, TokenizerAndTemplateProblemsRefuseTheModel) {
   auto load = [&](const GgufEdit& edit) -> absl::Status {

@@ -125,6 +125,18 @@ std::string CheckBlock(GgmlType type, const float* x, const float* y, const uint
       if (rmse > bound) return fail("rmse", rmse, bound);
       return "";
     }
+    case GgmlType::kMXFP4: {
+      // d = 2^(floor(log2 amax) - 3), so amax / d is in [8, 16): values up
+      // to 12 d round to the nearest of the table (gaps at most 4 d, error
+      // at most 2 d), values above 12 d clip to it.
+      const double d = std::ldexp(1.0, static_cast<int>(blk[0]) - 128);
+      if (amax > 0 && d != std::ldexp(1.0, static_cast<int>(std::floor(std::log2(amax))) - 3)) {
+        return fail("d", d, amax / 8);
+      }
+      const double bound = std::max(2 * d, amax - 12 * d) + t;
+      if (max_err > bound) return fail("max err", max_err, bound);
+      return "";
+    }
     case GgmlType::kQ6_K: {
       const double bound = amax / 62 * (1 + 1.0 / 127) * (1 + 2 * kEpsH) + t;
       if (rmse > bound) return fail("rmse", rmse, bound);
@@ -153,7 +165,7 @@ std::string CheckBlock(GgmlType type, const float* x, const float* y, const uint
 constexpr GgmlType kTypes[] = {GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
                                GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
                                GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                               GgmlType::kQ6_K};
+                               GgmlType::kQ6_K, GgmlType::kMXFP4};
 
 int64_t BoundBlock(GgmlType t) {
   // The unit a bound is stated for: a block, or a super-block for K-quants.
@@ -233,7 +245,7 @@ TEST(QuantizeTest, TypicalRmseOnGaussianData) {
       {GgmlType::kQ4_0, 0.0900}, {GgmlType::kQ4_1, 0.0820}, {GgmlType::kQ5_0, 0.0440},
       {GgmlType::kQ5_1, 0.0400}, {GgmlType::kQ8_0, 0.00560}, {GgmlType::kQ4_K, 0.0765},
       {GgmlType::kQ5_K, 0.0386}, {GgmlType::kQ6_K, 0.0182}, {GgmlType::kF16, 0.00022},
-      {GgmlType::kBF16, 0.00176}};
+      {GgmlType::kBF16, 0.00176}, {GgmlType::kMXFP4, 0.120}};
   for (const Expect& e : expects) {
     std::vector<uint8_t> q(RowBytes(e.type, n));
     ASSERT_TRUE(QuantizeRow(e.type, x.data(), q.data(), n).ok());

@@ -18,7 +18,7 @@ namespace {
 
 constexpr GgmlType kQ8ATypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
                                   GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                                  GgmlType::kQ5_K, GgmlType::kQ6_K};
+                                  GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kMXFP4};
 constexpr int64_t kLengths[] = {32, 256, 896, 4864, 3584};
 
 uint32_t Bits(float f) {
@@ -55,6 +55,7 @@ std::vector<uint8_t> RandomBlocks(GgmlType type, int64_t n, std::mt19937& rng) {
       case GgmlType::kQ4_K:
       case GgmlType::kQ5_K: put(p, false), put(p + 2, false); break;
       case GgmlType::kQ6_K: put(p + 208, true); break;
+      case GgmlType::kMXFP4: p[0] = static_cast<uint8_t>(120 + rng() % 16); break;
       default: put(p, true); break;
     }
   }

@@ -164,7 +164,13 @@ INSTANTIATE_TEST_SUITE_P(
                       RunnerCase{"qwen3-tiny", "q8_0", 32, graph::DType::kF16},
                       // Llama 3: adjacent-pair RoPE with rope_freqs factors.
                       RunnerCase{"llama-tiny", "q8_0", 32, graph::DType::kF16},
-                      RunnerCase{"llama-tiny", "q4_k_m", 16, graph::DType::kF32}));
+                      RunnerCase{"llama-tiny", "q4_k_m", 16, graph::DType::kF32},
+                      // Qwen3 MoE: each token's experts, grouped across the
+                      // batch, give its alone logits bit for bit.
+                      RunnerCase{"qwen3moe-tiny", "q4_k_m", 32, graph::DType::kF16},
+                      // gpt-oss: sliding windows crossing the schedule's
+                      // chunks, sinks, YaRN.
+                      RunnerCase{"gpt-oss-tiny", "mxfp4_moe", 16, graph::DType::kF16}));
 
 // A short run over a long context (a cached prefix's last tokens, a chat's
 // next turn) is attended one token per tile (MINFER_ATTN_SHORT_RUN); on the
@@ -309,7 +315,8 @@ TEST_P(EngineGreedyTest, GreedyTokensEqualAloneRuns) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, EngineGreedyTest,
-                         ::testing::Values("tiny-untied", "qwen3-tiny", "llama-tiny"),
+                         ::testing::Values("tiny-untied", "qwen3-tiny", "llama-tiny",
+                                           "qwen3moe-tiny", "gpt-oss-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) c = c == '-' ? '_' : c;
