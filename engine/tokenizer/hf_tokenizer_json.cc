@@ -149,11 +149,14 @@ absl::StatusOr<TokenizerData> TokenizerDataFromHfJsonText(absl::string_view text
   const json* pre = Member(root, "pre_tokenizer");
   const std::optional<std::string> regex = pre == nullptr ? std::nullopt : SplitRegex(*pre);
   const bool qwen2 = regex == std::optional<std::string>(std::string(kQwen2SplitRegex));
-  const bool llama3 = regex == std::optional<std::string>(std::string(kLlama3SplitRegex));
+  const bool o200k = regex == std::optional<std::string>(std::string(kO200kSplitRegex));
+  // o200k takes Llama 3's rules below (no normalizer, ignore_merges).
+  const bool llama3 =
+      o200k || regex == std::optional<std::string>(std::string(kLlama3SplitRegex));
   if (!qwen2 && !llama3) {
     return absl::UnimplementedError(
-        absl::StrCat(name, ": pre-tokenizer is neither Qwen2's nor Llama 3's (Split on their "
-                           "regex, then ByteLevel); minfer supports only those"));
+        absl::StrCat(name, ": pre-tokenizer is not Qwen2's, Llama 3's or o200k's (Split on "
+                           "their regex, then ByteLevel); minfer supports only those"));
   }
   const json* normalizer = Member(root, "normalizer");
   const bool nfc = normalizer != nullptr &&
@@ -225,7 +228,7 @@ absl::StatusOr<TokenizerData> TokenizerDataFromHfJsonText(absl::string_view text
   TokenizerData data;
   data.model_name = name;
   data.model = "gpt2";
-  data.pre = llama3 ? "llama-bpe" : "qwen2";
+  data.pre = o200k ? "gpt-4o" : llama3 ? "llama-bpe" : "qwen2";
   data.tokens.reserve(entries.size());
   data.token_types.reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {

@@ -57,6 +57,11 @@ inline constexpr absl::string_view kQwen2SplitRegex =
 inline constexpr absl::string_view kLlama3SplitRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// o200k's (gpt-4o, gpt-oss): words split at case changes, contractions
+// attached, numbers in runs of up to three digits.
+inline constexpr absl::string_view kO200kSplitRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 }  // namespace minfer::tokenizer
 
 #endif  // MINFER_ENGINE_TOKENIZER_HF_TOKENIZER_JSON_H_

@@ -102,6 +102,94 @@ class Scanner {
   size_t max_digits_;
 };
 
+// The o200k pattern (pretokenizer.h), leftmost-first like the others.
+class O200kScanner {
+ public:
+  O200kScanner(const char32_t* cps, const uint8_t* classes, size_t n)
+      : cps_(cps), cls_(classes), n_(n) {}
+
+  size_t MatchAt(size_t i) const {
+    // 1. P?U*L+C? and 2. P?U+L*C?, each first with the optional prefix P =
+    //    [^\r\n\p{L}\p{N}] taken (greedy), then without it.
+    const bool prefix = !(cls_[i] & (kCharCrLf | kCharLetter | kCharNumber));
+    for (size_t s : {prefix ? i + 1 : SIZE_MAX, i}) {
+      if (s == SIZE_MAX) continue;
+      if (const size_t e = WordLower(s); e != SIZE_MAX) return Contraction(e);
+    }
+    for (size_t s : {prefix ? i + 1 : SIZE_MAX, i}) {
+      if (s == SIZE_MAX) continue;
+      if (const size_t e = WordUpper(s); e != SIZE_MAX) return Contraction(e);
+    }
+    // 3. \p{N}{1,3}.
+    if (cls_[i] & kCharNumber) {
+      size_t j = i + 1;
+      while (j < n_ && j - i < 3 && (cls_[j] & kCharNumber)) ++j;
+      return j;
+    }
+    // 4. " ?[^\s\p{L}\p{N}]+[\r\n/]*".
+    size_t j = i;
+    if (cps_[i] == ' ' && i + 1 < n_ && IsOther(i + 1)) j = i + 1;
+    if (IsOther(j)) {
+      while (j < n_ && IsOther(j)) ++j;
+      while (j < n_ && ((cls_[j] & kCharCrLf) || cps_[j] == '/')) ++j;
+      return j;
+    }
+    // 5-7: the whitespace alternatives, as in Scanner.
+    size_t ws_end = i;
+    size_t last_crlf = SIZE_MAX;
+    while (ws_end < n_ && (cls_[ws_end] & kCharWhitespace)) {
+      if (cls_[ws_end] & kCharCrLf) last_crlf = ws_end;
+      ++ws_end;
+    }
+    if (last_crlf != SIZE_MAX) return last_crlf + 1;
+    if (ws_end == n_) return n_;
+    if (ws_end - i >= 2) return ws_end - 1;
+    return ws_end;
+  }
+
+ private:
+  bool Is(size_t i, uint8_t bit) const { return i < n_ && (cls_[i] & bit); }
+  bool IsOther(size_t i) const {
+    return i < n_ && !(cls_[i] & (kCharLetter | kCharNumber | kCharWhitespace));
+  }
+  size_t RunEnd(size_t i, uint8_t bit) const {
+    while (Is(i, bit)) ++i;
+    return i;
+  }
+  // U*L+ from s: U* greedy, giving back one at a time until L+ can start;
+  // the first (longest U*) start k with an L there wins, then L+ greedy.
+  // SIZE_MAX when no k works.
+  size_t WordLower(size_t s) const {
+    if (s >= n_) return SIZE_MAX;
+    const size_t u_end = RunEnd(s, kCharUpperWord);
+    for (size_t k = u_end + 1; k-- > s;) {
+      if (Is(k, kCharLowerWord)) return RunEnd(k, kCharLowerWord);
+    }
+    return SIZE_MAX;
+  }
+  // U+L* from s.
+  size_t WordUpper(size_t s) const {
+    if (!Is(s, kCharUpperWord)) return SIZE_MAX;
+    return RunEnd(RunEnd(s, kCharUpperWord), kCharLowerWord);
+  }
+  // C? at e: (?i:'s|'t|'re|'ve|'m|'ll|'d), the end after it.
+  size_t Contraction(size_t e) const {
+    if (e + 1 >= n_ || cps_[e] != '\'') return e;
+    const char32_t c1 = cps_[e + 1];
+    if (FoldsTo(c1, 's') || FoldsTo(c1, 't') || FoldsTo(c1, 'm') || FoldsTo(c1, 'd')) return e + 2;
+    if (e + 2 < n_) {
+      const char32_t c2 = cps_[e + 2];
+      if ((FoldsTo(c1, 'r') || FoldsTo(c1, 'v')) && FoldsTo(c2, 'e')) return e + 3;
+      if (FoldsTo(c1, 'l') && FoldsTo(c2, 'l')) return e + 3;
+    }
+    return e;
+  }
+
+  const char32_t* cps_;
+  const uint8_t* cls_;
+  size_t n_;
+};
+
 // Classes of ASCII code points, without a function call per character.
 struct AsciiClasses {
   uint8_t v[128];
@@ -143,6 +231,15 @@ void SplitPieces(absl::string_view text, PreTokenizer kind, SplitScratch* scratc
   }
   const size_t n = cps.size();
   offsets.push_back(text.size());
+  if (kind == PreTokenizer::kO200k) {
+    const O200kScanner scanner(cps.data(), classes.data(), n);
+    for (size_t i = 0; i < n;) {
+      const size_t j = scanner.MatchAt(i);
+      out->push_back({offsets[i], offsets[j]});
+      i = j;
+    }
+    return;
+  }
   const Scanner scanner(cps.data(), classes.data(), n, kind == PreTokenizer::kLlama3 ? 3 : 1);
   for (size_t i = 0; i < n;) {
     const size_t j = scanner.MatchAt(i);

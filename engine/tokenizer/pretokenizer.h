@@ -10,6 +10,15 @@
 // numbers in runs of up to three digits, \p{N}{1,3}, instead of one:
 // "12345" is "123" + "45".
 //
+// o200k's (gpt-4o and gpt-oss; tokenizer.ggml.pre = gpt-4o), with U =
+// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], L = [\p{Ll}\p{Lm}\p{Lo}\p{M}] and C =
+// (?i:'s|'t|'re|'ve|'m|'ll|'d):
+//
+//   [^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,3}
+//   | ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//
+// (words split at case changes, contractions attached to the word before).
+//
 // implemented as a hand-written scanner over code points (no regex engine):
 // at each position the first alternative that matches wins, with the
 // backtracking behaviour of a leftmost-first engine worked out per
@@ -38,7 +47,7 @@ struct PieceSpan {
   size_t end;
 };
 
-enum class PreTokenizer : uint8_t { kQwen2, kLlama3 };
+enum class PreTokenizer : uint8_t { kQwen2, kLlama3, kO200k };
 
 // Reusable buffers for Split (keeps allocations out of the hot loop).
 struct SplitScratch {

@@ -138,18 +138,20 @@ absl::Status Tokenizer::Build(TokenizerData data) {
   }
   // llama.cpp's names for Llama 3's pre-tokenizer.
   const bool llama3 = data.pre == "llama-bpe" || data.pre == "llama3" || data.pre == "llama-v3";
-  if (data.pre != "qwen2" && !llama3) {
+  // o200k (gpt-4o, gpt-oss; llama.cpp's "gpt-4o").
+  const bool o200k = data.pre == "gpt-4o";
+  if (data.pre != "qwen2" && !llama3 && !o200k) {
     return absl::UnimplementedError(absl::StrCat(
         who, ": pre-tokenizer '", data.pre,
-        "' is not supported (minfer implements tokenizer.ggml.pre = qwen2, llama-bpe)"));
+        "' is not supported (minfer implements tokenizer.ggml.pre = qwen2, llama-bpe, gpt-4o)"));
   }
   pre_ = data.pre;
-  // Llama 3's tokenizer.json has no normalizer and sets ignore_merges (a
-  // piece that is a vocabulary entry is that token, whatever BPE would do);
-  // llama.cpp does both for this pre-tokenizer too.
-  split_ = llama3 ? PreTokenizer::kLlama3 : PreTokenizer::kQwen2;
-  nfc_ = !llama3;
-  ignore_merges_ = llama3;
+  // Llama 3's and o200k's tokenizer.json have no normalizer and set
+  // ignore_merges (a piece that is a vocabulary entry is that token,
+  // whatever BPE would do); llama.cpp does both for these pre-tokenizers.
+  split_ = o200k ? PreTokenizer::kO200k : llama3 ? PreTokenizer::kLlama3 : PreTokenizer::kQwen2;
+  nfc_ = !llama3 && !o200k;
+  ignore_merges_ = llama3 || o200k;
   const size_t n = data.tokens.size();
   if (n == 0) {
     return absl::InvalidArgumentError(
@@ -330,11 +332,15 @@ absl::Status Tokenizer::Build(TokenizerData data) {
   if (eos_id_) stop_ids_.push_back(*eos_id_);
   if (eot_id_) stop_ids_.push_back(*eot_id_);
   // By text, as llama.cpp decides end of generation: ChatML's and Qwen's
-  // ends, and Llama 3's end of turn, end of text and end of message (a
-  // tool call awaiting its result).
+  // ends, Llama 3's end of turn, end of text and end of message (a tool call
+  // awaiting its result), and Harmony's (gpt-oss) end of the answer and of a
+  // tool call. Harmony's <|end|> closes each message of a turn (analysis,
+  // then final), so it is not an end of generation (llama.cpp drops it from
+  // the set too).
   for (absl::string_view end_text :
        {kImEnd, absl::string_view("<|endoftext|>"), absl::string_view("<|eot_id|>"),
-        absl::string_view("<|end_of_text|>"), absl::string_view("<|eom_id|>")}) {
+        absl::string_view("<|end_of_text|>"), absl::string_view("<|eom_id|>"),
+        absl::string_view("<|return|>"), absl::string_view("<|call|>")}) {
     const std::optional<TokenId> id = FindToken(end_text);
     if (id && types_[*id] == TokenType::kControl) stop_ids_.push_back(*id);
   }

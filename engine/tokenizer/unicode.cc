@@ -23,6 +23,10 @@ uint8_t ComputeClass(UChar32 c) {
   if (mask & U_GC_N_MASK) r |= kCharNumber;
   if (u_isUWhiteSpace(c)) r |= kCharWhitespace;
   if (c == '\r' || c == '\n') r |= kCharCrLf;
+  if (mask & (U_GC_LU_MASK | U_GC_LT_MASK | U_GC_LM_MASK | U_GC_LO_MASK | U_GC_M_MASK)) {
+    r |= kCharUpperWord;
+  }
+  if (mask & (U_GC_LL_MASK | U_GC_LM_MASK | U_GC_LO_MASK | U_GC_M_MASK)) r |= kCharLowerWord;
   return r;
 }
 

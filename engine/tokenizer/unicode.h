@@ -61,6 +61,9 @@ enum CharClass : uint8_t {
   kCharWhitespace = 4,  // \s: the Unicode White_Space property (what Hugging
                         // Face's Oniguruma and Rust regex engines use)
   kCharCrLf = 8,        // U+000D or U+000A
+  // The o200k (gpt-4o) pattern's word classes:
+  kCharUpperWord = 16,  // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
+  kCharLowerWord = 32,  // [\p{Ll}\p{Lm}\p{Lo}\p{M}]
 };
 
 // The CharClass bits of `cp` (ICU's data; BMP values are cached in a table

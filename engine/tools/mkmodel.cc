@@ -150,11 +150,14 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
     return absl::InvalidArgumentError(absl::StrCat("bad head configuration: n_embd ", s.n_embd,
                                                    ", n_head ", s.n_head, ", n_head_kv ", s.n_head_kv));
   }
+  // Llama 3's and gpt-oss's tokenizers are tiktoken vocabularies (ids are
+  // ranks, added tokens after them); Qwen's has its own added tokens.
+  const bool tiktoken = llama || gpt_oss;
   std::string json = !opt.tokenizer_json.empty() ? opt.tokenizer_json
-                     : llama                      ? TokenizerJsonFor(s)
+                     : tiktoken                   ? TokenizerJsonFor(s)
                                                   : DefaultTokenizerJsonPath();
-  ASSIGN_OR_RETURN(QwenVocab vocab, llama ? LoadLlama3Vocab(json, s.n_vocab_base, s.n_vocab)
-                                          : LoadQwenVocab(json, s.n_vocab_base, s.n_vocab));
+  ASSIGN_OR_RETURN(QwenVocab vocab, tiktoken ? LoadLlama3Vocab(json, s.n_vocab_base, s.n_vocab)
+                                             : LoadQwenVocab(json, s.n_vocab_base, s.n_vocab));
 
   const int64_t head_dim = s.HeadDim();
   const int64_t n_embd_kv = head_dim * s.n_head_kv;
@@ -278,7 +281,7 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
     w.SetU32(A + "vocab_size", static_cast<uint32_t>(s.n_vocab));
   }
   w.SetString("tokenizer.ggml.model", "gpt2");
-  w.SetString("tokenizer.ggml.pre", llama ? "llama-bpe" : "qwen2");
+  w.SetString("tokenizer.ggml.pre", llama ? "llama-bpe" : gpt_oss ? "gpt-4o" : "qwen2");
   w.Set("tokenizer.ggml.tokens", gguf::Value::StringArray(vocab.tokens));
   w.Set("tokenizer.ggml.token_type", gguf::Value::I32Array(vocab.types));
   w.Set("tokenizer.ggml.merges", gguf::Value::StringArray(vocab.merges));

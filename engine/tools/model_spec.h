@@ -67,11 +67,10 @@ struct Qwen2Shape {
 // 768, 8 per token) and "qwen3moe-tiny" (16 experts of 256, 4 per token, on
 // qwen3-tiny's attention).
 // gpt-oss: "gpt-oss-20b" (24 layers of 2,880, 64 x 64 heads over 8 KV
-// heads, 32 experts of 2,880, 4 per token, window 128, YaRN 32 over 4,096;
-// Qwen's vocabulary padded to the real 201,088 rows until the o200k
-// tokenizer is written) and "gpt-oss-tiny" (4 layers of 256, 4 x 64 heads,
-// 16 experts of 256, 4 per token, a window of 16 so that test prompts
-// cross it).
+// heads, 32 experts of 2,880, 4 per token, window 128, YaRN 32 over 4,096,
+// the o200k_harmony vocabulary in 201,088 rows) and "gpt-oss-tiny" (4 layers
+// of 256, 4 x 64 heads, 16 experts of 256, 4 per token, a window of 16 so
+// that test prompts cross it, the first 1,536 o200k tokens).
 // Llama 3: "llama3.2-1b" (tied), "llama3.1-8b" (untied; both with the real
 // shapes, the full 128,256-token vocabulary and the llama3 rope factors) and
 // "llama-tiny" (untied, 4 heads x 64 over 256, a truncated vocabulary, rope

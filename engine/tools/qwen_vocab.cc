@@ -129,7 +129,9 @@ absl::StatusOr<QwenVocab> LoadQwenVocab(const std::string& json_path, int64_t n_
 namespace {
 
 // The eos_token of the tokenizer_config.json beside `json_path`, or "".
-std::string ConfigEosToken(const std::string& json_path) {
+// The special token `key` ("eos_token", "bos_token", "pad_token") of the
+// tokenizer_config.json beside `json_path`, or "".
+std::string ConfigToken(const std::string& json_path, const char* key) {
   const size_t slash = json_path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : json_path.substr(0, slash);
   std::ifstream in(dir + "/tokenizer_config.json");
@@ -137,8 +139,8 @@ std::string ConfigEosToken(const std::string& json_path) {
   std::stringstream ss;
   ss << in.rdbuf();
   const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token")) return "";
-  const nlohmann::json& e = j["eos_token"];
+  if (j.is_discarded() || !j.is_object() || !j.contains(key)) return "";
+  const nlohmann::json& e = j[key];
   if (e.is_string()) return e.get<std::string>();
   if (e.is_object() && e.contains("content") && e["content"].is_string()) {
     return e["content"].get<std::string>();
@@ -221,19 +223,23 @@ absl::StatusOr<QwenVocab> LoadLlama3Vocab(const std::string& json_path, int64_t 
   for (int64_t k = 0; k < n_added; ++k) {
     const int64_t id = n_base + k;
     v.tokens[id] = added[k].second;
-    // Every Llama 3 added token is special (llama.cpp: control).
+    // Every Llama 3 and o200k added token is special (llama.cpp: control).
     v.types[id] = kTokenControl;
-    if (added[k].second == "<|begin_of_text|>") v.bos_id = static_cast<int32_t>(id);
   }
-  const std::string eos = ConfigEosToken(json_path);
+  const std::string bos = ConfigToken(json_path, "bos_token");
+  const std::string eos = ConfigToken(json_path, "eos_token");
+  const std::string pad = ConfigToken(json_path, "pad_token");
   for (int64_t k = 0; k < n_added; ++k) {
-    if (added[k].second == (eos.empty() ? "<|end_of_text|>" : eos)) {
-      v.eos_id = static_cast<int32_t>(n_base + k);
-    }
+    const std::string& text = added[k].second;
+    const int32_t id = static_cast<int32_t>(n_base + k);
+    if (text == (bos.empty() ? "<|begin_of_text|>" : bos)) v.bos_id = id;
+    if (text == (eos.empty() ? "<|end_of_text|>" : eos)) v.eos_id = id;
+    if (!pad.empty() && text == pad) v.pad_id = id;
   }
   if (v.bos_id < 0 || v.eos_id < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("'", json_path, "' lacks <|begin_of_text|> or its eos token"));
+        absl::StrCat("'", json_path, "' lacks its bos token (", bos.empty() ? "<|begin_of_text|>" : bos,
+                     ") or its eos token (", eos.empty() ? "<|end_of_text|>" : eos, ")"));
   }
   for (int64_t id = n_base + n_added; id < n_vocab; ++id) {
     v.tokens[id] = absl::StrCat("[PAD", id, "]");

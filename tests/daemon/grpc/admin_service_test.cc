@@ -261,8 +261,8 @@ TEST_F(AdminServiceTest, RefusedModelFilesAreInvalidArgumentWithTheRealReason) {
        {"key 'qwen2.expert_count' = 8", "mixture-of-experts"}},
       {"missing-key", {.drop_keys = {"qwen2.block_count"}}, {"missing key 'qwen2.block_count'"}},
       {"tokenizer",
-       {.keys = [](gguf::GgufWriter& w) { w.SetString("tokenizer.ggml.pre", "gpt-4o"); }},
-       {"pre-tokenizer 'gpt-4o' is not supported"}},
+       {.keys = [](gguf::GgufWriter& w) { w.SetString("tokenizer.ggml.pre", "deepseek-llm"); }},
+       {"pre-tokenizer 'deepseek-llm' is not supported"}},
       {"head-count",
        {.keys =
             [](gguf::GgufWriter& w) {

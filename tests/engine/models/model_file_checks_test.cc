@@ -305,9 +305,9 @@ TEST_F(ModelFileChecksTest, TokenizerAndTemplateProblemsRefuseTheModel) {
   };
   // UNIMPLEMENTED before.
   EXPECT_REFUSED(load({.keys = [](gguf::GgufWriter& w) {
-                   w.SetString("tokenizer.ggml.pre", "gpt-4o");
+                   w.SetString("tokenizer.ggml.pre", "deepseek-llm");
                  }}),
-                 "pre-tokenizer 'gpt-4o' is not supported");
+                 "pre-tokenizer 'deepseek-llm' is not supported");
   // NOT_FOUND before.
   EXPECT_REFUSED(load({.drop_keys = {"tokenizer.ggml.tokens"}}), "tokenizer.ggml.tokens");
   // Loaded before, and then every chat request failed with a 400.

@@ -1,5 +1,6 @@
-// Reference token ids of Llama 3's tokenizer from Hugging Face's JavaScript
-// tokenizer (@huggingface/tokenizers), for hf_llama3_reference_test.cc.
+// Reference token ids of Llama 3's (and gpt-oss's o200k_harmony) tokenizer
+// from Hugging Face's JavaScript tokenizer (@huggingface/tokenizers), for
+// hf_llama3_reference_test.cc.
 //
 // Usage: node hf_llama3_reference.js HF_TOKENIZERS_CJS TOKENIZER_JSON INPUT_JSONL
 //
@@ -38,7 +39,8 @@ for (const line of lines) {
   const text = typeof v === 'string' ? v : decoder.decode(Buffer.from(v.hex, 'hex'));
   const special = full.encode(text).ids;
   const plainIds = plain.encode(text, {add_special_tokens: false}).ids;
-  const decoded =
+  // (decode refuses an empty list: an empty text without a BOS, gpt-oss's)
+  const decoded = special.length === 0 ? '' :
       full.decode(special, {skip_special_tokens: false, clean_up_tokenization_spaces: false});
   out.push(JSON.stringify({special, plain: plainIds, decoded}));
 }

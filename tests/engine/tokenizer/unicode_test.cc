@@ -74,16 +74,22 @@ TEST(Utf8Test, LossyAppendHoldsBackIncompleteTail) {
 }
 
 TEST(UnicodeTest, ClassesComeFromIcu) {
-  EXPECT_EQ(ClassifyCodePoint('a'), kCharLetter);
-  EXPECT_EQ(ClassifyCodePoint(0x4E2D), kCharLetter);   // 中 (Lo)
-  EXPECT_EQ(ClassifyCodePoint(0x02B0), kCharLetter);   // ʰ (Lm)
-  EXPECT_EQ(ClassifyCodePoint(0x01C5), kCharLetter);   // ǅ (Lt)
+  // Letters also carry o200k's word classes: lowercase (Ll) the lower one,
+  // uppercase and titlecase (Lu, Lt) the upper one, Lm and Lo both.
+  constexpr uint8_t kUpper = kCharUpperWord, kLower = kCharLowerWord;
+  EXPECT_EQ(ClassifyCodePoint('a'), kCharLetter | kLower);
+  EXPECT_EQ(ClassifyCodePoint('A'), kCharLetter | kUpper);
+  EXPECT_EQ(ClassifyCodePoint(0x4E2D), kCharLetter | kUpper | kLower);  // 中 (Lo)
+  EXPECT_EQ(ClassifyCodePoint(0x02B0), kCharLetter | kUpper | kLower);  // ʰ (Lm)
+  EXPECT_EQ(ClassifyCodePoint(0x01C5), kCharLetter | kUpper);           // ǅ (Lt)
   EXPECT_EQ(ClassifyCodePoint('7'), kCharNumber);
   EXPECT_EQ(ClassifyCodePoint(0x0663), kCharNumber);   // Arabic-Indic 3 (Nd)
   EXPECT_EQ(ClassifyCodePoint(0x216B), kCharNumber);   // Ⅻ (Nl)
   EXPECT_EQ(ClassifyCodePoint(0x00BD), kCharNumber);   // ½ (No)
   EXPECT_EQ(ClassifyCodePoint(0x1D7D8), kCharNumber);  // 𝟘 (Nd, astral)
-  EXPECT_EQ(ClassifyCodePoint(0x1D573), kCharLetter);  // 𝕳 (astral)
+  EXPECT_EQ(ClassifyCodePoint(0x1D573), kCharLetter | kUpper);  // 𝕳 (Lu, astral)
+  // A combining mark is no letter but belongs to both o200k word classes.
+  EXPECT_EQ(ClassifyCodePoint(0x0301), kUpper | kLower);
   EXPECT_EQ(ClassifyCodePoint('\n'), kCharWhitespace | kCharCrLf);
   EXPECT_EQ(ClassifyCodePoint('\r'), kCharWhitespace | kCharCrLf);
   // White_Space, as Hugging Face's regex engines define \s.
@@ -92,7 +98,7 @@ TEST(UnicodeTest, ClassesComeFromIcu) {
     EXPECT_EQ(ClassifyCodePoint(ws), kCharWhitespace) << std::hex << static_cast<uint32_t>(ws);
   }
   // Not White_Space (though some are "spaces" elsewhere).
-  for (char32_t other : {0x1C, 0x1F, 0x200B, 0xFEFF, 0x180E, 0x0301, 0xFFFD, 0x1F600, 0x110000}) {
+  for (char32_t other : {0x1C, 0x1F, 0x200B, 0xFEFF, 0x180E, 0xFFFD, 0x1F600, 0x110000}) {
     EXPECT_EQ(ClassifyCodePoint(other), 0) << std::hex << static_cast<uint32_t>(other);
   }
 }
