@@ -1,5 +1,7 @@
 #include "engine/tools/mkmodel.h"
 
+#include "engine/chat/harmony_template.h"
+
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -297,6 +299,9 @@ absl::StatusOr<MkModelReport> WriteSyntheticModel(const MkModelOptions& opt, Thr
   // else the ChatML framing Qwen2 models are trained on.
   std::string chat_template = opt.chat_template;
   if (chat_template.empty() && (qwen3 || llama)) chat_template = TemplateBeside(json);
+  // gpt-oss: Harmony (no npm package ships OpenAI's template; minfer's own
+  // renders the same format).
+  if (chat_template.empty() && gpt_oss) chat_template = std::string(chat::kHarmonyChatTemplate);
   w.SetString("tokenizer.chat_template",
               !chat_template.empty() ? chat_template :
               "{%- for message in messages %}"

@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "engine/chat/harmony_template.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
@@ -66,6 +67,11 @@ std::vector<Model> LoadModels() {
                       {TokenText(cfg.value("bos_token", nlohmann::json())),
                        TokenText(cfg.value("eos_token", nlohmann::json()))}});
   }
+  // minfer's Harmony template (gpt-oss files): calls as to=functions.NAME
+  // on the commentary channel, results from functions.NAME, the tools as a
+  // TypeScript namespace.
+  models.push_back({"harmony", "gpt-4o", std::string(chat::kHarmonyChatTemplate),
+                    {"<|startoftext|>", "<|return|>"}});
   return models;
 }
 
@@ -280,12 +286,13 @@ std::vector<Case> RenderAll(const std::vector<Model>& models) {
 
 TEST(ChatTemplateToolsTest, ToolHistoryRendersAsHuggingFaceJinjaDoes) {
   const std::vector<Model> models = LoadModels();
-  ASSERT_EQ(models.size(), 3u);
+  ASSERT_EQ(models.size(), 4u);
   const std::vector<Case> cases = RenderAll(models);
   ASSERT_GE(cases.size(), 60u);
   // The cases reach what they are meant to: tool definitions, calls written
   // back in each family's syntax, results, reasoning.
   int defs = 0, hermes_calls = 0, llama_calls = 0, responses = 0, ipython = 0, think = 0;
+  int harmony_calls = 0, harmony_results = 0, harmony_analysis = 0;
   for (const Case& c : cases) {
     defs += absl::StrContains(c.text, "\"get_weather\"") &&
             absl::StrContains(c.text, "\"parameters\"");
@@ -295,7 +302,20 @@ TEST(ChatTemplateToolsTest, ToolHistoryRendersAsHuggingFaceJinjaDoes) {
     responses += absl::StrContains(c.text, "<tool_response>\n18\n</tool_response>");
     ipython += absl::StrContains(c.text, "<|start_header_id|>ipython<|end_header_id|>");
     think += absl::StrContains(c.text, "<think>\nThe user wants the time.\n</think>");
+    harmony_calls += absl::StrContains(
+        c.text,
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+        "{\"city\": \"Paris\"");
+    harmony_results += absl::StrContains(
+        c.text,
+        "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>-3 "
+        "degrees<|end|>");
+    harmony_analysis += absl::StrContains(
+        c.text, "<|channel|>analysis<|message|>The user wants the time.<|end|>");
   }
+  EXPECT_GT(harmony_calls, 0);
+  EXPECT_GT(harmony_results, 0);
+  EXPECT_GT(harmony_analysis, 0);
   EXPECT_GT(defs, 0);
   EXPECT_GT(hermes_calls, 0);
   EXPECT_GT(llama_calls, 0);
@@ -306,7 +326,7 @@ TEST(ChatTemplateToolsTest, ToolHistoryRendersAsHuggingFaceJinjaDoes) {
 
 TEST(ChatTemplateToolsTest, ClientTextInToolsStaysText) {
   const std::vector<Model> models = LoadModels();
-  ASSERT_EQ(models.size(), 3u);
+  ASSERT_EQ(models.size(), 4u);
   const TokenizerData* qwen = QwenData();
   ASSERT_NE(qwen, nullptr);
   const Tokenizer* plain = QwenTokenizer();

