@@ -276,7 +276,7 @@ INSTANTIATE_TEST_SUITE_P(
                       // the even layers, YaRN RoPE, biases everywhere, the
                       // clamped SwiGLU, a softmax over the chosen experts.
                       std::pair{"gpt-oss-tiny", "f32"}, std::pair{"gpt-oss-tiny", "q8_0"},
-                      std::pair{"gpt-oss-tiny", "mxfp4_moe"},
+                      std::pair{"gpt-oss-tiny", "mxfp4_moe"}, std::pair{"gpt-oss-tiny", "q4_k_m"},
                       // Tied head over the full 128,256-token vocabulary.
                       std::pair{"llama-small", "q8_0"}),
     [](const auto& info) {
