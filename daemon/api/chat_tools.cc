@@ -338,6 +338,16 @@ ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::To
     o.reasoning.enabled = t.ok() && absl::StrContains(t->source(), o.reasoning.start_tag) &&
                           absl::StrContains(t->source(), o.reasoning.end_tag);
   }
+  // Harmony (gpt-oss): the channels say what is reasoning, content or a
+  // call, whatever the template's other words.
+  if (parsers.reasoning != "none" && t.ok() && absl::StrContains(t->source(), "<|channel|>") &&
+      absl::StrContains(t->source(), "<|message|>")) {
+    o.harmony = true;
+    o.harmony_calls = ParsesToolCalls(chat);
+    o.tool_family.clear();
+    o.reasoning.enabled = false;
+    return o;
+  }
   if (o.reasoning.enabled) {
     // A template that opens the think block in the generation prompt
     // (Qwen3-Thinking, DeepSeek-R1): the reply starts inside it.
@@ -365,6 +375,11 @@ std::string NewToolCallId() {
 absl::StatusOr<std::unique_ptr<ChatOutputStream>> ChatOutputStream::Create(
     const ChatOutputOptions& options, chat::ToolCallIdFn ids) {
   std::unique_ptr<ChatOutputStream> s(new ChatOutputStream());
+  if (options.harmony) {
+    if (ids == nullptr) ids = [](int) { return NewToolCallId(); };
+    s->harmony_ = std::make_unique<chat::HarmonyStream>(options.harmony_calls, std::move(ids));
+    return s;
+  }
   if (options.reasoning.enabled) s->reasoning_ = std::make_unique<chat::ReasoningStream>(options.reasoning);
   if (!options.tool_family.empty()) {
     absl::StatusOr<std::unique_ptr<chat::ToolCallParser>> parser =
@@ -422,9 +437,37 @@ void ChatOutputStream::Route(std::vector<chat::ReasoningEvent> events,
   }
 }
 
+void ChatOutputStream::Harmony(std::vector<chat::HarmonyEvent> events,
+                               std::vector<ChatOutputEvent>* out) {
+  for (chat::HarmonyEvent& e : events) {
+    ChatOutputEvent o;
+    switch (e.type) {
+      case chat::HarmonyEvent::Type::kReasoning:
+        o.type = ChatOutputEvent::Type::kReasoning;
+        break;
+      case chat::HarmonyEvent::Type::kContent:
+        o.type = ChatOutputEvent::Type::kContent;
+        break;
+      case chat::HarmonyEvent::Type::kCallStart:
+        o.type = ChatOutputEvent::Type::kCallStart;
+        break;
+      case chat::HarmonyEvent::Type::kArguments:
+        o.type = ChatOutputEvent::Type::kArguments;
+        break;
+    }
+    o.text = std::move(e.text);
+    o.index = e.index;
+    o.id = std::move(e.id);
+    o.name = std::move(e.name);
+    out->push_back(std::move(o));
+  }
+}
+
 std::vector<ChatOutputEvent> ChatOutputStream::Feed(absl::string_view delta) {
   std::vector<ChatOutputEvent> out;
-  if (reasoning_ != nullptr) {
+  if (harmony_ != nullptr) {
+    Harmony(harmony_->Feed(delta), &out);
+  } else if (reasoning_ != nullptr) {
     Route(reasoning_->Feed(delta), &out);
   } else if (calls_ != nullptr) {
     Content(calls_->Feed(delta), &out);
@@ -436,6 +479,7 @@ std::vector<ChatOutputEvent> ChatOutputStream::Feed(absl::string_view delta) {
 
 std::vector<ChatOutputEvent> ChatOutputStream::Finish() {
   std::vector<ChatOutputEvent> out;
+  if (harmony_ != nullptr) Harmony(harmony_->Finish(), &out);
   if (reasoning_ != nullptr) Route(reasoning_->Finish(), &out);
   if (calls_ != nullptr) Content(calls_->Finish(), &out);
   return out;

@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/chat/harmony.h"
 #include "engine/chat/reasoning.h"
 #include "engine/chat/tool_calls.h"
 #include "engine/grammar/grammar.h"
@@ -140,6 +141,12 @@ struct ChatOutputOptions {
   // The family to parse calls in; "" parses none (content only).
   std::string tool_family;
   chat::ReasoningOptions reasoning;
+  // gpt-oss's Harmony replies (a template that writes <|channel|> and
+  // <|message|>): channels split into reasoning, content and, with
+  // harmony_calls, calls (engine/chat/harmony.h), instead of the reasoning
+  // split and the call families above.
+  bool harmony = false;
+  bool harmony_calls = false;
 };
 
 // The reading of a reply to `chat` by the model of `tok`: calls parsed
@@ -196,7 +203,9 @@ class ChatOutputStream {
   ChatOutputStream() = default;
   void Content(std::vector<chat::ToolCallEvent> events, std::vector<ChatOutputEvent>* out);
   void Route(std::vector<chat::ReasoningEvent> events, std::vector<ChatOutputEvent>* out);
+  void Harmony(std::vector<chat::HarmonyEvent> events, std::vector<ChatOutputEvent>* out);
 
+  std::unique_ptr<chat::HarmonyStream> harmony_;      // null: not Harmony
   std::unique_ptr<chat::ReasoningStream> reasoning_;  // null: no split
   std::unique_ptr<chat::ToolCallStream> calls_;       // null: no calls
 };

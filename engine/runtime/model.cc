@@ -171,6 +171,7 @@ std::shared_ptr<const grammar::Vocabulary> MakeGrammarVocabulary(const tokenizer
   std::vector<std::string> tokens(tok.vocab_size());
   tokenizer::DecodeOptions skip;
   skip.skip_special = true;
+  skip.keep_framing = false;
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {
     // Control tokens decode to "" with skip_special: a grammar never allows
     // them (only the stop ids, when the grammar is complete).

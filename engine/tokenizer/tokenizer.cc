@@ -184,7 +184,20 @@ absl::Status Tokenizer::Build(TokenizerData data) {
                                                      Quote(data.tokens[i]), ") has token type ",
                                                      type, " (valid: 0..6)"));
     }
-    types_.push_back(static_cast<TokenType>(type));
+    const TokenType t = static_cast<TokenType>(type);
+    // Harmony's framing (gpt-oss): the reply's channel headers must reach
+    // the output parser (engine/chat/harmony.h) as text, so these control
+    // tokens are rendered even when decoding skips control tokens
+    // (DecodeOptions::keep_framing). They stay control tokens for encoding
+    // (framing a user writes is text, as in OpenAI's tokenizer); the stops
+    // (<|return|>, <|call|>) are still skipped.
+    if (o200k && t == TokenType::kControl &&
+        (data.tokens[i] == "<|channel|>" || data.tokens[i] == "<|message|>" ||
+         data.tokens[i] == "<|start|>" || data.tokens[i] == "<|end|>" ||
+         data.tokens[i] == "<|constrain|>")) {
+      framing_.push_back(static_cast<TokenId>(i));
+    }
+    types_.push_back(t);
   }
   text_offsets_.push_back(static_cast<uint32_t>(text_arena_.size()));
   data.tokens = {};  // release early: the arena holds the strings now
@@ -620,7 +633,10 @@ absl::StatusOr<absl::string_view> Tokenizer::TokenBytes(TokenId id,
                                                    model_name_, "' has ", vocab_size(),
                                                    " tokens)"));
   }
-  if (options.skip_special && types_[id] == TokenType::kControl) return absl::string_view();
+  if (options.skip_special && types_[id] == TokenType::kControl &&
+      !(options.keep_framing && IsFraming(id))) {
+    return absl::string_view();
+  }
   return absl::string_view(bytes_arena_)
       .substr(bytes_offsets_[id], bytes_offsets_[id + 1] - bytes_offsets_[id]);
 }

@@ -36,6 +36,7 @@
 #include <array>
 #include <atomic>
 #include <bitset>
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -64,6 +65,11 @@ struct EncodeOptions {
 struct DecodeOptions {
   // Drop control tokens from the output instead of rendering their text.
   bool skip_special = false;
+  // ... except the reply framing of Harmony (gpt-oss: <|channel|>,
+  // <|message|>, <|start|>, <|end|>, <|constrain|>), which the output
+  // parser reads (engine/chat/harmony.h). Off for the grammar vocabulary:
+  // a grammar never allows them.
+  bool keep_framing = true;
 };
 
 class Tokenizer {
@@ -194,6 +200,11 @@ class Tokenizer {
   std::string text_arena_;             // vocabulary strings, concatenated
   std::vector<uint32_t> text_offsets_;  // vocab_size + 1 offsets into text_arena_
   std::vector<TokenType> types_;
+  // Control tokens rendered under keep_framing (sorted ids).
+  std::vector<TokenId> framing_;
+  bool IsFraming(TokenId id) const {
+    return std::binary_search(framing_.begin(), framing_.end(), id);
+  }
   absl::flat_hash_map<absl::string_view, TokenId> token_index_;  // views into text_arena_
   std::string bytes_arena_;             // decoded bytes per token
   std::vector<uint32_t> bytes_offsets_;
