@@ -324,6 +324,12 @@ std::string ToolCallTrigger(absl::string_view family) {
   return "";
 }
 
+bool IsHarmonyChat(const tokenizer::Tokenizer& tok, const ChatParsers& parsers) {
+  const absl::StatusOr<tokenizer::ChatTemplate>& t = tok.chat_template();
+  return parsers.reasoning != "none" && t.ok() && absl::StrContains(t->source(), "<|channel|>") &&
+         absl::StrContains(t->source(), "<|message|>");
+}
+
 ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::Tokenizer& tok,
                                        const ChatParsers& parsers) {
   ChatOutputOptions o;
@@ -340,8 +346,7 @@ ChatOutputOptions ChatOutputOptionsFor(const v1::Chat& chat, const tokenizer::To
   }
   // Harmony (gpt-oss): the channels say what is reasoning, content or a
   // call, whatever the template's other words.
-  if (parsers.reasoning != "none" && t.ok() && absl::StrContains(t->source(), "<|channel|>") &&
-      absl::StrContains(t->source(), "<|message|>")) {
+  if (IsHarmonyChat(tok, parsers)) {
     o.harmony = true;
     o.harmony_calls = ParsesToolCalls(chat);
     o.tool_family.clear();

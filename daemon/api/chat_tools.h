@@ -137,6 +137,11 @@ absl::StatusOr<grammar::Grammar> StrictToolCallGrammar(const v1::Chat& chat,
 std::string ToolCallTrigger(absl::string_view family);
 
 // How a chat reply is to be read.
+// Whether the model's replies are gpt-oss's Harmony framing (a template
+// that writes <|channel|> and <|message|>), read by channel
+// (engine/chat/harmony.h) unless `parsers` turn reasoning off.
+bool IsHarmonyChat(const tokenizer::Tokenizer& tok, const ChatParsers& parsers = {});
+
 struct ChatOutputOptions {
   // The family to parse calls in; "" parses none (content only).
   std::string tool_family;

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "daemon/api/chat_phases.h"
 #include "daemon/api/chat_tools.h"
+#include "daemon/api/generate_request.h"
 #include "daemon/api/constraint.h"
 #include "engine/chat/tool_calls.h"
 #include "engine/grammar/json_validate.h"
@@ -290,6 +291,18 @@ TEST(HarmonyChatTest, GptOssRepliesSplitByChannel) {
   ASSERT_TRUE(prompt.ok()) << prompt.status();
   EXPECT_EQ(std::count(prompt->begin(), prompt->end(), *channel), 0)
       << "the user's <|channel|> became the framing token";
+
+  // The request layer takes tools in auto mode (the calls are read from the
+  // reply) and refuses, naming the reason, what it cannot constrain yet.
+  v1::GenerateRequest req;
+  req.set_model("g");
+  *req.mutable_chat() = with_tools;
+  EXPECT_TRUE(BuildGenerateRequest(req, **m, 512, GenerationLimits()).ok());
+  req.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::TOOL_CHOICE_REQUIRED);
+  absl::StatusOr<runtime::GenerateRequest> forced =
+      BuildGenerateRequest(req, **m, 512, GenerationLimits());
+  EXPECT_EQ(forced.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(forced.status().message()), HasSubstr("Harmony"));
 }
 
 }  // namespace
