@@ -406,26 +406,31 @@ std::unique_ptr<ChatOutputStream> ChatOutputStream::CreateOrContent(ChatOutputOp
   return std::unique_ptr<ChatOutputStream>(new ChatOutputStream());
 }
 
+namespace {
+
+// A parser's event as a ChatOutputEvent: the parsers' event types have the
+// same fields, and `type` is theirs mapped.
+template <class Event>
+void AppendEvent(ChatOutputEvent::Type type, Event& e, std::vector<ChatOutputEvent>* out) {
+  ChatOutputEvent o;
+  o.type = type;
+  o.text = std::move(e.text);
+  o.index = e.index;
+  o.id = std::move(e.id);
+  o.name = std::move(e.name);
+  out->push_back(std::move(o));
+}
+
+}  // namespace
+
 void ChatOutputStream::Content(std::vector<chat::ToolCallEvent> events,
                                std::vector<ChatOutputEvent>* out) {
+  using T = chat::ToolCallEvent::Type;
   for (chat::ToolCallEvent& e : events) {
-    ChatOutputEvent o;
-    switch (e.type) {
-      case chat::ToolCallEvent::Type::kContent:
-        o.type = ChatOutputEvent::Type::kContent;
-        break;
-      case chat::ToolCallEvent::Type::kCallStart:
-        o.type = ChatOutputEvent::Type::kCallStart;
-        break;
-      case chat::ToolCallEvent::Type::kArguments:
-        o.type = ChatOutputEvent::Type::kArguments;
-        break;
-    }
-    o.text = std::move(e.text);
-    o.index = e.index;
-    o.id = std::move(e.id);
-    o.name = std::move(e.name);
-    out->push_back(std::move(o));
+    AppendEvent(e.type == T::kCallStart  ? ChatOutputEvent::Type::kCallStart
+                : e.type == T::kArguments ? ChatOutputEvent::Type::kArguments
+                                          : ChatOutputEvent::Type::kContent,
+                e, out);
   }
 }
 
@@ -444,27 +449,13 @@ void ChatOutputStream::Route(std::vector<chat::ReasoningEvent> events,
 
 void ChatOutputStream::Harmony(std::vector<chat::HarmonyEvent> events,
                                std::vector<ChatOutputEvent>* out) {
+  using T = chat::HarmonyEvent::Type;
   for (chat::HarmonyEvent& e : events) {
-    ChatOutputEvent o;
-    switch (e.type) {
-      case chat::HarmonyEvent::Type::kReasoning:
-        o.type = ChatOutputEvent::Type::kReasoning;
-        break;
-      case chat::HarmonyEvent::Type::kContent:
-        o.type = ChatOutputEvent::Type::kContent;
-        break;
-      case chat::HarmonyEvent::Type::kCallStart:
-        o.type = ChatOutputEvent::Type::kCallStart;
-        break;
-      case chat::HarmonyEvent::Type::kArguments:
-        o.type = ChatOutputEvent::Type::kArguments;
-        break;
-    }
-    o.text = std::move(e.text);
-    o.index = e.index;
-    o.id = std::move(e.id);
-    o.name = std::move(e.name);
-    out->push_back(std::move(o));
+    AppendEvent(e.type == T::kReasoning   ? ChatOutputEvent::Type::kReasoning
+                : e.type == T::kCallStart ? ChatOutputEvent::Type::kCallStart
+                : e.type == T::kArguments ? ChatOutputEvent::Type::kArguments
+                                          : ChatOutputEvent::Type::kContent,
+                e, out);
   }
 }
 

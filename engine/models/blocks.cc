@@ -345,6 +345,16 @@ absl::StatusOr<graph::Graph> BuildPreNormDecoder(const DecoderModel& model,
   return FinishWithHead(b, in, model, x, gp);
 }
 
+absl::Status ResolveDenseLayer(WeightResolver& r, int layer, DecoderLayer& L) {
+  RETURN_IF_ERROR(ResolveAttention(r, layer, L));
+  return ResolveDenseFfn(r, layer, L);
+}
+
+absl::StatusOr<graph::Graph> BuildDenseDecoder(const DecoderModel& model,
+                                               const BatchGraphParams& gp) {
+  return BuildPreNormDecoder(model, gp, DenseFfnBlock);
+}
+
 namespace {
 
 // Activations of the attention half of a layer stack per token, as the

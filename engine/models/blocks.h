@@ -114,6 +114,12 @@ using FfnBlockFn = graph::NodeId (*)(graph::GraphBuilder& b, const DecoderModel&
 absl::StatusOr<graph::Graph> BuildPreNormDecoder(const DecoderModel& model,
                                                  const BatchGraphParams& gp, FfnBlockFn ffn);
 
+// The dense pre-norm families' layer (attention, then the dense FFN) and
+// graph: what qwen2, qwen3 and llama share, their rows' functions.
+absl::Status ResolveDenseLayer(WeightResolver& r, int layer, DecoderLayer& L);
+absl::StatusOr<graph::Graph> BuildDenseDecoder(const DecoderModel& model,
+                                               const BatchGraphParams& gp);
+
 // Activation bounds (ArchitectureSpec::activation_bound) of a dense and of a
 // mixture-of-experts layer stack at n_tokens tokens.
 uint64_t DenseActivationBound(const DecoderHparams& hp, int64_t n_tokens);

@@ -5,23 +5,10 @@
 // the file: pair i turns by pos * base^(-2i/d) / factor_i), base 10000 and
 // RMS epsilon 1e-5 by default. Mixtral-style files (experts under the
 // `llama` name) are refused at load.
-#include "engine/base/status.h"
 #include "engine/models/architectures.h"
 #include "engine/models/blocks.h"
 
 namespace minfer::models {
-namespace {
-
-absl::Status ResolveLayer(WeightResolver& r, int layer, DecoderLayer& L) {
-  RETURN_IF_ERROR(ResolveAttention(r, layer, L));
-  return ResolveDenseFfn(r, layer, L);
-}
-
-absl::StatusOr<graph::Graph> Build(const DecoderModel& model, const BatchGraphParams& gp) {
-  return BuildPreNormDecoder(model, gp, DenseFfnBlock);
-}
-
-}  // namespace
 
 const ArchitectureSpec& LlamaArchitecture() {
   static const ArchitectureSpec spec = {
@@ -29,8 +16,8 @@ const ArchitectureSpec& LlamaArchitecture() {
       .rope_style = graph::RopeStyle::kInterleaved,
       .default_rope_base = 10000.0f,
       .default_rms_eps = 1e-5f,
-      .resolve_layer = ResolveLayer,
-      .build_graph = Build,
+      .resolve_layer = ResolveDenseLayer,
+      .build_graph = BuildDenseDecoder,
       .activation_bound = DenseActivationBound,
   };
   return spec;

@@ -3,23 +3,10 @@
 // attn_k_norm, [head_dim] gains each), head_dim from attention.key_length
 // (so q and the attention output are n_head x head_dim wide, which need not
 // be n_embd: Qwen3-0.6B has 16 x 128 over 1,024), NeoX RoPE at base 1e6.
-#include "engine/base/status.h"
 #include "engine/models/architectures.h"
 #include "engine/models/blocks.h"
 
 namespace minfer::models {
-namespace {
-
-absl::Status ResolveLayer(WeightResolver& r, int layer, DecoderLayer& L) {
-  RETURN_IF_ERROR(ResolveAttention(r, layer, L));
-  return ResolveDenseFfn(r, layer, L);
-}
-
-absl::StatusOr<graph::Graph> Build(const DecoderModel& model, const BatchGraphParams& gp) {
-  return BuildPreNormDecoder(model, gp, DenseFfnBlock);
-}
-
-}  // namespace
 
 const ArchitectureSpec& Qwen3Architecture() {
   static const ArchitectureSpec spec = {
@@ -27,8 +14,8 @@ const ArchitectureSpec& Qwen3Architecture() {
       .rope_style = graph::RopeStyle::kNeoX,
       .qk_norm = true,
       .default_rope_base = 1e6f,
-      .resolve_layer = ResolveLayer,
-      .build_graph = Build,
+      .resolve_layer = ResolveDenseLayer,
+      .build_graph = BuildDenseDecoder,
       .activation_bound = DenseActivationBound,
   };
   return spec;

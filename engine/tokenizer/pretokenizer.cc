@@ -15,6 +15,45 @@ inline bool FoldsTo(char32_t cp, char lower) {
   return SimpleCaseFold(cp) == static_cast<char32_t>(lower);
 }
 
+// (?i:'s|'t|'re|'ve|'m|'ll|'d) at `e` of the n code points `cps`: the end
+// after it, or e when there is none. The alternatives share no prefix, so
+// their order does not matter.
+size_t ContractionEnd(const char32_t* cps, size_t n, size_t e) {
+  if (e + 1 >= n || cps[e] != '\'') return e;
+  const char32_t c1 = cps[e + 1];
+  if (FoldsTo(c1, 's') || FoldsTo(c1, 't') || FoldsTo(c1, 'm') || FoldsTo(c1, 'd')) return e + 2;
+  if (e + 2 < n) {
+    const char32_t c2 = cps[e + 2];
+    if ((FoldsTo(c1, 'r') || FoldsTo(c1, 'v')) && FoldsTo(c2, 'e')) return e + 3;
+    if (FoldsTo(c1, 'l') && FoldsTo(c2, 'l')) return e + 3;
+  }
+  return e;
+}
+
+// The end of the match at `i` (a whitespace code point) of the patterns'
+// shared tail, \s*[\r\n]+|\s+(?!\S)|\s+, over the n classes `cls`. Let
+// [i, ws_end) be the whole whitespace run.
+size_t WhitespaceMatchEnd(const uint8_t* cls, size_t n, size_t i) {
+  size_t ws_end = i;
+  size_t last_crlf = SIZE_MAX;
+  while (ws_end < n && (cls[ws_end] & kCharWhitespace)) {
+    if (cls[ws_end] & kCharCrLf) last_crlf = ws_end;
+    ++ws_end;
+  }
+  // \s*[\r\n]+: \s* first takes the whole run, then gives characters back
+  // until [\r\n]+ can match; the first success is at the run's last CR/LF,
+  // and [\r\n]+ then stops right after it (what follows in the run is not
+  // CR/LF).
+  if (last_crlf != SIZE_MAX) return last_crlf + 1;
+  // \s+(?!\S): the whole run when it reaches the end of the text; otherwise
+  // the run minus its last character (which is whitespace, so the lookahead
+  // holds there), provided that leaves at least one.
+  if (ws_end == n) return n;
+  if (ws_end - i >= 2) return ws_end - 1;
+  // \s+: the single whitespace character.
+  return ws_end;
+}
+
 // The scanner over one decoded text. Index n is one past the last code point.
 class Scanner {
  public:
@@ -28,17 +67,7 @@ class Scanner {
     const char32_t c = cps_[i];
     // 1. (?i:'s|'t|'re|'ve|'m|'ll|'d). The alternatives share no prefix, so
     //    their order does not matter.
-    if (c == '\'' && i + 1 < n_) {
-      const char32_t c1 = cps_[i + 1];
-      if (FoldsTo(c1, 's') || FoldsTo(c1, 't') || FoldsTo(c1, 'm') || FoldsTo(c1, 'd')) {
-        return i + 2;
-      }
-      if (i + 2 < n_) {
-        const char32_t c2 = cps_[i + 2];
-        if ((FoldsTo(c1, 'r') || FoldsTo(c1, 'v')) && FoldsTo(c2, 'e')) return i + 3;
-        if (FoldsTo(c1, 'l') && FoldsTo(c2, 'l')) return i + 3;
-      }
-    }
+    if (const size_t j = ContractionEnd(cps_, n_, i); j != i) return j;
     // 2. [^\r\n\p{L}\p{N}]?\p{L}+. The greedy optional cannot take a letter,
     //    so a letter here starts the run itself; any other character outside
     //    the excluded set is taken only when a letter follows (otherwise the
@@ -64,25 +93,8 @@ class Scanner {
       return j;
     }
     // What is left starts with whitespace (neither letter, number nor
-    // "other"). Let [i, ws_end) be the whole whitespace run.
-    size_t ws_end = i;
-    size_t last_crlf = SIZE_MAX;
-    while (ws_end < n_ && (cls_[ws_end] & kCharWhitespace)) {
-      if (cls_[ws_end] & kCharCrLf) last_crlf = ws_end;
-      ++ws_end;
-    }
-    // 5. \s*[\r\n]+: \s* first takes the whole run, then gives characters
-    //    back until [\r\n]+ can match; the first success is at the run's last
-    //    CR/LF, and [\r\n]+ then stops right after it (what follows in the
-    //    run is not CR/LF).
-    if (last_crlf != SIZE_MAX) return last_crlf + 1;
-    // 6. \s+(?!\S): the whole run when it reaches the end of the text;
-    //    otherwise the run minus its last character (which is whitespace, so
-    //    the lookahead holds there), provided that leaves at least one.
-    if (ws_end == n_) return n_;
-    if (ws_end - i >= 2) return ws_end - 1;
-    // 7. \s+: the single whitespace character.
-    return ws_end;
+    // "other").
+    return WhitespaceMatchEnd(cls_, n_, i);
   }
 
  private:
@@ -135,16 +147,7 @@ class O200kScanner {
       return j;
     }
     // 5-7: the whitespace alternatives, as in Scanner.
-    size_t ws_end = i;
-    size_t last_crlf = SIZE_MAX;
-    while (ws_end < n_ && (cls_[ws_end] & kCharWhitespace)) {
-      if (cls_[ws_end] & kCharCrLf) last_crlf = ws_end;
-      ++ws_end;
-    }
-    if (last_crlf != SIZE_MAX) return last_crlf + 1;
-    if (ws_end == n_) return n_;
-    if (ws_end - i >= 2) return ws_end - 1;
-    return ws_end;
+    return WhitespaceMatchEnd(cls_, n_, i);
   }
 
  private:
@@ -172,18 +175,8 @@ class O200kScanner {
     if (!Is(s, kCharUpperWord)) return SIZE_MAX;
     return RunEnd(RunEnd(s, kCharUpperWord), kCharLowerWord);
   }
-  // C? at e: (?i:'s|'t|'re|'ve|'m|'ll|'d), the end after it.
-  size_t Contraction(size_t e) const {
-    if (e + 1 >= n_ || cps_[e] != '\'') return e;
-    const char32_t c1 = cps_[e + 1];
-    if (FoldsTo(c1, 's') || FoldsTo(c1, 't') || FoldsTo(c1, 'm') || FoldsTo(c1, 'd')) return e + 2;
-    if (e + 2 < n_) {
-      const char32_t c2 = cps_[e + 2];
-      if ((FoldsTo(c1, 'r') || FoldsTo(c1, 'v')) && FoldsTo(c2, 'e')) return e + 3;
-      if (FoldsTo(c1, 'l') && FoldsTo(c2, 'l')) return e + 3;
-    }
-    return e;
-  }
+  // C? at e.
+  size_t Contraction(size_t e) const { return ContractionEnd(cps_, n_, e); }
 
   const char32_t* cps_;
   const uint8_t* cls_;

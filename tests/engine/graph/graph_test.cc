@@ -120,6 +120,70 @@ TEST(GraphBuilderTest, RopeFrequencyFactors) {
   EXPECT_NE(g.status().message().find("RoPE bad"), std::string::npos) << g.status();
 }
 
+// The mixture-of-experts ops and the paged attention's sinks check their
+// shapes, the first violation naming the node.
+TEST(GraphBuilderTest, MoeAndSinkShapesAreChecked) {
+  const Weight gate = MakeWeight("gate_exps", GgmlType::kQ8_0, {64, 32, 8});
+  const Weight down = MakeWeight("down_exps", GgmlType::kQ8_0, {32, 64, 8});
+  const Weight down_bad = MakeWeight("down_exps", GgmlType::kQ8_0, {32, 64, 6});
+  const Weight bias_bad = MakeWeight("gate_exps.bias", GgmlType::kQ8_0, {32, 8});
+  auto finish_error = [](GraphBuilder& b) {
+    GraphIO io;
+    auto g = b.Finish(io, 1);
+    return g.ok() ? std::string() : std::string(g.status().message());
+  };
+  {
+    GraphBuilder b;
+    const NodeId x = b.Input(DType::kF32, Shape(64, 3), "x");
+    const NodeId logits = b.Input(DType::kF32, Shape(8, 3), "logits");
+    const NodeId route = b.MoeRoute(logits, 2, MoeGating::kSoftmax, true, 0, "route");
+    const NodeId y = b.MoeFFN(x, route, &gate, &gate, &down, nullptr, nullptr, nullptr,
+                              MoeAct::kSilu, "moe");
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(b.node(route).shape.ne[0], 4);  // 2 weights, 2 ids
+    EXPECT_EQ(b.node(y).shape.ne[0], 64);
+    EXPECT_EQ(b.node(y).p.n_expert_used, 2);
+  }
+  {
+    GraphBuilder b;
+    const NodeId logits = b.Input(DType::kF32, Shape(8, 3), "logits");
+    b.MoeRoute(logits, 9, MoeGating::kSoftmax, true, 0, "route");
+    EXPECT_NE(finish_error(b).find("MoeRoute route: experts per token 9"), std::string::npos);
+  }
+  {
+    GraphBuilder b;
+    const NodeId x = b.Input(DType::kF32, Shape(64, 3), "x");
+    const NodeId logits = b.Input(DType::kF32, Shape(8, 3), "logits");
+    const NodeId route = b.MoeRoute(logits, 2, MoeGating::kSoftmax, true, 0, "route");
+    b.MoeFFN(x, route, &gate, &gate, &down_bad, nullptr, nullptr, nullptr, MoeAct::kSilu, "moe");
+    EXPECT_NE(finish_error(b).find("MoeFFN moe: expert shapes"), std::string::npos);
+  }
+  {
+    GraphBuilder b;
+    const NodeId x = b.Input(DType::kF32, Shape(64, 3), "x");
+    const NodeId logits = b.Input(DType::kF32, Shape(8, 3), "logits");
+    const NodeId route = b.MoeRoute(logits, 2, MoeGating::kSoftmax, true, 0, "route");
+    b.MoeFFN(x, route, &gate, &gate, &down, &bias_bad, nullptr, nullptr, MoeAct::kSilu, "moe");
+    EXPECT_NE(finish_error(b).find("expert biases must be f32"), std::string::npos);
+  }
+  {
+    GraphBuilder b;
+    const Weight sinks_bad = MakeWeight("attn_sinks.weight", GgmlType::kF32, {3});
+    const NodeId q = b.Input(DType::kF32, Shape(16, 4, 2), "q");
+    const NodeId pos = b.Input(DType::kI32, Shape(2), "pos");
+    const NodeId k = b.Input(DType::kF32, Shape(32, 2), "k");
+    const NodeId v = b.Input(DType::kF32, Shape(32, 2), "v");
+    const NodeId store = b.KvcacheStore(k, v, pos, 0, "store");
+    const NodeId kc = b.KvcacheLoad(store, 0, KvKind::kK, Shape(32, 16), DType::kF32, "kc");
+    const NodeId vc = b.KvcacheLoad(store, 0, KvKind::kV, Shape(32, 16), DType::kF32, "vc");
+    const NodeId tiles = b.Input(DType::kI32, Shape(4, 1), "tiles");
+    const NodeId tables = b.Input(DType::kI32, Shape(1, 1), "tables");
+    b.PagedAttn(q, kc, vc, pos, tiles, tables, 16, 4, 2, 16, 0.25f, 0, "attn", false, 8,
+                &sinks_bad);
+    EXPECT_NE(finish_error(b).find("sinks must be f32 [4]"), std::string::npos);
+  }
+}
+
 // TopK's optional mask input: i32 [ceil(n_vocab / 32), n_out] or an error
 // naming the node; the mode value carries the base mode and the column.
 TEST(GraphBuilderTest, TopKMaskInput) {

@@ -201,6 +201,19 @@ TEST_F(ModelFileChecksTest, MissingKeysAndExpertsAreInvalidArgument) {
                  "key 'llama.expert_count' = 8", "mixture-of-experts");
 }
 
+// FromGguf's verdict on `src` edited by `edit` (written as `name`), and the
+// hyperparameters it read when it loads.
+absl::Status CheckEdited(const std::string& src, const std::string& name, const GgufEdit& edit,
+                         models::DecoderHparams* hp) {
+  auto path = RewriteGguf(src, name, edit);
+  if (!path.ok()) return absl::InternalError(path.status().ToString());
+  auto f = gguf::GgufFile::Open(*path);
+  if (!f.ok()) return absl::InternalError(f.status().ToString());
+  auto m = models::DecoderModel::FromGguf(**f);
+  if (m.ok() && hp != nullptr) *hp = (*m)->hparams();
+  return m.status();
+}
+
 // Mixture-of-experts files (qwen3moe-tiny: 16 experts of 256, 4 per token):
 // expert keys that disagree with each other or with the tensors, and a
 // gating function the family does not run, are refused naming the key.
@@ -208,14 +221,8 @@ TEST(MoeFileChecksTest, ExpertKeysMustAgreeWithTheTensors) {
   auto src = testing::TestModelPath("qwen3moe-tiny", "q8_0");
   ASSERT_TRUE(src.ok()) << src.status();
   int n = 0;
-  auto check = [&](const GgufEdit& edit, models::DecoderHparams* hp = nullptr) -> absl::Status {
-    auto path = RewriteGguf(*src, absl::StrCat("moe", ++n, ".gguf"), edit);
-    if (!path.ok()) return absl::InternalError(path.status().ToString());
-    auto f = gguf::GgufFile::Open(*path);
-    if (!f.ok()) return absl::InternalError(f.status().ToString());
-    auto m = models::DecoderModel::FromGguf(**f);
-    if (m.ok() && hp != nullptr) *hp = (*m)->hparams();
-    return m.status();
+  auto check = [&](const GgufEdit& edit, models::DecoderHparams* hp = nullptr) {
+    return CheckEdited(*src, absl::StrCat("moe", ++n, ".gguf"), edit, hp);
   };
   auto key = [&](const std::string& k, gguf::Value v) {
     return check({.keys = [&](gguf::GgufWriter& w) { w.Set(k, v); }});
@@ -254,14 +261,8 @@ TEST(MoeFileChecksTest, GptOssKeysAndTensors) {
   auto src = testing::TestModelPath("gpt-oss-tiny", "q8_0");
   ASSERT_TRUE(src.ok()) << src.status();
   int n = 0;
-  auto check = [&](const GgufEdit& edit, models::DecoderHparams* hp = nullptr) -> absl::Status {
-    auto path = RewriteGguf(*src, absl::StrCat("gptoss", ++n, ".gguf"), edit);
-    if (!path.ok()) return absl::InternalError(path.status().ToString());
-    auto f = gguf::GgufFile::Open(*path);
-    if (!f.ok()) return absl::InternalError(f.status().ToString());
-    auto m = models::DecoderModel::FromGguf(**f);
-    if (m.ok() && hp != nullptr) *hp = (*m)->hparams();
-    return m.status();
+  auto check = [&](const GgufEdit& edit, models::DecoderHparams* hp = nullptr) {
+    return CheckEdited(*src, absl::StrCat("gptoss", ++n, ".gguf"), edit, hp);
   };
   models::DecoderHparams hp;
   ASSERT_TRUE(check({}, &hp).ok());

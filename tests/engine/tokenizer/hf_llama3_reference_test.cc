@@ -92,20 +92,7 @@ const Tokenizer* GptOssTokenizer() {
 }
 
 const Tokenizer* LlamaTokenizer() {
-  static const Tokenizer* tok = []() -> const Tokenizer* {
-    if (!RequireInstalled(kLlamaJson)) return nullptr;
-    auto data = TokenizerDataFromHfJson(kLlamaJson);
-    if (!data.ok()) {
-      ADD_FAILURE() << data.status();
-      return nullptr;
-    }
-    auto t = Tokenizer::Create(std::move(*data));
-    if (!t.ok()) {
-      ADD_FAILURE() << t.status();
-      return nullptr;
-    }
-    return t->release();
-  }();
+  static const Tokenizer* tok = LoadTokenizer(kLlamaJson);
   return tok;
 }
 
