@@ -105,4 +105,19 @@ void MappedFile::WillNeed(size_t offset, size_t len) const {
   ::madvise(const_cast<uint8_t*>(data_) + start, end - start, MADV_WILLNEED);
 }
 
+void MappedFile::DontNeed(size_t offset, size_t len) const {
+  if (!is_mmap_ || offset >= size_) return;
+  long page = ::sysconf(_SC_PAGESIZE);
+  size_t start = offset & ~static_cast<size_t>(page - 1);
+  size_t end = offset + len > size_ ? size_ : offset + len;
+  ::madvise(const_cast<uint8_t*>(data_) + start, end - start, MADV_DONTNEED);
+  // The page cache: only through a descriptor (the mapping's was closed).
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::posix_fadvise(fd, static_cast<off_t>(start), static_cast<off_t>(end - start),
+                    POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
 }  // namespace minfer

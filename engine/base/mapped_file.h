@@ -38,6 +38,12 @@ class MappedFile {
 
   // Hints the kernel to read ahead [offset, offset+len) (no-op for memory).
   void WillNeed(size_t offset, size_t len) const;
+  // Drops [offset, offset+len) from memory: the pages leave this process
+  // (MADV_DONTNEED; the mapping stays valid and reads fault them back in)
+  // and the kernel is asked to drop them from its page cache too
+  // (POSIX_FADV_DONTNEED), so the next read goes to the file. No-op for
+  // memory.
+  void DontNeed(size_t offset, size_t len) const;
 
  private:
   MappedFile() = default;

@@ -67,6 +67,13 @@ absl::StatusOr<int32_t> CpuBackend::AllocBuffer(int64_t bytes) {
 
 void CpuBackend::FreeBuffer(int32_t buffer) { buffers_.Release(buffer); }
 
+int64_t CpuBackend::ReleaseUnused() {
+  int64_t n = buffers_.FreeUnused([](void* p) { std::free(p); });
+  n += static_cast<int64_t>(scratch_.capacity());
+  std::vector<uint8_t>().swap(scratch_);
+  return n;
+}
+
 uint8_t* CpuBackend::HostPtr(const BufferRef& ref) {
   auto p = Ptr(ref, ref.bytes);
   return p.ok() ? *p : nullptr;

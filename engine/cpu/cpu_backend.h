@@ -45,6 +45,7 @@ class CpuBackend : public graph::Backend {
   absl::Status Synchronize() override { return absl::OkStatus(); }
   uint8_t* HostPtr(const graph::BufferRef& ref) override;
   int64_t MemoryBytes() const override { return buffers_.bytes() + static_cast<int64_t>(scratch_.size()); }
+  int64_t ReleaseUnused() override;
 
   // Bytes currently allocated (live + free list).
   int64_t allocated_bytes() const { return buffers_.bytes(); }

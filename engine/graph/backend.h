@@ -98,6 +98,10 @@ class Backend {
   // Memory this backend holds for its model: weights it copied plus its
   // buffer pool (activations, KV caches) and scratch, in bytes.
   virtual int64_t MemoryBytes() const { return 0; }
+  // Frees what no one holds any more (the buffer pool's free list, scratch)
+  // and returns the bytes given back: after an engine is destroyed (a model
+  // going to sleep), with nothing running on the backend.
+  virtual int64_t ReleaseUnused() { return 0; }
 };
 
 }  // namespace minfer::graph

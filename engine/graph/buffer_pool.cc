@@ -40,8 +40,27 @@ absl::StatusOr<uint8_t*> BufferPool::Resolve(const BufferRef& ref, int64_t need)
   return e.data + ref.offset;
 }
 
+int64_t BufferPool::FreeUnused(const FreeFn& free) {
+  int64_t freed = 0;
+  for (Entry& e : entries_) {
+    if (!e.free || e.data == nullptr) continue;
+    free(e.data);
+    freed += e.bytes;
+    // A tombstone: no request matches 0 bytes (Acquire asks for >= 1).
+    e.data = nullptr;
+    e.bytes = 0;
+  }
+  if (freed > 0) {
+    bytes_ -= freed;
+    ++gen_;
+  }
+  return freed;
+}
+
 void BufferPool::ReleaseAll(const FreeFn& free) {
-  for (Entry& e : entries_) free(e.data);
+  for (Entry& e : entries_) {
+    if (e.data != nullptr) free(e.data);
+  }
   entries_.clear();
   bytes_ = 0;
   ++gen_;

@@ -38,6 +38,11 @@ class BufferPool {
   absl::StatusOr<uint8_t*> Resolve(const BufferRef& ref, int64_t need) const;
   // Frees every allocation (the owner's destructor, after it synchronized).
   void ReleaseAll(const FreeFn& free);
+  // Frees the buffers on the free list (their ids are never handed out
+  // again) and returns how many bytes that gave back: once an engine is gone
+  // (a model going to sleep), so its memory returns to the system instead
+  // of waiting for a buffer of the same size.
+  int64_t FreeUnused(const FreeFn& free);
 
   uint64_t gen() const { return gen_; }
   int64_t bytes() const { return bytes_; }

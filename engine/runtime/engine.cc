@@ -116,6 +116,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   // shapes the numbers (kernels, fusions, KV handling) must not let blocks
   // computed before it changed stand for blocks computed after.
   e->scheduler_->SetPrefixSalt(e->knob_gen_);
+  if (o.kv_events) {
+    e->kv_hasher_ = std::make_unique<KvBlockHasher>(o.kv_hash_seed);
+    e->runner_->pool().blocks().RecordEvents(e->kv_hasher_.get());
+  }
   e->drafter_ = o.drafter != nullptr ? o.drafter : std::make_shared<NgramDrafter>();
   return e;
 }
@@ -178,6 +182,9 @@ void Engine::RefreshKnobs() {
   if (gen == knob_gen_) return;
   knob_gen_ = gen;
   scheduler_->SetPrefixSalt(gen);
+  // Blocks of the old salt can never match again: free them as plain
+  // blocks now (and tell the routers) rather than let them age out.
+  runner_->pool().blocks().UnpublishAll();
   if (!options_cache_fixed_) {
     const bool on = KnobRegistry::Global().GetBool("MINFER_PREFIX_CACHE", &model_->knobs());
     opt_.prefix_cache = on;
@@ -194,6 +201,10 @@ void Engine::RefreshKnobs() {
   runner_->SetMaxTokens(b);
   scheduler_->SetTokenBudget(b);
 }
+
+void Engine::TakeKvEvents(std::vector<KvEvent>* out) { runner_->pool().blocks().TakeEvents(out); }
+
+int64_t Engine::ClearPrefixCache() { return runner_->pool().blocks().UnpublishAll(); }
 
 absl::StatusOr<uint64_t> Engine::Add(GenerateRequest request) {
   ASSIGN_OR_RETURN(std::unique_ptr<Completion> c,

@@ -32,6 +32,7 @@
 #include "engine/runtime/batch_runner.h"
 #include "engine/runtime/completion.h"
 #include "engine/runtime/drafter.h"
+#include "engine/runtime/kv_events.h"
 #include "engine/runtime/scheduler.h"
 
 namespace minfer::runtime {
@@ -85,6 +86,10 @@ struct EngineOptions {
   // The drafter (null: NgramDrafter) — a draft model's (ModelDrafter,
   // which then serves this engine alone), or a test's.
   std::shared_ptr<Drafter> drafter;
+  // KV-cache events (kv_events.h): recorded as the prefix cache changes,
+  // taken with TakeKvEvents; the hash chain's seed.
+  bool kv_events = false;
+  std::string kv_hash_seed = std::string(kDefaultKvHashSeed);
 };
 
 // The draft rows an engine of max_seqs sequences gets by default
@@ -158,6 +163,12 @@ class StepEngine {
   // finished.
   virtual absl::Status Step(std::vector<EngineEvent>* events) = 0;
   virtual EngineSnapshot Snapshot() const = 0;
+  // KV-cache events since the last call (EngineOptions::kv_events).
+  virtual void TakeKvEvents(std::vector<KvEvent>* /*out*/) {}
+  // Empties the prefix cache (its blocks stay with the sequences holding
+  // them but are no longer reusable), recording their removal; returns how
+  // many blocks it held. Before the pool is freed (unload, sleep).
+  virtual int64_t ClearPrefixCache() { return 0; }
 };
 
 class Engine : public StepEngine {
@@ -178,6 +189,8 @@ class Engine : public StepEngine {
   // step's sequences with its status (events) and is also returned.
   absl::Status Step(std::vector<EngineEvent>* events) override;
   EngineSnapshot Snapshot() const override;
+  void TakeKvEvents(std::vector<KvEvent>* out) override;
+  int64_t ClearPrefixCache() override;
 
   bool HasWork() const { return scheduler_->size() > 0; }
   int64_t sequences() const { return scheduler_->size(); }
@@ -222,6 +235,7 @@ class Engine : public StepEngine {
 
   std::shared_ptr<const Model> model_;
   EngineOptions opt_;
+  std::unique_ptr<KvBlockHasher> kv_hasher_;  // with EngineOptions::kv_events
   std::unique_ptr<BatchRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;
   std::map<uint64_t, Seq> seqs_;

@@ -42,6 +42,40 @@ void BlockAllocator::Unpublish(int32_t b) {
   auto it = index_.find(k.key);
   if (it != index_.end() && it->second == b) index_.erase(it);
   k.published = false;
+  if (hasher_ != nullptr) {
+    const uint64_t h = KvBlockHasher::External(k.digest);
+    // Removals of one call (an allocation's evictions, UnpublishAll) share
+    // an event.
+    if (!events_.empty() && events_.back().type == KvEvent::Type::kBlockRemoved) {
+      events_.back().block_hashes.push_back(h);
+    } else {
+      KvEvent e;
+      e.type = KvEvent::Type::kBlockRemoved;
+      e.block_hashes.push_back(h);
+      events_.push_back(std::move(e));
+    }
+  }
+}
+
+void BlockAllocator::TakeEvents(std::vector<KvEvent>* out) {
+  for (KvEvent& e : events_) out->push_back(std::move(e));
+  events_.clear();
+}
+
+int64_t BlockAllocator::UnpublishAll() {
+  int64_t n = 0;
+  // Removals of this call form one event of their own.
+  if (hasher_ != nullptr) events_.push_back(KvEvent{KvEvent::Type::kBlockRemoved, {}, {}, {}});
+  for (int32_t b = 0; b < static_cast<int32_t>(blocks_.size()); ++b) {
+    if (!blocks_[b].published) continue;
+    Unpublish(b);
+    ++n;
+  }
+  if (hasher_ != nullptr && events_.back().block_hashes.empty()) events_.pop_back();
+  // The cached blocks hold nothing reusable now: they are plain free blocks.
+  for (int32_t b : lru_) fresh_.push_back(b);
+  lru_.clear();
+  return n;
 }
 
 bool BlockAllocator::Allocate(int64_t n, std::vector<int32_t>* out) {
@@ -84,6 +118,7 @@ void BlockAllocator::Publish(int32_t b, int32_t parent, uint64_t salt, absl::str
                              absl::Span<const int32_t> tokens) {
   Block& k = blocks_[b];
   if (k.published) return;
+  if (parent != kNoParent && !blocks_[parent].published) return;  // unreachable
   const uint64_t key = Key(parent, salt, ns, tokens);
   if (!index_.emplace(key, b).second) return;  // the chain is cached already (or a collision)
   k.published = true;
@@ -93,6 +128,26 @@ void BlockAllocator::Publish(int32_t b, int32_t parent, uint64_t salt, absl::str
   k.salt = salt;
   k.ns = parent == kNoParent ? std::string(ns) : std::string();
   k.tokens.assign(tokens.begin(), tokens.end());
+  if (hasher_ == nullptr) return;
+  const Block* p = parent == kNoParent ? nullptr : &blocks_[parent];
+  k.digest = hasher_->Hash(p != nullptr ? &p->digest : nullptr, tokens, ns);
+  const uint64_t h = KvBlockHasher::External(k.digest);
+  std::optional<uint64_t> ph;
+  if (p != nullptr) ph = KvBlockHasher::External(p->digest);
+  // A chain's consecutive blocks (a prompt's, published in one step) share
+  // an event, as vLLM's do.
+  if (!events_.empty() && events_.back().type == KvEvent::Type::kBlockStored && ph.has_value() &&
+      events_.back().block_hashes.back() == *ph) {
+    events_.back().block_hashes.push_back(h);
+    events_.back().token_ids.insert(events_.back().token_ids.end(), tokens.begin(), tokens.end());
+    return;
+  }
+  KvEvent e;
+  e.type = KvEvent::Type::kBlockStored;
+  e.block_hashes.push_back(h);
+  e.parent_block_hash = ph;
+  e.token_ids.assign(tokens.begin(), tokens.end());
+  events_.push_back(std::move(e));
 }
 
 int64_t BlockAllocator::AcquirePrefix(absl::Span<const int32_t> tokens, int32_t block_size,

@@ -34,6 +34,14 @@
 // another's prompts from which of its own prompts hit the cache (usage's
 // cached tokens, time to first token). The empty namespace is the default.
 //
+// Events (kv_events.h). With a hasher attached (RecordEvents), the
+// allocator records a BlockStored for each block it publishes (consecutive
+// blocks of one chain in one event) and a BlockRemoved for each it
+// unpublishes (eviction, UnpublishAll); TakeEvents hands them over. A block
+// is only published under a published parent (or as a first block): a child
+// of an unpublished block could never be reached by a lookup, and its
+// event would name a parent no router knows.
+//
 // Not thread-safe: the slot's worker owns both.
 #ifndef MINFER_ENGINE_RUNTIME_KV_POOL_H_
 #define MINFER_ENGINE_RUNTIME_KV_POOL_H_
@@ -50,6 +58,7 @@
 #include "absl/types/span.h"
 #include "engine/graph/backend.h"
 #include "engine/graph/kv_cache.h"
+#include "engine/runtime/kv_events.h"
 
 namespace minfer::runtime {
 
@@ -97,6 +106,19 @@ class BlockAllocator {
     return AcquirePrefix(tokens, block_size, max_blocks, salt, absl::string_view(), out);
   }
 
+  // Records events from now on with `hasher` (null: stop; it must outlive
+  // the allocator or the next call). Blocks published before are not
+  // announced (attach before the first publication).
+  void RecordEvents(const KvBlockHasher* hasher) { hasher_ = hasher; }
+  bool recording() const { return hasher_ != nullptr; }
+  // Appends the events recorded since the last call to *out.
+  void TakeEvents(std::vector<KvEvent>* out);
+  // Unpublishes every published block: cached ones become never-published
+  // free blocks, held ones stay with their sequences (no longer reusable).
+  // For a change of what blocks mean (the salt) and for unloading. Returns
+  // how many were published.
+  int64_t UnpublishAll();
+
   // Tests: how many sequences hold block b; whether it is published.
   int32_t refs(int32_t b) const { return blocks_[b].refs; }
   bool published(int32_t b) const { return blocks_[b].published; }
@@ -113,6 +135,7 @@ class BlockAllocator {
     std::string ns;  // first blocks only (kNoParent); later ones inherit it
     std::vector<int32_t> tokens;
     std::list<int32_t>::iterator lru;  // valid while cached
+    BlockDigest digest{};  // while published with events on
   };
   uint64_t Key(int32_t parent, uint64_t salt, absl::string_view ns,
               absl::Span<const int32_t> tokens) const;
@@ -125,6 +148,8 @@ class BlockAllocator {
   std::vector<int32_t> fresh_;  // free, unpublished: a stack, the most recently freed on top
   std::list<int32_t> lru_;      // free, published: least recently released first
   absl::flat_hash_map<uint64_t, int32_t> index_;  // Key -> published block
+  const KvBlockHasher* hasher_ = nullptr;
+  std::vector<KvEvent> events_;
 };
 
 // Blocks for `rows` rows of a sequence.

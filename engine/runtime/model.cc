@@ -72,32 +72,9 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
         absl::StrCat("backend '", want, "' is not one of cpu|cuda|auto"));
   }
   ThreadPool* pool = options.pool ? options.pool : &DefaultThreadPool();
-  if (want != "cpu") {
-    std::vector<DeviceBackendProvider> providers = DeviceBackendProviders();
-    if (providers.empty() && want == "cuda") {
-      return absl::UnavailableError(
-          "backend 'cuda' requested, but this build has no CUDA backend (build with --config=cuda)");
-    }
-    for (const DeviceBackendProvider& p : providers) {
-      DeviceBackendRequest req;
-      req.model = m->arch_.get();
-      req.knobs = &m->knobs_;
-      req.knob_generation = &m->knob_gen_;
-      req.model_name = m->name_;
-      req.progress = options.progress;
-      auto backend = p.create(req);
-      if (backend.ok()) {
-        m->backends_.push_back(std::move(*backend));
-        m->gpu_ = true;
-        break;
-      }
-      if (want == "cuda") {
-        return absl::UnavailableError(absl::StrCat("model '", path, "' cannot run on ", p.name,
-                                                   ": ", backend.status().message()));
-      }
-      Logger("runtime")->info("{}: staying on the CPU: {}", path, backend.status().message());
-    }
-  }
+  m->pool_ = pool;
+  m->want_ = want;
+  RETURN_IF_ERROR(m->CreateDeviceBackend(options.progress));
   m->backends_.push_back(std::make_unique<cpu::CpuBackend>(pool));
   // Device backends uploaded the weights (reporting progress); the CPU path
   // touches the mapping instead.
@@ -105,6 +82,72 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
   m->load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Logger("runtime")->debug("loaded {}: {}", path, m->Summary());
   return m;
+}
+
+absl::Status Model::CreateDeviceBackend(const LoadProgressFn& progress) {
+  if (want_ != "cpu") {
+    std::vector<DeviceBackendProvider> providers = DeviceBackendProviders();
+    if (providers.empty() && want_ == "cuda") {
+      return absl::UnavailableError(
+          "backend 'cuda' requested, but this build has no CUDA backend (build with --config=cuda)");
+    }
+    for (const DeviceBackendProvider& p : providers) {
+      DeviceBackendRequest req;
+      req.model = arch_.get();
+      req.knobs = &knobs_;
+      req.knob_generation = &knob_gen_;
+      req.model_name = name_;
+      req.progress = progress;
+      auto backend = p.create(req);
+      if (backend.ok()) {
+        // Device backends come first (the graph planner's order).
+        backends_.insert(backends_.begin(), std::move(*backend));
+        gpu_ = true;
+        break;
+      }
+      if (want_ == "cuda") {
+        return absl::UnavailableError(absl::StrCat("model '", file_->path(), "' cannot run on ", p.name,
+                                                   ": ", backend.status().message()));
+      }
+      Logger("runtime")->info("{}: staying on the CPU: {}", file_->path(), backend.status().message());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::ReleaseWeights(bool keep_in_host_memory) {
+  if (released_) return absl::OkStatus();
+  const uint64_t begin = file_->data_offset(), end = file_->file_size();
+  if (keep_in_host_memory) {
+    // A device model: every page resident, so that restoring copies from
+    // memory. A CPU model's pages are its weights, left as they are.
+    if (gpu_) Prefetch(*file_, *pool_, nullptr);
+  } else {
+    file_->mapping().DontNeed(begin, end - begin);
+  }
+  if (gpu_) backends_.erase(backends_.begin());  // the device copy and its buffers
+  released_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Model::RestoreWeights(const LoadProgressFn& progress) {
+  if (!released_) return absl::OkStatus();
+  if (gpu_) {
+    gpu_ = false;
+    const std::string want = want_;
+    want_ = "cuda";  // back where it was, or an error: never silently on the CPU
+    absl::Status s = CreateDeviceBackend(progress);
+    want_ = want;
+    RETURN_IF_ERROR(s);
+    if (!gpu_) {
+      return absl::UnavailableError(
+          absl::StrCat("model '", file_->path(), "' could not return to its device"));
+    }
+  } else {
+    Prefetch(*file_, *pool_, progress);
+  }
+  released_ = false;
+  return absl::OkStatus();
 }
 
 std::vector<graph::Backend*> Model::backends() const {

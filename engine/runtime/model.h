@@ -85,12 +85,29 @@ class Model {
   grammar::GrammarCompiler& grammars() const;
 
   uint64_t weight_bytes() const { return arch_->weight_bytes(); }
+
+  // Sleep and wake (the daemon's sleep levels, daemon/serving/model_loader.h):
+  // ReleaseWeights frees a device model's device backend (its weights and
+  // buffers; kv_backend() is the CPU backend until restored) and either
+  // keeps the weights in host memory (keep_in_host_memory: a device model's
+  // file pages are all read in, so the upload back copies from memory; a
+  // CPU model's are its weights and stay as they are) or drops them
+  // (MappedFile::DontNeed: the next read goes to the file). RestoreWeights uploads the weights to the device again (UNAVAILABLE
+  // if it cannot: never silently on the CPU) or reads the pages back. The
+  // tokenizer, template and knobs stay usable throughout. Not thread-safe
+  // like SetKnobOverride, and only with no session or engine alive.
+  absl::Status ReleaseWeights(bool keep_in_host_memory);
+  absl::Status RestoreWeights(const LoadProgressFn& progress);
+  bool weights_released() const { return released_; }
   double load_seconds() const { return load_seconds_; }
   // One line: placement, memory, KV type.
   std::string Summary() const;
 
  private:
   Model() = default;
+  // Appends the device backend ModelOptions::backend asks for, if any
+  // (want_ "auto": logs and stays on the CPU when none can be made).
+  absl::Status CreateDeviceBackend(const LoadProgressFn& progress);
 
   std::unique_ptr<gguf::GgufFile> file_;
   std::unique_ptr<models::DecoderModel> arch_;
@@ -98,6 +115,9 @@ class Model {
   std::vector<std::unique_ptr<graph::Backend>> backends_;
   std::string name_;
   bool gpu_ = false;
+  bool released_ = false;
+  std::string want_;  // ModelOptions::backend
+  ThreadPool* pool_ = nullptr;
   KnobOverrides knobs_;
   uint64_t knob_gen_ = 0;
   double load_seconds_ = 0;

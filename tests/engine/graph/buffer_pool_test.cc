@@ -52,6 +52,28 @@ TEST(BufferPoolTest, ReusesOnlyExactSizeAndMovesGen) {
   EXPECT_EQ(pool.bytes(), 0);
 }
 
+TEST(BufferPoolTest, FreeUnusedGivesBackOnlyReleasedBuffersForGood) {
+  FakeMemory mem;
+  BufferPool pool(nullptr, "test");
+  auto held = pool.Acquire(100, mem.alloc());
+  auto gone = pool.Acquire(200, mem.alloc());
+  ASSERT_TRUE(held.ok() && gone.ok());
+  pool.Release(*gone);
+  const uint64_t g = pool.gen();
+  EXPECT_EQ(pool.FreeUnused(mem.free()), 200);
+  EXPECT_EQ(mem.live.size(), 1u);  // the held one stays
+  EXPECT_EQ(pool.bytes(), 100);
+  EXPECT_GT(pool.gen(), g);
+  EXPECT_EQ(pool.FreeUnused(mem.free()), 0);  // nothing more to free
+  // Its id is not handed out again; the same size is a new allocation.
+  auto again = pool.Acquire(200, mem.alloc());
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(*again, *gone);
+  EXPECT_EQ(mem.allocs, 3);
+  pool.ReleaseAll(mem.free());
+  EXPECT_TRUE(mem.live.empty());
+}
+
 TEST(BufferPoolTest, ResolveChecksOwnerAndRange) {
   FakeMemory mem;
   int owner_tag = 0;
