@@ -44,6 +44,9 @@ std::string StateName(v1::ModelState state) {
     case v1::MODEL_STATE_READY: return "ready";
     case v1::MODEL_STATE_UNLOADING: return "unloading";
     case v1::MODEL_STATE_FAILED: return "failed";
+    case v1::MODEL_STATE_SLEEPING: return "sleeping";
+    case v1::MODEL_STATE_WAKING: return "waking";
+    case v1::MODEL_STATE_DRAINING: return "draining";
     default: return "unknown";
   }
 }

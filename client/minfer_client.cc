@@ -168,6 +168,23 @@ absl::StatusOr<v1::UnloadModelResponse> MinferClient::UnloadModel(
   });
 }
 
+absl::StatusOr<v1::SleepModelResponse> MinferClient::SleepModel(
+    const v1::SleepModelRequest& request) {
+  return Unary<v1::SleepModelResponse>([&](v1::SleepModelResponse* r) {
+    grpc::ClientContext c;
+    Prepare(&c, true);
+    return admin_->SleepModel(&c, request, r);
+  });
+}
+
+absl::StatusOr<v1::WakeModelResponse> MinferClient::WakeModel(const v1::WakeModelRequest& request) {
+  return Unary<v1::WakeModelResponse>([&](v1::WakeModelResponse* r) {
+    grpc::ClientContext c;
+    Prepare(&c, true);
+    return admin_->WakeModel(&c, request, r);
+  });
+}
+
 absl::StatusOr<v1::ListModelsResponse> MinferClient::ListModels() {
   return Unary<v1::ListModelsResponse>([&](v1::ListModelsResponse* r) {
     grpc::ClientContext c;

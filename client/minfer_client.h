@@ -84,6 +84,10 @@ class MinferClient {
   absl::StatusOr<v1::ModelStatus> LoadModel(const v1::LoadModelRequest& request,
                                             const ProgressFn& on_progress = nullptr);
   absl::StatusOr<v1::UnloadModelResponse> UnloadModel(const v1::UnloadModelRequest& request);
+  // Sleep and wake (admin.proto): each answers once the model is asleep /
+  // ready.
+  absl::StatusOr<v1::SleepModelResponse> SleepModel(const v1::SleepModelRequest& request);
+  absl::StatusOr<v1::WakeModelResponse> WakeModel(const v1::WakeModelRequest& request);
   absl::StatusOr<v1::ListModelsResponse> ListModels();
   absl::StatusOr<v1::ModelStatus> GetModelStatus(const std::string& name);
   absl::StatusOr<v1::ServerStatus> GetServerStatus();

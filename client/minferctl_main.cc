@@ -3,6 +3,7 @@
 //   minferctl [--addr A] [--token T] [--json] [--tls --ca-cert F] COMMAND ...
 //     load NAME PATH [--ctx N --parallel N --kv-type T --backend B --knob K=V ...]
 //     unload NAME [--drain-timeout S | --cancel]
+//     sleep NAME [--level 1|2] | wake NAME
 //     list | status [NAME]
 //     generate NAME PROMPT [--chat] [--system S] [--template-kwarg K=V] [sampling and stopping flags]
 //     tokenize NAME TEXT | detokenize NAME ID...

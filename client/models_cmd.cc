@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "client/commands.h"
 
 namespace minfer::ctl {
@@ -31,6 +32,26 @@ std::string SpecLine(const v1::ModelStatus& m) {
   if (m.spec_drafted_tokens() == 0) return mode;
   return absl::StrFormat("%s: %d drafted, %d accepted (%.1f%%)", mode, m.spec_drafted_tokens(),
                          m.spec_accepted_tokens(), 100.0 * m.spec_acceptance_rate());
+}
+
+std::string SleepLine(const v1::ModelStatus& m) {
+  const v1::SleepStatus& s = m.sleep();
+  std::string line =
+      s.level() > 0
+          ? absl::StrFormat("asleep at level %d for %.0f s (%s in host memory)", s.level(),
+                            s.asleep_seconds(), Mib(m.memory().host_bytes()))
+          : std::string("awake");
+  absl::StrAppend(&line, s.sleep_after_seconds() > 0
+                             ? absl::StrFormat(", sleeps after %.0f s idle", s.sleep_after_seconds())
+                             : std::string(", never sleeps by itself"));
+  absl::StrAppend(&line, "; ", s.sleeps(), " sleeps, ", s.wakes(), " wakes");
+  if (s.last_wake_unix_ms() > 0) {
+    absl::StrAppend(&line, absl::StrFormat(" (last took %.3f s, at %s)", s.last_wake_seconds(),
+                                           absl::FormatTime("%Y-%m-%d %H:%M:%S UTC",
+                                                            absl::FromUnixMillis(s.last_wake_unix_ms()),
+                                                            absl::UTCTimeZone())));
+  }
+  return line;
 }
 
 void PrintModel(const v1::ModelStatus& m) {
@@ -65,6 +86,7 @@ void PrintModel(const v1::ModelStatus& m) {
                                  m.counters().rejected_queue_full(), " rejected: queue full)")},
       {"tokens:", absl::StrCat(m.counters().prompt_tokens(), " in, ",
                                m.counters().completion_tokens(), " out")},
+      {"sleep:", SleepLine(m)},
   };
   if (m.has_kv_pool()) {
     const v1::KvPoolStatus& kv = m.kv_pool();
@@ -160,6 +182,9 @@ struct LoadArgs {
   std::string spec, draft;
   int32_t spec_k = 0;
   std::vector<std::string> knobs;  // K=V
+  std::string kv_events;
+  double sleep_after = 0;
+  int32_t sleep_level = 0;
   bool quiet = false;
 };
 
@@ -176,6 +201,9 @@ int Load(LoadArgs& a, const Globals& g, client::MinferClient& client) {
   load.set_spec(a.spec);
   load.set_draft(a.draft);  // with spec "" the server reads it as spec "draft"
   load.set_spec_k(a.spec_k);
+  load.set_kv_events(a.kv_events);
+  load.set_sleep_after_seconds(a.sleep_after);
+  load.set_sleep_level(a.sleep_level);
   for (const std::string& kv : a.knobs) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -219,6 +247,42 @@ int Unload(const UnloadArgs& a, const Globals& g, client::MinferClient& client) 
     std::cout << absl::StrFormat("unloaded %s in %.2f s (%d streams finished, %d cancelled)\n",
                                  a.name, r->seconds(), r->completed_sequences(),
                                  r->cancelled_sequences());
+  }
+  return 0;
+}
+
+struct SleepArgs {
+  std::string name;
+  int32_t level = 1;
+};
+
+int Sleep(const SleepArgs& a, const Globals& g, client::MinferClient& client) {
+  v1::SleepModelRequest req;
+  req.set_name(a.name);
+  req.set_level(a.level);
+  absl::StatusOr<v1::SleepModelResponse> r = client.SleepModel(req);
+  if (!r.ok()) return Fail(r.status());
+  if (g.json) {
+    PrintJson(*r);
+  } else {
+    std::cout << absl::StrFormat("%s asleep at level %d (%s reserved, %s kept in host memory)\n",
+                                 a.name, a.level, Mib(r->status().memory().reserved_bytes()),
+                                 Mib(r->status().memory().host_bytes()));
+  }
+  return 0;
+}
+
+int Wake(const std::string& name, const Globals& g, client::MinferClient& client) {
+  v1::WakeModelRequest req;
+  req.set_name(name);
+  absl::StatusOr<v1::WakeModelResponse> r = client.WakeModel(req);
+  if (!r.ok()) return Fail(r.status());
+  if (g.json) {
+    PrintJson(*r);
+  } else if (r->seconds() > 0) {
+    std::cout << absl::StrFormat("%s awake in %.3f s\n", name, r->seconds());
+  } else {
+    std::cout << name << " was awake\n";
   }
   return 0;
 }
@@ -294,6 +358,13 @@ void AddModelCommands(CLI::App& app, const Globals& g, CommandTable& table) {
   c_load->add_option("--spec-k", load->spec_k,
                      "tokens drafted per step, 1 to 16 (default 4 with --spec ngram or draft)");
   c_load->add_option("--knob", load->knobs, "K=V per-model knob override (repeatable)");
+  c_load->add_option("--kv-events", load->kv_events,
+                     "on or off: this model's KV-cache events (default on when minferd "
+                     "publishes them, --kv-events)");
+  c_load->add_option("--sleep-after", load->sleep_after,
+                     "sleep after this many idle seconds (default: minferd's --sleep-after)");
+  c_load->add_option("--sleep-level", load->sleep_level,
+                     "1 (weights kept in host memory, default) or 2 (dropped) for idle sleep");
   c_load->add_flag("-q,--quiet", load->quiet, "no progress bar");
   table.Add(c_load, [load, &g](client::MinferClient& client) { return Load(*load, g, client); });
 
@@ -307,6 +378,22 @@ void AddModelCommands(CLI::App& app, const Globals& g, CommandTable& table) {
       ->excludes(unload->drain_given);
   table.Add(c_unload,
             [unload, &g](client::MinferClient& client) { return Unload(*unload, g, client); });
+
+  auto sleep = std::make_shared<SleepArgs>();
+  CLI::App* c_sleep = app.add_subcommand(
+      "sleep", "free an idle model's memory; its next request (or wake) loads it back");
+  c_sleep->add_option("name", sleep->name, "model or alias")->required();
+  c_sleep->add_option("--level", sleep->level,
+                      "1: free the KV pool and activations, keep the weights in host memory "
+                      "(default); 2: drop the weights too (re-read at the wake)")
+      ->check(CLI::Range(1, 2));
+  table.Add(c_sleep, [sleep, &g](client::MinferClient& client) { return Sleep(*sleep, g, client); });
+
+  auto wake_name = std::make_shared<std::string>();
+  CLI::App* c_wake = app.add_subcommand("wake", "wake a sleeping model");
+  c_wake->add_option("name", *wake_name, "model or alias")->required();
+  table.Add(c_wake,
+            [wake_name, &g](client::MinferClient& client) { return Wake(*wake_name, g, client); });
 
   CLI::App* c_list = app.add_subcommand("list", "list the models");
   table.Add(c_list, [&g](client::MinferClient& client) { return List(g, client); });

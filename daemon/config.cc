@@ -163,6 +163,9 @@ absl::Status ReadModel(const Json& j, const std::string& path, const std::string
   RETURN_IF_ERROR(r.String("draft", &m->draft));
   RETURN_IF_ERROR(r.Integer("spec_k", &m->spec_k, 0));
   RETURN_IF_ERROR(r.StringMap("knobs", &m->knobs));
+  RETURN_IF_ERROR(r.String("kv_events", &m->kv_events));
+  RETURN_IF_ERROR(r.Number("sleep_after_seconds", &m->sleep_after_seconds));
+  RETURN_IF_ERROR(r.Integer("sleep_level", &m->sleep_level, 1));
   RETURN_IF_ERROR(r.Done());
   if (m->name.empty() || m->path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", path, " needs a name and a path"));
@@ -256,6 +259,15 @@ absl::Status ApplyConfigJson(const std::string& text, const std::string& source,
     }
   }
   RETURN_IF_ERROR(r.Number("drain_timeout_seconds", &c->drain_timeout_seconds));
+  RETURN_IF_ERROR(r.Number("sleep_after_seconds", &c->sleep_after_seconds));
+  if (const Json* ev = r.Get("kv_events")) {
+    ObjectReader k(*ev, "kv_events", source);
+    RETURN_IF_ERROR(k.Check());
+    RETURN_IF_ERROR(k.String("endpoint", &c->kv_events.endpoint));
+    RETURN_IF_ERROR(k.String("replay_endpoint", &c->kv_events.replay_endpoint));
+    RETURN_IF_ERROR(k.String("topic", &c->kv_events.topic));
+    RETURN_IF_ERROR(k.Done());
+  }
   if (const Json* tls = r.Get("tls")) {
     ObjectReader t(*tls, "tls", source);
     RETURN_IF_ERROR(t.Check());
@@ -338,6 +350,18 @@ absl::StatusOr<SlotConfig> ParseModelFlag(const std::string& spec) {
       c.spec = value;
     } else if (e != std::string::npos && key == "draft") {
       c.draft = value;
+    } else if (e != std::string::npos && key == "kv_events") {
+      c.kv_events = value;
+    } else if (e != std::string::npos && key == "sleep_after") {
+      if (!absl::SimpleAtod(value, &c.sleep_after_seconds)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--model '", spec, "': sleep_after wants a number of seconds, got '", value, "'"));
+      }
+    } else if (e != std::string::npos && key == "sleep_level") {
+      if (!absl::SimpleAtoi(value, &c.sleep_level)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--model '", spec, "': sleep_level wants 1 or 2, got '", value, "'"));
+      }
     } else if (e != std::string::npos && key == "spec_k") {
       if (!absl::SimpleAtoi(value, &c.spec_k)) {
         return absl::InvalidArgumentError(
@@ -347,7 +371,8 @@ absl::StatusOr<SlotConfig> ParseModelFlag(const std::string& spec) {
       return absl::InvalidArgumentError(
           absl::StrCat("--model '", spec, "': '", part,
                        "' is not an option (tool_parser=FAMILY|none, reasoning_parser=qwen3|none, "
-                       "spec=off|ngram|draft, draft=PATH, spec_k=K)"));
+                       "spec=off|ngram|draft, draft=PATH, spec_k=K, kv_events=on|off, "
+                       "sleep_after=SECONDS, sleep_level=1|2)"));
     }
   }
   return c;
@@ -402,6 +427,15 @@ absl::StatusOr<TenantConfig> ParseTenantFlag(const std::string& spec) {
 }
 
 absl::Status FinalizeConfig(DaemonConfig* c) {
+  if (!(c->sleep_after_seconds >= 0) || !std::isfinite(c->sleep_after_seconds)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sleep_after_seconds (--sleep-after) must be 0 (never) or a number of seconds, got ",
+        c->sleep_after_seconds));
+  }
+  if (c->kv_events.endpoint.empty() && !c->kv_events.replay_endpoint.empty()) {
+    return absl::InvalidArgumentError(
+        "kv_events.replay_endpoint (--kv-events-replay) needs kv_events.endpoint (--kv-events)");
+  }
   if (!c->admin_token_file.empty()) {
     std::ifstream in(c->admin_token_file);
     if (!in) {

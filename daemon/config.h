@@ -26,7 +26,12 @@
 //                 "backend": "auto", "queue_size": 16,
 //                 "tool_parser": "hermes", "reasoning_parser": "none",  // "": the template's
 //                 "spec": "draft", "draft": "models/draft.gguf", "spec_k": 4,  // "": the knob
-//                 "knobs": {"MINFER_PREFILL_CHUNK": "256"}}],
+//                 "knobs": {"MINFER_PREFILL_CHUNK": "256"},
+//                 "kv_events": "off",                 // "" / "on": with the daemon's
+//                 "sleep_after_seconds": 600, "sleep_level": 1}],  // 0: the daemon's
+//     "kv_events": {"endpoint": "tcp://*:5557",     // KV-cache events (ZeroMQ PUB)
+//                   "replay_endpoint": "tcp://*:5558", "topic": "kv@{host}@{model}"},
+//     "sleep_after_seconds": 0,                // idle models sleep (0: never)
 //     "aliases": {"prod": "default"},
 //     "tenants": [{"name": "search", "api_keys": ["..."],  // or "api_key_file"
 //                  "weight": 2, "max_streams": 32,
@@ -68,6 +73,9 @@ struct DaemonConfig {
   std::vector<std::string> api_keys;  // empty: the HTTP API is open
   uint64_t memory_limit = 0;                      // 0: the host's available memory
   double drain_timeout_seconds = 30;
+  // KV-cache events (serving/kv_events.h); endpoint "" = off.
+  KvEventsOptions kv_events;
+  double sleep_after_seconds = 0;  // models' default idle timeout; 0: never
   std::string tls_cert_file;  // both or neither
   std::string tls_key_file;
   std::string admin_token;       // empty: admin API open
@@ -110,7 +118,8 @@ absl::StatusOr<TenantConfig> ParseTenantFlag(const std::string& spec);
 
 // minferd's --model flag: NAME=PATH, then optional comma-separated
 // per-model options tool_parser=FAMILY|none, reasoning_parser=qwen3|none,
-// spec=off|ngram|draft, draft=PATH and spec_k=K (e.g.
+// spec=off|ngram|draft, draft=PATH, spec_k=K, kv_events=on|off,
+// sleep_after=SECONDS and sleep_level=1|2 (e.g.
 // "m=/models/a.gguf,tool_parser=llama3_json,draft=/models/small.gguf"); so
 // a PATH holds no comma. n_ctx, parallel and queue_size are left 0 (the
 // server defaults). INVALID_ARGUMENT naming the part that is wrong; the

@@ -98,6 +98,11 @@ absl::Status Daemon::Init() {
   so.default_queue_size = config_.default_queue_size;
   so.default_drain_timeout = std::chrono::duration<double>(config_.drain_timeout_seconds);
   so.before_load = hooks_.before_model_load;
+  so.default_sleep_after_seconds = config_.sleep_after_seconds;
+  if (!config_.kv_events.endpoint.empty()) {
+    ASSIGN_OR_RETURN(kv_events_, KvEventPublisher::Create(config_.kv_events));
+    so.kv_events = kv_events_.get();
+  }
   slots_ = std::make_unique<SlotManager>(so, metrics_.get());
   if (!config_.tenants.empty()) {
     ASSIGN_OR_RETURN(tenants_, Tenants::Create(config_.tenants));
@@ -207,7 +212,7 @@ void Daemon::OnChange() {
         ++it;
         continue;
       }
-      if ((*slot)->state() == SlotState::kReady) {
+      if (AcceptsRequests((*slot)->state())) {
         ready.push_back(*it);
       } else {
         Logger("daemon")->error("alias '{}' not set: model '{}' did not load", it->first,
@@ -227,7 +232,9 @@ void Daemon::OnChange() {
   std::set<std::string> now;
   std::map<std::string, bool> ready_by_model;
   for (const auto& slot : slots_->List()) {
-    const bool serving = slot->state() == SlotState::kReady;
+    // A sleeping model serves on demand: the request wakes it (a readiness
+    // probe must not take the replica out of its pool for that).
+    const bool serving = AcceptsRequests(slot->state());
     ready_by_model[slot->name()] = serving;
     health->SetServingStatus(slot->name(), serving);
     now.insert(slot->name());

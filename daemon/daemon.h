@@ -41,6 +41,7 @@
 #include "daemon/grpc/reflection_v1.h"
 #include "daemon/http/http_server.h"
 #include "daemon/serving/heap_trim.h"
+#include "daemon/serving/kv_events.h"
 #include "daemon/serving/metrics.h"
 #include "daemon/serving/serving_state.h"
 #include "daemon/serving/slot_manager.h"
@@ -124,6 +125,7 @@ class Daemon {
   std::unique_ptr<Metrics> metrics_;
   // Before slots_: slots that stop late (the destructor) still reach it.
   std::unique_ptr<HeapTrimmer> trimmer_;
+  std::unique_ptr<KvEventPublisher> kv_events_;  // --kv-events; before slots_
   std::unique_ptr<SlotManager> slots_;
   ServingState state_;
   std::unique_ptr<Tenants> tenants_;  // null: none configured

@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
   std::string config_file, listen, metrics_listen, memory_limit, tls_cert, tls_key;
   std::string admin_token, admin_token_file, ready_file, log_level, http_listen, api_key_file;
   int32_t http_threads = 0;
-  double drain_timeout = 0;
+  double drain_timeout = 0, sleep_after = 0;
+  std::string kv_events, kv_events_replay, kv_events_topic;
   int64_t ctx = 0;
   int32_t parallel = 0, queue_size = 0, max_prompt_tokens = 0, max_tokens = 0,
           default_max_tokens = 0;
@@ -172,6 +173,18 @@ int main(int argc, char** argv) {
                                "memory budget for models, e.g. 8G (default: host available memory)");
   auto* o_drain = app.add_option("--drain-timeout", drain_timeout,
                                  "seconds streams may run after SIGTERM (default 30)");
+  auto* o_kv = app.add_option("--kv-events", kv_events,
+                              "publish KV-cache events (vLLM's format) on this ZeroMQ endpoint, "
+                              "e.g. tcp://*:5557 (default: off)");
+  auto* o_kv_replay = app.add_option("--kv-events-replay", kv_events_replay,
+                                     "ZeroMQ ROUTER endpoint replaying recent event batches to "
+                                     "routers that missed them, e.g. tcp://*:5558");
+  auto* o_kv_topic = app.add_option("--kv-events-topic", kv_events_topic,
+                                    "topic of a model's events; {model} and {host} are replaced "
+                                    "(default kv@{host}@{model})");
+  auto* o_sleep = app.add_option("--sleep-after", sleep_after,
+                                 "seconds a model may sit idle before it sleeps at level 1 "
+                                 "(per model: sleep_after=; default 0: never)");
   auto* o_cert = app.add_option("--tls-cert", tls_cert, "TLS certificate (PEM)");
   auto* o_key = app.add_option("--tls-key", tls_key, "TLS private key (PEM)");
   auto* o_token = app.add_option("--admin-token", admin_token,
@@ -181,7 +194,8 @@ int main(int argc, char** argv) {
       app.add_option("--admin-token-file", admin_token_file, "file holding the admin token");
   app.add_option("--model", models,
                  "NAME=PATH[,tool_parser=FAMILY|none][,reasoning_parser=qwen3|none]"
-                 "[,spec=off|ngram|draft][,draft=PATH][,spec_k=K]: load a model at start "
+                 "[,spec=off|ngram|draft][,draft=PATH][,spec_k=K][,kv_events=on|off]"
+                 "[,sleep_after=SECONDS][,sleep_level=1|2]: load a model at start "
                  "(repeatable; draft=PATH drafts speculative tokens with that model)");
   app.add_option("--alias", aliases, "ALIAS=MODEL: set once MODEL is ready (repeatable)");
   app.add_option("--tenant", tenant_flags,
@@ -246,6 +260,10 @@ int main(int argc, char** argv) {
     config.memory_limit = *bytes;
   }
   if (*o_drain) config.drain_timeout_seconds = drain_timeout;
+  if (*o_kv) config.kv_events.endpoint = kv_events;
+  if (*o_kv_replay) config.kv_events.replay_endpoint = kv_events_replay;
+  if (*o_kv_topic) config.kv_events.topic = kv_events_topic;
+  if (*o_sleep) config.sleep_after_seconds = sleep_after;
   if (*o_cert) config.tls_cert_file = tls_cert;
   if (*o_key) config.tls_key_file = tls_key;
   if (*o_token) config.admin_token = admin_token;

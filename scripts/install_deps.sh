@@ -12,6 +12,10 @@ PKGS=(
   nlohmann-json3-dev libcli11-dev prometheus-cpp-dev libbenchmark-dev libicu-dev
   libcpp-httplib-dev libssl-dev curl libasio-dev libhttp-parser-dev iproute2
   nodejs npm openssl
+  # KV-cache events: ZeroMQ and msgpack-c (daemon/serving/kv_events.h), and
+  # the tests' independent subscriber and hash check in Python.
+  libzmq3-dev libmsgpack-dev
+  python3 python3-zmq python3-msgpack python3-cbor2 python3-yaml
 )
 
 missing=()

@@ -30,6 +30,12 @@ v1::ModelState StateToProto(SlotState s) {
       return v1::MODEL_STATE_LOADING;
     case SlotState::kReady:
       return v1::MODEL_STATE_READY;
+    case SlotState::kSleeping:
+      return v1::MODEL_STATE_SLEEPING;
+    case SlotState::kWaking:
+      return v1::MODEL_STATE_WAKING;
+    case SlotState::kDraining:
+      return v1::MODEL_STATE_DRAINING;
     case SlotState::kUnloading:
     case SlotState::kStopped:
       return v1::MODEL_STATE_UNLOADING;
@@ -93,6 +99,17 @@ class LoadReactor final : public PullStreamReactor<v1::LoadModelResponse> {
                                   ? absl::FailedPreconditionError(st.error.message())
                                   : st.error);
         return false;
+      case SlotState::kSleeping:
+      case SlotState::kWaking:
+        // Ready, then asleep before this stream caught up (a short
+        // sleep_after_seconds): the load itself succeeded.
+        msg->set_state(StateToProto(st.state));
+        msg->set_bytes_done(st.load_bytes_total);
+        msg->set_bytes_total(st.load_bytes_total);
+        ModelStatusToProto(st, slots_->AliasesOf(st.config.name), msg->mutable_status());
+        *final = grpc::Status::OK;
+        return true;
+      case SlotState::kDraining:
       case SlotState::kUnloading:
       case SlotState::kStopped:
         *final = grpc::Status(grpc::StatusCode::ABORTED,
@@ -132,46 +149,67 @@ void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& al
   out->set_state(StateToProto(st.state));
   if (!st.error.ok()) out->set_reason(st.error.ToString());
   out->set_backend(st.backend.empty() ? st.config.backend : st.backend);
-  out->set_n_ctx(st.n_ctx > 0 ? st.n_ctx : st.config.n_ctx);
+  const runtime::EngineSnapshot& e = st.engine;
+  out->set_n_ctx(e.n_ctx > 0 ? e.n_ctx : st.config.n_ctx);
   out->set_parallel(st.config.parallel);
-  out->set_kv_type(st.kv_type.empty() ? st.config.kv_type : st.kv_type);
+  out->set_kv_type(e.kv_block > 0 ? graph::DTypeName(e.kv_type) : st.config.kv_type);
   out->set_tool_parser(st.config.tool_parser);
   out->set_reasoning_parser(st.config.reasoning_parser);
   out->set_spec(st.config.spec);
   out->set_spec_k(st.spec_k);
   out->set_draft(st.config.draft);
-  out->set_spec_drafted_tokens(st.spec_drafted);
-  out->set_spec_accepted_tokens(st.spec_accepted);
-  if (st.spec_drafted > 0) {
-    out->set_spec_acceptance_rate(static_cast<double>(st.spec_accepted) /
-                                  static_cast<double>(st.spec_drafted));
+  out->set_spec_drafted_tokens(static_cast<uint64_t>(e.spec_drafted));
+  out->set_spec_accepted_tokens(static_cast<uint64_t>(e.spec_accepted));
+  if (e.spec_drafted > 0) {
+    out->set_spec_acceptance_rate(static_cast<double>(e.spec_accepted) /
+                                  static_cast<double>(e.spec_drafted));
   }
+  out->set_kv_events(st.config.kv_events == "on");
   for (const auto& [k, v] : st.knobs) (*out->mutable_knobs())[k] = v;
   v1::MemoryUsage* mem = out->mutable_memory();
-  mem->set_weights_bytes(st.weights_bytes);
-  mem->set_kv_bytes(st.kv_bytes);
-  mem->set_scratch_bytes(st.scratch_bytes);
-  mem->set_draft_bytes(st.draft_bytes);
-  mem->set_total_bytes(st.weights_bytes + st.kv_bytes + st.scratch_bytes + st.draft_bytes);
-  mem->set_reserved_bytes(st.estimate.total());
+  const uint64_t kv = static_cast<uint64_t>(std::max<int64_t>(e.kv_bytes, 0));
+  const uint64_t scratch = static_cast<uint64_t>(std::max<int64_t>(e.activation_bytes, 0));
+  mem->set_weights_bytes(st.memory.weights);
+  mem->set_kv_bytes(kv);
+  mem->set_scratch_bytes(scratch);
+  mem->set_draft_bytes(st.memory.draft);
+  mem->set_host_bytes(st.memory.host_weights);
+  mem->set_total_bytes(st.memory.weights + kv + scratch + st.memory.draft);
+  mem->set_reserved_bytes(st.memory.reserved);
   mem->set_backend_bytes(st.backend_bytes);
-  out->set_active_sequences(st.active);
+  out->set_active_sequences(static_cast<int32_t>(e.running));
   out->set_queued_sequences(st.queued);
   out->set_queue_size(st.config.queue_size);
-  if (st.kv_block > 0) {
-    v1::KvPoolStatus* kv = out->mutable_kv_pool();
-    kv->set_block_tokens(st.kv_block);
-    kv->set_blocks_total(st.kv_blocks_total);
-    kv->set_blocks_used(st.kv_blocks_used);
-    kv->set_block_bytes(st.kv_block_bytes);
-    for (int64_t b : st.sequence_blocks) kv->add_sequence_blocks(b);
-    kv->set_preemptions(st.preemptions);
-    kv->set_token_budget(st.token_budget);
-    kv->set_steps(st.steps);
-    kv->set_blocks_cached(st.kv_blocks_cached);
-    kv->set_prefix_cache(st.prefix_cache);
-    kv->set_prefix_hit_tokens(st.prefix_hit_tokens);
-    kv->set_prefix_evictions(st.prefix_evictions);
+  v1::SleepStatus* sl = out->mutable_sleep();
+  sl->set_level(st.memory.sleep_level);
+  sl->set_sleeps(st.sleeps);
+  sl->set_wakes(st.wakes);
+  if (st.last_wake.has_value()) {
+    sl->set_last_wake_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  st.last_wake->time_since_epoch())
+                                  .count());
+  }
+  sl->set_last_wake_seconds(st.last_wake_seconds);
+  if (st.asleep_since.has_value()) {
+    sl->set_asleep_seconds(std::chrono::duration<double>(std::chrono::system_clock::now() -
+                                                         *st.asleep_since)
+                               .count());
+  }
+  sl->set_sleep_after_seconds(st.config.sleep_after_seconds);
+  if (e.kv_block > 0) {
+    v1::KvPoolStatus* kvp = out->mutable_kv_pool();
+    kvp->set_block_tokens(e.kv_block);
+    kvp->set_blocks_total(e.kv_blocks_total);
+    kvp->set_blocks_used(e.kv_blocks_used);
+    kvp->set_block_bytes(static_cast<uint64_t>(e.kv_block_bytes));
+    for (int64_t b : e.sequence_blocks) kvp->add_sequence_blocks(b);
+    kvp->set_preemptions(static_cast<uint64_t>(e.preemptions));
+    kvp->set_token_budget(e.token_budget);
+    kvp->set_steps(static_cast<uint64_t>(e.steps));
+    kvp->set_blocks_cached(e.kv_blocks_cached);
+    kvp->set_prefix_cache(e.prefix_cache);
+    kvp->set_prefix_hit_tokens(static_cast<uint64_t>(e.prefix_hit_tokens));
+    kvp->set_prefix_evictions(static_cast<uint64_t>(e.prefix_evictions));
     v1::StructuredOutputStatus* so = out->mutable_structured_output();
     so->set_constrained_sequences(static_cast<int32_t>(st.grammar.constrained_running));
     so->set_constrained_requests(st.grammar.constrained_requests);
@@ -220,6 +258,8 @@ AdminServiceImpl::AdminServiceImpl(SlotManager* slots, ServingState* state, Metr
   RegisterDecoded("ListModels", &AdminServiceImpl::ListModels);
   RegisterDecoded("GetModelStatus", &AdminServiceImpl::GetModelStatus);
   RegisterDecoded("GetServerStatus", &AdminServiceImpl::GetServerStatus);
+  RegisterDecoded("SleepModel", &AdminServiceImpl::SleepModel);
+  RegisterDecoded("WakeModel", &AdminServiceImpl::WakeModel);
   RegisterDecoded("ListTenants", &AdminServiceImpl::ListTenants);
   RegisterDecoded("ListKnobs", &AdminServiceImpl::ListKnobs);
   RegisterDecoded("GetKnob", &AdminServiceImpl::GetKnob);
@@ -315,6 +355,9 @@ grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(
   config.spec = request->spec();
   config.draft = request->draft();
   config.spec_k = request->spec_k();
+  config.kv_events = request->kv_events();
+  config.sleep_after_seconds = request->sleep_after_seconds();
+  config.sleep_level = request->sleep_level();
   absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Load(std::move(config));
   if (!slot.ok()) {
     reactor->FinishWith(ToGrpcStatus(slot.status()));
@@ -357,6 +400,73 @@ grpc::ServerUnaryReactor* AdminServiceImpl::UnloadModel(grpc::CallbackServerCont
   if (!s.ok()) {
     grpc::Status g = ToGrpcStatus(s);
     if (metrics_ != nullptr) metrics_->RecordRequest("UnloadModel", "", GrpcCodeName(g.error_code()));
+    reactor->Finish(std::move(g));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::SleepModel(grpc::CallbackServerContext* context,
+                                                       const v1::SleepModelRequest* request,
+                                                       v1::SleepModelResponse* response) {
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) {
+    return Done(context, "SleepModel", "", auth);
+  }
+  if (absl::Status valid = CheckName(request->name(), "name"); !valid.ok()) {
+    return Done(context, "SleepModel", "", valid);
+  }
+  std::string model;
+  absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Find(request->name(), &model);
+  if (!slot.ok()) return Done(context, "SleepModel", "", slot.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::shared_ptr<Slot> held = *slot;
+  absl::Status s = held->Sleep(
+      request->level() == 0 ? 1 : request->level(),
+      [this, reactor, response, held, model](absl::Status done) {
+        if (done.ok()) {
+          ModelStatusToProto(held->Status(), slots_->AliasesOf(model), response->mutable_status());
+        }
+        grpc::Status g = ToGrpcStatus(done);
+        if (metrics_ != nullptr) {
+          metrics_->RecordRequest("SleepModel", model, GrpcCodeName(g.error_code()));
+        }
+        reactor->Finish(std::move(g));
+      });
+  if (!s.ok()) {
+    grpc::Status g = ToGrpcStatus(s);
+    if (metrics_ != nullptr) metrics_->RecordRequest("SleepModel", model, GrpcCodeName(g.error_code()));
+    reactor->Finish(std::move(g));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::WakeModel(grpc::CallbackServerContext* context,
+                                                      const v1::WakeModelRequest* request,
+                                                      v1::WakeModelResponse* response) {
+  if (absl::Status auth = CheckAuth(context); !auth.ok()) {
+    return Done(context, "WakeModel", "", auth);
+  }
+  if (absl::Status valid = CheckName(request->name(), "name"); !valid.ok()) {
+    return Done(context, "WakeModel", "", valid);
+  }
+  std::string model;
+  absl::StatusOr<std::shared_ptr<Slot>> slot = slots_->Find(request->name(), &model);
+  if (!slot.ok()) return Done(context, "WakeModel", "", slot.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::shared_ptr<Slot> held = *slot;
+  const uint64_t wakes_before = held->Status().wakes;
+  absl::Status s = held->Wake([this, reactor, response, held, model, wakes_before](absl::Status done) {
+    if (done.ok()) {
+      const SlotStatus st = held->Status();
+      ModelStatusToProto(st, slots_->AliasesOf(model), response->mutable_status());
+      if (st.wakes > wakes_before) response->set_seconds(st.last_wake_seconds);
+    }
+    grpc::Status g = ToGrpcStatus(done);
+    if (metrics_ != nullptr) metrics_->RecordRequest("WakeModel", model, GrpcCodeName(g.error_code()));
+    reactor->Finish(std::move(g));
+  });
+  if (!s.ok()) {
+    grpc::Status g = ToGrpcStatus(s);
+    if (metrics_ != nullptr) metrics_->RecordRequest("WakeModel", model, GrpcCodeName(g.error_code()));
     reactor->Finish(std::move(g));
   }
   return reactor;
@@ -426,7 +536,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetServerStatus(grpc::CallbackServer
   int32_t active = 0, queued = 0, models = 0;
   for (const auto& slot : slots_->List()) {
     SlotStatus st = slot->Status();
-    active += st.active;
+    active += static_cast<int32_t>(st.engine.running);
     queued += st.queued;
     ++models;
   }

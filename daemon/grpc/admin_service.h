@@ -48,6 +48,12 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   grpc::ServerUnaryReactor* UnloadModel(grpc::CallbackServerContext* context,
                                         const v1::UnloadModelRequest* request,
                                         v1::UnloadModelResponse* response) override;
+  grpc::ServerUnaryReactor* SleepModel(grpc::CallbackServerContext* context,
+                                       const v1::SleepModelRequest* request,
+                                       v1::SleepModelResponse* response) override;
+  grpc::ServerUnaryReactor* WakeModel(grpc::CallbackServerContext* context,
+                                      const v1::WakeModelRequest* request,
+                                      v1::WakeModelResponse* response) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const v1::ListModelsRequest* request,
                                        v1::ListModelsResponse* response) override;

@@ -459,7 +459,7 @@ std::vector<std::string> HttpServer::ReadyNames(const http::HttpRequest& request
   std::vector<std::string> names;
   std::map<std::string, bool> ready;
   for (const auto& slot : slots_->List()) {
-    ready[slot->name()] = slot->state() == SlotState::kReady;
+    ready[slot->name()] = AcceptsRequests(slot->state());  // sleeping: served on demand
     if (ready[slot->name()] && allowed(slot->name(), slot->name())) names.push_back(slot->name());
   }
   for (const auto& [alias, model] : slots_->ListAliases()) {

@@ -106,6 +106,21 @@ absl::Status MemoryBudget::Reserve(const std::string& name, const MemoryEstimate
   return absl::OkStatus();
 }
 
+void MemoryBudget::Shrink(const std::string& name, const MemoryEstimate& estimate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (estimate.total() == 0) {
+    reserved_.erase(name);
+  } else {
+    reserved_[name] = estimate.total();
+  }
+}
+
+uint64_t MemoryBudget::reserved(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = reserved_.find(name);
+  return it == reserved_.end() ? 0 : it->second;
+}
+
 void MemoryBudget::Release(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   reserved_.erase(name);

@@ -87,8 +87,13 @@ class MemoryBudget {
   // Reserves `estimate` for `name`, or RESOURCE_EXHAUSTED with the estimate
   // by kind, what is free and the limit (in bytes).
   absl::Status Reserve(const std::string& name, const MemoryEstimate& estimate);
+  // Sets `name`'s reservation to `estimate` without checking the limit:
+  // for a reservation that shrinks (a model going to sleep).
+  void Shrink(const std::string& name, const MemoryEstimate& estimate);
   void Release(const std::string& name);
   uint64_t reserved() const;
+  // `name`'s reservation (0 without one).
+  uint64_t reserved(const std::string& name) const;
   uint64_t limit() const { return limit_; }
 
  private:

@@ -10,7 +10,8 @@
 namespace minfer::daemon {
 namespace {
 
-constexpr const char* kStates[] = {"loading", "ready", "unloading", "failed"};
+constexpr const char* kStates[] = {"loading",  "ready",     "sleeping", "waking",
+                                   "draining", "unloading", "failed"};
 
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   // 0.5 ms ... ~16 s, doubling: covers a GPU decode step through a long
@@ -160,6 +161,25 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                               .Help("Speculative decoding: drafted tokens the model accepted "
                                     "(each saves a step of its sequence).")
                               .Register(r);
+  sleeps_ = &prometheus::BuildCounter()
+                 .Name("minfer_model_sleeps_total")
+                 .Help("Times the model went to sleep, by sleep level (1: weights kept in host "
+                       "memory, 2: dropped).")
+                 .Register(r);
+  wakes_ = &prometheus::BuildCounter()
+                .Name("minfer_model_wakes_total")
+                .Help("Times the model woke, by the level it slept at.")
+                .Register(r);
+  wake_seconds_ = &prometheus::BuildHistogram()
+                       .Name("minfer_model_wake_seconds")
+                       .Help("Wall time of a wake: memory re-admitted, weights back, engine "
+                             "rebuilt.")
+                       .Register(r);
+  kv_event_batches_ = &prometheus::BuildCounter()
+                           .Name("minfer_kv_events_batches_total")
+                           .Help("KV-cache event batches handed to the publisher (queued) or "
+                                 "dropped because its queue was full.")
+                           .Register(r);
   tenant_streams_ = &prometheus::BuildGauge()
                          .Name("minfer_tenant_streams")
                          .Help("A tenant's streams open now (counted against its cap).")
@@ -321,6 +341,14 @@ ModelMetrics* Metrics::ForModel(const std::string& model) {
     slot->grammar_mask_seconds = &grammar_mask_seconds_->Add(l);
     slot->spec_drafted_tokens = &spec_drafted_tokens_->Add(l);
     slot->spec_accepted_tokens = &spec_accepted_tokens_->Add(l);
+    for (int level = 1; level <= 2; ++level) {
+      slot->sleeps[level - 1] = &sleeps_->Add({{"model", model}, {"level", std::to_string(level)}});
+      slot->wakes[level - 1] = &wakes_->Add({{"model", model}, {"level", std::to_string(level)}});
+    }
+    slot->wake_seconds = &wake_seconds_->Add(l, LatencyBuckets());
+    slot->kv_event_batches = &kv_event_batches_->Add({{"model", model}, {"result", "queued"}});
+    slot->kv_event_batches_dropped =
+        &kv_event_batches_->Add({{"model", model}, {"result", "dropped"}});
   }
   return slot.get();
 }

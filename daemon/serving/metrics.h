@@ -41,6 +41,12 @@
 //   minfer_spec_drafted_tokens_total{model}          speculative decoding: tokens drafted into
 //                                                    steps (n-gram or draft model)
 //   minfer_spec_accepted_tokens_total{model}         ... and accepted of them
+//   minfer_model_sleeps_total{model,level}           times the model went to sleep
+//   minfer_model_wakes_total{model,level}            ... and woke (from that level)
+//   minfer_model_wake_seconds{model}                 wall time of a wake (re-admit,
+//                                                    weights back, engine rebuilt)
+//   minfer_kv_events_batches_total{model,result}     KV-cache event batches queued for
+//                                                    the publisher / dropped (queue full)
 //   minfer_draining                                  1 while draining
 //   minfer_http_connections                          HTTP connections open
 //   minfer_http_connections_total{result}            accepted / refused (over a
@@ -119,6 +125,11 @@ struct ModelMetrics {
   prometheus::Counter* grammar_mask_seconds = nullptr;
   prometheus::Counter* spec_drafted_tokens = nullptr;
   prometheus::Counter* spec_accepted_tokens = nullptr;
+  prometheus::Counter* sleeps[2] = {};  // by level - 1
+  prometheus::Counter* wakes[2] = {};
+  prometheus::Histogram* wake_seconds = nullptr;
+  prometheus::Counter* kv_event_batches = nullptr;
+  prometheus::Counter* kv_event_batches_dropped = nullptr;
 };
 
 class Metrics {
@@ -212,6 +223,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* grammar_mask_seconds_;
   prometheus::Family<prometheus::Counter>* spec_drafted_tokens_;
   prometheus::Family<prometheus::Counter>* spec_accepted_tokens_;
+  prometheus::Family<prometheus::Counter>* sleeps_;
+  prometheus::Family<prometheus::Counter>* wakes_;
+  prometheus::Family<prometheus::Histogram>* wake_seconds_;
+  prometheus::Family<prometheus::Counter>* kv_event_batches_;
   prometheus::Gauge* draining_;
   prometheus::Gauge* http_open_;
   prometheus::Family<prometheus::Counter>* http_connections_;

@@ -1,11 +1,14 @@
-// Slot: one loaded model and the thread that owns it.
+// Slot: one model being served, and the thread that owns it.
 //
-// The slot's thread first loads the model (admission against the memory
-// budget — weights, the KV pool, the activations of the batched graphs —
-// then Model::Load and the batched Engine with its KV pool), then becomes
-// the slot's worker: the only thread that ever runs the model's engine and
-// backends. gRPC handlers only Submit() sequences and read what the worker
-// publishes.
+// The slot is three pieces with one owner each:
+//   the loader (model_loader.h) holds the model in memory: admission,
+//     load, sleep, wake, unload (a fake in tests);
+//   the lifecycle (lifecycle.h) is the state, moved only along its checked
+//     transitions;
+//   the worker loop (Serve) is the slot's thread once loaded: the only
+//     thread that runs the model's engine and backends. Request threads only
+//     Submit() sequences and read what the worker publishes: one stored
+//     engine snapshot, the counters, the state.
 //
 // Scheduling is the engine's (engine/runtime/engine.h): continuous
 // batching, one forward pass per step for every running sequence. The
@@ -20,12 +23,21 @@
 // (kv_tokens, by default parallel x n_ctx); when it runs dry the engine
 // preempts the newest and recomputes it later, without losing a token. Up
 // to `queue_size` more wait. Per-model knob changes run between steps, on
-// this thread (the model's overrides are only touched here).
+// this thread (the model's overrides are only touched here). After each
+// step the prefix cache's KV events go to the publisher (kv_events.h).
 //
-// Lifecycle: LOADING -> READY -> UNLOADING -> STOPPED, or LOADING -> FAILED
-// (-> STOPPED once unloaded). Unloading refuses new requests, lets in-flight
-// and queued sequences run until the drain deadline, cancels what is left,
-// then frees the engine, the model and the memory reservation.
+// Sleep: Sleep(level), or sleep_after_seconds of idleness, frees the
+// model's memory between steps (the loader's Sleep; the prefix cache's
+// blocks are announced removed). A sleeping slot still accepts requests
+// (built with the model's tokenizer, which stays): the first one wakes it
+// on a thread of the slot's while the worker keeps expiring queued
+// requests at their deadlines (DEADLINE_EXCEEDED while waking); once awake
+// they run. A wake that fails (the memory went elsewhere, the file is gone)
+// fails the slot with the reason, and the queued requests with it.
+//
+// Unloading (draining) refuses new requests, lets in-flight and queued
+// sequences run until the drain deadline, cancels what is left, then frees
+// everything (unloading -> stopped).
 //
 // Thread-safe: every public method may be called from any thread (but the
 // destructor not from the slot's own thread, which it joins).
@@ -48,10 +60,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/serving/kv_events.h"
+#include "daemon/serving/lifecycle.h"
 #include "daemon/serving/memory.h"
 #include "daemon/serving/metrics.h"
+#include "daemon/serving/model_loader.h"
 #include "daemon/serving/notifier.h"
 #include "daemon/serving/sequence.h"
+#include "daemon/serving/slot_config.h"
 #include "engine/base/knobs.h"
 #include "engine/graph/tensor.h"
 #include "engine/runtime/engine.h"
@@ -59,54 +75,6 @@
 #include "engine/runtime/model_drafter.h"
 
 namespace minfer::daemon {
-
-struct SlotConfig {
-  std::string name;
-  std::string path;
-  std::string backend = "auto";  // cpu | cuda | auto
-  int64_t n_ctx = 4096;          // clamped to the model's context length
-  int32_t parallel = 16;  // sequences running at once
-  std::string kv_type;    // "" (the model's default), "f32", "f16", "q8_0"
-  KnobOverrides knobs;    // per-model knob overrides at load
-  int32_t queue_size = 16;
-  // KV pool size in tokens (rounded up to whole blocks); 0 = parallel x
-  // n_ctx, every sequence can reach the full context at once.
-  int64_t kv_tokens = 0;
-  // Reply parsers (LoadModelRequest.tool_parser / reasoning_parser): "" =
-  // from the chat template, "none", or a name (CheckChatParsers).
-  std::string tool_parser;
-  std::string reasoning_parser;
-  // Speculative decoding (LoadModelRequest.spec / draft / spec_k;
-  // CheckSpeculative): spec "" (the MINFER_SPEC_K knob), "off", "ngram" or
-  // "draft"; the draft model's path (spec "draft"); drafted tokens per step
-  // (0: kDefaultSpecK with ngram or draft).
-  std::string spec;
-  std::string draft;
-  int32_t spec_k = 0;
-};
-
-inline constexpr int32_t kDefaultSpecK = 4;
-inline constexpr int32_t kMaxSpecK = 16;
-
-// The reasoning parsers a model may be loaded with (besides "" and "none").
-std::vector<std::string> ReasoningParsers();
-// INVALID_ARGUMENT naming config's tool_parser or reasoning_parser when it
-// is not "", "none" or a known one (chat::ToolCallFamilies,
-// ReasoningParsers), listing the known ones.
-absl::Status CheckChatParsers(const SlotConfig& config);
-// Validates and resolves config's speculative options: a draft with spec ""
-// means "draft"; spec_k 0 with "ngram" or "draft" becomes kDefaultSpecK.
-// INVALID_ARGUMENT naming the field (engine/base/field_error.h): an unknown
-// spec (listing the known ones), spec "draft" without a draft, a draft with
-// spec "off" or "ngram", spec_k outside [0, kMaxSpecK] or given without
-// spec "ngram" or "draft".
-absl::Status CheckSpeculative(SlotConfig* config);
-
-// "" -> nullopt (the model's default); else the DType, or INVALID_ARGUMENT.
-absl::StatusOr<std::optional<graph::DType>> ParseKvType(const std::string& kv_type);
-
-enum class SlotState { kLoading, kReady, kUnloading, kFailed, kStopped };
-const char* SlotStateName(SlotState state);  // "loading", "ready", ...
 
 struct SlotCounters {
   uint64_t requests = 0;  // admitted to the queue
@@ -129,50 +97,34 @@ struct GrammarCounters {
   double mask_seconds = 0;            // and their total time
 };
 
-// A consistent snapshot of a slot, for status reports.
+// A consistent view of a slot, for status reports and metrics.
 struct SlotStatus {
-  SlotConfig config;  // as requested (n_ctx below is the effective one)
+  SlotConfig config;  // as requested (the effective n_ctx is engine.n_ctx)
   SlotState state = SlotState::kLoading;
   absl::Status error;  // why it FAILED
-  int64_t n_ctx = 0;
   std::string backend;  // where it runs, once loaded
-  std::string kv_type;  // the sessions' KV type, once loaded
   std::string summary;
   KnobOverrides knobs;  // current per-model overrides
-  MemoryEstimate estimate;  // what admission reserved
-  uint64_t weights_bytes = 0;
-  uint64_t kv_bytes = 0;
-  uint64_t scratch_bytes = 0;  // measured once graphs exist, else estimated
-  uint64_t backend_bytes = 0;  // what the backend holds (Backend::MemoryBytes)
-  int32_t active = 0;
-  int32_t queued = 0;
-  // The KV pool (once loaded): blocks of kv_block rows; total excludes the
-  // reserved block.
-  int32_t kv_block = 0;
-  int64_t kv_blocks_total = 0;
-  int64_t kv_blocks_used = 0;
-  int64_t kv_blocks_cached = 0;  // free, holding a reusable prefix
-  uint64_t kv_block_bytes = 0;
-  std::vector<int64_t> sequence_blocks;  // per running sequence, admission order
-  int64_t token_budget = 0;
-  uint64_t preemptions = 0;
-  bool prefix_cache = false;
-  uint64_t prefix_hit_tokens = 0;  // prompt tokens taken from the prefix cache
-  uint64_t prefix_evictions = 0;
-  uint64_t steps = 0;
-  // Speculative decoding: the effective drafted tokens per step (the
-  // MINFER_SPEC_K knob's value now when config.spec is ""), and tokens
-  // drafted into steps and accepted since the load.
-  int32_t spec_k = 0;
-  uint64_t spec_drafted = 0;
-  uint64_t spec_accepted = 0;
-  // A draft model's weights, KV pool and activations (once loaded).
-  uint64_t draft_bytes = 0;
+  // The engine as of the last step (the one stored snapshot): KV pool,
+  // scheduler, activations. Counters (steps, preemptions, prefix hits and
+  // evictions, drafts) are since the load, across sleeps. While asleep its
+  // memory figures (kv_bytes, activation_bytes, blocks) are 0.
+  runtime::EngineSnapshot engine;
+  LoaderMemory memory;          // admission and what is held now
+  uint64_t backend_bytes = 0;   // what the backend holds (Backend::MemoryBytes)
+  int32_t queued = 0;           // waiting: the engine's and the slot's queue
+  int32_t spec_k = 0;           // effective drafted tokens per step
   SlotCounters counters;
   GrammarCounters grammar;
   uint64_t load_bytes_done = 0;
   uint64_t load_bytes_total = 0;
   double load_seconds = 0;
+  // Sleep and wake: times, the last wake's time (wall clock) and duration.
+  uint64_t sleeps = 0;
+  uint64_t wakes = 0;
+  std::optional<std::chrono::system_clock::time_point> last_wake;
+  double last_wake_seconds = 0;
+  std::optional<std::chrono::system_clock::time_point> asleep_since;
 };
 
 struct UnloadResult {
@@ -189,6 +141,9 @@ class Slot {
     // outlive the slot.
     DeviceBudget* device_budget = nullptr;
     Metrics* metrics = nullptr;      // optional; must outlive the slot
+    // KV-cache events of this model go here (null: none); must outlive the
+    // slot.
+    KvEventPublisher* kv_events = nullptr;
     // Called after every state change, on whichever thread made it (the
     // slot's thread, or the caller of BeginUnload), with no slot lock held.
     // Must not block.
@@ -201,6 +156,9 @@ class Slot {
     std::function<absl::StatusOr<std::unique_ptr<runtime::StepEngine>>(
         std::shared_ptr<runtime::Model>, const runtime::EngineOptions&)>
         make_engine;
+    // Tests: makes the loader (default: EngineLoader with the hooks above),
+    // so the lifecycle can be driven without a model.
+    std::function<std::unique_ptr<ModelLoader>(const SlotConfig&)> make_loader;
   };
 
   // Creates the slot (LOADING) and starts its thread. `config` must be
@@ -216,14 +174,16 @@ class Slot {
   const SlotConfig& config() const { return config_; }
   SlotState state() const;
   SlotStatus Status() const;
-  // The model while READY or UNLOADING (e.g. for tokenizing; the Tokenizer
-  // is thread-safe), else null. Never drive its sessions or backends.
+  // The model from the load until unloading ends — asleep too, its weights
+  // released but its tokenizer and chat template usable — else null.
+  // Never drive its sessions or backends.
   std::shared_ptr<const runtime::Model> model() const;
   // Effective context size (0 until loaded).
   int64_t n_ctx() const;
 
-  // Queues a sequence. FAILED_PRECONDITION unless READY; RESOURCE_EXHAUSTED
-  // when `parallel` sequences run and `queue_size` wait. Once accepted, the
+  // Queues a sequence. FAILED_PRECONDITION unless READY, SLEEPING (the
+  // sequence wakes the model) or WAKING; RESOURCE_EXHAUSTED when
+  // `parallel` sequences run and `queue_size` wait. Once accepted, the
   // sequence is finished exactly once by the worker.
   absl::Status Submit(std::shared_ptr<Sequence> seq);
   // A constrained request's grammar compile, in the request path (before
@@ -237,11 +197,21 @@ class Slot {
   // Number of sequences queued or running.
   int32_t InFlight() const;
 
+  // Puts the model to sleep at `level` (1: weights kept in host memory, 2:
+  // dropped) between two steps; `done` gets the outcome on the slot's
+  // thread. FAILED_PRECONDITION unless READY with nothing running or queued
+  // (naming how many); INVALID_ARGUMENT for another level. Sleeping
+  // already: OK at once (done runs with OK).
+  absl::Status Sleep(int level, std::function<void(absl::Status)> done);
+  // Wakes a sleeping model without a request; `done` gets the outcome.
+  // READY: OK at once. FAILED_PRECONDITION while loading or unloading.
+  absl::Status Wake(std::function<void(absl::Status)> done);
+
   // Starts unloading: new requests are refused; queued and running
   // sequences continue until `drain_deadline` and are then cancelled with
   // `cancel_reason`; then memory is freed and `done` runs (on the slot's
   // thread, or before this returns for a FAILED slot).
-  // FAILED_PRECONDITION while LOADING or when already unloading.
+  // FAILED_PRECONDITION while LOADING or WAKING, or when already unloading.
   absl::Status BeginUnload(Clock::time_point drain_deadline, absl::Status cancel_reason,
                            std::function<void(const UnloadResult&)> done);
 
@@ -256,10 +226,10 @@ class Slot {
 
   // Waits for the slot's thread to end (after FAILED or STOPPED).
   void Join();
-  // Cancels whatever runs or waits (UNAVAILABLE), lets a load in progress
-  // complete, frees everything and joins the slot's thread. Idempotent; the
-  // slot stays valid (STOPPED or FAILED) for whoever still holds it. Must
-  // not be called on the slot's own thread.
+  // Cancels whatever runs or waits (UNAVAILABLE), lets a load or wake in
+  // progress complete, frees everything and joins the slot's thread.
+  // Idempotent; the slot stays valid (STOPPED or FAILED) for whoever still
+  // holds it. Must not be called on the slot's own thread.
   void Stop();
 
  private:
@@ -268,31 +238,34 @@ class Slot {
 
   Slot(SlotConfig config, Hooks hooks);
   void ThreadMain();
-  // Admits the model on the device its backend would use: the backend to
-  // load with ("cpu" when "auto" does not fit the device), or
-  // RESOURCE_EXHAUSTED when "cuda" was asked for and does not fit.
-  // `device_estimate`: KV and graph scratch at the device's prefill chunk
-  // (the weights are re-counted in the device's layout).
-  // `draft`: a draft model's file, whose weights are counted too (its KV
-  // and scratch are in `device_estimate`), or null.
-  absl::StatusOr<std::string> AdmitOnDevice(const gguf::GgufFile& file,
-                                            const gguf::GgufFile* draft,
-                                            const MemoryEstimate& device_estimate);
-  absl::Status Load();
-  // The draft model's weights, KV pool and activations (0 without one);
-  // the slot's thread only.
-  uint64_t DraftBytes() const;
-  void Serve();
+  // The worker loop; false when a failed wake left the slot FAILED (freed
+  // already, nothing to tear down).
+  bool Serve();
   void Teardown();
+  // Moves the lifecycle (logging an error for a transition the diagram
+  // lacks, which is a bug) and reports the change; `error` for FAILED.
   void SetState(SlotState state, absl::Status error = absl::OkStatus());
+  // Requires mu_; returns whether it moved.
+  bool MoveLocked(SlotState state, absl::Status error = absl::OkStatus());
+  void ReportState(SlotState state);
+  // Between steps, nothing running: the loader's Sleep.
+  void GoToSleep(int level);
+  // Starts the wake thread; the worker finishes the transition (false:
+  // the slot FAILED).
+  void StartWake();
+  bool FinishWake();
   // Ends a sequence the engine held (`stats` from its last event, or the
   // engine's view when it was taken out early).
   void FinishSequence(Active& a, absl::Status status, FinishReason reason,
                       const runtime::GenerationStats& stats);
   void FinishUnstarted(const std::shared_ptr<Sequence>& seq, absl::Status status);
   void UpdateGauges();
+  void PublishKvEvents();
   void RecordStep(const runtime::EngineStepStats& step);
   std::string StateError() const;  // requires mu_
+  // Starts draining (requires mu_): new requests refused, the queue and
+  // running sequences end by `deadline`.
+  void BeginDrainLocked(Clock::time_point deadline, absl::Status reason);
 
   const SlotConfig config_;
   const Hooks hooks_;
@@ -300,51 +273,31 @@ class Slot {
   Notifier state_notifier_;
   std::thread thread_;
 
-  // Owned by the slot's thread.
-  std::unique_ptr<runtime::StepEngine> engine_;
-  std::shared_ptr<runtime::Model> model_mut_;  // for knob changes
-  // spec "draft": the engine's drafter (the engine drives it; the slot
-  // reads its memory figures between steps).
-  std::shared_ptr<runtime::ModelDrafter> drafter_;
+  // The slot's thread (and the wake thread while waking).
+  std::unique_ptr<ModelLoader> loader_;
+  std::thread wake_thread_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   // All guarded by mu_.
-  SlotState state_ = SlotState::kLoading;
+  Lifecycle lifecycle_;
   absl::Status error_;
   std::shared_ptr<const runtime::Model> model_;
-  int64_t n_ctx_ = 0;
-  std::string kv_type_;
-  int32_t kv_block_ = 0;
-  int64_t kv_blocks_total_ = 0;
-  uint64_t kv_block_bytes_ = 0;
-  int64_t token_budget_ = 0;
+  std::string backend_;
   std::string summary_;
   KnobOverrides knobs_;
-  MemoryEstimate estimate_;
-  uint64_t kv_bytes_ = 0;
-  uint64_t scratch_bytes_ = 0;
+  runtime::EngineSnapshot snap_;     // the one stored engine snapshot
+  runtime::EngineSnapshot carried_;  // counters of engines before the last wake
+  LoaderMemory memory_;
   uint64_t backend_bytes_ = 0;  // read on the slot's thread (load, each step)
   uint64_t backend_gen_ = 0;    // the backend's pool_gen() when it was read
   // Submitted, not yet handed to the engine (the worker takes them before
-  // its next step).
+  // its next step, once awake).
   std::deque<std::shared_ptr<Sequence>> queue_;
   std::set<std::shared_ptr<Sequence>> live_;  // submitted and not finished
-  int32_t running_ = 0;                        // the engine's running sequences
-  int32_t waiting_ = 0;                        // ... and waiting ones
-  int64_t kv_blocks_used_ = 0;
-  int64_t kv_blocks_cached_ = 0;
-  std::vector<int64_t> sequence_blocks_;
-  uint64_t preemptions_ = 0;
-  bool prefix_cache_ = false;
-  uint64_t prefix_hit_tokens_ = 0;
-  uint64_t prefix_evictions_ = 0;
-  uint64_t steps_ = 0;
-  uint64_t spec_drafted_ = 0;
-  uint64_t spec_accepted_ = 0;
-  uint64_t draft_bytes_ = 0;
   std::vector<Task> tasks_;
   SlotCounters counters_;
+  GrammarCounters grammar_;
   bool stop_requested_ = false;  // the destructor: unload at once
   bool unloading_ = false;
   Clock::time_point drain_deadline_;
@@ -354,13 +307,26 @@ class Slot {
   SlotCounters counters_at_unload_;
   std::function<void(const UnloadResult&)> unload_done_;
   double load_seconds_ = 0;
+  // Sleep and wake.
+  int sleep_request_ = 0;  // a level to sleep at between steps
+  std::vector<std::function<void(absl::Status)>> sleep_done_;
+  bool wake_request_ = false;
+  std::vector<std::function<void(absl::Status)>> wake_done_;
+  bool wake_finished_ = false;  // the wake thread is done; wake_status_ set
+  absl::Status wake_status_;
+  Clock::time_point wake_started_;
+  Clock::time_point last_busy_;  // last time something ran or waited
+  uint64_t sleeps_ = 0;
+  uint64_t wakes_ = 0;
+  int slept_level_ = 0;
+  std::optional<std::chrono::system_clock::time_point> last_wake_;
+  double last_wake_seconds_ = 0;
+  std::optional<std::chrono::system_clock::time_point> asleep_since_;
 
-  GrammarCounters grammar_;  // guarded by mu_
-  // The engine's mask totals at the last UpdateGauges (the counters advance
-  // by the difference); the slot's thread only.
+  // The engine's totals at the last UpdateGauges (metrics advance by the
+  // difference); the slot's thread only. Reset when an engine is built.
   uint64_t masks_seen_ = 0;
   double mask_seconds_seen_ = 0;
-  // ... and the engine's speculative totals (the same for the counters).
   uint64_t spec_drafted_seen_ = 0;
   uint64_t spec_accepted_seen_ = 0;
   // A constraint reached the model's GrammarCompiler: only then is its

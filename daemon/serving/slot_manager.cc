@@ -97,6 +97,11 @@ absl::StatusOr<std::shared_ptr<Slot>> SlotManager::Load(SlotConfig config) {
   RETURN_IF_ERROR(ParseKvType(config.kv_type).status());
   RETURN_IF_ERROR(CheckChatParsers(config));
   RETURN_IF_ERROR(CheckSpeculative(&config));
+  if (config.sleep_level == 0) config.sleep_level = 1;
+  if (config.sleep_after_seconds == 0) config.sleep_after_seconds = options_.default_sleep_after_seconds;
+  RETURN_IF_ERROR(CheckSleepAndEvents(config));
+  // Resolved here: "on" only when the daemon publishes events at all.
+  config.kv_events = options_.kv_events != nullptr && config.kv_events != "off" ? "on" : "off";
   if (absl::Status s = KnobRegistry::Global().ValidateOverrides(config.knobs); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("knobs: ", s.message()));
   }
@@ -148,6 +153,8 @@ absl::StatusOr<std::shared_ptr<Slot>> SlotManager::Load(SlotConfig config) {
     hooks.metrics = metrics_;
     hooks.on_state_change = [this](Slot&) { NotifyChange(); };
     hooks.before_load = options_.before_load;
+    hooks.kv_events = options_.kv_events;
+    hooks.make_loader = options_.make_loader;
     slot = Slot::Start(std::move(config), std::move(hooks));
     slots_[slot->name()] = slot;
   }
@@ -267,7 +274,9 @@ absl::StatusOr<std::optional<std::string>> SlotManager::SetAlias(const std::stri
     if (it == slots_.end()) {
       return absl::NotFoundError(absl::StrCat("no model named '", model, "' is loaded"));
     }
-    if (SlotState st = it->second->state(); st != SlotState::kReady) {
+    // A sleeping model's aliases resolve: the request wakes it.
+    if (SlotState st = it->second->state();
+        st != SlotState::kReady && st != SlotState::kSleeping && st != SlotState::kWaking) {
       return absl::FailedPreconditionError(
           absl::StrCat("model '", model, "' is ", SlotStateName(st), ", not ready"));
     }

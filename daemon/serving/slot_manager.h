@@ -46,6 +46,12 @@ struct SlotManagerOptions {
   std::chrono::duration<double> default_drain_timeout = std::chrono::seconds(30);
   // Tests: Slot::Hooks::before_load of every slot.
   std::function<void(const std::string& name)> before_load;
+  // Tests: Slot::Hooks::make_loader of every slot.
+  std::function<std::unique_ptr<ModelLoader>(const SlotConfig&)> make_loader;
+  // Used for LoadModel's sleep_after_seconds left at 0 (0: never).
+  double default_sleep_after_seconds = 0;
+  // KV-cache events of the models (null: none); must outlive the manager.
+  KvEventPublisher* kv_events = nullptr;
 };
 
 // Checks a model or alias name: [A-Za-z0-9._-], 1 to 64 characters, not a
@@ -102,7 +108,8 @@ class SlotManager {
 
   // Aliases. SetAlias: INVALID_ARGUMENT (bad alias name, or the target is
   // an alias), ALREADY_EXISTS (a model has that name), NOT_FOUND (no such
-  // model), FAILED_PRECONDITION (the model is not READY). Returns the
+  // model), FAILED_PRECONDITION (the model is not READY,
+  // SLEEPING or WAKING). Returns the
   // previous target, if any.
   absl::StatusOr<std::optional<std::string>> SetAlias(const std::string& alias,
                                                       const std::string& model);

@@ -16,76 +16,13 @@
 #include "daemon/serving/memory.h"
 #include "daemon/serving/sequence.h"
 #include "gtest/gtest.h"
+#include "tests/daemon/serving/fake_engine.h"
 #include "tests/support/test_models.h"
 
 namespace minfer::daemon {
 namespace {
 
-// Produces one token per sequence per step (ids 100, 101, ...), finishing a
-// sequence at its max_tokens. Records what the slot asked of it.
-class FakeEngine : public runtime::StepEngine {
- public:
-  struct Shared {
-    std::mutex mu;
-    std::condition_variable cv;
-    int64_t steps = 0;
-    std::set<uint64_t> cancelled;
-    std::map<uint64_t, int64_t> produced;
-    int step_ms = 1;
-  };
-  explicit FakeEngine(Shared* s) : s_(s) {}
-
-  absl::StatusOr<uint64_t> Add(runtime::GenerateRequest r) override {
-    if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: no tokens");
-    const uint64_t id = next_++;
-    seqs_[id] = r.max_tokens;
-    std::lock_guard<std::mutex> lock(s_->mu);
-    s_->produced[id] = 0;
-    return id;
-  }
-  void Cancel(uint64_t id) override {
-    seqs_.erase(id);
-    std::lock_guard<std::mutex> lock(s_->mu);
-    s_->cancelled.insert(id);
-  }
-  absl::Status Step(std::vector<runtime::EngineEvent>* events) override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(s_->step_ms));
-    std::lock_guard<std::mutex> lock(s_->mu);
-    ++s_->steps;
-    for (auto it = seqs_.begin(); it != seqs_.end();) {
-      runtime::EngineEvent ev;
-      ev.id = it->first;
-      const int64_t n = s_->produced[it->first]++;
-      ev.out.tokens = {static_cast<int32_t>(100 + n)};
-      ev.out.text = "x";
-      if (n + 1 >= it->second) {
-        ev.finished = true;
-        ev.reason = FinishReason::kLength;
-        ev.stats.completion_tokens = static_cast<int32_t>(n + 1);
-        it = seqs_.erase(it);
-      } else {
-        ++it;
-      }
-      events->push_back(std::move(ev));
-    }
-    s_->cv.notify_all();
-    return absl::OkStatus();
-  }
-  runtime::EngineSnapshot Snapshot() const override {
-    runtime::EngineSnapshot s;
-    s.running = static_cast<int64_t>(seqs_.size());
-    s.kv_block = 16;
-    s.kv_blocks_total = 100;
-    s.token_budget = 64;
-    s.n_ctx = 256;
-    return s;
-  }
-
- private:
-  Shared* s_;
-  std::map<uint64_t, int64_t> seqs_;
-  uint64_t next_ = 1;
-};
+using ::minfer::testing::FakeEngine;
 
 class SlotTest : public ::testing::Test {
  protected:
@@ -223,10 +160,10 @@ TEST_F(SlotTest, DrainFinishesWhatCanAndCancelsTheRestAtTheDeadline) {
 
 TEST_F(SlotTest, StatusReportsTheEnginesPool) {
   const SlotStatus st = slot_->Status();
-  EXPECT_EQ(st.kv_block, 16);
-  EXPECT_EQ(st.kv_blocks_total, 100);
-  EXPECT_EQ(st.token_budget, 64);
-  EXPECT_EQ(st.n_ctx, 256);
+  EXPECT_EQ(st.engine.kv_block, 16);
+  EXPECT_EQ(st.engine.kv_blocks_total, 100);
+  EXPECT_EQ(st.engine.token_budget, 64);
+  EXPECT_EQ(st.engine.n_ctx, 256);
 }
 
 TEST_F(SlotTest, EngineRefusalFinishesTheSequenceWithItsError) {
