@@ -25,6 +25,11 @@
 #                                        one model (default m7:7b:q4_k_m) to N greedy streams
 #                                        (1 4 16 64), each N unconstrained then constrained by
 #                                        tests/data/grammar/serve_schema.json, twice, alternating
+#   bash .gpu/gpu_run.sh sleep [SPEC]    sleep and wake (issue 31) of one model on the GPU
+#                                        (default m7:7b:q4_k_m): device memory (nvidia-smi)
+#                                        awake, asleep at level 1 and 2; wake times by
+#                                        minferctl wake and by a request; greedy ids
+#                                        before and after each wake
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
 # Logs go to $OUT (when set) so they come back with the device tool.
 set -uo pipefail
@@ -316,6 +321,43 @@ for r in ["shared-off", "shared-on", "shared-warm"]:
     t = [x["ttft_s"] for x in j["streams"] if x["ok"]]
     print(f"| {r} | {j['aggregate_tps']:.1f} | {p50(t):.3f} / {max(t) if t else 0:.3f} | {j['failed']} |")
 PY
+    ;;
+  sleep)
+    IFS=: read -r name shape type <<< "${1:-m7:7b:q4_k_m}"
+    f="/tmp/minfer-models/$shape-$type.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tee -a "$out/mkmodel.log"
+    log="$out/sleep.log"
+    vram() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+    echo "device memory before minferd: $(vram) MiB" | tee -a "$log"
+    minferd --listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9464 --ready-file /tmp/ready.json \
+      > "$out/minferd-sleep.log" 2>&1 &
+    d=$!
+    for _ in $(seq 100); do [[ -f /tmp/ready.json ]] && break; sleep 0.1; done
+    minferctl load "$name" "$f" --backend cuda --ctx 4096 --parallel 16 -q | tee -a "$log"
+    gen() { minferctl --json generate "$name" "The quick brown fox jumps over the lazy dog" -n 64 --temp 0; }
+    gen > "$out/ids-awake.json"
+    echo "awake: $(vram) MiB" | tee -a "$log"
+    for level in 1 2; do
+      minferctl sleep "$name" --level "$level" | tee -a "$log"
+      echo "asleep at level $level: $(vram) MiB" | tee -a "$log"
+      minferctl wake "$name" | tee -a "$log"
+      echo "awake again: $(vram) MiB" | tee -a "$log"
+      gen > "$out/ids-wake-$level.json"
+      minferctl sleep "$name" --level "$level" > /dev/null
+      t0=$(date +%s.%N)
+      gen > "$out/ids-request-$level.json"
+      t1=$(date +%s.%N)
+      echo "level $level: a request to the sleeping model took $(awk "BEGIN{print $t1 - $t0}") s (wake + 64 tokens)" | tee -a "$log"
+      t0=$(date +%s.%N); gen > /dev/null; t1=$(date +%s.%N)
+      echo "level $level: the same request awake took $(awk "BEGIN{print $t1 - $t0}") s" | tee -a "$log"
+    done
+    minferctl status "$name" | tee -a "$log"
+    for j in "$out"/ids-*.json; do
+      python3 -c "import json,sys; a=json.load(open(sys.argv[1]))['token_ids']; b=json.load(open(sys.argv[2]))['token_ids']; print(sys.argv[2], 'equal' if a==b else 'DIFFERENT', len(b))" \
+        "$out/ids-awake.json" "$j" | tee -a "$log"
+    done
+    curl -s 127.0.0.1:9464/metrics | grep -E '^minfer_model_(wake|sleep)' | tee -a "$log"
+    kill -TERM "$d"; wait "$d"; echo "minferd exit: $?" | tee -a "$log"
     ;;
   cmd) "$@" ;;
   *) echo "usage: gpu_run.sh tests|bench|cmd ..." >&2; exit 2 ;;
