@@ -56,10 +56,6 @@ bool AcceptsRequests(SlotState state) {
          state == SlotState::kWaking;
 }
 
-bool ServesModel(SlotState state) {
-  return state == SlotState::kReady || state == SlotState::kDraining;
-}
-
 absl::Status Lifecycle::To(SlotState next) {
   if (!TransitionAllowed(state_, next)) {
     return absl::FailedPreconditionError(absl::StrCat("model '", model_, "' cannot go from ",

@@ -55,10 +55,6 @@ bool TransitionAllowed(SlotState from, SlotState to);
 // States in which a request may be submitted: ready, and sleeping (it
 // wakes the model) or waking.
 bool AcceptsRequests(SlotState state);
-// States holding a model that can be read (tokenizer, chat template):
-// ready and draining (and sleeping at level 1, whose model stays in host
-// memory — the slot answers that).
-bool ServesModel(SlotState state);
 
 class Lifecycle {
  public:

@@ -8,7 +8,10 @@
 // incoming prompt's blocks itself and looks them up, so the block hashes
 // must be what an independent implementation computes from the tokens.
 //
-// The hash scheme is vLLM's "sha256_cbor" (cross-language by design):
+// The hash scheme is vLLM's "sha256_cbor" (--prefix-caching-hash-algo
+// sha256_cbor; vLLM's plain "sha256" hashes a Python pickle, which nothing
+// outside Python reproduces, so the CBOR variant is the one an independent
+// indexer can agree with):
 //   digest(block) = SHA-256(CBOR_canonical([parent, tokens, extra]))
 // where parent is the previous block's 32-byte digest (the first block's is
 // NONE_HASH = SHA-256(CBOR_canonical(seed)), seed "vllm-none-hash" by
