@@ -19,11 +19,20 @@ int64_t NgramDrafter::Propose(absl::Span<const int32_t> tokens, int64_t k,
     // overlapping itself is fine: only its continuation must exist).
     for (int64_t start = len - n - 1; start >= lo; --start) {
       if (!std::equal(suffix, suffix + n, tokens.data() + start)) continue;
+      // What followed it, read as an overlapping copy (LZ77's): past the
+      // end of the sequence the continuation goes on with the draft
+      // itself. Text that repeats with a period shorter than k (a token
+      // repeated, a list, a loop) then drafts k tokens, where stopping at
+      // the sequence's end would draft only the period, one token a step
+      // for a repeated token whatever k.
       const int64_t from = start + n;
-      const int64_t m = std::min<int64_t>(k, len - from);
-      if (m <= 0) continue;
-      out->insert(out->end(), tokens.begin() + from, tokens.begin() + from + m);
-      return m;
+      const size_t base = out->size();
+      for (int64_t i = 0; i < k; ++i) {
+        const int64_t src = from + i;  // src - len < i: already drafted
+        out->push_back(src < len ? tokens[static_cast<size_t>(src)]
+                                 : (*out)[base + static_cast<size_t>(src - len)]);
+      }
+      return k;
     }
   }
   return 0;

@@ -609,5 +609,17 @@ TEST(SpecDecodeTest, NgramDrafterProposesWhatFollowedTheLastMatch) {
   EXPECT_EQ(out, (std::vector<int32_t>{4}));
 }
 
+TEST(SpecDecodeTest, NgramDraftsOfRepeatingTextContinueThePeriodToK) {
+  NgramDrafter d(2, 4);
+  std::vector<int32_t> out;
+  // A token repeated: k drafts of it, not the one token before the end.
+  EXPECT_EQ(d.Propose(std::vector<int32_t>{9, 7, 7, 7}, 4, &out), 4);
+  EXPECT_EQ(out, (std::vector<int32_t>{7, 7, 7, 7}));
+  // Period 3: the continuation wraps around through the draft itself.
+  out.assign({42});  // drafts are appended after what *out holds
+  EXPECT_EQ(d.Propose(std::vector<int32_t>{1, 2, 3, 1, 2, 3, 1, 2}, 5, &out), 5);
+  EXPECT_EQ(out, (std::vector<int32_t>{42, 3, 1, 2, 3, 1}));
+}
+
 }  // namespace
 }  // namespace minfer::runtime
