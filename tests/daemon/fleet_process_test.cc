@@ -221,7 +221,9 @@ TEST(FleetProcessTest, KvEventsReachAVllmStyleSubscriberAndTheGaugesMove) {
     EXPECT_GT(peak_ratio, 0);
     EXPECT_LE(peak_ratio, 1);
     EXPECT_EQ(peak_active, 1);
-    EXPECT_EQ(peak_queued, 1);
+    // Both may wait at once, before the worker takes the first.
+    EXPECT_GE(peak_queued, 1);
+    EXPECT_LE(peak_queued, 2);
     const std::string after = Metrics(d->metrics_address);
     EXPECT_EQ(Series(after, "minfer_active_sequences{model=\"busy\"}"), 0);
     EXPECT_EQ(Series(after, "minfer_kv_cache_usage_ratio{model=\"busy\"}"), 0);
