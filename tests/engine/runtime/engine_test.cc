@@ -25,6 +25,7 @@
 #include "engine/runtime/model.h"
 #include "engine/runtime/scheduler.h"
 #include "engine/runtime/session.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/cpu_model.h"
 #include "tests/support/test_models.h"
@@ -594,6 +595,74 @@ TEST(EngineTest, AChatReusesItsEarlierTurns) {
     const std::vector<int32_t> q = Prompt(9 + turn, 60 + turn, vocab);
     history.insert(history.end(), q.begin(), q.end());
   }
+}
+
+// KV-cache events through the engine: a prompt's full blocks are announced
+// once computed, and a knob change (a new cache generation: the old blocks
+// can never match again) announces their removal before the same prompt
+// computes and announces them anew.
+TEST(EngineTest, KvEventsAnnounceStoredBlocksAndTheirRemovalAtAKnobChange) {
+  auto model = LoadModel("tiny-untied", "q8_0");
+  ASSERT_NE(model, nullptr);
+  EngineOptions eo;
+  eo.max_seqs = 1;
+  eo.token_budget = 64;
+  eo.n_ctx = 256;
+  eo.kv_block = 16;
+  eo.prefix_cache = true;
+  eo.kv_events = true;
+  auto e = Engine::Create(model, eo);
+  ASSERT_TRUE(e.ok()) << e.status();
+  GenerateRequest r;
+  r.prompt = Prompt(50, 77, model->tokenizer().vocab_size());
+  r.max_tokens = 6;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0.0f;
+  auto run = [&] {
+    ASSERT_TRUE((*e)->Add(r).ok());
+    std::vector<EngineEvent> ev;
+    while ((*e)->HasWork()) {
+      ev.clear();
+      ASSERT_TRUE((*e)->Step(&ev).ok());
+    }
+  };
+  run();
+  std::vector<KvEvent> events;
+  (*e)->TakeKvEvents(&events);
+  std::vector<uint64_t> stored;
+  std::vector<int32_t> tokens;
+  for (const KvEvent& k : events) {
+    ASSERT_EQ(k.type, KvEvent::Type::kBlockStored);
+    stored.insert(stored.end(), k.block_hashes.begin(), k.block_hashes.end());
+    tokens.insert(tokens.end(), k.token_ids.begin(), k.token_ids.end());
+  }
+  // 50 prompt tokens and 5 computed answer tokens: 3 full blocks, the
+  // prompt's first 48 tokens.
+  ASSERT_EQ(stored.size(), 3u);
+  EXPECT_EQ(tokens, std::vector<int32_t>(r.prompt.begin(), r.prompt.begin() + 48));
+  KvBlockHasher hasher;
+  BlockDigest d = hasher.Hash(nullptr, absl::MakeConstSpan(r.prompt).first(16), "");
+  EXPECT_EQ(stored[0], KvBlockHasher::External(d));
+
+  // An override equal to the default still starts a new generation.
+  const uint64_t gen = model->knob_generation();
+  ASSERT_TRUE(model->SetKnobOverride("MINFER_SPEC_K", std::string("0")).ok());
+  ASSERT_GT(model->knob_generation(), gen);
+  run();
+  ASSERT_TRUE(model->SetKnobOverride("MINFER_SPEC_K", std::nullopt).ok());
+  events.clear();
+  (*e)->TakeKvEvents(&events);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[0].type, KvEvent::Type::kBlockRemoved);
+  EXPECT_THAT(events[0].block_hashes, ::testing::UnorderedElementsAreArray(stored));
+  // Computed again under the new generation: the same tokens, the same
+  // hashes (the events' hashes depend on the tokens alone).
+  std::vector<uint64_t> again;
+  for (size_t i = 1; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].type, KvEvent::Type::kBlockStored);
+    again.insert(again.end(), events[i].block_hashes.begin(), events[i].block_hashes.end());
+  }
+  EXPECT_EQ(again, stored);
 }
 
 // Prefix-cache namespaces (the daemon's tenants and cache salts), one
