@@ -127,10 +127,14 @@ TEST(MinferdMemoryTest, LoadUnloadCyclesUnderRefusedRequestsKeepRssFlat) {
   // malloc_trim but glibc's sliding thresholds, about 9 MiB for each new
   // arena (+35 MiB).
   // (The least of the last three cycles: a creep shows in all of them, a
-  // moment's spike in one.)
+  // moment's spike in one. The baseline is the larger of cycles 2 and 3:
+  // a sample lands before or after the heap trim that follows an unload,
+  // a 15 MiB sawtooth (e.g. 59 44 59 59 44), and a baseline caught at a
+  // trough failed a flat run.)
   ASSERT_GE(rss.size(), 5u);
   const uint64_t end = *std::min_element(rss.end() - 3, rss.end());
-  EXPECT_LT(end, rss[1] + (8u << 20)) << "RSS grew from " << rss[1] << " to " << end << " bytes";
+  const uint64_t base = std::max(rss[1], rss[2]);
+  EXPECT_LT(end, base + (8u << 20)) << "RSS grew from " << base << " to " << end << " bytes";
   m->proc->Signal(SIGTERM);
   auto code = m->proc->Wait(std::chrono::seconds(20));
   ASSERT_TRUE(code.ok());
