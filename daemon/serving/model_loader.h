@@ -13,9 +13,8 @@
 //          Model::ReleaseWeights then frees a GPU model's device copy. Level
 //          1 keeps the weights in host memory: the file's pages stay mapped
 //          and resident (on the CPU they are the weights), so waking is a
-//          copy from memory, not a read from disk (on a GPU the mapping is
-//          pinned where the driver allows, so the upload runs at DMA
-//          speed). Level 2 drops the
+//          copy from memory, not a read from disk (pageable, not pinned:
+//          the upload is a plain host-to-device copy). Level 2 drops the
 //          pages too, and the wake re-reads the file. The Model object stays
 //          (tokenizer, chat template, knob overrides: requests are built
 //          while the model sleeps, and its aliases resolve). The host
