@@ -1,9 +1,6 @@
 // Registers the CUDA backend with the engine when this library is linked
 // (binaries built with --config=cuda): Model::Load then offers each model to
 // the GPU first.
-#include <cuda_runtime_api.h>
-
-#include "absl/strings/str_cat.h"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/kernels/mmq.h"
 #include "engine/base/knobs.h"
@@ -49,22 +46,6 @@ const bool kRegistered = [] {
     auto b = CudaBackend::Create(*state, *req.model, req.knobs, req.progress, req.knob_generation);
     if (!b.ok()) return b.status();
     return std::unique_ptr<graph::Backend>(std::move(*b));
-  };
-  p.pin_host = [](const void* data, uint64_t bytes) -> absl::Status {
-    auto state = CudaState::Get();
-    if (!state.ok()) return state.status();
-    // Read-only: the weights are a read-only file mapping.
-    const cudaError_t err = cudaHostRegister(const_cast<void*>(data), bytes,
-                                             cudaHostRegisterPortable | cudaHostRegisterReadOnly);
-    if (err != cudaSuccess) {
-      cudaGetLastError();  // not sticky: clear it
-      return absl::UnavailableError(
-          absl::StrCat("cudaHostRegister of ", bytes, " bytes: ", cudaGetErrorString(err)));
-    }
-    return absl::OkStatus();
-  };
-  p.unpin_host = [](const void* data) {
-    if (cudaHostUnregister(const_cast<void*>(data)) != cudaSuccess) cudaGetLastError();
   };
   runtime::RegisterDeviceBackendProvider(std::move(p));
   return true;

@@ -57,12 +57,6 @@ struct DeviceBackendProvider {
   // without a kernel — naming the first such tensor —, out of memory...).
   std::function<absl::StatusOr<std::unique_ptr<graph::Backend>>(const DeviceBackendRequest&)>
       create;
-  // Optional: pins `bytes` of read-only host memory at `data` (a sleeping
-  // model's weights, kept for the upload back) so copies to the device run
-  // at DMA speed; an error says why not (the caller goes on with pageable
-  // memory). unpin_host undoes it; both are idempotent per address.
-  std::function<absl::Status(const void* data, uint64_t bytes)> pin_host;
-  std::function<void(const void* data)> unpin_host;
 };
 
 // Thread-safe.

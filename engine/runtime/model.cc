@@ -35,10 +35,7 @@ void Prefetch(const gguf::GgufFile& f, ThreadPool& pool, const LoadProgressFn& p
 
 }  // namespace
 
-Model::~Model() {
-  // The mapping (file_) outlives this; the pin must not.
-  if (unpin_) unpin_(file_->mapping().data());
-}
+Model::~Model() = default;
 
 absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
                                                    const ModelOptions& options) {
@@ -123,23 +120,8 @@ absl::Status Model::ReleaseWeights(bool keep_in_host_memory) {
   const uint64_t begin = file_->data_offset(), end = file_->file_size();
   if (keep_in_host_memory) {
     // A device model: every page resident, so that restoring copies from
-    // memory, and pinned where the provider can (the upload back then runs
-    // at DMA speed instead of through the driver's pageable staging). A
-    // CPU model's pages are its weights, left as they are.
-    if (gpu_) {
-      Prefetch(*file_, *pool_, nullptr);
-      for (const DeviceBackendProvider& p : DeviceBackendProviders()) {
-        if (!p.pin_host || !p.unpin_host) continue;
-        absl::Status pinned = p.pin_host(file_->mapping().data(), file_->mapping().size());
-        if (pinned.ok()) {
-          unpin_ = p.unpin_host;
-        } else {
-          Logger("runtime")->info("{}: weights kept in pageable memory: {}", file_->path(),
-                                  pinned.message());
-        }
-        break;
-      }
-    }
+    // memory. A CPU model's pages are its weights, left as they are.
+    if (gpu_) Prefetch(*file_, *pool_, nullptr);
   } else {
     file_->mapping().DontNeed(begin, end - begin);
   }
@@ -156,10 +138,6 @@ absl::Status Model::RestoreWeights(const LoadProgressFn& progress) {
     want_ = "cuda";  // back where it was, or an error: never silently on the CPU
     absl::Status s = CreateDeviceBackend(progress);
     want_ = want;
-    if (unpin_) {
-      unpin_(file_->mapping().data());
-      unpin_ = nullptr;
-    }
     RETURN_IF_ERROR(s);
     if (!gpu_) {
       return absl::UnavailableError(

@@ -116,10 +116,6 @@ class Model {
   std::string name_;
   bool gpu_ = false;
   bool released_ = false;
-  // While a device model sleeps at level 1: its file's mapping pinned
-  // through the device provider (unpinned once the weights are back, and by
-  // the destructor).
-  std::function<void(const void*)> unpin_;
   std::string want_;  // ModelOptions::backend
   ThreadPool* pool_ = nullptr;
   KnobOverrides knobs_;
