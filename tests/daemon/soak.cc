@@ -425,19 +425,22 @@ absl::StatusOr<SoakReport> RunSoak(const SoakOptions& o) {
   std::lock_guard<std::mutex> lock(mu);
   const std::vector<Sample>& ends = report.cycle_ends;
   if (!ends.empty()) {
-    // The least of three cycle ends, at the warm-up and at the end: a creep
-    // shows in every one of them, a moment's spike (a free that came late)
-    // in one. A run shorter than the warm-up compares its first cycles.
-    auto least = [](std::vector<Sample>::const_iterator begin,
-                    std::vector<Sample>::const_iterator end) {
-      return *std::min_element(begin, end, [](const Sample& a, const Sample& b) {
-        return a.anon_bytes < b.anon_bytes;
-      });
+    // Three cycle ends at the warm-up, the greatest, against the least of
+    // the last three: a creep shows in every one of them, a moment's spike
+    // (a free that came late) in one. A cycle end lands before or after the
+    // heap trim that follows an unload (heap_trim.h), a sawtooth of about
+    // 15 MiB (11 27 12 31 27 ...); the least at the warm-up caught a trough
+    // and failed a flat run whose last three ends were peaks. A run shorter
+    // than the warm-up compares its first cycles.
+    auto by_anon = [](const Sample& a, const Sample& b) { return a.anon_bytes < b.anon_bytes; };
+    auto least = [&](std::vector<Sample>::const_iterator begin,
+                     std::vector<Sample>::const_iterator end) {
+      return *std::min_element(begin, end, by_anon);
     };
     auto warm = std::find_if(ends.begin(), ends.end(),
                              [&](const Sample& s) { return s.t >= o.warmup_seconds; });
     if (warm == ends.end()) warm = ends.begin();
-    report.warm = least(warm, warm + std::min<ptrdiff_t>(3, ends.end() - warm));
+    report.warm = *std::max_element(warm, warm + std::min<ptrdiff_t>(3, ends.end() - warm), by_anon);
     report.end = least(ends.end() - std::min<ptrdiff_t>(3, ends.end() - warm), ends.end());
   } else {
     report.warm = report.start;

@@ -88,9 +88,9 @@ struct SoakReport {
   // Every second, and at the end of every cycle (the cycled model unloaded).
   std::vector<Sample> samples;
   std::vector<Sample> cycle_ends;
-  // warm: the least anonymous RSS of the first three cycle ends after the
-  // warm-up; end: of the last three (a creep shows in all three, a spike in
-  // one). max: of each figure separately, over all samples.
+  // warm: the greatest anonymous RSS of the first three cycle ends after the
+  // warm-up (the heap trim's sawtooth, soak.cc); end: the least of the
+  // last three (a creep shows in all three, a spike in one). max: of each figure separately, over all samples.
   Sample start, warm, end, max;
 
   int64_t failed() const;
