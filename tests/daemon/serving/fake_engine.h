@@ -13,7 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/serving/sequence.h"
 #include "engine/runtime/engine.h"
+#include "gtest/gtest.h"
 
 namespace minfer::testing {
 
@@ -80,6 +82,23 @@ class FakeEngine : public ::minfer::runtime::StepEngine {
   std::map<uint64_t, int64_t> seqs_;
   uint64_t next_ = 1;
 };
+
+// Drains a sequence's output until its result arrives (or 10 s), counting
+// its tokens into *tokens.
+inline ::minfer::daemon::SequenceResult WaitForResult(::minfer::daemon::Sequence& seq,
+                                                      int64_t* tokens) {
+  for (int i = 0; i < 10000; ++i) {
+    ::minfer::daemon::SequenceChunk c;
+    while (seq.TakeChunk(&c)) {
+      *tokens += static_cast<int64_t>(c.tokens.size());
+      if (c.result.has_value()) return *c.result;
+      c = ::minfer::daemon::SequenceChunk{};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ADD_FAILURE() << "no result";
+  return ::minfer::daemon::SequenceResult{};
+}
 
 }  // namespace minfer::testing
 

@@ -26,6 +26,7 @@ namespace minfer::daemon {
 namespace {
 
 using ::minfer::testing::FakeEngine;
+using ::minfer::testing::WaitForResult;
 using S = SlotState;
 
 TEST(LifecycleTest, OnlyTheDiagramsEdgesAreAllowed) {
@@ -182,19 +183,6 @@ class SlotLifecycleTest : public ::testing::Test {
     }
     return seq;
   }
-  SequenceResult Wait(Sequence& seq, int64_t* tokens) {
-    for (int i = 0; i < 10000; ++i) {
-      SequenceChunk c;
-      while (seq.TakeChunk(&c)) {
-        *tokens += static_cast<int64_t>(c.tokens.size());
-        if (c.result.has_value()) return *c.result;
-        c = SequenceChunk{};
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ADD_FAILURE() << "no result";
-    return SequenceResult{};
-  }
   absl::Status SleepNow(int level) {
     std::promise<absl::Status> p;
     auto f = p.get_future();
@@ -213,7 +201,7 @@ TEST_F(SlotLifecycleTest, SleepFreesWhatTheLoaderHeldAndARequestWakesIt) {
   Start();
   int64_t tokens = 0;
   auto before = Submit(3);
-  EXPECT_TRUE(Wait(*before, &tokens).status.ok());
+  EXPECT_TRUE(WaitForResult(*before, &tokens).status.ok());
   ASSERT_TRUE(SleepNow(1).ok());
   SlotStatus st = slot_->Status();
   EXPECT_EQ(st.state, S::kSleeping);
@@ -236,7 +224,7 @@ TEST_F(SlotLifecycleTest, SleepFreesWhatTheLoaderHeldAndARequestWakesIt) {
   // A request wakes the model and gets its tokens.
   tokens = 0;
   auto after = Submit(4);
-  SequenceResult r = Wait(*after, &tokens);
+  SequenceResult r = WaitForResult(*after, &tokens);
   EXPECT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(tokens, 4);
   st = slot_->Status();
@@ -262,7 +250,7 @@ TEST_F(SlotLifecycleTest, ARequestWhoseDeadlinePassesWhileWakingGetsDeadlineExce
   auto patient = Submit(2);
   ASSERT_TRUE(WaitFor([&] { return slot_->state() == S::kWaking; }));
   int64_t tokens = 0;
-  SequenceResult r = Wait(*late, &tokens);
+  SequenceResult r = WaitForResult(*late, &tokens);
   // At its deadline, while the wake still runs: not after it.
   EXPECT_EQ(r.status.code(), absl::StatusCode::kDeadlineExceeded) << r.status;
   EXPECT_TRUE(absl::StrContains(r.status.message(), "waking")) << r.status;
@@ -278,7 +266,7 @@ TEST_F(SlotLifecycleTest, ARequestWhoseDeadlinePassesWhileWakingGetsDeadlineExce
   }
   log_.cv.notify_all();
   tokens = 0;
-  r = Wait(*patient, &tokens);
+  r = WaitForResult(*patient, &tokens);
   EXPECT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(tokens, 2);
   EXPECT_EQ(slot_->state(), S::kReady);
@@ -320,7 +308,7 @@ TEST_F(SlotLifecycleTest, AnIdleModelSleepsAfterItsTimeoutAtItsLevel) {
   // It wakes for a request, serves it, and falls asleep again.
   int64_t tokens = 0;
   auto seq = Submit(2);
-  EXPECT_TRUE(Wait(*seq, &tokens).status.ok());
+  EXPECT_TRUE(WaitForResult(*seq, &tokens).status.ok());
   ASSERT_TRUE(WaitFor([&] { return slot_->Status().sleeps == 2; }));
   std::lock_guard<std::mutex> lock(log_.mu);
   EXPECT_EQ(log_.wakes, 1);
@@ -337,7 +325,7 @@ TEST_F(SlotLifecycleTest, AWakeRefusedAdmissionLeavesItAsleepAndTellsTheRequest)
   }
   int64_t tokens = 0;
   auto seq = Submit(2);
-  SequenceResult r = Wait(*seq, &tokens);
+  SequenceResult r = WaitForResult(*seq, &tokens);
   EXPECT_EQ(r.status.code(), absl::StatusCode::kResourceExhausted) << r.status;
   EXPECT_TRUE(absl::StrContains(r.status.message(), "could not wake")) << r.status;
   ASSERT_TRUE(WaitFor([&] { return slot_->state() == S::kSleeping; }));
@@ -348,7 +336,7 @@ TEST_F(SlotLifecycleTest, AWakeRefusedAdmissionLeavesItAsleepAndTellsTheRequest)
   }
   tokens = 0;
   auto again = Submit(2);
-  EXPECT_TRUE(Wait(*again, &tokens).status.ok());
+  EXPECT_TRUE(WaitForResult(*again, &tokens).status.ok());
   EXPECT_EQ(tokens, 2);
 }
 
@@ -361,7 +349,7 @@ TEST_F(SlotLifecycleTest, AWakeThatFailsFailsTheSlotWithTheReason) {
   }
   int64_t tokens = 0;
   auto seq = Submit(2);
-  SequenceResult r = Wait(*seq, &tokens);
+  SequenceResult r = WaitForResult(*seq, &tokens);
   EXPECT_EQ(r.status.code(), absl::StatusCode::kNotFound) << r.status;
   ASSERT_TRUE(WaitFor([&] { return slot_->state() == S::kFailed; }));
   EXPECT_TRUE(absl::StrContains(slot_->Status().error.message(), "is gone"));

@@ -23,6 +23,7 @@ namespace minfer::daemon {
 namespace {
 
 using ::minfer::testing::FakeEngine;
+using ::minfer::testing::WaitForResult;
 
 class SlotTest : public ::testing::Test {
  protected:
@@ -59,20 +60,6 @@ class SlotTest : public ::testing::Test {
     EXPECT_TRUE(slot_->Submit(seq).ok());
     return seq;
   }
-  // Drains a sequence's output until its result arrives (or 10 s).
-  SequenceResult Wait(Sequence& seq, int64_t* tokens) {
-    for (int i = 0; i < 10000; ++i) {
-      SequenceChunk c;
-      while (seq.TakeChunk(&c)) {
-        *tokens += static_cast<int64_t>(c.tokens.size());
-        if (c.result.has_value()) return *c.result;
-        c = SequenceChunk{};
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ADD_FAILURE() << "no result";
-    return SequenceResult{};
-  }
   void WaitSteps(int64_t n) {
     std::unique_lock<std::mutex> lock(shared_.mu);
     shared_.cv.wait_for(lock, std::chrono::seconds(10), [&] { return shared_.steps >= n; });
@@ -89,7 +76,7 @@ TEST_F(SlotTest, CancelTakesTheSequenceOutBeforeTheNextStep) {
   WaitSteps(5);
   a->Cancel(absl::CancelledError("client went away"));
   int64_t ta = 0, tb = 0;
-  const SequenceResult ra = Wait(*a, &ta);
+  const SequenceResult ra = WaitForResult(*a, &ta);
   EXPECT_TRUE(absl::IsCancelled(ra.status)) << ra.status;
   EXPECT_GE(ta, 4);
   {
@@ -98,7 +85,7 @@ TEST_F(SlotTest, CancelTakesTheSequenceOutBeforeTheNextStep) {
     EXPECT_LE(shared_.produced[*shared_.cancelled.begin()], ta + 1);
   }
   // The other stream never noticed: it runs to its end.
-  const SequenceResult rb = Wait(*b, &tb);
+  const SequenceResult rb = WaitForResult(*b, &tb);
   EXPECT_TRUE(rb.status.ok()) << rb.status;
   EXPECT_EQ(tb, 40);
   EXPECT_EQ(rb.finish_reason, FinishReason::kLength);
@@ -110,7 +97,7 @@ TEST_F(SlotTest, DeadlineEndsTheSequenceBetweenSteps) {
   shared_.step_ms = 5;
   auto a = Submit(100000, Clock::now() + std::chrono::milliseconds(60));
   int64_t ta = 0;
-  const SequenceResult ra = Wait(*a, &ta);
+  const SequenceResult ra = WaitForResult(*a, &ta);
   EXPECT_TRUE(absl::IsDeadlineExceeded(ra.status)) << ra.status;
   EXPECT_GT(ta, 0);
   std::lock_guard<std::mutex> lock(shared_.mu);
@@ -145,8 +132,8 @@ TEST_F(SlotTest, DrainFinishesWhatCanAndCancelsTheRestAtTheDeadline) {
   const absl::Status refused = slot_->Submit(late);
   EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
   int64_t tq = 0, ts = 0;
-  const SequenceResult rq = Wait(*quick, &tq);
-  const SequenceResult rs = Wait(*slow, &ts);
+  const SequenceResult rq = WaitForResult(*quick, &tq);
+  const SequenceResult rs = WaitForResult(*slow, &ts);
   EXPECT_TRUE(rq.status.ok()) << rq.status;
   EXPECT_EQ(tq, 10);
   EXPECT_TRUE(absl::IsUnavailable(rs.status)) << rs.status;
@@ -171,7 +158,7 @@ TEST_F(SlotTest, EngineRefusalFinishesTheSequenceWithItsError) {
   auto seq = std::make_shared<Sequence>(std::move(r), "m", Clock::now(), Clock::time_point::max());
   ASSERT_TRUE(slot_->Submit(seq).ok());
   int64_t t = 0;
-  const SequenceResult res = Wait(*seq, &t);
+  const SequenceResult res = WaitForResult(*seq, &t);
   EXPECT_TRUE(absl::IsInvalidArgument(res.status)) << res.status;
   EXPECT_EQ(t, 0);
   EXPECT_EQ(slot_->Status().counters.failed, 1u);
