@@ -43,7 +43,7 @@ CudaBackend::CudaBackend(CudaState* state, const KnobOverrides* knobs,
       knob_overrides_(knobs),
       model_knob_gen_(knob_generation),
       owner_(CudaState::NewOwnerId()),
-      mmq_device_(state->cc() >= 800) {
+      device_{state->cc()} {
   RefreshKnobs();
 }
 
@@ -101,8 +101,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     if (!v.ok()) return v.status();  // ~CudaBackend releases what was uploaded
     if (w->dims.size() == 2 && DqSupports(v->type, v->q6k_padded)) {
       b->dq_max_k_ = std::max(b->dq_max_k_, v->k);
-    } else if (w->dims.size() == 2 && IsIntegerDotType(v->type)) {
-      b->dq_all_ = false;
+    }
+    if (w->dims.size() == 2 && IsIntegerDotType(v->type)) {
+      const WeightClass c{v->type, v->q6k_padded};
+      if (std::find(b->int8_weights_.begin(), b->int8_weights_.end(), c) ==
+          b->int8_weights_.end()) {
+        b->int8_weights_.push_back(c);
+      }
     }
     done += w->nbytes;
     if (progress) progress(done, total);
@@ -115,7 +120,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
 
 absl::Status CudaBackend::BuildScalePlanes(const std::vector<const graph::Weight*>& weights,
                                            const KnobOverrides* knobs) {
-  if (!mmq_device_) return absl::OkStatus();  // no MMQ on this GPU: planes would be unused
+  if (!device_.MmqRuns()) return absl::OkStatus();  // no MMQ on this GPU: planes would be unused
   KnobRegistry& r = KnobRegistry::Global();
   const bool q4k = r.GetBool("MINFER_MMQ_Q4K_DSC", knobs);
   const bool q6k = r.GetBool("MINFER_MMQ_Q6K_EXP", knobs);
@@ -202,22 +207,22 @@ void CudaBackend::RefreshKnobs() {
   Knobs k;
   k.graphs = !r.GetBool("MINFER_NO_CUDA_GRAPH", knob_overrides_);
   k.prefill_capture = !r.GetBool("MINFER_NO_PREFILL_CAPTURE", knob_overrides_);
-  k.kq_mmvq = !r.GetBool("MINFER_NO_KQ_MMVQ", knob_overrides_);
+  k.matmul.kq_mmvq = !r.GetBool("MINFER_NO_KQ_MMVQ", knob_overrides_);
   k.decode_a_fuse = !r.GetBool("MINFER_NO_DECODE_A_FUSE", knob_overrides_);
   k.pinned_readback = !r.GetBool("MINFER_NO_PINNED_READBACK", knob_overrides_);
-  k.prefill_gemm = !r.GetBool("MINFER_NO_PREFILL_GEMM", knob_overrides_);
-  k.mmq = r.GetBool("MINFER_MMQ", knob_overrides_);
-  k.mmvq_min_elems = r.GetInt("MINFER_MMVQ_MIN_ELEMS", knob_overrides_);
+  k.matmul.prefill_gemm = !r.GetBool("MINFER_NO_PREFILL_GEMM", knob_overrides_);
+  k.matmul.mmq = r.GetBool("MINFER_MMQ", knob_overrides_);
+  k.matmul.mmvq_min_elems = r.GetInt("MINFER_MMVQ_MIN_ELEMS", knob_overrides_);
   k.attn_prefill_tc = r.GetBool("MINFER_ATTN_PREFILL_TC", knob_overrides_);
-  k.skip_write = !r.GetBool("MINFER_NO_SKIP_WRITE", knob_overrides_);
+  k.matmul.skip_write = !r.GetBool("MINFER_NO_SKIP_WRITE", knob_overrides_);
   k.mmq_debug = r.GetBool("MINFER_MMQ_RAW_NB_DEBUG", knob_overrides_);
   k.mmq_stream_k = r.GetBool("MINFER_MMQ_STREAM_K", knob_overrides_);
   k.mmq_split_k = r.GetBool("MINFER_MMQ_SPLIT_K", knob_overrides_);
   // MMVQ covers 1..8 tokens: the GEMM takes over at 9 at the latest.
-  k.mmq_min_tokens = std::clamp<int64_t>(r.GetInt("MINFER_MMQ_MIN_TOKENS", knob_overrides_), 2, 9);
-  k.mmq_small_tokens =
+  k.matmul.mmq_min_tokens = std::clamp<int64_t>(r.GetInt("MINFER_MMQ_MIN_TOKENS", knob_overrides_), 2, 9);
+  k.matmul.mmq_small_tokens =
       std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_TOKENS", knob_overrides_), 0, kMmqSmallMaxTokens);
-  k.mmq_small_min_tokens =
+  k.matmul.mmq_small_min_tokens =
       std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_MIN_TOKENS", knob_overrides_), 2, kMmqSmallMaxTokens);
   k.mmq_small_chunks =
       static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_CHUNKS", knob_overrides_), 1, 64));
@@ -227,10 +232,10 @@ void CudaBackend::RefreshKnobs() {
       static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_MT", knob_overrides_), 0, 2));
   k.mmq_small_stages = static_cast<int>(
       std::clamp<int64_t>(r.GetInt("MINFER_MMQ_SMALL_STAGES", knob_overrides_), 0, 4));
-  k.dq = r.GetBool("MINFER_DQ_GEMM", knob_overrides_);
-  k.dq_min_tokens =
+  k.matmul.dq = r.GetBool("MINFER_DQ_GEMM", knob_overrides_);
+  k.matmul.dq_min_tokens =
       std::clamp<int64_t>(r.GetInt("MINFER_DQ_MIN_TOKENS", knob_overrides_), 2, kDqMaxTokens);
-  k.dq_max_tokens =
+  k.matmul.dq_max_tokens =
       std::clamp<int64_t>(r.GetInt("MINFER_DQ_MAX_TOKENS", knob_overrides_), 0, kDqMaxTokens);
   k.dq_mt = static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQ_MT", knob_overrides_), 0, 2));
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);

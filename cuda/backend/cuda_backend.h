@@ -45,6 +45,7 @@
 #include "absl/types/span.h"
 #include "cuda/backend/activation_memos.h"
 #include "cuda/backend/graph_recorder.h"
+#include "cuda/backend/matmul_choice.h"
 #include "cuda/state/cuda_state.h"
 #include "engine/base/knobs.h"
 #include "engine/graph/backend.h"
@@ -118,28 +119,20 @@ class CudaBackend : public graph::Backend {
   struct Knobs {
     bool graphs = true;
     bool prefill_capture = true;
-    bool kq_mmvq = true;
     bool decode_a_fuse = true;
     bool pinned_readback = true;
-    bool prefill_gemm = true;
-    bool mmq = true;
+    // Those that choose a matmul's kernel and its producers' layout
+    // (matmul_choice.h); the rest tune the chosen kernel.
+    MatmulKnobs matmul;
     bool mmq_debug = false;
     bool mmq_stream_k = true;
     bool mmq_split_k = true;
-    int64_t mmq_min_tokens = 9;
-    int64_t mmq_small_tokens = 32;
-    int64_t mmq_small_min_tokens = 6;
     int mmq_small_chunks = 2;
     int mmq_small_form = 0;
     int mmq_small_mt = 0;
     int mmq_small_stages = 0;
-    bool dq = true;  // the dequantizing f16 GEMM for decode batches (dq_gemm.h)
-    int64_t dq_min_tokens = 4;
-    int64_t dq_max_tokens = 64;
     int dq_mt = 0;
-    int64_t mmvq_min_elems = 0;
     bool attn_prefill_tc = true;
-    bool skip_write = true;  // mode 2 (MINFER_NO_SKIP_WRITE=0)
     bool op_timing = false;
     bool operator==(const Knobs&) const = default;
   };
@@ -161,10 +154,15 @@ class CudaBackend : public graph::Backend {
   absl::StatusOr<const BlockQ8A*> Quantized(const graph::BufferRef& x, int64_t k, int64_t nt);
   absl::StatusOr<BlockQ8A*> Q8Plane(const graph::BufferRef& x, int64_t k, int64_t nt);
   // Weights ws[i] applied to the same input x [k, nt], product i to ys[i]
-  // ([nt][rows_i]): MatMul, and FusedQKV at nt > 1 (its planar output),
-  // where runs of one weight type share one MMQ launch.
+  // ([nt][rows_i]): MatMul, and FusedQKV / FusedFFN at nt > 1, where runs
+  // of one weight type on one kernel share a launch (MMQ, the few-token
+  // and the DQ GEMM). Each weight runs the kernel ChooseMatmulKernel plans
+  // for it, or that kernel's run-time fallback (matmul_choice.h).
   absl::Status MatMulWeights(const graph::Node& n, absl::Span<const WeightView* const> ws,
                              const graph::BufferRef& x, absl::Span<float* const> ys);
+  // The kernel a fused one-token launch (FusedQKV, FusedFFN) plans for
+  // weight w: kMmvq or kMatvecF32 (no shape gate).
+  MatmulKernel OneTokenKernel(const WeightView& w) const;
   // x quantized into MMQ's activation layout (the "mmq_act" scratch),
   // memoized per input range until something overwrites it.
   absl::StatusOr<void*> MmqActivations(const graph::Node& n, const graph::BufferRef& x,
@@ -173,24 +171,19 @@ class CudaBackend : public graph::Backend {
   // the model's widest input), memoized like MmqActivations.
   absl::StatusOr<void*> DqActivations(const graph::Node& n, const graph::BufferRef& x,
                                       const float* xf, int64_t k, int64_t nt);
-  // Whether a matmul of nt tokens is a decode batch for the DQ GEMM (its
-  // Q4_K / Q6_K weights run it; the others keep their kernels).
-  bool DqBatch(int64_t nt) const {
-    return knobs_.dq && mmq_device_ && dq_max_k_ > 0 && nt >= knobs_.dq_min_tokens &&
-           nt <= knobs_.dq_max_tokens;
+  // The device, knobs and model facts the matmul choice reads.
+  MatmulContext MatmulCtx() const {
+    return MatmulContext{device_, knobs_.matmul, dq_max_k_ > 0};
   }
-  // Mode 2 (docs/design.md, prefill matmuls): whether a producer marked
-  // int8_consumers writes only MMQ's activation layout for nt rows of k,
-  // and the bookkeeping after it did (the MMQ memo points at the scratch;
-  // the f32 range is dead; counted).
-  bool Int8OnlyApplies(const graph::Node& n, int64_t k, int64_t nt) const;
+  // Mode 2 (docs/design.md, prefill matmuls): the layout producer n
+  // (RmsNorm, SwiGLU, FusedFFN's SwiGLU) writes its nt rows of k in —
+  // ActivationLayoutFor, the layout its readers' kernels take: kMmqInt8
+  // (the "mmq_act" scratch), kDqF16 (the "dq_act" scratch) or kF32 (the
+  // output buffer). Mark*Only do the bookkeeping after a write in the
+  // first two (the memo points at the scratch; the f32 range is dead;
+  // counted).
+  ActivationLayout ProducerLayout(const graph::Node& n, int64_t k, int64_t nt) const;
   void MarkInt8Only(const graph::BufferRef& out, int64_t k, int64_t nt, void* act);
-  // The same for the DQ GEMM: in a decode batch of a model whose quantized
-  // matmul weights the DQ GEMM all takes, a producer marked int8_consumers
-  // writes only the DQ activation layout (the "dq_act" scratch).
-  bool DqOnlyApplies(const graph::Node& n, int64_t k, int64_t nt) const {
-    return n.p.int8_consumers && knobs_.skip_write && dq_all_ && DqBatch(nt) && k % 32 == 0;
-  }
   absl::StatusOr<void*> DqScratch(int64_t k);
   // y = silu(g) * u for node n's [k, rows] output (SwiGLU, and FusedFFN's
   // last step): written as the GEMMs that read it take it when mode 2
@@ -283,13 +276,13 @@ class CudaBackend : public graph::Backend {
   // MMQ scratch) and the mode-2 dead ranges, each valid until a node (or a
   // host write) writes over its source range or the window ends.
   ActivationMemos memos_;
-  bool mmq_device_ = false;  // sm_80+: MMQ (and so mode 2) can run
+  MatmulDevice device_;  // its MmqRuns(): sm_80+, MMQ (and so mode 2) can run
   // The largest k of a weight the DQ GEMM takes (0: none): its activation
   // scratch holds kDqMaxTokens rows of it.
   int64_t dq_max_k_ = 0;
-  // Whether every integer-dot weight of the model is one the DQ GEMM takes
-  // (so any int8 consumer of a decode batch runs it).
-  bool dq_all_ = true;
+  // The distinct classes of the model's 2-D integer-dot weights: a mode-2
+  // producer's readers are among them (ProducerLayout).
+  std::vector<WeightClass> int8_weights_;
   // The stream-k workspace (scratch "mmq_stream_k"), once allocated.
   void* mmq_sk_ws_ = nullptr;
   int64_t mmq_sk_bytes_ = 0;

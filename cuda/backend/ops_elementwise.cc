@@ -59,13 +59,14 @@ absl::Status CudaBackend::RunSwiGlu(const OpArgs& o) {
 absl::Status CudaBackend::SwiGluInto(const Node& n, const float* g, const float* u,
                                      const BufferRef& out_ref, float* out, cudaStream_t st) {
   const int64_t k = n.shape.ne[0], rows = n.shape.rows();
-  if (Int8OnlyApplies(n, k, rows)) {
+  const ActivationLayout layout = ProducerLayout(n, k, rows);
+  if (layout == ActivationLayout::kMmqInt8) {
     ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(k, rows)));
     RETURN_IF_ERROR(Check(LaunchSwiGluMmq(g, u, act, k, rows, st), "SwiGLU (int8 only)"));
     MarkInt8Only(out_ref, k, rows, act);
     return absl::OkStatus();
   }
-  if (DqOnlyApplies(n, k, rows)) {
+  if (layout == ActivationLayout::kDqF16) {
     ASSIGN_OR_RETURN(void* act, DqScratch(k));
     RETURN_IF_ERROR(Check(LaunchSwiGluDq(g, u, act, k, rows, st), "SwiGLU (DQ only)"));
     MarkDqOnly(out_ref, k, rows, act);

@@ -1,8 +1,9 @@
-// The CUDA backend's matmul handlers (MatMul, FusedQKV, FusedFFN) and the
-// decision tree they share: MMVQ / f32 matvec for decode shapes, the
-// dequantizing f16 GEMM for decode batches of Q4_K / Q6_K, the few-token
-// GEMM, MMQ or the f16 GEMM for prefill shapes; the activation
-// quantizations and their memos.
+// The CUDA backend's matmul handlers (MatMul, FusedQKV, FusedFFN): each
+// weight runs the kernel ChooseMatmulKernel plans for it (matmul_choice.h:
+// MMVQ / f32 matvec for decode shapes, the dequantizing f16 GEMM for decode
+// batches of Q4_K / Q6_K, the few-token GEMM, MMQ or the f16 GEMM for
+// prefill shapes), with the launchers' run-time fallbacks; the activation
+// quantizations and their memos; mode 2's choice of producer layout.
 #include "cuda/backend/cuda_backend.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cuda/backend/matmul_choice.h"
 #include "cuda/kernels/dq_gemm.h"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmq.h"
@@ -22,14 +24,6 @@ namespace minfer::cuda {
 using graph::BufferRef;
 using graph::ExecArgs;
 using graph::Node;
-
-namespace {
-
-bool IsKQuant(GgmlType t) {
-  return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K;
-}
-
-}  // namespace
 
 absl::StatusOr<BlockQ8A*> CudaBackend::Q8Plane(const BufferRef& x, int64_t k, int64_t nt) {
   // One persistent plane per activation range, so its address is stable
@@ -54,13 +48,16 @@ absl::StatusOr<const BlockQ8A*> CudaBackend::Quantized(const BufferRef& x, int64
   return q;
 }
 
-bool CudaBackend::Int8OnlyApplies(const Node& n, int64_t k, int64_t nt) const {
-  // The consumers are MMQ GEMMs exactly when the matmul decision tree sends
-  // them there: nt >= 9, the GEMM arm on, MMQ on and runnable, and not a
-  // decode batch of a model whose weights the DQ GEMM takes (it reads the
-  // f32 values).
-  return n.p.int8_consumers && knobs_.skip_write && knobs_.mmq && knobs_.prefill_gemm &&
-         mmq_device_ && nt >= knobs_.mmq_min_tokens && k % 32 == 0 && !DqBatch(nt);
+ActivationLayout CudaBackend::ProducerLayout(const Node& n, int64_t k, int64_t nt) const {
+  // The readers' weights are some of the model's integer-dot weights, so
+  // the layout is the one the plan gives every such weight class.
+  ProducerChoiceInput in;
+  in.nt = nt;
+  in.k = k;
+  in.int8_consumers = n.p.int8_consumers;
+  in.int8_weights = int8_weights_;
+  in.ctx = MatmulCtx();
+  return ActivationLayoutFor(in);
 }
 
 absl::StatusOr<void*> CudaBackend::DqScratch(int64_t k) {
@@ -133,48 +130,38 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
   ASSIGN_OR_RETURN(uint8_t * xp, Ptr(x, k * nt * 4));
   const float* xf = reinterpret_cast<const float*>(xp);
   cudaStream_t st = state_->stream();
-  // One weight on the vector kernels: MMVQ for the quantized types up to 8
-  // tokens, else the f32-activation matvec.
-  auto vector_path = [&](const WeightView* w, float* y) -> absl::Status {
-    bool mmvq = MmvqSupports(w->type) && nt <= 8 && !(IsKQuant(w->type) && !knobs_.kq_mmvq);
-    // The shape gate (MINFER_MMVQ_MIN_ELEMS): a small decode matmul whose
-    // input no fused producer quantized pays a quantize launch before MMVQ;
-    // below the gate the f32-activation matvec (one launch) is the faster
-    // choice (matmul_bench --gates measures it).
-    if (mmvq && nt == 1 && w->rows * k < knobs_.mmvq_min_elems &&
-        !memos_.HasQ8(x)) {
-      mmvq = false;
-    }
-    if (mmvq) {
-      ASSIGN_OR_RETURN(const BlockQ8A* q, Quantized(x, k, nt));
-      return Check(LaunchMmvq(*w, q, y, w->rows, nt, st), "MMVQ");
-    }
-    return Check(LaunchMatvecF32(*w, xf, y, w->rows, nt, st), "matvec f32");
+  const MatmulContext ctx = MatmulCtx();
+  // The plan of weight i (docs/design.md, which kernel runs a matmul). It
+  // is asked again at each step: the q8 memo the MMVQ shape gate reads
+  // moves when an earlier weight quantizes x, and a weight the DQ GEMM
+  // declined (i < no_dq_until) takes the next arm.
+  size_t no_dq_until = 0;
+  auto plan = [&](size_t i) {
+    MatmulChoiceInput in;
+    in.type = ws[i]->type;
+    in.q6k_padded = ws[i]->q6k_padded;
+    in.rows = ws[i]->rows;
+    in.nt = nt;
+    in.k = k;
+    in.input_has_q8 = memos_.HasQ8(x);
+    in.dq_declined = i < no_dq_until;
+    in.ctx = ctx;
+    return ChooseMatmulKernel(in);
   };
-  // The decision tree (docs/design.md, which kernel runs a matmul):
-  // prefill-shaped batches go to the
-  // tiled GEMM, decode batches of MINFER_MMQ_SMALL_MIN_TOKENS..
-  // MINFER_MMQ_SMALL_TOKENS tokens to the few-token GEMM, smaller decode
-  // shapes to MMVQ, float weights to the f32 kernels.
-  const bool small_batch = nt >= knobs_.mmq_small_min_tokens && nt <= knobs_.mmq_small_tokens &&
-                           knobs_.mmq && mmq_device_;
-  // Decode batches of MINFER_DQ_MIN_TOKENS..MINFER_DQ_MAX_TOKENS tokens run
-  // their Q4_K / Q6_K weights on the dequantizing f16 GEMM first of all.
-  const bool dq_batch = DqBatch(nt);
-  if ((nt >= knobs_.mmq_min_tokens || small_batch || dq_batch) && knobs_.prefill_gemm) {
-    // Each weight as its own MatMul would run it: MMQ for the quantized
-    // types (runs of consecutive weights of one type share a launch:
-    // FusedQKV's q and k, often v too), the f16 GEMM for the rest and on
-    // GPUs without MMQ.
-    const bool mmq = knobs_.mmq && mmq_device_;
-    if (knobs_.mmq && !mmq_device_ && knobs_.mmq_debug && mmq_logged_.insert({-1, -1, -1, 0}).second) {
+  // The GEMMs' set-up, when some weight plans one.
+  const bool mmq = ctx.knobs.mmq && ctx.device.MmqRuns();
+  MmqTuning tuning;
+  bool any_gemm = false;
+  for (size_t i = 0; i < ws.size(); ++i) any_gemm = any_gemm || !IsVectorKernel(plan(i));
+  if (any_gemm) {
+    if (ctx.knobs.mmq && !ctx.device.MmqRuns() && knobs_.mmq_debug &&
+        mmq_logged_.insert({-1, -1, -1, 0}).second) {
       Logger("cuda")->info("MMQ: not supported on this device (sm_80+ needed); f16 GEMM");
     }
     // Stream-k's workspace: allocated and zeroed at the first prefill
     // matmul (never inside a capture window: the first prefill runs
     // directly), then reused by every launch on this stream. Its size never
     // changes, so the scratch entry (and the address) is stable.
-    MmqTuning tuning;
     if (mmq && knobs_.mmq_stream_k) {
       if (mmq_sk_ws_ == nullptr) {
         const int64_t bytes = MmqStreamKBytes();
@@ -192,7 +179,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     // few tokens: the first one runs outside a capture window (direct runs
     // come first), and the size never changes.
     if (mmq && knobs_.mmq_split_k && nt <= 256) {
-      // (also the few-token kernel's)
+      // (also the few-token kernel's and the DQ GEMM's)
       ASSIGN_OR_RETURN(void* ws, Scratch("mmq_split", MmqSplitKBytes()));
       tuning.split_k = kMmqSplitAuto;
       tuning.split_workspace = ws;
@@ -202,17 +189,42 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     tuning.small_mtiles = knobs_.mmq_small_mt;
     tuning.small_min_chunks = knobs_.mmq_small_chunks;
     tuning.small_stages = knobs_.mmq_small_stages;
-    size_t no_dq_until = 0;  // weights [.., no_dq_until) that the DQ GEMM declined
-    for (size_t i = 0; i < ws.size();) {
-      if (dq_batch && i >= no_dq_until && DqSupports(ws[i]->type, ws[i]->q6k_padded)) {
-        // A run of consecutive weights of one type shares a launch (FusedQKV).
+  }
+  for (size_t i = 0; i < ws.size();) {
+    const MatmulKernel kernel = plan(i);
+    // A run of consecutive weights of one type on this kernel shares a
+    // launch (FusedQKV's q and k, often v too; FusedFFN's gate and up).
+    auto take_run = [&](MmqSegments* seg) {
+      while (i < ws.size() && seg->n < kMmqMaxSegments &&
+             (seg->n == 0 || (ws[i]->type == seg->w[0].type && plan(i) == kernel))) {
+        seg->w[seg->n] = *ws[i];
+        seg->y[seg->n++] = ys[i++];
+      }
+    };
+    switch (kernel) {
+      case MatmulKernel::kMmvq: {
+        RETURN_IF_ERROR(memos_.CheckNotDead(n, x, k * nt * 4));
+        ASSIGN_OR_RETURN(const BlockQ8A* q, Quantized(x, k, nt));
+        RETURN_IF_ERROR(Check(LaunchMmvq(*ws[i], q, ys[i], ws[i]->rows, nt, st), "MMVQ"));
+        ++i;
+        continue;
+      }
+      case MatmulKernel::kMatvecF32:
+        RETURN_IF_ERROR(memos_.CheckNotDead(n, x, k * nt * 4));
+        RETURN_IF_ERROR(
+            Check(LaunchMatvecF32(*ws[i], xf, ys[i], ws[i]->rows, nt, st), "matvec f32"));
+        ++i;
+        continue;
+      case MatmulKernel::kGemmF16:
+        RETURN_IF_ERROR(memos_.CheckNotDead(n, x, k * nt * 4));
+        stats_.gemm_f16++;
+        RETURN_IF_ERROR(Check(LaunchGemmF16(*ws[i], xf, ys[i], nt, st), "GEMM f16"));
+        ++i;
+        continue;
+      case MatmulKernel::kDqGemm: {
         MmqSegments seg;
         const size_t begin = i;
-        while (i < ws.size() && seg.n < kMmqMaxSegments &&
-               (seg.n == 0 || ws[i]->type == seg.w[0].type)) {
-          seg.w[seg.n] = *ws[i];
-          seg.y[seg.n++] = ys[i++];
-        }
+        take_run(&seg);
         ASSIGN_OR_RETURN(void* act, DqActivations(n, x, xf, k, nt));
         DqTuning dt;
         dt.m_tiles = knobs_.dq_mt;
@@ -226,6 +238,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
           stats_.dq_gemm++;
           continue;
         }
+        // Declined: these weights take the next arm of the plan.
         cudaGetLastError();
         if (knobs_.mmq_debug &&
             mmq_logged_.insert({static_cast<int>(seg.w[0].type), -3, k, 0}).second) {
@@ -235,70 +248,63 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         i = begin;
         continue;
       }
-      const bool gemm_ok = mmq && MmqSupports(ws[i]->type);
-      if (nt < knobs_.mmq_min_tokens && !(gemm_ok && small_batch)) {
-        // A decode batch that only the few-token GEMM or the DQ GEMM took
-        // here: the other weights keep the vector kernels.
-        RETURN_IF_ERROR(memos_.CheckNotDead(n, x, k * nt * 4));
-        RETURN_IF_ERROR(vector_path(ws[i], ys[i]));
-        ++i;
+      case MatmulKernel::kMmqSmall:
+      case MatmulKernel::kMmq:
+        break;
+    }
+    ASSIGN_OR_RETURN(void* act, MmqActivations(n, x, xf, k, nt));
+    MmqSegments seg;
+    take_run(&seg);
+    if (kernel == MatmulKernel::kMmqSmall) {
+      // A decode batch: the few-token kernel streams the weights; where it
+      // declines, the tiled MMQ runs on the same activations.
+      const char* why = nullptr;
+      const cudaError_t err = LaunchMmqSmall(seg, act, nt, st, &tuning, &why);
+      if (err != cudaErrorNotSupported) {
+        RETURN_IF_ERROR(Check(err, "MMQ few-token"));
+        stats_.mmq_small++;
+        if (seg.n > 1) stats_.mmq_segmented++;
         continue;
       }
-      if (!(mmq && MmqSupports(ws[i]->type))) {
-        RETURN_IF_ERROR(memos_.CheckNotDead(n, x, k * nt * 4));
-        stats_.gemm_f16++;
-        RETURN_IF_ERROR(Check(LaunchGemmF16(*ws[i], xf, ys[i], nt, st), "GEMM f16"));
-        ++i;
-        continue;
-      }
-      ASSIGN_OR_RETURN(void* act, MmqActivations(n, x, xf, k, nt));
-      MmqSegments seg;
-      while (i < ws.size() && seg.n < kMmqMaxSegments &&
-             (seg.n == 0 || ws[i]->type == seg.w[0].type)) {
-        seg.w[seg.n] = *ws[i];
-        seg.y[seg.n++] = ys[i++];
-      }
-      if (nt <= knobs_.mmq_small_tokens) {
-        // A decode batch: the few-token kernel streams the weights.
-        const char* why = nullptr;
-        const cudaError_t err = LaunchMmqSmall(seg, act, nt, st, &tuning, &why);
-        if (err != cudaErrorNotSupported) {
-          RETURN_IF_ERROR(Check(err, "MMQ few-token"));
-          stats_.mmq_small++;
-          if (seg.n > 1) stats_.mmq_segmented++;
-          continue;
-        }
-        cudaGetLastError();
-        if (knobs_.mmq_debug && mmq_logged_.insert({static_cast<int>(seg.w[0].type), -2, k, 0}).second) {
-          Logger("cuda")->info("MMQ few-token kernel skipped for {}: {}", GgmlTypeName(seg.w[0].type), why);
-        }
-      }
-      MmqReport report;
-      RETURN_IF_ERROR(Check(LaunchMmqSegments(seg, act, nt, st, &report, &tuning), "MMQ"));
-      (report.variant == MmqVariant::kFast ? stats_.mmq_fast : stats_.mmq_generic)++;
-      if (report.scale_plane) stats_.mmq_plane++;
-      if (report.stream_k) stats_.mmq_stream_k++;
-      if (seg.n > 1) stats_.mmq_segmented++;
-      if (knobs_.mmq_debug &&
-          mmq_logged_.insert({static_cast<int>(seg.w[0].type), seg.w[0].rows, k,
-                              static_cast<int>(report.variant) + 8 * seg.n})
-              .second) {
-        std::string rows = absl::StrCat(seg.w[0].rows);
-        for (int j = 1; j < seg.n; ++j) absl::StrAppend(&rows, "+", seg.w[j].rows);
-        Logger("cuda")->info("MMQ {} {}x{} nt {}: {} variant, {} tokens per CTA, {} CTAs{}{}{}{}",
-                             GgmlTypeName(seg.w[0].type), rows, k, nt,
-                             MmqVariantName(report.variant), report.tokens_per_cta, report.grid,
-                             report.stream_k ? ", stream-k" : "",
-                             report.scale_plane ? ", scale plane" : "",
-                             report.fast_skipped ? "; fast variant skipped: " : "",
-                             report.fast_skipped ? report.fast_skipped : "");
+      cudaGetLastError();
+      if (knobs_.mmq_debug && mmq_logged_.insert({static_cast<int>(seg.w[0].type), -2, k, 0}).second) {
+        Logger("cuda")->info("MMQ few-token kernel skipped for {}: {}", GgmlTypeName(seg.w[0].type), why);
       }
     }
-    return absl::OkStatus();
+    MmqReport report;
+    RETURN_IF_ERROR(Check(LaunchMmqSegments(seg, act, nt, st, &report, &tuning), "MMQ"));
+    (report.variant == MmqVariant::kFast ? stats_.mmq_fast : stats_.mmq_generic)++;
+    if (report.scale_plane) stats_.mmq_plane++;
+    if (report.stream_k) stats_.mmq_stream_k++;
+    if (seg.n > 1) stats_.mmq_segmented++;
+    if (knobs_.mmq_debug &&
+        mmq_logged_.insert({static_cast<int>(seg.w[0].type), seg.w[0].rows, k,
+                            static_cast<int>(report.variant) + 8 * seg.n})
+            .second) {
+      std::string rows = absl::StrCat(seg.w[0].rows);
+      for (int j = 1; j < seg.n; ++j) absl::StrAppend(&rows, "+", seg.w[j].rows);
+      Logger("cuda")->info("MMQ {} {}x{} nt {}: {} variant, {} tokens per CTA, {} CTAs{}{}{}{}",
+                           GgmlTypeName(seg.w[0].type), rows, k, nt,
+                           MmqVariantName(report.variant), report.tokens_per_cta, report.grid,
+                           report.stream_k ? ", stream-k" : "",
+                           report.scale_plane ? ", scale plane" : "",
+                           report.fast_skipped ? "; fast variant skipped: " : "",
+                           report.fast_skipped ? report.fast_skipped : "");
+    }
   }
-  RETURN_IF_ERROR(memos_.CheckNotDead(n, x, k * nt * 4));
-  for (size_t i = 0; i < ws.size(); ++i) RETURN_IF_ERROR(vector_path(ws[i], ys[i]));
   return absl::OkStatus();
+}
+
+MatmulKernel CudaBackend::OneTokenKernel(const WeightView& w) const {
+  MatmulChoiceInput in;
+  in.type = w.type;
+  in.q6k_padded = w.q6k_padded;
+  in.rows = w.rows;
+  in.nt = 1;
+  in.k = w.k;
+  in.apply_mmvq_gate = false;
+  in.ctx = MatmulCtx();
+  return ChooseMatmulKernel(in);
 }
 
 absl::Status CudaBackend::RunMatMul(const OpArgs& o) {
@@ -332,12 +338,16 @@ absl::Status CudaBackend::RunFusedQkv(const OpArgs& o) {
     }
     return MatMulWeights(n, ws, a.inputs[0], ys);
   }
+  // One token: each weight's plan is a vector kernel (without the shape
+  // gate, which the single MatMul applies); all on MMVQ is one launch.
   MmvqSegments segs;
+  MatmulKernel kernel[3];
   bool all_mmvq = true;
   for (const graph::Weight* gw : n.weights) {
     ASSIGN_OR_RETURN(const WeightView* w, Weight(gw));
+    kernel[segs.n] = OneTokenKernel(*w);
+    all_mmvq = all_mmvq && kernel[segs.n] == MatmulKernel::kMmvq;
     segs.w[segs.n++] = *w;
-    all_mmvq = all_mmvq && MmvqSupports(w->type) && !(IsKQuant(w->type) && !knobs_.kq_mmvq);
   }
   const int64_t k = segs.w[0].k;
   if (all_mmvq) {
@@ -349,7 +359,7 @@ absl::Status CudaBackend::RunFusedQkv(const OpArgs& o) {
   float* y = out;
   for (int i = 0; i < segs.n; ++i) {
     const WeightView& w = segs.w[i];
-    if (MmvqSupports(w.type) && !(IsKQuant(w.type) && !knobs_.kq_mmvq)) {
+    if (kernel[i] == MatmulKernel::kMmvq) {
       ASSIGN_OR_RETURN(const BlockQ8A* q, Quantized(a.inputs[0], k, 1));
       RETURN_IF_ERROR(Check(LaunchMmvq(w, q, y, w.rows, 1, st), "FusedQKV"));
     } else {
@@ -386,8 +396,10 @@ absl::Status CudaBackend::RunFusedFfn(const OpArgs& o) {
     RETURN_IF_ERROR(MatMulWeights(n, {g, u}, a.inputs[0], {gbuf, ubuf}));
     return SwiGluInto(n, gbuf, ubuf, a.output, out, st);
   }
-  const bool mmvq = MmvqSupports(g->type) && MmvqSupports(u->type) &&
-                    !((IsKQuant(g->type) || IsKQuant(u->type)) && !knobs_.kq_mmvq);
+  // One token: gate and up on MMVQ (one launch with the SwiGLU) when both
+  // plans say so, else both on the f32 matvec.
+  const bool mmvq = OneTokenKernel(*g) == MatmulKernel::kMmvq &&
+                    OneTokenKernel(*u) == MatmulKernel::kMmvq;
   if (mmvq) {
     ASSIGN_OR_RETURN(const BlockQ8A* q, Quantized(a.inputs[0], g->k, 1));
     return Check(LaunchMmvqSwiGlu(*g, *u, q, out, st), "FusedFFN");

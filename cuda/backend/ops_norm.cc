@@ -29,7 +29,11 @@ absl::Status CudaBackend::RunNorm(const OpArgs& o) {
     return absl::InvalidArgumentError(absl::StrCat("cuda RmsNorm ", n.name, ": row length ",
                                                    ne0, " is not a multiple of 4"));
   }
-  if (n.op == OpKind::kRmsNorm && Int8OnlyApplies(n, ne0, rows)) {
+  // The layout the matmuls that read this norm take (ProducerLayout; a
+  // QkNorm's reader is attention: f32).
+  const ActivationLayout layout =
+      n.op == OpKind::kRmsNorm ? ProducerLayout(n, ne0, rows) : ActivationLayout::kF32;
+  if (layout == ActivationLayout::kMmqInt8) {
     // Mode 2: the GEMMs that read this norm get their activation layout
     // from it; the f32 output is never written.
     ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(ne0, rows)));
@@ -38,7 +42,7 @@ absl::Status CudaBackend::RunNorm(const OpArgs& o) {
     MarkInt8Only(a.output, ne0, rows, act);
     return absl::OkStatus();
   }
-  if (n.op == OpKind::kRmsNorm && DqOnlyApplies(n, ne0, rows)) {
+  if (layout == ActivationLayout::kDqF16) {
     // The same for a decode batch's DQ GEMMs.
     ASSIGN_OR_RETURN(void* act, DqScratch(ne0));
     RETURN_IF_ERROR(

@@ -456,10 +456,6 @@ bool Dispatch(GgmlType type, int mt, const Params& p, cudaStream_t stream, bool 
 }  // namespace
 }  // namespace dq
 
-bool DqSupports(GgmlType type, bool q6k_padded) {
-  return type == GgmlType::kQ4_K || (type == GgmlType::kQ6_K && q6k_padded);
-}
-
 int64_t DqActivationBytes(int64_t k, int64_t nt) {
   if (k <= 0 || nt <= 0) return 0;
   return 2 * k * nt;

@@ -55,8 +55,7 @@ namespace minfer::cuda {
 inline constexpr int64_t kDqMaxTokens = 64;
 
 // Whether the GEMM takes weights of `type` (Q4_K; Q6_K in the padded
-// 224-byte layout).
-bool DqSupports(GgmlType type, bool q6k_padded);
+// 224-byte layout): DqSupports in types.h.
 
 // Bytes of the activation layout for nt tokens of k: 2 k nt.
 int64_t DqActivationBytes(int64_t k, int64_t nt);

@@ -45,8 +45,8 @@ namespace minfer::cuda {
 cudaError_t LaunchQuantizeQ8A(const float* x, BlockQ8A* q, int64_t k, int64_t nt,
                               cudaStream_t stream);
 
-// Whether LaunchMmvq handles `type` (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K).
-bool MmvqSupports(GgmlType type);
+// Whether LaunchMmvq handles `type` (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K
+// Q6_K): MmvqSupports, and kMmvqMaxTokens, in types.h.
 
 // y = W q for nt in [1, 8] tokens (dp4a integer dots over the BlockQ8A
 // activations, float scales folded per block). k must be a multiple of the

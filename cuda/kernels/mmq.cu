@@ -903,8 +903,6 @@ cudaError_t LaunchMmqScalePlane(const WeightView& w, void* plane, cudaStream_t s
   return cudaGetLastError();
 }
 
-bool MmqSupports(GgmlType type) { return IsIntegerDotType(type); }
-
 int64_t MmqSplitKBytes() { return mmq::kSplitWorkspaceBytes; }
 
 int64_t MmqStreamKBytes() {

@@ -97,8 +97,8 @@ namespace minfer::cuda {
 // LaunchQuantizeMmq, two producers write this layout directly (the mode-2
 // fusions): LaunchRmsNormMmq (ops.h) and LaunchSwiGluMmq below.
 
-// Whether the MMQ kernels handle `type` (the eight quantized types above).
-bool MmqSupports(GgmlType type);
+// Whether the MMQ kernels handle `type` (the eight quantized types above):
+// MmqSupports in types.h.
 
 // Whether `type` has a scale plane (Q4_K, Q6_K), and its size for a weight
 // of rows x k (0 when it has none or k % 256 != 0).

@@ -190,8 +190,6 @@ cudaError_t LaunchPlan(GgmlType type, const Plan& plan, cudaStream_t stream) {
 }  // namespace
 }  // namespace mmvq
 
-bool MmvqSupports(GgmlType type) { return IsIntegerDotType(type); }
-
 cudaError_t LaunchMmvqTuned(const WeightView& w, const BlockQ8A* q, float* y, int64_t y_stride,
                             int64_t nt, const MmvqTuning& tuning, cudaStream_t stream) {
   using namespace mmvq;

@@ -40,11 +40,27 @@ struct WeightView {
   const void* scale_plane = nullptr;
 };
 
-// Bytes of one block of `type` in device memory (Q6_K padded or not).
 // The eight block-quantized types whose codes the integer kernels (MMVQ,
 // MMQ) consume directly: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K.
 inline bool IsIntegerDotType(GgmlType type) { return IsInt8DotType(type); }
 
+// Which weight types each quantized matmul kernel takes. Host-visible and
+// inline so the kernels' argument checks and the backend's choice of kernel
+// (cuda/backend/matmul_choice.h, built without the toolkit) read one
+// definition:
+//  * MMVQ (matmul.h LaunchMmvq), decode shapes of 1..kMmvqMaxTokens tokens:
+//    the eight integer-dot types.
+//  * MMQ (mmq.h: the tiled GEMM and the few-token GEMM): the same eight.
+//  * The dequantizing GEMM (dq_gemm.h LaunchDqGemm): Q4_K, and Q6_K in the
+//    registry's padded 224-byte layout.
+inline constexpr int64_t kMmvqMaxTokens = 8;
+inline bool MmvqSupports(GgmlType type) { return IsIntegerDotType(type); }
+inline bool MmqSupports(GgmlType type) { return IsIntegerDotType(type); }
+inline bool DqSupports(GgmlType type, bool q6k_padded) {
+  return type == GgmlType::kQ4_K || (type == GgmlType::kQ6_K && q6k_padded);
+}
+
+// Bytes of one block of `type` in device memory (Q6_K padded or not).
 inline int64_t DeviceBlockBytes(GgmlType type, bool q6k_padded) {
   if (type == GgmlType::kQ6_K && q6k_padded) return kQ6KPaddedBytes;
   return TraitsOf(type).type_size;
