@@ -9,8 +9,18 @@
 # PTX for the newest so later GPUs JIT it). A comma list like "80,90" also
 # works. CCBIN pins nvcc's host compiler (MINFER_CUDA_CCBIN in the
 # environment does the same); empty keeps nvcc's default.
+#
+# The extra flag --sm90a compiles sm_90 as the arch-specific sm_90a (wgmma,
+# the Hopper kernels) and defines MINFER_SM90A for the unit's host code, so
+# its launchers know the code is there; such a unit gets no PTX for sm_90a
+# (arch-specific PTX runs nowhere else).
 set -euo pipefail
 archs="$1"; ccbin="$2"; out="$3"; src="$4"; shift 4
+sm90a=0
+extra=()
+for f in "$@"; do
+  if [[ "$f" == --sm90a ]]; then sm90a=1; else extra+=("$f"); fi
+done
 
 cuda_home="${CUDA_HOME:-/usr/local/cuda}"
 nvcc="$cuda_home/bin/nvcc"
@@ -31,7 +41,9 @@ esac
 flags=()
 newest=""
 for a in "${wanted[@]}"; do
-  if [[ "$accepted" == *" sm_$a "* ]]; then
+  if [[ "$sm90a" == 1 && "$a" == 90 && "$accepted" == *" sm_90 "* ]]; then
+    flags+=("-gencode" "arch=compute_90a,code=sm_90a" "-DMINFER_SM90A=1")
+  elif [[ "$accepted" == *" sm_$a "* ]]; then
     flags+=("-gencode" "arch=compute_$a,code=sm_$a")
     newest="$a"
   elif [[ "$archs" != all ]]; then
@@ -39,16 +51,16 @@ for a in "${wanted[@]}"; do
     exit 1
   fi
 done
-if [[ -z "$newest" ]]; then
+if [[ -z "$newest" && "$sm90a" == 0 ]]; then
   echo "minfer: no requested GPU architecture ($archs) is supported by $nvcc" >&2
   exit 1
 fi
 # PTX for the newest architecture, so newer GPUs can JIT-compile it.
-flags+=("-gencode" "arch=compute_$newest,code=compute_$newest")
+[[ -n "$newest" ]] && flags+=("-gencode" "arch=compute_$newest,code=compute_$newest")
 
 cc_flags=()
 [[ -n "$ccbin" ]] && cc_flags=("-ccbin" "$ccbin")
 
 exec "$nvcc" "${cc_flags[@]}" -std=c++17 -O3 -lineinfo \
   -Xcompiler -fPIC -Xcompiler -Wall "${flags[@]}" -I. -isystem "$cuda_home/include" \
-  "$@" -c "$src" -o "$out"
+  "${extra[@]}" -c "$src" -o "$out"

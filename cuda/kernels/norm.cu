@@ -105,6 +105,22 @@ struct DqSink {
   }
 };
 
+// The Hopper DQ GEMM's layout (dq_wgmma.h): the same f16 values, each
+// 16-group's evens then odds; float4 j is word j % 4 of group j / 4's evens
+// and of its odds.
+struct DqwSink {
+  uint32_t* act;
+  __device__ __forceinline__ bool on() const { return true; }
+  __device__ __forceinline__ void put(float4 v, bool active, int j) const {
+    const Q8Group g = QuantizeQ8Group(v);
+    if (!active) return;
+    const uint2 pair = DqPack(g);
+    uint32_t* const grp = act + (j >> 2) * 8;
+    grp[j & 3] = pair.x;
+    grp[4 + (j & 3)] = pair.y;
+  }
+};
+
 // x may equal y: every element is read and written by the same thread, and
 // all reads of an element precede its write.
 //
@@ -189,6 +205,13 @@ struct MmqSinks {
   int64_t ntp;
   __device__ __forceinline__ MmqSink row(int64_t r, int ne0) const {
     return MmqSink{codes + r * ne0, d + r, s + r, ntp};
+  }
+};
+
+struct DqwSinks {
+  uint32_t* act;
+  __device__ __forceinline__ DqwSink row(int64_t r, int ne0) const {
+    return DqwSink{act + r * (ne0 / 2)};
   }
 };
 
@@ -295,6 +318,16 @@ cudaError_t LaunchRmsNormDq(const float* x, const float* w, float eps, void* act
     return cudaErrorInvalidValue;
   }
   return LaunchRms(x, w, eps, nullptr, DqSinks{static_cast<uint2*>(act)}, ne0, nt, stream);
+}
+
+cudaError_t LaunchRmsNormDqw(const float* x, const float* w, float eps, void* act, int64_t ne0,
+                             int64_t nt, cudaStream_t stream) {
+  if (nt <= 0) return cudaSuccess;
+  if (ne0 <= 0 || ne0 % 32 != 0 || ne0 > (int64_t{1} << 30) || x == nullptr || act == nullptr ||
+      reinterpret_cast<uintptr_t>(act) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  return LaunchRms(x, w, eps, nullptr, DqwSinks{static_cast<uint32_t*>(act)}, ne0, nt, stream);
 }
 
 }  // namespace minfer::cuda

@@ -74,6 +74,11 @@ cudaError_t LaunchRmsNormMmq(const float* x, const float* w, float eps, void* ac
 // LaunchRmsNorm then LaunchQuantizeDq. ne0 % 32 == 0.
 cudaError_t LaunchRmsNormDq(const float* x, const float* w, float eps, void* act, int64_t ne0,
                             int64_t nt, cudaStream_t stream);
+// The same in the Hopper DQ GEMM's layout (dq_wgmma.h: each 16-group's even
+// elements, then its odd ones): bit-identical to LaunchRmsNorm then
+// LaunchQuantizeDqw.
+cudaError_t LaunchRmsNormDqw(const float* x, const float* w, float eps, void* act, int64_t ne0,
+                             int64_t nt, cudaStream_t stream);
 
 // --- RoPE ---------------------------------------------------------------------
 // x [head_dim, n_heads, nt] -> y (may equal x). style 0 = NeoX (pairs i,

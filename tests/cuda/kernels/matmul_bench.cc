@@ -30,6 +30,7 @@
 // automatic and forced to 2, 4, 8, 16: us per call and weight GB/s, to
 // choose the MMVQ/MMQ crossover and the split policy.
 //
+// --dqw: the Hopper wgmma DQ GEMM (dq_wgmma.h) from 8 to 256 tokens.
 // --dq: the dequantizing f16 GEMM of decode batches (dq_gemm.h, one and two
 // m-tiles per warp, split-k automatic or off) beside MMVQ, the staged
 // few-token MMQ and the tiled MMQ, nt = 1..64 on the 7B shapes.
@@ -51,6 +52,7 @@
 
 #include "cuda/testing/check_cuda.h"
 #include "cuda/kernels/dq_gemm.h"
+#include "cuda/kernels/dq_wgmma.h"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmq.h"
 #include "engine/quant/blocks.h"
@@ -572,6 +574,99 @@ int DqMain() {
   return 0;
 }
 
+// --dqw: the Hopper dequantizing GEMM (dq_wgmma.h) against the sm_80 DQ
+// GEMM (up to 64 tokens) and the tiled MMQ with split-k, on the 7B's
+// shapes from 8 to 256 tokens; each cell also gives the f16 TFLOPS the
+// call reaches (2 rows k nt / time).
+int DqwMain() {
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int reps = 5, batch = 8;
+  void* ws = nullptr;
+  CHECK_CUDA(cudaMalloc(&ws, MmqSplitKBytes()));
+  struct DS {
+    const char* name;
+    GgmlType type;
+    int64_t rows, k;
+  };
+  const DS shapes[] = {{"q4_K qkv 4608x3584", GgmlType::kQ4_K, 4608, 3584},
+                       {"q4_K attn_o 3584x3584", GgmlType::kQ4_K, 3584, 3584},
+                       {"q4_K gate 18944x3584", GgmlType::kQ4_K, 18944, 3584},
+                       {"q6_K down 3584x18944", GgmlType::kQ6_K, 3584, 18944},
+                       {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944},
+                       {"q6_K output 152064x3584", GgmlType::kQ6_K, 152064, 3584}};
+  std::printf("\n== decode-batch matmuls, wgmma DQ GEMM: us per call (weight GB/s, TFLOPS)\n"
+              "%-24s %4s | %22s %22s | %22s %22s\n",
+              "shape", "nt", "dq auto", "mmq split", "dqw auto", "dqw nosplit");
+  if (!DqwAvailable()) std::printf("(no sm_90a kernel in this build or not an sm_90 GPU)\n");
+  for (const DS& s : shapes) {
+    std::vector<Matrix> rot = MakeRotation(s.type, s.rows, s.k);
+    for (int64_t nt : {8, 16, 32, 64, 128, 256}) {
+      Acts a = MakeActs(s.k, nt, s.rows * nt);
+      void *act = nullptr, *dact = nullptr, *wact = nullptr;
+      CHECK_CUDA(cudaMalloc(&act, MmqActivationBytes(s.k, nt)));
+      CHECK_CUDA(cudaMalloc(&dact, DqActivationBytes(s.k, nt)));
+      CHECK_CUDA(cudaMalloc(&wact, DqwActivationBytes(s.k, nt)));
+      CHECK_CUDA(LaunchQuantizeMmq(a.x, act, s.k, nt, stream));
+      CHECK_CUDA(LaunchQuantizeDq(a.x, dact, s.k, nt, stream));
+      CHECK_CUDA(LaunchQuantizeDqw(a.x, wact, s.k, nt, stream));
+      const double gb = static_cast<double>(rot[0].bytes) / 1e9;
+      const double flop = 2.0 * static_cast<double>(s.rows) * static_cast<double>(s.k) * nt;
+      auto cell = [&](double us) {
+        char b[40];
+        if (us < 0) return std::string("refused");
+        std::snprintf(b, sizeof(b), "%7.1f (%4.0f, %5.1f)", us, gb / (us * 1e-6), flop / (us * 1e6));
+        return std::string(b);
+      };
+      const int n = std::max<int>(batch, static_cast<int>(rot.size()));
+      auto one = [&](const Matrix& mm) {
+        MmqSegments seg;
+        seg.n = 1;
+        seg.w[0] = mm.view;
+        seg.y[0] = a.y;
+        return seg;
+      };
+      std::string dq = "-";
+      if (nt <= kDqMaxTokens) {
+        DqTuning tu;
+        tu.split_workspace = ws;
+        tu.split_bytes = MmqSplitKBytes();
+        dq = cell(TimeLaunches(
+            [&](int i) { return LaunchDqGemm(one(rot[i % rot.size()]), dact, nt, stream, &tu); },
+            n, reps, true));
+      }
+      MmqTuning mt;
+      mt.split_k = kMmqSplitAuto;
+      mt.split_workspace = ws;
+      mt.split_bytes = MmqSplitKBytes();
+      const std::string mmq = cell(TimeLaunches(
+          [&](int i) {
+            return LaunchMmqQuantized(rot[i % rot.size()].view, act, a.y, nt, stream, nullptr, &mt);
+          },
+          n, reps, true));
+      std::string dqw[2];
+      for (int v = 0; v < 2; ++v) {
+        DqwTuning tu;
+        tu.split_k = v == 0 ? kMmqSplitAuto : 0;
+        tu.split_workspace = ws;
+        tu.split_bytes = MmqSplitKBytes();
+        dqw[v] = cell(TimeLaunches(
+            [&](int i) { return LaunchDqWgmma(one(rot[i % rot.size()]), wact, nt, stream, &tu); },
+            n, reps, true));
+      }
+      std::printf("%-24s %4lld | %22s %22s | %22s %22s\n", s.name, static_cast<long long>(nt),
+                  dq.c_str(), mmq.c_str(), dqw[0].c_str(), dqw[1].c_str());
+      std::fflush(stdout);
+      cudaFree(act);
+      cudaFree(dact);
+      cudaFree(wact);
+      FreeActs(a);
+    }
+    Free(rot);
+  }
+  cudaFree(ws);
+  return 0;
+}
+
 int DecodeBatchMain() {
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int reps = 5, batch = 8;
@@ -662,6 +757,7 @@ int Main(int argc, char** argv) {
   bool sweep = false, quick = false, mmq = false;
   if (argc >= 2 && !std::strcmp(argv[1], "--decode-batch")) return DecodeBatchMain();
   if (argc >= 2 && !std::strcmp(argv[1], "--dq")) return DqMain();
+  if (argc >= 2 && !std::strcmp(argv[1], "--dqw")) return DqwMain();
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--quick")) quick = true;

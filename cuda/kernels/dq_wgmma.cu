@@ -1,0 +1,626 @@
+// The Hopper dequantizing GEMM (dq_wgmma.h): Q4_K / Q6_K weights decoded
+// into wgmma's A registers, activations read by the tensor cores from shared
+// memory, f32 accumulators; 1..256 tokens. Compiled for sm_90a only (the
+// build's --sm90a flag); other targets get empty kernels that the launcher
+// never starts.
+//
+// Work. A CTA is one (or two) warpgroups of 4 warps, each warp owning 16
+// weight rows (a "row group" of split_k.cuh, so rows of up to three weights
+// share a launch), a warpgroup one 64-row wgmma tile across N tokens (N =
+// 8..256, the batch rounded up to a power of two). k is walked in chunks of
+// 128 elements (half a super-block); CTA y is the k split. Per chunk a
+// cp.async ring of 3 stages (2 where 3 do not fit) brings each warp's rows
+// (warp-private: only the owning warp decodes them) and the chunk's
+// activations of every token (read only by wgmma). The chunk is 8 k-steps
+// of 16, issued as two groups of 4: while one group's wgmmas run, every
+// lane decodes the next group's A registers (its 2 rows, one 32-bit word of
+// codes per row and step) into the other register set (the pipeline above
+// the kernel says exactly how).
+//
+// Which codes a lane decodes (dq_wgmma.h): lane t (= lane % 4) takes the
+// words at bytes 4t + 16i, i = 0..3, of the chunk's codes (Q4_K: qs bytes
+// 64h..64h+63 of half h; Q6_K: ql bytes 64h..64h+63), rows g and g + 8.
+// Step s covers the chunk's elements 16s..16s+15 (its 4-groups 4s..4s+3,
+// lane t the 4-group 4s + t):
+//  * Q4_K: word i's low nibbles are 4-group t + 4i (i < 2) or t + 4i + 8
+//    (i >= 2), its high nibbles that + 8; so step s takes word (0 1 0 1 2 3
+//    2 3)[s], low nibbles at s = 0 1 4 5, high at 2 3 6 7; sub-block s / 2.
+//  * Q6_K: word i's low nibbles are 4-group t + 4i, high t + 4i + 16: step s
+//    takes word s % 4, high nibbles from s = 4; the two high bits come from
+//    qh byte 4t + 16 (i % 2) + j (bits 2 (i / 2), + 4 for the high nibbles);
+//    scale index 8h + s.
+// The pair (e0, e2) of a word's 4 values comes out with one mask-and-or
+// ((w & 0x000F000F) | 0x64006400 is the half2 1024 + b0, 1024 + b2), then an
+// exact subtraction and one f16 fma with the sub-block's scale and min, as
+// in dq_gemm.cu.
+//
+// Shared memory (per stage): the activations, then the weights. The
+// activations are wgmma's K-major layout with the 128-byte swizzle: per
+// k-half of the chunk (64 values, 128 bytes per token) one 1024-byte atom
+// per 8 tokens, token n's row at (n % 8) * 128 and its 16-byte piece c (8 k
+// values) at ((c ^ (n % 8)) * 16); a step's operand starts 32 bytes further
+// per k16 step within its half, atoms 1024 bytes apart along n. Why the
+// swizzle: 16 consecutive threads copy one token's 256 contiguous bytes
+// (full cache lines) and, with it, 8 consecutive threads still write 8
+// different bank groups (the unswizzled layout made a choice between the
+// two; on the H100 the swizzle took the 7B's gate at 256 tokens from 367 to
+// 140 us). Weight rows are 80 bytes (Q4_K: the block's 16-byte header and
+// the half's 64 code bytes) or 144 (Q6_K: ql half 64, qh half 32, scales
+// 16, d 16, a pad): odd multiples of 16 bytes, so the 8 rows g of a warp's
+// 32-bit loads fall on 8 different 4-bank groups and the 4 lanes t on the 4
+// banks of each.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "cuda/kernels/common.cuh"
+#include "cuda/kernels/dq_wgmma.h"
+#include "cuda/kernels/ptx_sm80.cuh"
+#include "cuda/kernels/ptx_sm90.cuh"
+#include "cuda/kernels/split_k.cuh"
+
+namespace minfer::cuda {
+namespace dqw {
+namespace {
+
+constexpr int kMaxSmem = 227 * 1024;
+
+template <GgmlType T>
+struct Ty;
+
+template <>
+struct Ty<GgmlType::kQ4_K> {
+  static constexpr int kBlockBytes = 144;
+  static constexpr int kPieces = 5;   // header, then qs 64h .. 64h + 63
+  static constexpr int kRowBytes = 80;
+  __device__ __forceinline__ static int Src(int h, int p) {
+    return p == 0 ? 0 : 16 + 64 * h + 16 * (p - 1);
+  }
+};
+
+template <>
+struct Ty<GgmlType::kQ6_K> {
+  static constexpr int kBlockBytes = kQ6KPaddedBytes;
+  static constexpr int kPieces = 8;  // ql (4), qh (2), scales, d (+ pad)
+  static constexpr int kRowBytes = 144;
+  __device__ __forceinline__ static int Src(int h, int p) {
+    return p < 4 ? 64 * h + 16 * p : p < 6 ? 128 + 32 * h + 16 * (p - 4) : 192 + 16 * (p - 6);
+  }
+};
+
+struct Seg {
+  const uint8_t* w;
+  int64_t row_bytes;
+  int64_t rows;
+  float* y;
+  float* part;
+  int groups;
+};
+
+struct Params {
+  Seg seg[kMmqMaxSegments];
+  int group_begin[kMmqMaxSegments];
+  int n_seg;
+  int groups;
+  int64_t k;
+  int n_chunks;  // k / 128
+  const uint8_t* act;
+  int nt;
+  int splits;
+  int64_t split_stride;
+  int tiles;
+  uint32_t sbo;  // bytes between 8-token atoms along n (1024; other values only from a test)
+};
+
+template <GgmlType T, int N, int W>
+__host__ __device__ constexpr int StageBytes() {
+  return W * 16 * Ty<T>::kRowBytes + N * 256;
+}
+// Three stages where they fit, else two.
+template <GgmlType T, int N, int W>
+__host__ __device__ constexpr int StagesFor() {
+  return 3 * StageBytes<T, N, W>() + 1024 <= kMaxSmem ? 3 : 2;
+}
+
+using splitk::RowsOf;
+using splitk::WarpRows;
+
+#if defined(MINFER_SM90A_DEVICE)
+
+__device__ __forceinline__ half2 AsH2(uint32_t u) {
+  half2 h;
+  memcpy(&h, &u, 4);
+  return h;
+}
+__device__ __forceinline__ uint32_t AsU(half2 h) {
+  uint32_t u;
+  memcpy(&u, &h, 4);
+  return u;
+}
+__device__ __forceinline__ uint32_t Lds32(const uint8_t* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+constexpr uint32_t kMagic = 0x64006400u;  // half2 (1024, 1024)
+
+// Issues the copies of chunk c of this warp's rows and of every token's
+// activations into `stage` (the caller commits).
+template <GgmlType T, int N, int W>
+__device__ __forceinline__ void Load(const Params& p, uint8_t* stage, const WarpRows& wr, int c) {
+  constexpr int kThreads = 32 * W;
+  using X = Ty<T>;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int h = c & 1;
+  uint8_t* const wbase = stage + N * 256;
+  if (wr.active) {
+    uint8_t* const sw = wbase + warp * 16 * X::kRowBytes;
+    const uint8_t* const src = wr.w + static_cast<int64_t>(c >> 1) * X::kBlockBytes;
+    constexpr int kN = 16 * X::kPieces;
+#pragma unroll
+    for (int i0 = 0; i0 < kN; i0 += 32) {
+      const int i = i0 + lane;
+      if (kN % 32 == 0 || i < kN) {
+        const int r = i / X::kPieces, q = i % X::kPieces;
+        const int64_t row = min(wr.rbase + r, wr.rows - 1);
+        cp_async16(smem_addr(sw + r * X::kRowBytes + 16 * q), src + row * wr.row_bytes + X::Src(h, q),
+                   16);
+      }
+    }
+  }
+  uint8_t* const sa = stage;
+  constexpr int kN = N * 16;  // 16-byte pieces
+#pragma unroll
+  for (int i0 = 0; i0 < kN; i0 += kThreads) {
+    const int i = i0 + threadIdx.x;
+    if (kN % kThreads == 0 || i < kN) {
+      const int tok = i >> 4, piece = i & 15, r = tok & 7;
+      const int dst = ((piece >> 3) * (N / 8) + (tok >> 3)) * 1024 + r * 128 + (((piece & 7) ^ r) << 4);
+      const bool live = tok < p.nt;
+      const uint8_t* src =
+          p.act + (live ? static_cast<int64_t>(tok) * p.k * 2 + static_cast<int64_t>(c) * 256 +
+                              16 * piece
+                        : 0);
+      cp_async16(smem_addr(sa + dst), src, live ? 16 : 0);
+    }
+  }
+}
+
+// Per chunk and row: what the 8 steps' decode needs.
+template <GgmlType T>
+struct RowRegs;
+
+template <>
+struct RowRegs<GgmlType::kQ4_K> {
+  uint32_t code[4];       // words 0..3
+  half2 s01, s23, m01, m23;  // (scale, min) of the half's sub-blocks (0, 1) and (2, 3), min negated
+
+  __device__ __forceinline__ void Fetch(const uint8_t* row, int h, int t) {
+    const uint4 hd = *reinterpret_cast<const uint4*>(row);
+    const half2 k1024 = AsH2(kMagic);
+    const half2 dd = AsH2(hd.x);  // (d, dmin)
+#pragma unroll
+    for (int pr = 0; pr < 2; ++pr) {
+      const int sh = 16 * pr;  // sub-blocks 2 pr, 2 pr + 1 of the half
+      const uint32_t a = hd.y >> sh, b = hd.z >> sh, cc = hd.w >> sh;
+      uint32_t sc, mn;
+      if (h == 0) {
+        sc = a & 0x3F3Fu;
+        mn = b & 0x3F3Fu;
+      } else {
+        sc = (cc & 0x0F0Fu) | ((a >> 2) & 0x3030u);
+        mn = ((cc >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u);
+      }
+      const half2 s = __hmul2(__hsub2(AsH2(__byte_perm(sc, 0x64646464u, 0x4140)), k1024),
+                              __low2half2(dd));
+      const half2 m = __hneg2(__hmul2(__hsub2(AsH2(__byte_perm(mn, 0x64646464u, 0x4140)), k1024),
+                                      __high2half2(dd)));
+      if (pr == 0) {
+        s01 = s;
+        m01 = m;
+      } else {
+        s23 = s;
+        m23 = m;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) code[i] = Lds32(row + 16 + 16 * i + 4 * t);
+  }
+
+  // Step s's A pair for this row: (e0, e2) and (e1, e3) of its 4-group.
+  __device__ __forceinline__ void Step(int s, uint32_t& even, uint32_t& odd) const {
+    constexpr int kWord[8] = {0, 1, 0, 1, 2, 3, 2, 3};
+    const bool high = (s & 2) != 0;
+    const int sb = s >> 1;
+    const half2 sv = sb == 0 ? __low2half2(s01) : sb == 1 ? __high2half2(s01)
+                     : sb == 2 ? __low2half2(s23) : __high2half2(s23);
+    const half2 mv = sb == 0 ? __low2half2(m01) : sb == 1 ? __high2half2(m01)
+                     : sb == 2 ? __low2half2(m23) : __high2half2(m23);
+    const uint32_t x = high ? code[kWord[s]] >> 4 : code[kWord[s]];
+    const half2 k1024 = AsH2(kMagic);
+    even = AsU(__hfma2(__hsub2(AsH2((x & 0x000F000Fu) | kMagic), k1024), sv, mv));
+    odd = AsU(__hfma2(__hsub2(AsH2(((x >> 8) & 0x000F000Fu) | kMagic), k1024), sv, mv));
+  }
+};
+
+template <>
+struct RowRegs<GgmlType::kQ6_K> {
+  uint32_t code[4];  // ql words 0..3
+  uint32_t qh[2];    // qh words for i % 2 = 0, 1
+  uint2 sc;          // the half's 8 int8 scales
+  half2 d;           // (d, d)
+
+  __device__ __forceinline__ void Fetch(const uint8_t* row, int h, int t) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) code[i] = Lds32(row + 16 * i + 4 * t);
+    qh[0] = Lds32(row + 64 + 4 * t);
+    qh[1] = Lds32(row + 80 + 4 * t);
+    sc = *reinterpret_cast<const uint2*>(row + 96 + 8 * h);
+    d = __low2half2(AsH2(Lds32(row + 112)));
+  }
+
+  __device__ __forceinline__ void Step(int s, uint32_t& even, uint32_t& odd) const {
+    const int i = s & 3;
+    const bool high = s >= 4;
+    const uint32_t ys = qh[i & 1] >> (2 * (i >> 1));
+    const uint32_t x = code[i];
+    const uint32_t v = high ? (((x >> 4) & 0x0F0F0F0Fu) | (ys & 0x30303030u))
+                            : ((x & 0x0F0F0F0Fu) | ((ys << 4) & 0x30303030u));
+    const uint32_t sw = s < 4 ? sc.x : sc.y;
+    const int8_t scale = static_cast<int8_t>((sw >> (8 * (s & 3))) & 0xFF);
+    const half2 sv = __hmul2(__half2half2(__int2half_rn(scale)), d);
+    const half2 k1056 = __floats2half2_rn(1056.0f, 1056.0f);
+    even = AsU(__hmul2(__hsub2(AsH2((v & 0x00FF00FFu) | kMagic), k1056), sv));
+    odd = AsU(__hmul2(__hsub2(AsH2(((v >> 8) & 0x00FF00FFu) | kMagic), k1056), sv));
+  }
+};
+
+// Decodes steps s0 .. s0 + 3 of the resident chunk (half h of its
+// super-block) for rows g and g + 8 of this warp into A.
+template <GgmlType T, int kS0>
+__device__ __forceinline__ void DecodeGroup(const uint8_t* sw, int h, uint32_t (&A)[4][4]) {
+  using X = Ty<T>;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  RowRegs<T> r0, r1;
+  r0.Fetch(sw + g * X::kRowBytes, h, t);
+  r1.Fetch(sw + (g + 8) * X::kRowBytes, h, t);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    r0.Step(kS0 + s, A[s][0], A[s][2]);
+    r1.Step(kS0 + s, A[s][1], A[s][3]);
+  }
+}
+
+// Issues steps s0 .. s0 + 3 (one commit group).
+template <int N>
+__device__ __forceinline__ void IssueGroup(float (&acc)[N / 2], const uint32_t (&A)[4][4],
+                                           uint32_t act_base, int s0, const Params& p) {
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    // Step st: k-half st / 4 of the chunk (its own run of atoms), 32 bytes
+    // into each 128-byte row per step within the half.
+    const int st = s0 + s;
+    Wgmma<N>::Run(acc, A[s], WgmmaDescSw128(act_base + (st >> 2) * (N / 8) * 1024 + (st & 3) * 32, p.sbo), 1);
+  }
+  wgmma_commit();
+#pragma unroll
+  for (int j = 0; j < N / 2; ++j) wgmma_pin(acc[j]);
+}
+
+#endif  // MINFER_SM90A_DEVICE
+
+// The pipeline, per chunk i (its first half's A registers decoded on entry):
+// issue the first half's 4 wgmmas; refill the stage chunk i - 1 used (its
+// wgmmas finished at the end of the last iteration); decode the second
+// half; wait for the first half; issue the second half; wait for chunk
+// i + 1's copies and decode its first half; wait. Decoding only between a
+// commit and the wait that retires it, never into registers a wgmma in
+// flight reads, keeps ptxas from serializing the wgmmas.
+template <GgmlType T, int N, int W>
+__global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p) {
+#if defined(MINFER_SM90A_DEVICE)
+  using X = Ty<T>;
+  constexpr int kWarps = W, kStages = StagesFor<T, N, W>();
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  // (The swizzled layout's atoms must be 1024-byte aligned.)
+  uint8_t* const smem = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  constexpr int kStage = StageBytes<T, N, W>();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const WarpRows wr = RowsOf<1>(p, blockIdx.x * kWarps + warp);
+  const int z = blockIdx.y;
+  const int c_begin = static_cast<int>(static_cast<int64_t>(z) * p.n_chunks / p.splits);
+  const int c_end = static_cast<int>(static_cast<int64_t>(z + 1) * p.n_chunks / p.splits);
+  const int nc = c_end - c_begin;
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    if (s < nc) Load<T, N, W>(p, smem + s * kStage, wr, c_begin + s);
+    cp_async_commit();
+  }
+  float acc[N / 2];
+#pragma unroll
+  for (int j = 0; j < N / 2; ++j) acc[j] = 0.0f;
+  uint32_t a0[4][4], a1[4][4];
+  auto weights = [&](int i) {
+    return smem + (i % kStages) * kStage + N * 256 + warp * 16 * X::kRowBytes;
+  };
+  auto acts = [&](int i) { return smem_addr(smem + (i % kStages) * kStage); };
+  if (nc > 0) {
+    cp_async_wait<kStages - 1>();
+    fence_proxy_async_smem();
+    __syncthreads();
+    DecodeGroup<T, 0>(weights(0), c_begin & 1, a0);
+  }
+  for (int i = 0; i < nc; ++i) {
+    const int c = c_begin + i;
+    IssueGroup<N>(acc, a0, acts(i), 0, p);
+    if (i >= 1 && i - 1 + kStages < nc) {
+      Load<T, N, W>(p, smem + ((i - 1) % kStages) * kStage, wr, c - 1 + kStages);
+    }
+    cp_async_commit();
+    DecodeGroup<T, 4>(weights(i), c & 1, a1);
+    wgmma_wait<0>();
+    IssueGroup<N>(acc, a1, acts(i), 4, p);
+    if (i + 1 < nc) {
+      cp_async_wait<kStages - 2>();
+      fence_proxy_async_smem();
+      __syncthreads();
+      DecodeGroup<T, 0>(weights(i + 1), (c + 1) & 1, a0);
+    }
+    wgmma_wait<0>();
+  }
+#pragma unroll
+  for (int j = 0; j < N / 2; ++j) wgmma_pin(acc[j]);
+  cp_async_wait<0>();
+  if (!wr.active) return;
+  float* const y =
+      p.splits > 1 ? (wr.sg == 0 ? p.seg[0].part : wr.sg == 1 ? p.seg[1].part : p.seg[2].part) +
+                         static_cast<int64_t>(z) * p.split_stride
+                   : (wr.sg == 0 ? p.seg[0].y : wr.sg == 1 ? p.seg[1].y : p.seg[2].y);
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t row = wr.rbase + g + ((e >> 1) ? 8 : 0);
+      const int tok = 8 * j + 2 * t + (e & 1);
+      if (row < wr.rows && tok < p.nt) y[static_cast<int64_t>(tok) * wr.rows + row] = acc[4 * j + e];
+    }
+  }
+#endif  // MINFER_SM90A_DEVICE
+}
+
+// Activations: the DQ GEMM's values (QuantizeQ8Group, DqPack), each
+// 16-group's evens then odds: lane `sub` of a 32-block holds elements
+// 4 sub .. 4 sub + 3, i.e. word (sub % 4) of its 16-group's evens and of its
+// odds.
+template <bool kVec, bool kSwiGlu>
+__global__ void __launch_bounds__(256) quantize_dqw_kernel(const float* __restrict__ x,
+                                                           const float* __restrict__ u,
+                                                           uint32_t* __restrict__ out,
+                                                           int64_t n_blocks) {
+  const int64_t gid = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  const int64_t blk = gid >> 3;
+  const int sub = static_cast<int>(gid & 7);
+  const bool active = blk < n_blocks;
+  auto load = [&](const float* src) {
+    if constexpr (kVec) {
+      return __ldg(reinterpret_cast<const float4*>(src));
+    } else {
+      return make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
+    }
+  };
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (active) {
+    v = load(x + blk * 32 + sub * 4);
+    if constexpr (kSwiGlu) {
+      const float4 w = load(u + blk * 32 + sub * 4);
+      v = make_float4(silu_f(v.x) * w.x, silu_f(v.y) * w.y, silu_f(v.z) * w.z, silu_f(v.w) * w.w);
+    }
+  }
+  const Q8Group q = QuantizeQ8Group(v);
+  if (!active) return;
+  const uint2 pair = DqPack(q);
+  uint32_t* const grp = out + blk * 16 + (sub >> 2) * 8;
+  grp[sub & 3] = pair.x;
+  grp[4 + (sub & 3)] = pair.y;
+}
+
+using Info = splitk::KernelFacts;
+
+template <GgmlType T, int N, int W>
+const Info& InfoOf() {
+  static const Info info = splitk::FactsOf(&dqw_kernel<T, N, W>, 32 * W,
+                                           StagesFor<T, N, W>() * StageBytes<T, N, W>() + 1024);
+  return info;
+}
+
+// With launch false: only reports the instantiation's facts; else launches.
+template <GgmlType T, int W>
+bool GoW(const Params& p, cudaStream_t stream, bool launch, Info* out) {
+  auto go = [&](auto nc) {
+    constexpr int kN = decltype(nc)::value;
+    const Info& info = InfoOf<T, kN, W>();
+    *out = info;
+    if (info.ctas_per_sm <= 0) return false;
+    if (launch) {
+      const dim3 grid(static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.splits));
+      dqw_kernel<T, kN, W><<<grid, 32 * W, info.smem, stream>>>(p);
+    }
+    return true;
+  };
+  if (p.nt <= 8) return go(std::integral_constant<int, 8>{});
+  if (p.nt <= 16) return go(std::integral_constant<int, 16>{});
+  if (p.nt <= 32) return go(std::integral_constant<int, 32>{});
+  if (p.nt <= 64) return go(std::integral_constant<int, 64>{});
+  if (p.nt <= 128) return go(std::integral_constant<int, 128>{});
+  return go(std::integral_constant<int, 256>{});
+}
+
+bool Dispatch(GgmlType type, int warps, const Params& p, cudaStream_t stream, bool launch,
+              Info* info) {
+  if (type == GgmlType::kQ4_K) {
+    return warps == 8 ? GoW<GgmlType::kQ4_K, 8>(p, stream, launch, info)
+                      : GoW<GgmlType::kQ4_K, 4>(p, stream, launch, info);
+  }
+  return warps == 8 ? GoW<GgmlType::kQ6_K, 8>(p, stream, launch, info)
+                    : GoW<GgmlType::kQ6_K, 4>(p, stream, launch, info);
+}
+
+template <bool kSwiGlu>
+cudaError_t QuantizeImpl(const float* x, const float* u, void* act, int64_t k, int64_t nt,
+                         cudaStream_t stream) {
+  if (k < 0 || nt < 0 || k % 32 != 0) return cudaErrorInvalidValue;
+  const int64_t n_blocks = k / 32 * nt;
+  if (n_blocks == 0) return cudaSuccess;
+  if (x == nullptr || (kSwiGlu && u == nullptr) || act == nullptr ||
+      reinterpret_cast<uintptr_t>(act) % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 4 != 0 ||
+      (kSwiGlu && reinterpret_cast<uintptr_t>(u) % 4 != 0)) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t grid = (n_blocks * 8 + 255) / 256;
+  if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
+  uint32_t* out = static_cast<uint32_t*>(act);
+  const unsigned gr = static_cast<unsigned>(grid);
+  if (reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+      (!kSwiGlu || reinterpret_cast<uintptr_t>(u) % 16 == 0)) {
+    quantize_dqw_kernel<true, kSwiGlu><<<gr, 256, 0, stream>>>(x, u, out, n_blocks);
+  } else {
+    quantize_dqw_kernel<false, kSwiGlu><<<gr, 256, 0, stream>>>(x, u, out, n_blocks);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace dqw
+
+bool DqwAvailable() {
+#if defined(MINFER_SM90A)
+  static const bool ok = [] {
+    int id = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&id) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, id) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, id) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return major == 9 && minor == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+int64_t DqwActivationBytes(int64_t k, int64_t nt) {
+  if (k <= 0 || nt <= 0) return 0;
+  return 2 * k * nt;
+}
+
+cudaError_t LaunchQuantizeDqw(const float* x, void* act, int64_t k, int64_t nt,
+                              cudaStream_t stream) {
+  return dqw::QuantizeImpl<false>(x, nullptr, act, k, nt, stream);
+}
+
+cudaError_t LaunchSwiGluDqw(const float* g, const float* u, void* act, int64_t k, int64_t nt,
+                            cudaStream_t stream) {
+  return dqw::QuantizeImpl<true>(g, u, act, k, nt, stream);
+}
+
+cudaError_t LaunchDqWgmma(const MmqSegments& s, const void* act, int64_t nt, cudaStream_t stream,
+                          const DqwTuning* tuning, const char** why_not) {
+  using dqw::Params;
+  const char* unused;
+  if (why_not == nullptr) why_not = &unused;
+  *why_not = nullptr;
+  if (s.n < 1 || s.n > kMmqMaxSegments || nt < 0 || act == nullptr ||
+      reinterpret_cast<uintptr_t>(act) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const GgmlType type = s.w[0].type;
+  const int64_t k = s.w[0].k;
+  if (k <= 0 || k % 256 != 0 || k > (int64_t{1} << 30)) return cudaErrorInvalidValue;
+  if (nt == 0) return cudaSuccess;
+  if (nt > kDqwMaxTokens) {
+    *why_not = "more than 256 tokens";
+    return cudaErrorNotSupported;
+  }
+  if (!DqSupports(type, s.w[0].q6k_padded)) {
+    *why_not = type == GgmlType::kQ6_K ? "raw 210-byte Q6_K blocks" : "not a Q4_K or Q6_K weight";
+    return cudaErrorNotSupported;
+  }
+  if (!DqwAvailable()) {
+    *why_not = "no sm_90a code in this build or not a compute capability 9.0 GPU";
+    return cudaErrorNotSupported;
+  }
+  Params p{};
+  p.k = k;
+  p.n_chunks = static_cast<int>(k / 128);
+  p.act = static_cast<const uint8_t*>(act);
+  p.nt = static_cast<int>(nt);
+  p.sbo = 1024;
+  if (tuning != nullptr && tuning->debug_wrong_stride) p.sbo = 2048;
+  const int warps = tuning != nullptr && tuning->warpgroups == 2 ? 8 : 4;
+  const int64_t block_bytes = DeviceBlockBytes(type, s.w[0].q6k_padded);
+  int64_t weight_bytes = 0, stride = 0;
+  for (int i = 0; i < s.n; ++i) {
+    const WeightView& w = s.w[i];
+    if (w.type != type || w.k != k || w.rows < 0 || w.q6k_padded != s.w[0].q6k_padded ||
+        (w.rows > 0 && (w.data == nullptr || s.y[i] == nullptr)) ||
+        w.row_bytes < k / 256 * block_bytes) {
+      return cudaErrorInvalidValue;
+    }
+    if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || w.row_bytes % 16 != 0) {
+      *why_not = "weight base or row stride not 16-byte aligned";
+      return cudaErrorNotSupported;
+    }
+    if (w.rows == 0) continue;
+    dqw::Seg& g = p.seg[p.n_seg++];
+    g.w = static_cast<const uint8_t*>(w.data);
+    g.row_bytes = w.row_bytes;
+    g.rows = w.rows;
+    g.y = s.y[i];
+    weight_bytes += w.rows * w.row_bytes;
+    stride += nt * w.rows;
+  }
+  if (p.n_seg == 0) return cudaSuccess;
+  dqw::Info info;
+  if (!dqw::Dispatch(type, warps, p, stream, false, &info)) {
+    *why_not = "the kernel's shared memory does not fit this GPU";
+    return cudaErrorNotSupported;
+  }
+  splitk::AssignGroups(&p, 1, warps);
+  p.splits = 1;
+  // Split-k as the DQ GEMM does it (dq_gemm.cu): fill the resident CTA
+  // slots in whole waves, a few chunks per split, partial traffic capped:
+  // at most the weight bytes once the tiles fill a wave; below a wave (a
+  // q/k/v or attention output) up to 4x them, since the tensor work, not
+  // the bytes, bounds a wide batch there.
+  if (tuning != nullptr && tuning->split_k != 0 && tuning->split_workspace != nullptr) {
+    const splitk::DeviceFacts& dev = splitk::CurrentDevice();
+    const int64_t slots = int64_t{dev.sms} * info.ctas_per_sm;
+    const int64_t traffic_cap =
+        std::max<int64_t>(p.tiles < slots ? 2 : 1,
+                          (p.tiles < slots ? 4 : 1) * weight_bytes / std::max<int64_t>(4 * stride, 1));
+    int64_t splits = tuning->split_k;
+    if (splits < 0) {
+      const int64_t min_chunks = tuning->min_chunks > 0 ? tuning->min_chunks : int64_t{4};
+      splits = splitk::WaveSplits(
+          p.tiles, slots,
+          std::min<int64_t>({16, std::max<int64_t>(p.n_chunks / min_chunks, 1), traffic_cap}));
+    }
+    splits = std::min<int64_t>(
+        {splits, p.n_chunks, tuning->split_bytes / 4 / std::max<int64_t>(stride, 1)});
+    if (splits >= 2 && !splitk::SetSplits(&p, tuning->split_workspace, nt, splits, stride)) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  dqw::Dispatch(type, warps, p, stream, true, &info);
+  if (p.splits > 1) splitk::Reduce(p, stride, stream);
+  return cudaGetLastError();
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,96 @@
+// The Hopper dequantizing GEMM (dq_wgmma.cu): the matmuls of a decode batch
+// and of short prefills, 1..256 tokens, for Q4_K and Q6_K weights, on
+// wgmma (sm_90a) with f32 accumulators.
+//
+// Why beside the sm_80 DQ GEMM (dq_gemm.h). That kernel decodes each weight
+// once to f16 and feeds mma.sync; at 64 tokens it runs the 7B's FFN matmuls
+// at 0.6-1.7 TB/s, bound by registers (its B fragments and accumulators), by
+// the instruction stream (every activation fragment is loaded by every warp)
+// and by mma.sync's half rate on Hopper. Here the four warps of a warpgroup
+// decode their weight rows into wgmma's A registers (the same per-warp
+// fragment as mma.m16n8k16), while B, the activations, is read by the
+// tensor cores straight from shared memory: no activation loads by threads,
+// one instruction per 64 rows x N tokens x 16 k, issued asynchronously so
+// the next step's decode overlaps the current step's math.
+//
+// Activations (LaunchQuantizeDqw): the values and rounding of the DQ GEMM's
+// layout (the CPU's QuantizeRowQ8A codes times their scale, as f16), f16
+// [nt][k], token t's row at byte 2 k t; only the order inside each group of
+// 16 elements differs: the 8 even elements first, then the 8 odd ones. Why:
+// a lane decodes a 32-bit word of 4 codes into the f16 pairs (e0, e2) and
+// (e1, e3) with one mask-and-or each; a wgmma k-step's "slots" 2t, 2t+1 and
+// 2t+8, 2t+9 of lane t then hold elements 4t, 4t+2 and 4t+1, 4t+3 of the
+// step's 16, so B's k order must be evens then odds. Each lane decodes the
+// words at bytes 4t + 16i (i = 0..3) of a 128-element chunk's codes: for both
+// Q4_K and Q6_K those words carry exactly the chunk's 4-groups t + 4s (s =
+// 0..7), so one activation order serves both types (a FusedQKV of q/k in
+// Q4_K and v in Q6_K reads one buffer).
+//
+// Numerics: dq_gemm.h's contract, unchanged (same operands, same f16
+// roundings of weights and activations, f32 accumulation in another order):
+// |y - sum w_i a_i| <= 2^-9 sum (|w_i| + |m_i|) |a_i|.
+//
+// Conventions as dq_gemm.h: launchers return the launch error and never
+// synchronize, return cudaErrorInvalidValue for an invalid call before
+// launching anything and cudaErrorNotSupported (with *why_not) when the
+// kernel cannot take a valid call (no sm_90a code in this build, another
+// GPU), allocate nothing, are thread-safe, and are legal inside a stream
+// capture once each kernel has been launched outside one.
+#ifndef MINFER_CUDA_KERNELS_DQ_WGMMA_H_
+#define MINFER_CUDA_KERNELS_DQ_WGMMA_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/kernels/dq_gemm.h"
+#include "cuda/kernels/mmq.h"
+
+namespace minfer::cuda {
+
+inline constexpr int64_t kDqwMaxTokens = 256;
+
+// Whether this build carries the sm_90a kernel and the current device (a
+// compute capability 9.0 GPU) runs it.
+bool DqwAvailable();
+
+// Bytes of the activation layout for nt tokens of k: 2 k nt.
+int64_t DqwActivationBytes(int64_t k, int64_t nt);
+
+// x [nt][k] f32 (4-byte aligned; 16 is faster) -> the layout above at `act`
+// (16-byte aligned). k % 32 == 0. Same values as LaunchQuantizeDq, other
+// order.
+cudaError_t LaunchQuantizeDqw(const float* x, void* act, int64_t k, int64_t nt,
+                              cudaStream_t stream);
+// silu(g) * u into the layout without writing the product (the mode-2
+// fusion; bit-identical to LaunchSwiGlu then LaunchQuantizeDqw).
+cudaError_t LaunchSwiGluDqw(const float* g, const float* u, void* act, int64_t k, int64_t nt,
+                            cudaStream_t stream);
+
+struct DqwTuning {
+  // Split-k as DqTuning (kMmqSplitAuto fills the resident CTA slots; >= 2
+  // forces; 0 off), partials in the workspace, added in split order.
+  int split_k = kMmqSplitAuto;
+  void* split_workspace = nullptr;  // 16-byte aligned; null: no split-k
+  int64_t split_bytes = 0;
+  int min_chunks = 0;  // automatic split-k keeps this many 128-k chunks per split (0 = 4)
+  // Warpgroups per CTA, 1 or 2 (64 or 128 weight rows sharing one copy of
+  // the activations; on the H100 1 is as fast or faster from 64 to 256
+  // tokens, matmul_bench --dqw).
+  int warpgroups = 1;
+  // Tests only: a wrong atom stride in the activations' descriptor (the
+  // reference check must then fail, so it can fail at all).
+  bool debug_wrong_stride = false;
+};
+
+// y_i = W_i act, as LaunchDqGemm (segments, [nt][rows_i] outputs), for
+// 1 <= nt <= kDqwMaxTokens tokens on the layout above. Weights: Q4_K, or
+// Q6_K in the padded 224-byte layout; 16-byte aligned base and row stride;
+// k a multiple of 256.
+cudaError_t LaunchDqWgmma(const MmqSegments& segments, const void* act, int64_t nt,
+                          cudaStream_t stream, const DqwTuning* tuning = nullptr,
+                          const char** why_not = nullptr);
+
+}  // namespace minfer::cuda
+
+#endif  // MINFER_CUDA_KERNELS_DQ_WGMMA_H_

@@ -1,0 +1,346 @@
+// GPU tests of the Hopper dequantizing GEMM (cuda/kernels/dq_wgmma.h)
+// against engine/quant, as dq_gemm_test does for the sm_80 kernel: weights
+// are QuantizeRow outputs or random block bytes, activations the CPU's
+// QuantizeRowQ8A of random floats, the reference the exact (double) dot of
+// DequantizeRow's weights with the Q8A values d * q; outputs are poisoned
+// before each launch and guarded after the end. Skips without an sm_90 GPU
+// or without the sm_90a code in the build.
+//
+// Bound (dq_gemm.h, unchanged): |y - exact| <= 2^-9 sum (|w_i| + |m_i|) |a_i|.
+// The activation layout must equal, bit for bit, f16(d * q) with each
+// 16-group's even elements first, then its odd ones.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/kernels/dq_gemm.h"
+#include "cuda/kernels/dq_wgmma.h"
+#include "cuda/kernels/ops.h"
+#include "cuda/kernels/mmq.h"
+#include "cuda/testing/gpu_test_util.h"
+#include "engine/quant/blocks.h"
+#include "engine/quant/fp16.h"
+#include "engine/quant/quantize.h"
+#include "engine/quant/vec_dot.h"
+#include "gtest/gtest.h"
+#include "tests/cuda/kernels/matmul_fixtures.h"
+
+namespace minfer::cuda {
+namespace {
+
+using ::minfer::cuda::testing::DeviceBuffer;
+using ::minfer::cuda::testing::RandomFloats;
+using namespace ::minfer::cuda::testing;  // the weight fixtures
+
+constexpr int64_t kGuard = 64;
+constexpr double kBound = 1.0 / 512;  // 2^-9
+
+#define MINFER_REQUIRE_DQW()                                                      \
+  do {                                                                            \
+    MINFER_REQUIRE_SM80_GPU();                                                    \
+    if (!DqwAvailable()) GTEST_SKIP() << "needs an sm_90 GPU and the sm_90a code"; \
+  } while (0)
+
+struct Acts {
+  int64_t k = 0, nt = 0;
+  std::vector<float> x;
+  std::vector<double> a;         // the Q8A values d * q
+  std::vector<uint16_t> layout;  // the documented f16 layout, built here
+};
+
+Acts MakeActs(int64_t k, int64_t nt) {
+  Acts r;
+  r.k = k, r.nt = nt;
+  r.x = RandomFloats(k * nt, 2.0f);
+  std::vector<BlockQ8A> q(k / 32 * nt);
+  for (int64_t t = 0; t < nt; ++t) QuantizeRowQ8A(r.x.data() + t * k, q.data() + t * (k / 32), k);
+  r.a.resize(k * nt);
+  r.layout.resize(k * nt);
+  for (int64_t i = 0; i < k * nt; ++i) {
+    const BlockQ8A& b = q[i / 32];
+    const float v = b.d * static_cast<float>(b.qs[i % 32]);
+    r.a[i] = v;
+    // Element e of a 16-group: evens at e / 2, odds at 8 + e / 2.
+    const int64_t e = i % 16, pos = i - e + (e % 2 == 0 ? e / 2 : 8 + e / 2);
+    r.layout[pos] = FloatToFp16(v);
+  }
+  return r;
+}
+
+struct Ref {
+  double exact = 0, mag = 0;
+};
+std::vector<Ref> MakeRefs(const HostWeight& w, const Acts& a) {
+  std::vector<double> wm(w.rows * w.k);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t b = 0; b < w.k / 32; ++b) {
+      const double m = std::fabs(BlockMin(w, r, b));
+      for (int64_t i = 32 * b; i < 32 * b + 32; ++i) wm[r * w.k + i] = std::fabs(w.deq[r * w.k + i]) + m;
+    }
+  }
+  std::vector<Ref> refs(w.rows * a.nt);
+  for (int64_t t = 0; t < a.nt; ++t) {
+    for (int64_t r = 0; r < w.rows; ++r) {
+      Ref& f = refs[t * w.rows + r];
+      const float* wr = w.deq.data() + r * w.k;
+      const double* m = wm.data() + r * w.k;
+      const double* x = a.a.data() + t * w.k;
+      for (int64_t i = 0; i < w.k; ++i) {
+        f.exact += static_cast<double>(wr[i]) * x[i];
+        f.mag += m[i] * std::fabs(x[i]);
+      }
+    }
+  }
+  return refs;
+}
+
+// Outputs outside the bound (0: all within), with every output written and
+// nothing past the end; `worst` gets the largest err/mag.
+int64_t CountBad(const HostWeight& w, const Acts& a, const std::vector<Ref>& refs,
+                 const std::vector<float>& y, const std::string& what, double* worst,
+                 bool expect = true) {
+  const int64_t n = w.rows * a.nt;
+  int64_t unwritten = 0, bad = 0;
+  for (int64_t i = 0; i < n; ++i) unwritten += Bits(y[i]) == 0xFFFFFFFFu;
+  if (expect) EXPECT_EQ(unwritten, 0) << what << ": outputs not written";
+  for (int64_t i = n; i < n + kGuard; ++i) {
+    EXPECT_EQ(Bits(y[i]), 0xFFFFFFFFu) << what << ": wrote past the end of y";
+    if (Bits(y[i]) != 0xFFFFFFFFu) break;
+  }
+  std::string first;
+  for (int64_t i = 0; i < n; ++i) {
+    const double err = std::fabs(static_cast<double>(y[i]) - refs[i].exact);
+    const double rel = refs[i].mag > 0 ? err / refs[i].mag : err;
+    *worst = std::max(*worst, std::isnan(rel) ? 1e30 : rel);
+    if (!(rel <= kBound) && bad++ == 0) {
+      std::ostringstream d;
+      d << " first: row " << i % w.rows << " token " << i / w.rows << " gpu " << y[i]
+        << " exact " << refs[i].exact << " err/mag " << rel;
+      first = d.str();
+    }
+  }
+  if (expect) {
+    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n << " outputs outside the bound" << first;
+  }
+  return bad;
+}
+
+int64_t Identical(const std::vector<float>& a, const std::vector<float>& b, int64_t n) {
+  int64_t diff = 0;
+  for (int64_t i = 0; i < n; ++i) diff += Bits(a[i]) != Bits(b[i]);
+  return diff;
+}
+
+std::vector<float> RunDqw(const MmqSegments& seg_template, int64_t n, const void* act, int64_t nt,
+                          const DqwTuning& tu, cudaError_t* err) {
+  DeviceBuffer<float> dy(n + kGuard);
+  dy.Poison();
+  MmqSegments seg = seg_template;
+  seg.y[0] = dy.get();
+  *err = LaunchDqWgmma(seg, act, nt, nullptr, &tu);
+  if (*err == cudaSuccess) *err = cudaDeviceSynchronize();
+  return dy.ToHost();
+}
+
+TEST(QuantizeDqwTest, LayoutIsTheQ8ValuesEvensThenOdds) {
+  MINFER_REQUIRE_SM80_GPU();
+  for (int64_t k : {32, 256, 3584}) {
+    for (int64_t nt : {1, 5, 64, 256}) {
+      const Acts a = MakeActs(k, nt);
+      DeviceBuffer<float> dx(a.x);
+      DeviceBuffer<uint16_t> act(k * nt + 8);
+      act.Poison();
+      ASSERT_EQ(LaunchQuantizeDqw(dx.get(), act.get(), k, nt, nullptr), cudaSuccess);
+      SYNC();
+      const std::vector<uint16_t> got = act.ToHost();
+      int64_t diff = 0;
+      for (int64_t i = 0; i < k * nt; ++i) diff += got[i] != a.layout[i];
+      EXPECT_EQ(diff, 0) << "k=" << k << " nt=" << nt;
+      EXPECT_EQ(got[k * nt], 0xFFFF) << "wrote past the end";
+      // The fused SwiGLU form equals SwiGLU then the prepass.
+      std::vector<float> u = RandomFloats(k * nt, 2.0f);
+      DeviceBuffer<float> du(u), prod(k * nt);
+      DeviceBuffer<uint16_t> want(k * nt), fused(k * nt);
+      ASSERT_CUDA(LaunchSwiGlu(dx.get(), du.get(), prod.get(), k * nt, nullptr));
+      ASSERT_CUDA(LaunchQuantizeDqw(prod.get(), want.get(), k, nt, nullptr));
+      ASSERT_CUDA(LaunchSwiGluDqw(dx.get(), du.get(), fused.get(), k, nt, nullptr));
+      SYNC();
+      EXPECT_EQ(want.ToHost(), fused.ToHost()) << "SwiGLU k=" << k << " nt=" << nt;
+      // So does the fused RmsNorm.
+      std::vector<float> gain(k);
+      for (int64_t i = 0; i < k; ++i) gain[i] = 0.5f + static_cast<float>(i % 7) * 0.25f;
+      DeviceBuffer<float> dw(gain), normed(k * nt);
+      DeviceBuffer<uint16_t> nwant(k * nt), nfused(k * nt);
+      ASSERT_CUDA(LaunchRmsNorm(dx.get(), dw.get(), 1e-6f, normed.get(), nullptr, k, nt, nullptr));
+      ASSERT_CUDA(LaunchQuantizeDqw(normed.get(), nwant.get(), k, nt, nullptr));
+      ASSERT_CUDA(LaunchRmsNormDqw(dx.get(), dw.get(), 1e-6f, nfused.get(), k, nt, nullptr));
+      SYNC();
+      EXPECT_EQ(nwant.ToHost(), nfused.ToHost()) << "RmsNorm k=" << k << " nt=" << nt;
+    }
+  }
+  DeviceBuffer<float> x(64);
+  DeviceBuffer<uint16_t> act(64 + 8);
+  EXPECT_EQ(LaunchQuantizeDqw(x.get(), act.get(), 48, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchQuantizeDqw(x.get(), act.get() + 1, 32, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(DqwActivationBytes(3584, 16), 3584 * 16 * 2);
+}
+
+// The descriptor's atom stride is what the layout says: a wrong one must
+// fail the bound (so the check below can fail at all).
+TEST(DqWgmmaTest, DescriptorStrideMatters) {
+  MINFER_REQUIRE_DQW();
+  const HostWeight hw = MakeWeight(GgmlType::kQ4_K, 64, 512, 0);
+  auto dw = Upload(hw, true);
+  const Acts a = MakeActs(512, 16);
+  DeviceBuffer<uint16_t> act(a.layout);
+  const std::vector<Ref> refs = MakeRefs(hw, a);
+  MmqSegments seg;
+  seg.n = 1;
+  seg.w[0] = dw->view;
+  for (bool swap : {false, true}) {
+    DqwTuning tu;
+    tu.split_k = 0;
+    tu.debug_wrong_stride = swap;
+    cudaError_t err;
+    const std::vector<float> y = RunDqw(seg, hw.rows * 16, act.get(), 16, tu, &err);
+    ASSERT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
+    double worst = 0;
+    const int64_t bad = CountBad(hw, a, refs, y, swap ? "wrong stride" : "as documented", &worst, !swap);
+    std::cout << "[dqw] atom stride " << (swap ? "wrong" : "as documented") << ": " << bad
+              << " outside the bound, worst err/mag " << worst << "\n";
+    if (swap) EXPECT_GT(bad, 0) << "a wrong atom stride changed nothing";
+  }
+}
+
+TEST(DqWgmmaTest, MatchesTheExactDotWithinTheBound) {
+  MINFER_REQUIRE_DQW();
+  const int64_t ws_bytes = MmqSplitKBytes();
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (int variant : {0, 1}) {
+      for (int64_t k : {int64_t{256}, int64_t{3584}}) {
+        for (int64_t rows : {int64_t{16}, int64_t{77}, int64_t{600}}) {
+          const HostWeight hw = MakeWeight(type, rows, k, variant);
+          auto dw = Upload(hw, /*q6k_padded=*/true);
+          MmqSegments seg;
+          seg.n = 1;
+          seg.w[0] = dw->view;
+          double worst = 0;
+          for (int64_t nt : {1, 7, 8, 13, 16, 33, 64, 100, 128, 200, 256}) {
+            const Acts a = MakeActs(k, nt);
+            DeviceBuffer<uint16_t> act(a.layout);
+            const std::vector<Ref> refs = MakeRefs(hw, a);
+            std::ostringstream what;
+            what << GgmlTypeName(type) << " variant " << variant << " rows=" << rows << " k=" << k
+                 << " nt=" << nt;
+            DqwTuning tu;
+            tu.split_workspace = ws.get();
+            tu.split_bytes = ws_bytes;
+            tu.warpgroups = nt % 2 == 0 ? 2 : 1;  // both CTA shapes, over the token counts
+            cudaError_t err;
+            tu.split_k = 0;
+            const std::vector<float> y0 = RunDqw(seg, rows * nt, act.get(), nt, tu, &err);
+            ASSERT_EQ(err, cudaSuccess) << what.str() << ": " << cudaGetErrorString(err);
+            CountBad(hw, a, refs, y0, what.str() + " no split", &worst);
+            EXPECT_EQ(Identical(RunDqw(seg, rows * nt, act.get(), nt, tu, &err), y0, rows * nt), 0)
+                << what.str() << " twice";
+            for (int split : {kMmqSplitAuto, 3}) {
+              tu.split_k = split;
+              const std::vector<float> ys = RunDqw(seg, rows * nt, act.get(), nt, tu, &err);
+              ASSERT_EQ(err, cudaSuccess) << what.str();
+              CountBad(hw, a, refs, ys, what.str() + " split " + std::to_string(split), &worst);
+            }
+            if (HasFailure()) return;
+          }
+          std::cout << "[dqw] " << GgmlTypeName(type) << " variant " << variant << " k=" << k
+                    << " rows=" << rows << ": worst err/mag " << worst << " (bound " << kBound
+                    << ")\n";
+        }
+      }
+    }
+  }
+}
+
+TEST(DqWgmmaTest, SegmentsEqualOneLaunchPerWeight) {
+  MINFER_REQUIRE_DQW();
+  // A FusedQKV's q and k in Q4_K: one launch, each weight's own bits.
+  const int64_t k = 512, rows[3] = {448, 64, 64};
+  std::vector<HostWeight> hws;
+  std::vector<std::unique_ptr<DeviceWeight>> dws;
+  for (int i = 0; i < 3; ++i) {
+    hws.push_back(MakeWeight(GgmlType::kQ4_K, rows[i], k, 1));
+    dws.push_back(Upload(hws.back(), false));
+  }
+  for (int64_t nt : {16, 40, 130}) {
+    const Acts a = MakeActs(k, nt);
+    DeviceBuffer<uint16_t> act(a.layout);
+    std::vector<std::unique_ptr<DeviceBuffer<float>>> outs;
+    MmqSegments seg;
+    seg.n = 3;
+    for (int i = 0; i < 3; ++i) {
+      outs.push_back(std::make_unique<DeviceBuffer<float>>(rows[i] * nt + kGuard));
+      outs.back()->Poison();
+      seg.w[i] = dws[i]->view;
+      seg.y[i] = outs.back()->get();
+    }
+    DqwTuning tu;
+    tu.split_k = 0;
+    ASSERT_EQ(LaunchDqWgmma(seg, act.get(), nt, nullptr, &tu), cudaSuccess);
+    SYNC();
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> together = outs[i]->ToHost();
+      MmqSegments one;
+      one.n = 1;
+      one.w[0] = dws[i]->view;
+      cudaError_t err;
+      const std::vector<float> alone = RunDqw(one, rows[i] * nt, act.get(), nt, tu, &err);
+      ASSERT_EQ(err, cudaSuccess);
+      EXPECT_EQ(Identical(together, alone, rows[i] * nt), 0) << "segment " << i << " nt=" << nt;
+      double worst = 0;
+      CountBad(hws[i], a, MakeRefs(hws[i], a), together, "segment " + std::to_string(i), &worst);
+    }
+  }
+}
+
+TEST(DqWgmmaTest, RefusesWhatItCannotRun) {
+  MINFER_REQUIRE_SM80_GPU();
+  const int64_t k = 256, rows = 16;
+  const HostWeight q6 = MakeWeight(GgmlType::kQ6_K, rows, k, 1);
+  const HostWeight q8 = MakeWeight(GgmlType::kQ8_0, rows, k, 1);
+  const HostWeight q4 = MakeWeight(GgmlType::kQ4_K, rows, k, 1);
+  auto raw = Upload(q6, false);
+  auto d8 = Upload(q8, false);
+  auto d4 = Upload(q4, false);
+  DeviceBuffer<uint16_t> act(k * 257 + 8);
+  DeviceBuffer<float> y(rows * 257);
+  auto call = [&](const WeightView& w, int64_t nt, const void* a, const char** why) {
+    MmqSegments seg;
+    seg.n = 1;
+    seg.w[0] = w;
+    seg.y[0] = y.get();
+    return LaunchDqWgmma(seg, a, nt, nullptr, nullptr, why);
+  };
+  const char* why = nullptr;
+  EXPECT_EQ(call(raw->view, 8, act.get(), &why), cudaErrorNotSupported);
+  EXPECT_STREQ(why, "raw 210-byte Q6_K blocks");
+  EXPECT_EQ(call(d8->view, 8, act.get(), &why), cudaErrorNotSupported);
+  EXPECT_STREQ(why, "not a Q4_K or Q6_K weight");
+  EXPECT_EQ(call(d4->view, 257, act.get(), &why), cudaErrorNotSupported);
+  EXPECT_STREQ(why, "more than 256 tokens");
+  if (!DqwAvailable()) {
+    EXPECT_EQ(call(d4->view, 8, act.get(), &why), cudaErrorNotSupported);
+    EXPECT_NE(why, nullptr);
+  }
+  EXPECT_EQ(call(d4->view, 8, reinterpret_cast<const uint8_t*>(act.get()) + 8, &why),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(call(d4->view, 0, act.get(), &why), cudaSuccess);
+  SYNC();
+}
+
+}  // namespace
+}  // namespace minfer::cuda
