@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cuda/kernels/dq_gemm.h"
+#include "cuda/kernels/dq_wgmma.h"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/ops.h"
@@ -43,7 +44,7 @@ CudaBackend::CudaBackend(CudaState* state, const KnobOverrides* knobs,
       knob_overrides_(knobs),
       model_knob_gen_(knob_generation),
       owner_(CudaState::NewOwnerId()),
-      device_{state->cc()} {
+      device_{state->cc(), DqwAvailable()} {
   RefreshKnobs();
 }
 
@@ -238,6 +239,13 @@ void CudaBackend::RefreshKnobs() {
   k.matmul.dq_max_tokens =
       std::clamp<int64_t>(r.GetInt("MINFER_DQ_MAX_TOKENS", knob_overrides_), 0, kDqMaxTokens);
   k.dq_mt = static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQ_MT", knob_overrides_), 0, 2));
+  k.matmul.dqw = r.GetBool("MINFER_DQW", knob_overrides_);
+  k.matmul.dqw_min_tokens =
+      std::clamp<int64_t>(r.GetInt("MINFER_DQW_MIN_TOKENS", knob_overrides_), 2, kDqwMaxTokens);
+  k.matmul.dqw_max_tokens =
+      std::clamp<int64_t>(r.GetInt("MINFER_DQW_MAX_TOKENS", knob_overrides_), 0, kDqwMaxTokens);
+  k.dqw_warpgroups =
+      static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_WARPGROUPS", knob_overrides_), 1, 2));
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
   const bool changed = !(k == knobs_);
   knobs_ = k;

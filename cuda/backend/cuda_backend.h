@@ -97,6 +97,7 @@ class CudaBackend : public graph::Backend {
     int64_t mmq_segmented = 0;     // launches over several weights (FusedQKV)
     int64_t mmq_small = 0;         // GEMMs of few tokens on the few-token kernel
     int64_t dq_gemm = 0;           // GEMMs of few tokens on the dequantizing f16 kernel
+    int64_t dqw_gemm = 0;          // ... on the Hopper (wgmma) one
     int64_t mmq_stream_k = 0;      // fast launches whose last waves ran as stream-k
     int64_t gemm_f16 = 0;          // prefill matmuls on the f16 GEMM
     int64_t int8_only_writes = 0;  // mode-2 producers (RmsNorm/SwiGLU wrote
@@ -132,6 +133,7 @@ class CudaBackend : public graph::Backend {
     int mmq_small_mt = 0;
     int mmq_small_stages = 0;
     int dq_mt = 0;
+    int dqw_warpgroups = 1;
     bool attn_prefill_tc = true;
     bool op_timing = false;
     bool operator==(const Knobs&) const = default;
@@ -169,7 +171,8 @@ class CudaBackend : public graph::Backend {
                                        const float* xf, int64_t k, int64_t nt);
   // x in the DQ GEMM's f16 layout (the "dq_act" scratch, sized once for
   // the model's widest input), memoized like MmqActivations.
-  absl::StatusOr<void*> DqActivations(const graph::Node& n, const graph::BufferRef& x,
+  absl::StatusOr<void*> DqActivations(ActivationLayout layout, const graph::Node& n,
+                                      const graph::BufferRef& x,
                                       const float* xf, int64_t k, int64_t nt);
   // The device, knobs and model facts the matmul choice reads.
   MatmulContext MatmulCtx() const {
@@ -184,7 +187,9 @@ class CudaBackend : public graph::Backend {
   // counted).
   ActivationLayout ProducerLayout(const graph::Node& n, int64_t k, int64_t nt) const;
   void MarkInt8Only(const graph::BufferRef& out, int64_t k, int64_t nt, void* act);
-  absl::StatusOr<void*> DqScratch(int64_t k);
+  // The DQ GEMMs' activation scratch for `layout` (kDqF16: "dq_act",
+  // kDqMaxTokens rows; kDqwF16: "dqw_act", kDqwMaxTokens rows).
+  absl::StatusOr<void*> DqScratch(int64_t k, ActivationLayout layout);
   // y = silu(g) * u for node n's [k, rows] output (SwiGLU, and FusedFFN's
   // last step): written as the GEMMs that read it take it when mode 2
   // applies (MMQ's or the DQ GEMM's layout, the f32 range then dead), else

@@ -32,6 +32,7 @@ const char* MatmulKernelName(MatmulKernel k) {
     case MatmulKernel::kMmqSmall: return "mmq_small";
     case MatmulKernel::kMmq: return "mmq";
     case MatmulKernel::kGemmF16: return "gemm_f16";
+    case MatmulKernel::kDqWgmma: return "dq_wgmma";
   }
   return "?";
 }
@@ -49,11 +50,16 @@ MatmulKernel ChooseMatmulKernel(const MatmulChoiceInput& in) {
   // A decode batch for the DQ GEMM (its weights; the others keep theirs).
   const bool dq_batch = kn.dq && in.ctx.device.MmqRuns() && in.ctx.model_has_dq_weights &&
                         nt >= kn.dq_min_tokens && nt <= kn.dq_max_tokens;
-  if (!kn.prefill_gemm || !(nt >= kn.mmq_min_tokens || small_batch || dq_batch)) {
+  // A batch for the Hopper DQ GEMM (its weights; it outranks the DQ GEMM
+  // and MMQ over its token range).
+  const bool dqw_batch = kn.dqw && in.ctx.device.wgmma && in.ctx.model_has_dq_weights &&
+                         nt >= kn.dqw_min_tokens && nt <= kn.dqw_max_tokens;
+  if (!kn.prefill_gemm || !(nt >= kn.mmq_min_tokens || small_batch || dq_batch || dqw_batch)) {
     return VectorKernel(in);
   }
-  if (dq_batch && !in.dq_declined && DqSupports(in.type, in.q6k_padded)) {
-    return MatmulKernel::kDqGemm;
+  if (!in.dq_declined && DqSupports(in.type, in.q6k_padded)) {
+    if (dqw_batch) return MatmulKernel::kDqWgmma;
+    if (dq_batch) return MatmulKernel::kDqGemm;
   }
   const bool gemm_ok = mmq && MmqSupports(in.type);
   // A decode batch that only the few-token GEMM or the DQ GEMM brought
@@ -70,6 +76,7 @@ const char* ActivationLayoutName(ActivationLayout l) {
     case ActivationLayout::kF32: return "f32";
     case ActivationLayout::kMmqInt8: return "mmq_int8";
     case ActivationLayout::kDqF16: return "dq_f16";
+    case ActivationLayout::kDqwF16: return "dqw_f16";
   }
   return "?";
 }
@@ -81,6 +88,8 @@ ActivationLayout InputLayoutOf(MatmulKernel k) {
       return ActivationLayout::kMmqInt8;
     case MatmulKernel::kDqGemm:
       return ActivationLayout::kDqF16;
+    case MatmulKernel::kDqWgmma:
+      return ActivationLayout::kDqwF16;
     case MatmulKernel::kMmvq:
     case MatmulKernel::kMatvecF32:
     case MatmulKernel::kGemmF16:

@@ -29,8 +29,9 @@ enum class MatmulKernel : int32_t {
   kMmqSmall = 3,   // mmq.h LaunchMmqSmall: the few-token int8 GEMM
   kMmq = 4,        // mmq.h LaunchMmqSegments: the tiled int8 GEMM
   kGemmF16 = 5,    // matmul.h LaunchGemmF16: f16 tensor cores, any type
+  kDqWgmma = 6,    // dq_wgmma.h LaunchDqWgmma: Hopper wgmma, batches of Q4_K / Q6_K
 };
-// "mmvq", "matvec_f32", "dq_gemm", "mmq_small", "mmq", "gemm_f16".
+// "mmvq", "matvec_f32", "dq_gemm", "mmq_small", "mmq", "gemm_f16", "dq_wgmma".
 const char* MatmulKernelName(MatmulKernel k);
 // kMmvq and kMatvecF32: one weight at a time, f32 (or q8-plane) activations.
 bool IsVectorKernel(MatmulKernel k);
@@ -51,6 +52,9 @@ struct MatmulKnobs {
   int64_t dq_min_tokens = 4;       // MINFER_DQ_MIN_TOKENS, 2..64
   int64_t dq_max_tokens = 64;      // MINFER_DQ_MAX_TOKENS, 0..64
   bool skip_write = true;          // !MINFER_NO_SKIP_WRITE: mode 2 (layout only)
+  bool dqw = true;                 // MINFER_DQW: the Hopper DQ GEMM where it runs
+  int64_t dqw_min_tokens = 33;     // MINFER_DQW_MIN_TOKENS, 2..256
+  int64_t dqw_max_tokens = 256;    // MINFER_DQW_MAX_TOKENS, 0..256
   bool operator==(const MatmulKnobs&) const = default;
 };
 
@@ -61,8 +65,10 @@ struct MatmulDevice {
   // the DQ GEMM can run (and with them mode 2); older GPUs run the vector
   // kernels and the f16 GEMM.
   bool MmqRuns() const { return cc >= 800; }
-  // (A kernel for one architecture, such as an sm_90a wgmma GEMM, adds its
-  // predicate here, from cc.)
+  // The build carries the sm_90a kernels and this is a compute capability
+  // 9.0 GPU (dq_wgmma.h DqwAvailable): the Hopper DQ GEMM can run. (Not
+  // derived from cc: a build without the sm_90a code cannot run it there.)
+  bool wgmma = false;
 };
 
 // Everything the choice reads beyond one matmul: the device, the knobs and
@@ -101,8 +107,12 @@ struct MatmulChoiceInput {
 //     is prefill-shaped (nt >= mmq_min_tokens), a few-token batch
 //     (mmq_small_min_tokens <= nt <= mmq_small_tokens, MMQ on and runnable)
 //     or a DQ batch (dq_min_tokens <= nt <= dq_max_tokens, DQ on, sm_80+,
-//     the model has DQ weights). Otherwise, 4.
-//  2. In a DQ batch, a weight the DQ GEMM takes runs it (unless declined).
+//     the model has DQ weights) or a Hopper DQ batch (dqw_min_tokens <= nt
+//     <= dqw_max_tokens, DQW on, the wgmma kernels run, the model has DQ
+//     weights). Otherwise, 4.
+//  2. In a Hopper DQ batch, a weight the DQ GEMMs take runs the Hopper one;
+//     else in a DQ batch such a weight runs the DQ GEMM (either unless
+//     declined: then both are skipped).
 //  3. Else: below mmq_min_tokens a weight that is not on the few-token GEMM
 //     (not an MMQ type, or the batch is not a few-token one) keeps its
 //     vector kernel (4); an MMQ weight with MMQ on and runnable runs the
@@ -119,10 +129,11 @@ enum class ActivationLayout : int32_t {
   kF32 = 0,      // the f32 values (a decode RmsNorm adds the q8 plane MMVQ reads)
   kMmqInt8 = 1,  // only MMQ's padded int8 layout (mmq.h), the f32 range dead
   kDqF16 = 2,    // only the DQ GEMM's f16 layout (dq_gemm.h), the f32 range dead
+  kDqwF16 = 3,   // only the Hopper DQ GEMM's f16 layout (dq_wgmma.h), the f32 range dead
 };
 const char* ActivationLayoutName(ActivationLayout l);
 // What kernel k reads its input from: kMmqInt8 for MMQ and the few-token
-// GEMM, kDqF16 for the DQ GEMM, kF32 for the others (MMVQ's q8 plane is
+// GEMM, kDqF16 for the DQ GEMM, kDqwF16 for the Hopper one, kF32 for the others (MMVQ's q8 plane is
 // quantized from the f32 values when no producer wrote it).
 ActivationLayout InputLayoutOf(MatmulKernel k);
 

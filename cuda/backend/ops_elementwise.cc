@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuda/kernels/dq_gemm.h"
+#include "cuda/kernels/dq_wgmma.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/ops.h"
 #include "engine/base/status.h"
@@ -66,9 +67,12 @@ absl::Status CudaBackend::SwiGluInto(const Node& n, const float* g, const float*
     MarkInt8Only(out_ref, k, rows, act);
     return absl::OkStatus();
   }
-  if (layout == ActivationLayout::kDqF16) {
-    ASSIGN_OR_RETURN(void* act, DqScratch(k));
-    RETURN_IF_ERROR(Check(LaunchSwiGluDq(g, u, act, k, rows, st), "SwiGLU (DQ only)"));
+  if (layout == ActivationLayout::kDqF16 || layout == ActivationLayout::kDqwF16) {
+    ASSIGN_OR_RETURN(void* act, DqScratch(k, layout));
+    RETURN_IF_ERROR(Check(layout == ActivationLayout::kDqwF16
+                              ? LaunchSwiGluDqw(g, u, act, k, rows, st)
+                              : LaunchSwiGluDq(g, u, act, k, rows, st),
+                          "SwiGLU (DQ only)"));
     MarkDqOnly(out_ref, k, rows, act);
     return absl::OkStatus();
   }

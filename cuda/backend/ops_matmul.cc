@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "cuda/backend/matmul_choice.h"
 #include "cuda/kernels/dq_gemm.h"
+#include "cuda/kernels/dq_wgmma.h"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/ops.h"
@@ -60,10 +61,13 @@ ActivationLayout CudaBackend::ProducerLayout(const Node& n, int64_t k, int64_t n
   return ActivationLayoutFor(in);
 }
 
-absl::StatusOr<void*> CudaBackend::DqScratch(int64_t k) {
-  // One scratch for every DQ matmul, its size fixed at the first use (the
-  // widest input of the model times the most tokens), so its address never
-  // moves under recorded graphs.
+absl::StatusOr<void*> CudaBackend::DqScratch(int64_t k, ActivationLayout layout) {
+  // One scratch per layout for every DQ matmul, its size fixed at the first
+  // use (the widest input of the model times the most tokens), so its
+  // address never moves under recorded graphs.
+  if (layout == ActivationLayout::kDqwF16) {
+    return Scratch("dqw_act", DqwActivationBytes(std::max(k, dq_max_k_), kDqwMaxTokens));
+  }
   return Scratch("dq_act", DqActivationBytes(std::max(k, dq_max_k_), kDqMaxTokens));
 }
 
@@ -72,15 +76,21 @@ void CudaBackend::MarkDqOnly(const BufferRef& out, int64_t k, int64_t nt, void* 
   stats_.dq_only_writes++;
 }
 
-absl::StatusOr<void*> CudaBackend::DqActivations(const Node& n, const BufferRef& x,
-                                                 const float* xf, int64_t k, int64_t nt) {
-  ASSIGN_OR_RETURN(void* act, DqScratch(k));
+absl::StatusOr<void*> CudaBackend::DqActivations(ActivationLayout layout, const Node& n,
+                                                 const BufferRef& x, const float* xf, int64_t k,
+                                                 int64_t nt) {
+  // (The memo is keyed by the scratch too, so the two layouts never stand
+  // in for each other.)
+  ASSIGN_OR_RETURN(void* act, DqScratch(k, layout));
   if (memos_.DqHolds(x, k, nt, act)) {
     stats_.quantize_skipped++;
     return act;
   }
   RETURN_IF_ERROR(memos_.CheckNotDead(n, x, k * nt * 4));
-  RETURN_IF_ERROR(Check(LaunchQuantizeDq(xf, act, k, nt, state_->stream()), "DQ quantize"));
+  RETURN_IF_ERROR(Check(layout == ActivationLayout::kDqwF16
+                            ? LaunchQuantizeDqw(xf, act, k, nt, state_->stream())
+                            : LaunchQuantizeDq(xf, act, k, nt, state_->stream()),
+                        "DQ quantize"));
   stats_.quantize_launches++;
   memos_.SetDq(x, k, nt, act);
   return act;
@@ -225,7 +235,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         MmqSegments seg;
         const size_t begin = i;
         take_run(&seg);
-        ASSIGN_OR_RETURN(void* act, DqActivations(n, x, xf, k, nt));
+        ASSIGN_OR_RETURN(void* act, DqActivations(ActivationLayout::kDqF16, n, x, xf, k, nt));
         DqTuning dt;
         dt.m_tiles = knobs_.dq_mt;
         dt.split_k = knobs_.mmq_split_k ? kMmqSplitAuto : 0;
@@ -243,6 +253,34 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         if (knobs_.mmq_debug &&
             mmq_logged_.insert({static_cast<int>(seg.w[0].type), -3, k, 0}).second) {
           Logger("cuda")->info("DQ GEMM skipped for {}: {}", GgmlTypeName(seg.w[0].type), why);
+        }
+        no_dq_until = i;
+        i = begin;
+        continue;
+      }
+      case MatmulKernel::kDqWgmma: {
+        MmqSegments seg;
+        const size_t begin = i;
+        take_run(&seg);
+        ASSIGN_OR_RETURN(void* act, DqActivations(ActivationLayout::kDqwF16, n, x, xf, k, nt));
+        DqwTuning dt;
+        dt.split_k = knobs_.mmq_split_k ? kMmqSplitAuto : 0;
+        dt.split_workspace = tuning.split_workspace;
+        dt.split_bytes = tuning.split_bytes;
+        dt.warpgroups = knobs_.dqw_warpgroups;
+        const char* why = nullptr;
+        const cudaError_t err = LaunchDqWgmma(seg, act, nt, st, &dt, &why);
+        if (err != cudaErrorNotSupported) {
+          RETURN_IF_ERROR(Check(err, "DQ wgmma GEMM"));
+          stats_.dqw_gemm++;
+          continue;
+        }
+        // Declined: these weights take the next arm of the plan.
+        cudaGetLastError();
+        if (knobs_.mmq_debug &&
+            mmq_logged_.insert({static_cast<int>(seg.w[0].type), -4, k, 0}).second) {
+          Logger("cuda")->info("DQ wgmma GEMM skipped for {}: {}", GgmlTypeName(seg.w[0].type),
+                               why);
         }
         no_dq_until = i;
         i = begin;
@@ -390,7 +428,8 @@ absl::Status CudaBackend::RunFusedFfn(const OpArgs& o) {
     }
     // (Sized for the largest decode batch at once: a growing scratch would
     // move under recorded graphs.)
-    ASSIGN_OR_RETURN(void* gu, Scratch("ffn_gate_up", 2 * nff * std::max(nt, kDqMaxTokens) * 4));
+    ASSIGN_OR_RETURN(void* gu, Scratch("ffn_gate_up",
+                                       2 * nff * std::max(nt, device_.wgmma ? kDqwMaxTokens : kDqMaxTokens) * 4));
     float* const gbuf = static_cast<float*>(gu);
     float* const ubuf = gbuf + nff * nt;
     RETURN_IF_ERROR(MatMulWeights(n, {g, u}, a.inputs[0], {gbuf, ubuf}));

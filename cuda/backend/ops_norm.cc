@@ -42,11 +42,13 @@ absl::Status CudaBackend::RunNorm(const OpArgs& o) {
     MarkInt8Only(a.output, ne0, rows, act);
     return absl::OkStatus();
   }
-  if (layout == ActivationLayout::kDqF16) {
-    // The same for a decode batch's DQ GEMMs.
-    ASSIGN_OR_RETURN(void* act, DqScratch(ne0));
-    RETURN_IF_ERROR(
-        Check(LaunchRmsNormDq(o.f(0), w, n.p.eps, act, ne0, rows, st), "RmsNorm (DQ only)"));
+  if (layout == ActivationLayout::kDqF16 || layout == ActivationLayout::kDqwF16) {
+    // The same for a decode batch's DQ GEMMs (the sm_80 or the Hopper one).
+    ASSIGN_OR_RETURN(void* act, DqScratch(ne0, layout));
+    RETURN_IF_ERROR(Check(layout == ActivationLayout::kDqwF16
+                              ? LaunchRmsNormDqw(o.f(0), w, n.p.eps, act, ne0, rows, st)
+                              : LaunchRmsNormDq(o.f(0), w, n.p.eps, act, ne0, rows, st),
+                          "RmsNorm (DQ only)"));
     MarkDqOnly(a.output, ne0, rows, act);
     return absl::OkStatus();
   }

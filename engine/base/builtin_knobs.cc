@@ -114,6 +114,22 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "The dequantizing GEMM's 16-row m-tiles per warp: 1 or 2; 0 = by shape (2 above 16 "
        "tokens for rows of 8192+ elements or outputs of 65536+ rows, and for 16384+ rows up to "
        "32 tokens; measured on the H200)."});
+  add({"MINFER_DQW", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "On a Hopper GPU (compute capability 9.0, with the build's sm_90a code), Q4_K / Q6_K "
+       "matmuls of MINFER_DQW_MIN_TOKENS..MINFER_DQW_MAX_TOKENS tokens run the wgmma "
+       "dequantizing GEMM (cuda/kernels/dq_wgmma.h) instead of the DQ GEMM or MMQ; 0 = never."});
+  add({"MINFER_DQW_MIN_TOKENS", KnobType::kInt, "33", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "The fewest tokens a Q4_K / Q6_K matmul needs to run the wgmma DQ GEMM: 2..256 (on the "
+       "H100 it ties the sm_80 DQ GEMM at 32 tokens and beats it from 64)."});
+  add({"MINFER_DQW_MAX_TOKENS", KnobType::kInt, "256", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "The most tokens a Q4_K / Q6_K matmul may have to run the wgmma DQ GEMM (more: the tiled "
+       "MMQ): 0..256; 0 = never."});
+  add({"MINFER_DQW_WARPGROUPS", KnobType::kInt, "1", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Warpgroups per CTA of the wgmma DQ GEMM: 1 (64 weight rows) or 2 (128 rows sharing one "
+       "copy of the activations)."});
   add({"MINFER_MMQ_SMALL_CHUNKS", KnobType::kInt, "2", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "The staged few-token GEMM's automatic split-k keeps at least this many 256-element "
