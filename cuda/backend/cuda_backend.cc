@@ -245,7 +245,7 @@ void CudaBackend::RefreshKnobs() {
   k.matmul.dqw_max_tokens =
       std::clamp<int64_t>(r.GetInt("MINFER_DQW_MAX_TOKENS", knob_overrides_), 0, kDqwMaxTokens);
   k.dqw_warpgroups =
-      static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_WARPGROUPS", knob_overrides_), 1, 2));
+      static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_WARPGROUPS", knob_overrides_), 0, 2));
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
   const bool changed = !(k == knobs_);
   knobs_ = k;

@@ -133,7 +133,7 @@ class CudaBackend : public graph::Backend {
     int mmq_small_mt = 0;
     int mmq_small_stages = 0;
     int dq_mt = 0;
-    int dqw_warpgroups = 1;
+    int dqw_warpgroups = 0;  // 0: by batch
     bool attn_prefill_tc = true;
     bool op_timing = false;
     bool operator==(const Knobs&) const = default;

@@ -53,7 +53,7 @@ struct MatmulKnobs {
   int64_t dq_max_tokens = 64;      // MINFER_DQ_MAX_TOKENS, 0..64
   bool skip_write = true;          // !MINFER_NO_SKIP_WRITE: mode 2 (layout only)
   bool dqw = true;                 // MINFER_DQW: the Hopper DQ GEMM where it runs
-  int64_t dqw_min_tokens = 33;     // MINFER_DQW_MIN_TOKENS, 2..256
+  int64_t dqw_min_tokens = 17;     // MINFER_DQW_MIN_TOKENS, 2..256
   int64_t dqw_max_tokens = 256;    // MINFER_DQW_MAX_TOKENS, 0..256
   bool operator==(const MatmulKnobs&) const = default;
 };

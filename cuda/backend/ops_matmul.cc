@@ -267,7 +267,9 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         dt.split_k = knobs_.mmq_split_k ? kMmqSplitAuto : 0;
         dt.split_workspace = tuning.split_workspace;
         dt.split_bytes = tuning.split_bytes;
-        dt.warpgroups = knobs_.dqw_warpgroups;
+        // Two warpgroups (one copy of the activations per 128 rows) pay
+        // from 128 tokens on (docs/benchmarks.md, the Hopper DQ GEMM).
+        dt.warpgroups = knobs_.dqw_warpgroups > 0 ? knobs_.dqw_warpgroups : nt > 64 ? 2 : 1;
         const char* why = nullptr;
         const cudaError_t err = LaunchDqWgmma(seg, act, nt, st, &dt, &why);
         if (err != cudaErrorNotSupported) {

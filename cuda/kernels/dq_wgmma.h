@@ -75,8 +75,10 @@ struct DqwTuning {
   int64_t split_bytes = 0;
   int min_chunks = 0;  // automatic split-k keeps this many 128-k chunks per split (0 = 4)
   // Warpgroups per CTA, 1 or 2 (64 or 128 weight rows sharing one copy of
-  // the activations; on the H100 1 is as fast or faster from 64 to 256
-  // tokens, matmul_bench --dqw).
+  // the activations). On the H100 one kernel alone (matmul_bench --dqw) is
+  // as fast or faster with 1, but in the 7B's batched decode 2 gives +4% at
+  // 128 tokens and +13% at 256 (the activation traffic from L2 is shared
+  // with everything else the step does); the backend takes 2 above 64.
   int warpgroups = 1;
   // Tests only: a wrong atom stride in the activations' descriptor (the
   // reference check must then fail, so it can fail at all).

@@ -118,18 +118,19 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "On a Hopper GPU (compute capability 9.0, with the build's sm_90a code), Q4_K / Q6_K "
        "matmuls of MINFER_DQW_MIN_TOKENS..MINFER_DQW_MAX_TOKENS tokens run the wgmma "
        "dequantizing GEMM (cuda/kernels/dq_wgmma.h) instead of the DQ GEMM or MMQ; 0 = never."});
-  add({"MINFER_DQW_MIN_TOKENS", KnobType::kInt, "33", KnobScope::kPerModel,
+  add({"MINFER_DQW_MIN_TOKENS", KnobType::kInt, "17", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "The fewest tokens a Q4_K / Q6_K matmul needs to run the wgmma DQ GEMM: 2..256 (on the "
-       "H100 it ties the sm_80 DQ GEMM at 32 tokens and beats it from 64)."});
+       "H100, 7B batched decode: tied with the sm_80 DQ GEMM at B=16, +4% at B=32)."});
   add({"MINFER_DQW_MAX_TOKENS", KnobType::kInt, "256", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "The most tokens a Q4_K / Q6_K matmul may have to run the wgmma DQ GEMM (more: the tiled "
        "MMQ): 0..256; 0 = never."});
-  add({"MINFER_DQW_WARPGROUPS", KnobType::kInt, "1", KnobScope::kPerModel,
+  add({"MINFER_DQW_WARPGROUPS", KnobType::kInt, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture,
-       "Warpgroups per CTA of the wgmma DQ GEMM: 1 (64 weight rows) or 2 (128 rows sharing one "
-       "copy of the activations)."});
+       "Warpgroups per CTA of the wgmma DQ GEMM: 1 (64 weight rows), 2 (128 rows sharing one "
+       "copy of the activations) or 0 = by batch, 2 above 64 tokens (H100, 7B batched decode: "
+       "2 is +4% at B=128 and +13% at B=256, even at B=32)."});
   add({"MINFER_MMQ_SMALL_CHUNKS", KnobType::kInt, "2", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "The staged few-token GEMM's automatic split-k keeps at least this many 256-element "

@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
+#include "cuda/kernels/dq_wgmma.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/state/cuda_state.h"
 #include "cuda/testing/gpu_test_util.h"
@@ -287,6 +288,7 @@ class ScopedKnob {
 TEST_F(CudaBackendOpTest, MatMulEveryTypeAndTokenCount) {
   ScopedKnob no_mmq("MINFER_MMQ", "0");
   ScopedKnob no_dq("MINFER_DQ_GEMM", "0");  // (its own test below)
+  ScopedKnob no_dqw("MINFER_DQW", "0");     // (and the Hopper one's)
   for (GgmlType t : kAllTypes) {
     SCOPED_TRACE(GgmlTypeName(t));
     const int64_t k = 512, rows = 300;
@@ -317,6 +319,7 @@ TEST_F(CudaBackendOpTest, MatMulEveryTypeAndTokenCount) {
 TEST_F(CudaBackendOpTest, MatMulMmqEveryQuantType) {
   ScopedKnob mmq("MINFER_MMQ", "1");
   ScopedKnob no_dq("MINFER_DQ_GEMM", "0");  // (its own test below)
+  ScopedKnob no_dqw("MINFER_DQW", "0");
   const GgmlType quant[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
                             GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
   for (GgmlType t : quant) {
@@ -348,6 +351,7 @@ TEST_F(CudaBackendOpTest, MatMulMmqEveryQuantType) {
 // contract's 2^-9 bound of the terms (dq_gemm.h), so relative to the CPU's
 // integer math the outputs move by about 1e-3 of their norm, not 1e-5.
 TEST_F(CudaBackendOpTest, MatMulDqTakesDecodeBatchesOfKQuants) {
+  ScopedKnob no_dqw("MINFER_DQW", "0");  // (the Hopper arm: the next test)
   for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
     SCOPED_TRACE(GgmlTypeName(t));
     const int64_t k = 512, rows = 300;
@@ -368,14 +372,44 @@ TEST_F(CudaBackendOpTest, MatMulDqTakesDecodeBatchesOfKQuants) {
   }
 }
 
+// On a Hopper GPU with the sm_90a code, the wgmma DQ GEMM takes Q4_K and
+// Q6_K batches of MINFER_DQW_MIN_TOKENS (17) .. MINFER_DQW_MAX_TOKENS (256)
+// tokens, decode batches or short prefills alike, within the DQ GEMM's
+// bound of the CPU; below 17 the DQ GEMM keeps them, above 256 MMQ; Q8_0
+// never runs it. Both CTA shapes run (one warpgroup to 64 tokens, two
+// above). Elsewhere it skips.
+TEST_F(CudaBackendOpTest, MatMulDqwTakesHopperBatchesOfKQuants) {
+  if (!DqwAvailable()) GTEST_SKIP() << "needs an sm_90 GPU and the sm_90a code";
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
+    SCOPED_TRACE(GgmlTypeName(t));
+    const int64_t k = 512, rows = 300;
+    auto w = MakeWeight("w", t, k, rows);
+    OpHarness h({&w->w});
+    ASSERT_NE(h.gpu(), nullptr);
+    const bool dq = t != GgmlType::kQ8_0;
+    for (int64_t nt : {16, 32, 33, 64, 100, 256, 257}) {
+      Node mm = MakeNode(OpKind::kMatMul, Shape(rows, nt), {&w->w});
+      mm.inputs = {0};
+      auto x = RandomFloats(k * nt);
+      std::vector<float> c, g;
+      h.Run(mm, {Bytes(x)}, &c, &g);
+      const bool f16_ops = dq && nt <= 256;
+      EXPECT_LT(RelErr(g, c), f16_ops ? 3e-3 : 1e-5) << "nt " << nt;
+    }
+    EXPECT_EQ(h.gpu()->stats().dqw_gemm, dq ? 5 : 0);  // 32, 33, 64, 100, 256
+    EXPECT_EQ(h.gpu()->stats().dq_gemm, dq ? 1 : 0);   // 16
+  }
+}
+
 // FusedQKV at prefill (nt > 1): the planar [q | k | v] output equals the
 // three separate MatMuls bit for bit on the GPU (runs of one weight type
 // share one segmented MMQ launch; mixed types split the run; float weights
 // take the f16 GEMM beside MMQ ones, and nt <= 8 the per-weight kernels)
 // and the CPU within MatMul's bounds.
 TEST_F(CudaBackendOpTest, FusedQkvPrefillEqualsSeparateMatMuls) {
-  // The MMQ segments (the DQ GEMM's are dq_gemm_test's).
+  // The MMQ segments (the DQ GEMMs' are dq_gemm_test's and dq_wgmma_test's).
   ScopedKnob no_dq("MINFER_DQ_GEMM", "0");
+  ScopedKnob no_dqw("MINFER_DQW", "0");
   const int64_t k = 512;
   struct Set {
     GgmlType q, kv_k, v;
@@ -919,6 +953,7 @@ PrefillRun PrefillPrompt(const std::string& shape, int n_tokens = 100) {
 // producers really took the int8-only path.
 TEST(CudaMode2Test, Int8OnlyProducersGiveTheSameLogits) {
   MINFER_REQUIRE_GPU();
+  ScopedKnob no_dqw("MINFER_DQW", "0");  // (100 tokens: the Hopper DQ GEMM's, below)
   for (const char* shape : {"tiny", "0.5b"}) {
     SCOPED_TRACE(shape);
     std::vector<float> logits[2];
@@ -938,31 +973,40 @@ TEST(CudaMode2Test, Int8OnlyProducersGiveTheSameLogits) {
   }
 }
 
-// Mode 2 for the DQ GEMM: in a decode batch (40 tokens) of a model whose
+// Mode 2 for the DQ GEMMs: in a decode batch (40 tokens) of a model whose
 // quantized weights are all Q4_K / Q6_K, RmsNorm and SwiGLU write only the
-// DQ GEMM's f16 activations. Same logits, bit for bit, as writing the f32
-// outputs and converting them in the GEMM's prepass; on the 0.5B mix
-// (q5_0/q8_0 beside the K-quants) the producers keep writing f32.
+// DQ GEMM's f16 activations (the sm_80 GEMM's with MINFER_DQW=0; on a
+// Hopper GPU with the sm_90a code, the wgmma GEMM's layout by default).
+// Same logits, bit for bit, as writing the f32 outputs and converting them
+// in the GEMM's prepass; on the 0.5B mix (q5_0/q8_0 beside the K-quants)
+// the producers keep writing f32.
 TEST(CudaMode2Test, DqOnlyProducersGiveTheSameLogits) {
   MINFER_REQUIRE_GPU();
-  for (const char* shape : {"tiny", "0.5b"}) {
-    SCOPED_TRACE(shape);
-    std::vector<float> logits[2];
-    CudaBackend::Stats stats[2];
-    for (int off = 0; off < 2; ++off) {
-      ScopedKnob knob("MINFER_NO_SKIP_WRITE", off ? "1" : "0");
-      const PrefillRun r = PrefillPrompt(shape, 40);
-      ASSERT_FALSE(r.logits.empty());
-      logits[off] = r.logits;
-      stats[off] = r.stats;
+  for (const char* dqw : {"0", "1"}) {
+    SCOPED_TRACE(absl::StrCat("MINFER_DQW=", dqw));
+    const bool hopper = dqw[0] == '1' && DqwAvailable();
+    if (dqw[0] == '1' && !hopper) continue;  // (the same plan as "0")
+    ScopedKnob dqw_knob("MINFER_DQW", dqw);
+    for (const char* shape : {"tiny", "0.5b"}) {
+      SCOPED_TRACE(shape);
+      std::vector<float> logits[2];
+      CudaBackend::Stats stats[2];
+      for (int off = 0; off < 2; ++off) {
+        ScopedKnob knob("MINFER_NO_SKIP_WRITE", off ? "1" : "0");
+        const PrefillRun r = PrefillPrompt(shape, 40);
+        ASSERT_FALSE(r.logits.empty());
+        logits[off] = r.logits;
+        stats[off] = r.stats;
+      }
+      ASSERT_EQ(logits[0].size(), logits[1].size());
+      EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+      const bool tiny = std::string(shape) == "tiny";
+      EXPECT_EQ(stats[0].dq_only_writes, tiny ? 3 * 2 : 0);  // attn_norm, ffn_norm, swiglu per layer
+      EXPECT_EQ(stats[1].dq_only_writes, 0);
+      EXPECT_EQ(stats[0].int8_only_writes, 0);
+      EXPECT_GT(hopper ? stats[0].dqw_gemm : stats[0].dq_gemm, 0);
+      EXPECT_EQ(hopper ? stats[0].dq_gemm : stats[0].dqw_gemm, 0);
     }
-    ASSERT_EQ(logits[0].size(), logits[1].size());
-    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
-    const bool tiny = std::string(shape) == "tiny";
-    EXPECT_EQ(stats[0].dq_only_writes, tiny ? 3 * 2 : 0);  // attn_norm, ffn_norm, swiglu per layer
-    EXPECT_EQ(stats[1].dq_only_writes, 0);
-    EXPECT_EQ(stats[0].int8_only_writes, 0);
-    EXPECT_GT(stats[0].dq_gemm, 0);
   }
 }
 
@@ -984,6 +1028,7 @@ TEST(CudaPrefillLeversTest, QkvFusionAndScalePlanesKeepLogitsBitIdentical) {
     for (int c = 0; c < 3; ++c) {
       SCOPED_TRACE(c);
       ScopedKnob fuse("MINFER_NO_FUSE_QKV_PREFILL", configs[c].no_fuse);
+      ScopedKnob no_dqw("MINFER_DQW", "0");  // (MMQ's levers; 100 tokens would be the Hopper GEMM's)
       ScopedKnob q4k("MINFER_MMQ_Q4K_DSC", configs[c].planes);
       ScopedKnob q6k("MINFER_MMQ_Q6K_EXP", configs[c].planes);
       const PrefillRun r = PrefillPrompt(shape);

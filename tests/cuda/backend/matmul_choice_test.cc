@@ -568,12 +568,12 @@ TEST(MatmulChoiceTest, ProducerLayoutAgreesWithTheChosenKernels) {
 
 // The Hopper arm (docs/design.md, which kernel runs a matmul; the knobs
 // MINFER_DQW*): on a GPU that runs the wgmma kernels, Q4_K and padded Q6_K
-// weights of 33..256 tokens (the defaults) run the Hopper DQ GEMM, the DQ
-// GEMM keeps 4..32, MMQ what is above; other types are untouched; without
+// weights of 17..256 tokens (the defaults) run the Hopper DQ GEMM, the DQ
+// GEMM keeps 4..16, MMQ what is above; other types are untouched; without
 // the wgmma code, with the knob off or for a declined weight, nothing runs
 // it. Written as bands per class.
 TEST(MatmulChoiceTest, HopperDqArm) {
-  const int64_t tokens[] = {1, 2, 3, 4, 8, 16, 32, 33, 48, 64, 65, 128, 200, 256, 257, 512};
+  const int64_t tokens[] = {1, 2, 3, 4, 8, 16, 17, 32, 33, 48, 64, 65, 128, 200, 256, 257, 512};
   struct Case {
     const char* name;
     bool wgmma;
@@ -583,8 +583,8 @@ TEST(MatmulChoiceTest, HopperDqArm) {
   MatmulKnobs def;
   MatmulKnobs off = def;
   off.dqw = false;
-  MatmulKnobs from16 = def;
-  from16.dqw_min_tokens = 16;
+  MatmulKnobs from33 = def;
+  from33.dqw_min_tokens = 33;
   MatmulKnobs upto128 = def;
   upto128.dqw_max_tokens = 128;
   // Without the Hopper arm (the sm_80 rules): MMVQ to 3, DQ 4..64, MMQ above.
@@ -593,13 +593,13 @@ TEST(MatmulChoiceTest, HopperDqArm) {
   const Bands legacy = raw;
   const Case cases[] = {
       {"hopper, defaults", true, def,
-       {{1, K::kMmvq}, {4, K::kDqGemm}, {33, K::kDqWgmma}, {257, K::kMmq}}, raw, legacy},
+       {{1, K::kMmvq}, {4, K::kDqGemm}, {17, K::kDqWgmma}, {257, K::kMmq}}, raw, legacy},
       {"hopper, MINFER_DQW=0", true, off, sm80_dq, raw, legacy},
       {"no wgmma code", false, def, sm80_dq, raw, legacy},
-      {"hopper, from 16", true, from16,
-       {{1, K::kMmvq}, {4, K::kDqGemm}, {16, K::kDqWgmma}, {257, K::kMmq}}, raw, legacy},
+      {"hopper, from 33", true, from33,
+       {{1, K::kMmvq}, {4, K::kDqGemm}, {33, K::kDqWgmma}, {257, K::kMmq}}, raw, legacy},
       {"hopper, up to 128", true, upto128,
-       {{1, K::kMmvq}, {4, K::kDqGemm}, {33, K::kDqWgmma}, {129, K::kMmq}}, raw, legacy},
+       {{1, K::kMmvq}, {4, K::kDqGemm}, {17, K::kDqWgmma}, {129, K::kMmq}}, raw, legacy},
   };
   for (const Case& c : cases) {
     MatmulContext ctx;
@@ -634,15 +634,15 @@ TEST(MatmulChoiceTest, HopperDqArm) {
     }
   }
   // Mode 2 follows: a model of Q4_K and padded Q6_K writes the Hopper layout
-  // for 33..256 tokens, the DQ layout below, MMQ's above; one Q8_0 weight
-  // class makes the 33..256 batches f32 (its weights read MMQ's layout).
+  // for 17..256 tokens, the DQ layout below, MMQ's above; one Q8_0 weight
+  // class makes the 17..256 batches f32 (its weights read MMQ's layout).
   MatmulContext ctx;
   ctx.device.cc = 900;
   ctx.device.wgmma = true;
   ctx.model_has_dq_weights = true;
   const WeightClass dq_model[] = {{GgmlType::kQ4_K, false}, {GgmlType::kQ6_K, true}};
   const WeightClass mixed[] = {{GgmlType::kQ4_K, false}, {GgmlType::kQ8_0, false}};
-  const std::pair<int64_t, L> want[] = {{16, L::kDqF16},  {32, L::kDqF16},  {33, L::kDqwF16},
+  const std::pair<int64_t, L> want[] = {{8, L::kDqF16},   {16, L::kDqF16},  {17, L::kDqwF16},
                                         {64, L::kDqwF16}, {256, L::kDqwF16}, {512, L::kMmqInt8}};
   for (const auto& [nt, layout] : want) {
     ProducerChoiceInput in;
@@ -653,7 +653,7 @@ TEST(MatmulChoiceTest, HopperDqArm) {
     in.ctx = ctx;
     EXPECT_EQ(ActivationLayoutFor(in), layout) << "nt " << nt;
     in.int8_weights = mixed;
-    if (nt >= 33 && nt <= 256) EXPECT_EQ(ActivationLayoutFor(in), L::kF32) << "mixed, nt " << nt;
+    if (nt >= 17 && nt <= 256) EXPECT_EQ(ActivationLayoutFor(in), L::kF32) << "mixed, nt " << nt;
   }
   EXPECT_STREQ(MatmulKernelName(K::kDqWgmma), "dq_wgmma");
   EXPECT_STREQ(ActivationLayoutName(L::kDqwF16), "dqw_f16");
