@@ -341,7 +341,7 @@ void AddModelCommands(CLI::App& app, const Globals& g, CommandTable& table) {
   c_load->add_option("--queue-size", load->queue, "queued requests beyond parallel");
   c_load->add_option("--kv-tokens", load->kv_tokens,
                      "KV pool size in tokens (0 = parallel x ctx; smaller pools preempt)");
-  c_load->add_option("--kv-type", load->kv_type, "f32, f16 or q8_0");
+  c_load->add_option("--kv-type", load->kv_type, "f32, f16, q8_0 or fp8");
   c_load->add_option("--backend", load->backend, "cpu, cuda or auto");
   c_load->add_option("--tool-parser", load->tool_parser,
                      "tool-call family of the replies: hermes, llama3_json or none "

@@ -25,6 +25,11 @@
 #                                        one model (default m7:7b:q4_k_m) to N greedy streams
 #                                        (1 4 16 64), each N unconstrained then constrained by
 #                                        tests/data/grammar/serve_schema.json, twice, alternating
+#   bash .gpu/gpu_run.sh kv [SPEC [BATCHES]]
+#                                        KV cache types (issue 32): `minfer bench` batched
+#                                        decode (default 7b:q4_k_m, -b 1,64,128,256) with
+#                                        --kv-type f16, q8_0 and fp8 in turn, and each
+#                                        type's greedy ids of `minfer run` against f16's
 #   bash .gpu/gpu_run.sh sleep [SPEC]    sleep and wake (issue 31) of one model on the GPU
 #                                        (default m7:7b:q4_k_m): device memory (nvidia-smi)
 #                                        awake, asleep at level 1 and 2; wake times by
@@ -358,6 +363,26 @@ PY
     done
     curl -s 127.0.0.1:9464/metrics | grep -E '^minfer_model_(wake|sleep)' | tee -a "$log"
     kill -TERM "$d"; wait "$d"; echo "minferd exit: $?" | tee -a "$log"
+    ;;
+  kv)
+    spec="${1:-7b:q4_k_m}"; batches="${2:-1,64,128,256}"
+    IFS=: read -r shape type <<< "$spec"
+    f="/tmp/minfer-models/$shape-$type.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tee -a "$out/mkmodel.log"
+    prompt="The quick brown fox jumps over the lazy dog. Once upon a time"
+    for kv in f16 q8_0 fp8; do
+      echo "== --kv-type $kv" | tee -a "$out/kv.log"
+      minfer bench -m "$f" -b "$batches" -p 128 -n 128 -r 1 --kv-type "$kv" 2>&1 |
+        grep -E "^\| |KV pool" | tee -a "$out/kv.log"
+      minfer run -m "$f" -p "$prompt" -n 64 --kv-type "$kv" --json -q > "$out/kv-run-$kv.json" 2>&1
+    done
+    python3 - "$out" <<'PY' | tee -a "$out/kv.log"
+import json, sys
+ids = {kv: json.load(open(f"{sys.argv[1]}/kv-run-{kv}.json"))["generated_ids"] for kv in ("f16", "q8_0", "fp8")}
+for kv in ("q8_0", "fp8"):
+    same = next((i for i, (a, b) in enumerate(zip(ids["f16"], ids[kv])) if a != b), len(ids[kv]))
+    print(f"{kv}: greedy ids equal to f16's for the first {same} of {len(ids[kv])} tokens")
+PY
     ;;
   cmd) "$@" ;;
   *) echo "usage: gpu_run.sh tests|bench|cmd ..." >&2; exit 2 ;;

@@ -242,8 +242,9 @@ void CudaBackend::RefreshKnobs() {
   k.matmul.dqw = r.GetBool("MINFER_DQW", knob_overrides_);
   k.matmul.dqw_min_tokens =
       std::clamp<int64_t>(r.GetInt("MINFER_DQW_MIN_TOKENS", knob_overrides_), 2, kDqwMaxTokens);
+  // (Above kDqwMaxTokens the backend splits a matmul into launches of 256.)
   k.matmul.dqw_max_tokens =
-      std::clamp<int64_t>(r.GetInt("MINFER_DQW_MAX_TOKENS", knob_overrides_), 0, kDqwMaxTokens);
+      std::clamp<int64_t>(r.GetInt("MINFER_DQW_MAX_TOKENS", knob_overrides_), 0, 8192);
   k.dqw_warpgroups =
       static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_WARPGROUPS", knob_overrides_), 0, 2));
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
@@ -320,7 +321,7 @@ absl::StatusOr<void*> CudaBackend::Scratch(const std::string& tag, int64_t bytes
 }
 
 bool CudaBackend::SupportsKvType(DType t) const {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0;
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0 || t == DType::kFp8;
 }
 
 bool CudaBackend::SupportsOp(const Node& n) const {

@@ -188,8 +188,9 @@ class CudaBackend : public graph::Backend {
   ActivationLayout ProducerLayout(const graph::Node& n, int64_t k, int64_t nt) const;
   void MarkInt8Only(const graph::BufferRef& out, int64_t k, int64_t nt, void* act);
   // The DQ GEMMs' activation scratch for `layout` (kDqF16: "dq_act",
-  // kDqMaxTokens rows; kDqwF16: "dqw_act", kDqwMaxTokens rows).
-  absl::StatusOr<void*> DqScratch(int64_t k, ActivationLayout layout);
+  // kDqMaxTokens rows; kDqwF16: "dqw_act", kDqwMaxTokens rows or nt when
+  // more: MINFER_DQW_MAX_TOKENS above 256 runs prefills in launches of 256).
+  absl::StatusOr<void*> DqScratch(int64_t k, int64_t nt, ActivationLayout layout);
   // y = silu(g) * u for node n's [k, rows] output (SwiGLU, and FusedFFN's
   // last step): written as the GEMMs that read it take it when mode 2
   // applies (MMQ's or the DQ GEMM's layout, the f32 range then dead), else

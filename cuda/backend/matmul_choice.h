@@ -54,7 +54,7 @@ struct MatmulKnobs {
   bool skip_write = true;          // !MINFER_NO_SKIP_WRITE: mode 2 (layout only)
   bool dqw = true;                 // MINFER_DQW: the Hopper DQ GEMM where it runs
   int64_t dqw_min_tokens = 17;     // MINFER_DQW_MIN_TOKENS, 2..256
-  int64_t dqw_max_tokens = 256;    // MINFER_DQW_MAX_TOKENS, 0..256
+  int64_t dqw_max_tokens = 256;    // MINFER_DQW_MAX_TOKENS, 0..8192 (launches of 256)
   bool operator==(const MatmulKnobs&) const = default;
 };
 

@@ -20,6 +20,7 @@ KvType ToKvType(graph::DType t) {
   switch (t) {
     case graph::DType::kF16: return KvType::kF16;
     case graph::DType::kQ8_0: return KvType::kQ8_0;
+    case graph::DType::kFp8: return KvType::kFp8;
     default: return KvType::kF32;
   }
 }

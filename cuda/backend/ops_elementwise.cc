@@ -68,7 +68,7 @@ absl::Status CudaBackend::SwiGluInto(const Node& n, const float* g, const float*
     return absl::OkStatus();
   }
   if (layout == ActivationLayout::kDqF16 || layout == ActivationLayout::kDqwF16) {
-    ASSIGN_OR_RETURN(void* act, DqScratch(k, layout));
+    ASSIGN_OR_RETURN(void* act, DqScratch(k, rows, layout));
     RETURN_IF_ERROR(Check(layout == ActivationLayout::kDqwF16
                               ? LaunchSwiGluDqw(g, u, act, k, rows, st)
                               : LaunchSwiGluDq(g, u, act, k, rows, st),

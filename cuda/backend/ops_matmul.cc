@@ -61,12 +61,14 @@ ActivationLayout CudaBackend::ProducerLayout(const Node& n, int64_t k, int64_t n
   return ActivationLayoutFor(in);
 }
 
-absl::StatusOr<void*> CudaBackend::DqScratch(int64_t k, ActivationLayout layout) {
+absl::StatusOr<void*> CudaBackend::DqScratch(int64_t k, int64_t nt, ActivationLayout layout) {
   // One scratch per layout for every DQ matmul, its size fixed at the first
-  // use (the widest input of the model times the most tokens), so its
-  // address never moves under recorded graphs.
+  // use (the widest input of the model times the most tokens of a decode
+  // batch), so its address never moves under recorded decode graphs. (A
+  // longer prefill on the Hopper GEMM grows it once, in a direct run.)
   if (layout == ActivationLayout::kDqwF16) {
-    return Scratch("dqw_act", DqwActivationBytes(std::max(k, dq_max_k_), kDqwMaxTokens));
+    return Scratch("dqw_act",
+                   DqwActivationBytes(std::max(k, dq_max_k_), std::max(nt, kDqwMaxTokens)));
   }
   return Scratch("dq_act", DqActivationBytes(std::max(k, dq_max_k_), kDqMaxTokens));
 }
@@ -81,7 +83,7 @@ absl::StatusOr<void*> CudaBackend::DqActivations(ActivationLayout layout, const 
                                                  int64_t nt) {
   // (The memo is keyed by the scratch too, so the two layouts never stand
   // in for each other.)
-  ASSIGN_OR_RETURN(void* act, DqScratch(k, layout));
+  ASSIGN_OR_RETURN(void* act, DqScratch(k, nt, layout));
   if (memos_.DqHolds(x, k, nt, act)) {
     stats_.quantize_skipped++;
     return act;
@@ -271,10 +273,20 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         // from 128 tokens on (docs/benchmarks.md, the Hopper DQ GEMM).
         dt.warpgroups = knobs_.dqw_warpgroups > 0 ? knobs_.dqw_warpgroups : nt > 64 ? 2 : 1;
         const char* why = nullptr;
-        const cudaError_t err = LaunchDqWgmma(seg, act, nt, st, &dt, &why);
+        // Past kDqwMaxTokens (MINFER_DQW_MAX_TOKENS above 256: a prefill),
+        // launches of 256 tokens each: token rows are contiguous in the
+        // activations and in every output.
+        cudaError_t err = cudaSuccess;
+        for (int64_t t0 = 0; t0 < nt && err == cudaSuccess; t0 += kDqwMaxTokens) {
+          const int64_t n = std::min<int64_t>(kDqwMaxTokens, nt - t0);
+          MmqSegments part = seg;
+          for (int j = 0; j < part.n; ++j) part.y[j] = seg.y[j] + t0 * seg.w[j].rows;
+          err = LaunchDqWgmma(part, static_cast<const uint8_t*>(act) + t0 * k * 2, n, st, &dt,
+                              &why);
+          if (err == cudaSuccess) stats_.dqw_gemm++;
+        }
         if (err != cudaErrorNotSupported) {
           RETURN_IF_ERROR(Check(err, "DQ wgmma GEMM"));
-          stats_.dqw_gemm++;
           continue;
         }
         // Declined: these weights take the next arm of the plan.

@@ -44,7 +44,7 @@ absl::Status CudaBackend::RunNorm(const OpArgs& o) {
   }
   if (layout == ActivationLayout::kDqF16 || layout == ActivationLayout::kDqwF16) {
     // The same for a decode batch's DQ GEMMs (the sm_80 or the Hopper one).
-    ASSIGN_OR_RETURN(void* act, DqScratch(ne0, layout));
+    ASSIGN_OR_RETURN(void* act, DqScratch(ne0, rows, layout));
     RETURN_IF_ERROR(Check(layout == ActivationLayout::kDqwF16
                               ? LaunchRmsNormDqw(o.f(0), w, n.p.eps, act, ne0, rows, st)
                               : LaunchRmsNormDq(o.f(0), w, n.p.eps, act, ne0, rows, st),

@@ -442,7 +442,7 @@ cudaError_t LaunchDecode(const float* q, const int32_t* pos, const void* k_cache
       cfg.n_splits < 1 || cfg.n_splits > kAttnSplits || cfg.long_min_rows < 0) {
     return cudaErrorInvalidValue;
   }
-  if (p.kv_type == KvType::kQ8_0 && p.n_kv_embd() % 32 != 0) return cudaErrorInvalidValue;
+  if (IsBlockKv(p.kv_type) && p.n_kv_embd() % 32 != 0) return cudaErrorInvalidValue;
   const uintptr_t kv_align = p.kv_type == KvType::kF32 ? 16 : p.kv_type == KvType::kF16 ? 8 : 2;
   if (!AlignedTo(q, 16) || !AlignedTo(partial, 16) || !AlignedTo(out, 16) ||
       !AlignedTo(k_cache, kv_align) || !AlignedTo(v_cache, kv_align)) {
@@ -485,6 +485,9 @@ cudaError_t LaunchDecode(const float* q, const int32_t* pos, const void* k_cache
       break;
     case KvType::kF16:
       LaunchBodies<KvType::kF16>(a, ng, n_z, stream);
+      break;
+    case KvType::kFp8:
+      LaunchBodies<KvType::kFp8>(a, ng, n_z, stream);
       break;
     case KvType::kQ8_0:
       LaunchBodies<KvType::kQ8_0>(a, ng, n_z, stream);

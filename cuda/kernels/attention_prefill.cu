@@ -212,7 +212,7 @@ cudaError_t CheckParams(const float* q, const void* k_cache, const void* v_cache
       p.n_head > 65535) {
     return cudaErrorInvalidValue;
   }
-  if (p.kv_type == KvType::kQ8_0 && p.n_kv_embd() % 32 != 0) return cudaErrorInvalidValue;
+  if (IsBlockKv(p.kv_type) && p.n_kv_embd() % 32 != 0) return cudaErrorInvalidValue;
   const uintptr_t kv_align = p.kv_type == KvType::kF32 ? 16 : p.kv_type == KvType::kF16 ? 8 : 2;
   if (!AlignedTo(q, 16) || !AlignedTo(out, 16) || !AlignedTo(k_cache, kv_align) ||
       !AlignedTo(v_cache, kv_align)) {
@@ -244,6 +244,9 @@ cudaError_t LaunchAttnPrefillPaged(const float* q, const int32_t* pos, const voi
       break;
     case KvType::kF16:
       LaunchCudaCore<KvType::kF16>(a, grid, stream);
+      break;
+    case KvType::kFp8:
+      LaunchCudaCore<KvType::kFp8>(a, grid, stream);
       break;
     case KvType::kQ8_0:
       LaunchCudaCore<KvType::kQ8_0>(a, grid, stream);
@@ -284,6 +287,9 @@ cudaError_t LaunchAttnPrefillConfigured(const float* q, const int32_t* pos, int6
       break;
     case KvType::kF16:
       attn_prefill_kernel<KvType::kF16><<<grid, kThreads, 0, stream>>>(a);
+      break;
+    case KvType::kFp8:
+      attn_prefill_kernel<KvType::kFp8><<<grid, kThreads, 0, stream>>>(a);
       break;
     case KvType::kQ8_0:
       attn_prefill_kernel<KvType::kQ8_0><<<grid, kThreads, 0, stream>>>(a);

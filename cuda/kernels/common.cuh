@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/types.h"
+#include "engine/quant/fp8.h"
 
 namespace minfer::cuda {
 
@@ -156,6 +157,28 @@ __device__ __forceinline__ void quantize_q8_0_block(const float* x, uint8_t* dst
   }
 }
 
+// Quantizes 32 floats into one fp8 KV block (engine/quant/fp8.h) at dst
+// (2-byte aligned), byte for byte what QuantizeRowFp8Kv writes: d =
+// HalfUp(absmax / 448), q = FloatToE4M3(x * (1/d)) (0 when d == 0). The
+// e4m3 rounding is fp8.h's software conversion, shared with the CPU, not
+// the sm_89+ instruction, so the bytes agree on every GPU.
+__device__ __forceinline__ void quantize_fp8_block(const float* x, uint8_t* dst) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
+  const uint16_t h = half_up_bits(__fdiv_rn(amax, 448.0f));
+  const float d = half_bits_to_float(h);
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  uint16_t* out16 = reinterpret_cast<uint16_t*>(dst);
+  out16[0] = h;
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) {
+    const uint32_t q0 = FloatToE4M3(__fmul_rn(x[j], id));
+    const uint32_t q1 = FloatToE4M3(__fmul_rn(x[j + 1], id));
+    out16[1 + j / 2] = static_cast<uint16_t>(q0 | (q1 << 8));
+  }
+}
+
 // --- KV cache rows --------------------------------------------------------------
 //
 // A cache row holds n_kv_embd elements of one position: f32, f16, or q8_0
@@ -178,6 +201,11 @@ template <>
 struct KvRaw<KvType::kQ8_0> {
   uint32_t d;   // f16 bits of the block scale (low 16 bits)
   uint32_t qs;  // 4 int8 codes, little-endian
+};
+template <>
+struct KvRaw<KvType::kFp8> {
+  uint32_t d;   // f16 bits of the block scale (low 16 bits)
+  uint32_t qs;  // 4 e4m3 codes, little-endian
 };
 
 // Bytes of a cache row of n elements.
@@ -238,6 +266,11 @@ __device__ __forceinline__ float4 kv_to_float4(const KvRaw<KV>& r) {
     return half4_to_float4(r.v);
   } else {
     const float d = half_bits_to_float(static_cast<uint16_t>(r.d));
+    if constexpr (KV == KvType::kFp8) {
+      // q * d is exact in f32 (fp8.h), as on the CPU.
+      return make_float4(E4M3ToFloat(r.qs & 0xFF) * d, E4M3ToFloat((r.qs >> 8) & 0xFF) * d,
+                         E4M3ToFloat((r.qs >> 16) & 0xFF) * d, E4M3ToFloat(r.qs >> 24) * d);
+    }
     return make_float4(static_cast<float>(static_cast<int8_t>(r.qs & 0xFF)) * d,
                        static_cast<float>(static_cast<int8_t>((r.qs >> 8) & 0xFF)) * d,
                        static_cast<float>(static_cast<int8_t>((r.qs >> 16) & 0xFF)) * d,

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* src_all = blockIdx.z == 0 ? k : v;
   uint8_t* cache = blockIdx.z == 0 ? k_cache : v_cache;
   const int64_t row_bytes = KvRowBytes(KV, n_kv_embd);
-  const int per_item = KV == KvType::kQ8_0 ? 32 : 4;
+  const int per_item = (KV == KvType::kQ8_0 || KV == KvType::kFp8) ? 32 : 4;
   const int n_items = n_kv_embd / per_item;
   const int item = blockIdx.x * blockDim.x + threadIdx.x;
   for (int64_t t = blockIdx.y; t < nt; t += gridDim.y) {
@@ -52,7 +52,11 @@ __global__ void __launch_bounds__(kThreads)
       float blk[32];
 #pragma unroll
       for (int j = 0; j < 32; ++j) blk[j] = src[j];
-      quantize_q8_0_block(blk, row + static_cast<int64_t>(item) * kQ8_0Bytes);
+      if constexpr (KV == KvType::kFp8) {
+        quantize_fp8_block(blk, row + static_cast<int64_t>(item) * kQ8_0Bytes);
+      } else {
+        quantize_q8_0_block(blk, row + static_cast<int64_t>(item) * kQ8_0Bytes);
+      }
     }
   }
 }
@@ -64,7 +68,7 @@ cudaError_t LaunchKvStore(const float* k, const float* v, const int32_t* pos, in
                           int64_t n_ctx, int32_t* error_flag, cudaStream_t stream) {
   if (nt <= 0) return cudaSuccess;
   if (n_kv_embd <= 0 || n_kv_embd > (1 << 24) || n_ctx <= 0) return cudaErrorInvalidValue;
-  const int per_item = type == KvType::kQ8_0 ? 32 : 4;
+  const int per_item = IsBlockKv(type) ? 32 : 4;
   if (n_kv_embd % per_item != 0) return cudaErrorInvalidValue;
   const int n_items = static_cast<int>(n_kv_embd / per_item);
   dim3 grid((n_items + kThreads - 1) / kThreads,
@@ -83,6 +87,10 @@ cudaError_t LaunchKvStore(const float* k, const float* v, const int32_t* pos, in
       break;
     case KvType::kQ8_0:
       kv_store_kernel<KvType::kQ8_0>
+          <<<grid, kThreads, 0, stream>>>(k, v, pos, nt, kc, vc, n, n_ctx, error_flag);
+      break;
+    case KvType::kFp8:
+      kv_store_kernel<KvType::kFp8>
           <<<grid, kThreads, 0, stream>>>(k, v, pos, nt, kc, vc, n, n_ctx, error_flag);
       break;
     default:

@@ -94,7 +94,7 @@ cudaError_t LaunchRope(const float* x, const int32_t* pos, float* y, int64_t hea
 
 // --- KV cache -----------------------------------------------------------------
 // Writes k/v rows (n_kv_embd floats per token) of nt tokens to cache row
-// pos[t] (f32, f16 or q8_0 blocks). Out-of-range positions are skipped and
+// pos[t] (f32, f16, or q8_0 / fp8 blocks). Out-of-range positions are skipped and
 // set *error_flag to kDeviceBadPosition. n_kv_embd % 4 == 0 (f32, f16) or
 // % 32 == 0 (q8_0); caches 8-byte aligned. f16 rounds to nearest-even; q8_0
 // blocks are byte-identical to engine/quant QuantizeRow(kQ8_0).

@@ -84,7 +84,11 @@ __global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a
   } else {
     // head_dim % 32 == 0 (checked by the launcher): whole blocks per head.
     for (int j = threadIdx.x; j < hd / 32; j += blockDim.x) {
-      quantize_q8_0_block(row + 32 * j, cache_row + (e0 / 32 + j) * kQ8_0Bytes);
+      if constexpr (KV == KvType::kFp8) {
+        quantize_fp8_block(row + 32 * j, cache_row + (e0 / 32 + j) * kQ8_0Bytes);
+      } else {
+        quantize_q8_0_block(row + 32 * j, cache_row + (e0 / 32 + j) * kQ8_0Bytes);
+      }
     }
   }
 }
@@ -103,7 +107,7 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
       p.head_dim > kMaxHeadDim || p.n_ctx <= 0 || (rope_style != 0 && rope_style != 1)) {
     return cudaErrorInvalidValue;
   }
-  if (p.kv_type == KvType::kQ8_0 && p.head_dim % 32 != 0) return cudaErrorInvalidValue;
+  if (IsBlockKv(p.kv_type) && p.head_dim % 32 != 0) return cudaErrorInvalidValue;
   if (p.kv_type == KvType::kF16 && p.head_dim % 4 != 0) return cudaErrorInvalidValue;
   RopeFreqs freqs;
   if (!MakeRopeFreqs(p.head_dim, rope_base, host_rope_factors, &freqs)) {
@@ -140,6 +144,9 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
       break;
     case KvType::kQ8_0:
       qkv_bias_rope_store_kernel<KvType::kQ8_0><<<blocks, kThreads, 0, stream>>>(a, freqs);
+      break;
+    case KvType::kFp8:
+      qkv_bias_rope_store_kernel<KvType::kFp8><<<blocks, kThreads, 0, stream>>>(a, freqs);
       break;
     default:
       return cudaErrorInvalidValue;

@@ -22,8 +22,11 @@ inline constexpr int kQ6KPaddedBytes = 224;
 // every token tile of the GEMM.
 inline constexpr int64_t kMmqTokenPad = 128;
 
-// KV cache element types (graph::DType kF32/kF16/kQ8_0).
-enum class KvType : int32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2 };
+// KV cache element types (graph::DType kF32/kF16/kQ8_0/kFp8). kQ8_0 and
+// kFp8 share a geometry: blocks of 32 values, an f16 scale and 32 one-byte
+// codes (34 bytes, 2-byte aligned); IsBlockKv says which types have it.
+enum class KvType : int32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2, kFp8 = 3 };
+inline constexpr bool IsBlockKv(KvType t) { return t == KvType::kQ8_0 || t == KvType::kFp8; }
 
 // A weight matrix as kernels see it: `rows` rows of `k` elements, row r at
 // data + r * row_bytes. row_bytes is at least the row's blocks (Q6_K: in the

@@ -21,7 +21,7 @@ struct SlotConfig {
   std::string backend = "auto";  // cpu | cuda | auto
   int64_t n_ctx = 4096;          // clamped to the model's context length
   int32_t parallel = 16;  // sequences running at once
-  std::string kv_type;    // "" (the model's default), "f32", "f16", "q8_0"
+  std::string kv_type;    // "" (the model's default), "f32", "f16", "q8_0", "fp8"
   KnobOverrides knobs;    // per-model knob overrides at load
   int32_t queue_size = 16;
   // KV pool size in tokens (rounded up to whole blocks); 0 = parallel x

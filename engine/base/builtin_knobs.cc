@@ -13,8 +13,9 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "sleeps (0 = sleep at once: saves CPU on a shared machine, costs a wake-up per node)."});
   add({"MINFER_CACHE_TYPE", KnobType::kEnum, "auto", KnobScope::kPerModel, KnobEffect::kReload,
        "KV cache element type for new sessions: auto (f32 on the CPU; f16 on a GPU when "
-       "n_layers x n_kv_embd >= 8192), f32, f16 or q8_0.",
-       {"auto", "f32", "f16", "q8_0"}});
+       "n_layers x n_kv_embd >= 8192), f32, f16, q8_0 or fp8 (e4m3 with an f16 scale per 32 "
+       "values, engine/quant/fp8.h).",
+       {"auto", "f32", "f16", "q8_0", "fp8"}});
   add({"MINFER_NO_FUSE_QKV", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kGraphRebuild,
        "Disable the decode QKV fusion (FusedQKV + QkvBiasRopeStore): separate q/k/v "
@@ -125,7 +126,8 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
   add({"MINFER_DQW_MAX_TOKENS", KnobType::kInt, "256", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "The most tokens a Q4_K / Q6_K matmul may have to run the wgmma DQ GEMM (more: the tiled "
-       "MMQ): 0..256; 0 = never."});
+       "MMQ): 0..8192; 0 = never. Above 256 (prefills) the matmul runs as launches of 256 "
+       "tokens, each reading the weights again (an experiment: not measured yet)."});
   add({"MINFER_DQW_WARPGROUPS", KnobType::kInt, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Warpgroups per CTA of the wgmma DQ GEMM: 1 (64 weight rows), 2 (128 rows sharing one "

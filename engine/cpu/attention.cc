@@ -8,12 +8,12 @@
 #include "engine/cpu/attention_internal.h"
 #include "engine/cpu/kernels.h"
 #include "engine/quant/fp16.h"
+#include "engine/quant/fp8.h"
 #include "engine/quant/quantize.h"
 
 namespace minfer::cpu {
 namespace {
 
-// Converts one cache row (n elements of the cache dtype) to floats.
 void LoadRow(graph::DType dtype, const uint8_t* src, float* dst, int64_t n) {
   switch (dtype) {
     case graph::DType::kF32:
@@ -24,6 +24,9 @@ void LoadRow(graph::DType dtype, const uint8_t* src, float* dst, int64_t n) {
       break;
     case graph::DType::kQ8_0:
       (void)DequantizeRow(GgmlType::kQ8_0, src, dst, n);
+      break;
+    case graph::DType::kFp8:
+      DequantizeRowFp8Kv(reinterpret_cast<const BlockFp8Kv*>(src), dst, n);
       break;
     default:
       break;
@@ -40,12 +43,21 @@ absl::Status StoreRow(graph::DType dtype, const float* src, uint8_t* dst, int64_
       return absl::OkStatus();
     case graph::DType::kQ8_0:
       return QuantizeRow(GgmlType::kQ8_0, src, dst, n);
+    case graph::DType::kFp8:
+      QuantizeRowFp8Kv(src, reinterpret_cast<BlockFp8Kv*>(dst), n);
+      return absl::OkStatus();
     default:
       return absl::InvalidArgumentError("KV store: unsupported cache type");
   }
 }
 
 }  // namespace
+
+namespace attn_internal {
+void LoadCacheRow(graph::DType dtype, const uint8_t* src, float* dst, int64_t n) {
+  LoadRow(dtype, src, dst, n);
+}
+}  // namespace attn_internal
 
 absl::Status KvStore(const float* k, const float* v, const int32_t* pos, int64_t nt,
                      const graph::KvLayout& layout, uint8_t* k_cache, uint8_t* v_cache) {
@@ -165,7 +177,7 @@ absl::Status Attention(ThreadPool& pool, const float* q, const int32_t* pos, int
                                                    " do not fit cache rows of ", layout.n_kv_embd));
   }
   if (layout.dtype != graph::DType::kF32 && layout.dtype != graph::DType::kF16 &&
-      layout.dtype != graph::DType::kQ8_0) {
+      layout.dtype != graph::DType::kQ8_0 && layout.dtype != graph::DType::kFp8) {
     return absl::InvalidArgumentError("attention: unsupported cache type");
   }
   const attn_internal::AttnArgs a{.q = q,
@@ -217,7 +229,7 @@ absl::Status PagedAttention(ThreadPool& pool, const PagedAttnArgs& pa, KernelImp
         " do not fit cache rows of ", layout.n_kv_embd));
   }
   if (layout.dtype != graph::DType::kF32 && layout.dtype != graph::DType::kF16 &&
-      layout.dtype != graph::DType::kQ8_0) {
+      layout.dtype != graph::DType::kQ8_0 && layout.dtype != graph::DType::kFp8) {
     return absl::InvalidArgumentError("attention: unsupported cache type");
   }
   if (pa.kv_block <= 0 || (pa.kv_block & (pa.kv_block - 1)) != 0 ||

@@ -14,6 +14,7 @@
 #include "engine/cpu/attention_internal.h"
 #include "engine/quant/blocks.h"
 #include "engine/quant/fp16.h"
+#include "engine/quant/fp8.h"
 #include "engine/quant/quantize.h"
 
 namespace minfer::cpu::attn_internal {
@@ -48,6 +49,16 @@ struct TileScratch {
 TileScratch& ThreadScratch() {
   thread_local TileScratch scratch;
   return scratch;
+}
+
+// The values of the 256 e4m3 codes (fp8 KV rows).
+const float* E4M3Table() {
+  static const auto* table = [] {
+    auto* t = new float[256];
+    for (int c = 0; c < 256; ++c) t[c] = E4M3ToFloat(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table;
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ struct AttnArgs {
   int64_t nt;
   int n_head, n_head_kv, head_dim;
   float scale;
-  graph::DType dtype;    // cache element type: kF32, kF16 or kQ8_0
+  graph::DType dtype;    // cache element type: kF32, kF16, kQ8_0 or kFp8
   int64_t n_kv_embd;     // cache row length (elements) = n_head_kv * head_dim
   int64_t row_bytes;     // cache row stride
   const uint8_t* k_cache;
@@ -39,6 +39,10 @@ struct AttnArgs {
   // Attention sinks, one logit per query head (graph.h's paged Attn), or null.
   const float* sinks = nullptr;
 };
+
+// Converts one cache row (n elements of the cache dtype) to floats: the
+// reference conversion every kernel's fast path must equal.
+void LoadCacheRow(graph::DType dtype, const uint8_t* src, float* dst, int64_t n);
 
 // The first key a query at position `pos` sees.
 inline int64_t FirstKey(const AttnArgs& a, int64_t pos) {

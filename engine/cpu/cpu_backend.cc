@@ -28,7 +28,7 @@ CpuBackend::~CpuBackend() {
 }
 
 bool CpuBackend::SupportsKvType(DType t) const {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0;
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kQ8_0 || t == DType::kFp8;
 }
 
 bool CpuBackend::SupportsOp(const Node& node) const {

@@ -6,7 +6,7 @@
 // AVX512-VNNI with run-time detection, scalar fallback); float weights use
 // float dots. Work is split over a thread pool (MINFER_THREADS, default one
 // thread per core). Attention uses an online softmax over the KV cache, whose
-// element type may be f32, f16 or q8_0.
+// element type may be f32, f16, q8_0 or fp8.
 //
 // Not thread-safe: one slot worker drives it (the daemon gives each slot its
 // own backend). Buffers are host memory (HostPtr works).

@@ -15,9 +15,10 @@
 
 namespace minfer::graph {
 
-// Activation element types. KV cache regions may also be F16 or Q8_0
-// (blocks of 32: f16 scale + 32 int8), see KvType.
-enum class DType : uint8_t { kF32, kI32, kF16, kQ8_0 };
+// Activation element types. KV cache regions may also be F16, Q8_0 (blocks
+// of 32: f16 scale + 32 int8) or FP8 (blocks of 32: f16 scale + 32 e4m3,
+// engine/quant/fp8.h), see KvType.
+enum class DType : uint8_t { kF32, kI32, kF16, kQ8_0, kFp8 };
 
 inline const char* DTypeName(DType t) {
   switch (t) {
@@ -25,17 +26,19 @@ inline const char* DTypeName(DType t) {
     case DType::kI32: return "i32";
     case DType::kF16: return "f16";
     case DType::kQ8_0: return "q8_0";
+    case DType::kFp8: return "fp8";
   }
   return "?";
 }
 
-// Bytes for `n` elements (n % 32 == 0 for Q8_0).
+// Bytes for `n` elements (n % 32 == 0 for Q8_0 and FP8).
 inline int64_t DTypeBytes(DType t, int64_t n) {
   switch (t) {
     case DType::kF32:
     case DType::kI32: return 4 * n;
     case DType::kF16: return 2 * n;
-    case DType::kQ8_0: return n / 32 * 34;
+    case DType::kQ8_0:
+    case DType::kFp8: return n / 32 * 34;
   }
   return 0;
 }

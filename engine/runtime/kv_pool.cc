@@ -194,9 +194,10 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(graph::Backend* backend, 
                                                    " is not supported by backend ",
                                                    backend->name()));
   }
-  if (dtype == graph::DType::kQ8_0 && n_kv_embd % 32 != 0) {
+  if ((dtype == graph::DType::kQ8_0 || dtype == graph::DType::kFp8) && n_kv_embd % 32 != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("KV type q8_0 needs n_kv_embd % 32 == 0, got ", n_kv_embd));
+        absl::StrCat("KV type ", graph::DTypeName(dtype), " needs n_kv_embd % 32 == 0, got ",
+                     n_kv_embd));
   }
   std::unique_ptr<KvPool> p(new KvPool(block_size, n_blocks));
   graph::KvLayout layout;

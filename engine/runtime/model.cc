@@ -176,6 +176,7 @@ graph::DType Model::DefaultKvType() const {
   if (knob == "f32") return graph::DType::kF32;
   if (knob == "f16") return graph::DType::kF16;
   if (knob == "q8_0") return graph::DType::kQ8_0;
+  if (knob == "fp8") return graph::DType::kFp8;
   if (gpu_ && hparams().n_layer * hparams().n_embd_kv() >= 8192) return graph::DType::kF16;
   return graph::DType::kF32;
 }

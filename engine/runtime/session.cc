@@ -25,8 +25,10 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const M
     return absl::InvalidArgumentError(absl::StrCat("KV type ", graph::DTypeName(kv_type),
                                                    " is not supported by backend ", kvb->name()));
   }
-  if (kv_type == graph::DType::kQ8_0 && hp.n_embd_kv() % 32 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("KV type q8_0 needs n_kv_embd % 32 == 0, got ",
+  if ((kv_type == graph::DType::kQ8_0 || kv_type == graph::DType::kFp8) &&
+      hp.n_embd_kv() % 32 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KV type ", graph::DTypeName(kv_type),
+                                                   " needs n_kv_embd % 32 == 0, got ",
                                                    hp.n_embd_kv()));
   }
   KnobRegistry& knobs = KnobRegistry::Global();

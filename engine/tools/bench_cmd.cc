@@ -341,6 +341,9 @@ int BenchMain(int argc, char** argv) {
   app.add_option("--backend", backend, "cpu, cuda or auto")->capture_default_str();
   int gpu = -1;
   app.add_option("--gpu", gpu, "CUDA device index (default: highest compute capability)");
+  std::string kv_type;
+  app.add_option("--kv-type", kv_type,
+                 "KV cache element type: auto, f32, f16, q8_0 or fp8 (MINFER_CACHE_TYPE)");
   std::vector<int64_t> batches;
   int64_t budget = 0;
   int32_t kv_block = 16;
@@ -367,6 +370,12 @@ int BenchMain(int argc, char** argv) {
     return 2;
   }
   if (gpu >= 0) (void)KnobRegistry::Global().Set("MINFER_GPU", std::to_string(gpu));
+  if (!kv_type.empty()) {
+    if (absl::Status s = KnobRegistry::Global().Set("MINFER_CACHE_TYPE", kv_type); !s.ok()) {
+      std::fprintf(stderr, "minfer: --kv-type: %s\n", s.ToString().c_str());
+      return 2;
+    }
+  }
 
   runtime::ModelOptions mopt;
   mopt.backend = backend;

@@ -59,6 +59,9 @@ int RunMain(int argc, char** argv) {
   app.add_option("--backend", backend, "cpu, cuda or auto")->capture_default_str();
   int gpu = -1;
   app.add_option("--gpu", gpu, "CUDA device index (default: highest compute capability)");
+  std::string kv_type;
+  app.add_option("--kv-type", kv_type,
+                 "KV cache element type: auto, f32, f16, q8_0 or fp8 (MINFER_CACHE_TYPE)");
   app.add_flag("--json", json, "print one JSON object with ids, text, finish reason, timings");
   app.add_flag("-q,--quiet", quiet, "no load progress or summary on stderr");
   std::string spec, draft_path;
@@ -82,6 +85,12 @@ int RunMain(int argc, char** argv) {
     return 2;
   }
   if (gpu >= 0) (void)KnobRegistry::Global().Set("MINFER_GPU", std::to_string(gpu));
+  if (!kv_type.empty()) {
+    if (absl::Status s = KnobRegistry::Global().Set("MINFER_CACHE_TYPE", kv_type); !s.ok()) {
+      std::fprintf(stderr, "minfer: --kv-type: %s\n", s.ToString().c_str());
+      return 2;
+    }
+  }
   req.ignore_eos = ignore_eos;
 
   runtime::ModelOptions mopt;

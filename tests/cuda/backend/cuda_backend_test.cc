@@ -399,6 +399,26 @@ TEST_F(CudaBackendOpTest, MatMulDqwTakesHopperBatchesOfKQuants) {
     EXPECT_EQ(h.gpu()->stats().dqw_gemm, dq ? 5 : 0);  // 32, 33, 64, 100, 256
     EXPECT_EQ(h.gpu()->stats().dq_gemm, dq ? 1 : 0);   // 16
   }
+  // MINFER_DQW_MAX_TOKENS above 256: a prefill runs as launches of 256
+  // tokens, each within the bound.
+  ScopedKnob longer("MINFER_DQW_MAX_TOKENS", "1024");
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    SCOPED_TRACE(GgmlTypeName(t));
+    const int64_t k = 512, rows = 300;
+    auto w = MakeWeight("w", t, k, rows);
+    OpHarness h({&w->w});
+    ASSERT_NE(h.gpu(), nullptr);
+    for (int64_t nt : {257, 600}) {
+      Node mm = MakeNode(OpKind::kMatMul, Shape(rows, nt), {&w->w});
+      mm.inputs = {0};
+      auto x = RandomFloats(k * nt);
+      std::vector<float> c, g;
+      h.Run(mm, {Bytes(x)}, &c, &g);
+      EXPECT_LT(RelErr(g, c), 3e-3) << "nt " << nt;
+    }
+    EXPECT_EQ(h.gpu()->stats().dqw_gemm, 2 + 3);
+    EXPECT_EQ(h.gpu()->stats().mmq_fast + h.gpu()->stats().mmq_generic, 0);
+  }
 }
 
 // FusedQKV at prefill (nt > 1): the planar [q | k | v] output equals the

@@ -587,6 +587,8 @@ TEST(MatmulChoiceTest, HopperDqArm) {
   from33.dqw_min_tokens = 33;
   MatmulKnobs upto128 = def;
   upto128.dqw_max_tokens = 128;
+  MatmulKnobs upto1024 = def;
+  upto1024.dqw_max_tokens = 1024;  // (prefills in launches of 256)
   // Without the Hopper arm (the sm_80 rules): MMVQ to 3, DQ 4..64, MMQ above.
   const Bands sm80_dq = {{1, K::kMmvq}, {4, K::kDqGemm}, {65, K::kMmq}};
   const Bands raw = {{1, K::kMmvq}, {6, K::kMmqSmall}, {33, K::kMmq}};
@@ -600,6 +602,8 @@ TEST(MatmulChoiceTest, HopperDqArm) {
        {{1, K::kMmvq}, {4, K::kDqGemm}, {33, K::kDqWgmma}, {257, K::kMmq}}, raw, legacy},
       {"hopper, up to 128", true, upto128,
        {{1, K::kMmvq}, {4, K::kDqGemm}, {17, K::kDqWgmma}, {129, K::kMmq}}, raw, legacy},
+      {"hopper, up to 1024", true, upto1024,
+       {{1, K::kMmvq}, {4, K::kDqGemm}, {17, K::kDqWgmma}}, raw, legacy},
   };
   for (const Case& c : cases) {
     MatmulContext ctx;

@@ -22,6 +22,7 @@
 #include "cuda/testing/gpu_test_util.h"
 #include "engine/quant/blocks.h"
 #include "engine/quant/fp16.h"
+#include "engine/quant/fp8.h"
 #include "engine/quant/quantize.h"
 #include "engine/quant/vec_dot.h"
 #include "gtest/gtest.h"
@@ -429,7 +430,7 @@ int64_t RowBytes(KvType t, int64_t n) {
 }
 
 const char* Name(KvType t) {
-  return t == KvType::kF32 ? "f32" : t == KvType::kF16 ? "f16" : "q8_0";
+  return t == KvType::kF32 ? "f32" : t == KvType::kF16 ? "f16" : t == KvType::kQ8_0 ? "q8_0" : "fp8";
 }
 
 // Encodes one row of floats in the cache's format, as the CPU store does.
@@ -446,6 +447,9 @@ void EncodeRow(KvType t, const float* src, uint8_t* dst, int64_t n) {
       break;
     case KvType::kQ8_0:
       ASSERT_TRUE(QuantizeRow(GgmlType::kQ8_0, src, dst, n).ok());
+      break;
+    case KvType::kFp8:
+      QuantizeRowFp8Kv(src, reinterpret_cast<BlockFp8Kv*>(dst), n);
       break;
   }
 }
@@ -465,13 +469,16 @@ void DecodeRow(KvType t, const uint8_t* src, float* dst, int64_t n) {
     case KvType::kQ8_0:
       ASSERT_TRUE(DequantizeRow(GgmlType::kQ8_0, src, dst, n).ok());
       break;
+    case KvType::kFp8:
+      DequantizeRowFp8Kv(reinterpret_cast<const BlockFp8Kv*>(src), dst, n);
+      break;
   }
 }
 
-constexpr KvType kAllKv[] = {KvType::kF32, KvType::kF16, KvType::kQ8_0};
+constexpr KvType kAllKv[] = {KvType::kF32, KvType::kF16, KvType::kQ8_0, KvType::kFp8};
 
 // Stored rows byte-identical to the CPU's encoding (f16 round-to-nearest-even,
-// q8_0 = QuantizeRow(kQ8_0)); rows not addressed keep their poison; a bad
+// q8_0 = QuantizeRow(kQ8_0), fp8 = QuantizeRowFp8Kv); rows not addressed keep their poison; a bad
 // position is skipped and flagged.
 TEST(KvStoreTest, RowsMatchCpuEncodingBytes) {
   MINFER_REQUIRE_GPU();

@@ -35,8 +35,10 @@ using ::minfer::cuda::testing::RandomFloats;
 using ::minfer::cuda::testing::TestSeed;
 
 graph::DType ToDType(KvType t) {
-  return t == KvType::kF16 ? graph::DType::kF16 : t == KvType::kQ8_0 ? graph::DType::kQ8_0
-                                                                    : graph::DType::kF32;
+  return t == KvType::kF16    ? graph::DType::kF16
+         : t == KvType::kQ8_0 ? graph::DType::kQ8_0
+         : t == KvType::kFp8  ? graph::DType::kFp8
+                              : graph::DType::kF32;
 }
 
 struct Seq {
@@ -245,12 +247,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PagedCase{KvType::kF16, 28, 4, 128, 16}, PagedCase{KvType::kF16, 28, 4, 128, 64},
                       PagedCase{KvType::kF16, 14, 2, 64, 256}, PagedCase{KvType::kF32, 14, 2, 64, 16},
                       PagedCase{KvType::kF32, 8, 2, 32, 32}, PagedCase{KvType::kQ8_0, 28, 4, 128, 64},
+                      PagedCase{KvType::kFp8, 28, 4, 128, 64}, PagedCase{KvType::kFp8, 14, 2, 64, 16},
                       PagedCase{KvType::kF16, 7, 7, 64, 1}));
 
 TEST(QkvRowsTest, StoresAtRowsAndRopesAtPositions) {
   MINFER_REQUIRE_GPU();
   std::mt19937_64 rng(TestSeed());
-  for (KvType t : {KvType::kF32, KvType::kF16, KvType::kQ8_0}) {
+  for (KvType t : {KvType::kF32, KvType::kF16, KvType::kQ8_0, KvType::kFp8}) {
     AttnParams p;
     p.n_head = 8;
     p.n_head_kv = 2;

@@ -26,10 +26,13 @@ std::shared_ptr<runtime::Model> LoadModel(const std::string& shape) {
   return *m;
 }
 
-// The KV estimate is the pool the engine allocates, byte for byte.
+// The KV estimate is the pool the engine allocates, byte for byte; q8_0 and
+// fp8 pools take 34 bytes per 32 values (17/32 of f16's).
 TEST(MemoryTest, KvEstimateIsExact) {
   auto model = LoadModel("tiny");
-  for (graph::DType t : {graph::DType::kF32, graph::DType::kF16, graph::DType::kQ8_0}) {
+  uint64_t f16_bytes = 0;
+  for (graph::DType t :
+       {graph::DType::kF32, graph::DType::kF16, graph::DType::kQ8_0, graph::DType::kFp8}) {
     for (int64_t kv_tokens : {int64_t{0}, int64_t{500}}) {
       EstimateParams p;
       p.n_ctx = 300;
@@ -48,6 +51,10 @@ TEST(MemoryTest, KvEstimateIsExact) {
       auto engine = runtime::Engine::Create(model, eo);
       ASSERT_TRUE(engine.ok()) << engine.status();
       EXPECT_EQ(e.kv, static_cast<uint64_t>((*engine)->pool().bytes())) << graph::DTypeName(t);
+      if (t == graph::DType::kF16 && kv_tokens == 0) f16_bytes = e.kv;
+      if ((t == graph::DType::kQ8_0 || t == graph::DType::kFp8) && kv_tokens == 0) {
+        EXPECT_EQ(e.kv * 32, f16_bytes * 17) << graph::DTypeName(t);
+      }
       // parallel x n_ctx (3 x 10 blocks of 32) or kv_tokens (16 blocks),
       // and the reserved block.
       EXPECT_EQ((*engine)->pool().n_blocks(), kv_tokens == 0 ? 31 : 17);

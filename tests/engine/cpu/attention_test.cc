@@ -13,6 +13,7 @@
 #include "engine/base/thread_pool.h"
 #include "engine/cpu/kernels.h"
 #include "engine/quant/fp16.h"
+#include "engine/quant/fp8.h"
 #include "engine/quant/quantize.h"
 #include "gtest/gtest.h"
 
@@ -59,6 +60,9 @@ std::vector<double> CacheRow(const Cache& c, const std::vector<uint8_t>& bytes, 
       break;
     case DType::kF16:
       for (int64_t i = 0; i < n; ++i) f[i] = Fp16ToFloat(reinterpret_cast<const uint16_t*>(src)[i]);
+      break;
+    case DType::kFp8:
+      DequantizeRowFp8Kv(reinterpret_cast<const BlockFp8Kv*>(src), f.data(), n);
       break;
     default:
       EXPECT_TRUE(DequantizeRow(GgmlType::kQ8_0, src, f.data(), n).ok());
@@ -180,9 +184,11 @@ TEST_P(AttentionTest, MatchesFloat64Reference) {
       {10, 1, 24},  // head_dim not a multiple of 8 (f32/f16 only: rows of 24)
       {3, 3, 8},
   };
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kFp8}) {
     for (const Shape& s : shapes) {
-      if (dtype == DType::kQ8_0 && (s.n_head_kv * s.head_dim) % 32 != 0) continue;
+      if ((dtype == DType::kQ8_0 || dtype == DType::kFp8) && (s.n_head_kv * s.head_dim) % 32 != 0) {
+        continue;
+      }
       RunCase({s, dtype, 0, 150, 1.0f, false, impl}, pool);   // prefill from empty
       RunCase({s, dtype, 70, 9, 1.0f, true, impl}, pool);     // a chunk at depth, unsorted
       RunCase({s, dtype, 0, 1, 1.0f, false, impl}, pool);     // first token
@@ -193,7 +199,7 @@ TEST_P(AttentionTest, MatchesFloat64Reference) {
 TEST_P(AttentionTest, LongContextsAndPeakedScores) {
   ThreadPool pool(3);
   const KernelImpl impl = GetParam();
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kFp8}) {
     RunCase({{14, 2, 64}, dtype, 4000, 3, 1.0f, false, impl}, pool);  // decode-like at depth
     RunCase({{14, 2, 64}, dtype, 1500, 64, 1.0f, false, impl}, pool); // prefill chunk at depth
     RunCase({{4, 2, 64}, dtype, 300, 40, 12.0f, false, impl}, pool);  // scores up to ~+-50
@@ -214,7 +220,7 @@ INSTANTIATE_TEST_SUITE_P(Impl, AttentionTest,
 TEST(AttentionVariantsTest, Avx512VlEqualsAvx2) {
   ThreadPool pool(2);
   std::mt19937 rng(99);
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kFp8}) {
     const Shape s{14, 2, 64};
     Cache c = MakeCache(dtype, 128, 700, 700, rng, 0.0f);
     std::vector<int32_t> pos(300);

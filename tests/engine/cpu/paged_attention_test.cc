@@ -159,7 +159,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{DType::kF32, 4, 2, 64, 16}, Case{DType::kF32, 4, 2, 64, 64},
                       Case{DType::kF32, 8, 2, 32, 128}, Case{DType::kF32, 7, 1, 64, 1},
                       Case{DType::kF16, 4, 2, 64, 16}, Case{DType::kF16, 8, 2, 32, 256},
-                      Case{DType::kQ8_0, 4, 2, 64, 32}, Case{DType::kQ8_0, 8, 8, 32, 64}));
+                      Case{DType::kQ8_0, 4, 2, 64, 32}, Case{DType::kQ8_0, 8, 8, 32, 64},
+                      Case{DType::kFp8, 4, 2, 64, 32}, Case{DType::kFp8, 8, 8, 32, 64},
+                      Case{DType::kFp8, 4, 4, 16, 16}));
 
 TEST(TopKRowsTest, MatchesBruteForce) {
   std::mt19937 rng(3);
