@@ -315,7 +315,9 @@ __device__ __forceinline__ void IssueGroup(float (&acc)[N / 2], const uint32_t (
 
 // The pipeline, per chunk i (its first half's A registers decoded on entry):
 // issue the first half's 4 wgmmas; refill the stage chunk i - 1 used (its
-// wgmmas finished at the end of the last iteration); decode the second
+// wgmmas finished at the end of the last iteration: a wgmma group is the
+// warpgroup's, so one warp's wait retires it for all four; with two
+// warpgroups a barrier joins them); decode the second
 // half; wait for the first half; issue the second half; wait for chunk
 // i + 1's copies and decode its first half; wait. Decoding only between a
 // commit and the wait that retires it, never into registers a wgmma in
@@ -372,6 +374,10 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p) {
       DecodeGroup<T, 0>(weights(i + 1), (c + 1) & 1, a0);
     }
     wgmma_wait<0>();
+    // One warp's wait retires its warpgroup's wgmmas, not the other
+    // warpgroup's: with two, the stage this chunk used may be refilled (at
+    // the next iteration) only once both have read it.
+    if constexpr (W > 4) __syncthreads();
   }
 #pragma unroll
   for (int j = 0; j < N / 2; ++j) wgmma_pin(acc[j]);
