@@ -25,6 +25,12 @@
 #                                        one model (default m7:7b:q4_k_m) to N greedy streams
 #                                        (1 4 16 64), each N unconstrained then constrained by
 #                                        tests/data/grammar/serve_schema.json, twice, alternating
+#   bash .gpu/gpu_run.sh hopper [SPEC]   the figures of issue 32 in one call (default
+#                                        7b:q4_k_m): matmul_bench --dqw; minfer bench
+#                                        batched decode B = 1..256 with MINFER_DQW=0 / 1;
+#                                        pp512 and pp2048 with MINFER_DQW_MAX_TOKENS=256 /
+#                                        2048 (prefills on the wgmma GEMM); minferd at 64
+#                                        and 256 streams
 #   bash .gpu/gpu_run.sh kv [SPEC [BATCHES]]
 #                                        KV cache types (issue 32): `minfer bench` batched
 #                                        decode (default 7b:q4_k_m, -b 1,64,128,256) with
@@ -364,6 +370,25 @@ PY
     curl -s 127.0.0.1:9464/metrics | grep -E '^minfer_model_(wake|sleep)' | tee -a "$log"
     kill -TERM "$d"; wait "$d"; echo "minferd exit: $?" | tee -a "$log"
     ;;
+  hopper)
+    spec="${1:-7b:q4_k_m}"
+    IFS=: read -r shape type <<< "$spec"
+    f="/tmp/minfer-models/$shape-$type.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tee -a "$out/mkmodel.log"
+    matmul_bench --dqw 2>&1 | tee "$out/dqw-kernels.log"
+    for v in 0 1; do
+      echo "== MINFER_DQW=$v" | tee -a "$out/hopper.log"
+      MINFER_DQW=$v minfer bench -m "$f" -b 1,16,32,64,128,256 -p 128 -n 128 -r 1 2>&1 |
+        grep -E "^\| " | tee -a "$out/hopper.log"
+    done
+    for v in 256 2048; do
+      echo "== MINFER_DQW_MAX_TOKENS=$v" | tee -a "$out/hopper.log"
+      for pp in 512 2048; do
+        MINFER_DQW_MAX_TOKENS=$v minfer bench -m "$f" -p "$pp" -n 0 -r 2 2>&1 |
+          grep -E "^\| .*pp" | tee -a "$out/hopper.log"
+      done
+    done
+    "$0" serve "m7:$shape:$type" 256 1024 64 256 ;;
   kv)
     spec="${1:-7b:q4_k_m}"; batches="${2:-1,64,128,256}"
     IFS=: read -r shape type <<< "$spec"
