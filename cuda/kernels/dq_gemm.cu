@@ -56,6 +56,7 @@
 
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/dq_gemm.h"
+#include "cuda/kernels/dq_wgmma.h"
 #include "cuda/kernels/ptx_sm80.cuh"
 #include "cuda/kernels/split_k.cuh"
 
@@ -380,13 +381,17 @@ __global__ void __launch_bounds__(kThreads) dq_gemm_kernel(const Params p) {
 }
 
 // Activations: 8 lanes per 32-value block (QuantizeQ8Group, bit for bit the
-// CPU's codes and scale), each writing its 4 values d * q as f16 in the
-// order (0, 2, 1, 3) (DqPack). kSwiGlu: of silu(x) * u, the CPU's and
-// LaunchSwiGlu's float operations.
-template <bool kVec, bool kSwiGlu>
+// CPU's codes and scale), each with its 4 values d * q as the f16 pairs (0,
+// 2) and (1, 3) (DqPack). kSwiGlu: of silu(x) * u, the CPU's and
+// LaunchSwiGlu's float operations. Where the pairs go is the layout: the DQ
+// GEMM's (kEvensOdds false) keeps each 4-group as (0, 2, 1, 3); the Hopper
+// GEMM's (dq_wgmma.h, kEvensOdds true) puts each 16-group's evens first,
+// then its odds, so lane `sub` writes word sub % 4 of its 16-group's evens
+// and of its odds.
+template <bool kVec, bool kSwiGlu, bool kEvensOdds>
 __global__ void __launch_bounds__(256) quantize_dq_kernel(const float* __restrict__ x,
                                                           const float* __restrict__ u,
-                                                          uint2* __restrict__ out,
+                                                          uint32_t* __restrict__ out,
                                                           int64_t n_blocks) {
   const int64_t gid = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   const int64_t blk = gid >> 3;
@@ -409,7 +414,14 @@ __global__ void __launch_bounds__(256) quantize_dq_kernel(const float* __restric
   }
   const Q8Group q = QuantizeQ8Group(v);
   if (!active) return;
-  out[blk * 8 + sub] = DqPack(q);
+  const uint2 pair = DqPack(q);
+  if constexpr (kEvensOdds) {
+    uint32_t* const grp = out + blk * 16 + (sub >> 2) * 8;
+    grp[sub & 3] = pair.x;
+    grp[4 + (sub & 3)] = pair.y;
+  } else {
+    reinterpret_cast<uint2*>(out)[blk * 8 + sub] = pair;
+  }
 }
 
 using Info = splitk::KernelFacts;
@@ -461,8 +473,10 @@ int64_t DqActivationBytes(int64_t k, int64_t nt) {
   return 2 * k * nt;
 }
 
+int64_t DqwActivationBytes(int64_t k, int64_t nt) { return DqActivationBytes(k, nt); }
+
 namespace {
-template <bool kSwiGlu>
+template <bool kSwiGlu, bool kEvensOdds>
 cudaError_t LaunchQuantizeDqImpl(const float* x, const float* u, void* act, int64_t k, int64_t nt,
                                  cudaStream_t stream) {
   if (k < 0 || nt < 0 || k % 32 != 0) return cudaErrorInvalidValue;
@@ -475,13 +489,13 @@ cudaError_t LaunchQuantizeDqImpl(const float* x, const float* u, void* act, int6
   }
   const int64_t grid = (n_blocks * 8 + 255) / 256;
   if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
-  uint2* out = static_cast<uint2*>(act);
+  uint32_t* out = static_cast<uint32_t*>(act);
   const unsigned g = static_cast<unsigned>(grid);
   if (reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
       (!kSwiGlu || reinterpret_cast<uintptr_t>(u) % 16 == 0)) {
-    dq::quantize_dq_kernel<true, kSwiGlu><<<g, 256, 0, stream>>>(x, u, out, n_blocks);
+    dq::quantize_dq_kernel<true, kSwiGlu, kEvensOdds><<<g, 256, 0, stream>>>(x, u, out, n_blocks);
   } else {
-    dq::quantize_dq_kernel<false, kSwiGlu><<<g, 256, 0, stream>>>(x, u, out, n_blocks);
+    dq::quantize_dq_kernel<false, kSwiGlu, kEvensOdds><<<g, 256, 0, stream>>>(x, u, out, n_blocks);
   }
   return cudaGetLastError();
 }
@@ -489,12 +503,24 @@ cudaError_t LaunchQuantizeDqImpl(const float* x, const float* u, void* act, int6
 
 cudaError_t LaunchQuantizeDq(const float* x, void* act, int64_t k, int64_t nt,
                              cudaStream_t stream) {
-  return LaunchQuantizeDqImpl<false>(x, nullptr, act, k, nt, stream);
+  return LaunchQuantizeDqImpl<false, false>(x, nullptr, act, k, nt, stream);
 }
 
 cudaError_t LaunchSwiGluDq(const float* g, const float* u, void* act, int64_t k, int64_t nt,
                            cudaStream_t stream) {
-  return LaunchQuantizeDqImpl<true>(g, u, act, k, nt, stream);
+  return LaunchQuantizeDqImpl<true, false>(g, u, act, k, nt, stream);
+}
+
+// The Hopper GEMM's layout (dq_wgmma.h) is written here, in the sm_80
+// unit, beside the DQ GEMM's: the same kernel, another store.
+cudaError_t LaunchQuantizeDqw(const float* x, void* act, int64_t k, int64_t nt,
+                              cudaStream_t stream) {
+  return LaunchQuantizeDqImpl<false, true>(x, nullptr, act, k, nt, stream);
+}
+
+cudaError_t LaunchSwiGluDqw(const float* g, const float* u, void* act, int64_t k, int64_t nt,
+                            cudaStream_t stream) {
+  return LaunchQuantizeDqImpl<true, true>(g, u, act, k, nt, stream);
 }
 
 cudaError_t LaunchDqGemm(const MmqSegments& s, const void* act, int64_t nt, cudaStream_t stream,
@@ -581,15 +607,9 @@ cudaError_t LaunchDqGemm(const MmqSegments& s, const void* act, int64_t nt, cuda
     const int64_t slots = int64_t{dev.sms} * info.ctas_per_sm;
     const int64_t traffic_cap =
         weight_bytes / std::max<int64_t>((p.tiles < slots ? 4 : 16) * stride, 1);
-    int64_t splits = tuning->split_k;
-    if (splits < 0) {
-      const int64_t min_chunks = tuning->min_chunks > 0 ? tuning->min_chunks : int64_t{4};
-      splits = splitk::WaveSplits(
-          p.tiles, slots,
-          std::min<int64_t>({16, std::max<int64_t>(p.n_chunks / min_chunks, 1), traffic_cap}));
-    }
-    splits = std::min<int64_t>(
-        {splits, p.n_chunks, tuning->split_bytes / 4 / std::max<int64_t>(stride, 1)});
+    const int64_t splits = splitk::DecodeSplits(
+        tuning->split_k, p.tiles, slots, p.n_chunks, tuning->min_chunks > 0 ? tuning->min_chunks : 4,
+        traffic_cap, tuning->split_bytes, stride);
     if (splits >= 2 && !splitk::SetSplits(&p, tuning->split_workspace, nt, splits, stride)) {
       return cudaErrorInvalidValue;
     }

@@ -399,42 +399,6 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p) {
 #endif  // MINFER_SM90A_DEVICE
 }
 
-// Activations: the DQ GEMM's values (QuantizeQ8Group, DqPack), each
-// 16-group's evens then odds: lane `sub` of a 32-block holds elements
-// 4 sub .. 4 sub + 3, i.e. word (sub % 4) of its 16-group's evens and of its
-// odds.
-template <bool kVec, bool kSwiGlu>
-__global__ void __launch_bounds__(256) quantize_dqw_kernel(const float* __restrict__ x,
-                                                           const float* __restrict__ u,
-                                                           uint32_t* __restrict__ out,
-                                                           int64_t n_blocks) {
-  const int64_t gid = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
-  const int64_t blk = gid >> 3;
-  const int sub = static_cast<int>(gid & 7);
-  const bool active = blk < n_blocks;
-  auto load = [&](const float* src) {
-    if constexpr (kVec) {
-      return __ldg(reinterpret_cast<const float4*>(src));
-    } else {
-      return make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
-    }
-  };
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (active) {
-    v = load(x + blk * 32 + sub * 4);
-    if constexpr (kSwiGlu) {
-      const float4 w = load(u + blk * 32 + sub * 4);
-      v = make_float4(silu_f(v.x) * w.x, silu_f(v.y) * w.y, silu_f(v.z) * w.z, silu_f(v.w) * w.w);
-    }
-  }
-  const Q8Group q = QuantizeQ8Group(v);
-  if (!active) return;
-  const uint2 pair = DqPack(q);
-  uint32_t* const grp = out + blk * 16 + (sub >> 2) * 8;
-  grp[sub & 3] = pair.x;
-  grp[4 + (sub & 3)] = pair.y;
-}
-
 using Info = splitk::KernelFacts;
 
 template <GgmlType T, int N, int W>
@@ -476,30 +440,6 @@ bool Dispatch(GgmlType type, int warps, const Params& p, cudaStream_t stream, bo
                     : GoW<GgmlType::kQ6_K, 4>(p, stream, launch, info);
 }
 
-template <bool kSwiGlu>
-cudaError_t QuantizeImpl(const float* x, const float* u, void* act, int64_t k, int64_t nt,
-                         cudaStream_t stream) {
-  if (k < 0 || nt < 0 || k % 32 != 0) return cudaErrorInvalidValue;
-  const int64_t n_blocks = k / 32 * nt;
-  if (n_blocks == 0) return cudaSuccess;
-  if (x == nullptr || (kSwiGlu && u == nullptr) || act == nullptr ||
-      reinterpret_cast<uintptr_t>(act) % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 4 != 0 ||
-      (kSwiGlu && reinterpret_cast<uintptr_t>(u) % 4 != 0)) {
-    return cudaErrorInvalidValue;
-  }
-  const int64_t grid = (n_blocks * 8 + 255) / 256;
-  if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
-  uint32_t* out = static_cast<uint32_t*>(act);
-  const unsigned gr = static_cast<unsigned>(grid);
-  if (reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-      (!kSwiGlu || reinterpret_cast<uintptr_t>(u) % 16 == 0)) {
-    quantize_dqw_kernel<true, kSwiGlu><<<gr, 256, 0, stream>>>(x, u, out, n_blocks);
-  } else {
-    quantize_dqw_kernel<false, kSwiGlu><<<gr, 256, 0, stream>>>(x, u, out, n_blocks);
-  }
-  return cudaGetLastError();
-}
-
 }  // namespace
 }  // namespace dqw
 
@@ -519,21 +459,6 @@ bool DqwAvailable() {
 #else
   return false;
 #endif
-}
-
-int64_t DqwActivationBytes(int64_t k, int64_t nt) {
-  if (k <= 0 || nt <= 0) return 0;
-  return 2 * k * nt;
-}
-
-cudaError_t LaunchQuantizeDqw(const float* x, void* act, int64_t k, int64_t nt,
-                              cudaStream_t stream) {
-  return dqw::QuantizeImpl<false>(x, nullptr, act, k, nt, stream);
-}
-
-cudaError_t LaunchSwiGluDqw(const float* g, const float* u, void* act, int64_t k, int64_t nt,
-                            cudaStream_t stream) {
-  return dqw::QuantizeImpl<true>(g, u, act, k, nt, stream);
 }
 
 cudaError_t LaunchDqWgmma(const MmqSegments& s, const void* act, int64_t nt, cudaStream_t stream,
@@ -611,15 +536,9 @@ cudaError_t LaunchDqWgmma(const MmqSegments& s, const void* act, int64_t nt, cud
     const int64_t traffic_cap =
         std::max<int64_t>(p.tiles < slots ? 2 : 1,
                           (p.tiles < slots ? 4 : 1) * weight_bytes / std::max<int64_t>(4 * stride, 1));
-    int64_t splits = tuning->split_k;
-    if (splits < 0) {
-      const int64_t min_chunks = tuning->min_chunks > 0 ? tuning->min_chunks : int64_t{4};
-      splits = splitk::WaveSplits(
-          p.tiles, slots,
-          std::min<int64_t>({16, std::max<int64_t>(p.n_chunks / min_chunks, 1), traffic_cap}));
-    }
-    splits = std::min<int64_t>(
-        {splits, p.n_chunks, tuning->split_bytes / 4 / std::max<int64_t>(stride, 1)});
+    const int64_t splits = splitk::DecodeSplits(
+        tuning->split_k, p.tiles, slots, p.n_chunks, tuning->min_chunks > 0 ? tuning->min_chunks : 4,
+        traffic_cap, tuning->split_bytes, stride);
     if (splits >= 2 && !splitk::SetSplits(&p, tuning->split_workspace, nt, splits, stride)) {
       return cudaErrorInvalidValue;
     }

@@ -114,6 +114,25 @@ bool SetSplits(P* p, void* workspace, int64_t nt, int64_t splits, int64_t stride
   return true;
 }
 
+// The split count of a launch of the DQ GEMMs (dq_gemm.cu, dq_wgmma.cu):
+// `requested` (kMmqSplitAuto, i.e. < 0: enough splits to fill the `slots`
+// resident CTA slots in whole waves, WaveSplits, keeping at least
+// `min_chunks` k-chunks per split and at most `traffic_cap` splits, 16 in
+// any case; >= 2: that many), then clamped to the chunks and to the
+// workspace (`workspace_bytes` of float partials, `stride` per split). A
+// result below 2 means no split.
+inline int64_t DecodeSplits(int64_t requested, int64_t tiles, int64_t slots, int64_t n_chunks,
+                            int64_t min_chunks, int64_t traffic_cap, int64_t workspace_bytes,
+                            int64_t stride) {
+  int64_t splits = requested;
+  if (splits < 0) {
+    splits = WaveSplits(tiles, slots,
+                        std::min<int64_t>({16, std::max<int64_t>(n_chunks / std::max<int64_t>(min_chunks, 1), 1),
+                                           traffic_cap}));
+  }
+  return std::min<int64_t>({splits, n_chunks, workspace_bytes / 4 / std::max<int64_t>(stride, 1)});
+}
+
 // One warp's rows: row group `group` of the launch (16 * MT rows of one
 // segment).
 struct WarpRows {

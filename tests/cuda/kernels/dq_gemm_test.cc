@@ -45,60 +45,16 @@ using namespace ::minfer::cuda::testing;  // the weight fixtures
 constexpr int64_t kGuard = 64;
 constexpr double kBound = 1.0 / 512;  // 2^-9
 
-struct Acts {
-  int64_t k = 0, nt = 0;
-  std::vector<float> x;         // nt x k
-  std::vector<double> a;        // the Q8A values d * q
-  std::vector<uint16_t> layout;  // the documented f16 layout, built here
-};
+using Acts = DqActs;
+using Ref = DqRef;
 
-Acts MakeActs(int64_t k, int64_t nt) {
-  Acts r;
-  r.k = k, r.nt = nt;
-  r.x = RandomFloats(k * nt, 2.0f);
-  std::vector<BlockQ8A> q(k / 32 * nt);
-  for (int64_t t = 0; t < nt; ++t) QuantizeRowQ8A(r.x.data() + t * k, q.data() + t * (k / 32), k);
-  r.a.resize(k * nt);
-  r.layout.resize(k * nt);
-  for (int64_t i = 0; i < k * nt; ++i) {
-    const BlockQ8A& b = q[i / 32];
-    const float v = b.d * static_cast<float>(b.qs[i % 32]);
-    r.a[i] = v;
-    // Element e of a 4-group is stored at position (0, 2, 1, 3)[e].
-    const int64_t e = i % 4, pos = i - e + (e == 1 ? 2 : e == 2 ? 1 : e);
-    r.layout[pos] = FloatToFp16(v);
-  }
-  return r;
+// Element e of a 4-group is stored at position (0, 2, 1, 3)[e].
+int64_t PairOrder(int64_t i) {
+  const int64_t e = i % 4;
+  return i - e + (e == 1 ? 2 : e == 2 ? 1 : e);
 }
-
-// The bound's magnitude and the exact dot of row r with token t.
-struct Ref {
-  double exact = 0, mag = 0;
-};
-std::vector<Ref> MakeRefs(const HostWeight& w, const Acts& a) {
-  // |w_i| + |m_i| per element, once per weight.
-  std::vector<double> wm(w.rows * w.k);
-  for (int64_t r = 0; r < w.rows; ++r) {
-    for (int64_t b = 0; b < w.k / 32; ++b) {
-      const double m = std::fabs(BlockMin(w, r, b));
-      for (int64_t i = 32 * b; i < 32 * b + 32; ++i) wm[r * w.k + i] = std::fabs(w.deq[r * w.k + i]) + m;
-    }
-  }
-  std::vector<Ref> refs(w.rows * a.nt);
-  for (int64_t t = 0; t < a.nt; ++t) {
-    for (int64_t r = 0; r < w.rows; ++r) {
-      Ref& f = refs[t * w.rows + r];
-      const float* wr = w.deq.data() + r * w.k;
-      const double* m = wm.data() + r * w.k;
-      const double* x = a.a.data() + t * w.k;
-      for (int64_t i = 0; i < w.k; ++i) {
-        f.exact += static_cast<double>(wr[i]) * x[i];
-        f.mag += m[i] * std::fabs(x[i]);
-      }
-    }
-  }
-  return refs;
-}
+Acts MakeActs(int64_t k, int64_t nt) { return MakeDqActs(k, nt, PairOrder); }
+std::vector<Ref> MakeRefs(const HostWeight& w, const Acts& a) { return MakeDqRefs(w, a); }
 
 // y (rows x nt + guard) against the references: every output written,
 // nothing past the end, each within the bound. Returns the worst err/mag.

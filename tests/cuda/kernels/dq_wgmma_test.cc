@@ -46,58 +46,16 @@ constexpr double kBound = 1.0 / 512;  // 2^-9
     if (!DqwAvailable()) GTEST_SKIP() << "needs an sm_90 GPU and the sm_90a code"; \
   } while (0)
 
-struct Acts {
-  int64_t k = 0, nt = 0;
-  std::vector<float> x;
-  std::vector<double> a;         // the Q8A values d * q
-  std::vector<uint16_t> layout;  // the documented f16 layout, built here
-};
+using Acts = DqActs;
+using Ref = DqRef;
 
-Acts MakeActs(int64_t k, int64_t nt) {
-  Acts r;
-  r.k = k, r.nt = nt;
-  r.x = RandomFloats(k * nt, 2.0f);
-  std::vector<BlockQ8A> q(k / 32 * nt);
-  for (int64_t t = 0; t < nt; ++t) QuantizeRowQ8A(r.x.data() + t * k, q.data() + t * (k / 32), k);
-  r.a.resize(k * nt);
-  r.layout.resize(k * nt);
-  for (int64_t i = 0; i < k * nt; ++i) {
-    const BlockQ8A& b = q[i / 32];
-    const float v = b.d * static_cast<float>(b.qs[i % 32]);
-    r.a[i] = v;
-    // Element e of a 16-group: evens at e / 2, odds at 8 + e / 2.
-    const int64_t e = i % 16, pos = i - e + (e % 2 == 0 ? e / 2 : 8 + e / 2);
-    r.layout[pos] = FloatToFp16(v);
-  }
-  return r;
+// Element e of a 16-group: evens at e / 2, odds at 8 + e / 2.
+int64_t EvensThenOdds(int64_t i) {
+  const int64_t e = i % 16;
+  return i - e + (e % 2 == 0 ? e / 2 : 8 + e / 2);
 }
-
-struct Ref {
-  double exact = 0, mag = 0;
-};
-std::vector<Ref> MakeRefs(const HostWeight& w, const Acts& a) {
-  std::vector<double> wm(w.rows * w.k);
-  for (int64_t r = 0; r < w.rows; ++r) {
-    for (int64_t b = 0; b < w.k / 32; ++b) {
-      const double m = std::fabs(BlockMin(w, r, b));
-      for (int64_t i = 32 * b; i < 32 * b + 32; ++i) wm[r * w.k + i] = std::fabs(w.deq[r * w.k + i]) + m;
-    }
-  }
-  std::vector<Ref> refs(w.rows * a.nt);
-  for (int64_t t = 0; t < a.nt; ++t) {
-    for (int64_t r = 0; r < w.rows; ++r) {
-      Ref& f = refs[t * w.rows + r];
-      const float* wr = w.deq.data() + r * w.k;
-      const double* m = wm.data() + r * w.k;
-      const double* x = a.a.data() + t * w.k;
-      for (int64_t i = 0; i < w.k; ++i) {
-        f.exact += static_cast<double>(wr[i]) * x[i];
-        f.mag += m[i] * std::fabs(x[i]);
-      }
-    }
-  }
-  return refs;
-}
+Acts MakeActs(int64_t k, int64_t nt) { return MakeDqActs(k, nt, EvensThenOdds); }
+std::vector<Ref> MakeRefs(const HostWeight& w, const Acts& a) { return MakeDqRefs(w, a); }
 
 // Outputs outside the bound (0: all within), with every output written and
 // nothing past the end; `worst` gets the largest err/mag.

@@ -6,6 +6,7 @@
 #include "engine/quant/blocks.h"
 #include "engine/quant/fp16.h"
 #include "engine/quant/quantize.h"
+#include "engine/quant/vec_dot.h"
 #include "gtest/gtest.h"
 
 namespace minfer::cuda::testing {
@@ -124,6 +125,48 @@ std::vector<float> ActivationsWithSpecialBlocks(int64_t k, int64_t nt) {
     for (int i = 0; i < 32; ++i) x[96 + i] = (i % 2 ? 0.5f : -2.5f) * (i == 7 ? 1000.0f : 1.0f);
   }
   return x;
+}
+
+DqActs MakeDqActs(int64_t k, int64_t nt, int64_t (*position)(int64_t)) {
+  DqActs r;
+  r.k = k, r.nt = nt;
+  r.x = RandomFloats(k * nt, 2.0f);
+  std::vector<BlockQ8A> q(k / 32 * nt);
+  for (int64_t t = 0; t < nt; ++t) QuantizeRowQ8A(r.x.data() + t * k, q.data() + t * (k / 32), k);
+  r.a.resize(k * nt);
+  r.layout.resize(k * nt);
+  for (int64_t i = 0; i < k * nt; ++i) {
+    const BlockQ8A& b = q[i / 32];
+    const float v = b.d * static_cast<float>(b.qs[i % 32]);
+    r.a[i] = v;
+    r.layout[position(i)] = FloatToFp16(v);
+  }
+  return r;
+}
+
+std::vector<DqRef> MakeDqRefs(const HostWeight& w, const DqActs& a) {
+  // |w_i| + |m_i| per element, once per weight.
+  std::vector<double> wm(w.rows * w.k);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t b = 0; b < w.k / 32; ++b) {
+      const double m = std::fabs(BlockMin(w, r, b));
+      for (int64_t i = 32 * b; i < 32 * b + 32; ++i) wm[r * w.k + i] = std::fabs(w.deq[r * w.k + i]) + m;
+    }
+  }
+  std::vector<DqRef> refs(w.rows * a.nt);
+  for (int64_t t = 0; t < a.nt; ++t) {
+    for (int64_t r = 0; r < w.rows; ++r) {
+      DqRef& f = refs[t * w.rows + r];
+      const float* wr = w.deq.data() + r * w.k;
+      const double* m = wm.data() + r * w.k;
+      const double* x = a.a.data() + t * w.k;
+      for (int64_t i = 0; i < w.k; ++i) {
+        f.exact += static_cast<double>(wr[i]) * x[i];
+        f.mag += m[i] * std::fabs(x[i]);
+      }
+    }
+  }
+  return refs;
 }
 
 }  // namespace minfer::cuda::testing

@@ -72,6 +72,26 @@ struct DeviceWeight {
 std::unique_ptr<DeviceWeight> Upload(const HostWeight& w, bool q6k_padded, int64_t shift = 0,
                                      int64_t extra = 0);
 
+// The DQ GEMMs' activations (dq_gemm.h, dq_wgmma.h): random floats x
+// [nt][k], the CPU's QuantizeRowQ8A values a = d * q, and those values as
+// f16 in a layout where element i of a row-major [nt][k] is stored at
+// position(i) (each kernel's documented order).
+struct DqActs {
+  int64_t k = 0, nt = 0;
+  std::vector<float> x;
+  std::vector<double> a;
+  std::vector<uint16_t> layout;
+};
+DqActs MakeDqActs(int64_t k, int64_t nt, int64_t (*position)(int64_t));
+
+// Token t's output of row r: the exact (double) dot of DequantizeRow's
+// weights with a, and the bound's magnitude sum (|w_i| + |m_i|) |a_i| (m_i
+// element i's block min), at [t * rows + r].
+struct DqRef {
+  double exact = 0, mag = 0;
+};
+std::vector<DqRef> MakeDqRefs(const HostWeight& w, const DqActs& a);
+
 }  // namespace minfer::cuda::testing
 
 #endif  // MINFER_TESTS_CUDA_KERNELS_MATMUL_FIXTURES_H_
