@@ -63,8 +63,8 @@ absl::StatusOr<std::optional<graph::DType>> ParseKvType(const std::string& kv_ty
   if (kv_type == "q8_0") return std::optional<graph::DType>(graph::DType::kQ8_0);
   if (kv_type == "fp8") return std::optional<graph::DType>(graph::DType::kFp8);
   return absl::InvalidArgumentError(absl::StrCat(
-      "kv_type must be f32, f16, q8_0 or fp8 (empty for the model's default), got '", kv_type,
-      "'"));
+      "kv_type must be f32, f16, q8_0 or fp8 (empty for the model's default), got '",
+      kv_type.substr(0, 64), kv_type.size() > 64 ? "...'" : "'"));
 }
 
 absl::Status CheckSleepAndEvents(const SlotConfig& config) {
