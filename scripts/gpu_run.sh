@@ -36,6 +36,10 @@
 #                                        decode (default 7b:q4_k_m, -b 1,64,128,256) with
 #                                        --kv-type f16, q8_0 and fp8 in turn, and each
 #                                        type's greedy ids of `minfer run` against f16's
+#   bash .gpu/gpu_run.sh moe [SPEC..]   mixtures of experts (issue 33; default
+#                                        qwen3-30b-a3b:q4_k_m gpt-oss-20b:mxfp4_moe):
+#                                        mkmodel's file, then `minfer bench` pp512 +
+#                                        tg128 single stream and batched decode B = 16, 64
 #   bash .gpu/gpu_run.sh sleep [SPEC]    sleep and wake (issue 31) of one model on the GPU
 #                                        (default m7:7b:q4_k_m): device memory (nvidia-smi)
 #                                        awake, asleep at level 1 and 2; wake times by
@@ -409,6 +413,21 @@ for kv in ("q8_0", "fp8"):
     print(f"{kv}: greedy ids equal to f16's for the first {same} of {len(ids[kv])} tokens")
 PY
     ;;
+  moe)
+    [[ $# -gt 0 ]] || set -- qwen3-30b-a3b:q4_k_m gpt-oss-20b:mxfp4_moe
+    for spec in "$@"; do
+      IFS=: read -r shape type <<< "$spec"
+      f="/tmp/minfer-models/$shape-$type.gguf"
+      if [[ ! -f "$f" ]]; then
+        start=$(date +%s)
+        minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tail -2 | tee -a "$out/moe.log"
+        echo "mkmodel $shape $type: $(( $(date +%s) - start )) s" | tee -a "$out/moe.log"
+      fi
+      echo "== $shape $type" | tee -a "$out/moe.log"
+      minfer bench -m "$f" -p 512 -n 128 -r 2 2>&1 | grep -E "^\| |error|Error" | tee -a "$out/moe.log"
+      minfer bench -m "$f" -b 16,64 -p 128 -n 128 -r 1 2>&1 | grep -E "^\| |error|Error" |
+        tee -a "$out/moe.log"
+    done ;;
   cmd) "$@" ;;
   *) echo "usage: gpu_run.sh tests|bench|cmd ..." >&2; exit 2 ;;
 esac

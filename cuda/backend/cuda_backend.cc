@@ -12,6 +12,7 @@
 #include "cuda/kernels/dq_wgmma.h"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmq.h"
+#include "cuda/kernels/moe.h"
 #include "cuda/kernels/ops.h"
 #include "cuda/kernels/sample.h"
 #include "engine/base/logging.h"
@@ -31,7 +32,7 @@ namespace {
 // (MMVQ / f32 matvec / f16 GEMM) and the embedding gather.
 bool WeightTypeSupported(GgmlType t) {
   return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16 ||
-         IsIntegerDotType(t);
+         IsIntegerDotType(t) || t == GgmlType::kMXFP4;
 }
 
 constexpr int64_t kMinPinned = 1 << 20;
@@ -89,6 +90,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
                                                    GgmlTypeName(w->type),
                                                    ", which has no CUDA kernel"));
     }
+    if (w->type == GgmlType::kMXFP4 && w->dims.size() != 3) {
+      // Only the expert kernels read MXFP4 (gpt-oss's experts are its only
+      // MXFP4 tensors).
+      return absl::UnimplementedError(absl::StrCat(
+          "weight '", w->name, "' is a ", w->dims.size(),
+          "-D MXFP4 tensor; MXFP4 has CUDA kernels only for 3-D expert tensors"));
+    }
     if (w->dims.size() == 1 && w->type != GgmlType::kF32) {
       return absl::UnimplementedError(
           absl::StrCat("weight '", w->name, "' is a 1-D ", GgmlTypeName(w->type), " tensor (f32 expected)"));
@@ -127,6 +135,7 @@ absl::Status CudaBackend::BuildScalePlanes(const std::vector<const graph::Weight
   const bool q6k = r.GetBool("MINFER_MMQ_Q6K_EXP", knobs);
   for (const graph::Weight* gw : weights) {
     if (!(gw->type == GgmlType::kQ4_K ? q4k : gw->type == GgmlType::kQ6_K ? q6k : false)) continue;
+    if (gw->dims.size() != 2) continue;  // expert tensors run on the MoE kernels, without planes
     const WeightView* w = state_->FindWeight(owner_, gw->name);
     if (w == nullptr || w->scale_plane != nullptr) continue;
     const int64_t bytes = MmqScalePlaneBytes(w->type, w->k, w->rows);
@@ -337,8 +346,8 @@ bool CudaBackend::SupportsOp(const Node& n) const {
     case OpKind::kQkvBiasRopeStore:
       return true;
     case OpKind::kAttn:
-      // Sliding windows and sinks (gpt-oss) have no CUDA kernel yet.
-      return n.p.attn_window == 0 && n.weights.empty();
+      // Sinks: one f32 weight (gpt-oss); sliding windows any.
+      return n.weights.size() <= 1 && n.p.attn_window >= 0;
     case OpKind::kTopK:
       return n.p.top_k <= kTopKMaxK;
     case OpKind::kRmsNorm:
@@ -354,14 +363,14 @@ bool CudaBackend::SupportsOp(const Node& n) const {
       // Weight types are gated at the model level (all-or-nothing).
       return true;
     case OpKind::kRoPE:
-      return !n.p.yarn.active();  // YaRN has no CUDA kernel yet
+      return true;
     case OpKind::kKvcacheLoad:
       return SupportsKvType(n.dtype);
     case OpKind::kMoeRoute:
+      return n.p.n_expert >= 1 && n.p.n_expert <= kMoeMaxExperts && n.p.n_expert_used >= 1 &&
+             n.p.n_expert_used <= std::min(n.p.n_expert, kMoeMaxUsed);
     case OpKind::kMoeFFN:
-      // The expert kernels are not written yet: Model::Load refuses a
-      // model needing them on --backend cuda and keeps it on the CPU on auto.
-      return false;
+      return MoeFfnSupported(n);
   }
   return false;
 }
@@ -490,6 +499,9 @@ absl::Status CudaBackend::Synchronize() {
       result = absl::InternalError(
           "cuda: a TopK mode value outside its contract (base mode > 2 or a mask column past the "
           "mask input) reached the kernel");
+    } else if (dev_err == kDeviceBadExpertId) {
+      result = absl::InvalidArgumentError(
+          "cuda: a MoeFFN route named an expert outside [0, n_expert)");
     } else if (dev_err != 0) {
       result = absl::InternalError(absl::StrCat("cuda: device error flag ", dev_err));
     }
@@ -559,9 +571,8 @@ CudaBackend::Handler CudaBackend::HandlerFor(OpKind op) {
     case OpKind::kAttn: return &CudaBackend::RunAttention;
     case OpKind::kGetRows: return &CudaBackend::RunGetRows;
     case OpKind::kTopK: return &CudaBackend::RunTopK;
-    case OpKind::kMoeRoute:
-    case OpKind::kMoeFFN:
-      return nullptr;  // SupportsOp is false: never placed here
+    case OpKind::kMoeRoute: return &CudaBackend::RunMoeRoute;
+    case OpKind::kMoeFFN: return &CudaBackend::RunMoeFfn;
   }
   return nullptr;
 }

@@ -239,6 +239,13 @@ class CudaBackend : public graph::Backend {
   // ops_rows.cc
   absl::Status RunGetRows(const OpArgs& o);
   absl::Status RunTopK(const OpArgs& o);
+  // ops_moe.cc
+  absl::Status RunMoeRoute(const OpArgs& o);
+  absl::Status RunMoeFfn(const OpArgs& o);
+  // Whether MoeFFN node n's experts have a kernel (integer-dot types or
+  // MXFP4, rows of whole blocks, f32 biases, n_expert and k in moe.h's
+  // limits).
+  static bool MoeFfnSupported(const graph::Node& n);
 
   // The recorder's device side: capture, instantiate, launch and destroy on
   // the shared stream.

@@ -42,6 +42,7 @@ bool IsVectorKernel(MatmulKernel k) {
 }
 
 MatmulKernel ChooseMatmulKernel(const MatmulChoiceInput& in) {
+  if (in.type == GgmlType::kF32 && in.rows <= kExactF32MaxRows) return MatmulKernel::kMatvecF32;
   const MatmulKnobs& kn = in.ctx.knobs;
   const int64_t nt = in.nt;
   const bool mmq = kn.mmq && in.ctx.device.MmqRuns();

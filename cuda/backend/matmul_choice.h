@@ -101,8 +101,15 @@ struct MatmulChoiceInput {
   MatmulContext ctx;
 };
 
+// An f32 weight of at most this many rows runs the f32 matvec at every
+// batch size (rule 0 below): such a matrix is a mixture-of-experts router,
+// whose logits choose experts, and the f16 GEMM's rounding would choose
+// differently from the CPU; it is too small for the GEMM to matter.
+inline constexpr int64_t kExactF32MaxRows = 512;
+
 // The kernel planned for one weight (docs/design.md, which kernel runs a
 // matmul). In order:
+//  0. An f32 weight of at most kExactF32MaxRows rows: the f32 matvec.
 //  1. The GEMM arms apply when MINFER_NO_PREFILL_GEMM is off and the batch
 //     is prefill-shaped (nt >= mmq_min_tokens), a few-token batch
 //     (mmq_small_min_tokens <= nt <= mmq_small_tokens, MMQ on and runnable)

@@ -40,9 +40,17 @@ absl::Status CudaBackend::RunRope(const OpArgs& o) {
   // The factors are read on the host (the weight's mapped bytes) into
   // the launch's frequency table.
   const graph::Weight* factors = graph::RopeFactors(n);
+  RopeYarnArgs yarn;
+  yarn.freq_scale = n.p.yarn.freq_scale;
+  yarn.ext_factor = n.p.yarn.ext_factor;
+  yarn.attn_factor = n.p.yarn.attn_factor;
+  yarn.beta_fast = n.p.yarn.beta_fast;
+  yarn.beta_slow = n.p.yarn.beta_slow;
+  yarn.n_ctx_orig = n.p.yarn.n_ctx_orig;
   return Check(LaunchRope(o.f(0), o.i32(1), out, s.ne[0], s.ne[1], s.ne[2], n.p.n_rot,
                           n.p.rope_style == graph::RopeStyle::kNeoX ? 0 : 1, n.p.rope_base, st,
-                          factors ? reinterpret_cast<const float*>(factors->data) : nullptr),
+                          factors ? reinterpret_cast<const float*>(factors->data) : nullptr,
+                          &yarn),
                "RoPE");
 }
 
@@ -157,6 +165,16 @@ absl::Status CudaBackend::RunAttention(const OpArgs& o) {
   ap.scale = p.scale;
   ap.n_ctx = a.kv_layout.n_ctx;
   ap.kv_type = ToKvType(a.kv_layout.dtype);
+  ap.window = p.attn_window;
+  if (!n.weights.empty() && n.weights[0] != nullptr) {
+    ASSIGN_OR_RETURN(const WeightView* sinks, Weight(n.weights[0]));
+    if (sinks->type != GgmlType::kF32 || sinks->k * sinks->rows < p.n_head) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda Attn ", n.name, ": sinks '",
+                                                     n.weights[0]->name, "' are not f32 [",
+                                                     p.n_head, "]"));
+    }
+    ap.sinks = static_cast<const float*>(sinks->data);
+  }
   const int64_t nt = n.shape.ne[1];
   if (p.kv_block > 0) {
     // Paged (many sequences): decode tiles on the split-KV kernel,

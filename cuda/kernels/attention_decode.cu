@@ -62,6 +62,7 @@ struct DecodeArgs {
   int n_splits;
   int long_min;  // rows at which the GQA body takes over
   float qscale;  // scale * log2(e)
+  int window;    // AttnParams::window
   // Paged (null tiles: the contiguous single-token form). grid.z walks the
   // tiles; a tile of one token is this kernel's, others exit.
   const int32_t* tiles;   // [n_tiles][4]
@@ -102,9 +103,16 @@ __device__ __forceinline__ int decode_n_kv(const DecodeArgs& a, const DecodeToke
   return static_cast<int>(n < 0 ? 0 : n > limit ? limit : n);
 }
 
-__device__ __forceinline__ void stripe_bounds(int n_kv, int n_splits, int sp, int* lo, int* hi) {
-  const int rps = (n_kv + n_splits - 1) / n_splits;
-  *lo = min(sp * rps, n_kv);
+// The first row the token sees: a sliding window starts at n_kv - window.
+__device__ __forceinline__ int decode_start(const DecodeArgs& a, int n_kv) {
+  return a.window > 0 && n_kv > a.window ? n_kv - a.window : 0;
+}
+
+// Stripe sp of the visible rows [kv0, n_kv).
+__device__ __forceinline__ void stripe_bounds(int kv0, int n_kv, int n_splits, int sp, int* lo,
+                                              int* hi) {
+  const int rps = (n_kv - kv0 + n_splits - 1) / n_splits;
+  *lo = min(kv0 + sp * rps, n_kv);
   *hi = min(*lo + rps, n_kv);
 }
 
@@ -254,13 +262,14 @@ __global__ void __launch_bounds__(32) attn_decode_1w_kernel(DecodeArgs a) {
   DecodeToken d;
   if (!decode_token(a, &d)) return;
   const int n_kv = decode_n_kv(a, d);
-  if (n_kv >= a.long_min) return;  // the GQA body's turn
+  const int kv0 = decode_start(a, n_kv);
+  if (n_kv - kv0 >= a.long_min) return;  // the GQA body's turn
   const int sp = blockIdx.x, h = blockIdx.y;
   const int lane = threadIdx.x;
   const bool on = lane < (a.hd >> 2);
   const int hk = h / a.group;
   int lo, hi;
-  stripe_bounds(n_kv, a.n_splits, sp, &lo, &hi);
+  stripe_bounds(kv0, n_kv, a.n_splits, sp, &lo, &hi);
   const float4 q[1] = {load_q(a, d, h, lane, on)};
   float m = -INFINITY, S = 0.0f;
   float4 acc[1] = {make_float4(0.f, 0.f, 0.f, 0.f)};
@@ -284,13 +293,14 @@ __global__ void __launch_bounds__(32 * kLongWarps) attn_decode_gqa_kernel(Decode
   DecodeToken d;
   if (!decode_token(a, &d)) return;
   const int n_kv = decode_n_kv(a, d);
-  if (n_kv < a.long_min) return;  // the one-warp body's turn (block-uniform)
+  const int kv0 = decode_start(a, n_kv);
+  if (n_kv - kv0 < a.long_min) return;  // the one-warp body's turn (block-uniform)
   const int sp = blockIdx.x, h0 = blockIdx.y * NG;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const bool on = lane < (a.hd >> 2);
   const int hk = h0 / a.group;  // NG divides group: all NG heads share hk
   int lo, hi;
-  stripe_bounds(n_kv, a.n_splits, sp, &lo, &hi);
+  stripe_bounds(kv0, n_kv, a.n_splits, sp, &lo, &hi);
   // Whole quads per warp (the last warp with rows may get a partial one).
   const int sub = (hi - lo + 4 * kLongWarps - 1) / (4 * kLongWarps) * 4;
   const int wlo = min(lo + warp * sub, hi);
@@ -345,11 +355,14 @@ __global__ void __launch_bounds__(32 * kLongWarps) attn_decode_gqa_kernel(Decode
 
 // Merges the stripes: gm = max m_sp, w_sp = 2^(m_sp - gm),
 // out = sum w_sp acc_sp / sum w_sp S_sp. One warp per head; lane sp reads
-// stripe sp's max and sum, lane i owns dims 4i..4i+3 of the output.
+// stripe sp's max and sum, lane i owns dims 4i..4i+3 of the output. A sink
+// s (log2 units: s_h log2(e)) joins the max and adds 2^(s - gm) to the
+// normalizer.
 __global__ void __launch_bounds__(32)
     attn_decode_combine_kernel(const float* __restrict__ partial, float* __restrict__ out,
                                int n_head, int hd, int pstr, int n_splits,
-                               const int32_t* __restrict__ tiles) {
+                               const int32_t* __restrict__ tiles,
+                               const float* __restrict__ sinks) {
   const int h = blockIdx.x, lane = threadIdx.x;
   const int64_t split_stride = static_cast<int64_t>(n_head) * pstr;
   int64_t t = 0;
@@ -364,9 +377,10 @@ __global__ void __launch_bounds__(32)
   const bool has = lane < n_splits;
   const float m_sp = has ? base[lane * split_stride] : -INFINITY;
   const float s_sp = has ? base[lane * split_stride + 1] : 0.0f;
-  const float gm = warp_max(m_sp);
+  const float s2 = sinks != nullptr ? __ldg(sinks + h) * kLog2e : -INFINITY;
+  const float gm = fmaxf(warp_max(m_sp), s2);
   const float wt = (has && gm != -INFINITY) ? exp2f(m_sp - gm) : 0.0f;
-  const float s_tot = warp_sum(s_sp * wt);
+  const float s_tot = warp_sum(s_sp * wt) + (sinks != nullptr ? exp2f(s2 - gm) : 0.0f);
   const bool on = lane < (hd >> 2);
   float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int sp = 0; sp < n_splits; ++sp) {
@@ -463,6 +477,7 @@ cudaError_t LaunchDecode(const float* q, const int32_t* pos, const void* k_cache
   a.n_splits = cfg.n_splits;
   a.long_min = cfg.long_min_rows;
   a.qscale = p.scale * kLog2e;
+  a.window = p.window;
   a.tiles = nullptr;
   a.tables = nullptr;
   a.max_blocks = 0;
@@ -496,7 +511,7 @@ cudaError_t LaunchDecode(const float* q, const int32_t* pos, const void* k_cache
       return cudaErrorInvalidValue;
   }
   attn_decode_combine_kernel<<<dim3(p.n_head, n_z), 32, 0, stream>>>(
-      partial, out, p.n_head, p.head_dim, a.pstr, cfg.n_splits, a.tiles);
+      partial, out, p.n_head, p.head_dim, a.pstr, cfg.n_splits, a.tiles, p.sinks);
   return cudaGetLastError();
 }
 

@@ -38,6 +38,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
   __shared__ __align__(16) float ks[kKTile][kMaxHd];
   __shared__ __align__(16) float vs[kKTile][kMaxHd];
   __shared__ int s_end[kThreads / 32];
+  __shared__ int s_begin[kThreads / 32];
   // Contiguous: tiles with the longest causal range first (they bound the
   // kernel's time). Paged: two CTAs per graph tile of up to 64 tokens.
   int64_t t_begin, t_end;
@@ -61,6 +62,8 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
   const int64_t limit = paged ? static_cast<int64_t>(a.max_blocks) << a.block_shift : a.n_ctx;
   if (p >= limit) p = static_cast<int>(limit - 1);
   if (p < -1) p = -1;
+  // The first row the query sees (a sliding window starts later).
+  const int lo_q = a.window > 0 ? max(p - a.window + 1, 0) : 0;
 
   const int64_t qo = (t * a.n_head + h) * a.hd;  // q and out offset of (t, h)
   float4 q[kChunks], acc[kChunks];
@@ -76,19 +79,28 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
     acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 
-  // Rows this tile needs: [0, max over its queries of pos + 1).
+  // Rows this tile needs: [min over its queries of the first visible row,
+  // max over them of pos + 1).
   int end = p + 1;
+  int begin = tok ? lo_q : INT_MAX;
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) end = max(end, __shfl_xor_sync(kFullWarpMask, end, off));
-  if (lane == 0) s_end[tid >> 5] = end;
+  for (int off = 16; off > 0; off >>= 1) {
+    end = max(end, __shfl_xor_sync(kFullWarpMask, end, off));
+    begin = min(begin, __shfl_xor_sync(kFullWarpMask, begin, off));
+  }
+  if (lane == 0) s_end[tid >> 5] = end, s_begin[tid >> 5] = begin;
   __syncthreads();
-  int kv_end = s_end[0];
+  int kv_end = s_end[0], kv_begin = s_begin[0];
 #pragma unroll
-  for (int w = 1; w < kThreads / 32; ++w) kv_end = max(kv_end, s_end[w]);
+  for (int w = 1; w < kThreads / 32; ++w) {
+    kv_end = max(kv_end, s_end[w]);
+    kv_begin = min(kv_begin, s_begin[w]);
+  }
+  kv_begin = kv_begin >= kv_end ? 0 : kv_begin / kKTile * kKTile;
 
   float m = -INFINITY, l = 0.0f;  // l: this thread's share of the row sum
   const int e0 = hk * a.hd;
-  for (int base = 0; base < kv_end; base += kKTile) {  // block-uniform
+  for (int base = kv_begin; base < kv_end; base += kKTile) {  // block-uniform
     __syncthreads();                                   // the previous tile is consumed
 #pragma unroll
     for (int it = 0; it < kKTile * 32 / kThreads; ++it) {
@@ -141,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
 #pragma unroll
     for (int jj = 0; jj < 8; ++jj) {
       const int row = base + 8 * sub + jj;
-      sc[jj] = row <= p ? sc[jj] : -INFINITY;  // causal mask
+      sc[jj] = row <= p && row >= lo_q ? sc[jj] : -INFINITY;  // causal (and window) mask
       mloc = fmaxf(mloc, sc[jj]);
     }
     mloc = fmaxf(mloc, __shfl_xor_sync(kFullWarpMask, mloc, 1));
@@ -187,6 +199,22 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
   l += __shfl_xor_sync(kFullWarpMask, l, 1);
   l += __shfl_xor_sync(kFullWarpMask, l, 2);
   if (!tok) return;
+  if (a.sinks != nullptr) {
+    // The sink joins the max and the normalizer: M = max(m, s), everything
+    // rescaled to it (m is the same in the query's 4 threads).
+    constexpr float kLog2e = 1.44269504088896340736f;
+    const float s2 = __ldg(a.sinks + h) * kLog2e;
+    const float mm = fmaxf(m, s2);
+    const float c = m == -INFINITY ? 0.0f : exp2f(m - mm);
+    l = l * c + exp2f(s2 - mm);
+#pragma unroll
+    for (int c4 = 0; c4 < kChunks; ++c4) {
+      acc[c4].x *= c;
+      acc[c4].y *= c;
+      acc[c4].z *= c;
+      acc[c4].w *= c;
+    }
+  }
   const float inv_ok = l > 0.0f ? 1.0f : 0.0f;
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {

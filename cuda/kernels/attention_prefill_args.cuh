@@ -25,6 +25,8 @@ struct AttnPrefillArgs {
   int group;     // query heads per KV head
   int hd;        // head dim
   float qscale;  // scale * log2(e): the kernels take exp2 of scores
+  int window;           // AttnParams::window
+  const float* sinks;   // AttnParams::sinks (natural-log logits)
   // Paged (ops.h AttnPaged; null tiles: contiguous, the grid walks nt).
   // blockIdx picks a tile; tiles of fewer than two tokens are the decode
   // kernel's.
@@ -71,6 +73,8 @@ inline AttnPrefillArgs MakeAttnPrefillArgs(const float* q, const int32_t* pos, i
   a.group = p.n_head / p.n_head_kv;
   a.hd = p.head_dim;
   a.qscale = p.scale * kLog2e;
+  a.window = p.window;
+  a.sinks = p.sinks;
   a.tiles = nullptr;
   a.tables = nullptr;
   a.max_blocks = 0;

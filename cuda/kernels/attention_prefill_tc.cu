@@ -377,8 +377,10 @@ cudaError_t LaunchAttnPrefillTcArgs(const AttnPrefillArgs& a, int64_t tiles, con
   // What only this kernel needs: f16 cache, head_dim 64 / 128, 16-byte
   // aligned caches (cp.async; rows and head offsets are then 128-byte
   // multiples), a grid.y that fits, and an sm_80+ device.
+  // Sliding windows and sinks (gpt-oss) are the CUDA-core kernel's.
   if (p.kv_type != KvType::kF16 || (p.head_dim != 64 && p.head_dim != 128) ||
-      !AlignedTo(a.k, 16) || !AlignedTo(a.v, 16) || tiles > kMaxTiles) {
+      !AlignedTo(a.k, 16) || !AlignedTo(a.v, 16) || tiles > kMaxTiles || p.window != 0 ||
+      p.sinks != nullptr) {
     return cudaErrorNotSupported;
   }
   int dev = 0, major = 0;

@@ -88,9 +88,23 @@ cudaError_t LaunchRmsNormDqw(const float* x, const float* w, float eps, void* ac
 // n_rot must be even, <= head_dim and <= 256. Dims past n_rot pass through.
 // host_factors (a HOST pointer, read during the call; may be null): n_rot/2
 // frequency factors, freq[i] = powf(base, -2i/n_rot) / host_factors[i].
+// yarn (may be null; graph.h RopeYarn, active when freq_scale != 1): the
+// CPU's YaRN — per pair the ramp mix of interpolated (freq_scale * theta)
+// and extrapolated angles, the table computed on the host with the CPU's
+// expressions, and cos/sin scaled by the magnitude factor; the float
+// operations are the CPU's, unfused.
+struct RopeYarnArgs {
+  float freq_scale = 1.0f;
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  int32_t n_ctx_orig = 0;
+};
 cudaError_t LaunchRope(const float* x, const int32_t* pos, float* y, int64_t head_dim,
                        int64_t n_heads, int64_t nt, int n_rot, int style, float base,
-                       cudaStream_t stream, const float* host_factors = nullptr);
+                       cudaStream_t stream, const float* host_factors = nullptr,
+                       const RopeYarnArgs* yarn = nullptr);
 
 // --- KV cache -----------------------------------------------------------------
 // Writes k/v rows (n_kv_embd floats per token) of nt tokens to cache row

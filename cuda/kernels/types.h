@@ -63,6 +63,12 @@ inline bool DqSupports(GgmlType type, bool q6k_padded) {
   return type == GgmlType::kQ4_K || (type == GgmlType::kQ6_K && q6k_padded);
 }
 
+// MXFP4 (gpt-oss's experts) is stored split per row: the 16 code bytes of
+// every block (block b at b * 16, so each is one aligned 16-byte load),
+// then the blocks' E8M0 exponents (block b's at nb * 16 + b), then the pad
+// to 16 bytes; 17 bytes per block as in the file.
+inline constexpr int kMxfp4CodeBytes = 16;
+
 // Bytes of one block of `type` in device memory (Q6_K padded or not).
 inline int64_t DeviceBlockBytes(GgmlType type, bool q6k_padded) {
   if (type == GgmlType::kQ6_K && q6k_padded) return kQ6KPaddedBytes;
@@ -94,6 +100,14 @@ struct AttnParams {
   float scale = 1.0f;     // softmax scale, 1/sqrt(head_dim)
   int64_t n_ctx = 0;      // cache rows
   KvType kv_type = KvType::kF32;
+  // Sliding window (gpt-oss; graph.h Attn): window > 0 keeps only the rows
+  // j with pos - j < window. 0: every row up to pos.
+  int32_t window = 0;
+  // Attention sinks (gpt-oss): device f32 [n_head] logits, one per query
+  // head, that join each softmax's max and normalizer without a value row;
+  // null: none. (The tensor-core prefill kernel takes neither: the
+  // CUDA-core one runs.)
+  const float* sinks = nullptr;
   int64_t n_kv_embd() const { return static_cast<int64_t>(n_head_kv) * head_dim; }
 };
 
@@ -110,6 +124,7 @@ enum DeviceError : int32_t {
   kDeviceBadPosition = 1,  // a position outside [0, n_ctx)
   kDeviceBadTokenId = 2,   // a GetRows id outside the table
   kDeviceBadTopKMode = 3,  // a TopK mode value outside sample.h's contract
+  kDeviceBadExpertId = 4,  // a MoeFFN route naming an expert outside [0, n_expert)
 };
 
 }  // namespace minfer::cuda

@@ -149,7 +149,18 @@ std::vector<uint8_t> DeviceLayout(const graph::Weight& w, int64_t dst_row) {
   const int64_t rows = w.rows();
   const int64_t src_row = w.row_bytes();
   std::vector<uint8_t> out(static_cast<size_t>(dst_row * rows), 0);
-  if (w.type == GgmlType::kQ6_K) {
+  if (w.type == GgmlType::kMXFP4) {
+    // Split (types.h): the blocks' 16 code bytes, then their exponents.
+    const int64_t blocks = src_row / 17;
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* src = w.data + r * src_row;
+      uint8_t* dst = out.data() + r * dst_row;
+      for (int64_t b = 0; b < blocks; ++b) {
+        dst[blocks * 16 + b] = src[b * 17];
+        std::memcpy(dst + b * 16, src + b * 17 + 1, 16);
+      }
+    }
+  } else if (w.type == GgmlType::kQ6_K) {
     const int64_t blocks = src_row / 210;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t b = 0; b < blocks; ++b) {
@@ -172,7 +183,7 @@ absl::StatusOr<WeightView> CudaState::RegisterWeight(uint64_t owner, const graph
   const int64_t row_bytes = DeviceRowBytes(w.type, w.ne0());
   const uint64_t device_bytes = static_cast<uint64_t>(DeviceWeightBytes(w.type, w.ne0(), w.rows()));
   // The GGUF bytes go up as they are when the device layout is the file's.
-  const bool repack = padded || row_bytes != w.row_bytes();
+  const bool repack = padded || w.type == GgmlType::kMXFP4 || row_bytes != w.row_bytes();
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
     auto it = weights_.find({owner, w.name});

@@ -57,12 +57,23 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Bytes of weights every forward step reads (each matmul weight once; the
-// embedding contributes one row per token).
-double WeightBytesPerStep(const runtime::Model& m) {
+// The share of a layer's experts a step of `tokens` tokens is expected to
+// read, routing uniform at random: 1 - (1 - k / n_expert)^tokens (k / n at
+// one token). 1 for dense models.
+double ExpertShare(const models::DecoderHparams& hp, int64_t tokens) {
+  if (!hp.moe()) return 1.0;
+  const double p = static_cast<double>(hp.n_expert_used) / static_cast<double>(hp.n_expert);
+  return 1.0 - std::pow(1.0 - p, static_cast<double>(tokens));
+}
+
+// Bytes of weights a forward step of `tokens` tokens reads: each matmul
+// weight once, the expert tensors (3-D) at ExpertShare, the embedding not
+// at all (one row per token is noise).
+double WeightBytesPerStep(const runtime::Model& m, int64_t tokens) {
   const auto& arch = m.arch();
+  const double share = ExpertShare(m.hparams(), tokens);
   double b = 0;
-  for (const auto& w : arch.weights()) b += w->nbytes;
+  for (const auto& w : arch.weights()) b += w->nbytes * (w->dims.size() == 3 ? share : 1.0);
   if (!m.hparams().tied_embeddings) b -= arch.token_embd()->nbytes;
   return b;
 }
@@ -160,7 +171,8 @@ int BatchedBench(std::shared_ptr<runtime::Model> model, const std::vector<int64_
                  r.activation_bytes() / 1048576.0, r.pool().bytes() / 1048576.0,
                  r.stats().graph_builds);
   }
-  const double wbytes = WeightBytesPerStep(*model);
+  // Per row: a decode step of B tokens (experts: the share B tokens touch).
+  auto wbytes_of = [&](int64_t b) { return WeightBytesPerStep(*model, b); };
   if (output == "json") {
     nlohmann::json j = nlohmann::json::array();
     for (const Row& x : rows) {
@@ -172,7 +184,7 @@ int BatchedBench(std::shared_ptr<runtime::Model> model, const std::vector<int64_
                    {"prompt_tokens_per_second", x.pp},
                    {"gen_tokens_per_second", x.tg},
                    {"step_ms", x.step_ms},
-                   {"weight_gb_per_second", wbytes / (x.step_ms / 1e3) / 1e9}});
+                   {"weight_gb_per_second", wbytes_of(x.b) / (x.step_ms / 1e3) / 1e9}});
     }
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -182,7 +194,7 @@ int BatchedBench(std::shared_ptr<runtime::Model> model, const std::vector<int64_
   for (const Row& x : rows) {
     std::printf("| %s | %s | %ld | %.1f | %.1f | %.1f | %.2f | %.0f |\n", model->name().c_str(),
                 model->backends().front()->name().c_str(), x.b, x.pp, x.tg, x.tg / x.b,
-                x.step_ms, wbytes / (x.step_ms / 1e3) / 1e9);
+                x.step_ms, wbytes_of(x.b) / (x.step_ms / 1e3) / 1e9);
   }
   return 0;
 }
@@ -467,11 +479,10 @@ int BenchMain(int argc, char** argv) {
     // Bytes read per decoded token: every matmul weight once (the embedding
     // contributes one row) plus the KV cache rows attended over (average
     // context over the run).
+    // (Experts: only the k of n_expert a token routes to.)
     const auto& arch = (*model)->arch();
-    for (const auto& w : arch.weights()) bytes_per_token += w->nbytes;
-    if (!hp.tied_embeddings) {
-      bytes_per_token -= arch.token_embd()->nbytes - arch.token_embd()->row_bytes();
-    }
+    bytes_per_token += WeightBytesPerStep(**model, 1);
+    if (!hp.tied_embeddings) bytes_per_token += arch.token_embd()->row_bytes();
     const double avg_ctx = depth + n_gen / 2.0;
     bytes_per_token += 2.0 * hp.n_layer * avg_ctx *
                        graph::DTypeBytes(s.kv_type(), hp.n_embd_kv());

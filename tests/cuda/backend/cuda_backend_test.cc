@@ -9,16 +9,19 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <set>
 
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
 #include "cuda/kernels/dq_wgmma.h"
 #include "cuda/kernels/mmq.h"
+#include "cuda/kernels/moe.h"
 #include "cuda/state/cuda_state.h"
 #include "cuda/testing/gpu_test_util.h"
 #include "engine/base/knobs.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/kernels.h"
 #include "engine/graph/graph.h"
 #include "engine/quant/quantize.h"
 #include "engine/runtime/generation.h"
@@ -262,6 +265,34 @@ TEST_F(CudaBackendOpTest, RmsNormAndRope) {
     h.Run(plain, {Bytes(x), Bytes(pos)}, &c2, &g2);
     EXPECT_GT(RelErr(c2, c), 1e-3);
   }
+  // YaRN (gpt-oss: factor 32 over 4,096 original positions, NeoX pairs of
+  // head_dim 64): the ramp mixes interpolated and extrapolated angles and
+  // the magnitude scales; equal to the CPU within the RoPE bound, and not
+  // equal to plain RoPE.
+  {
+    const int64_t hd = 64, heads = 8, nt = 6;
+    Node rope = MakeNode(OpKind::kRoPE, Shape(hd, heads, nt));
+    rope.p.rope_style = graph::RopeStyle::kNeoX;
+    rope.p.rope_base = 150000.0f;
+    rope.p.n_rot = hd;
+    rope.p.yarn.freq_scale = 1.0f / 32.0f;
+    rope.p.yarn.ext_factor = 1.0f;
+    rope.p.yarn.attn_factor = 1.0f;
+    rope.p.yarn.beta_fast = 32.0f;
+    rope.p.yarn.beta_slow = 1.0f;
+    rope.p.yarn.n_ctx_orig = 4096;
+    rope.inputs = {0, 1};
+    ASSERT_TRUE(h.gpu()->SupportsOp(rope));
+    auto x = RandomFloats(hd * heads * nt);
+    std::vector<int32_t> pos = {0, 1, 77, 4095, 32767, 131071};
+    h.Run(rope, {Bytes(x), Bytes(pos)}, &c, &g);
+    EXPECT_LT(RelErr(g, c), 1e-5) << "YaRN";
+    Node plain = rope;
+    plain.p.yarn = graph::RopeYarn{};
+    std::vector<float> c2, g2;
+    h.Run(plain, {Bytes(x), Bytes(pos)}, &c2, &g2);
+    EXPECT_GT(RelErr(c2, c), 1e-3);
+  }
 }
 
 const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
@@ -306,7 +337,9 @@ TEST_F(CudaBackendOpTest, MatMulEveryTypeAndTokenCount) {
       double bound = nt >= 9 ? 1e-2 : (t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16 ? 1e-5 : 1e-5);
       EXPECT_LT(RelErr(g, c), bound) << "nt " << nt;
     }
-    EXPECT_EQ(h.gpu()->stats().gemm_f16, 3);  // nt 9, 17, 100
+    // nt 9, 17, 100; an f32 matrix of 300 rows is a router's shape and
+    // stays on the f32 matvec (matmul_choice.h rule 0).
+    EXPECT_EQ(h.gpu()->stats().gemm_f16, t == GgmlType::kF32 ? 0 : 3);
     EXPECT_EQ(h.gpu()->stats().mmq_fast + h.gpu()->stats().mmq_generic, 0);
   }
 }
@@ -715,6 +748,176 @@ TEST_F(CudaBackendOpTest, DecodeFusions) {
   }
 }
 
+// --- mixture of experts -----------------------------------------------------------
+
+uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// A 3-D expert weight [k, rows, n_exp] (expert e: rows e * rows ..).
+std::unique_ptr<TestWeight> MakeExperts(const std::string& name, GgmlType type, int64_t k,
+                                        int64_t rows, int64_t n_exp) {
+  auto tw = MakeWeight(name, type, k, rows * n_exp, 0.1f);
+  tw->w.dims = {k, rows, n_exp};
+  return tw;
+}
+
+// The router's logits [nt][n_exp]: random, with exact ties (equal logits
+// in one row: the lower id first on both sides) in every fifth token.
+std::vector<float> RouterLogits(int64_t n_exp, int64_t nt) {
+  std::vector<float> l = RandomFloats(n_exp * nt, 2.0f);
+  for (int64_t t = 0; t < nt; t += 5) {
+    float* r = l.data() + t * n_exp;
+    r[n_exp - 1] = r[0] = r[n_exp / 2];
+  }
+  return l;
+}
+
+// MoeRoute: the chosen ids equal the CPU's bit for bit (ties included);
+// the weights within 2e-6 relative (expf against std::exp, the same double
+// sums), for every gating, normalization and scale, k up to 32 of 256.
+TEST_F(CudaBackendOpTest, MoeRouteEqualsCpu) {
+  OpHarness h({});
+  ASSERT_NE(h.gpu(), nullptr);
+  struct Case {
+    int n_exp, k;
+    graph::MoeGating gating;
+    bool norm;
+    float scale;
+  };
+  const Case cases[] = {{16, 4, graph::MoeGating::kSoftmax, true, 0.0f},
+                        {128, 8, graph::MoeGating::kSoftmax, true, 0.0f},
+                        {128, 8, graph::MoeGating::kSoftmax, false, 2.5f},
+                        {32, 4, graph::MoeGating::kSoftmaxWeight, false, 0.0f},
+                        {256, 32, graph::MoeGating::kSoftmaxWeight, true, 0.5f},
+                        {7, 7, graph::MoeGating::kSoftmax, false, 0.0f},
+                        {60, 1, graph::MoeGating::kSoftmax, true, 0.0f}};
+  for (const Case& c : cases) {
+    for (int64_t nt : {1, 9, 70}) {
+      SCOPED_TRACE(absl::StrCat(c.n_exp, " experts, k ", c.k, ", gating ",
+                                static_cast<int>(c.gating), ", nt ", nt));
+      Node n = MakeNode(OpKind::kMoeRoute, Shape(2 * c.k, nt));
+      n.inputs = {0};
+      n.p.n_expert = c.n_exp;
+      n.p.n_expert_used = c.k;
+      n.p.moe_gating = c.gating;
+      n.p.moe_norm = c.norm;
+      n.p.moe_scale = c.scale;
+      ASSERT_TRUE(h.gpu()->SupportsOp(n));
+      std::vector<float> cr, gr;
+      h.Run(n, {Bytes(RouterLogits(c.n_exp, nt))}, &cr, &gr);
+      ASSERT_EQ(cr.size(), gr.size());
+      for (int64_t t = 0; t < nt; ++t) {
+        for (int j = 0; j < c.k; ++j) {
+          const int64_t wi = t * 2 * c.k + j, ii = wi + c.k;
+          EXPECT_EQ(FloatBits(gr[ii]), FloatBits(cr[ii])) << "token " << t << " choice " << j;
+          EXPECT_NEAR(gr[wi], cr[wi], 2e-6 * std::fabs(cr[wi]) + 1e-30)
+              << "token " << t << " choice " << j;
+        }
+      }
+    }
+  }
+  Node big = MakeNode(OpKind::kMoeRoute, Shape(2 * 8, 1));
+  big.p.n_expert = kMoeMaxExperts + 1;
+  big.p.n_expert_used = 8;
+  EXPECT_FALSE(h.gpu()->SupportsOp(big));
+}
+
+// MoeFFN against the CPU's grouped expert FFN with the same route: SiLU
+// experts of each integer-dot type (gate/up fused), gate and up of
+// different types, and gpt-oss's form (biases, the clamped SwiGLU), at
+// token counts on every tile width (1, 2, 4, 8 columns) up to a prefill.
+// The dot products are the CPU's terms in another order; the intermediate
+// activation is re-quantized on both sides, so an element that differs in
+// the last bit may land one int8 step apart: the bound is 2e-3 relative
+// (measured in the log).
+TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
+  struct Case {
+    const char* name;
+    GgmlType gate, up, down;
+    bool biases;
+    graph::MoeAct act;
+  };
+  const Case cases[] = {
+      {"q8_0", GgmlType::kQ8_0, GgmlType::kQ8_0, GgmlType::kQ8_0, false, graph::MoeAct::kSilu},
+      {"q4_k/q6_k", GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K, false,
+       graph::MoeAct::kSilu},
+      {"q5_k", GgmlType::kQ5_K, GgmlType::kQ5_K, GgmlType::kQ5_K, false, graph::MoeAct::kSilu},
+      {"q4_0/q5_1", GgmlType::kQ4_0, GgmlType::kQ4_0, GgmlType::kQ5_1, false,
+       graph::MoeAct::kSilu},
+      {"mixed gate/up", GgmlType::kQ4_K, GgmlType::kQ8_0, GgmlType::kQ4_1, false,
+       graph::MoeAct::kSilu},
+      {"gpt-oss form", GgmlType::kQ8_0, GgmlType::kQ8_0, GgmlType::kQ5_0, true,
+       graph::MoeAct::kSwigluOai},
+      // gpt-oss's release: MXFP4 experts (the registry's split layout).
+      {"mxfp4", GgmlType::kMXFP4, GgmlType::kMXFP4, GgmlType::kMXFP4, true,
+       graph::MoeAct::kSwigluOai},
+      {"mxfp4 silu", GgmlType::kMXFP4, GgmlType::kMXFP4, GgmlType::kMXFP4, false,
+       graph::MoeAct::kSilu},
+  };
+  const int64_t E = 512, F = 256, n_exp = 16;
+  const int k = 4;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto G = MakeExperts("gate_exps", c.gate, E, F, n_exp);
+    auto U = MakeExperts("up_exps", c.up, E, F, n_exp);
+    auto D = MakeExperts("down_exps", c.down, F, E, n_exp);
+    auto bg = MakeWeight("gate_b", GgmlType::kF32, F, n_exp, 0.5f);
+    auto bu = MakeWeight("up_b", GgmlType::kF32, F, n_exp, 0.5f);
+    auto bd = MakeWeight("down_b", GgmlType::kF32, E, n_exp, 0.5f);
+    std::vector<const graph::Weight*> ws = {&G->w, &U->w, &D->w};
+    if (c.biases) ws.insert(ws.end(), {&bg->w, &bu->w, &bd->w});
+    OpHarness h(ws);
+    ASSERT_NE(h.gpu(), nullptr);
+    for (int64_t nt : {1, 2, 3, 5, 8, 9, 40, 300}) {
+      SCOPED_TRACE(absl::StrCat("nt ", nt));
+      // The route both sides read: the CPU's MoeRoute of random logits.
+      graph::OpParams rp;
+      rp.n_expert_used = k;
+      rp.moe_norm = true;
+      std::vector<float> route(2 * k * nt);
+      ASSERT_TRUE(cpu::MoeRouteRows(RouterLogits(n_exp, nt).data(), n_exp, nt, rp, route.data())
+                      .ok());
+      Node n = MakeNode(OpKind::kMoeFFN, Shape(E, nt), ws);
+      n.inputs = {0, 1};
+      n.p.n_expert = static_cast<int32_t>(n_exp);
+      n.p.n_expert_used = k;
+      n.p.moe_act = c.act;
+      ASSERT_TRUE(h.gpu()->SupportsOp(n));
+      std::vector<float> cy, gy;
+      h.Run(n, {Bytes(RandomFloats(E * nt, 1.0f)), Bytes(route)}, &cy, &gy);
+      const double err = RelErr(gy, cy);
+      std::cout << c.name << " nt " << nt << ": relative error " << err << "\n";
+      EXPECT_LT(err, 2e-3);
+    }
+  }
+}
+
+// An expert type without an integer dot (f16) keeps the node off the GPU;
+// MXFP4 outside an expert tensor is refused at upload, naming the tensor.
+TEST_F(CudaBackendOpTest, MoeFfnRefusesExpertsWithoutAKernel) {
+  OpHarness h({});
+  ASSERT_NE(h.gpu(), nullptr);
+  auto G = MakeExperts("gate_exps", GgmlType::kF16, 256, 64, 4);
+  auto U = MakeExperts("up_exps", GgmlType::kQ8_0, 256, 64, 4);
+  auto D = MakeExperts("down_exps", GgmlType::kQ8_0, 64, 256, 4);
+  Node n = MakeNode(OpKind::kMoeFFN, Shape(256, 1), {&G->w, &U->w, &D->w});
+  n.p.n_expert = 4;
+  n.p.n_expert_used = 2;
+  EXPECT_FALSE(h.gpu()->SupportsOp(n));
+  auto G8 = MakeExperts("gate_exps", GgmlType::kQ8_0, 256, 64, 4);
+  n.weights[0] = &G8->w;
+  EXPECT_TRUE(h.gpu()->SupportsOp(n));
+  auto flat = MakeWeight("flat_mxfp4", GgmlType::kMXFP4, 256, 64);
+  auto state = CudaState::Get();
+  ASSERT_TRUE(state.ok());
+  auto b = CudaBackend::Create(*state, {&flat->w}, nullptr, nullptr);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("flat_mxfp4"), std::string::npos) << b.status();
+}
+
 // --- model level ----------------------------------------------------------------
 
 std::shared_ptr<runtime::Model> Load(const std::string& shape, const std::string& type,
@@ -790,6 +993,30 @@ TEST_P(CudaModelTest, GreedyEqualsCpuWithTensorCorePrefillAttention) {
   ScopedKnob tc("MINFER_ATTN_PREFILL_TC", "1");
   ScopedKnob kv("MINFER_CACHE_TYPE", "f16");
   ExpectGreedyEqualsCpu(GetParam());
+}
+
+// Mixtures of experts on the GPU — qwen3moe-tiny (16 experts, 4 per
+// token) and gpt-oss-tiny (its MXFP4 release form too: sinks, sliding
+// windows, YaRN, biases, the clamped SwiGLU): the router, grouping and
+// expert kernels under graph capture and replay; greedy output equals the
+// CPU's.
+TEST(CudaMoeModelTest, GreedyEqualsCpu) {
+  MINFER_REQUIRE_GPU();
+  for (const auto& [shape, type] : {std::pair<std::string, std::string>{"qwen3moe-tiny", "q8_0"},
+                                    {"qwen3moe-tiny", "q4_k_m"},
+                                    {"gpt-oss-tiny", "q8_0"},
+                                    {"gpt-oss-tiny", "mxfp4_moe"}}) {
+    SCOPED_TRACE(shape + " " + type);
+    auto cpu = Load(shape, type, "cpu");
+    auto gpu = Load(shape, type, "cuda");
+    ASSERT_TRUE(cpu && gpu);
+    EXPECT_TRUE(gpu->gpu());
+    std::vector<int32_t> prompt = {100, 200, 300, 17, 18, 19, 999, 5, 6, 7, 8, 1000,
+                                   1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+    const auto g = Greedy(gpu, prompt, 40);
+    EXPECT_EQ(g, Greedy(cpu, prompt, 40));
+    EXPECT_GE(std::set<int32_t>(g.begin(), g.end()).size(), 6u);
+  }
 }
 
 // The same gate at a real shape: Qwen2.5-0.5B Q4_K_M (q5_0/q8_0/q4_K/q6_K mix,

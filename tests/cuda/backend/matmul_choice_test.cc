@@ -327,6 +327,33 @@ TEST(MatmulChoiceTest, KernelPerKnobSettingMatchesTheDocumentedRules) {
   EXPECT_EQ(checked, 17 * 6 * 4 * 14);
 }
 
+// Rule 0: a mixture-of-experts router (f32, at most kExactF32MaxRows rows)
+// stays on the f32 matvec at every batch size under every knob setting, so
+// its logits are f32 dots like the CPU's; a larger f32 matrix, or a router
+// stored in f16, takes the f16 GEMM from 9 tokens as before.
+TEST(MatmulChoiceTest, SmallF32RoutersStayExactAtEveryBatchSize) {
+  const Weight f32{GgmlType::kF32, false, kFloat};
+  const Weight f16{GgmlType::kF16, false, kFloat};
+  int checked = 0;
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    for (const Shape s : {Shape{2048, 128}, Shape{2880, 32}, Shape{4096, kExactF32MaxRows}}) {
+      for (int64_t nt : kTokens) {
+        EXPECT_EQ(ChooseMatmulKernel(Input(c.ctx, f32, s, nt)), K::kMatvecF32)
+            << s.rows << "x" << s.k << " nt " << nt;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 17 * 3 * 14);
+  const MatmulContext ctx = H100();
+  EXPECT_EQ(ChooseMatmulKernel(Input(ctx, f32, Shape{4096, kExactF32MaxRows + 1}, 9)),
+            K::kGemmF16);
+  EXPECT_EQ(ChooseMatmulKernel(Input(ctx, f32, Shape{4096, kExactF32MaxRows + 1}, 8)),
+            K::kMatvecF32);
+  EXPECT_EQ(ChooseMatmulKernel(Input(ctx, f16, Shape{2048, 128}, 9)), K::kGemmF16);
+}
+
 // One setting the documentation leaves open, pinned as the backend runs
 // it: with MINFER_MMQ_SMALL_MIN_TOKENS above MINFER_MMQ_MIN_TOKENS, the
 // batches between (here 9..11) run the few-token GEMM anyway — its lower

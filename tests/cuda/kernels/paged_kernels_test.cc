@@ -62,9 +62,13 @@ struct Batch {
   std::vector<int64_t> t0;
 };
 
+// window / sinks: gpt-oss's sliding window and attention sinks (host
+// values; the caller puts them on the device in b.p.sinks).
 Batch MakeBatch(KvType type, int n_head, int n_head_kv, int hd, int kv_block,
-                const std::vector<Seq>& seqs, std::mt19937_64& rng) {
+                const std::vector<Seq>& seqs, std::mt19937_64& rng, int window = 0,
+                const std::vector<float>* sinks = nullptr) {
   Batch b;
+  b.p.window = window;
   b.p.n_head = n_head;
   b.p.n_head_kv = n_head_kv;
   b.p.head_dim = hd;
@@ -136,6 +140,8 @@ Batch MakeBatch(KvType type, int n_head, int n_head_kv, int hd, int kv_block,
   pa.k_cache = b.k.data();
   pa.v_cache = b.v.data();
   pa.y = b.want.data();
+  pa.window = window;
+  pa.sinks = sinks != nullptr ? sinks->data() : nullptr;
   EXPECT_TRUE(cpu::PagedAttention(pool, pa).ok());
   return b;
 }
@@ -143,6 +149,8 @@ Batch MakeBatch(KvType type, int n_head, int n_head_kv, int hd, int kv_block,
 struct PagedCase {
   KvType type;
   int n_head, n_head_kv, hd, kv_block;
+  int window = 0;      // sliding window (gpt-oss), 0: none
+  bool sinks = false;  // attention sinks (gpt-oss)
 };
 
 class PagedAttentionGpuTest : public ::testing::TestWithParam<PagedCase> {};
@@ -155,7 +163,11 @@ TEST_P(PagedAttentionGpuTest, MatchesCpuAndContiguousKernels) {
   // bodies), prefill chunks after history and from row 0, a 2-token tile.
   const std::vector<Seq> seqs = {{1, 1},   {37, 1},  {300, 1}, {700, 1}, {1500, 1},
                                  {200, 70}, {64, 64}, {129, 2}, {16, 1}};
-  Batch b = MakeBatch(c.type, c.n_head, c.n_head_kv, c.hd, c.kv_block, seqs, rng);
+  const std::vector<float> sinks = RandomFloats(c.n_head, 3.0f);
+  Batch b = MakeBatch(c.type, c.n_head, c.n_head_kv, c.hd, c.kv_block, seqs, rng, c.window,
+                      c.sinks ? &sinks : nullptr);
+  DeviceBuffer<float> dsinks(sinks);
+  if (c.sinks) b.p.sinks = dsinks.get();
   const int64_t nt = static_cast<int64_t>(b.pos.size());
   DeviceBuffer<float> dq(b.q), out(b.q.size());
   DeviceBuffer<int32_t> dpos(b.pos), dtiles(b.tiles), dtables(b.tables);
@@ -176,7 +188,8 @@ TEST_P(PagedAttentionGpuTest, MatchesCpuAndContiguousKernels) {
                                        pg, tc, nullptr));
     SYNC();
     const auto got = out.ToHost();
-    const bool tc_ran = tc && c.type == KvType::kF16 && (c.hd == 64 || c.hd == 128);
+    const bool tc_ran = tc && c.type == KvType::kF16 && (c.hd == 64 || c.hd == 128) &&
+                        c.window == 0 && !c.sinks;
     const int64_t hdh = static_cast<int64_t>(c.n_head) * c.hd;
     for (size_t si = 0; si < seqs.size(); ++si) {
       const bool prefill = seqs[si].n_new > 1;
@@ -248,7 +261,15 @@ INSTANTIATE_TEST_SUITE_P(
                       PagedCase{KvType::kF16, 14, 2, 64, 256}, PagedCase{KvType::kF32, 14, 2, 64, 16},
                       PagedCase{KvType::kF32, 8, 2, 32, 32}, PagedCase{KvType::kQ8_0, 28, 4, 128, 64},
                       PagedCase{KvType::kFp8, 28, 4, 128, 64}, PagedCase{KvType::kFp8, 14, 2, 64, 16},
-                      PagedCase{KvType::kF16, 7, 7, 64, 1}));
+                      PagedCase{KvType::kF16, 7, 7, 64, 1},
+                      // gpt-oss: 64 heads over 8 KV heads of 64, a 128-row
+                      // window (the one-warp decode body) and sinks; a
+                      // 700-row window (the GQA body at 1,500 rows); sinks
+                      // alone; a window alone over q8_0.
+                      PagedCase{KvType::kF16, 64, 8, 64, 16, 128, true},
+                      PagedCase{KvType::kF16, 16, 8, 64, 64, 700, true},
+                      PagedCase{KvType::kF32, 14, 2, 64, 16, 0, true},
+                      PagedCase{KvType::kQ8_0, 8, 2, 64, 32, 33, false}));
 
 TEST(QkvRowsTest, StoresAtRowsAndRopesAtPositions) {
   MINFER_REQUIRE_GPU();

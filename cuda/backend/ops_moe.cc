@@ -1,0 +1,174 @@
+// The CUDA backend's mixture-of-experts handlers: MoeRoute (the router's
+// top-k) and MoeFFN (grouped expert matmuls; cuda/kernels/moe.h has the
+// plan of one step and why it is capture-safe).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/kernels/matmul.h"
+#include "cuda/kernels/moe.h"
+#include "engine/base/status.h"
+#include "engine/graph/graph.h"
+
+namespace minfer::cuda {
+
+using graph::ExecArgs;
+using graph::Node;
+
+namespace {
+
+// Scratch is sized for at least this many tokens, so decode batches up to
+// it never grow it (a growing scratch moves under recorded graphs).
+constexpr int64_t kMoeScratchTokens = 256;
+
+int64_t Align256(int64_t b) { return (b + 255) / 256 * 256; }
+
+}  // namespace
+
+bool CudaBackend::MoeFfnSupported(const Node& n) {
+  if (n.weights.size() < 3 || n.p.n_expert < 1 || n.p.n_expert > kMoeMaxExperts ||
+      n.p.n_expert_used < 1 || n.p.n_expert_used > kMoeMaxUsed) {
+    return false;
+  }
+  for (int i = 0; i < 3; ++i) {
+    const graph::Weight* w = n.weights[i];
+    if (w == nullptr || w->dims.size() != 3 ||
+        !(MmvqSupports(w->type) || w->type == GgmlType::kMXFP4) ||
+        w->dims[0] % TraitsOf(w->type).block_size != 0) {
+      return false;
+    }
+  }
+  // The intermediate activation is quantized in blocks of 32.
+  if (n.weights[2]->dims[0] % 32 != 0) return false;
+  for (size_t i = 3; i < n.weights.size(); ++i) {
+    if (n.weights[i] != nullptr && n.weights[i]->type != GgmlType::kF32) return false;
+  }
+  return true;
+}
+
+absl::Status CudaBackend::RunMoeRoute(const OpArgs& o) {
+  const Node& n = o.n;
+  MoeRouteArgs a;
+  a.n_expert = n.p.n_expert;
+  a.k = n.p.n_expert_used;
+  a.gating = n.p.moe_gating == graph::MoeGating::kSoftmax ? 0 : 1;
+  a.norm = n.p.moe_norm;
+  a.scale = n.p.moe_scale;
+  return Check(LaunchMoeRoute(o.f(0), n.shape.ne[1], a, o.out, o.st), "MoeRoute");
+}
+
+absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
+  const Node& n = o.n;
+  const ExecArgs& a = o.a;
+  cudaStream_t st = o.st;
+  ASSIGN_OR_RETURN(const WeightView* G, Weight(n.weights[0]));
+  ASSIGN_OR_RETURN(const WeightView* U, Weight(n.weights[1]));
+  ASSIGN_OR_RETURN(const WeightView* D, Weight(n.weights[2]));
+  auto bias = [&](size_t i) -> absl::StatusOr<const WeightView*> {
+    if (n.weights.size() <= i || n.weights[i] == nullptr) return nullptr;
+    return Weight(n.weights[i]);
+  };
+  ASSIGN_OR_RETURN(const WeightView* bg, bias(3));
+  ASSIGN_OR_RETURN(const WeightView* bu, bias(4));
+  ASSIGN_OR_RETURN(const WeightView* bd, bias(5));
+  const int64_t nt = n.shape.ne[1];
+  const int k = n.p.n_expert_used, n_exp = n.p.n_expert;
+  const int64_t E = G->k, F = G->rows / n_exp;
+  if (G->rows != F * n_exp || U->k != E || U->rows != G->rows || D->k != F ||
+      D->rows != E * n_exp || o.n_el != E * nt) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda MoeFFN ", n.name, ": gate ", G->k, "x", G->rows, ", up ", U->k, "x", U->rows,
+        ", down ", D->k, "x", D->rows, " do not fit ", n_exp, " experts and output ", o.n_el,
+        " for ", nt, " tokens"));
+  }
+  const int64_t A = nt * k;
+  const int tt = MoeTileTokens(nt);
+  const int64_t max_tiles = MoeMaxTiles(nt, k, n_exp);
+
+  // One scratch for the step: the grouping, g and u [A][F], the quantized
+  // h [A][F / 32], d [A][E]. Sized for max(nt, kMoeScratchTokens) tokens.
+  const int64_t cap_nt = std::max(nt, kMoeScratchTokens);
+  const int64_t cap_a = cap_nt * k;
+  const int64_t cap_tiles = MoeMaxTiles(cap_nt, k, n_exp);
+  const int64_t off_slot = Align256(cap_a * 4);
+  const int64_t off_tiles = off_slot + Align256(cap_a * 4);
+  const int64_t off_ntiles = off_tiles + Align256(cap_tiles * 16);
+  const int64_t off_g = off_ntiles + 256;
+  const int64_t off_u = off_g + Align256(cap_a * F * 4);
+  const int64_t off_qh = off_u + Align256(cap_a * F * 4);
+  const int64_t off_d = off_qh + Align256(cap_a * (F / 32) * static_cast<int64_t>(sizeof(BlockQ8A)));
+  const int64_t total = off_d + Align256(cap_a * E * 4);
+  ASSIGN_OR_RETURN(void* scratch, Scratch("moe", total));
+  uint8_t* base = static_cast<uint8_t*>(scratch);
+  MoeGroups grp;
+  grp.order = reinterpret_cast<int32_t*>(base);
+  grp.slot = reinterpret_cast<int32_t*>(base + off_slot);
+  grp.tiles = reinterpret_cast<int4*>(base + off_tiles);
+  grp.n_tiles = reinterpret_cast<int32_t*>(base + off_ntiles);
+  float* g = reinterpret_cast<float*>(base + off_g);
+  float* u = reinterpret_cast<float*>(base + off_u);
+  BlockQ8A* qh = reinterpret_cast<BlockQ8A*>(base + off_qh);
+  float* d = reinterpret_cast<float*>(base + off_d);
+  const float* route = o.f(1);
+
+  RETURN_IF_ERROR(Check(LaunchMoeGroup(route, nt, k, n_exp, grp, o.err_flag, st), "MoeFFN group"));
+  ASSIGN_OR_RETURN(const BlockQ8A* qx, Quantized(a.inputs[0], E, nt));
+
+  // Gate and up: silu(g) * u straight from the matmul when the experts are
+  // SiLU without biases and share a type; otherwise g and u, then the
+  // activation.
+  MoeMatmulArgs m;
+  m.expert_rows = F;
+  m.n_expert = n_exp;
+  m.q = qx;
+  m.act_map = grp.order;
+  m.act_div = k;
+  m.tiles = grp.tiles;
+  m.n_tiles = grp.n_tiles;
+  m.max_tiles = max_tiles;
+  m.tile_tokens = tt;
+  m.y_stride = F;
+  const bool silu = n.p.moe_act == graph::MoeAct::kSilu;
+  if (silu && !bg && !bu && G->type == U->type) {
+    m.w = *G, m.up = *U, m.y = g, m.mode = kMoeSwiGlu;
+    RETURN_IF_ERROR(Check(LaunchMoeMatmul(m, st), "MoeFFN gate/up"));
+  } else {
+    if (G->type == U->type) {
+      m.w = *G, m.up = *U, m.y = g, m.y2 = u, m.mode = kMoePair;
+      RETURN_IF_ERROR(Check(LaunchMoeMatmul(m, st), "MoeFFN gate/up"));
+    } else {
+      m.w = *G, m.y = g, m.mode = kMoePlain;
+      RETURN_IF_ERROR(Check(LaunchMoeMatmul(m, st), "MoeFFN gate"));
+      m.w = *U, m.y = u;
+      RETURN_IF_ERROR(Check(LaunchMoeMatmul(m, st), "MoeFFN up"));
+    }
+    const int64_t b_stride = bg ? bg->row_bytes / 4 : bu ? bu->row_bytes / 4 : F;
+    RETURN_IF_ERROR(Check(
+        LaunchMoeBiasAct(g, u, bg ? static_cast<const float*>(bg->data) : nullptr,
+                         bu ? static_cast<const float*>(bu->data) : nullptr, route, grp.order, k,
+                         A, F, b_stride, silu ? 0 : 1, n.p.moe_alpha, n.p.moe_limit, st),
+        "MoeFFN activation"));
+  }
+
+  // Down, one row of d per grouped column, then the weighted sum.
+  RETURN_IF_ERROR(Check(LaunchQuantizeQ8A(g, qh, F, A, st), "MoeFFN quantize"));
+  stats_.quantize_launches++;
+  MoeMatmulArgs md = m;
+  md.w = *D;
+  md.up = WeightView{};
+  md.expert_rows = E;
+  md.q = qh;
+  md.act_map = nullptr;
+  md.act_div = 1;
+  md.y = d;
+  md.y2 = nullptr;
+  md.y_stride = E;
+  md.mode = kMoePlain;
+  RETURN_IF_ERROR(Check(LaunchMoeMatmul(md, st), "MoeFFN down"));
+  return Check(LaunchMoeCombine(d, route, grp.slot,
+                                bd ? static_cast<const float*>(bd->data) : nullptr,
+                                bd ? bd->row_bytes / 4 : 0, nt, k, E, o.out, st),
+               "MoeFFN combine");
+}
+
+}  // namespace minfer::cuda

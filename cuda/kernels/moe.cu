@@ -1,0 +1,639 @@
+// The mixture-of-experts kernels (moe.h): route, group, grouped matmul,
+// bias + activation, combine.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/kernels/common.cuh"
+#include "cuda/kernels/moe.h"
+#include "cuda/kernels/quant_dev.cuh"
+#include "cuda/kernels/types.h"
+
+namespace minfer::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kPerLane = kMoeMaxExperts / 32;
+
+__device__ __forceinline__ int32_t route_id(const float* route, int64_t t, int k, int j) {
+  return __float_as_int(__ldg(route + t * 2 * k + k + j));
+}
+
+// Whether (va, ia) ranks before (vb, ib): larger logit first, NaN after
+// every number, ties to the lower id.
+__device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib) {
+  const bool na = isnan(va), nb = isnan(vb);
+  if (na != nb) return !na;
+  if (!na && va != vb) return va > vb;
+  return ia < ib;
+}
+
+// ------------------------------------------------------------------ route
+
+// One warp per token; lane l holds experts l, l + 32, ... The k choices are
+// k rounds of a warp arg-max over the untaken experts.
+__global__ void __launch_bounds__(kThreads) moe_route_kernel(const float* __restrict__ logits,
+                                                             int64_t nt, MoeRouteArgs a,
+                                                             float* __restrict__ out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (t >= nt) return;
+  const float* l = logits + t * a.n_expert;
+  float v[kPerLane];
+  uint32_t present = 0;  // bit i: expert lane + 32 i exists and is not taken
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < a.n_expert ? __ldg(l + e) : 0.0f;
+    if (e < a.n_expert) present |= 1u << i;
+  }
+  // The chosen expert of round j and its logit live in lane j.
+  int my_id = 0;
+  float my_logit = 0.0f;
+  for (int j = 0; j < a.k; ++j) {
+    float bv = 0.0f;
+    int bi = -1;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if (!(present >> i & 1u)) continue;
+      const int e = lane + 32 * i;
+      if (bi < 0 || ranks_before(v[i], e, bv, bi)) bv = v[i], bi = e;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(kFullWarpMask, bv, off);
+      const int oi = __shfl_xor_sync(kFullWarpMask, bi, off);
+      if (oi >= 0 && (bi < 0 || ranks_before(ov, oi, bv, bi))) bv = ov, bi = oi;
+    }
+    if ((bi & 31) == lane) present &= ~(1u << (bi >> 5));
+    if (lane == j) my_id = bi, my_logit = bv;
+  }
+
+  float w = 0.0f;
+  if (a.gating == 0) {
+    // Softmax over every logit (the CPU's: float exps, a double sum).
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if (lane + 32 * i < a.n_expert) mx = fmaxf(mx, v[i]);
+    }
+    mx = warp_max(mx);
+    double sum = 0.0;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if (lane + 32 * i < a.n_expert) sum += static_cast<double>(expf(v[i] - mx));
+    }
+    sum = warp_sum(sum);
+    const float inv = static_cast<float>(1.0 / sum);
+    w = expf(my_logit - mx) * inv;
+  } else {
+    // Softmax over the chosen logits; the first is the largest.
+    const float mx = __shfl_sync(kFullWarpMask, my_logit, 0);
+    const float ex = lane < a.k ? expf(my_logit - mx) : 0.0f;
+    double sum = 0.0;
+    for (int j = 0; j < a.k; ++j) sum += static_cast<double>(__shfl_sync(kFullWarpMask, ex, j));
+    w = ex * static_cast<float>(1.0 / sum);
+  }
+  if (a.norm) {
+    float sum = 0.0f;  // in choice order, as the CPU adds them
+    for (int j = 0; j < a.k; ++j) sum += __shfl_sync(kFullWarpMask, w, j);
+    w /= fmaxf(sum, 6.103515625e-5f);
+  }
+  if (a.scale != 0.0f) w *= a.scale;
+  if (lane < a.k) {
+    float* o = out + t * 2 * a.k;
+    o[lane] = w;
+    o[a.k + lane] = __int_as_float(my_id);
+  }
+}
+
+// ------------------------------------------------------------------ group
+
+// Assignments staged through shared memory in chunks of this many ids.
+constexpr int kGroupChunk = 4096;
+
+__global__ void __launch_bounds__(kThreads) moe_group_kernel(const float* __restrict__ route,
+                                                             int64_t nt, int k, int n_expert,
+                                                             int tile_tokens, MoeGroups g,
+                                                             int32_t* error_flag) {
+  __shared__ int32_t cnt[kMoeMaxExperts];
+  __shared__ int32_t ids[kGroupChunk];
+  const int64_t A = nt * k;
+  for (int e = threadIdx.x; e < n_expert; e += kThreads) cnt[e] = 0;
+  __syncthreads();
+  for (int64_t a = threadIdx.x; a < A; a += kThreads) {
+    const int32_t e = route_id(route, a / k, k, static_cast<int>(a % k));
+    if (e >= 0 && e < n_expert) {
+      atomicAdd(&cnt[e], 1);
+    } else {
+      g.slot[a] = -1;
+      set_device_error(error_flag, kDeviceBadExpertId);
+    }
+  }
+  __syncthreads();
+  // Thread e places expert e's assignments in ascending order: its first
+  // column is the count of the experts before it (a serial prefix: at most
+  // 256 terms).
+  const int e = threadIdx.x;
+  int32_t pos = 0, tile = 0, n = 0;
+  if (e < n_expert) {
+    for (int i = 0; i < e; ++i) {
+      pos += cnt[i];
+      tile += (cnt[i] + tile_tokens - 1) / tile_tokens;
+    }
+    n = cnt[e];
+    if (e == n_expert - 1) *g.n_tiles = tile + (n + tile_tokens - 1) / tile_tokens;
+    const int32_t first = pos;
+    for (int32_t c = 0; c < n; c += tile_tokens) {
+      g.tiles[tile++] = make_int4(e, first + c, min(tile_tokens, n - c), 0);
+    }
+  }
+  for (int64_t base = 0; base < A; base += kGroupChunk) {
+    const int m = static_cast<int>(A - base < kGroupChunk ? A - base : kGroupChunk);
+    __syncthreads();  // the previous chunk is consumed
+    for (int i = threadIdx.x; i < m; i += kThreads) {
+      const int64_t a = base + i;
+      ids[i] = route_id(route, a / k, k, static_cast<int>(a % k));
+    }
+    __syncthreads();
+    if (e < n_expert && n > 0) {
+      for (int i = 0; i < m; ++i) {
+        if (ids[i] == e) {
+          g.order[pos] = static_cast<int32_t>(base + i);
+          g.slot[base + i] = pos;
+          ++pos;
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------- grouped matmul
+
+// MXFP4 as an MMVQ unit (quant_dev.cuh's interface): one 32-element block
+// of the split device layout (types.h), codes from the 16 code bytes, the
+// scale 2^(e - 128) from the exponent the kernel loads beside them. The
+// codes are looked up four at a time with byte permutes: the low three bits
+// of each nibble pick the magnitude (0 1 2 3 4 6 8 12, doubled E2M1), bit 3
+// picks the negated table.
+struct Mxfp4Unit {
+  static constexpr int kNA = 1;
+  static constexpr int kUnits = 1;
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBytes = kMxfp4CodeBytes;
+  static constexpr bool kHasMin = false;
+  static constexpr bool kSplitScale = false;
+  struct Raw {
+    uint4 q;
+    uint32_t e;
+  };
+  __device__ __forceinline__ static void load(Raw* r, const uint8_t* codes, int, bool) {
+    r->q = __ldg(reinterpret_cast<const uint4*>(codes));
+  }
+  __device__ __forceinline__ static uint32_t lut(uint32_t x) {
+    const uint32_t sel =
+        (x & 0x7u) | ((x >> 4) & 0x70u) | ((x >> 8) & 0x700u) | ((x >> 12) & 0x7000u);
+    const uint32_t pos = __byte_perm(0x03020100u, 0x0C080604u, sel);
+    const uint32_t neg = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, sel);
+    const uint32_t m = ((x >> 3) & 0x01010101u) * 0xFFu;
+    return (pos & ~m) | (neg & m);
+  }
+  __device__ __forceinline__ static void codes(const Raw& r, int, int, int32_t w[8]) {
+    const uint32_t q[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w[i] = static_cast<int32_t>(lut(q[i] & 0x0F0F0F0Fu));
+      w[4 + i] = static_cast<int32_t>(lut((q[i] >> 4) & 0x0F0F0F0Fu));
+    }
+  }
+  __device__ __forceinline__ static void scales(const Raw& r, int, qdev::UnitScales* sc) {
+    // engine/quant/blocks.h Mxfp4Scale: exact, subnormal below e = 2.
+    const uint32_t bits = r.e < 2 ? (0x00200000u << r.e) : ((r.e - 1) << 23);
+    sc->f[0][0] = sc->f[0][1] = __uint_as_float(bits);
+    sc->m[0] = 0.0f;
+  }
+  __device__ __forceinline__ static int ablock(int, int) { return 0; }
+};
+
+template <GgmlType T>
+struct MoeUnit {
+  using type = qdev::UnitDec<T>;
+};
+template <>
+struct MoeUnit<GgmlType::kMXFP4> {
+  using type = Mxfp4Unit;
+};
+
+constexpr bool MoeTypeSupported(GgmlType t) {
+  return t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 || t == GgmlType::kQ5_0 ||
+         t == GgmlType::kQ5_1 || t == GgmlType::kQ8_0 || t == GgmlType::kQ4_K ||
+         t == GgmlType::kQ5_K || t == GgmlType::kQ6_K || t == GgmlType::kMXFP4;
+}
+
+struct KParams {
+  const uint8_t* w;
+  const uint8_t* up;
+  int64_t row_bytes;
+  int64_t expert_rows;
+  int nb;  // 32-element activation blocks per row
+  int block_bytes;
+  const BlockQ8A* q;
+  const int32_t* act_map;
+  int act_div;
+  const int4* tiles;
+  const int32_t* n_tiles;
+  float* y;
+  float* y2;
+  int64_t y_stride;
+  int lanes_log2;    // lanes per row: 4..32
+  int group_iters;   // row groups (8 warps x 32 / L rows) per CTA
+  int64_t n_groups;  // row groups of one expert
+};
+
+// Dynamic shared memory a CTA may use without an opt-in attribute: the
+// staged activations of a tile (NT rows of nb blocks, 40 bytes each) must
+// fit, else they are read through L1.
+constexpr int64_t kMaxSmem = 48 * 1024;
+
+// A CTA: one tile (blockIdx.y) x group_iters groups of 8 warps of rows
+// (blockIdx.x); a warp holds 32 / L rows, L lanes each, the lanes splitting
+// the row's units (MMVQ's decomposition with the k split inside the warp:
+// the down projection of a small expert has too few units per row to fill
+// 32 lanes). R = 2 reads the gate and up rows of the same index together.
+// kSmem: the tile's NT activation rows are first copied into shared memory
+// de-interleaved (codes, then (d, s)), as mmvq_impl.cuh does, so the rows
+// of all the CTA's groups read them from there; without it every warp reads
+// them through L1.
+template <GgmlType T, int NT, int kMode, bool kSmem>
+__global__ void __launch_bounds__(kThreads) moe_mmvq_kernel(const KParams p) {
+  using D = typename MoeUnit<T>::type;
+  constexpr bool kMx = T == GgmlType::kMXFP4;
+  constexpr int R = kMode == kMoePlain ? 1 : 2;
+  constexpr int kNA = D::kNA;
+  constexpr int kAbPerBlock = D::kBlockElems / 32;
+  extern __shared__ __align__(16) uint8_t smem[];
+  if (static_cast<int>(blockIdx.y) >= __ldg(p.n_tiles)) return;
+  const int4 td = p.tiles[blockIdx.y];
+  const int e = td.x, c0 = td.y, nc = td.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int L = 1 << p.lanes_log2;
+  const int sub = lane >> p.lanes_log2, sl = lane & (L - 1);
+  const int nb = p.nb;
+  const int nu = nb / kNA;
+  const int j = sl % D::kUnits;  // fixed: L is a multiple of kUnits
+  const int block_bytes = T == GgmlType::kQ6_K ? p.block_bytes : D::kBytes;
+  const int64_t w_step = static_cast<int64_t>(L / D::kUnits) * block_bytes;
+  const int a_step = L / D::kUnits * kAbPerBlock;
+  int abo[kNA];
+#pragma unroll
+  for (int a = 0; a < kNA; ++a) abo[a] = D::ablock(j, a);
+
+  // The tile's activation rows (columns past nc repeat the last one; their
+  // results are not stored).
+  const BlockQ8A* qa[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const int col = c0 + min(t, nc - 1);
+    const int arow = p.act_map ? __ldg(p.act_map + col) / p.act_div : col;
+    qa[t] = p.q + static_cast<int64_t>(arow) * nb;
+  }
+  int8_t* s_qs = reinterpret_cast<int8_t*>(smem);
+  float2* s_ds = reinterpret_cast<float2*>(smem + NT * nb * 32);
+  if constexpr (kSmem) {
+    // BlockQ8A = (d, s, 32 codes): 5 units of 8 bytes per block.
+    const int units = NT * nb * 5;
+    for (int u = threadIdx.x; u < units; u += kThreads) {
+      const int tb = u / 5, part = u - tb * 5;
+      const int t = tb / nb, b = tb - t * nb;
+      // (The row is recomputed, not taken from qa[t]: a run-time index into
+      // a register array would move it to local memory.)
+      const int col = c0 + min(t, nc - 1);
+      const int arow = p.act_map ? __ldg(p.act_map + col) / p.act_div : col;
+      const int2 v = __ldg(reinterpret_cast<const int2*>(p.q + static_cast<int64_t>(arow) * nb + b) +
+                           part);
+      if (part == 0) {
+        s_ds[tb] = make_float2(__int_as_float(v.x), __int_as_float(v.y));
+      } else {
+        *reinterpret_cast<int2*>(s_qs + tb * 32 + (part - 1) * 8) = v;
+      }
+    }
+    __syncthreads();
+  }
+  auto load_act = [&](int t, int ab, int32_t x[8], float2* ds) {
+    if constexpr (kSmem) {
+      const int4* src = reinterpret_cast<const int4*>(s_qs + (t * nb + ab) * 32);
+      const int4 v0 = src[0], v1 = src[1];
+      x[0] = v0.x, x[1] = v0.y, x[2] = v0.z, x[3] = v0.w;
+      x[4] = v1.x, x[5] = v1.y, x[6] = v1.z, x[7] = v1.w;
+      *ds = s_ds[t * nb + ab];
+    } else {
+      qdev::q8a_load_block(qa[t], ab, x);
+      *ds = qdev::q8a_load_ds(qa[t], ab);
+    }
+  };
+
+  const int64_t g_end = min(static_cast<int64_t>(blockIdx.x + 1) * p.group_iters, p.n_groups);
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * p.group_iters; g < g_end; ++g) {
+    const int64_t row = (g * kWarps + warp) * (32 >> p.lanes_log2) + sub;
+    const bool ok = row < p.expert_rows;
+    const int64_t grow = static_cast<int64_t>(e) * p.expert_rows + (ok ? row : p.expert_rows - 1);
+    const uint8_t* wp[R];
+    const uint8_t* ep[R];  // MXFP4: the lane's block exponent (split layout)
+    const int64_t first = static_cast<int64_t>(sl / D::kUnits) * block_bytes;
+    wp[0] = p.w + grow * p.row_bytes + first;
+    if constexpr (R == 2) wp[1] = p.up + grow * p.row_bytes + first;
+    if constexpr (kMx) {
+      ep[0] = p.w + grow * p.row_bytes + static_cast<int64_t>(nb) * kMxfp4CodeBytes + sl;
+      if constexpr (R == 2) {
+        ep[1] = p.up + grow * p.row_bytes + static_cast<int64_t>(nb) * kMxfp4CodeBytes + sl;
+      }
+    }
+
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+    }
+    int ab = sl / D::kUnits * kAbPerBlock;
+    for (int s = sl; s < nu; s += L, ab += a_step) {
+      typename D::Raw raw[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        D::load(&raw[r], wp[r], j, true);
+        if constexpr (kMx) {
+          raw[r].e = __ldg(ep[r]);
+          ep[r] += L;
+        }
+      }
+      qdev::UnitScales sc[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) D::scales(raw[r], j, &sc[r]);
+#pragma unroll
+      for (int a = 0; a < kNA; ++a) {
+        int32_t w[R][8];
+#pragma unroll
+        for (int r = 0; r < R; ++r) D::codes(raw[r], j, a, w[r]);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          int32_t x[8];
+          float2 ds;
+          load_act(t, ab + abo[a], x, &ds);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            // The CPU's terms (mmvq_impl.cuh dot_block).
+            float v = acc[r][t];
+            if constexpr (D::kSplitScale) {
+              const int i0 = qdev::dot16(w[r], x, 0);
+              const int i1 = qdev::dot16(w[r] + 4, x + 4, 0);
+              v = fmaf(static_cast<float>(i0), sc[r].f[a][0] * ds.x, v);
+              v = fmaf(static_cast<float>(i1), sc[r].f[a][1] * ds.x, v);
+            } else {
+              const int isum = qdev::dot16(w[r] + 4, x + 4, qdev::dot16(w[r], x, 0));
+              v = fmaf(static_cast<float>(isum), sc[r].f[a][0] * ds.x, v);
+            }
+            if constexpr (D::kHasMin) v = fmaf(sc[r].m[a], ds.y, v);
+            acc[r][t] = v;
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) wp[r] += w_step;
+    }
+    for (int off = L >> 1; off > 0; off >>= 1) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] += __shfl_xor_sync(kFullWarpMask, acc[r][t], off);
+      }
+    }
+    if (sl != 0 || !ok) continue;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t >= nc) break;
+      const int64_t o = static_cast<int64_t>(c0 + t) * p.y_stride + row;
+      if constexpr (kMode == kMoeSwiGlu) {
+        p.y[o] = silu_f(acc[0][t]) * acc[1][t];
+      } else if constexpr (kMode == kMoePair) {
+        p.y[o] = acc[0][t];
+        p.y2[o] = acc[1][t];
+      } else {
+        p.y[o] = acc[0][t];
+      }
+    }
+  }
+}
+
+template <GgmlType T, int NT, int kMode>
+void LaunchSmem(const KParams& p, dim3 grid, cudaStream_t st) {
+  // One token per tile (single-stream decode): each warp reads the one row
+  // through L1, and the staging's barrier would only add latency.
+  const size_t smem = static_cast<size_t>(NT) * p.nb * 40;
+  if (NT > 1 && static_cast<int64_t>(smem) <= kMaxSmem) {
+    moe_mmvq_kernel<T, NT, kMode, true><<<grid, kThreads, smem, st>>>(p);
+  } else {
+    moe_mmvq_kernel<T, NT, kMode, false><<<grid, kThreads, 0, st>>>(p);
+  }
+}
+
+template <GgmlType T, int NT>
+cudaError_t LaunchTyped(const KParams& p, int mode, dim3 grid, cudaStream_t st) {
+  switch (mode) {
+    case kMoePlain: LaunchSmem<T, NT, kMoePlain>(p, grid, st); break;
+    case kMoeSwiGlu: LaunchSmem<T, NT, kMoeSwiGlu>(p, grid, st); break;
+    case kMoePair: LaunchSmem<T, NT, kMoePair>(p, grid, st); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+template <GgmlType T>
+cudaError_t LaunchTokens(const KParams& p, int nt, int mode, dim3 grid, cudaStream_t st) {
+  switch (nt) {
+    case 1: return LaunchTyped<T, 1>(p, mode, grid, st);
+    case 2: return LaunchTyped<T, 2>(p, mode, grid, st);
+    case 4: return LaunchTyped<T, 4>(p, mode, grid, st);
+    case 8: return LaunchTyped<T, 8>(p, mode, grid, st);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// ------------------------------------------------------ activation, combine
+
+__global__ void moe_bias_act_kernel(float* __restrict__ g, const float* __restrict__ u,
+                                    const float* __restrict__ bg, const float* __restrict__ bu,
+                                    const float* __restrict__ route,
+                                    const int32_t* __restrict__ order, int k, int64_t total,
+                                    int64_t f, int64_t b_stride, int act, float alpha,
+                                    float limit) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int64_t c = i / f, x = i - c * f;
+  float gv = g[i], uv = u[i];
+  if (bg || bu) {
+    const int32_t a = __ldg(order + c);
+    const int32_t e = route_id(route, a / k, k, a % k);
+    if (bg) gv += __ldg(bg + static_cast<int64_t>(e) * b_stride + x);
+    if (bu) uv += __ldg(bu + static_cast<int64_t>(e) * b_stride + x);
+  }
+  if (act == 0) {
+    g[i] = silu_f(gv) * uv;
+  } else {
+    const float xg = fminf(gv, limit);
+    const float yu = fminf(fmaxf(uv, -limit), limit);
+    g[i] = xg / (1.0f + expf(-alpha * xg)) * (yu + 1.0f);
+  }
+}
+
+__global__ void moe_combine_kernel(const float* __restrict__ d, const float* __restrict__ route,
+                                   const int32_t* __restrict__ slot, const float* __restrict__ bd,
+                                   int64_t bd_stride, int k, int64_t n, float* __restrict__ y) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t t = blockIdx.y;
+  if (i >= n) return;
+  float acc = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    const int32_t c = __ldg(slot + t * k + j);
+    if (c < 0) continue;
+    float v = __ldg(d + static_cast<int64_t>(c) * n + i);
+    if (bd) v += __ldg(bd + static_cast<int64_t>(route_id(route, t, k, j)) * bd_stride + i);
+    acc = fmaf(__ldg(route + t * 2 * k + j), v, acc);
+  }
+  y[t * n + i] = acc;
+}
+
+}  // namespace
+
+int MoeTileTokens(int64_t nt) { return nt <= 1 ? 1 : nt <= 2 ? 2 : nt <= 4 ? 4 : 8; }
+
+int64_t MoeMaxTiles(int64_t nt, int k, int n_expert) {
+  const int64_t a = nt * k;
+  const int64_t tt = MoeTileTokens(nt);
+  return (a + tt - 1) / tt + (n_expert < a ? n_expert : a);
+}
+
+cudaError_t LaunchMoeRoute(const float* logits, int64_t nt, const MoeRouteArgs& a, float* out,
+                           cudaStream_t stream) {
+  if (nt < 0 || a.n_expert < 1 || a.n_expert > kMoeMaxExperts || a.k < 1 || a.k > a.n_expert ||
+      a.k > kMoeMaxUsed || (a.gating != 0 && a.gating != 1)) {
+    return cudaErrorInvalidValue;
+  }
+  if (nt == 0) return cudaSuccess;
+  if (!logits || !out) return cudaErrorInvalidValue;
+  const int64_t grid = (nt + kWarps - 1) / kWarps;
+  if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
+  moe_route_kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(logits, nt, a, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeGroup(const float* route, int64_t nt, int k, int n_expert,
+                           const MoeGroups& g, int32_t* error_flag, cudaStream_t stream) {
+  if (nt < 1 || k < 1 || k > kMoeMaxUsed || n_expert < 1 || n_expert > kMoeMaxExperts ||
+      nt * k > 0x7FFFFFFF) {
+    return cudaErrorInvalidValue;
+  }
+  if (!route || !g.order || !g.slot || !g.tiles || !g.n_tiles) return cudaErrorInvalidValue;
+  moe_group_kernel<<<1, kThreads, 0, stream>>>(route, nt, k, n_expert, MoeTileTokens(nt), g,
+                                               error_flag);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeMatmul(const MoeMatmulArgs& a, cudaStream_t stream) {
+  const GgmlType type = a.w.type;
+  const bool kquant = type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+  if (!MoeTypeSupported(type) || a.expert_rows < 1 || a.n_expert < 1 ||
+      a.w.rows != a.expert_rows * a.n_expert || a.w.k < 1 || a.w.k % (kquant ? 256 : 32) != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.w.row_bytes % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(a.w.data) % 16 != 0 ||
+      (type == GgmlType::kQ6_K && !a.w.q6k_padded)) {
+    return cudaErrorInvalidValue;  // the registry's layout (types.h) is required
+  }
+  const bool two = a.mode == kMoeSwiGlu || a.mode == kMoePair;
+  if (two && (a.up.type != type || a.up.k != a.w.k || a.up.rows != a.w.rows ||
+              a.up.row_bytes != a.w.row_bytes || a.up.q6k_padded != a.w.q6k_padded ||
+              reinterpret_cast<uintptr_t>(a.up.data) % 16 != 0)) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.mode == kMoePair && !a.y2) return cudaErrorInvalidValue;
+  if (!a.w.data || !a.q || !a.tiles || !a.n_tiles || !a.y || a.y_stride < a.expert_rows ||
+      a.act_div < 1 || a.max_tiles < 0 || a.max_tiles > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.max_tiles == 0) return cudaSuccess;
+  const int units_per_row = static_cast<int>(a.w.k / (kquant ? 64 : 32));
+  int lanes_log2 = 2;  // at least 4 lanes: a multiple of the K-quants' 4 units per block
+  while (lanes_log2 < 5 && (1 << lanes_log2) < units_per_row) ++lanes_log2;
+  KParams p;
+  p.w = static_cast<const uint8_t*>(a.w.data);
+  p.up = two ? static_cast<const uint8_t*>(a.up.data) : nullptr;
+  p.row_bytes = a.w.row_bytes;
+  p.expert_rows = a.expert_rows;
+  p.nb = static_cast<int>(a.w.k / 32);
+  p.block_bytes = type == GgmlType::kMXFP4 ? kMxfp4CodeBytes
+                                           : static_cast<int>(DeviceBlockBytes(type, a.w.q6k_padded));
+  p.q = a.q;
+  p.act_map = a.act_map;
+  p.act_div = a.act_div;
+  p.tiles = a.tiles;
+  p.n_tiles = a.n_tiles;
+  p.y = a.y;
+  p.y2 = a.y2;
+  p.y_stride = a.y_stride;
+  p.lanes_log2 = lanes_log2;
+  // Row groups per CTA: enough CTAs to fill the GPU (about 1,024 over the
+  // tiles), then as many groups each as keeps that, so a tile's staged
+  // activations serve many rows (at most 16 groups).
+  const int64_t rows_per_group = static_cast<int64_t>(kWarps) * (32 >> lanes_log2);
+  p.n_groups = (a.expert_rows + rows_per_group - 1) / rows_per_group;
+  int64_t iters = p.n_groups * a.max_tiles / 1024;
+  iters = iters < 1 ? 1 : iters > 16 ? 16 : iters;
+  p.group_iters = static_cast<int>(iters);
+  const dim3 grid(static_cast<unsigned>((p.n_groups + iters - 1) / iters),
+                  static_cast<unsigned>(a.max_tiles));
+  const int nt = a.tile_tokens;
+  switch (type) {
+    case GgmlType::kQ4_0: return LaunchTokens<GgmlType::kQ4_0>(p, nt, a.mode, grid, stream);
+    case GgmlType::kQ4_1: return LaunchTokens<GgmlType::kQ4_1>(p, nt, a.mode, grid, stream);
+    case GgmlType::kQ5_0: return LaunchTokens<GgmlType::kQ5_0>(p, nt, a.mode, grid, stream);
+    case GgmlType::kQ5_1: return LaunchTokens<GgmlType::kQ5_1>(p, nt, a.mode, grid, stream);
+    case GgmlType::kQ8_0: return LaunchTokens<GgmlType::kQ8_0>(p, nt, a.mode, grid, stream);
+    case GgmlType::kQ4_K: return LaunchTokens<GgmlType::kQ4_K>(p, nt, a.mode, grid, stream);
+    case GgmlType::kQ5_K: return LaunchTokens<GgmlType::kQ5_K>(p, nt, a.mode, grid, stream);
+    case GgmlType::kQ6_K: return LaunchTokens<GgmlType::kQ6_K>(p, nt, a.mode, grid, stream);
+    case GgmlType::kMXFP4: return LaunchTokens<GgmlType::kMXFP4>(p, nt, a.mode, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t LaunchMoeBiasAct(float* g, const float* u, const float* bg, const float* bu,
+                             const float* route, const int32_t* order, int k, int64_t a_count,
+                             int64_t f, int64_t b_stride, int act, float alpha, float limit,
+                             cudaStream_t stream) {
+  if (a_count < 0 || f < 1 || k < 1 || (act != 0 && act != 1) || ((bg || bu) && b_stride < f)) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t total = a_count * f;
+  if (total == 0) return cudaSuccess;
+  if (!g || !u || ((bg || bu) && (!route || !order))) return cudaErrorInvalidValue;
+  const int64_t grid = (total + kThreads - 1) / kThreads;
+  if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
+  moe_bias_act_kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+      g, u, bg, bu, route, order, k, total, f, b_stride, act, alpha, limit);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeCombine(const float* d, const float* route, const int32_t* slot,
+                             const float* bd, int64_t bd_stride, int64_t nt, int k, int64_t n,
+                             float* y, cudaStream_t stream) {
+  if (nt < 0 || n < 1 || k < 1 || nt > 65535 || (bd && bd_stride < n)) return cudaErrorInvalidValue;
+  if (nt == 0) return cudaSuccess;
+  if (!d || !route || !slot || !y) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads), static_cast<unsigned>(nt));
+  moe_combine_kernel<<<grid, kThreads, 0, stream>>>(d, route, slot, bd, bd_stride, k, n, y);
+  return cudaGetLastError();
+}
+
+}  // namespace minfer::cuda
