@@ -257,6 +257,17 @@ __device__ __forceinline__ int64_t kv_cache_row(const int32_t* __restrict__ tabl
          (j & ((1 << block_shift) - 1));
 }
 
+// An e4m3 code as f16 bits whose value is the code's / 256: the sign to
+// bit 15, exponent and mantissa (7 bits) shifted up 7, so e4m3's exponent
+// (bias 7) lands in f16's field (bias 15) and subnormals stay subnormal
+// (2^-6 m/8 = 2^8 x 2^-14 m/8). Exact for every code but NaN (0x7F/0xFF,
+// which this maps to 480); fp8_test checks the identity for all 256 codes.
+__device__ __forceinline__ float e4m3_over_256(uint32_t c) {
+  const uint32_t h = ((c & 0x80u) << 8) | ((c & 0x7Fu) << 7);
+  const float v = half_bits_to_float(static_cast<uint16_t>(h));
+  return (c & 0x7Fu) == 0x7Fu ? __int_as_float(0x7FC00000) : v;
+}
+
 // Exact conversion (q8_0: q * d is exact in float, as the CPU dequantizer).
 template <KvType KV>
 __device__ __forceinline__ float4 kv_to_float4(const KvRaw<KV>& r) {
@@ -267,9 +278,12 @@ __device__ __forceinline__ float4 kv_to_float4(const KvRaw<KV>& r) {
   } else {
     const float d = half_bits_to_float(static_cast<uint16_t>(r.d));
     if constexpr (KV == KvType::kFp8) {
-      // q * d is exact in f32 (fp8.h), as on the CPU.
-      return make_float4(E4M3ToFloat(r.qs & 0xFF) * d, E4M3ToFloat((r.qs >> 8) & 0xFF) * d,
-                         E4M3ToFloat((r.qs >> 16) & 0xFF) * d, E4M3ToFloat(r.qs >> 24) * d);
+      // q * d is exact in f32 (fp8.h), as on the CPU; (q / 256) * (256 d)
+      // is the same product, without E4M3ToFloat's branches (the decode
+      // attention's inner loop).
+      const float d256 = d * 256.0f;
+      return make_float4(e4m3_over_256(r.qs & 0xFF) * d256, e4m3_over_256((r.qs >> 8) & 0xFF) * d256,
+                         e4m3_over_256((r.qs >> 16) & 0xFF) * d256, e4m3_over_256(r.qs >> 24) * d256);
     }
     return make_float4(static_cast<float>(static_cast<int8_t>(r.qs & 0xFF)) * d,
                        static_cast<float>(static_cast<int8_t>((r.qs >> 8) & 0xFF)) * d,

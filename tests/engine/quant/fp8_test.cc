@@ -59,6 +59,27 @@ TEST(Fp8Test, EveryCodeDecodesToItsValue) {
   EXPECT_EQ(E4M3ToFloat(0x08), std::ldexp(1.0f, -6));  // smallest normal
 }
 
+// The identity the CUDA attention kernels decode with (cuda/kernels/
+// common.cuh e4m3_over_256): a code's sign to f16 bit 15 and its other 7
+// bits shifted up 7 are f16 bits of exactly the code's value / 256, for
+// every code but NaN (which the kernel selects separately); and scaling a
+// block by (q / 256) * (256 d) gives E4M3ToFloat(q) * d bit for bit.
+TEST(Fp8Test, HalfBitsIdentityOfTheGpuDecode) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> half_bits(0, 0x7BFF);  // finite positive halves
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;  // NaN
+    const uint16_t h = static_cast<uint16_t>(((c & 0x80) << 8) | ((c & 0x7F) << 7));
+    const float v = Fp16ToFloat(h);
+    EXPECT_EQ(v * 256.0f, E4M3ToFloat(static_cast<uint8_t>(c))) << c;
+    EXPECT_EQ(std::signbit(v), (c & 0x80) != 0) << c;
+    for (int i = 0; i < 64; ++i) {
+      const float d = Fp16ToFloat(static_cast<uint16_t>(half_bits(rng)));
+      EXPECT_EQ(v * (d * 256.0f), E4M3ToFloat(static_cast<uint8_t>(c)) * d) << c << " " << d;
+    }
+  }
+}
+
 TEST(Fp8Test, RoundsToNearestEvenAndSaturates) {
   std::vector<float> xs;
   // Every f16 value (covers the whole e4m3 range densely, and far beyond).
