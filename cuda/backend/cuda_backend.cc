@@ -224,6 +224,9 @@ void CudaBackend::RefreshKnobs() {
   k.matmul.mmq = r.GetBool("MINFER_MMQ", knob_overrides_);
   k.matmul.mmvq_min_elems = r.GetInt("MINFER_MMVQ_MIN_ELEMS", knob_overrides_);
   k.attn_prefill_tc = r.GetBool("MINFER_ATTN_PREFILL_TC", knob_overrides_);
+  k.moe_mma = r.GetBool("MINFER_MOE_MMA", knob_overrides_);
+  k.moe_mma_min_tokens =
+      std::clamp<int64_t>(r.GetInt("MINFER_MOE_MMA_MIN_TOKENS", knob_overrides_), 1, 8192);
   k.matmul.skip_write = !r.GetBool("MINFER_NO_SKIP_WRITE", knob_overrides_);
   k.mmq_debug = r.GetBool("MINFER_MMQ_RAW_NB_DEBUG", knob_overrides_);
   k.mmq_stream_k = r.GetBool("MINFER_MMQ_STREAM_K", knob_overrides_);

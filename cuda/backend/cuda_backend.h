@@ -103,6 +103,8 @@ class CudaBackend : public graph::Backend {
     int64_t int8_only_writes = 0;  // mode-2 producers (RmsNorm/SwiGLU wrote
                                    // only MMQ's activation layout)
     int64_t dq_only_writes = 0;    // ... only the DQ GEMM's layout
+    int64_t moe_mma = 0;           // MoeFFN nodes on the tensor-core grouped matmul
+    int64_t moe_vector = 0;        // ... on the CUDA-core one
   };
   const Stats& stats() const { return stats_; }
   bool graphs_enabled() const { return recorder_.enabled(); }
@@ -134,6 +136,8 @@ class CudaBackend : public graph::Backend {
     int mmq_small_stages = 0;
     int dq_mt = 0;
     int dqw_warpgroups = 0;  // 0: by batch
+    bool moe_mma = true;          // MINFER_MOE_MMA
+    int64_t moe_mma_min_tokens = 16;  // MINFER_MOE_MMA_MIN_TOKENS
     bool attn_prefill_tc = true;
     bool op_timing = false;
     bool operator==(const Knobs&) const = default;

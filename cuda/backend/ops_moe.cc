@@ -82,14 +82,24 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
         " for ", nt, " tokens"));
   }
   const int64_t A = nt * k;
-  const int tt = MoeTileTokens(nt);
-  const int64_t max_tiles = MoeMaxTiles(nt, k, n_exp);
+  // The tensor-core grouped matmul from moe_mma_min_tokens on, when all
+  // three expert types have its decode; tiles of 32 columns there, of the
+  // fewest of 1/2/4/8 that hold nt on the CUDA-core one.
+  const bool mma = knobs_.moe_mma && device_.MmqRuns() && nt >= knobs_.moe_mma_min_tokens &&
+                   MoeMmaSupports(G->type) && MoeMmaSupports(U->type) &&
+                   MoeMmaSupports(D->type);
+  const int tt = mma ? kMoeMmaTileTokens : MoeTileTokens(nt);
+  const int64_t max_tiles = MoeMaxTiles(nt, k, n_exp, tt);
+  (mma ? stats_.moe_mma : stats_.moe_vector)++;
+  auto matmul = [&](const MoeMatmulArgs& args) {
+    return mma ? LaunchMoeMatmulMma(args, st) : LaunchMoeMatmul(args, st);
+  };
 
   // One scratch for the step: the grouping, g and u [A][F], the quantized
   // h [A][F / 32], d [A][E]. Sized for max(nt, kMoeScratchTokens) tokens.
   const int64_t cap_nt = std::max(nt, kMoeScratchTokens);
   const int64_t cap_a = cap_nt * k;
-  const int64_t cap_tiles = MoeMaxTiles(cap_nt, k, n_exp);
+  const int64_t cap_tiles = MoeMaxTiles(cap_nt, k, n_exp, 1);  // the most at any width
   const int64_t off_slot = Align256(cap_a * 4);
   const int64_t off_tiles = off_slot + Align256(cap_a * 4);
   const int64_t off_ntiles = off_tiles + Align256(cap_tiles * 16);
@@ -111,7 +121,8 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   float* d = reinterpret_cast<float*>(base + off_d);
   const float* route = o.f(1);
 
-  RETURN_IF_ERROR(Check(LaunchMoeGroup(route, nt, k, n_exp, grp, o.err_flag, st), "MoeFFN group"));
+  RETURN_IF_ERROR(
+      Check(LaunchMoeGroup(route, nt, k, n_exp, tt, grp, o.err_flag, st), "MoeFFN group"));
   ASSIGN_OR_RETURN(const BlockQ8A* qx, Quantized(a.inputs[0], E, nt));
 
   // Gate and up: silu(g) * u straight from the matmul when the experts are
@@ -131,16 +142,16 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   const bool silu = n.p.moe_act == graph::MoeAct::kSilu;
   if (silu && !bg && !bu && G->type == U->type) {
     m.w = *G, m.up = *U, m.y = g, m.mode = kMoeSwiGlu;
-    RETURN_IF_ERROR(Check(LaunchMoeMatmul(m, st), "MoeFFN gate/up"));
+    RETURN_IF_ERROR(Check(matmul(m), "MoeFFN gate/up"));
   } else {
     if (G->type == U->type) {
       m.w = *G, m.up = *U, m.y = g, m.y2 = u, m.mode = kMoePair;
-      RETURN_IF_ERROR(Check(LaunchMoeMatmul(m, st), "MoeFFN gate/up"));
+      RETURN_IF_ERROR(Check(matmul(m), "MoeFFN gate/up"));
     } else {
       m.w = *G, m.y = g, m.mode = kMoePlain;
-      RETURN_IF_ERROR(Check(LaunchMoeMatmul(m, st), "MoeFFN gate"));
+      RETURN_IF_ERROR(Check(matmul(m), "MoeFFN gate"));
       m.w = *U, m.y = u;
-      RETURN_IF_ERROR(Check(LaunchMoeMatmul(m, st), "MoeFFN up"));
+      RETURN_IF_ERROR(Check(matmul(m), "MoeFFN up"));
     }
     const int64_t b_stride = bg ? bg->row_bytes / 4 : bu ? bu->row_bytes / 4 : F;
     RETURN_IF_ERROR(Check(
@@ -164,7 +175,7 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   md.y2 = nullptr;
   md.y_stride = E;
   md.mode = kMoePlain;
-  RETURN_IF_ERROR(Check(LaunchMoeMatmul(md, st), "MoeFFN down"));
+  RETURN_IF_ERROR(Check(matmul(md), "MoeFFN down"));
   return Check(LaunchMoeCombine(d, route, grp.slot,
                                 bd ? static_cast<const float*>(bd->data) : nullptr,
                                 bd ? bd->row_bytes / 4 : 0, nt, k, E, o.out, st),

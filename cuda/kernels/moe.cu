@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/mmq_impl.cuh"
 #include "cuda/kernels/moe.h"
 #include "cuda/kernels/quant_dev.cuh"
 #include "cuda/kernels/types.h"
@@ -459,6 +460,194 @@ cudaError_t LaunchTokens(const KParams& p, int nt, int mode, dim3 grid, cudaStre
   }
 }
 
+// ------------------------------------------- grouped matmul, tensor cores
+
+// The same grouped matmul with the int8 tensor cores (mma.m16n8k32, MMQ's
+// per-type fragment decode, mmq_impl.cuh Tr<T>): a CTA of 4 warps takes 64
+// rows of one expert and one tile of up to kMmaBN columns; per 256-element
+// chunk it copies the rows' raw block bytes (gate and up together for R = 2)
+// and the columns' int8 codes with their (d, s) into shared memory, and each
+// warp multiplies its 16 rows by all the columns. Each block's integer dot
+// is exact and is folded as the CPU folds it (fma(float(I), f * d_a, acc),
+// the min as fma(m, s_a, acc), Q6_K per 16 elements), in another order
+// across blocks: MMVQ's bound.
+namespace mma {
+
+constexpr int kThreads = 128;
+constexpr int kBM = 64;
+constexpr int kKB = mmq::kKB;  // activation blocks per 256-element chunk
+constexpr int kAS = mmq::kAS;  // shared bytes per column of codes
+
+struct Params {
+  const uint8_t* w;
+  const uint8_t* up;
+  int64_t row_bytes;
+  int64_t expert_rows;
+  int nb;
+  int n_chunks;
+  int src_cb;  // bytes of a 256-element chunk of a row
+  const BlockQ8A* q;
+  const int32_t* act_map;
+  int act_div;
+  const int4* tiles;
+  const int32_t* n_tiles;
+  float* y;
+  float* y2;
+  int64_t y_stride;
+};
+
+template <GgmlType T, int kMode>
+__global__ void __launch_bounds__(kThreads) moe_mma_kernel(const Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using X = mmq::Tr<T>;
+  constexpr int R = kMode == kMoePlain ? 1 : 2;
+  constexpr int kWS = X::kWS;
+  constexpr int kPieces = X::kCB / 16;
+  constexpr int kNT = kMoeMmaTileTokens / 8;  // n8 tiles
+  __shared__ __align__(16) uint8_t sw[R][kBM * kWS];
+  __shared__ __align__(16) int8_t sa[kMoeMmaTileTokens * kAS];
+  __shared__ float sd[kKB][kMoeMmaTileTokens];
+  __shared__ float ss[kKB][kMoeMmaTileTokens];
+  __shared__ int s_arow[kMoeMmaTileTokens];
+  if (static_cast<int>(blockIdx.y) >= __ldg(p.n_tiles)) return;
+  const int4 td = p.tiles[blockIdx.y];
+  const int e = td.x, c0 = td.y, nc = td.z;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kBM;
+  if (tid < kMoeMmaTileTokens) {
+    const int col = c0 + min(tid, nc - 1);
+    s_arow[tid] = p.act_map ? __ldg(p.act_map + col) / p.act_div : col;
+  }
+  float acc[R][kNT][4];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][n][i] = 0.0f;
+    }
+  }
+  for (int c = 0; c < p.n_chunks; ++c) {
+    __syncthreads();  // the previous chunk is consumed (and s_arow written)
+    // Weights: R x 64 rows x the chunk's 16-byte pieces; pieces past the
+    // row's bytes (a short last chunk) are zero and never read.
+    for (int i = tid; i < R * kBM * kPieces; i += kThreads) {
+      const int which = i / (kBM * kPieces);
+      const int rem = i - which * kBM * kPieces;
+      const int row = rem / kPieces, piece = rem - row * kPieces;
+      const int64_t rr = r0 + row < p.expert_rows ? r0 + row : p.expert_rows - 1;
+      const int64_t off = static_cast<int64_t>(c) * p.src_cb + piece * 16;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (off + 16 <= p.row_bytes) {
+        const uint8_t* src = (R == 2 && which ? p.up : p.w) +
+                             (static_cast<int64_t>(e) * p.expert_rows + rr) * p.row_bytes + off;
+        v = __ldg(reinterpret_cast<const uint4*>(src));
+      }
+      *reinterpret_cast<uint4*>(sw[which] + row * kWS + piece * 16) = v;
+    }
+    // Activations: the columns' blocks of this chunk, codes and (d, s).
+    for (int i = tid; i < kMoeMmaTileTokens * kKB * 5; i += kThreads) {
+      const int col = i / (kKB * 5);
+      const int rem = i - col * kKB * 5;
+      const int kb = rem / 5, part = rem - kb * 5;
+      const int ab = c * kKB + kb;
+      int2 v = make_int2(0, 0);
+      if (ab < p.nb) {
+        v = __ldg(reinterpret_cast<const int2*>(p.q + static_cast<int64_t>(s_arow[col]) * p.nb +
+                                                ab) +
+                  part);
+      }
+      if (part == 0) {
+        sd[kb][col] = __int_as_float(v.x);
+        ss[kb][col] = __int_as_float(v.y);
+      } else {
+        *reinterpret_cast<int2*>(sa + col * kAS + kb * 32 + (part - 1) * 8) = v;
+      }
+    }
+    __syncthreads();
+    const int kb_end = min(kKB, p.nb - c * kKB);
+    for (int kb = 0; kb < kb_end; ++kb) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* rg = sw[r] + (warp * 16 + g) * kWS;
+        const uint8_t* rg8 = rg + 8 * kWS;
+        uint32_t a[4];
+        X::frag(rg, kb, t, &a[0], &a[2]);
+        X::frag(rg8, kb, t, &a[1], &a[3]);
+        const float2 f0 = X::table(rg, kb), f8 = X::table(rg8, kb);
+#pragma unroll
+        for (int n = 0; n < kNT; ++n) {
+          const int8_t* bc = sa + (n * 8 + g) * kAS + kb * 32;
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(bc + 4 * t);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(bc + 16 + 4 * t);
+          const int col0 = n * 8 + 2 * t;
+          const float d0 = sd[kb][col0], d1 = sd[kb][col0 + 1];
+          // (row, column) of C element i: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+          if constexpr (X::kSplit) {
+            int lo[4], hi[4];
+            mmq::mma_k16(lo, a[0], a[1], b0);
+            mmq::mma_k16(hi, a[2], a[3], b1);
+            const float fl[4] = {f0.x, f0.x, f8.x, f8.x}, fh[4] = {f0.y, f0.y, f8.y, f8.y};
+            const float dd[4] = {d0, d1, d0, d1};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              float v = fmaf(mmq::exact_i2f(lo[i]), fl[i] * dd[i], acc[r][n][i]);
+              acc[r][n][i] = fmaf(mmq::exact_i2f(hi[i]), fh[i] * dd[i], v);
+            }
+          } else {
+            int I[4];
+            mmq::mma_k32(I, a, b0, b1);
+            const float ff[4] = {f0.x, f0.x, f8.x, f8.x};
+            const float dd[4] = {d0, d1, d0, d1};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              float v = fmaf(mmq::exact_i2f(I[i]), ff[i] * dd[i], acc[r][n][i]);
+              if constexpr (X::kMin) {
+                const float mm = i < 2 ? f0.y : f8.y;
+                v = fmaf(mm, i & 1 ? ss[kb][col0 + 1] : ss[kb][col0], v);
+              }
+              acc[r][n][i] = v;
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int col = n * 8 + 2 * t + (i & 1);
+      const int64_t row = r0 + warp * 16 + g + (i >> 1) * 8;
+      if (col >= nc || row >= p.expert_rows) continue;
+      const int64_t o = static_cast<int64_t>(c0 + col) * p.y_stride + row;
+      if constexpr (kMode == kMoeSwiGlu) {
+        p.y[o] = silu_f(acc[0][n][i]) * acc[R - 1][n][i];
+      } else if constexpr (kMode == kMoePair) {
+        p.y[o] = acc[0][n][i];
+        p.y2[o] = acc[R - 1][n][i];
+      } else {
+        p.y[o] = acc[0][n][i];
+      }
+    }
+  }
+#endif
+}
+
+template <GgmlType T>
+cudaError_t LaunchMode(const Params& p, int mode, dim3 grid, cudaStream_t st) {
+  switch (mode) {
+    case kMoePlain: moe_mma_kernel<T, kMoePlain><<<grid, kThreads, 0, st>>>(p); break;
+    case kMoeSwiGlu: moe_mma_kernel<T, kMoeSwiGlu><<<grid, kThreads, 0, st>>>(p); break;
+    case kMoePair: moe_mma_kernel<T, kMoePair><<<grid, kThreads, 0, st>>>(p); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace mma
+
 // ------------------------------------------------------ activation, combine
 
 __global__ void moe_bias_act_kernel(float* __restrict__ g, const float* __restrict__ u,
@@ -507,10 +696,70 @@ __global__ void moe_combine_kernel(const float* __restrict__ d, const float* __r
 
 int MoeTileTokens(int64_t nt) { return nt <= 1 ? 1 : nt <= 2 ? 2 : nt <= 4 ? 4 : 8; }
 
-int64_t MoeMaxTiles(int64_t nt, int k, int n_expert) {
+int64_t MoeMaxTiles(int64_t nt, int k, int n_expert, int tile_tokens) {
   const int64_t a = nt * k;
-  const int64_t tt = MoeTileTokens(nt);
+  const int64_t tt = tile_tokens;
   return (a + tt - 1) / tt + (n_expert < a ? n_expert : a);
+}
+
+bool MoeMmaSupports(GgmlType t) { return MmqSupports(t); }
+
+cudaError_t LaunchMoeMatmulMma(const MoeMatmulArgs& a, cudaStream_t stream) {
+  const GgmlType type = a.w.type;
+  if (!MoeMmaSupports(type) || a.tile_tokens != kMoeMmaTileTokens) return cudaErrorInvalidValue;
+  int dev = 0, major = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err != cudaSuccess) return err;
+  if (major < 8) return cudaErrorNotSupported;
+  const bool kquant = type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+  if (a.expert_rows < 1 || a.n_expert < 1 || a.w.rows != a.expert_rows * a.n_expert ||
+      a.w.k < 1 || a.w.k % (kquant ? 256 : 32) != 0 || a.w.row_bytes % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(a.w.data) % 16 != 0 ||
+      (type == GgmlType::kQ6_K && !a.w.q6k_padded)) {
+    return cudaErrorInvalidValue;
+  }
+  const bool two = a.mode == kMoeSwiGlu || a.mode == kMoePair;
+  if (two && (a.up.type != type || a.up.k != a.w.k || a.up.rows != a.w.rows ||
+              a.up.row_bytes != a.w.row_bytes || reinterpret_cast<uintptr_t>(a.up.data) % 16 != 0)) {
+    return cudaErrorInvalidValue;
+  }
+  if ((a.mode == kMoePair && !a.y2) || !a.q || !a.tiles || !a.n_tiles || !a.y ||
+      a.y_stride < a.expert_rows || a.act_div < 1 || a.max_tiles < 0 || a.max_tiles > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.max_tiles == 0) return cudaSuccess;
+  mma::Params p;
+  p.w = static_cast<const uint8_t*>(a.w.data);
+  p.up = two ? static_cast<const uint8_t*>(a.up.data) : nullptr;
+  p.row_bytes = a.w.row_bytes;
+  p.expert_rows = a.expert_rows;
+  p.nb = static_cast<int>(a.w.k / 32);
+  p.n_chunks = (p.nb + mma::kKB - 1) / mma::kKB;
+  // A chunk is 8 blocks of 32 (legacy) or one super-block of 256: the
+  // registry's device block bytes times that.
+  p.src_cb = static_cast<int>(DeviceBlockBytes(type, a.w.q6k_padded) * (kquant ? 1 : 8));
+  p.q = a.q;
+  p.act_map = a.act_map;
+  p.act_div = a.act_div;
+  p.tiles = a.tiles;
+  p.n_tiles = a.n_tiles;
+  p.y = a.y;
+  p.y2 = a.y2;
+  p.y_stride = a.y_stride;
+  const dim3 grid(static_cast<unsigned>((a.expert_rows + mma::kBM - 1) / mma::kBM),
+                  static_cast<unsigned>(a.max_tiles));
+  switch (type) {
+    case GgmlType::kQ4_0: return mma::LaunchMode<GgmlType::kQ4_0>(p, a.mode, grid, stream);
+    case GgmlType::kQ4_1: return mma::LaunchMode<GgmlType::kQ4_1>(p, a.mode, grid, stream);
+    case GgmlType::kQ5_0: return mma::LaunchMode<GgmlType::kQ5_0>(p, a.mode, grid, stream);
+    case GgmlType::kQ5_1: return mma::LaunchMode<GgmlType::kQ5_1>(p, a.mode, grid, stream);
+    case GgmlType::kQ8_0: return mma::LaunchMode<GgmlType::kQ8_0>(p, a.mode, grid, stream);
+    case GgmlType::kQ4_K: return mma::LaunchMode<GgmlType::kQ4_K>(p, a.mode, grid, stream);
+    case GgmlType::kQ5_K: return mma::LaunchMode<GgmlType::kQ5_K>(p, a.mode, grid, stream);
+    case GgmlType::kQ6_K: return mma::LaunchMode<GgmlType::kQ6_K>(p, a.mode, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t LaunchMoeRoute(const float* logits, int64_t nt, const MoeRouteArgs& a, float* out,
@@ -527,14 +776,14 @@ cudaError_t LaunchMoeRoute(const float* logits, int64_t nt, const MoeRouteArgs& 
   return cudaGetLastError();
 }
 
-cudaError_t LaunchMoeGroup(const float* route, int64_t nt, int k, int n_expert,
+cudaError_t LaunchMoeGroup(const float* route, int64_t nt, int k, int n_expert, int tile_tokens,
                            const MoeGroups& g, int32_t* error_flag, cudaStream_t stream) {
   if (nt < 1 || k < 1 || k > kMoeMaxUsed || n_expert < 1 || n_expert > kMoeMaxExperts ||
-      nt * k > 0x7FFFFFFF) {
+      nt * k > 0x7FFFFFFF || tile_tokens < 1 || tile_tokens > kMoeMmaTileTokens) {
     return cudaErrorInvalidValue;
   }
   if (!route || !g.order || !g.slot || !g.tiles || !g.n_tiles) return cudaErrorInvalidValue;
-  moe_group_kernel<<<1, kThreads, 0, stream>>>(route, nt, k, n_expert, MoeTileTokens(nt), g,
+  moe_group_kernel<<<1, kThreads, 0, stream>>>(route, nt, k, n_expert, tile_tokens, g,
                                                error_flag);
   return cudaGetLastError();
 }

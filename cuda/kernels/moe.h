@@ -69,12 +69,14 @@ struct MoeRouteArgs {
 cudaError_t LaunchMoeRoute(const float* logits, int64_t nt, const MoeRouteArgs& a, float* out,
                            cudaStream_t stream);
 
-// Columns of one tile: 1, 2, 4 or 8 (the fewest that hold nt tokens, at
-// most 8; an expert holds at most nt of a batch's columns).
+// Columns of one tile of the CUDA-core grouped matmul: 1, 2, 4 or 8 (the
+// fewest that hold nt tokens, at most 8; an expert holds at most nt of a
+// batch's columns). The tensor-core one takes tiles of kMoeMmaTileTokens.
 int MoeTileTokens(int64_t nt);
-// Tiles a batch can need: every expert's count rounded up to whole tiles,
-// at most A / tile + min(n_expert, A).
-int64_t MoeMaxTiles(int64_t nt, int k, int n_expert);
+inline constexpr int kMoeMmaTileTokens = 32;
+// Tiles a batch can need at `tile_tokens` columns per tile: every expert's
+// count rounded up to whole tiles, at most A / tile + min(n_expert, A).
+int64_t MoeMaxTiles(int64_t nt, int k, int n_expert, int tile_tokens);
 
 // The grouping's device arrays (caller-owned): order[A], slot[A],
 // tiles[MoeMaxTiles] as int4 (expert, first column, columns, 0), n_tiles[1].
@@ -88,7 +90,7 @@ struct MoeGroups {
 // outside [0, n_expert) sets *error_flag (may be null) to
 // kDeviceBadExpertId and its assignment joins no tile (slot -1; its
 // contribution to the output is 0). One CTA.
-cudaError_t LaunchMoeGroup(const float* route, int64_t nt, int k, int n_expert,
+cudaError_t LaunchMoeGroup(const float* route, int64_t nt, int k, int n_expert, int tile_tokens,
                            const MoeGroups& g, int32_t* error_flag, cudaStream_t stream);
 
 // One grouped matmul over the tiles. w: an expert weight as the registry
@@ -120,6 +122,18 @@ struct MoeMatmulArgs {
   int mode = kMoePlain;
 };
 cudaError_t LaunchMoeMatmul(const MoeMatmulArgs& a, cudaStream_t stream);
+
+// The same on the int8 tensor cores (sm_80+; cudaErrorNotSupported, nothing
+// launched, below): the eight integer-dot types (MoeMmaSupports; not
+// MXFP4), tiles of kMoeMmaTileTokens columns (a.tile_tokens). A CTA takes
+// 64 rows of one expert and one tile; per 256-element chunk the rows' block
+// bytes and the columns' int8 codes go through shared memory, and
+// mma.m16n8k32 (Q6_K: two m16n8k16, its scales change every 16 elements)
+// gives each block's exact integer dot, folded as MMVQ folds it (the CPU's
+// terms, summed in another order). Worth it from about 16 tokens: below,
+// the tiles are mostly empty columns.
+bool MoeMmaSupports(GgmlType t);
+cudaError_t LaunchMoeMatmulMma(const MoeMatmulArgs& a, cudaStream_t stream);
 
 // The expert activation with optional biases, over the A grouped columns of
 // g and u ([A][f]): g_c = act(g_c + bg_e, u_c + bu_e), e the column's

@@ -128,6 +128,13 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "The most tokens a Q4_K / Q6_K matmul may have to run the wgmma DQ GEMM (more: the tiled "
        "MMQ): 0..8192; 0 = never. Above 256 (prefills) the matmul runs as launches of 256 "
        "tokens, each reading the weights again (an experiment: not measured yet)."});
+  add({"MINFER_MOE_MMA", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "Mixture-of-experts FFNs of MINFER_MOE_MMA_MIN_TOKENS tokens and more run their grouped "
+       "expert matmuls on the int8 tensor cores (cuda/kernels/moe.h LaunchMoeMatmulMma; sm_80+, "
+       "integer-dot expert types); 0 = the CUDA-core grouped matmul at every size."});
+  add({"MINFER_MOE_MMA_MIN_TOKENS", KnobType::kInt, "16", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "The fewest tokens a MoE FFN needs for the tensor-core grouped matmul: 1..8192."});
   add({"MINFER_DQW_WARPGROUPS", KnobType::kInt, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Warpgroups per CTA of the wgmma DQ GEMM: 1 (64 weight rows), 2 (128 rows sharing one "

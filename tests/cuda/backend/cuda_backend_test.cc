@@ -828,7 +828,9 @@ TEST_F(CudaBackendOpTest, MoeRouteEqualsCpu) {
 // MoeFFN against the CPU's grouped expert FFN with the same route: SiLU
 // experts of each integer-dot type (gate/up fused), gate and up of
 // different types, and gpt-oss's form (biases, the clamped SwiGLU), at
-// token counts on every tile width (1, 2, 4, 8 columns) up to a prefill.
+// token counts on every tile width (1, 2, 4, 8 columns) up to a prefill,
+// on the CUDA-core grouped matmul and (MINFER_MOE_MMA=1 from 2 tokens) the
+// tensor-core one, whose 32-column tiles then cover 2..300 tokens.
 // The dot products are the CPU's terms in another order; the intermediate
 // activation is re-quantized on both sides, so an element that differs in
 // the last bit may land one int8 step apart: the bound is 2e-3 relative
@@ -859,8 +861,11 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
   };
   const int64_t E = 512, F = 256, n_exp = 16;
   const int k = 4;
+  ScopedKnob mma_min("MINFER_MOE_MMA_MIN_TOKENS", "2");
+  for (const char* mma : {"0", "1"})
   for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
+    ScopedKnob mma_on("MINFER_MOE_MMA", mma);
+    SCOPED_TRACE(absl::StrCat(c.name, mma[0] == '1' ? " (tensor cores)" : ""));
     auto G = MakeExperts("gate_exps", c.gate, E, F, n_exp);
     auto U = MakeExperts("up_exps", c.up, E, F, n_exp);
     auto D = MakeExperts("down_exps", c.down, F, E, n_exp);
@@ -889,9 +894,15 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
       std::vector<float> cy, gy;
       h.Run(n, {Bytes(RandomFloats(E * nt, 1.0f)), Bytes(route)}, &cy, &gy);
       const double err = RelErr(gy, cy);
-      std::cout << c.name << " nt " << nt << ": relative error " << err << "\n";
+      std::cout << c.name << (mma[0] == '1' ? " mma" : "") << " nt " << nt
+                << ": relative error " << err << "\n";
       EXPECT_LT(err, 2e-3);
     }
+    // Which kernel ran: the tensor cores from 2 tokens when on and every
+    // expert type has their decode (not MXFP4).
+    const bool eligible = mma[0] == '1' && c.gate != GgmlType::kMXFP4;
+    EXPECT_EQ(h.gpu()->stats().moe_mma, eligible ? 7 : 0);
+    EXPECT_EQ(h.gpu()->stats().moe_vector, eligible ? 1 : 8);
   }
 }
 
