@@ -225,7 +225,7 @@ absl::Status EngineLoader::BuildEngine() {
   engine_ = std::move(*engine);
   // Summary() reads the model's knob overrides, which only the slot's
   // thread may touch once the engine runs.
-  summary_ = model_->Summary();
+  summary_ = model_->Summary(kv_type_);  // the slot's cache type, not the model's default
   if (drafter_ != nullptr) absl::StrAppend(&summary_, "; draft ", drafter_->model().Summary());
   return absl::OkStatus();
 }

@@ -181,7 +181,7 @@ graph::DType Model::DefaultKvType() const {
   return graph::DType::kF32;
 }
 
-std::string Model::Summary() const {
+std::string Model::Summary(std::optional<graph::DType> kv) const {
   const auto& hp = hparams();
   std::string types;
   std::map<std::string, int> by_type;
@@ -207,7 +207,7 @@ std::string Model::Summary() const {
       hp.arch, hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv,
       hp.n_embd_q() != hp.n_embd ? absl::StrCat(" x ", hp.head_dim) : std::string(), hp.n_vocab,
       hp.tied_embeddings ? " (tied)" : "", experts, weight_bytes() / 1048576.0, types,
-      backends_.front()->name(), graph::DTypeName(DefaultKvType()));
+      backends_.front()->name(), graph::DTypeName(kv.value_or(DefaultKvType())));
 }
 
 std::shared_ptr<const grammar::Vocabulary> MakeGrammarVocabulary(const tokenizer::Tokenizer& tok,

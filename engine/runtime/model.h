@@ -100,8 +100,9 @@ class Model {
   absl::Status RestoreWeights(const LoadProgressFn& progress);
   bool weights_released() const { return released_; }
   double load_seconds() const { return load_seconds_; }
-  // One line: placement, memory, KV type.
-  std::string Summary() const;
+  // One line: placement, memory, KV type — `kv` when a load chose one
+  // (minferctl load --kv-type), else DefaultKvType().
+  std::string Summary(std::optional<graph::DType> kv = std::nullopt) const;
 
  private:
   Model() = default;

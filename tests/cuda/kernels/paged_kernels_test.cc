@@ -168,7 +168,6 @@ TEST_P(PagedAttentionGpuTest, MatchesCpuAndContiguousKernels) {
                       c.sinks ? &sinks : nullptr);
   DeviceBuffer<float> dsinks(sinks);
   if (c.sinks) b.p.sinks = dsinks.get();
-  const int64_t nt = static_cast<int64_t>(b.pos.size());
   DeviceBuffer<float> dq(b.q), out(b.q.size());
   DeviceBuffer<int32_t> dpos(b.pos), dtiles(b.tiles), dtables(b.tables);
   DeviceBuffer<uint8_t> dk(b.k), dv(b.v);

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <set>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "engine/base/knobs.h"
 #include "engine/gguf/writer.h"
 #include "engine/runtime/model.h"
@@ -233,6 +235,12 @@ TEST(Qwen2EngineTest, KvCacheTypesStayClose) {
   // of the quantized-weight path (the 3e-2 bound above), not just 2^-11.
   EXPECT_LT(RelErr(run(graph::DType::kF16).data(), ref), 2e-2);
   EXPECT_LT(RelErr(run(graph::DType::kQ8_0).data(), ref), 3e-2);
+  // The one-line summary names the cache type a load chose (the daemon's
+  // load reply), else the model's default.
+  EXPECT_TRUE(absl::StrContains(model->Summary(), absl::StrCat(
+      "KV ", graph::DTypeName(model->DefaultKvType())))) << model->Summary();
+  EXPECT_TRUE(absl::StrContains(model->Summary(graph::DType::kFp8), "KV fp8"))
+      << model->Summary(graph::DType::kFp8);
 }
 
 TEST(Qwen2EngineTest, ContextOverflowAndBadTokensAreClearErrors) {
