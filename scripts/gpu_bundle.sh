@@ -7,6 +7,9 @@
 # `carry: [".gpu"]` and run `bash .gpu/gpu_run.sh [tests|bench|all]` there.
 # MINFER_BAZEL_OUTPUT_BASE=DIR builds in a Bazel output base of its own, so
 # the CUDA build neither evicts nor waits for the plain build's cache.
+# MINFER_GPU_BUNDLE_TOOLS_ONLY=1 bundles `minfer` alone (no GPU tests,
+# kernel benchmarks, minferd or minferctl, and only minfer's libraries):
+# room in the 64 MiB carry for .llamacpp (gpu_run.sh llamacpp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh >/dev/null
@@ -24,20 +27,25 @@ bazel() {
 [[ -n "${MINFER_BAZEL_OUTPUT_BASE:-}" ]] && build_flags+=(--symlink_prefix=/)
 mapfile -t gpu_tests < <(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
 extra=(//engine/tools:minfer //daemon:minferd //client:minferctl)
-for t in //tests/cuda/kernels:matmul_bench //tests/cuda/kernels:attention_bench; do
-  if bazel query "$t" >/dev/null 2>&1; then extra+=("$t"); fi
-done
+if [[ "${MINFER_GPU_BUNDLE_TOOLS_ONLY:-0}" == 1 ]]; then
+  gpu_tests=()
+  extra=(//engine/tools:minfer)
+else
+  for t in //tests/cuda/kernels:matmul_bench //tests/cuda/kernels:attention_bench; do
+    if bazel query "$t" >/dev/null 2>&1; then extra+=("$t"); fi
+  done
+fi
 # Fully static linking of minfer's own code: the binaries do not depend on
 # Bazel's _solib directories.
-if [[ ${#gpu_tests[@]} -eq 0 ]]; then
+if [[ ${#gpu_tests[@]} -eq 0 && "${MINFER_GPU_BUNDLE_TOOLS_ONLY:-0}" != 1 ]]; then
   echo "gpu_bundle.sh: no GPU tests found (bazel query failed?)" >&2
   exit 1
 fi
-bazel build "${build_flags[@]}" "${gpu_tests[@]}" "${extra[@]}"
+bazel build "${build_flags[@]}" ${gpu_tests[@]+"${gpu_tests[@]}"} "${extra[@]}"
 bin_dir="$(bazel info --config=cuda --dynamic_mode=off bazel-bin 2>/dev/null)"
 
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
-for t in "${gpu_tests[@]}" "${extra[@]}"; do
+for t in ${gpu_tests[@]+"${gpu_tests[@]}"} "${extra[@]}"; do
   path="$bin_dir/$(echo "${t#//}" | tr ':' '/')"
   cp "$path" .gpu/bin/
 done

@@ -40,6 +40,14 @@
 #                                        qwen3-30b-a3b:q4_k_m gpt-oss-20b:mxfp4_moe):
 #                                        mkmodel's file, then `minfer bench` pp512 +
 #                                        tg128 single stream and batched decode B = 16, 64
+#   bash .gpu/gpu_run.sh llamacpp [SPEC..]
+#                                        llama.cpp beside minfer on the same mkmodel files
+#                                        (default 7b:q4_k_m qwen3-30b-a3b:q4_k_m
+#                                        gpt-oss-20b:mxfp4_moe): llama-bench and minfer bench
+#                                        pp512 / tg128, then llama-batched-bench and minfer
+#                                        bench -b at B = 1, 16, 64, 128, 256 (128 + 128
+#                                        tokens). Needs .llamacpp/ carried too
+#                                        (scripts/llamacpp_build.sh)
 #   bash .gpu/gpu_run.sh sleep [SPEC]    sleep and wake (issue 31) of one model on the GPU
 #                                        (default m7:7b:q4_k_m): device memory (nvidia-smi)
 #                                        awake, asleep at level 1 and 2; wake times by
@@ -427,6 +435,29 @@ PY
       minfer bench -m "$f" -p 512 -n 128 -r 2 2>&1 | grep -E "^\| |error|Error" | tee -a "$out/moe.log"
       minfer bench -m "$f" -b 16,64 -p 128 -n 128 -r 1 2>&1 | grep -E "^\| |error|Error" |
         tee -a "$out/moe.log"
+    done ;;
+  llamacpp)
+    [[ $# -gt 0 ]] || set -- 7b:q4_k_m qwen3-30b-a3b:q4_k_m gpt-oss-20b:mxfp4_moe
+    pack=.llamacpp/llamacpp.tar.xz
+    [[ -f "$pack" ]] || { echo "no $pack: run scripts/llamacpp_build.sh and carry .llamacpp"; exit 1; }
+    rm -rf /tmp/llamacpp && mkdir -p /tmp/llamacpp && xz -dc "$pack" | tar -C /tmp/llamacpp -xf -
+    # cuBLAS and the CUDA runtime from the machine's toolkit.
+    cudalib="$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")"
+    export LD_LIBRARY_PATH="/tmp/llamacpp/lib:$cudalib:$LD_LIBRARY_PATH"
+    cat .llamacpp/VERSION 2>/dev/null | tee -a "$out/llamacpp.log"
+    for spec in "$@"; do
+      IFS=: read -r shape type <<< "$spec"
+      f="/tmp/minfer-models/$shape-$type.gguf"
+      [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tail -1 |
+        tee -a "$out/llamacpp.log"
+      echo "== $shape $type: llama.cpp, then minfer" | tee -a "$out/llamacpp.log"
+      /tmp/llamacpp/bin/llama-bench -m "$f" -p 512 -n 128 -r 3 -ngl 99 -fa 1 2>&1 |
+        grep -E "^\| |error" | tee -a "$out/llamacpp.log"
+      minfer bench -m "$f" -p 512 -n 128 -r 3 2>&1 | grep -E "^\| " | tee -a "$out/llamacpp.log"
+      /tmp/llamacpp/bin/llama-batched-bench -m "$f" -npp 128 -ntg 128 -npl 1,16,64,128,256 \
+        -c 66000 -ngl 99 -fa on 2>&1 | grep -E "^\||error" | tee -a "$out/llamacpp.log"
+      minfer bench -m "$f" -b 1,16,64,128,256 -p 128 -n 128 -r 1 2>&1 | grep -E "^\| " |
+        tee -a "$out/llamacpp.log"
     done ;;
   cmd) "$@" ;;
   *) echo "usage: gpu_run.sh tests|bench|cmd ..." >&2; exit 2 ;;
