@@ -694,6 +694,40 @@ __global__ void moe_combine_kernel(const float* __restrict__ d, const float* __r
 
 }  // namespace
 
+namespace {
+
+constexpr bool IsKQuant(GgmlType t) {
+  return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K;
+}
+
+// The arguments both grouped matmuls take (moe.h MoeMatmulArgs), the
+// weight type aside: shapes, the registry's layout (16-byte rows, Q6_K
+// padded), a matching up weight for the two-weight modes, the pointers.
+cudaError_t CheckMatmulArgs(const MoeMatmulArgs& a) {
+  const GgmlType type = a.w.type;
+  if (a.expert_rows < 1 || a.n_expert < 1 || a.w.rows != a.expert_rows * a.n_expert ||
+      a.w.k < 1 || a.w.k % (IsKQuant(type) ? 256 : 32) != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.w.row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(a.w.data) % 16 != 0 ||
+      (type == GgmlType::kQ6_K && !a.w.q6k_padded)) {
+    return cudaErrorInvalidValue;  // the registry's layout (types.h) is required
+  }
+  const bool two = a.mode == kMoeSwiGlu || a.mode == kMoePair;
+  if (two && (a.up.type != type || a.up.k != a.w.k || a.up.rows != a.w.rows ||
+              a.up.row_bytes != a.w.row_bytes || a.up.q6k_padded != a.w.q6k_padded ||
+              reinterpret_cast<uintptr_t>(a.up.data) % 16 != 0)) {
+    return cudaErrorInvalidValue;
+  }
+  if ((a.mode == kMoePair && !a.y2) || !a.w.data || !a.q || !a.tiles || !a.n_tiles || !a.y ||
+      a.y_stride < a.expert_rows || a.act_div < 1 || a.max_tiles < 0 || a.max_tiles > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
 int MoeTileTokens(int64_t nt) { return nt <= 1 ? 1 : nt <= 2 ? 2 : nt <= 4 ? 4 : 8; }
 
 int64_t MoeMaxTiles(int64_t nt, int k, int n_expert, int tile_tokens) {
@@ -712,23 +746,10 @@ cudaError_t LaunchMoeMatmulMma(const MoeMatmulArgs& a, cudaStream_t stream) {
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   if (err != cudaSuccess) return err;
   if (major < 8) return cudaErrorNotSupported;
-  const bool kquant = type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
-  if (a.expert_rows < 1 || a.n_expert < 1 || a.w.rows != a.expert_rows * a.n_expert ||
-      a.w.k < 1 || a.w.k % (kquant ? 256 : 32) != 0 || a.w.row_bytes % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(a.w.data) % 16 != 0 ||
-      (type == GgmlType::kQ6_K && !a.w.q6k_padded)) {
-    return cudaErrorInvalidValue;
-  }
-  const bool two = a.mode == kMoeSwiGlu || a.mode == kMoePair;
-  if (two && (a.up.type != type || a.up.k != a.w.k || a.up.rows != a.w.rows ||
-              a.up.row_bytes != a.w.row_bytes || reinterpret_cast<uintptr_t>(a.up.data) % 16 != 0)) {
-    return cudaErrorInvalidValue;
-  }
-  if ((a.mode == kMoePair && !a.y2) || !a.q || !a.tiles || !a.n_tiles || !a.y ||
-      a.y_stride < a.expert_rows || a.act_div < 1 || a.max_tiles < 0 || a.max_tiles > 65535) {
-    return cudaErrorInvalidValue;
-  }
+  if (const cudaError_t e = CheckMatmulArgs(a); e != cudaSuccess) return e;
   if (a.max_tiles == 0) return cudaSuccess;
+  const bool kquant = IsKQuant(type);
+  const bool two = a.mode == kMoeSwiGlu || a.mode == kMoePair;
   mma::Params p;
   p.w = static_cast<const uint8_t*>(a.w.data);
   p.up = two ? static_cast<const uint8_t*>(a.up.data) : nullptr;
@@ -790,28 +811,11 @@ cudaError_t LaunchMoeGroup(const float* route, int64_t nt, int k, int n_expert, 
 
 cudaError_t LaunchMoeMatmul(const MoeMatmulArgs& a, cudaStream_t stream) {
   const GgmlType type = a.w.type;
-  const bool kquant = type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
-  if (!MoeTypeSupported(type) || a.expert_rows < 1 || a.n_expert < 1 ||
-      a.w.rows != a.expert_rows * a.n_expert || a.w.k < 1 || a.w.k % (kquant ? 256 : 32) != 0) {
-    return cudaErrorInvalidValue;
-  }
-  if (a.w.row_bytes % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(a.w.data) % 16 != 0 ||
-      (type == GgmlType::kQ6_K && !a.w.q6k_padded)) {
-    return cudaErrorInvalidValue;  // the registry's layout (types.h) is required
-  }
-  const bool two = a.mode == kMoeSwiGlu || a.mode == kMoePair;
-  if (two && (a.up.type != type || a.up.k != a.w.k || a.up.rows != a.w.rows ||
-              a.up.row_bytes != a.w.row_bytes || a.up.q6k_padded != a.w.q6k_padded ||
-              reinterpret_cast<uintptr_t>(a.up.data) % 16 != 0)) {
-    return cudaErrorInvalidValue;
-  }
-  if (a.mode == kMoePair && !a.y2) return cudaErrorInvalidValue;
-  if (!a.w.data || !a.q || !a.tiles || !a.n_tiles || !a.y || a.y_stride < a.expert_rows ||
-      a.act_div < 1 || a.max_tiles < 0 || a.max_tiles > 65535) {
-    return cudaErrorInvalidValue;
-  }
+  if (!MoeTypeSupported(type)) return cudaErrorInvalidValue;
+  if (const cudaError_t e = CheckMatmulArgs(a); e != cudaSuccess) return e;
   if (a.max_tiles == 0) return cudaSuccess;
+  const bool kquant = IsKQuant(type);
+  const bool two = a.mode == kMoeSwiGlu || a.mode == kMoePair;
   const int units_per_row = static_cast<int>(a.w.k / (kquant ? 64 : 32));
   int lanes_log2 = 2;  // at least 4 lanes: a multiple of the K-quants' 4 units per block
   while (lanes_log2 < 5 && (1 << lanes_log2) < units_per_row) ++lanes_log2;

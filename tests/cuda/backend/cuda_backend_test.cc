@@ -906,6 +906,81 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
   }
 }
 
+// The MoE launchers refuse what moe.h's contracts exclude before touching
+// the device (no GPU needed: these run in CI too): an up weight that does
+// not match, Q6_K outside the registry's padded layout, unaligned rows,
+// too many tiles for the grid, MXFP4 on the tensor cores, bad route
+// shapes.
+TEST(MoeLauncherTest, RefusesArgumentsOutsideTheContract) {
+  alignas(16) static uint8_t w_bytes[64];
+  alignas(16) static float buf[64];
+  alignas(16) static int4 tiles[4];
+  static int32_t n_tiles[1];
+  MoeMatmulArgs a;
+  a.w.type = GgmlType::kQ8_0;
+  a.w.data = w_bytes;
+  a.w.k = 256;
+  a.w.rows = 8;
+  a.w.row_bytes = DeviceRowBytes(GgmlType::kQ8_0, 256);
+  a.expert_rows = 4;
+  a.n_expert = 2;
+  a.q = reinterpret_cast<const BlockQ8A*>(buf);
+  a.tiles = tiles;
+  a.n_tiles = n_tiles;
+  a.max_tiles = 0;  // a valid launch of nothing
+  a.y = buf;
+  a.y_stride = 4;
+  a.tile_tokens = 8;
+  EXPECT_EQ(LaunchMoeMatmul(a, nullptr), cudaSuccess);
+  auto refused = [](MoeMatmulArgs b) { return LaunchMoeMatmul(b, nullptr) == cudaErrorInvalidValue; };
+  MoeMatmulArgs b = a;
+  b.mode = kMoeSwiGlu;  // no up weight
+  EXPECT_TRUE(refused(b));
+  b.up = a.w;
+  b.up.k = 512;  // up of another shape
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.mode = kMoePair;  // no y2
+  b.up = a.w;
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.w.rows = 9;  // not expert_rows x n_expert
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.w.row_bytes += 2;  // not the registry's 16-byte rows
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.w.type = GgmlType::kQ6_K;  // raw 210-byte Q6_K
+  b.w.row_bytes = 224;
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.w.type = GgmlType::kF16;  // no integer dot
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.max_tiles = 65536;  // past grid.y
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.y_stride = 3;  // rows overlap
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.w.type = GgmlType::kMXFP4;  // the tensor cores have no MXFP4 decode
+  b.tile_tokens = kMoeMmaTileTokens;
+  EXPECT_EQ(LaunchMoeMatmulMma(b, nullptr), cudaErrorInvalidValue);
+  b = a;  // the tensor cores take 32-column tiles only
+  EXPECT_EQ(LaunchMoeMatmulMma(b, nullptr), cudaErrorInvalidValue);
+  MoeRouteArgs r;
+  r.n_expert = kMoeMaxExperts + 1;
+  r.k = 8;
+  EXPECT_EQ(LaunchMoeRoute(buf, 1, r, buf, nullptr), cudaErrorInvalidValue);
+  r.n_expert = 8;
+  r.k = 9;  // more choices than experts
+  EXPECT_EQ(LaunchMoeRoute(buf, 1, r, buf, nullptr), cudaErrorInvalidValue);
+  MoeGroups g;
+  EXPECT_EQ(LaunchMoeGroup(buf, 4, 2, 8, 8, g, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchMoeCombine(buf, buf, n_tiles, buf, 3, 1, 2, 4, buf, nullptr),
+            cudaErrorInvalidValue);  // bias stride below the row
+}
+
 // An expert type without an integer dot (f16) keeps the node off the GPU;
 // MXFP4 outside an expert tensor is refused at upload, naming the tensor.
 TEST_F(CudaBackendOpTest, MoeFfnRefusesExpertsWithoutAKernel) {
