@@ -53,6 +53,12 @@
 #                                        awake, asleep at level 1 and 2; wake times by
 #                                        minferctl wake and by a request; greedy ids
 #                                        before and after each wake
+#   bash .gpu/gpu_run.sh spec [SPEC [DRAFT]]
+#                                        speculative decoding (issue 33 part 2; default
+#                                        7b:q4_k_m, draft 0.5b:q4_k_m): minfer bench
+#                                        --spec oracle at acceptance 1 (verify cost,
+#                                        k = 2, 4, 8), 0.7 and 0.5, B = 1, 4, 16, 64;
+#                                        MMVQ to 8 rows; pp 1..9; a draft model
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
 # Logs go to $OUT (when set) so they come back with the device tool.
 set -uo pipefail
@@ -459,6 +465,43 @@ PY
       minfer bench -m "$f" -b 1,16,64,128,256 -p 128 -n 128 -r 1 2>&1 | grep -E "^\| " |
         tee -a "$out/llamacpp.log"
     done ;;
+  spec)
+    # Speculative decoding's costs (issue 33 part 2) on one model (default
+    # 7b:q4_k_m): drafts replayed from the run without them (--spec oracle)
+    # at acceptance 1 (the verify step's cost against a plain one: a
+    # speed-up S at k drafts means a verify step costs (k+1)/S plain steps)
+    # and at 0.7 and 0.5 per token; the same with MMVQ up to 8 rows
+    # (MINFER_DQ_MIN_TOKENS=9, MINFER_MMQ_SMALL_MIN_TOKENS=9) instead of the
+    # DQ GEMM from 4; then a real draft model (DRAFT, default 0.5b:q4_k_m).
+    spec="${1:-7b:q4_k_m}"; dspec="${2:-0.5b:q4_k_m}"
+    f="/tmp/minfer-models/${spec%%:*}-${spec#*:}.gguf"
+    d="/tmp/minfer-models/${dspec%%:*}-${dspec#*:}.gguf"
+    for m in "$spec" "$dspec"; do
+      g="/tmp/minfer-models/${m%%:*}-${m#*:}.gguf"
+      [[ -f "$g" ]] || minfer mkmodel --shape "${m%%:*}" --type "${m#*:}" -o "$g" 2>&1 | tail -1 |
+        tee -a "$out/mkmodel.log"
+    done
+    sb() { minfer bench -m "$f" -b 1,4,16,64 -p 32 -n 128 -r 2 "$@" 2>&1 | grep -E "^\| |rror"; }
+    for k in 2 4 8; do
+      echo "== oracle accept 1, k=$k" | tee -a "$out/spec.log"
+      sb --spec oracle --spec-accept 1 --spec-k "$k" | tee -a "$out/spec.log"
+    done
+    for a in 0.7 0.5; do
+      echo "== oracle accept $a, k=4" | tee -a "$out/spec.log"
+      sb --spec oracle --spec-accept "$a" --spec-k 4 | tee -a "$out/spec.log"
+    done
+    echo "== oracle accept 0.7, k=3" | tee -a "$out/spec.log"
+    sb --spec oracle --spec-accept 0.7 --spec-k 3 | tee -a "$out/spec.log"
+    echo "== MMVQ to 8 rows: oracle accept 1, k=4" | tee -a "$out/spec.log"
+    MINFER_DQ_MIN_TOKENS=9 MINFER_MMQ_SMALL_MIN_TOKENS=9 sb --spec oracle --spec-accept 1 \
+      --spec-k 4 | tee -a "$out/spec.log"
+    echo "== forward of N tokens of one sequence (pp N)" | tee -a "$out/spec.log"
+    for n in 1 2 3 5 9; do
+      minfer bench -m "$f" -p "$n" -n 0 -r 20 2>&1 | grep -E "^\| .*pp" | tee -a "$out/spec.log"
+    done
+    echo "== draft model $dspec, k=4" | tee -a "$out/spec.log"
+    sb --spec draft --draft "$d" --spec-k 4 | tee -a "$out/spec.log"
+    ;;
   cmd) "$@" ;;
   *) echo "usage: gpu_run.sh tests|bench|cmd ..." >&2; exit 2 ;;
 esac

@@ -13,7 +13,9 @@
 # machine's toolkit has them (gpu_run.sh points LD_LIBRARY_PATH there).
 # Takes long on 2 cores (ggml-cuda's template instances): run it in the
 # background; MINFER_LLAMACPP_WORK (default /tmp/minfer-llamacpp) holds the
-# build tree, so a second run only relinks.
+# build tree, so a second run only relinks. The executables link with
+# --allow-shlib-undefined: libggml-cuda needs the driver's libcuda.so.1,
+# which only the GPU machine has.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bundle="$root/third_party/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle"
@@ -32,7 +34,8 @@ cmake -S "$work/src" -B "$work/build" -G Ninja \
   -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=OFF \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON >/dev/null
+  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON \
+  -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined >/dev/null
 ninja -C "$work/build" -j "$jobs" llama-bench llama-batched-bench
 rm -rf "$work/pack" && mkdir -p "$work/pack/bin" "$work/pack/lib"
 cp "$work/build/bin/llama-bench" "$work/build/bin/llama-batched-bench" "$work/pack/bin/"

@@ -38,4 +38,52 @@ int64_t NgramDrafter::Propose(absl::Span<const int32_t> tokens, int64_t k,
   return 0;
 }
 
+ReplayDrafter::ReplayDrafter(double accept, uint64_t seed)
+    : accept_(std::clamp(accept, 0.0, 1.0)), seed_(seed) {}
+
+void ReplayDrafter::Add(std::vector<int32_t> prompt, std::vector<int32_t> continuation) {
+  refs_.push_back({std::move(prompt), std::move(continuation)});
+}
+
+namespace {
+// splitmix64's finalizer: a uniform 64-bit value per input.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+int64_t ReplayDrafter::Propose(absl::Span<const int32_t> tokens, int64_t k,
+                               std::vector<int32_t>* out) {
+  for (size_t r = 0; r < refs_.size(); ++r) {
+    const Reference& ref = refs_[r];
+    const size_t np = ref.prompt.size();
+    if (tokens.size() < np || !std::equal(ref.prompt.begin(), ref.prompt.end(), tokens.begin())) {
+      continue;
+    }
+    const size_t pos = tokens.size() - np;  // tokens of the continuation so far
+    if (pos > ref.continuation.size() ||
+        !std::equal(tokens.begin() + np, tokens.end(), ref.continuation.begin())) {
+      return 0;  // left its reference: nothing known to draft
+    }
+    int64_t n = 0;
+    for (size_t p = pos; n < k && p < ref.continuation.size(); ++p) {
+      const int32_t right = ref.continuation[p];
+      const uint64_t h = Mix(seed_ ^ Mix((static_cast<uint64_t>(r) << 32) ^ p));
+      const double u = static_cast<double>(h >> 11) * 0x1.0p-53;
+      ++n;
+      if (u < accept_) {
+        out->push_back(right);
+      } else {
+        out->push_back(right > 0 ? right - 1 : 1);  // any other id
+        break;
+      }
+    }
+    return n;
+  }
+  return 0;
+}
+
 }  // namespace minfer::runtime

@@ -12,6 +12,10 @@
 // ModelDrafter (model_drafter.h) drafts with a smaller model of the same
 // vocabulary, for all the step's sequences in one batched loop.
 //
+// ReplayDrafter is a measuring instrument (`minfer bench --spec oracle`),
+// not a drafter to serve with: it drafts from known continuations at a set
+// acceptance rate.
+//
 // Thread safety: an Engine calls its drafter from its own thread only. The
 // drafters here are immutable after construction and Propose is
 // thread-safe; a stateful one (ModelDrafter) serves one Engine.
@@ -65,6 +69,35 @@ class NgramDrafter : public Drafter {
  private:
   int32_t min_n_, max_n_;
   int64_t window_;
+};
+
+// Drafts each sequence's reference continuation (for instance the greedy
+// ids of a run without drafts), each drafted token right with probability
+// `accept` given that the ones before it were: the first wrong one is
+// another id and ends the draft. Greedy verification then accepts about
+// `accept` of the drafted tokens per position whatever the weights, so a
+// synthetic model can measure what speculation gains at the acceptance
+// that real draft pairs reach (issue 33: EAGLE-3's ~0.7 per token), and at
+// accept = 1 the cost of a verify step against a plain one. Deterministic:
+// a position's draw hashes (seed, reference, position). A sequence whose
+// tokens left its reference (another kernel's rounding chose another id)
+// gets no draft. Add every reference before the engine runs; Propose is
+// then thread-safe.
+class ReplayDrafter : public Drafter {
+ public:
+  explicit ReplayDrafter(double accept, uint64_t seed = 1);
+  // Sequences whose tokens start with `prompt` continue with `continuation`.
+  void Add(std::vector<int32_t> prompt, std::vector<int32_t> continuation);
+  int64_t Propose(absl::Span<const int32_t> tokens, int64_t k,
+                  std::vector<int32_t>* out) override;
+
+ private:
+  struct Reference {
+    std::vector<int32_t> prompt, continuation;
+  };
+  double accept_;
+  uint64_t seed_;
+  std::vector<Reference> refs_;
 };
 
 }  // namespace minfer::runtime

@@ -77,6 +77,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   if (e->spec_k_ < 0) {
     return absl::InvalidArgumentError(absl::StrCat("spec_k must be >= 0, got ", e->spec_k_));
   }
+  e->options_gate_fixed_ = o.spec_gate.has_value();
+  e->spec_gate_on_ = o.spec_gate.value_or(knobs.GetBool("MINFER_SPEC_GATE", &model->knobs()));
   if (!o.spec_rows.has_value()) {
     o.spec_rows = e->spec_k_ > 0 || o.drafter != nullptr ? SpecRows(o.max_seqs) : 0;
   }
@@ -194,6 +196,9 @@ void Engine::RefreshKnobs() {
     spec_k_ = static_cast<int32_t>(std::max<int64_t>(
         0, KnobRegistry::Global().GetInt("MINFER_SPEC_K", &model_->knobs())));
   }
+  if (!options_gate_fixed_) {
+    spec_gate_on_ = KnobRegistry::Global().GetBool("MINFER_SPEC_GATE", &model_->knobs());
+  }
   if (options_budget_fixed_) return;
   const int64_t b = std::max<int64_t>(BudgetKnob(), opt_.max_seqs);
   if (b == opt_.token_budget) return;
@@ -258,6 +263,7 @@ EngineSnapshot Engine::Snapshot() const {
   s.grammar_masks = grammar_masks_;
   s.spec_drafted = spec_drafted_;
   s.spec_accepted = spec_accepted_;
+  s.spec_gate_held = gate_.held();
   s.grammar_mask_seconds = grammar_mask_seconds_;
   s.token_budget = opt_.token_budget;
   s.n_ctx = opt_.n_ctx;
@@ -293,7 +299,12 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
   steps_++;
   RefreshKnobs();
   const uint64_t evictions = runner_->pool().blocks().evictions();
-  if (spec_k_ > 0) ProposeDrafts();
+  // The gate's class is the load of the step before (the running
+  // sequences); a step that may not draft leaves the drafter alone.
+  const int64_t load = scheduler_->running();
+  if (spec_k_ > 0 && (!spec_gate_on_ || gate_.MayDraft(std::max<int64_t>(load, 1)))) {
+    ProposeDrafts();
+  }
   Scheduler::Step step = scheduler_->Schedule();
   // Drafts the scheduler did not take (budget, context, preemption) leave
   // the sequence's tokens again.
@@ -404,6 +415,9 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
   }
   const double secs = Since(t0);
   const int64_t n_vocab = model_->hparams().n_vocab;
+  bool drafted = false;
+  for (const Scheduler::Work& w : step.work) drafted = drafted || w.drafts > 0;
+  int64_t emitted = 0;
   // Sample (and verify drafts) first, then commit the computed rows (less
   // the refused drafts'), then report: a sequence that finished still
   // publishes its full blocks for the prefix cache.
@@ -502,6 +516,7 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
     ev.id = w.id;
     ev.out = std::move(out);
     const int64_t n_new = static_cast<int64_t>(ev.out.tokens.size());
+    emitted += n_new;
     if (s.c->done()) {
       s.c->stats().decode_seconds = s.decode_seconds;
       ev.finished = true;
@@ -516,6 +531,10 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
     }
   }
   last_.seconds = Since(t0);
+  // Decode steps (no prefill rows) tell the gate what drafts cost now.
+  if (spec_k_ > 0 && spec_gate_on_ && last_.prefill_tokens == 0) {
+    gate_.Record(std::max<int64_t>(load, 1), drafted, emitted, last_.seconds);
+  }
   return absl::OkStatus();
 }
 

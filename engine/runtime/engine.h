@@ -32,6 +32,7 @@
 #include "engine/runtime/batch_runner.h"
 #include "engine/runtime/completion.h"
 #include "engine/runtime/drafter.h"
+#include "engine/runtime/spec_gate.h"
 #include "engine/runtime/kv_events.h"
 #include "engine/runtime/scheduler.h"
 
@@ -86,6 +87,10 @@ struct EngineOptions {
   // The drafter (null: NgramDrafter) — a draft model's (ModelDrafter,
   // which then serves this engine alone), or a test's.
   std::shared_ptr<Drafter> drafter;
+  // Drafts only where they pay (spec_gate.h: decode throughput with and
+  // without drafts measured per batch size). Unset: the model's
+  // MINFER_SPEC_GATE knob (read between steps).
+  std::optional<bool> spec_gate;
   // KV-cache events (kv_events.h): recorded as the prefix cache changes,
   // taken with TakeKvEvents; the hash chain's seed.
   bool kv_events = false;
@@ -145,6 +150,8 @@ struct EngineSnapshot {
   // Speculative decoding: tokens drafted into steps and accepted of them.
   int64_t spec_drafted = 0;
   int64_t spec_accepted = 0;
+  // Steps whose drafts the gate (EngineOptions::spec_gate) held back.
+  int64_t spec_gate_held = 0;
   int64_t token_budget = 0;
   int64_t n_ctx = 0;
   EngineStepStats last_step;
@@ -254,6 +261,9 @@ class Engine : public StepEngine {
   void ProposeDrafts();
   int32_t spec_k_ = 0;  // effective
   bool options_spec_fixed_ = false;  // EngineOptions::spec_k given
+  bool spec_gate_on_ = true;
+  bool options_gate_fixed_ = false;  // EngineOptions::spec_gate given
+  SpecGate gate_;
   int64_t spec_drafted_ = 0;
   // Acceptance of recent drafting rounds (accepted / drafted, an average
   // with weight 1/4 per round), optimistic at first: below kSpecLowRate,

@@ -4,8 +4,8 @@
 // llama-batched-bench: B sequences of -p prompt tokens prefilled, then -n
 // steps that decode one token of every sequence together (greedy, argmax on
 // the device); prompt and generated tokens/s over all sequences, median of
-// the repetitions after one warm-up. With --spec ngram|draft, speculative
-// decoding against plain decoding on the engine (SpecBench).
+// the repetitions after one warm-up. With --spec ngram|draft|oracle,
+// speculative decoding against plain decoding on the engine (SpecBench).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -207,9 +207,9 @@ int BatchedBench(std::shared_ptr<runtime::Model> model, const std::vector<int64_
 // last), the speed-up and the share of drafts accepted; median of the
 // repetitions after one warm-up.
 int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Model> draft,
-              const std::string& spec, int32_t spec_k, const std::vector<int64_t>& batches,
-              int64_t n_prompt, int64_t n_gen, int64_t reps, int64_t budget, int32_t kv_block,
-              const std::string& output) {
+              const std::string& spec, int32_t spec_k, double spec_accept,
+              const std::vector<int64_t>& batches, int64_t n_prompt, int64_t n_gen, int64_t reps,
+              int64_t budget, int32_t kv_block, const std::string& output) {
   const auto& hp = model->hparams();
   const int32_t vocab = std::min<int32_t>(model->tokenizer().vocab_size(), hp.n_vocab) - 32;
   struct Row {
@@ -232,6 +232,8 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
     }
     const int64_t prompt_len = static_cast<int64_t>(reqs[0].prompt.size());
     Row row{B, 0, 0, 0, 0, 0};
+    // --spec oracle: each stream's greedy ids of the run without drafts.
+    std::vector<std::vector<int32_t>> reference(B);
     for (int with = 0; with < 2; ++with) {
       runtime::EngineOptions eo;
       // As minferd --parallel B: the engine adds the rows for drafts
@@ -251,6 +253,11 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
         drafter = *d;
         eo.drafter = drafter;
       }
+      if (with && spec == "oracle") {
+        auto oracle = std::make_shared<runtime::ReplayDrafter>(spec_accept);
+        for (int64_t i = 0; i < B; ++i) oracle->Add(reqs[i].prompt, reference[i]);
+        eo.drafter = oracle;
+      }
       auto engine = runtime::Engine::Create(model, eo);
       if (!engine.ok()) {
         std::cerr << "minfer bench: " << engine.status().message() << "\n";
@@ -263,6 +270,7 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
         // off unless MINFER_PREFIX_CACHE turns it on, so each repetition
         // prefills them again; only the draft's own cache is meant to hit.
         std::map<uint64_t, int64_t> got;
+        std::map<uint64_t, int64_t> index;  // engine id -> stream
         for (const auto& r : reqs) {
           auto id = (*engine)->Add(r);
           if (!id.ok()) {
@@ -270,6 +278,10 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
             return 1;
           }
           got[*id] = 0;
+          index[*id] = static_cast<int64_t>(index.size());
+        }
+        if (!with) {
+          for (auto& ref : reference) ref.clear();
         }
         const runtime::EngineSnapshot before = (*engine)->Snapshot();
         std::vector<runtime::EngineEvent> events;
@@ -282,6 +294,10 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
             return 1;
           }
           for (const auto& ev : events) {
+            if (!with) {
+              auto& ref = reference[index.at(ev.id)];
+              ref.insert(ref.end(), ev.out.tokens.begin(), ev.out.tokens.end());
+            }
             int64_t& n = got[ev.id];
             if (n == 0 && !ev.out.tokens.empty()) ++started;
             n += static_cast<int64_t>(ev.out.tokens.size());
@@ -314,6 +330,7 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
                    {"spec", spec},
                    {"draft", draft != nullptr ? draft->name() : ""},
                    {"spec_k", spec_k},
+                   {"spec_accept", spec == "oracle" ? spec_accept : 0},
                    {"streams", x.b},
                    {"n_gen", n_gen},
                    {"plain_tokens_per_second", x.plain},
@@ -326,11 +343,13 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
     std::cout << j.dump(2) << "\n";
     return 0;
   }
+  const std::string label =
+      spec == "oracle" ? absl::StrFormat("oracle (accept %.2f)", spec_accept) : spec;
   std::printf("| model | backend | spec | k | streams | plain t/s | spec t/s | speed-up | drafts accepted |\n");
   std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Row& x : rows) {
     std::printf("| %s | %s | %s%s | %d | %ld | %.1f | %.1f | %.2fx | %.0f%% of %ld |\n",
-                model->name().c_str(), model->backends().front()->name().c_str(), spec.c_str(),
+                model->name().c_str(), model->backends().front()->name().c_str(), label.c_str(),
                 draft != nullptr ? (" (" + draft->name() + ")").c_str() : "", spec_k, x.b,
                 x.plain, x.spec, x.plain > 0 ? x.spec / x.plain : 0, 100 * x.accepted_share,
                 x.drafted);
@@ -368,9 +387,15 @@ int BenchMain(int argc, char** argv) {
   std::string spec, draft_path;
   int32_t spec_k = 4;
   app.add_option("--spec", spec,
-                 "speculative decoding: ngram or draft (--draft): -n greedy tokens on each of "
-                 "-b streams (default 1), without and with drafts")
-      ->check(CLI::IsMember({"ngram", "draft"}));
+                 "speculative decoding: ngram, draft (--draft) or oracle (--spec-accept): -n "
+                 "greedy tokens on each of -b streams (default 1), without and with drafts")
+      ->check(CLI::IsMember({"ngram", "draft", "oracle"}));
+  double spec_accept = 0.7;
+  app.add_option("--spec-accept", spec_accept,
+                 "--spec oracle: drafts are the run without drafts' ids, each right with this "
+                 "probability (the acceptance per token; 1: the verify step's cost)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--draft", draft_path, "draft model for --spec draft (implies it)");
   app.add_option("--spec-k", spec_k, "drafted tokens per step")
       ->capture_default_str()
@@ -410,7 +435,7 @@ int BenchMain(int argc, char** argv) {
       std::cerr << "draft: " << draft->Summary() << "\n";
     }
     if (budget <= 0) budget = (*model)->gpu() ? 2048 : 512;
-    return SpecBench(*model, draft, spec, spec_k, batches.empty() ? std::vector<int64_t>{1} : batches,
+    return SpecBench(*model, draft, spec, spec_k, spec_accept, batches.empty() ? std::vector<int64_t>{1} : batches,
                      n_prompt, std::max<int64_t>(n_gen, 1), reps, budget, kv_block, output);
   }
   if (!batches.empty()) {

@@ -43,6 +43,8 @@ class BatchingTest : public ::testing::Test {
     r.set_queue_size(16);
     r.set_kv_tokens(kv_tokens);
     (*r.mutable_knobs())["MINFER_BATCH_TOKENS"] = "24";
+    // Drafts every step: these tests count them (the gate has its own).
+    (*r.mutable_knobs())["MINFER_SPEC_GATE"] = "0";
     if (spec_k > 0 && draft.empty()) (*r.mutable_knobs())["MINFER_SPEC_K"] = absl::StrCat(spec_k);
     r.set_draft(draft);  // spec "draft", k 4
     auto st = client_->LoadModel(r);
@@ -202,6 +204,7 @@ TEST_F(BatchingTest, NgramAndOffLoadOptions) {
     r.set_n_ctx(512);
     r.set_spec(spec);
     (*r.mutable_knobs())["MINFER_SPEC_K"] = "4";  // ignored: the load option decides
+    (*r.mutable_knobs())["MINFER_SPEC_GATE"] = "0";  // drafts every step
     auto loaded = client_->LoadModel(r);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     EXPECT_EQ(loaded->spec(), spec);

@@ -58,6 +58,7 @@ struct Result {
 Result RunEngine(std::shared_ptr<Model> m, const std::vector<GenerateRequest>& reqs,
                  EngineOptions eo) {
   Result r;
+  eo.spec_gate = eo.spec_gate.value_or(false);  // verification on every step
   auto e = Engine::Create(m, eo);
   EXPECT_TRUE(e.ok()) << e.status();
   if (!e.ok()) return r;

@@ -238,6 +238,7 @@ TEST(ConstrainedEngineTest, SpeculativeDraftsFollowTheGrammar) {
   ASSERT_TRUE(cg.ok());
   auto run = [&](const std::vector<GenerateRequest>& reqs, EngineOptions eo,
                  EngineSnapshot* snap) {
+    eo.spec_gate = eo.spec_gate.value_or(false);  // verification on every step
     auto e = Engine::Create(model, eo);
     EXPECT_TRUE(e.ok()) << e.status();
     std::vector<uint64_t> ids;

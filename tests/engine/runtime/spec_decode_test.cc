@@ -57,7 +57,11 @@ struct Output {
 };
 
 std::vector<Output> RunAll(std::shared_ptr<Model> model, const std::vector<GenerateRequest>& reqs,
-                        EngineOptions eo, EngineSnapshot* snap = nullptr) {
+                        EngineOptions eo, EngineSnapshot* snap = nullptr,
+                        bool gate_from_knob = false) {
+  // These tests are of verification: drafts every step (the gate, which
+  // decides by measured step times, has tests of its own).
+  if (!gate_from_knob) eo.spec_gate = eo.spec_gate.value_or(false);
   auto e = Engine::Create(model, eo);
   EXPECT_TRUE(e.ok()) << e.status();
   std::vector<Output> out(reqs.size());
@@ -619,6 +623,116 @@ TEST(SpecDecodeTest, NgramDraftsOfRepeatingTextContinueThePeriodToK) {
   out.assign({42});  // drafts are appended after what *out holds
   EXPECT_EQ(d.Propose(std::vector<int32_t>{1, 2, 3, 1, 2, 3, 1, 2}, 5, &out), 5);
   EXPECT_EQ(out, (std::vector<int32_t>{42, 3, 1, 2, 3, 1}));
+}
+
+// ReplayDrafter (minfer bench --spec oracle): the reference's tokens, each
+// right with the set probability given the ones before were, the first
+// wrong one ending the draft; nothing for a sequence that left its
+// reference or matches none.
+TEST(SpecDecodeTest, ReplayDrafterDraftsTheReferenceAtTheSetRate) {
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+  std::vector<int32_t> cont(400);
+  for (size_t i = 0; i < cont.size(); ++i) cont[i] = static_cast<int32_t>(10 + i % 50);
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), cont.begin(), cont.begin() + 7);
+  std::vector<int32_t> out;
+  ReplayDrafter all(1.0);
+  all.Add(prompt, cont);
+  EXPECT_EQ(all.Propose(seq, 4, &out), 4);
+  EXPECT_EQ(out, (std::vector<int32_t>(cont.begin() + 7, cont.begin() + 11)));
+  out.clear();
+  EXPECT_EQ(all.Propose(prompt, 2, &out), 2) << "from the first generated token";
+  EXPECT_EQ(out, (std::vector<int32_t>{cont[0], cont[1]}));
+  out.clear();
+  seq.back() = 999;  // left the reference
+  EXPECT_EQ(all.Propose(seq, 4, &out), 0);
+  EXPECT_EQ(all.Propose(std::vector<int32_t>{2, 7, 1, 8}, 4, &out), 0) << "no reference";
+  seq = prompt;
+  seq.insert(seq.end(), cont.begin(), cont.end());
+  EXPECT_EQ(all.Propose(seq, 4, &out), 0) << "past the reference's end";
+  ReplayDrafter none(0.0);
+  none.Add(prompt, cont);
+  EXPECT_EQ(none.Propose(prompt, 4, &out), 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_NE(out[0], cont[0]);
+  // At 0.7: over every position, the share of first drafted tokens that
+  // are right, and the share right after a right one, are both ~0.7.
+  ReplayDrafter some(0.7);
+  some.Add(prompt, cont);
+  int first = 0, second = 0, after_right = 0;
+  for (size_t pos = 0; pos + 2 <= cont.size(); ++pos) {
+    seq = prompt;
+    seq.insert(seq.end(), cont.begin(), cont.begin() + static_cast<int64_t>(pos));
+    out.clear();
+    const int64_t n = some.Propose(seq, 2, &out);
+    ASSERT_GE(n, 1);
+    if (out[0] == cont[pos]) {
+      ++first;
+      ASSERT_EQ(n, 2) << "a right token does not end the draft";
+      ++after_right;
+      second += out[1] == cont[pos + 1];
+    } else {
+      EXPECT_EQ(n, 1) << "the first wrong token ends the draft";
+    }
+  }
+  const double positions = static_cast<double>(cont.size() - 1);
+  EXPECT_NEAR(first / positions, 0.7, 0.06);
+  EXPECT_NEAR(static_cast<double>(second) / after_right, 0.7, 0.07);
+}
+
+// In the engine, greedy, ReplayDrafter over the plain run's ids: the output
+// is the plain run's and the share of drafts accepted is the set rate.
+TEST(SpecDecodeTest, ReplayDraftsAreAcceptedAtTheSetRate) {
+  auto model = LoadModel("tiny");
+  ASSERT_NE(model, nullptr);
+  const std::vector<GenerateRequest> reqs = Requests(*model, 6, 64, 0.0f);
+  EngineOptions eo;
+  eo.max_seqs = 8;
+  eo.token_budget = 64;
+  eo.n_ctx = 512;
+  const std::vector<Output> plain = RunAll(model, reqs, eo);
+  for (double rate : {1.0, 0.7, 0.4}) {
+    auto replay = std::make_shared<ReplayDrafter>(rate, 11);
+    for (size_t i = 0; i < reqs.size(); ++i) replay->Add(reqs[i].prompt, plain[i].tokens);
+    eo.spec_k = 4;
+    eo.drafter = replay;
+    EngineSnapshot snap;
+    ExpectSame(RunAll(model, reqs, eo, &snap), plain);
+    ASSERT_GT(snap.spec_drafted, 60) << rate;
+    EXPECT_NEAR(static_cast<double>(snap.spec_accepted) / snap.spec_drafted, rate, 0.1) << rate;
+  }
+}
+
+// The gate (spec_gate.h) decides only which steps draft: with it on, the
+// output is still the plain run's; the knob MINFER_SPEC_GATE = 0 turns it
+// off (every step drafts, as with EngineOptions::spec_gate = false).
+TEST(SpecDecodeTest, TheGateChangesOnlyWhichStepsDraft) {
+  auto model = LoadModel("tiny");
+  ASSERT_NE(model, nullptr);
+  const std::vector<GenerateRequest> reqs = Requests(*model, 6, 48, 0.0f);
+  EngineOptions eo;
+  eo.max_seqs = 8;
+  eo.token_budget = 64;
+  eo.n_ctx = 512;
+  const std::vector<Output> plain = RunAll(model, reqs, eo);
+  auto replay = std::make_shared<ReplayDrafter>(1.0);
+  for (size_t i = 0; i < reqs.size(); ++i) replay->Add(reqs[i].prompt, plain[i].tokens);
+  eo.spec_k = 4;
+  eo.drafter = replay;
+  EngineSnapshot always, gated, knob_off;
+  ExpectSame(RunAll(model, reqs, eo, &always), plain);
+  EXPECT_EQ(always.spec_gate_held, 0);
+  eo.spec_gate = true;
+  ExpectSame(RunAll(model, reqs, eo, &gated), plain);
+  // Its first steps at each load measure drafting: some drafts always run.
+  EXPECT_GT(gated.spec_drafted, 0);
+  EXPECT_EQ(gated.spec_accepted, gated.spec_drafted);
+  eo.spec_gate.reset();
+  ASSERT_TRUE(model->SetKnobOverride("MINFER_SPEC_GATE", std::string("0")).ok());
+  ExpectSame(RunAll(model, reqs, eo, &knob_off, /*gate_from_knob=*/true), plain);
+  ASSERT_TRUE(model->SetKnobOverride("MINFER_SPEC_GATE", std::nullopt).ok());
+  EXPECT_EQ(knob_off.spec_gate_held, 0);
+  EXPECT_EQ(knob_off.spec_drafted, always.spec_drafted);
 }
 
 }  // namespace

@@ -1,0 +1,86 @@
+// Whether drafts pay at the current load (EngineOptions::spec_k).
+//
+// A verified draft saves a whole step, but every drafted token costs a row
+// of the step it rides in. At one sequence a decode step is bound by
+// reading the weights, so a few more rows are nearly free and drafts pay
+// even at modest acceptance; at 64 sequences the step is bound by the
+// rows' arithmetic and drafts accepted 70% of the time make it slower (on
+// an H100, 7B Q4_K_M, 64 streams: 0.83x of plain at k = 4). Which side of
+// the line a load is on depends on the GPU, the model, the kernels and the
+// acceptance, so SpecGate measures instead of modelling: per batch size
+// class it keeps the throughput (tokens emitted per second of step) of
+// decode steps that carried drafts and of steps that did not, and lets
+// drafts run only while their throughput is at least the plain one. The
+// losing mode still runs a step now and then so its estimate stays current
+// (acceptance and load change): after the winner has run for m of the
+// loser's step times, with m = gap / explore_cost (gap: the loser's
+// shortfall in throughput, m within [min_interval, max_interval]). An
+// exploring step costs about gap x its time, so exploring costs about
+// explore_cost of the time whatever the gap: modes far apart are rarely
+// re-measured, modes close together (where noise could mislead) often.
+// Throughputs are ratios of sums (tokens over seconds) that decay by
+// 1 / window at each step of their mode.
+//
+// Steps with prefill rows say nothing about decoding and are not recorded.
+// Classes are batch sizes rounded up to a power of two (1, 2, 4, ... 256+):
+// within one, a step's cost changes little with the exact count.
+//
+// Not thread-safe: an Engine uses it from its own thread.
+#ifndef MINFER_ENGINE_RUNTIME_SPEC_GATE_H_
+#define MINFER_ENGINE_RUNTIME_SPEC_GATE_H_
+
+#include <array>
+#include <cstdint>
+
+namespace minfer::runtime {
+
+class SpecGate {
+ public:
+  struct Options {
+    // The share of time exploring the losing mode may cost.
+    double explore_cost = 0.01;
+    // Bounds of the winner's run between two exploring steps, in the
+    // loser's step times.
+    double min_interval = 2, max_interval = 64;
+    // A mode's sums decay by 1 / window at each of its steps.
+    double window = 32;
+    // Steps of each mode a class measures before it decides.
+    int32_t warmup = 3;
+  };
+  SpecGate() : SpecGate(Options{}) {}
+  explicit SpecGate(const Options& o) : opt_(o) {}
+
+  // Whether the next step of `sequences` running sequences may draft.
+  bool MayDraft(int64_t sequences);
+  // A decode-only step of `sequences` sequences ran in `seconds`, emitting
+  // `emitted` tokens; `drafted`: it carried draft rows.
+  void Record(int64_t sequences, bool drafted, int64_t emitted, double seconds);
+
+  // Decisions that held drafts back, and that let them run (for metrics).
+  int64_t held() const { return held_; }
+  int64_t allowed() const { return allowed_; }
+  // A class's moving throughputs (tokens per second; 0 before a sample).
+  double Throughput(int64_t sequences, bool drafted) const;
+
+  static constexpr int kClasses = 10;  // 1, 2, 4, ..., 256 and above
+  static int ClassOf(int64_t sequences);
+
+ private:
+  struct Mode {
+    double tokens = 0, seconds = 0, steps = 0;  // decaying sums
+    int32_t samples = 0;
+    double Tps() const { return seconds > 0 ? tokens / seconds : 0; }
+    double StepSeconds() const { return steps > 0 ? seconds / steps : 0; }
+  };
+  struct Class {
+    Mode plain, draft;
+    double since_explore = 0;  // seconds the winner ran since the loser last did
+  };
+  Options opt_;
+  std::array<Class, kClasses> classes_{};
+  int64_t held_ = 0, allowed_ = 0;
+};
+
+}  // namespace minfer::runtime
+
+#endif  // MINFER_ENGINE_RUNTIME_SPEC_GATE_H_

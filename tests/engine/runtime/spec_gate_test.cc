@@ -1,0 +1,153 @@
+// SpecGate (engine/runtime/spec_gate.h) against simulated decode steps: a
+// step of r rows costs a + b r seconds (the fixed part is reading the
+// weights, the per-row part the rows' arithmetic), n sequences each draft
+// k tokens, each accepted with probability alpha given the ones before it.
+// The gate must reach nearly the better of "always draft" and "never
+// draft" — whichever that is for the load — and follow a change of
+// acceptance. The reference throughputs are computed from the same model,
+// not from the gate.
+#include "engine/runtime/spec_gate.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace minfer::runtime {
+namespace {
+
+struct Load {
+  int64_t n;      // sequences
+  int64_t k;      // drafts per sequence
+  double alpha;   // acceptance per drafted token
+  double a, b;    // step seconds = a + b * rows
+};
+
+// One step: (tokens emitted, seconds).
+std::pair<int64_t, double> Step(const Load& l, bool draft, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(0, 1);
+  int64_t emitted = l.n, rows = l.n;
+  if (draft) {
+    rows += l.n * l.k;
+    for (int64_t s = 0; s < l.n; ++s) {
+      for (int64_t j = 0; j < l.k && u(rng) < l.alpha; ++j) ++emitted;
+    }
+  }
+  return {emitted, l.a + l.b * static_cast<double>(rows)};
+}
+
+// Tokens per second over `steps` steps: with the gate, or always / never
+// drafting.
+enum class Policy { kGate, kAlways, kNever };
+double Simulate(SpecGate& gate, const Load& l, Policy p, int steps, uint32_t seed) {
+  std::mt19937 rng(seed);
+  double tokens = 0, seconds = 0;
+  for (int i = 0; i < steps; ++i) {
+    const bool draft = p == Policy::kAlways ? true
+                       : p == Policy::kNever ? false
+                                             : gate.MayDraft(l.n);
+    const auto [e, t] = Step(l, draft, rng);
+    if (p == Policy::kGate) gate.Record(l.n, draft, e, t);
+    tokens += static_cast<double>(e);
+    seconds += t;
+  }
+  return tokens / seconds;
+}
+
+TEST(SpecGateTest, ClassesArePowersOfTwo) {
+  EXPECT_EQ(SpecGate::ClassOf(1), 0);
+  EXPECT_EQ(SpecGate::ClassOf(2), 1);
+  EXPECT_EQ(SpecGate::ClassOf(3), 2);
+  EXPECT_EQ(SpecGate::ClassOf(4), 2);
+  EXPECT_EQ(SpecGate::ClassOf(5), 3);
+  EXPECT_EQ(SpecGate::ClassOf(64), 6);
+  EXPECT_EQ(SpecGate::ClassOf(65), 7);
+  EXPECT_EQ(SpecGate::ClassOf(256), 8);
+  EXPECT_EQ(SpecGate::ClassOf(257), 9);
+  EXPECT_EQ(SpecGate::ClassOf(100000), SpecGate::kClasses - 1);
+}
+
+// The H100 figures of docs/benchmarks.md, roughly: one 7B stream's step
+// 2.7 ms and nearly flat in rows; 64 streams' step 7.8 ms growing ~0.06 ms
+// a row.
+TEST(SpecGateTest, ReachesTheBetterPolicyAtEveryLoad) {
+  const Load loads[] = {
+      {1, 4, 0.7, 2.6e-3, 0.1e-3},    // one stream: drafts pay (~2x)
+      {1, 4, 0.2, 2.6e-3, 0.1e-3},    // one stream, poor drafts: ~1.1x
+      {4, 4, 0.7, 3.0e-3, 0.05e-3},   // a few streams: drafts pay
+      {64, 4, 0.7, 4.0e-3, 0.06e-3},  // busy: drafts lose (0.8x)
+      {64, 4, 0.3, 4.0e-3, 0.06e-3},  // busy, poor drafts: they lose more
+      {16, 2, 0.9, 3.5e-3, 0.08e-3},  // near the line
+  };
+  for (const Load& l : loads) {
+    SpecGate gate;
+    const double always = Simulate(gate, l, Policy::kAlways, 4000, 1);
+    const double never = Simulate(gate, l, Policy::kNever, 4000, 1);
+    SpecGate fresh;
+    const double gated = Simulate(fresh, l, Policy::kGate, 4000, 2);
+    const double best = std::max(always, never);
+    SCOPED_TRACE(testing::Message() << "n " << l.n << " alpha " << l.alpha << ": always "
+                                    << always << ", never " << never << ", gated " << gated);
+    // Within 3% of the better policy where the two differ by more than
+    // 15% (issue 33: B = 64 within 3% of plain); near the line, where noise
+    // decides and either choice costs little, within 6%.
+    const bool decisive = std::max(always, never) > 1.15 * std::min(always, never);
+    EXPECT_GE(gated, (decisive ? 0.97 : 0.94) * best);
+    std::printf("n %ld k %ld alpha %.2f: always %.0f never %.0f gated %.0f tok/s\n", l.n, l.k,
+                l.alpha, always, never, gated);
+    if (always > 1.1 * never) {
+      EXPECT_GT(fresh.allowed(), 3 * fresh.held()) << "drafts pay: mostly allowed";
+    }
+    if (never > 1.1 * always) {
+      EXPECT_GT(fresh.held(), 3 * fresh.allowed()) << "drafts lose: mostly held";
+    }
+  }
+}
+
+TEST(SpecGateTest, FollowsAChangeOfAcceptance) {
+  // One stream whose drafts stop being accepted, then recover.
+  SpecGate gate;
+  const Load good{8, 4, 0.8, 3.0e-3, 0.1e-3}, bad{8, 4, 0.05, 3.0e-3, 0.1e-3};
+  Simulate(gate, good, Policy::kGate, 500, 3);
+  EXPECT_GT(gate.Throughput(8, true), gate.Throughput(8, false));
+  const int64_t held0 = gate.held();
+  Simulate(gate, bad, Policy::kGate, 1000, 4);
+  EXPECT_GT(gate.held() - held0, 900) << "bad drafts held back within a few steps";
+  const int64_t allowed0 = gate.allowed();
+  Simulate(gate, good, Policy::kGate, 1000, 5);
+  // Slower: the loser is measured rarely while far behind (max_interval).
+  EXPECT_GT(gate.allowed() - allowed0, 600) << "good drafts come back within a few hundred steps";
+}
+
+TEST(SpecGateTest, ClassesAreIndependent) {
+  SpecGate gate;
+  // Busy: drafts lose; alone: they win — each class learns its own.
+  Simulate(gate, {64, 4, 0.7, 4.0e-3, 0.06e-3}, Policy::kGate, 300, 6);
+  Simulate(gate, {1, 4, 0.7, 2.6e-3, 0.1e-3}, Policy::kGate, 300, 7);
+  EXPECT_LT(gate.Throughput(64, true), gate.Throughput(64, false));
+  EXPECT_GT(gate.Throughput(1, true), gate.Throughput(1, false));
+  int drafts64 = 0, drafts1 = 0;
+  for (int i = 0; i < 32; ++i) drafts64 += gate.MayDraft(64);
+  for (int i = 0; i < 32; ++i) drafts1 += gate.MayDraft(1);
+  EXPECT_LE(drafts64, 2);  // the exploring step only
+  EXPECT_GE(drafts1, 30);
+}
+
+TEST(SpecGateTest, StepsWithoutTimeOrTokensAreIgnored) {
+  SpecGate gate;
+  gate.Record(1, true, 5, 0.0);
+  gate.Record(1, false, 0, 1.0);
+  EXPECT_EQ(gate.Throughput(1, true), 0.0);
+  EXPECT_EQ(gate.Throughput(1, false), 0.0);
+  gate.Record(1, false, 4, 2.0);
+  EXPECT_DOUBLE_EQ(gate.Throughput(1, false), 2.0);
+  gate.Record(1, false, 8, 2.0);
+  // Tokens over seconds of the decayed sums: (4 keep + 8) / (2 keep + 2).
+  const double keep = 1.0 - 1.0 / SpecGate::Options{}.window;
+  EXPECT_DOUBLE_EQ(gate.Throughput(1, false), (4 * keep + 8) / (2 * keep + 2));
+}
+
+}  // namespace
+}  // namespace minfer::runtime
