@@ -473,6 +473,41 @@ cudaError_t LaunchTokens(const KParams& p, int nt, int mode, dim3 grid, cudaStre
 // across blocks: MMVQ's bound.
 namespace mma {
 
+// MXFP4 in the kernel's shared-memory chunk: the 8 blocks' 16 code bytes
+// (the registry's split layout keeps them contiguous, so the generic copy
+// takes them), then their 8 exponents at byte 128 (copied apart: they sit
+// after all of the row's codes), then 8 bytes of pad (a stride of 9 x 16
+// bytes, odd, as Geometry's). The interface is mmq_impl.cuh Tr<T>'s: frag
+// gives the doubled E2M1 values as int8 (|v| <= 12: the integer dot is
+// exact), table the block scale 2^(e - 128) (Mxfp4Unit::scales); no min.
+struct MxTr {
+  static constexpr int kCB = 8 * kMxfp4CodeBytes;
+  static constexpr int kWS = kCB + 16;
+  static constexpr int kExpOffset = kCB;
+  static constexpr bool kMin = false, kSplit = false;
+  __device__ __forceinline__ static float2 table(const uint8_t* row, int kb) {
+    qdev::UnitScales sc;
+    Mxfp4Unit::Raw r;
+    r.e = row[kExpOffset + kb];
+    Mxfp4Unit::scales(r, 0, &sc);
+    return make_float2(sc.f[0][0], 0.0f);
+  }
+  __device__ __forceinline__ static void frag(const uint8_t* row, int kb, int t, uint32_t* lo,
+                                              uint32_t* hi) {
+    const uint32_t q = *reinterpret_cast<const uint32_t*>(row + kMxfp4CodeBytes * kb + 4 * t);
+    *lo = Mxfp4Unit::lut(mmq::nib_lo(q));
+    *hi = Mxfp4Unit::lut(mmq::nib_hi(q));
+  }
+};
+template <GgmlType T>
+struct MmaTr {
+  using type = mmq::Tr<T>;
+};
+template <>
+struct MmaTr<GgmlType::kMXFP4> {
+  using type = MxTr;
+};
+
 constexpr int kThreads = 128;
 constexpr int kBM = 64;
 constexpr int kKB = mmq::kKB;  // activation blocks per 256-element chunk
@@ -499,7 +534,8 @@ struct Params {
 template <GgmlType T, int kMode>
 __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using X = mmq::Tr<T>;
+  using X = typename MmaTr<T>::type;
+  constexpr bool kMx = T == GgmlType::kMXFP4;
   constexpr int R = kMode == kMoePlain ? 1 : 2;
   constexpr int kWS = X::kWS;
   constexpr int kPieces = X::kCB / 16;
@@ -545,6 +581,29 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const Params p) {
         v = __ldg(reinterpret_cast<const uint4*>(src));
       }
       *reinterpret_cast<uint4*>(sw[which] + row * kWS + piece * 16) = v;
+    }
+    if constexpr (kMx) {
+      // The chunk's exponents: 8 bytes at nb * 16 + c * 8 of the row (8-byte
+      // aligned), byte by byte in a short last chunk, whose 8 bytes could
+      // pass the row's end.
+      for (int i = tid; i < R * kBM; i += kThreads) {
+        const int which = i / kBM, row = i - which * kBM;
+        const int64_t rr = r0 + row < p.expert_rows ? r0 + row : p.expert_rows - 1;
+        const uint8_t* ex = (R == 2 && which ? p.up : p.w) +
+                            (static_cast<int64_t>(e) * p.expert_rows + rr) * p.row_bytes +
+                            static_cast<int64_t>(p.nb) * kMxfp4CodeBytes + c * kKB;
+        uint2 v;
+        if (c * kKB + kKB <= p.nb) {
+          v = __ldg(reinterpret_cast<const uint2*>(ex));
+        } else {
+          uint32_t b[kKB];
+#pragma unroll
+          for (int j = 0; j < kKB; ++j) b[j] = c * kKB + j < p.nb ? __ldg(ex + j) : 0u;
+          v.x = b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24;
+          v.y = b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24;
+        }
+        *reinterpret_cast<uint2*>(sw[which] + row * kWS + MxTr::kExpOffset) = v;
+      }
     }
     // Activations: the columns' blocks of this chunk, codes and (d, s).
     for (int i = tid; i < kMoeMmaTileTokens * kKB * 5; i += kThreads) {
@@ -736,7 +795,7 @@ int64_t MoeMaxTiles(int64_t nt, int k, int n_expert, int tile_tokens) {
   return (a + tt - 1) / tt + (n_expert < a ? n_expert : a);
 }
 
-bool MoeMmaSupports(GgmlType t) { return MmqSupports(t); }
+bool MoeMmaSupports(GgmlType t) { return MmqSupports(t) || t == GgmlType::kMXFP4; }
 
 cudaError_t LaunchMoeMatmulMma(const MoeMatmulArgs& a, cudaStream_t stream) {
   const GgmlType type = a.w.type;
@@ -759,7 +818,10 @@ cudaError_t LaunchMoeMatmulMma(const MoeMatmulArgs& a, cudaStream_t stream) {
   p.n_chunks = (p.nb + mma::kKB - 1) / mma::kKB;
   // A chunk is 8 blocks of 32 (legacy) or one super-block of 256: the
   // registry's device block bytes times that.
-  p.src_cb = static_cast<int>(DeviceBlockBytes(type, a.w.q6k_padded) * (kquant ? 1 : 8));
+  // MXFP4: the 8 blocks' codes (the exponents are copied apart).
+  p.src_cb = type == GgmlType::kMXFP4
+                 ? mma::MxTr::kCB
+                 : static_cast<int>(DeviceBlockBytes(type, a.w.q6k_padded) * (kquant ? 1 : 8));
   p.q = a.q;
   p.act_map = a.act_map;
   p.act_div = a.act_div;
@@ -779,6 +841,7 @@ cudaError_t LaunchMoeMatmulMma(const MoeMatmulArgs& a, cudaStream_t stream) {
     case GgmlType::kQ4_K: return mma::LaunchMode<GgmlType::kQ4_K>(p, a.mode, grid, stream);
     case GgmlType::kQ5_K: return mma::LaunchMode<GgmlType::kQ5_K>(p, a.mode, grid, stream);
     case GgmlType::kQ6_K: return mma::LaunchMode<GgmlType::kQ6_K>(p, a.mode, grid, stream);
+    case GgmlType::kMXFP4: return mma::LaunchMode<GgmlType::kMXFP4>(p, a.mode, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }

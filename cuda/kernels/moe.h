@@ -124,8 +124,9 @@ struct MoeMatmulArgs {
 cudaError_t LaunchMoeMatmul(const MoeMatmulArgs& a, cudaStream_t stream);
 
 // The same on the int8 tensor cores (sm_80+; cudaErrorNotSupported, nothing
-// launched, below): the eight integer-dot types (MoeMmaSupports; not
-// MXFP4), tiles of kMoeMmaTileTokens columns (a.tile_tokens). A CTA takes
+// launched, below): the eight integer-dot types and MXFP4 (its doubled
+// E2M1 values are int8, MoeMmaSupports), tiles of kMoeMmaTileTokens
+// columns (a.tile_tokens). A CTA takes
 // 64 rows of one expert and one tile; per 256-element chunk the rows' block
 // bytes and the columns' int8 codes go through shared memory, and
 // mma.m16n8k32 (Q6_K: two m16n8k16, its scales change every 16 elements)

@@ -131,10 +131,11 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
   add({"MINFER_MOE_MMA", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
        "Mixture-of-experts FFNs of MINFER_MOE_MMA_MIN_TOKENS tokens and more run their grouped "
        "expert matmuls on the int8 tensor cores (cuda/kernels/moe.h LaunchMoeMatmulMma; sm_80+, "
-       "integer-dot expert types); 0 = the CUDA-core grouped matmul at every size."});
+       "integer-dot and MXFP4 expert types); 0 = the CUDA-core grouped matmul at every size."});
   add({"MINFER_MOE_MMA_MIN_TOKENS", KnobType::kInt, "16", KnobScope::kPerModel,
        KnobEffect::kRecapture,
-       "The fewest tokens a MoE FFN needs for the tensor-core grouped matmul: 1..8192."});
+       "The fewest tokens a MoE FFN needs for the tensor-core grouped matmul: 1..8192 (4x that "
+       "where an expert type is MXFP4, whose CUDA-core decode is cheap)."});
   add({"MINFER_DQW_WARPGROUPS", KnobType::kInt, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Warpgroups per CTA of the wgmma DQ GEMM: 1 (64 weight rows), 2 (128 rows sharing one "

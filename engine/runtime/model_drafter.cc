@@ -1,6 +1,8 @@
 #include "engine/runtime/model_drafter.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -14,13 +16,13 @@ namespace minfer::runtime {
 absl::Status CheckDraftVocabulary(const Model& draft, const Model& target) {
   const tokenizer::Tokenizer& d = draft.tokenizer();
   const tokenizer::Tokenizer& t = target.tokenizer();
-  if (d.vocab_size() != t.vocab_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("draft model '", draft.name(), "' has a vocabulary of ", d.vocab_size(),
-                     " tokens, the target '", target.name(), "' ", t.vocab_size(),
-                     ": a draft must share the target's tokenizer"));
+  if (std::abs(d.vocab_size() - t.vocab_size()) > kDraftVocabSlack) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "draft model '", draft.name(), "' has a vocabulary of ", d.vocab_size(),
+        " tokens, the target '", target.name(), "' ", t.vocab_size(),
+        " (more than ", kDraftVocabSlack, " apart): a draft must share the target's tokenizer"));
   }
-  for (int32_t id = 0; id < d.vocab_size(); ++id) {
+  for (int32_t id = 0; id < std::min(d.vocab_size(), t.vocab_size()); ++id) {
     if (d.TokenText(id) != t.TokenText(id)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "draft model '", draft.name(), "' has token ", id, " '", absl::CEscape(d.TokenText(id)),

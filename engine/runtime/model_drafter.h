@@ -33,9 +33,14 @@
 namespace minfer::runtime {
 
 // OK when `draft` can draft for `target`: the same tokens under the same
-// ids (the output rows may differ: padding past the vocabulary). Else
+// ids, up to kDraftVocabSlack ids more or fewer at the end (a family pads
+// its vocabulary per size: Qwen2.5-0.5B's files list 151,936 tokens, the
+// 7B's 152,064, the extra ones "[PAD...]"). A draft id past the target's
+// vocabulary ends the draft (ProposeAll); a sequence holding an id past the
+// draft's gets no draft (the draft engine refuses it). Else
 // INVALID_ARGUMENT saying what differs (the vocabulary sizes, or the first
 // id whose token differs, with both tokens).
+inline constexpr int32_t kDraftVocabSlack = 128;
 absl::Status CheckDraftVocabulary(const Model& draft, const Model& target);
 
 class ModelDrafter : public Drafter {

@@ -24,13 +24,14 @@ bool SpecGate::MayDraft(int64_t sequences) {
     const Mode& win = winner ? c.draft : c.plain;
     const Mode& loser = winner ? c.plain : c.draft;
     const double gap = 1.0 - loser.Tps() / win.Tps();
-    const double m = std::clamp(gap / opt_.explore_cost, opt_.min_interval, opt_.max_interval);
-    if (c.since_explore >= m * loser.StepSeconds()) {
-      c.since_explore = 0;
-      draft = !winner;
-    } else {
-      draft = winner;
-    }
+    // A loser judged on few steps is measured sooner: its estimate is what
+    // is uncertain, not the cost of a step.
+    const double m = std::clamp(gap / opt_.explore_cost, opt_.min_interval, opt_.max_interval) *
+                     std::clamp(loser.samples / opt_.window, 0.125, 1.0);
+    // The loser's turn lasts until a step of its mode is recorded (Record
+    // resets the count): a step meant to draft in which no sequence drafted
+    // (all backing off) measured nothing.
+    draft = c.since_explore >= m * loser.StepSeconds() ? !winner : winner;
   }
   (draft ? allowed_ : held_)++;
   return draft;
@@ -48,9 +49,14 @@ void SpecGate::Record(int64_t sequences, bool drafted, int64_t emitted, double s
   m.seconds += seconds;
   m.steps += 1;
   m.samples = std::min(m.samples + 1, 1 << 30);
-  // Time the winner ran, toward the loser's next turn.
+  // Time the winner ran, toward the loser's next turn; a loser's step ends
+  // its turn.
   const bool winner = c.draft.Tps() >= c.plain.Tps();
-  if (drafted == winner) c.since_explore += seconds;
+  if (drafted == winner) {
+    c.since_explore += seconds;
+  } else {
+    c.since_explore = 0;
+  }
 }
 
 double SpecGate::Throughput(int64_t sequences, bool drafted) const {

@@ -14,7 +14,9 @@
 // losing mode still runs a step now and then so its estimate stays current
 // (acceptance and load change): after the winner has run for m of the
 // loser's step times, with m = gap / explore_cost (gap: the loser's
-// shortfall in throughput, m within [min_interval, max_interval]). An
+// shortfall in throughput, m within [min_interval, max_interval], scaled
+// down while the loser has fewer than `window` steps measured). The turn
+// lasts until a step of the loser's mode is recorded. An
 // exploring step costs about gap x its time, so exploring costs about
 // explore_cost of the time whatever the gap: modes far apart are rarely
 // re-measured, modes close together (where noise could mislead) often.

@@ -27,6 +27,9 @@ std::vector<Qwen2Shape> Presets() {
   // merges of the real one) so files stay around a megabyte.
   p.push_back({"tiny", 256, 512, 2, 4, 2, 1024 + 22, 1024, true});
   p.push_back({"tiny-untied", 256, 768, 2, 8, 2, 1536 + 22, 1536, false});
+  // "tiny" with 128 "[PAD]" ids more (as Qwen2.5-7B's vocabulary pads 128
+  // more than 0.5B's): a draft pair whose vocabularies differ only there.
+  p.push_back({"tiny-padded", 256, 512, 2, 4, 2, 1024 + 22 + 128, 1024, true});
   // The embedded default of the README's main job: real vocab, small body.
   p.push_back({"small", 256, 768, 4, 4, 2, 151936, kFullBase, false});
   // Qwen3 (dense): the real shapes, and a unit-test one whose q (4 heads x

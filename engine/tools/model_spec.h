@@ -59,7 +59,8 @@ struct Qwen2Shape {
 };
 
 // Presets: "0.5b", "1.5b", "7b", "14b" (the real Qwen2.5 shapes, full vocab),
-// "tiny", "tiny-untied", "small" (a few MB; truncated vocab; GQA, biases);
+// "tiny", "tiny-untied", "tiny-padded" (tiny with 128 padding ids), "small"
+// (a few MB; truncated vocab; GQA, biases);
 // Qwen3: "qwen3-0.6b", "qwen3-8b" (the real shapes: 16 x 128 = 2,048-wide q
 // over a 1,024-wide stream in the 0.6B) and "qwen3-tiny" (untied, 4 heads x
 // 128 over 256).

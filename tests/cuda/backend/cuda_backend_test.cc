@@ -898,18 +898,21 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
                 << ": relative error " << err << "\n";
       EXPECT_LT(err, 2e-3);
     }
-    // Which kernel ran: the tensor cores from 2 tokens when on and every
-    // expert type has their decode (not MXFP4).
-    const bool eligible = mma[0] == '1' && c.gate != GgmlType::kMXFP4;
-    EXPECT_EQ(h.gpu()->stats().moe_mma, eligible ? 7 : 0);
-    EXPECT_EQ(h.gpu()->stats().moe_vector, eligible ? 1 : 8);
+    // Which kernel ran: the tensor cores when on from 2 tokens (the knob),
+    // from 8 (4x) where an expert type is MXFP4 (ops_moe.cc): 7 or 4 of the
+    // 8 sizes.
+    const bool mx = c.gate == GgmlType::kMXFP4 || c.up == GgmlType::kMXFP4 ||
+                    c.down == GgmlType::kMXFP4;
+    const int on = mma[0] == '1' ? (mx ? 4 : 7) : 0;
+    EXPECT_EQ(h.gpu()->stats().moe_mma, on);
+    EXPECT_EQ(h.gpu()->stats().moe_vector, 8 - on);
   }
 }
 
 // The MoE launchers refuse what moe.h's contracts exclude before touching
 // the device (no GPU needed: these run in CI too): an up weight that does
 // not match, Q6_K outside the registry's padded layout, unaligned rows,
-// too many tiles for the grid, MXFP4 on the tensor cores, bad route
+// too many tiles for the grid, f16 on the tensor cores, bad route
 // shapes.
 TEST(MoeLauncherTest, RefusesArgumentsOutsideTheContract) {
   alignas(16) static uint8_t w_bytes[64];
@@ -963,7 +966,7 @@ TEST(MoeLauncherTest, RefusesArgumentsOutsideTheContract) {
   b.y_stride = 3;  // rows overlap
   EXPECT_TRUE(refused(b));
   b = a;
-  b.w.type = GgmlType::kMXFP4;  // the tensor cores have no MXFP4 decode
+  b.w.type = GgmlType::kF16;  // the tensor cores have no f16 decode
   b.tile_tokens = kMoeMmaTileTokens;
   EXPECT_EQ(LaunchMoeMatmulMma(b, nullptr), cudaErrorInvalidValue);
   b = a;  // the tensor cores take 32-column tiles only

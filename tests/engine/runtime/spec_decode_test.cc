@@ -599,6 +599,33 @@ TEST(SpecDecodeTest, DraftModelOfAnotherVocabularyIsRefused) {
   EXPECT_TRUE(CheckDraftVocabulary(*qwen, *qwen).ok());
 }
 
+// A family pads its vocabulary per size (Qwen2.5-0.5B's files list 151,936
+// tokens, the 7B's 152,064): a draft whose vocabulary differs only by such
+// padding drafts, both ways round, and the output is the plain run's.
+TEST(SpecDecodeTest, DraftsAcrossAPaddedVocabulary) {
+  auto padded = testing::LoadCpuTestModel("tiny-padded", "q8_0");
+  auto tiny = testing::LoadCpuTestModel("tiny", "q8_0");
+  ASSERT_NE(padded, nullptr);
+  ASSERT_NE(tiny, nullptr);
+  ASSERT_EQ(padded->tokenizer().vocab_size(), tiny->tokenizer().vocab_size() + 128);
+  EXPECT_TRUE(CheckDraftVocabulary(*tiny, *padded).ok());
+  EXPECT_TRUE(CheckDraftVocabulary(*padded, *tiny).ok());
+  for (auto [target, draft] : {std::pair{padded, tiny}, std::pair{tiny, padded}}) {
+    const std::vector<GenerateRequest> reqs = Requests(*target, 3, 24, 0.0f);
+    EngineOptions eo;
+    eo.max_seqs = 4;
+    eo.n_ctx = 256;
+    const std::vector<Output> plain = RunAll(target, reqs, eo);
+    eo.spec_k = 4;
+    auto d = ModelDrafter::Create(draft, *target, eo);
+    ASSERT_TRUE(d.ok()) << d.status();
+    eo.drafter = *d;
+    EngineSnapshot snap;
+    ExpectSame(RunAll(target, reqs, eo, &snap), plain);
+    EXPECT_GT(snap.spec_drafted, 0);
+  }
+}
+
 TEST(SpecDecodeTest, NgramDrafterProposesWhatFollowedTheLastMatch) {
   NgramDrafter d(2, 4);
   std::vector<int32_t> out;

@@ -121,6 +121,47 @@ TEST(SpecGateTest, FollowsAChangeOfAcceptance) {
   EXPECT_GT(gate.allowed() - allowed0, 600) << "good drafts come back within a few hundred steps";
 }
 
+// A loser's turn lasts until a step of its mode is recorded: a step meant
+// to draft in which no sequence drafted (all backing off) measured nothing.
+TEST(SpecGateTest, ALosersTurnLastsUntilItsStepIsMeasured) {
+  SpecGate gate;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(gate.MayDraft(4));
+    gate.Record(4, true, 4, 2.0);  // drafts: 2 tokens/s
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_FALSE(gate.MayDraft(4));
+    gate.Record(4, false, 4, 1.0);  // plain: 4 tokens/s, the winner
+  }
+  int plain_steps = 0;
+  while (!gate.MayDraft(4)) {
+    gate.Record(4, false, 4, 1.0);
+    ASSERT_LT(++plain_steps, 1000);
+  }
+  EXPECT_GE(plain_steps, 1) << "the loser waits its turn";
+  gate.Record(4, false, 4, 1.0);  // the turn's step drafted nothing
+  EXPECT_TRUE(gate.MayDraft(4)) << "still the loser's turn";
+  gate.Record(4, true, 4, 2.0);  // now measured
+  EXPECT_FALSE(gate.MayDraft(4));
+}
+
+// One stream whose first drafts all failed (the draft side starts far
+// behind on three steps) and which then drafts well: the gate lets drafts
+// back within a few dozen steps, not hundreds.
+TEST(SpecGateTest, RecoversFromABadStartQuickly) {
+  SpecGate gate;
+  const Load plain_cost{1, 4, 0.0, 2.4e-3, 0.3e-3};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(gate.MayDraft(1));
+    gate.Record(1, true, 1, plain_cost.a + plain_cost.b * 5);  // one token for a 5-row step
+  }
+  const Load good{1, 4, 0.7, 2.4e-3, 0.3e-3};
+  Simulate(gate, good, Policy::kGate, 60, 8);
+  int allowed = 0;
+  for (int i = 0; i < 20; ++i) allowed += gate.MayDraft(1);
+  EXPECT_GE(allowed, 18) << "drafts pay here (2.77 tokens for 1.4 steps)";
+}
+
 TEST(SpecGateTest, ClassesAreIndependent) {
   SpecGate gate;
   // Busy: drafts lose; alone: they win — each class learns its own.
@@ -128,11 +169,17 @@ TEST(SpecGateTest, ClassesAreIndependent) {
   Simulate(gate, {1, 4, 0.7, 2.6e-3, 0.1e-3}, Policy::kGate, 300, 7);
   EXPECT_LT(gate.Throughput(64, true), gate.Throughput(64, false));
   EXPECT_GT(gate.Throughput(1, true), gate.Throughput(1, false));
+  // Each decision followed by its step (at the loads' mean figures).
+  auto decide = [&](int64_t n, int64_t drafted_tokens, double a, double b, int k) {
+    const bool d = gate.MayDraft(n);
+    gate.Record(n, d, d ? drafted_tokens : n, a + b * static_cast<double>(d ? n * (k + 1) : n));
+    return d ? 1 : 0;
+  };
   int drafts64 = 0, drafts1 = 0;
-  for (int i = 0; i < 32; ++i) drafts64 += gate.MayDraft(64);
-  for (int i = 0; i < 32; ++i) drafts1 += gate.MayDraft(1);
-  EXPECT_LE(drafts64, 2);  // the exploring step only
-  EXPECT_GE(drafts1, 30);
+  for (int i = 0; i < 32; ++i) drafts64 += decide(64, 64 * 277 / 100, 4.0e-3, 0.06e-3, 4);
+  for (int i = 0; i < 32; ++i) drafts1 += decide(1, 3, 2.6e-3, 0.1e-3, 4);
+  EXPECT_LE(drafts64, 4);  // the exploring steps only
+  EXPECT_GE(drafts1, 28);
 }
 
 TEST(SpecGateTest, StepsWithoutTimeOrTokensAreIgnored) {
