@@ -59,6 +59,10 @@
 #                                        --spec oracle at acceptance 1 (verify cost,
 #                                        k = 2, 4, 8), 0.7 and 0.5, B = 1, 4, 16, 64;
 #                                        MMVQ to 8 rows; pp 1..9; a draft model
+#   bash .gpu/gpu_run.sh profile [SPEC [MOE]]
+#                                        per-op-kind times (MINFER_OP_TIMING): a forward
+#                                        of 1 and of 9 tokens (default 7b:q4_k_m), and
+#                                        single-stream decode of MOE (qwen3-30b-a3b)
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
 # Logs go to $OUT (when set) so they come back with the device tool.
 set -uo pipefail
@@ -467,12 +471,12 @@ PY
     done ;;
   spec)
     # Speculative decoding's costs (issue 33 part 2) on one model (default
-    # 7b:q4_k_m): drafts replayed from the run without them (--spec oracle)
-    # at acceptance 1 (the verify step's cost against a plain one: a
-    # speed-up S at k drafts means a verify step costs (k+1)/S plain steps)
-    # and at 0.7 and 0.5 per token; the same with MMVQ up to 8 rows
-    # (MINFER_DQ_MIN_TOKENS=9, MINFER_MMQ_SMALL_MIN_TOKENS=9) instead of the
-    # DQ GEMM from 4; then a real draft model (DRAFT, default 0.5b:q4_k_m).
+    # 7b:q4_k_m): drafts replayed from the run without them (--spec oracle).
+    # With the gate off (MINFER_SPEC_GATE=0, drafts every step): acceptance
+    # 1 at k = 2, 4, 8 (a speed-up S at k drafts means a verify step costs
+    # (k+1)/S plain steps) and 0.7 at k = 4, 8; then 0.7 with the gate on
+    # (the default: drafts only where they pay); one sequence's forward of N
+    # tokens; a real draft model (DRAFT, default 0.5b:q4_k_m).
     spec="${1:-7b:q4_k_m}"; dspec="${2:-0.5b:q4_k_m}"
     f="/tmp/minfer-models/${spec%%:*}-${spec#*:}.gguf"
     d="/tmp/minfer-models/${dspec%%:*}-${dspec#*:}.gguf"
@@ -481,26 +485,49 @@ PY
       [[ -f "$g" ]] || minfer mkmodel --shape "${m%%:*}" --type "${m#*:}" -o "$g" 2>&1 | tail -1 |
         tee -a "$out/mkmodel.log"
     done
-    sb() { minfer bench -m "$f" -b 1,4,16,64 -p 32 -n 128 -r 2 "$@" 2>&1 | grep -E "^\| |rror"; }
-    for k in 2 4 8; do
-      echo "== oracle accept 1, k=$k" | tee -a "$out/spec.log"
-      sb --spec oracle --spec-accept 1 --spec-k "$k" | tee -a "$out/spec.log"
+    sb() { minfer bench -m "$f" -b 1,4,16,64 -p 32 -r 2 "$@" 2>&1 | grep -E "^\| |rror|minfer bench"; }
+    for k in ${SPEC_VERIFY_K:-2 4 8}; do
+      echo "== gate off, oracle accept 1, k=$k" | tee -a "$out/spec.log"
+      MINFER_SPEC_GATE=0 sb -n 128 --spec oracle --spec-accept 1 --spec-k "$k" | tee -a "$out/spec.log"
     done
-    for a in 0.7 0.5; do
-      echo "== oracle accept $a, k=4" | tee -a "$out/spec.log"
-      sb --spec oracle --spec-accept "$a" --spec-k 4 | tee -a "$out/spec.log"
+    for k in 4 8; do
+      for gate in 0 1; do
+        echo "== gate $gate, oracle accept 0.7, k=$k" | tee -a "$out/spec.log"
+        MINFER_SPEC_GATE=$gate sb -n 256 --spec oracle --spec-accept 0.7 --spec-k "$k" |
+          tee -a "$out/spec.log"
+      done
     done
-    echo "== oracle accept 0.7, k=3" | tee -a "$out/spec.log"
-    sb --spec oracle --spec-accept 0.7 --spec-k 3 | tee -a "$out/spec.log"
-    echo "== MMVQ to 8 rows: oracle accept 1, k=4" | tee -a "$out/spec.log"
-    MINFER_DQ_MIN_TOKENS=9 MINFER_MMQ_SMALL_MIN_TOKENS=9 sb --spec oracle --spec-accept 1 \
-      --spec-k 4 | tee -a "$out/spec.log"
     echo "== forward of N tokens of one sequence (pp N)" | tee -a "$out/spec.log"
     for n in 1 2 3 5 9; do
       minfer bench -m "$f" -p "$n" -n 0 -r 20 2>&1 | grep -E "^\| .*pp" | tee -a "$out/spec.log"
     done
-    echo "== draft model $dspec, k=4" | tee -a "$out/spec.log"
-    sb --spec draft --draft "$d" --spec-k 4 | tee -a "$out/spec.log"
+    echo "== draft model $dspec, k=4 (gate on)" | tee -a "$out/spec.log"
+    minfer bench -m "$f" -b 1,4,16,64 -p 32 -n 128 -r 2 --spec draft --draft "$d" --spec-k 4 2>&1 |
+      tail -8 | tee -a "$out/spec.log"
+    ;;
+  profile)
+    # Where a step's time goes, per op kind (MINFER_OP_TIMING=1: graphs off
+    # and a sync after every op, so each call also carries ~10 us of launch
+    # and sync; compare kinds, not totals): one sequence's forward of 1 and
+    # of 9 tokens on SPEC (default 7b:q4_k_m: a plain step against a verify
+    # step of k = 8), then single-stream decode of MOE (default
+    # qwen3-30b-a3b:q4_k_m).
+    spec="${1:-7b:q4_k_m}"; moe="${2:-qwen3-30b-a3b:q4_k_m}"
+    for m in "$spec" "$moe"; do
+      g="/tmp/minfer-models/${m%%:*}-${m#*:}.gguf"
+      [[ -f "$g" ]] || minfer mkmodel --shape "${m%%:*}" --type "${m#*:}" -o "$g" 2>&1 | tail -1 |
+        tee -a "$out/mkmodel.log"
+    done
+    f="/tmp/minfer-models/${spec%%:*}-${spec#*:}.gguf"
+    for n in 1 9; do
+      echo "== $spec: forward of $n tokens (pp$n, 20 repetitions)" | tee -a "$out/profile.log"
+      MINFER_OP_TIMING=1 minfer bench -m "$f" -p "$n" -n 0 -r 20 2>&1 |
+        grep -E "op timing|^\| .*pp" | sed 's/.*op timing: /  /' | tee -a "$out/profile.log"
+    done
+    f="/tmp/minfer-models/${moe%%:*}-${moe#*:}.gguf"
+    echo "== $moe: single-stream decode (tg32)" | tee -a "$out/profile.log"
+    MINFER_OP_TIMING=1 minfer bench -m "$f" -p 0 -n 32 -r 1 2>&1 |
+      grep -E "op timing|^\| .*tg" | sed 's/.*op timing: /  /' | tee -a "$out/profile.log"
     ;;
   cmd) "$@" ;;
   *) echo "usage: gpu_run.sh tests|bench|cmd ..." >&2; exit 2 ;;
