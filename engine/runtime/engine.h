@@ -226,10 +226,11 @@ class Engine : public StepEngine {
     double decode_seconds = 0;
     int64_t drafts = 0;  // drafted tokens at the end of `tokens` (this step's)
     // Drafts back off while they fail: after `misses` steps in a row whose
-    // drafts were all refused, the sequence skips 2^misses - 1 steps (at
-    // most 31; 127 while the engine's drafts mostly fail, spec_rate_); an
-    // accepted draft resets it. A sequence that starts while drafts mostly
-    // fail starts backed off (its first draft after 63 steps). So text
+    // drafts were all refused, the sequence skips 2^(misses - 1) - 1 steps
+    // (none after a single miss; at most 31; 127 while the engine's drafts
+    // mostly fail, spec_rate_); an accepted draft resets it. A sequence that
+    // starts while drafts mostly fail starts backed off (its first draft
+    // after 63 steps). So text
     // that does not repeat, or a draft model that disagrees with the
     // target, costs a few rounds, not one a step.
     int32_t misses = 0;

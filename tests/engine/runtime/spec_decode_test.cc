@@ -302,7 +302,7 @@ TEST(SpecDecodeTest, DraftsThatAlwaysFailBackOff) {
   ExpectSame(RunAll(model, reqs, eo, &snap), plain);
   EXPECT_EQ(snap.spec_accepted, 0);
   // Without the back-off: ~4 drafts for each of ~240 tokens. With it, a
-  // failing sequence drafts at steps 0, 1, 3, 7, 15, 31, then every 32.
+  // failing sequence drafts at steps 0, 1, 3, 7, 15, 31, 63, then every 32.
   EXPECT_GT(snap.spec_drafted, 0);
   EXPECT_LT(snap.spec_drafted, 4 * 2 * 14) << "failing drafts did not back off";
   // Once the engine's drafts mostly fail, sequences that come later start
