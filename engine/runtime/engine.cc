@@ -142,8 +142,15 @@ void Engine::ProposeDrafts() {
   int64_t rows = runner_->options().max_rows -
                  std::min<int64_t>(scheduler_->running() + scheduler_->waiting(), opt_.max_seqs);
   std::vector<DraftQuery> queries;
-  for (auto& [id, s] : seqs_) {
+  // When rows are short, the sequences after the last one served go first
+  // (round robin): served in id order, the same few would always draft and
+  // finish long before the rest, leaving a tail of small, slow steps.
+  auto start = seqs_.upper_bound(draft_cursor_);
+  for (size_t n = 0; n < seqs_.size(); ++n, ++start) {
+    if (start == seqs_.end()) start = seqs_.begin();
     if (rows <= 0) break;
+    const uint64_t id = start->first;
+    Seq& s = start->second;
     const Completion& c = *s.c;
     if (c.done() || !c.request().speculative) continue;
     // Backend masks are computed before the forward: only under one
@@ -163,6 +170,7 @@ void Engine::ProposeDrafts() {
     if (k <= 0) continue;
     queries.push_back({id, s.tokens, k});
     rows -= k;
+    draft_cursor_ = id;
   }
   if (queries.empty()) return;
   drafter_->ProposeAll(queries, &drafts_);

@@ -260,6 +260,7 @@ class Engine : public StepEngine {
   std::shared_ptr<Drafter> drafter_;
   std::vector<std::vector<int32_t>> drafts_;  // ProposeAll's output (reused)
   void ProposeDrafts();
+  uint64_t draft_cursor_ = 0;  // the last sequence given drafts (round robin)
   int32_t spec_k_ = 0;  // effective
   bool options_spec_fixed_ = false;  // EngineOptions::spec_k given
   bool spec_gate_on_ = true;

@@ -20,8 +20,13 @@
 // exploring step costs about gap x its time, so exploring costs about
 // explore_cost of the time whatever the gap: modes far apart are rarely
 // re-measured, modes close together (where noise could mislead) often.
-// Throughputs are ratios of sums (tokens over seconds) that decay by
-// 1 / window at each step of their mode.
+// A mode's throughput is the ratio of sums (tokens over seconds) over its
+// last `window` steps, leaving out steps that took more than `outlier`
+// times its median or `cross_outlier` times the other mode's: a step that
+// captured a new CUDA graph (each new verify row count's first step takes
+// tens of milliseconds) must not condemn drafting, and a draft step has at
+// most twice a plain step's rows. A mode with fewer than `warmup` steps
+// left is measured before anything is decided.
 //
 // Steps with prefill rows say nothing about decoding and are not recorded.
 // Classes are batch sizes rounded up to a power of two (1, 2, 4, ... 256+):
@@ -44,8 +49,12 @@ class SpecGate {
     // Bounds of the winner's run between two exploring steps, in the
     // loser's step times.
     double min_interval = 2, max_interval = 64;
-    // A mode's sums decay by 1 / window at each of its steps.
-    double window = 32;
+    // Steps of a mode its estimate covers (at most kMaxWindow).
+    int32_t window = 32;
+    // Steps longer than this many times the mode's median, or than
+    // cross_outlier times the other mode's, are left out.
+    double outlier = 3.0;
+    double cross_outlier = 6.0;
     // Steps of each mode a class measures before it decides.
     int32_t warmup = 3;
   };
@@ -68,12 +77,19 @@ class SpecGate {
   static int ClassOf(int64_t sequences);
 
  private:
+  static constexpr int kMaxWindow = 64;
   struct Mode {
-    double tokens = 0, seconds = 0, steps = 0;  // decaying sums
-    int32_t samples = 0;
-    double Tps() const { return seconds > 0 ? tokens / seconds : 0; }
-    double StepSeconds() const { return steps > 0 ? seconds / steps : 0; }
+    std::array<double, kMaxWindow> tokens{}, seconds{};  // the last steps, a ring
+    int32_t filled = 0, next = 0;
+    int32_t samples = 0;  // steps recorded in all
+    double Median() const;
   };
+  // A mode's estimate against the other's median (0: none yet).
+  struct Estimate {
+    double tps = 0, step_seconds = 0;
+    int32_t valid = 0;  // steps not left out
+  };
+  Estimate Estimated(const Mode& m, const Mode& other) const;
   struct Class {
     Mode plain, draft;
     double since_explore = 0;  // seconds the winner ran since the loser last did

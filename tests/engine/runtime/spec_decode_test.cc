@@ -599,6 +599,33 @@ TEST(SpecDecodeTest, DraftModelOfAnotherVocabularyIsRefused) {
   EXPECT_TRUE(CheckDraftVocabulary(*qwen, *qwen).ok());
 }
 
+// Rows for drafts are short (spec_rows 4, k = 4: one sequence a step):
+// they go round the sequences, so each drafts about as often (in id order
+// the first sequence took them all and finished long before the rest).
+TEST(SpecDecodeTest, ScarceDraftRowsGoRoundTheSequences) {
+  auto model = LoadModel("tiny");
+  ASSERT_NE(model, nullptr);
+  const std::vector<GenerateRequest> reqs = Requests(*model, 6, 60, 0.0f);
+  EngineOptions eo;
+  eo.max_seqs = 6;
+  eo.n_ctx = 512;
+  const std::vector<Output> plain = RunAll(model, reqs, eo);
+  auto replay = std::make_shared<ReplayDrafter>(1.0);
+  for (size_t i = 0; i < reqs.size(); ++i) replay->Add(reqs[i].prompt, plain[i].tokens);
+  eo.spec_k = 4;
+  eo.spec_rows = 4;
+  eo.drafter = replay;
+  const std::vector<Output> spec = RunAll(model, reqs, eo);
+  ExpectSame(spec, plain);
+  int32_t lo = 1 << 30, hi = 0;
+  for (const Output& o : spec) {
+    lo = std::min(lo, o.stats.spec_drafted);
+    hi = std::max(hi, o.stats.spec_drafted);
+  }
+  EXPECT_GT(lo, 0);
+  EXPECT_LE(hi, 2 * lo) << "drafts " << lo << " to " << hi << " tokens per sequence";
+}
+
 // A family pads its vocabulary per size (Qwen2.5-0.5B's files list 151,936
 // tokens, the 7B's 152,064): a draft whose vocabulary differs only by such
 // padding drafts, both ways round, and the output is the plain run's.
