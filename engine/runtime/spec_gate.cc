@@ -69,6 +69,9 @@ bool SpecGate::MayDraft(int64_t sequences) {
 void SpecGate::Record(int64_t sequences, bool drafted, int64_t emitted, double seconds) {
   if (seconds <= 0 || emitted <= 0) return;
   Class& c = classes_[ClassOf(sequences)];
+  const bool switched = c.last >= 0 && c.last != (drafted ? 1 : 0);
+  c.last = drafted ? 1 : 0;
+  if (switched) return;  // it carries the switch's cost
   Mode& m = drafted ? c.draft : c.plain;
   const int32_t window = std::clamp(opt_.window, 1, kMaxWindow);
   m.tokens[m.next] = static_cast<double>(emitted);

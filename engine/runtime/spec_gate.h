@@ -26,7 +26,12 @@
 // captured a new CUDA graph (each new verify row count's first step takes
 // tens of milliseconds) must not condemn drafting, and a draft step has at
 // most twice a plain step's rows. A mode with fewer than `warmup` steps
-// left is measured before anything is decided.
+// left is measured before anything is decided. The first step after a
+// change of mode is not recorded: on the GPU a plain step after a verify
+// step (or the reverse) may pay for the switch (other graphs, other
+// kernels' working sets), and charged to the side switched to, that cost
+// made plain steps look slow while drafting won (B = 64 at k = 4 kept
+// drafting at 0.91x of plain). A losing mode's turn so lasts two steps.
 //
 // Steps with prefill rows say nothing about decoding and are not recorded.
 // Classes are batch sizes rounded up to a power of two (1, 2, 4, ... 256+):
@@ -93,6 +98,7 @@ class SpecGate {
   struct Class {
     Mode plain, draft;
     double since_explore = 0;  // seconds the winner ran since the loser last did
+    int last = -1;             // the mode of the class's last step (1: drafted)
   };
   Options opt_;
   std::array<Class, kClasses> classes_{};
