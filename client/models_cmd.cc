@@ -29,9 +29,15 @@ std::string SpecLine(const v1::ModelStatus& m) {
     mode = absl::StrCat(m.spec() == "draft" ? "draft model " : m.spec() + " ", m.draft(), ", k ",
                         m.spec_k());
   }
-  if (m.spec_drafted_tokens() == 0) return mode;
-  return absl::StrFormat("%s: %d drafted, %d accepted (%.1f%%)", mode, m.spec_drafted_tokens(),
-                         m.spec_accepted_tokens(), 100.0 * m.spec_acceptance_rate());
+  if (m.spec_drafted_tokens() == 0 && m.spec_gate_held_steps() == 0) return mode;
+  std::string line = absl::StrFormat("%s: %d drafted, %d accepted (%.1f%%)", mode,
+                                     m.spec_drafted_tokens(), m.spec_accepted_tokens(),
+                                     100.0 * m.spec_acceptance_rate());
+  if (m.spec_gate_held_steps() > 0) {
+    absl::StrAppend(&line, "; held back on ", m.spec_gate_held_steps(),
+                    " steps (drafts did not pay at that load)");
+  }
+  return line;
 }
 
 std::string SleepLine(const v1::ModelStatus& m) {

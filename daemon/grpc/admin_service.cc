@@ -160,6 +160,7 @@ void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& al
   out->set_draft(st.config.draft);
   out->set_spec_drafted_tokens(static_cast<uint64_t>(e.spec_drafted));
   out->set_spec_accepted_tokens(static_cast<uint64_t>(e.spec_accepted));
+  out->set_spec_gate_held_steps(static_cast<uint64_t>(std::max<int64_t>(e.spec_gate_held, 0)));
   if (e.spec_drafted > 0) {
     out->set_spec_acceptance_rate(static_cast<double>(e.spec_accepted) /
                                   static_cast<double>(e.spec_drafted));

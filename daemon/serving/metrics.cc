@@ -161,6 +161,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                               .Help("Speculative decoding: drafted tokens the model accepted "
                                     "(each saves a step of its sequence).")
                               .Register(r);
+  spec_gate_held_steps_ = &prometheus::BuildCounter()
+                              .Name("minfer_spec_gate_held_steps_total")
+                              .Help("Speculative decoding: decode steps in which the engine did "
+                                    "not draft because drafting measured slower than plain "
+                                    "decoding at that load.")
+                              .Register(r);
   sleeps_ = &prometheus::BuildCounter()
                  .Name("minfer_model_sleeps_total")
                  .Help("Times the model went to sleep, by sleep level (1: weights kept in host "
@@ -341,6 +347,7 @@ ModelMetrics* Metrics::ForModel(const std::string& model) {
     slot->grammar_mask_seconds = &grammar_mask_seconds_->Add(l);
     slot->spec_drafted_tokens = &spec_drafted_tokens_->Add(l);
     slot->spec_accepted_tokens = &spec_accepted_tokens_->Add(l);
+    slot->spec_gate_held_steps = &spec_gate_held_steps_->Add(l);
     for (int level = 1; level <= 2; ++level) {
       slot->sleeps[level - 1] = &sleeps_->Add({{"model", model}, {"level", std::to_string(level)}});
       slot->wakes[level - 1] = &wakes_->Add({{"model", model}, {"level", std::to_string(level)}});

@@ -41,6 +41,8 @@
 //   minfer_spec_drafted_tokens_total{model}          speculative decoding: tokens drafted into
 //                                                    steps (n-gram or draft model)
 //   minfer_spec_accepted_tokens_total{model}         ... and accepted of them
+//   minfer_spec_gate_held_steps_total{model}         decode steps not drafted because drafts
+//                                                    did not pay at that load (spec_gate.h)
 //   minfer_model_sleeps_total{model,level}           times the model went to sleep
 //   minfer_model_wakes_total{model,level}            ... and woke (from that level)
 //   minfer_model_wake_seconds{model}                 wall time of a wake (re-admit,
@@ -125,6 +127,7 @@ struct ModelMetrics {
   prometheus::Counter* grammar_mask_seconds = nullptr;
   prometheus::Counter* spec_drafted_tokens = nullptr;
   prometheus::Counter* spec_accepted_tokens = nullptr;
+  prometheus::Counter* spec_gate_held_steps = nullptr;
   prometheus::Counter* sleeps[2] = {};  // by level - 1
   prometheus::Counter* wakes[2] = {};
   prometheus::Histogram* wake_seconds = nullptr;
@@ -223,6 +226,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* grammar_mask_seconds_;
   prometheus::Family<prometheus::Counter>* spec_drafted_tokens_;
   prometheus::Family<prometheus::Counter>* spec_accepted_tokens_;
+  prometheus::Family<prometheus::Counter>* spec_gate_held_steps_;
   prometheus::Family<prometheus::Counter>* sleeps_;
   prometheus::Family<prometheus::Counter>* wakes_;
   prometheus::Family<prometheus::Histogram>* wake_seconds_;

@@ -804,6 +804,7 @@ bool Slot::FinishWake() {
   mask_seconds_seen_ = 0;
   spec_drafted_seen_ = 0;
   spec_accepted_seen_ = 0;
+  spec_gate_held_seen_ = 0;
   for (auto& seq : failed) {
     FinishUnstarted(seq, absl::Status(woke.code(), absl::StrCat("model '", config_.name,
                                                                 "' could not wake: ",
@@ -958,6 +959,7 @@ void Slot::UpdateGauges() {
   const LoaderMemory memory = loader_->Memory();
   const uint64_t spec_drafted = static_cast<uint64_t>(std::max<int64_t>(snap.spec_drafted, 0));
   const uint64_t spec_accepted = static_cast<uint64_t>(std::max<int64_t>(snap.spec_accepted, 0));
+  const uint64_t gate_held = static_cast<uint64_t>(std::max<int64_t>(snap.spec_gate_held, 0));
   const int64_t masks = snap.grammar_masks;
   const double mask_seconds = snap.grammar_mask_seconds;
   // The compiler's own counts (cache hits happen in the request path, where
@@ -978,8 +980,12 @@ void Slot::UpdateGauges() {
     metrics_->spec_accepted_tokens->Increment(
         static_cast<double>(spec_accepted - spec_accepted_seen_));
   }
+  if (metrics_ != nullptr && gate_held > spec_gate_held_seen_) {
+    metrics_->spec_gate_held_steps->Increment(static_cast<double>(gate_held - spec_gate_held_seen_));
+  }
   spec_drafted_seen_ = spec_drafted;
   spec_accepted_seen_ = spec_accepted;
+  spec_gate_held_seen_ = gate_held;
   std::lock_guard<std::mutex> lock(mu_);
   if (grammar_used) {
     if (metrics_ != nullptr && compiler.cache_hits > static_cast<int64_t>(grammar_.cache_hits)) {

@@ -328,6 +328,7 @@ class Slot {
   uint64_t masks_seen_ = 0;
   double mask_seconds_seen_ = 0;
   uint64_t spec_drafted_seen_ = 0;
+  uint64_t spec_gate_held_seen_ = 0;
   uint64_t spec_accepted_seen_ = 0;
   // A constraint reached the model's GrammarCompiler: only then is its
   // stats() read (Model::grammars() builds the vocabulary on first use).

@@ -215,6 +215,11 @@ TEST_F(MinferctlTest, SpeculativeLoadOptionsAndStatus) {
   EXPECT_GT(std::stoll(s["spec_accepted_tokens"].get<std::string>()), 0);
   EXPECT_GT(s["spec_acceptance_rate"].get<double>(), 0);
   EXPECT_LE(s["spec_acceptance_rate"].get<double>(), 1);
+  // The gate is on (the default): on the CPU a draft of the target's own
+  // size may or may not pay, so only the report's consistency is checked.
+  const int64_t held =
+      s.contains("spec_gate_held_steps") ? std::stoll(s["spec_gate_held_steps"].get<std::string>()) : 0;
+  EXPECT_EQ(status.out.find("held back on") != std::string::npos, held > 0) << status.out;
 
   CommandResult help = Ctl({"load", "--help"});
   EXPECT_THAT(help.out, HasSubstr("--draft"));

@@ -175,6 +175,9 @@ TEST_F(BatchingTest, DraftModelStreamsEqualTheirAloneRuns) {
   EXPECT_NE(
       metrics.find(absl::StrCat("minfer_spec_accepted_tokens_total{model=\"m\"} ", accepted)),
       std::string::npos);
+  // The gate is off here (MINFER_SPEC_GATE 0): it held nothing back.
+  EXPECT_EQ(st->spec_gate_held_steps(), 0u);
+  EXPECT_NE(metrics.find("minfer_spec_gate_held_steps_total{model=\"m\"} 0"), std::string::npos);
 
   // speculative: false -> no drafts, the same tokens.
   v1::GenerateRequest off = reqs[0];
