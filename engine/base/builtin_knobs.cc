@@ -187,8 +187,9 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "extraction, agents)."});
   add({"MINFER_SPEC_GATE", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kImmediate,
        "Speculative decoding drafts only while they pay: decode throughput with and without "
-       "drafts is measured per batch size (one step in 16 tries the losing side), so a busy "
-       "GPU, where extra rows cost more than accepted drafts save, stops drafting."});
+       "drafts is measured per batch size (the losing side is re-measured now and then, about "
+       "1% of the time), so a busy GPU, where extra rows cost more than accepted drafts save, "
+       "stops drafting."});
   add({"MINFER_KV_BLOCK", KnobType::kInt, "16", KnobScope::kPerModel, KnobEffect::kReload,
        "Rows (tokens) per block of the paged KV pool: a power of two in [1, 4096]."});
   add({"MINFER_PREFIX_CACHE", KnobType::kBool, "1", KnobScope::kPerModel,

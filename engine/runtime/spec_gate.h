@@ -10,28 +10,32 @@
 // acceptance, so SpecGate measures instead of modelling: per batch size
 // class it keeps the throughput (tokens emitted per second of step) of
 // decode steps that carried drafts and of steps that did not, and lets
-// drafts run only while their throughput is at least the plain one. The
-// losing mode still runs a step now and then so its estimate stays current
+// drafts run only while their throughput is at least the plain one.
+//
+// The losing mode still runs now and then so its estimate stays current
 // (acceptance and load change): after the winner has run for m of the
 // loser's step times, with m = gap / explore_cost (gap: the loser's
-// shortfall in throughput, m within [min_interval, max_interval], scaled
+// shortfall in throughput; m within [min_interval, max_interval], scaled
 // down while the loser has fewer than `window` steps measured). The turn
-// lasts until a step of the loser's mode is recorded. An
-// exploring step costs about gap x its time, so exploring costs about
-// explore_cost of the time whatever the gap: modes far apart are rarely
-// re-measured, modes close together (where noise could mislead) often.
+// lasts until a step of the loser's mode is recorded. An exploring step
+// costs about gap x its time, so exploring costs about explore_cost of the
+// time whatever the gap: modes far apart are rarely re-measured, modes
+// close together (where noise could mislead) often.
+//
 // A mode's throughput is the ratio of sums (tokens over seconds) over its
 // last `window` steps, leaving out steps that took more than `outlier`
 // times its median or `cross_outlier` times the other mode's: a step that
 // captured a new CUDA graph (each new verify row count's first step takes
 // tens of milliseconds) must not condemn drafting, and a draft step has at
 // most twice a plain step's rows. A mode with fewer than `warmup` steps
-// left is measured before anything is decided. The first step after a
-// change of mode is not recorded: on the GPU a plain step after a verify
-// step (or the reverse) may pay for the switch (other graphs, other
-// kernels' working sets), and charged to the side switched to, that cost
-// made plain steps look slow while drafting won (B = 64 at k = 4 kept
-// drafting at 0.91x of plain). A losing mode's turn so lasts two steps.
+// left is measured before anything is decided.
+//
+// The first step after a change of mode is not recorded: on the GPU a
+// plain step after a verify step (or the reverse) may pay for the switch
+// (other graphs, other kernels' working sets), and charged to the side
+// switched to, that cost made plain steps look slow while drafting won
+// (B = 64 at k = 4 kept drafting at 0.91x of plain). A losing mode's turn
+// therefore lasts two steps.
 //
 // Steps with prefill rows say nothing about decoding and are not recorded.
 // Classes are batch sizes rounded up to a power of two (1, 2, 4, ... 256+):
