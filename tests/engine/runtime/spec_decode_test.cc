@@ -125,6 +125,15 @@ std::shared_ptr<Drafter> Oracle(const std::vector<GenerateRequest>& reqs,
   return std::make_shared<testing::OracleDrafter>(reqs, tokens, wrong_every);
 }
 
+// ReplayDrafter over Outputs: each request's plain tokens at `rate`.
+std::shared_ptr<ReplayDrafter> Replay(const std::vector<GenerateRequest>& reqs,
+                                      const std::vector<Output>& outs, double rate,
+                                      uint64_t seed = 1) {
+  auto replay = std::make_shared<ReplayDrafter>(rate, seed);
+  for (size_t i = 0; i < reqs.size(); ++i) replay->Add(reqs[i].prompt, outs[i].tokens);
+  return replay;
+}
+
 class SpecFamilyTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(SpecFamilyTest, GreedyIdsEqualThePlainRunAloneAndInABatch) {
@@ -597,6 +606,13 @@ TEST(SpecDecodeTest, DraftModelOfAnotherVocabularyIsRefused) {
   EXPECT_NE(st.message().find("must share the target's tokenizer"), std::string::npos) << st;
   EXPECT_FALSE(ModelDrafter::Create(llama, *qwen, EngineOptions{}).ok());
   EXPECT_TRUE(CheckDraftVocabulary(*qwen, *qwen).ok());
+  // Sizes past the padding slack (1,046 and 1,558 ids) are refused as such.
+  auto tiny = LoadModel("tiny");
+  ASSERT_NE(tiny, nullptr);
+  const absl::Status sizes = CheckDraftVocabulary(*tiny, *qwen);
+  EXPECT_EQ(sizes.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(sizes.message().find("1046 tokens, the target"), std::string::npos) << sizes;
+  EXPECT_NE(sizes.message().find("1558 (more than 128 apart)"), std::string::npos) << sizes;
 }
 
 // Rows for drafts are short (spec_rows 4, k = 4: one sequence a step):
@@ -610,8 +626,7 @@ TEST(SpecDecodeTest, ScarceDraftRowsGoRoundTheSequences) {
   eo.max_seqs = 6;
   eo.n_ctx = 512;
   const std::vector<Output> plain = RunAll(model, reqs, eo);
-  auto replay = std::make_shared<ReplayDrafter>(1.0);
-  for (size_t i = 0; i < reqs.size(); ++i) replay->Add(reqs[i].prompt, plain[i].tokens);
+  auto replay = Replay(reqs, plain, 1.0);
   eo.spec_k = 4;
   eo.spec_rows = 4;
   eo.drafter = replay;
@@ -746,8 +761,7 @@ TEST(SpecDecodeTest, ReplayDraftsAreAcceptedAtTheSetRate) {
   eo.n_ctx = 512;
   const std::vector<Output> plain = RunAll(model, reqs, eo);
   for (double rate : {1.0, 0.7, 0.4}) {
-    auto replay = std::make_shared<ReplayDrafter>(rate, 11);
-    for (size_t i = 0; i < reqs.size(); ++i) replay->Add(reqs[i].prompt, plain[i].tokens);
+    auto replay = Replay(reqs, plain, rate, 11);
     eo.spec_k = 4;
     eo.drafter = replay;
     EngineSnapshot snap;
@@ -769,8 +783,7 @@ TEST(SpecDecodeTest, TheGateChangesOnlyWhichStepsDraft) {
   eo.token_budget = 64;
   eo.n_ctx = 512;
   const std::vector<Output> plain = RunAll(model, reqs, eo);
-  auto replay = std::make_shared<ReplayDrafter>(1.0);
-  for (size_t i = 0; i < reqs.size(); ++i) replay->Add(reqs[i].prompt, plain[i].tokens);
+  auto replay = Replay(reqs, plain, 1.0);
   eo.spec_k = 4;
   eo.drafter = replay;
   EngineSnapshot always, gated, knob_off;
