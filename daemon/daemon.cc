@@ -362,6 +362,12 @@ bool Daemon::Shutdown(std::optional<std::chrono::duration<double>> slots_timeout
   // Its streams ended with the slots; what remains are idle keep-alive
   // connections.
   if (http_ != nullptr) http_->Stop();
+  // gRPC may still be running finished streams' OnDone on its own threads
+  // (after Wait returned): their cleanup uses the metrics and the slots,
+  // which the destructor frees next.
+  if (!state_.WaitForReactors(std::chrono::steady_clock::now() + std::chrono::seconds(5))) {
+    Logger("daemon")->error("shutdown: gRPC stream callbacks still running after 5 s");
+  }
   Logger("daemon")->info(complete ? "minferd stopped" : "minferd stopped (slots still stopping)");
   return complete;
 }

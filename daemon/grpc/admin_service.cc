@@ -62,8 +62,8 @@ std::string CpuModelName() {
 // Streams a load's progress until the slot is READY or FAILED.
 class LoadReactor final : public PullStreamReactor<v1::LoadModelResponse> {
  public:
-  LoadReactor(SlotManager* slots, Metrics* metrics, std::string name)
-      : slots_(slots), metrics_(metrics), name_(std::move(name)) {}
+  LoadReactor(ServingState* state, SlotManager* slots, Metrics* metrics, std::string name)
+      : guard_(state), slots_(slots), metrics_(metrics), name_(std::move(name)) {}
 
   void Attach(std::shared_ptr<Slot> slot) {
     slot_ = std::move(slot);
@@ -126,6 +126,7 @@ class LoadReactor final : public PullStreamReactor<v1::LoadModelResponse> {
     }
   }
 
+  ServingState::Guard guard_;  // first: released after every other member
   SlotManager* const slots_;
   Metrics* const metrics_;
   const std::string name_;
@@ -250,7 +251,7 @@ AdminServiceImpl::AdminServiceImpl(SlotManager* slots, ServingState* state, Metr
                  const Decoded<v1::LoadModelRequest>* request)
               -> grpc::ServerWriteReactor<v1::LoadModelResponse>* {
             if (request->status.ok()) return LoadModel(context, &request->message);
-            auto* reactor = new LoadReactor(slots_, metrics_, "");
+            auto* reactor = new LoadReactor(state_, slots_, metrics_, "");
             const absl::Status auth = CheckAuth(context);
             reactor->FinishWith(ToGrpcStatus(auth.ok() ? request->status : auth));
             return reactor;
@@ -314,7 +315,7 @@ grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(
     grpc::CallbackServerContext* context, const v1::LoadModelRequest* request) {
   const absl::Status name = CheckName(request->name(), "name");
   // The name labels the call's metrics only once it is known to be sane.
-  auto* reactor = new LoadReactor(slots_, metrics_, name.ok() ? request->name() : "");
+  auto* reactor = new LoadReactor(state_, slots_, metrics_, name.ok() ? request->name() : "");
   if (absl::Status auth = CheckAuth(context); !auth.ok()) {
     reactor->FinishWith(ToGrpcStatus(auth));
     return reactor;

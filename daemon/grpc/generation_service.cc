@@ -104,7 +104,7 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
   // `deadline`: the call's (Clock::time_point::max() for none).
   GenerateReactor(ServingState* state, Metrics* metrics, PumpQueue* pumps,
                   Clock::time_point deadline)
-      : state_(state), metrics_(metrics), pumps_(pumps), deadline_(deadline) {
+      : guard_(state), state_(state), metrics_(metrics), pumps_(pumps), deadline_(deadline) {
     state_->StreamStarted();
   }
 
@@ -202,6 +202,7 @@ class GenerateReactor final : public PullStreamReactor<v1::GenerateResponse> {
     state_->StreamEnded();
   }
 
+  ServingState::Guard guard_;  // first: released after every other member
   ServingState* const state_;
   Metrics* const metrics_;
   PumpQueue* const pumps_;

@@ -624,6 +624,11 @@ bool Slot::Serve() {
       Logger("daemon")->error("model '{}': step failed: {}", config_.name, step);
     }
     RecordStep(engine->Snapshot().last_step);
+    // The status and the metrics take this step's figures (the KV blocks it
+    // freed, the drafts it counted) before any stream hears that it ended:
+    // a client that reads the status after its last token sees them.
+    UpdateGauges();
+    PublishKvEvents();
     const Clock::time_point t_done = Clock::now();
     for (runtime::EngineEvent& ev : events) {
       auto it = active.find(ev.id);
@@ -649,8 +654,6 @@ bool Slot::Serve() {
         active.erase(it);
       }
     }
-    UpdateGauges();
-    PublishKvEvents();
   }
 }
 
