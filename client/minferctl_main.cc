@@ -1,7 +1,7 @@
 // minferctl: the command-line client of minferd.
 //
 //   minferctl [--addr A] [--token T] [--json] [--tls --ca-cert F] COMMAND ...
-//     load NAME PATH [--ctx N --parallel N --kv-type T --backend B --knob K=V ...]
+//     load NAME PATH [--ctx N --parallel N --kv-type T --backend B --device N --knob K=V ...]
 //     unload NAME [--drain-timeout S | --cancel]
 //     sleep NAME [--level 1|2] | wake NAME
 //     list | status [NAME]

@@ -65,7 +65,8 @@ void PrintModel(const v1::ModelStatus& m) {
       {"name:", m.name()},
       {"state:", StateName(m.state()) + (m.reason().empty() ? "" : " (" + m.reason() + ")")},
       {"path:", m.path()},
-      {"backend:", m.backend()},
+      {"backend:", m.device_label().empty() ? m.backend()
+                                            : absl::StrCat(m.backend(), " on ", m.device_label())},
       {"context:", absl::StrCat(m.n_ctx(), " tokens x ", m.parallel(), " sequences, KV ",
                                 m.kv_type())},
       {"parsers:", absl::StrCat("tool calls ",
@@ -151,9 +152,22 @@ void PrintServer(const v1::ServerStatus& r) {
                                                           : std::string("available memory"))},
   };
   for (const v1::Device& d : r.devices()) {
-    rows.push_back({"device:", absl::StrCat(d.kind(), " ", d.name(), ", ", d.cores(), " cores, ",
-                                            Mib(d.memory_free_bytes()), " free of ",
-                                            Mib(d.memory_total_bytes()))});
+    if (d.kind() == "cpu") {
+      rows.push_back({"device:", absl::StrCat(d.kind(), " ", d.name(), ", ", d.cores(), " cores, ",
+                                              Mib(d.memory_free_bytes()), " free of ",
+                                              Mib(d.memory_total_bytes()))});
+      continue;
+    }
+    // "cuda:1 NVIDIA H200, 132 SMs, 120000.0 MiB free of 143000.0 MiB; models a, b"
+    std::string line = absl::StrCat(d.kind(), ":", d.index(), " ", d.name(), ", ", d.cores(),
+                                    " SMs, ", Mib(d.memory_free_bytes()), " free of ",
+                                    Mib(d.memory_total_bytes()));
+    if (d.memory_pending_bytes() > 0) {
+      absl::StrAppend(&line, ", ", Mib(d.memory_pending_bytes()), " reserved by loads in progress");
+    }
+    absl::StrAppend(&line, d.models().empty() ? "; no models"
+                                              : absl::StrCat("; models ", absl::StrJoin(d.models(), ", ")));
+    rows.push_back({"device:", line});
   }
   PrintTable(rows);
 }
@@ -184,6 +198,7 @@ struct LoadArgs {
   int32_t parallel = 0, queue = 0;
   int64_t kv_tokens = 0;
   std::string kv_type, backend;
+  int32_t device = -1;  // --device; -1: the server places the model
   std::string tool_parser, reasoning_parser;
   std::string spec, draft;
   int32_t spec_k = 0;
@@ -202,6 +217,7 @@ int Load(LoadArgs& a, const Globals& g, client::MinferClient& client) {
   load.set_kv_tokens(a.kv_tokens);
   load.set_kv_type(a.kv_type);
   load.set_backend(a.backend);
+  if (a.device >= 0) load.set_device(a.device);
   load.set_tool_parser(a.tool_parser);
   load.set_reasoning_parser(a.reasoning_parser);
   load.set_spec(a.spec);
@@ -349,6 +365,10 @@ void AddModelCommands(CLI::App& app, const Globals& g, CommandTable& table) {
                      "KV pool size in tokens (0 = parallel x ctx; smaller pools preempt)");
   c_load->add_option("--kv-type", load->kv_type, "f32, f16, q8_0 or fp8");
   c_load->add_option("--backend", load->backend, "cpu, cuda or auto");
+  c_load->add_option("--device", load->device,
+                     "GPU index to load on (minferctl status lists them); default: the server "
+                     "places the model on the GPU with the most free memory")
+      ->check(CLI::NonNegativeNumber);
   c_load->add_option("--tool-parser", load->tool_parser,
                      "tool-call family of the replies: hermes, llama3_json or none "
                      "(default: the chat template's)");

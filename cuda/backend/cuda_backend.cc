@@ -142,7 +142,7 @@ absl::Status CudaBackend::BuildScalePlanes(const std::vector<const graph::Weight
     if (bytes == 0) continue;
     ASSIGN_OR_RETURN(void* plane, state_->Malloc(static_cast<size_t>(bytes),
                                                  absl::StrCat("scale plane of '", gw->name, "'")));
-    std::lock_guard<std::recursive_mutex> lock(state_->stream_lock());
+    std::unique_lock<std::recursive_mutex> lock = state_->Lock();
     cudaError_t err = LaunchMmqScalePlane(*w, plane, state_->stream());
     if (err == cudaSuccess) err = cudaStreamSynchronize(state_->stream());
     absl::Status st = err == cudaSuccess
@@ -169,7 +169,7 @@ uint64_t CudaBackend::scale_plane_bytes() const {
 
 CudaBackend::~CudaBackend() {
   {
-    std::lock_guard<std::recursive_mutex> lock(state_->stream_lock());
+    std::unique_lock<std::recursive_mutex> lock = state_->Lock();
     recorder_.DiscardOpenCapture();
     cudaStreamSynchronize(state_->stream());
     recorder_.Drop();
@@ -268,7 +268,7 @@ void CudaBackend::RefreshKnobs() {
 
 void CudaBackend::BeginWindow() {
   if (window_.owns_lock()) return;
-  window_ = std::unique_lock<std::recursive_mutex>(state_->stream_lock());
+  window_ = state_->Lock();
   RefreshKnobs();
 }
 
@@ -292,7 +292,7 @@ absl::Status CudaBackend::Check(cudaError_t err, const char* what) {
 
 absl::StatusOr<int32_t> CudaBackend::AllocBuffer(int64_t bytes) {
   if (!sticky_.ok()) return Failed();
-  std::lock_guard<std::recursive_mutex> lock(state_->stream_lock());  // cudaMalloc may sync
+  std::unique_lock<std::recursive_mutex> lock = state_->Lock();  // cudaMalloc may sync
   // On OOM the error carries the sizes; nothing is half-allocated.
   return pool_.Acquire(bytes, [this](int64_t n) { return state_->Malloc(n, "a graph buffer"); });
 }
@@ -380,7 +380,7 @@ bool CudaBackend::SupportsOp(const Node& n) const {
 
 absl::Status CudaBackend::WriteHost(const BufferRef& dst, const void* src, int64_t bytes) {
   if (!sticky_.ok()) return Failed();
-  std::lock_guard<std::recursive_mutex> lock(state_->stream_lock());
+  std::unique_lock<std::recursive_mutex> lock = state_->Lock();
   memos_.Invalidate(dst, bytes);
   ASSIGN_OR_RETURN(uint8_t * d, Ptr(dst, bytes));
   if (pinned_in_used_ + bytes > pinned_in_cap_) {
@@ -404,7 +404,7 @@ absl::Status CudaBackend::WriteHost(const BufferRef& dst, const void* src, int64
 
 absl::Status CudaBackend::ReadHost(const BufferRef& src, void* dst, int64_t bytes) {
   if (!sticky_.ok()) return Failed();
-  std::lock_guard<std::recursive_mutex> lock(state_->stream_lock());
+  std::unique_lock<std::recursive_mutex> lock = state_->Lock();
   ASSIGN_OR_RETURN(uint8_t * s, Ptr(src, bytes));
   if (!knobs_.pinned_readback) {
     RETURN_IF_ERROR(Check(cudaMemcpyAsync(dst, s, bytes, cudaMemcpyDeviceToHost, state_->stream()),
@@ -425,7 +425,7 @@ absl::Status CudaBackend::ReadHost(const BufferRef& src, void* dst, int64_t byte
 
 absl::Status CudaBackend::Fill(const BufferRef& dst, uint8_t value) {
   if (!sticky_.ok()) return Failed();
-  std::lock_guard<std::recursive_mutex> lock(state_->stream_lock());
+  std::unique_lock<std::recursive_mutex> lock = state_->Lock();
   ASSIGN_OR_RETURN(uint8_t * d, Ptr(dst, dst.bytes));
   memos_.Invalidate(dst, dst.bytes);
   RETURN_IF_ERROR(Check(cudaMemsetAsync(d, value, dst.bytes, state_->stream()), "fill"));
@@ -485,7 +485,7 @@ absl::StatusOr<bool> CudaBackend::GraphReplay(uint64_t uid, int begin, int end, 
 
 absl::Status CudaBackend::Synchronize() {
   if (!window_.owns_lock()) {
-    std::lock_guard<std::recursive_mutex> lock(state_->stream_lock());
+    std::unique_lock<std::recursive_mutex> lock = state_->Lock();
     if (!sticky_.ok()) return Failed();
     return Check(cudaStreamSynchronize(state_->stream()), "synchronize");
   }

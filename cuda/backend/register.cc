@@ -4,32 +4,51 @@
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/kernels/mmq.h"
 #include "engine/base/knobs.h"
+#include "engine/base/status.h"
 #include "engine/runtime/device_backend.h"
 
 namespace minfer::cuda {
 namespace {
 
+// The device a request names (-1: the default device).
+absl::StatusOr<CudaState*> StateFor(int32_t device) {
+  return device < 0 ? CudaState::Get() : CudaState::Get(device);
+}
+
+runtime::DeviceInfo InfoOf(CudaState& s) {
+  runtime::DeviceInfo info;
+  info.index = s.device();
+  info.name = s.name();
+  info.multiprocessors = s.sm_count();
+  info.total_bytes = s.total_bytes();
+  info.free_bytes = s.FreeBytes();
+  return info;
+}
+
 const bool kRegistered = [] {
   runtime::DeviceBackendProvider p;
   p.name = "cuda";
-  p.info = []() -> absl::StatusOr<runtime::DeviceInfo> {
-    auto state = CudaState::Get();
-    if (!state.ok()) return state.status();
-    runtime::DeviceInfo info;
-    info.name = (*state)->name();
-    info.multiprocessors = (*state)->sm_count();
-    info.total_bytes = (*state)->total_bytes();
-    info.free_bytes = (*state)->FreeBytes();
-    return info;
+  p.devices = []() -> absl::StatusOr<std::vector<runtime::DeviceInfo>> {
+    // The default device first, then the others by index; a device that
+    // cannot be used (too old) is left out.
+    ASSIGN_OR_RETURN(CudaState* def, CudaState::Get());
+    ASSIGN_OR_RETURN(const int count, CudaState::DeviceCount());
+    std::vector<runtime::DeviceInfo> out{InfoOf(*def)};
+    for (int d = 0; d < count; ++d) {
+      if (d == def->device()) continue;
+      absl::StatusOr<CudaState*> s = CudaState::Get(d);
+      if (s.ok()) out.push_back(InfoOf(**s));
+    }
+    return out;
   };
-  p.weight_bytes = [](int ggml_type, int64_t ne0, int64_t rows, uint64_t file_bytes,
-                      const KnobOverrides* knobs) -> uint64_t {
+  p.weight_bytes = [](int32_t device, int ggml_type, int64_t ne0, int64_t rows,
+                      uint64_t file_bytes, const KnobOverrides* knobs) -> uint64_t {
     // RegisterWeight's layout: Q6_K in 224-byte blocks, rows 16-byte aligned.
     const GgmlType type = static_cast<GgmlType>(ggml_type);
     if (ne0 <= 0 || rows <= 0 || ne0 % TraitsOf(type).block_size != 0) return file_bytes;
     uint64_t bytes = static_cast<uint64_t>(DeviceWeightBytes(type, ne0, rows));
     // CudaBackend::BuildScalePlanes' planes (on GPUs with MMQ).
-    auto state = CudaState::Get();
+    auto state = StateFor(device);
     const char* knob = type == GgmlType::kQ4_K   ? "MINFER_MMQ_Q4K_DSC"
                        : type == GgmlType::kQ6_K ? "MINFER_MMQ_Q6K_EXP"
                                                  : nullptr;
@@ -41,9 +60,8 @@ const bool kRegistered = [] {
   };
   p.create = [](const runtime::DeviceBackendRequest& req)
       -> absl::StatusOr<std::unique_ptr<graph::Backend>> {
-    auto state = CudaState::Get();
-    if (!state.ok()) return state.status();
-    auto b = CudaBackend::Create(*state, *req.model, req.knobs, req.progress, req.knob_generation);
+    ASSIGN_OR_RETURN(CudaState* state, StateFor(req.device));
+    auto b = CudaBackend::Create(state, *req.model, req.knobs, req.progress, req.knob_generation);
     if (!b.ok()) return b.status();
     return std::unique_ptr<graph::Backend>(std::move(*b));
   };

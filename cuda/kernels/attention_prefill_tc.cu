@@ -55,6 +55,7 @@
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/ptx_sm80.cuh"
 #include "cuda/kernels/ops.h"
+#include "cuda/kernels/per_device.cuh"
 
 namespace minfer::cuda {
 namespace {
@@ -357,14 +358,16 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
 template <int HD>
 cudaError_t LaunchTc(const AttnPrefillArgs& a, int64_t tiles, cudaStream_t stream) {
   constexpr int kBytes = TcLayout<HD>::kSmemBytes;
-  static const cudaError_t attr = [] {
+  // Per device: the opt-in is the current device's only.
+  static PerDevice<cudaError_t> attr;
+  const cudaError_t raised = attr.Get([](int) {
     if (kBytes <= 48 * 1024) return cudaSuccess;
     const cudaError_t e = cudaFuncSetAttribute(attn_prefill_tc_kernel<HD>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     if (e != cudaSuccess) (void)cudaGetLastError();  // not sticky: clear it
     return e;
-  }();
-  if (attr != cudaSuccess) return cudaErrorNotSupported;
+  });
+  if (raised != cudaSuccess) return cudaErrorNotSupported;
   const dim3 grid(static_cast<unsigned>(a.n_head), static_cast<unsigned>(tiles));
   attn_prefill_tc_kernel<HD><<<grid, kTcThreads, kBytes, stream>>>(a);
   return cudaGetLastError();

@@ -428,9 +428,9 @@ using Info = splitk::KernelFacts;
 
 template <GgmlType T, int NT8, int MT>
 const Info& InfoOf() {
-  static const Info info =
-      splitk::FactsOf(&dq_gemm_kernel<T, NT8, MT>, kThreads, kStages * StageBytes<MT>(NT8));
-  return info;
+  static PerDevice<Info> info;
+  return splitk::FactsOnce(info, &dq_gemm_kernel<T, NT8, MT>, kThreads,
+                           kStages * StageBytes<MT>(NT8));
 }
 
 // With launch false: only reports the instantiation's facts in *info

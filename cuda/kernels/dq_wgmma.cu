@@ -403,9 +403,9 @@ using Info = splitk::KernelFacts;
 
 template <GgmlType T, int N, int W>
 const Info& InfoOf() {
-  static const Info info = splitk::FactsOf(&dqw_kernel<T, N, W>, 32 * W,
-                                           StagesFor<T, N, W>() * StageBytes<T, N, W>() + 1024);
-  return info;
+  static PerDevice<Info> info;
+  return splitk::FactsOnce(info, &dqw_kernel<T, N, W>, 32 * W,
+                           StagesFor<T, N, W>() * StageBytes<T, N, W>() + 1024);
 }
 
 // With launch false: only reports the instantiation's facts; else launches.
@@ -445,17 +445,17 @@ bool Dispatch(GgmlType type, int warps, const Params& p, cudaStream_t stream, bo
 
 bool DqwAvailable() {
 #if defined(MINFER_SM90A)
-  static const bool ok = [] {
-    int id = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&id) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, id) != cudaSuccess ||
+  // Per device: a host may mix an H100 with a GPU of another generation.
+  static PerDevice<bool> ok;
+  return ok.Get([](int id) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, id) != cudaSuccess ||
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, id) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }
     return major == 9 && minor == 0;
-  }();
-  return ok;
+  });
 #else
   return false;
 #endif

@@ -47,6 +47,7 @@
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/mmq_impl.cuh"
+#include "cuda/kernels/per_device.cuh"
 
 namespace minfer::cuda {
 namespace mmq {
@@ -555,25 +556,24 @@ struct DeviceInfo {
 // The current device's attributes, queried once per device (launchers run
 // per matmul; attributes never change).
 cudaError_t QueryDevice(const DeviceInfo** out) {
-  constexpr int kMaxDevices = 64;
-  static DeviceInfo infos[kMaxDevices];
-  static std::once_flag once[kMaxDevices];
-  static cudaError_t errs[kMaxDevices];
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
-  std::call_once(once[dev], [dev] {
-    DeviceInfo& info = infos[dev];
+  struct Answer {
+    DeviceInfo info;
+    cudaError_t err = cudaSuccess;
+  };
+  static PerDevice<Answer> answers;
+  const Answer& a = answers.Get([](int dev) {
+    Answer r;
+    DeviceInfo& info = r.info;
     cudaError_t e = cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, dev);
     if (e == cudaSuccess) {
       e = cudaDeviceGetAttribute(&info.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     }
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, dev);
-    errs[dev] = e;
+    r.err = e;
+    return r;
   });
-  *out = &infos[dev];
-  return errs[dev];
+  *out = &a.info;
+  return a.err;
 }
 
 // Stream-k as the caller asked for it (MmqTuning).
@@ -674,7 +674,9 @@ struct KernelAttr {
 };
 template <GgmlType T, int BN, bool kFast, bool kPlane, bool kSK>
 const KernelAttr& AttrOf() {
-  static const KernelAttr attr = [] {
+  // Per device: the shared-memory opt-in is the current device's only.
+  static PerDevice<KernelAttr> attr;
+  return attr.Get([](int) {
     constexpr int kBytes = Smem<T, BN, kPlane>::kBytes;
     KernelAttr a{cudaFuncSetAttribute(mmq_kernel<T, BN, kFast, kPlane, kSK>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes),
@@ -685,8 +687,7 @@ const KernelAttr& AttrOf() {
     }
     if (a.err != cudaSuccess) (void)cudaGetLastError();  // not sticky: clear it
     return a;
-  }();
-  return attr;
+  });
 }
 
 // Launches one instantiation: the stream-k form when it is asked for and

@@ -483,10 +483,9 @@ using StagedInfo = splitk::KernelFacts;
 
 template <GgmlType T, int NT8, int MT, int ST>
 const StagedInfo& Info() {
-  static const StagedInfo info = splitk::FactsOf(&mmq_staged_kernel<T, NT8, MT, ST>,
-                                                 kStagedThreads,
-                                                 ST * StagedSmem<T, NT8, MT>::kStage);
-  return info;
+  static PerDevice<StagedInfo> info;
+  return splitk::FactsOnce(info, &mmq_staged_kernel<T, NT8, MT, ST>, kStagedThreads,
+                           ST * StagedSmem<T, NT8, MT>::kStage);
 }
 
 template <GgmlType T, int NT8, int MT, int ST>

@@ -26,21 +26,17 @@ struct DeviceInfo {
 // Device properties, read once per device (host calls that are legal inside
 // a stream-capture window, but not free).
 const DeviceInfo& GetDeviceInfo() {
-  static std::mutex mu;
-  static std::array<DeviceInfo, 64> cache{};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  DeviceInfo& d = cache[dev];
-  if (d.sms == 0) {
+  static PerDevice<DeviceInfo> cache;
+  return cache.Get([](int dev) {
+    DeviceInfo d;
     cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
     cudaDeviceGetAttribute(&d.regs_per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, dev);
     cudaDeviceGetAttribute(&d.threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
     int sms = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     d.sms = sms > 0 ? sms : 1;
-  }
-  return d;
+    return d;
+  });
 }
 
 }  // namespace

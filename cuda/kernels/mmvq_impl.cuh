@@ -48,6 +48,7 @@
 
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/matmul.h"
+#include "cuda/kernels/per_device.cuh"
 #include "cuda/kernels/quant_dev.cuh"
 #include "cuda/kernels/types.h"
 
@@ -398,10 +399,11 @@ cudaError_t LaunchKernel(const Plan& plan, cudaStream_t stream) {
   int grid = plan.grid;
   if (kSmem) {
     // Persistent: about as many CTAs as can be resident at once.
-    static const int regs = [kernel] {
+    static PerDevice<int> regs_cache;
+    const int regs = regs_cache.Get([kernel](int) {
       cudaFuncAttributes attr{};
       return cudaFuncGetAttributes(&attr, kernel) == cudaSuccess ? attr.numRegs : 64;
-    }();
+    });
     const int64_t resident = ResidentCtas(regs, plan.smem_bytes);
     if (resident > 0 && grid > resident) grid = static_cast<int>(resident);
   }

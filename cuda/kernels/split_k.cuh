@@ -21,33 +21,34 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/kernels/per_device.cuh"
+
 namespace minfer::cuda::splitk {
 
 // The current device's SM count and compute capability major (0 when the
-// runtime cannot say), read once.
+// runtime cannot say), read once per device (per_device.cuh).
 struct DeviceFacts {
   int sms = 0;
   int major = 0;
 };
 inline const DeviceFacts& CurrentDevice() {
-  static const DeviceFacts facts = [] {
+  static PerDevice<DeviceFacts> facts;
+  return facts.Get([](int id) {
     DeviceFacts d;
-    int id = 0;
-    if (cudaGetDevice(&id) != cudaSuccess ||
-        cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, id) != cudaSuccess ||
+    if (cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, id) != cudaSuccess ||
         cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, id) != cudaSuccess) {
       (void)cudaGetLastError();
       d = DeviceFacts{};
     }
     return d;
-  }();
-  return facts;
+  });
 }
 
-// A kernel's launch facts: its dynamic shared memory (opted in beyond the
-// 48 KB default) and how many of its CTAs of `threads` an SM holds (0: it
-// cannot run). Call once per kernel (a function-local static) at its first
-// launch, which the backend makes outside a capture window.
+// A kernel's launch facts on the current device: its dynamic shared memory
+// (opted in beyond the 48 KB default) and how many of its CTAs of `threads`
+// an SM holds (0: it cannot run). Call once per kernel and device (a
+// function-local PerDevice<KernelFacts>, through FactsOnce) at its first
+// launch there, which the backend makes outside a capture window.
 struct KernelFacts {
   int smem = 0;
   int ctas_per_sm = 0;
@@ -64,6 +65,14 @@ KernelFacts FactsOf(Kernel* kernel, int threads, int smem) {
     f.ctas_per_sm = 0;
   }
   return f;
+}
+
+// FactsOf(kernel, threads, smem) for the current device, computed at the
+// first call on each device and kept in `cache` (the caller's function-local
+// static, one per kernel instantiation).
+template <class Kernel>
+const KernelFacts& FactsOnce(PerDevice<KernelFacts>& cache, Kernel* kernel, int threads, int smem) {
+  return cache.Get([&](int) { return FactsOf(kernel, threads, smem); });
 }
 
 // Splits for a grid of `ctas` CTAs (per split) on `slots` resident CTA

@@ -14,6 +14,10 @@
 
 namespace minfer::cuda {
 
+// The most CUDA devices one process uses (CudaState refuses indices beyond;
+// kernels' per-device caches, per_device.cuh, are this long).
+inline constexpr int kMaxCudaDevices = 64;
+
 // Bytes of one Q6_K super-block in the device registry's padded layout:
 // the 210 GGUF bytes (ql, qh, scales, d) followed by 14 zero bytes.
 inline constexpr int kQ6KPaddedBytes = 224;

@@ -2,15 +2,19 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/base/knobs.h"
 #include "engine/base/logging.h"
+#include "engine/base/status.h"
 
 namespace minfer::cuda {
 
@@ -40,59 +44,131 @@ absl::Status CudaStatus(cudaError_t err, const char* what, const char* file, int
   return absl::InternalError(msg);
 }
 
-absl::StatusOr<CudaState*> CudaState::Get() {
-  static absl::StatusOr<CudaState*>* state = [] {
-    auto* s = new absl::StatusOr<CudaState*>(absl::UnavailableError("uninitialized"));
-    if (KnobRegistry::Global().GetBool("MINFER_DISABLE_CUDA")) {
-      *s = absl::UnavailableError("CUDA disabled (MINFER_DISABLE_CUDA=1)");
-      return s;
-    }
-    auto* st = new CudaState;
-    absl::Status init = st->Init();
-    if (init.ok()) {
-      *s = st;
-    } else {
-      *s = init;
-      Logger("cuda")->info("CUDA: not available, using CPU fallback ({})", init.message());
-    }
-    return s;
-  }();
-  return *state;
+namespace {
+
+// The devices the process has opened, by index (never freed: kernels and
+// captured graphs may refer to a state until exit).
+struct Registry {
+  std::mutex mu;
+  bool counted = false;
+  absl::StatusOr<int> count = absl::UnavailableError("uninitialized");
+  std::map<int, absl::StatusOr<CudaState*>> states;  // guarded by mu
+};
+Registry& TheRegistry() {
+  static Registry* r = new Registry;
+  return *r;
 }
 
-absl::Status CudaState::Init() {
-  int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    return absl::UnavailableError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(err)));
-  }
-  if (count == 0) return absl::UnavailableError("no CUDA device");
-  const int64_t want = KnobRegistry::Global().GetInt("MINFER_GPU");
-  int best = -1, best_cc = -1;
-  for (int d = 0; d < count; ++d) {
-    cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, d) != cudaSuccess) continue;
-    int cc = p.major * 100 + p.minor * 10;
-    if (want >= 0 ? d == want : cc > best_cc) {
-      best = d;
-      best_cc = cc;
+absl::StatusOr<int> CountLocked(Registry& r) {
+  if (r.counted) return r.count;
+  r.counted = true;
+  if (KnobRegistry::Global().GetBool("MINFER_DISABLE_CUDA")) {
+    r.count = absl::UnavailableError("CUDA disabled (MINFER_DISABLE_CUDA=1)");
+  } else {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      r.count = absl::UnavailableError(
+          absl::StrCat("no usable CUDA device: ", cudaGetErrorString(err)));
+    } else if (count == 0) {
+      r.count = absl::UnavailableError("no CUDA device");
+    } else {
+      r.count = std::min(count, kMaxCudaDevices);
     }
   }
-  if (best < 0) {
-    return absl::UnavailableError(want >= 0 ? absl::StrCat("MINFER_GPU=", want, " is not a device (",
-                                                           count, " present)")
-                                            : "no CUDA device answered");
+  if (!r.count.ok()) {
+    Logger("cuda")->info("CUDA: not available, using CPU fallback ({})", r.count.status().message());
   }
-  if (best_cc < 700) {
-    return absl::UnavailableError(absl::StrCat("device ", best, " has compute capability ",
-                                               best_cc / 100, ".", best_cc % 100 / 10,
+  return r.count;
+}
+
+}  // namespace
+
+absl::StatusOr<int> CudaState::DeviceCount() {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return CountLocked(r);
+}
+
+absl::StatusOr<int> CudaState::DefaultDevice() {
+  ASSIGN_OR_RETURN(const int count, DeviceCount());
+  const int64_t want = KnobRegistry::Global().GetInt("MINFER_GPU");
+  if (want >= 0) {
+    if (want >= count) {
+      return absl::UnavailableError(
+          absl::StrCat("MINFER_GPU=", want, " is not a device (", count, " present)"));
+    }
+    return static_cast<int>(want);
+  }
+  int best = -1, best_cc = -1;
+  for (int d = 0; d < count; ++d) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    const int cc = major * 100 + minor * 10;
+    if (cc > best_cc) best = d, best_cc = cc;
+  }
+  if (best < 0) return absl::UnavailableError("no CUDA device answered");
+  return best;
+}
+
+absl::StatusOr<CudaState*> CudaState::Get() {
+  // The default device, decided once (MINFER_GPU is read at the first use).
+  static const absl::StatusOr<int>* def = new absl::StatusOr<int>(DefaultDevice());
+  if (!def->ok()) return def->status();
+  return Get(**def);
+}
+
+absl::StatusOr<CudaState*> CudaState::Get(int index) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  ASSIGN_OR_RETURN(const int count, CountLocked(r));
+  if (index < 0 || index >= count) {
+    return absl::UnavailableError(absl::StrCat("CUDA device ", index, " does not exist (", count,
+                                               count == 1 ? " device" : " devices", " present)"));
+  }
+  auto it = r.states.find(index);
+  if (it != r.states.end()) return it->second;
+  auto* st = new CudaState;
+  absl::StatusOr<CudaState*> made = st;
+  if (absl::Status init = st->Init(index); !init.ok()) {
+    made = init;
+    Logger("cuda")->info("CUDA: device {} not usable ({})", index, init.message());
+    // (st is leaked: a half-made stream or flag may be referenced.)
+  }
+  r.states.emplace(index, made);
+  return made;
+}
+
+absl::Status CudaState::Activate() const {
+  MINFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  return absl::OkStatus();
+}
+
+std::unique_lock<std::recursive_mutex> CudaState::Lock() {
+  std::unique_lock<std::recursive_mutex> lock(stream_lock_);
+  // Setting the current device cannot fail for a device that was opened
+  // (Init set it once); a failure would surface at the launch.
+  if (cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
+  return lock;
+}
+
+absl::Status CudaState::Init(int index) {
+  cudaDeviceProp p;
+  MINFER_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&p, index));
+  const int cc = p.major * 100 + p.minor * 10;
+  if (cc < 700) {
+    return absl::UnavailableError(absl::StrCat("device ", index, " (", p.name,
+                                               ") has compute capability ", p.major, ".", p.minor,
                                                "; minfer needs sm_70 or newer"));
   }
-  device_ = best;
+  device_ = index;
   MINFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  cudaDeviceProp p;
-  MINFER_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&p, device_));
-  cc_ = best_cc;
+  cc_ = cc;
   sm_count_ = p.multiProcessorCount;
   name_ = p.name;
   tier_ = TierOf(cc_);
@@ -106,21 +182,25 @@ absl::Status CudaState::Init() {
   *error_host_ = 0;
   MINFER_CUDA_RETURN_IF_ERROR(
       cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_flag_), error_host_, 0));
-  std::fprintf(stderr, "CUDA: using %s (SM %d.%d, %zu MB, %d SMs)\n", name_.c_str(), p.major,
-               p.minor, total_bytes_ >> 20, sm_count_);
-  Logger("cuda")->info("CUDA: using {} (SM {}.{}, {} MB, {} SMs), tier {}", name_, p.major,
-                       p.minor, total_bytes_ >> 20, sm_count_, DeviceTierName(tier_));
+  std::fprintf(stderr, "CUDA: using %s (SM %d.%d, %zu MB, %d SMs)%s\n", name_.c_str(), p.major,
+               p.minor, total_bytes_ >> 20, sm_count_,
+               device_ == 0 ? "" : absl::StrCat(" as device ", device_).c_str());
+  Logger("cuda")->info("CUDA: using {} (SM {}.{}, {} MB, {} SMs), tier {}, device {}", name_,
+                       p.major, p.minor, total_bytes_ >> 20, sm_count_, DeviceTierName(tier_),
+                       device_);
   return absl::OkStatus();
 }
 
 size_t CudaState::FreeBytes() const {
   size_t free_b = 0, total_b = 0;
+  if (!Activate().ok()) return 0;
   cudaMemGetInfo(&free_b, &total_b);
   return free_b;
 }
 
 absl::StatusOr<void*> CudaState::Malloc(size_t bytes, const std::string& what) {
   void* p = nullptr;
+  RETURN_IF_ERROR(Activate());
   cudaError_t err = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
   if (err != cudaSuccess || p == nullptr) {
     cudaGetLastError();  // allocation failures are not sticky; clear them
@@ -132,7 +212,10 @@ absl::StatusOr<void*> CudaState::Malloc(size_t bytes, const std::string& what) {
 }
 
 void CudaState::Free(void* p) {
-  if (p != nullptr) cudaFree(p);
+  if (p == nullptr) return;
+  // cudaFree frees on whichever device owns p, but needs a current context.
+  if (cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
+  cudaFree(p);
 }
 
 uint64_t CudaState::NewOwnerId() {
@@ -209,7 +292,7 @@ absl::StatusOr<WeightView> CudaState::RegisterWeight(uint64_t owner, const graph
   {
     // Stream-ordered copy + a synchronize of that stream (never the legacy
     // blocking cudaMemcpy, which would break another thread's capture).
-    std::lock_guard<std::recursive_mutex> lock(stream_lock_);
+    std::unique_lock<std::recursive_mutex> lock = Lock();
     cudaError_t err = cudaMemcpyAsync(ptr, src, device_bytes, cudaMemcpyHostToDevice, stream_);
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
     if (err != cudaSuccess) {
@@ -242,7 +325,7 @@ const WeightView* CudaState::FindWeight(uint64_t owner, const std::string& name)
 }
 
 void CudaState::ReleaseWeights(uint64_t owner) {
-  std::lock_guard<std::recursive_mutex> slock(stream_lock_);
+  std::unique_lock<std::recursive_mutex> slock = Lock();
   cudaStreamSynchronize(stream_);  // no kernel may still read them
   std::lock_guard<std::mutex> lock(registry_mu_);
   for (auto it = weights_.begin(); it != weights_.end();) {

@@ -1,14 +1,19 @@
-// CudaState: the process-wide CUDA device layer (docs/design.md, one device
-// layer) shared by every
-// model slot — the device, one stream, the process-wide stream lock, the
-// weight registry, device allocation, pinned staging and the device error
-// flag.
+// CudaState: one CUDA device's layer (docs/design.md, the device layer),
+// shared by every model slot placed on that device — the device, its
+// stream, its stream lock, its weight registry, device allocation and the
+// device error flag. There is one state per device the process uses,
+// created at its first Get(index) and kept for the process's life; models
+// on different devices share nothing here and run at the same time.
 //
-// Thread safety: all methods may be called from any thread. Stream work
-// must be enqueued while holding stream_lock() (a recursive mutex): a
-// backend takes it for a whole execution window — input fills, a split's
-// launches or capture, and the closing synchronize — so another slot's
-// launches can never interleave with, or be recorded into, its window.
+// Thread safety: all methods may be called from any thread. CUDA's current
+// device is a per-thread setting, so every method that calls the runtime
+// makes its device current first, and stream work must be enqueued inside
+// Lock() (the stream lock, a recursive mutex, with the device made
+// current): a backend takes it for a whole execution window — input
+// fills, a split's launches or capture, and the closing synchronize — so
+// another slot's launches on this device can never interleave with, or be
+// recorded into, its window, and its kernels' per-device caches
+// (kernels/per_device.cuh) read this device's facts.
 #ifndef MINFER_CUDA_STATE_CUDA_STATE_H_
 #define MINFER_CUDA_STATE_CUDA_STATE_H_
 
@@ -50,12 +55,26 @@ absl::Status CudaStatus(cudaError_t err, const char* what, const char* file, int
 
 class CudaState {
  public:
-  // The singleton, created on first call: picks the device (MINFER_GPU, else
-  // the highest compute capability), creates the stream, prints the banner
-  // "CUDA: using <name> (SM x.y, N MB, M SMs)". Returns the reason when
-  // CUDA is unusable (MINFER_DISABLE_CUDA=1, no device, driver too old);
-  // the answer is cached.
+  // The default device's state: MINFER_GPU when it is set (>= 0), else the
+  // device with the highest compute capability (the lowest index among
+  // equals). Returns the reason when CUDA is unusable (MINFER_DISABLE_CUDA=1,
+  // no device, driver too old); the answer is cached.
   static absl::StatusOr<CudaState*> Get();
+  // Device `index`'s state, created on the first call: its stream and error
+  // flag, and the banner "CUDA: using <name> (SM x.y, N MB, M SMs)" on
+  // stderr. Unavailable naming the index and the device count when there is
+  // no such device, or naming the device when it is older than sm_70.
+  static absl::StatusOr<CudaState*> Get(int index);
+  // How many devices the process sees (1 or more), or why none.
+  static absl::StatusOr<int> DeviceCount();
+  // The index Get() uses.
+  static absl::StatusOr<int> DefaultDevice();
+
+  // Makes this device current on the calling thread.
+  absl::Status Activate() const;
+  // The stream lock, taken, with this device made current on the calling
+  // thread: a backend's execution window.
+  std::unique_lock<std::recursive_mutex> Lock();
 
   int device() const { return device_; }
   int cc() const { return cc_; }  // major * 100 + minor * 10
@@ -65,6 +84,7 @@ class CudaState {
   size_t total_bytes() const { return total_bytes_; }
   size_t FreeBytes() const;
   cudaStream_t stream() const { return stream_; }
+  // Prefer Lock(), which also makes the device current.
   std::recursive_mutex& stream_lock() { return stream_lock_; }
 
   // Device memory; errors say how much was asked for and what is free.
@@ -105,7 +125,7 @@ class CudaState {
 
  private:
   CudaState() = default;
-  absl::Status Init();
+  absl::Status Init(int index);
 
   int device_ = -1;
   int cc_ = 0;

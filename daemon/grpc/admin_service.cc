@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <thread>
 #include <utility>
 
@@ -150,6 +151,8 @@ void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& al
   out->set_state(StateToProto(st.state));
   if (!st.error.ok()) out->set_reason(st.error.ToString());
   out->set_backend(st.backend.empty() ? st.config.backend : st.backend);
+  out->set_device(st.placement.device);
+  out->set_device_label(st.placement.label);
   const runtime::EngineSnapshot& e = st.engine;
   out->set_n_ctx(e.n_ctx > 0 ? e.n_ctx : st.config.n_ctx);
   out->set_parallel(st.config.parallel);
@@ -346,6 +349,7 @@ grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(
   config.name = request->name();
   config.path = request->path();
   config.backend = request->backend();
+  config.device = request->has_device() ? request->device() : -1;
   config.n_ctx = request->n_ctx();
   config.parallel = request->parallel();
   config.kv_type = request->kv_type();
@@ -519,16 +523,34 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetServerStatus(grpc::CallbackServer
   }
   // Devices of the linked device backends; asking may initialize the
   // device (it would be on the first load anyway).
+  // Which models each GPU holds (placement of the loaded ones).
+  std::map<int32_t, std::vector<std::string>> placed;
+  for (const auto& slot : slots_->List()) {
+    SlotStatus st = slot->Status();
+    if (st.placement.device >= 0) placed[st.placement.device].push_back(st.config.name);
+  }
   for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {
-    if (!p.info) continue;
-    absl::StatusOr<runtime::DeviceInfo> info = p.info();
-    if (!info.ok()) continue;
-    v1::Device* dev = response->add_devices();
-    dev->set_kind(p.name);
-    dev->set_name(info->name);
-    dev->set_cores(info->multiprocessors);
-    dev->set_memory_total_bytes(info->total_bytes);
-    dev->set_memory_free_bytes(info->free_bytes);
+    if (!p.devices) continue;
+    absl::StatusOr<std::vector<runtime::DeviceInfo>> devices = p.devices();
+    if (!devices.ok()) continue;
+    std::vector<runtime::DeviceInfo> by_index = *devices;
+    std::sort(by_index.begin(), by_index.end(),
+              [](const runtime::DeviceInfo& a, const runtime::DeviceInfo& b) {
+                return a.index < b.index;
+              });
+    for (const runtime::DeviceInfo& info : by_index) {
+      v1::Device* dev = response->add_devices();
+      dev->set_kind(p.name);
+      dev->set_name(info.name);
+      dev->set_index(info.index);
+      dev->set_cores(info.multiprocessors);
+      dev->set_memory_total_bytes(info.total_bytes);
+      dev->set_memory_free_bytes(info.free_bytes);
+      dev->set_memory_pending_bytes(slots_->device_budget().pending(info.index));
+      std::vector<std::string>& names = placed[info.index];
+      std::sort(names.begin(), names.end());
+      for (const std::string& n : names) dev->add_models(n);
+    }
   }
   response->set_uptime_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());

@@ -133,24 +133,24 @@ uint64_t MemoryBudget::reserved() const {
   return total;
 }
 
-absl::Status DeviceBudget::Reserve(const std::string& name, const std::string& device,
-                                   const MemoryEstimate& estimate, uint64_t free_bytes,
-                                   uint64_t total_bytes) {
+absl::Status DeviceBudget::Reserve(const std::string& name, int32_t device,
+                                   const std::string& label, const MemoryEstimate& estimate,
+                                   uint64_t free_bytes, uint64_t total_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t others = 0;
-  for (const auto& [n, bytes] : pending_) {
-    if (n != name) others += bytes;
+  for (const auto& [n, p] : pending_) {
+    if (n != name && p.device == device) others += p.bytes;
   }
   const uint64_t taken = others + kHeadroom;
   const uint64_t usable = free_bytes > taken ? free_bytes - taken : 0;
   if (estimate.total() > usable) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "model '", name, "' does not fit in the memory of ", device, ": it needs ",
+        "model '", name, "' does not fit in the memory of ", label, ": it needs ",
         estimate.ToString(), ", but the device has ", Bytes(free_bytes), " free of ",
         Bytes(total_bytes), ", less ", Bytes(others), " reserved by loads in progress and ",
         Bytes(kHeadroom), " kept for the CUDA context and graphs, leaving ", Bytes(usable)));
   }
-  pending_[name] = estimate.total();
+  pending_[name] = Pending{device, estimate.total()};
   return absl::OkStatus();
 }
 
@@ -162,8 +162,20 @@ void DeviceBudget::Release(const std::string& name) {
 uint64_t DeviceBudget::pending() const {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t total = 0;
-  for (const auto& [n, bytes] : pending_) total += bytes;
+  for (const auto& [n, p] : pending_) total += p.bytes;
   return total;
+}
+
+uint64_t DeviceBudget::pending(int32_t device) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t total = 0;
+  for (const auto& [n, p] : pending_) total += p.device == device ? p.bytes : 0;
+  return total;
+}
+
+uint64_t DeviceBudget::Usable(int32_t device, uint64_t free_bytes) const {
+  const uint64_t taken = pending(device) + kHeadroom;
+  return free_bytes > taken ? free_bytes - taken : 0;
 }
 
 }  // namespace minfer::daemon

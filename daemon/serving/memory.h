@@ -102,28 +102,40 @@ class MemoryBudget {
   std::map<std::string, uint64_t> reserved_;  // guarded by mu_
 };
 
-// Admission against a GPU's memory. The free memory a device reports already
-// excludes what loaded models hold, but not what loads still in progress
-// are about to upload: those are reserved here from admission until the
-// load ends (Release), so two concurrent loads cannot both count the same
-// free bytes. kHeadroom stays free for the CUDA context, captured graphs and
-// allocator slack. Thread-safe.
+// Admission against GPUs' memory, per device (by index). The free memory a
+// device reports already excludes what loaded models hold, but not what
+// loads still in progress are about to upload: those are reserved here from
+// admission until the load ends (Release), so two concurrent loads cannot
+// both count the same free bytes of one device. Loads on different devices
+// do not see each other's reservations. kHeadroom stays free on each device
+// for the CUDA context, captured graphs and allocator slack. Thread-safe.
 class DeviceBudget {
  public:
   static constexpr uint64_t kHeadroom = uint64_t{512} << 20;
 
-  // Reserves `estimate` (device bytes by kind) for `name` on a device with
-  // `free_bytes` free of `total_bytes`, or RESOURCE_EXHAUSTED naming the
-  // model, the device and every figure.
-  absl::Status Reserve(const std::string& name, const std::string& device,
+  // Reserves `estimate` (device bytes by kind) for `name` on device
+  // `device` (called `label` in messages) with `free_bytes` free of
+  // `total_bytes`, or RESOURCE_EXHAUSTED naming the model, the device and
+  // every figure. A model reserves on one device at a time: a new
+  // reservation replaces its others.
+  absl::Status Reserve(const std::string& name, int32_t device, const std::string& label,
                        const MemoryEstimate& estimate, uint64_t free_bytes,
                        uint64_t total_bytes);
   void Release(const std::string& name);
+  // Bytes reserved by loads in progress, on all devices or on `device`.
   uint64_t pending() const;
+  uint64_t pending(int32_t device) const;
+  // What a device can still give a load: `free_bytes` less loads in
+  // progress there and the headroom (0 when those exceed it).
+  uint64_t Usable(int32_t device, uint64_t free_bytes) const;
 
  private:
+  struct Pending {
+    int32_t device = 0;
+    uint64_t bytes = 0;
+  };
   mutable std::mutex mu_;
-  std::map<std::string, uint64_t> pending_;  // guarded by mu_
+  std::map<std::string, Pending> pending_;  // guarded by mu_
 };
 
 }  // namespace minfer::daemon

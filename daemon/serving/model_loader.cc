@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/serving/placement.h"
 #include "engine/base/logging.h"
 #include "engine/base/status.h"
 #include "engine/gguf/gguf.h"
@@ -20,33 +21,59 @@ EngineLoader::EngineLoader(SlotConfig config, Hooks hooks)
 absl::StatusOr<std::string> EngineLoader::AdmitOnDevice(const gguf::GgufFile& file,
                                                          const gguf::GgufFile* draft,
                                                          const MemoryEstimate& device_estimate) {
-  if (config_.backend == "cpu" || hooks_.device_budget == nullptr) return config_.backend;
+  if (config_.backend == "cpu" || hooks_.device_budget == nullptr) {
+    placement_ = DevicePlacement();
+    return config_.backend;
+  }
+  // A wake goes back to the device the model was placed on.
+  int32_t requested = sleep_level_ > 0 ? placement_.device : config_.device;
+  if (requested < 0) {
+    const int64_t pinned = KnobRegistry::Global().GetInt("MINFER_GPU", &config_.knobs);
+    if (pinned >= 0) requested = static_cast<int32_t>(pinned);
+  }
   for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {
-    if (!p.info) continue;
-    absl::StatusOr<runtime::DeviceInfo> info = p.info();
-    if (!info.ok()) continue;  // Model::Load reports (cuda) or logs (auto) why
-    MemoryEstimate dev = device_estimate;
-    if (p.weight_bytes) {
-      dev.weights = 0;
-      for (const gguf::GgufFile* f : {&file, draft}) {
-        if (f == nullptr) continue;
-        for (const gguf::TensorInfo& t : f->tensors()) {
-          dev.weights += p.weight_bytes(static_cast<int>(t.type), t.dims.empty() ? 1 : t.dims[0],
-                                        t.rows(), t.nbytes, &config_.knobs);
+    if (!p.devices) continue;
+    absl::StatusOr<std::vector<runtime::DeviceInfo>> devices = p.devices();
+    if (!devices.ok() || devices->empty()) continue;  // Model::Load reports (cuda) or logs (auto) why
+    ASSIGN_OR_RETURN(std::vector<runtime::DeviceInfo> order,
+                     PlacementOrder(*devices, requested, *hooks_.device_budget));
+    absl::Status first;
+    for (const runtime::DeviceInfo& d : order) {
+      MemoryEstimate dev = device_estimate;
+      if (p.weight_bytes) {
+        dev.weights = 0;
+        for (const gguf::GgufFile* f : {&file, draft}) {
+          if (f == nullptr) continue;
+          for (const gguf::TensorInfo& t : f->tensors()) {
+            dev.weights += p.weight_bytes(d.index, static_cast<int>(t.type),
+                                          t.dims.empty() ? 1 : t.dims[0], t.rows(), t.nbytes,
+                                          &config_.knobs);
+          }
         }
       }
+      const std::string label = DeviceLabel(p.name, d);
+      absl::Status st = hooks_.device_budget->Reserve(config_.name, d.index, label, dev,
+                                                      d.free_bytes, d.total_bytes);
+      if (st.ok()) {
+        placement_ = DevicePlacement{d.index, label};
+        return config_.backend;
+      }
+      if (draft != nullptr) {
+        st = absl::Status(st.code(), absl::StrCat(st.message(), " (with draft '", config_.draft,
+                                                  "', which the figures include)"));
+      }
+      // The device with the most room refused: the message names it (the
+      // others have less).
+      if (first.ok()) first = st;
     }
-    absl::Status st = hooks_.device_budget->Reserve(
-        config_.name, absl::StrCat(p.name, " device ", info->name), dev, info->free_bytes,
-        info->total_bytes);
-    if (!st.ok() && draft != nullptr) {
-      st = absl::Status(st.code(), absl::StrCat(st.message(), " (with draft '", config_.draft,
-                                                "', which the figures include)"));
+    if (order.size() > 1) {
+      first = absl::Status(first.code(), absl::StrCat(first.message(), "; none of the ",
+                                                      order.size(), " devices has more room"));
     }
-    if (st.ok()) return config_.backend;
-    if (config_.backend == "cuda") return st;
+    if (config_.backend == "cuda") return first;
     // "auto": the model still runs, on the CPU.
-    Logger("daemon")->warn("model '{}': placed on the CPU: {}", config_.name, st.message());
+    Logger("daemon")->warn("model '{}': placed on the CPU: {}", config_.name, first.message());
+    placement_ = DevicePlacement();
     return std::string("cpu");
   }
   return config_.backend;
@@ -158,6 +185,7 @@ absl::Status EngineLoader::Load() {
   const uint64_t load_total = load_total_;
   runtime::ModelOptions mo;
   mo.backend = backend;
+  mo.device = placement_.device;
   mo.knobs = config_.knobs;
   mo.progress = [this, load_total](uint64_t done, uint64_t total) {
     if (hooks_.progress) hooks_.progress(done, std::max(total, load_total));
@@ -165,6 +193,8 @@ absl::Status EngineLoader::Load() {
   absl::StatusOr<std::shared_ptr<runtime::Model>> model = runtime::Model::Load(config_.path, mo);
   if (!model.ok()) return Annotate(model.status(), where);
   model_ = *model;
+  // "auto" whose device backend could not be made runs on the CPU.
+  if (!model_->gpu()) placement_ = DevicePlacement();
   if (with_draft) {
     // The same options as the target (backend, knobs); progress goes on
     // from the target's bytes.

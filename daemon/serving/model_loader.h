@@ -58,6 +58,12 @@ struct LoaderMemory {
   int sleep_level = 0;      // 0 awake, 1 or 2 asleep
 };
 
+// Where a loaded model runs: a device backend's device, or the CPU.
+struct DevicePlacement {
+  int32_t device = -1;  // the provider's device index; -1 on the CPU
+  std::string label;    // "cuda:1 (NVIDIA H200)"; empty on the CPU
+};
+
 class ModelLoader {
  public:
   virtual ~ModelLoader() = default;
@@ -76,6 +82,8 @@ class ModelLoader {
   // The model's one-line summary (and its draft's) as of the last load or
   // wake.
   virtual std::string Summary() const = 0;
+  // The device the last load placed the model on.
+  virtual DevicePlacement Placement() const { return {}; }
 };
 
 class EngineLoader : public ModelLoader {
@@ -108,9 +116,14 @@ class EngineLoader : public ModelLoader {
   std::shared_ptr<runtime::Model> model() override { return model_; }
   LoaderMemory Memory() const override;
   std::string Summary() const override { return summary_; }
+  DevicePlacement Placement() const override { return placement_; }
 
  private:
-  // The backend to load with, after admission on the device it would use.
+  // The backend to load with, after admission on a device: the one the
+  // config names (SlotConfig::device), else MINFER_GPU's when it is set,
+  // else the device with the most usable memory that fits (placement.h).
+  // Sets placement_ (the CPU when "auto" fits no device). Wake re-admits
+  // on the device the model was placed on.
   absl::StatusOr<std::string> AdmitOnDevice(const gguf::GgufFile& file,
                                             const gguf::GgufFile* draft,
                                             const MemoryEstimate& device_estimate);
@@ -137,6 +150,7 @@ class EngineLoader : public ModelLoader {
   std::shared_ptr<runtime::ModelDrafter> drafter_;
   std::unique_ptr<runtime::StepEngine> engine_;
   std::string summary_;
+  DevicePlacement placement_;
 };
 
 }  // namespace minfer::daemon

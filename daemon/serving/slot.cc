@@ -144,6 +144,7 @@ SlotStatus Slot::Status() const {
   s.error = error_;
   s.knobs = knobs_;
   s.backend = backend_;
+  s.placement = placement_;
   s.summary = summary_;
   s.engine = snap_;
   Carry(carried_, &s.engine);
@@ -403,6 +404,7 @@ void Slot::ThreadMain() {
     load_seconds_ = Seconds(Clock::now() - t0);
     model_ = model;
     backend_ = model != nullptr ? model->kv_backend()->name() : std::string();
+    placement_ = loader_->Placement();
     summary_ = loader_->Summary();
     snap_ = snap;
     memory_ = loader_->Memory();
@@ -785,6 +787,7 @@ bool Slot::FinishWake() {
       memory_ = loader_->Memory();
       summary_ = loader_->Summary();
       backend_ = model != nullptr ? model->kv_backend()->name() : std::string();
+    placement_ = loader_->Placement();
       backend_bytes_ = static_cast<uint64_t>(std::max<int64_t>(backend_bytes, 0));
       backend_gen_ = backend_gen;
       wakes_++;

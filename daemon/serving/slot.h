@@ -103,6 +103,7 @@ struct SlotStatus {
   SlotState state = SlotState::kLoading;
   absl::Status error;  // why it FAILED
   std::string backend;  // where it runs, once loaded
+  DevicePlacement placement;  // which device, once loaded (-1: the CPU)
   std::string summary;
   KnobOverrides knobs;  // current per-model overrides
   // The engine as of the last step (the one stored snapshot): KV pool,
@@ -284,6 +285,7 @@ class Slot {
   absl::Status error_;
   std::shared_ptr<const runtime::Model> model_;
   std::string backend_;
+  DevicePlacement placement_;  // guarded by mu_
   std::string summary_;
   KnobOverrides knobs_;
   runtime::EngineSnapshot snap_;     // the one stored engine snapshot

@@ -19,6 +19,10 @@ struct SlotConfig {
   std::string name;
   std::string path;
   std::string backend = "auto";  // cpu | cuda | auto
+  // The GPU (a device backend's device index) to load on; -1: MINFER_GPU
+  // when it is set, else the device with the most free memory
+  // (LoadModelRequest.device, placement.h).
+  int32_t device = -1;
   int64_t n_ctx = 4096;          // clamped to the model's context length
   int32_t parallel = 16;  // sequences running at once
   std::string kv_type;    // "" (the model's default), "f32", "f16", "q8_0", "fp8"

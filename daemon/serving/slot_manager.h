@@ -123,6 +123,7 @@ class SlotManager {
   int32_t InFlight() const;
 
   MemoryBudget& budget() { return budget_; }
+  const DeviceBudget& device_budget() const { return device_budget_; }
   const SlotManagerOptions& options() const { return options_; }
 
   // Refuses new loads, stops every slot (cancelling what runs, waiting for

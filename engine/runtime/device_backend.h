@@ -30,10 +30,14 @@ struct DeviceBackendRequest {
   const uint64_t* knob_generation = nullptr;
   std::string model_name;
   DeviceProgressFn progress;  // upload progress (bytes done, bytes total)
+  // Which of the provider's devices (DeviceInfo::index) the backend runs
+  // on; -1: the provider's default device (the first `devices` lists).
+  int32_t device = -1;
 };
 
-// What a device offers, for admission and status reports.
+// What a device offers, for placement, admission and status reports.
 struct DeviceInfo {
+  int32_t index = 0;             // the provider's device index (CUDA's ordinal)
   std::string name;              // "NVIDIA H200"
   int32_t multiprocessors = 0;
   uint64_t total_bytes = 0;
@@ -42,15 +46,18 @@ struct DeviceInfo {
 
 struct DeviceBackendProvider {
   std::string name;  // "cuda"
-  // The device this provider would use, or why there is none (no device,
-  // MINFER_DISABLE_CUDA=1, ...). May initialize the device.
-  std::function<absl::StatusOr<DeviceInfo>()> info;
+  // The devices this provider can use, by index (at least one), or why
+  // there are none (no device, MINFER_DISABLE_CUDA=1, ...). May initialize
+  // them. The first is the default device (what a load without a device
+  // index used before placement existed: MINFER_GPU, else the newest GPU).
+  std::function<absl::StatusOr<std::vector<DeviceInfo>>()> devices;
   // Device bytes a weight of `ggml_type` with `rows` rows of `ne0` elements
-  // (`file_bytes` in the GGUF) occupies once uploaded (layouts may pad
-  // blocks and rows, e.g. Q6_K's 224-byte blocks), with what the model's
-  // knobs (its overrides, or null) add at load (MMQ's scale planes).
-  std::function<uint64_t(int ggml_type, int64_t ne0, int64_t rows, uint64_t file_bytes,
-                         const KnobOverrides* knobs)>
+  // (`file_bytes` in the GGUF) occupies once uploaded to device `device`
+  // (layouts may pad blocks and rows, e.g. Q6_K's 224-byte blocks), with
+  // what the model's knobs (its overrides, or null) add at load (MMQ's
+  // scale planes, on GPUs that run MMQ).
+  std::function<uint64_t(int32_t device, int ggml_type, int64_t ne0, int64_t rows,
+                         uint64_t file_bytes, const KnobOverrides* knobs)>
       weight_bytes;
   // A backend with every weight of the model resident, or an error saying
   // why the model cannot run on this device (no device, a weight type

@@ -74,6 +74,7 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
   ThreadPool* pool = options.pool ? options.pool : &DefaultThreadPool();
   m->pool_ = pool;
   m->want_ = want;
+  m->device_ = options.device;
   RETURN_IF_ERROR(m->CreateDeviceBackend(options.progress));
   m->backends_.push_back(std::make_unique<cpu::CpuBackend>(pool));
   // Device backends uploaded the weights (reporting progress); the CPU path
@@ -98,6 +99,7 @@ absl::Status Model::CreateDeviceBackend(const LoadProgressFn& progress) {
       req.knob_generation = &knob_gen_;
       req.model_name = name_;
       req.progress = progress;
+      req.device = device_;
       auto backend = p.create(req);
       if (backend.ok()) {
         // Device backends come first (the graph planner's order).

@@ -41,6 +41,9 @@ struct ModelOptions {
   // page faults (and load progress is meaningful).
   bool prefetch = true;
   ThreadPool* pool = nullptr;  // null: DefaultThreadPool()
+  // The device a device backend runs on (DeviceInfo::index); -1: the
+  // provider's default device (the first it lists).
+  int32_t device = -1;
 };
 
 class Model {
@@ -64,6 +67,9 @@ class Model {
   // The backend holding KV caches (the one running attention).
   graph::Backend* kv_backend() const { return backends_.front().get(); }
   bool gpu() const { return gpu_; }
+  // The device index asked for at load (ModelOptions::device; -1: the
+  // provider's default).
+  int32_t device() const { return device_; }
   // KV element type for new sessions: MINFER_CACHE_TYPE, or by default f32
   // on the CPU and f16 on a GPU when n_layers x n_kv_embd >= 8192.
   graph::DType DefaultKvType() const;
@@ -118,6 +124,7 @@ class Model {
   bool gpu_ = false;
   bool released_ = false;
   std::string want_;  // ModelOptions::backend
+  int32_t device_ = -1;  // ModelOptions::device
   ThreadPool* pool_ = nullptr;
   KnobOverrides knobs_;
   uint64_t knob_gen_ = 0;

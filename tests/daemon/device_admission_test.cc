@@ -29,10 +29,10 @@ constexpr uint64_t kDeviceFree = 600 * kMiB;  // 88 MiB usable after the headroo
 const bool kFakeRegistered = [] {
   runtime::DeviceBackendProvider p;
   p.name = "cuda";
-  p.info = []() -> absl::StatusOr<runtime::DeviceInfo> {
-    return runtime::DeviceInfo{"FakeGPU", 7, kDeviceTotal, kDeviceFree};
+  p.devices = []() -> absl::StatusOr<std::vector<runtime::DeviceInfo>> {
+    return std::vector<runtime::DeviceInfo>{{0, "FakeGPU", 7, kDeviceTotal, kDeviceFree}};
   };
-  p.weight_bytes = [](int, int64_t, int64_t, uint64_t file_bytes, const KnobOverrides*) {
+  p.weight_bytes = [](int32_t, int, int64_t, int64_t, uint64_t file_bytes, const KnobOverrides*) {
     return 2 * file_bytes;
   };
   p.create = [](const runtime::DeviceBackendRequest&)
@@ -79,7 +79,7 @@ TEST_F(DeviceAdmissionTest, CudaThatDoesNotFitIsRefusedWithTheFigures) {
   auto r = client_->LoadModel(Request("big", "cuda", 8, 4096));
   ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
   const std::string msg(r.status().message());
-  EXPECT_THAT(msg, HasSubstr("model 'big' does not fit in the memory of cuda device FakeGPU"));
+  EXPECT_THAT(msg, HasSubstr("model 'big' does not fit in the memory of cuda:0 (FakeGPU)"));
   // Weights in the device layout (the provider doubles them).
   auto file = gguf::GgufFile::Open(path_);
   ASSERT_TRUE(file.ok());
@@ -102,7 +102,7 @@ TEST_F(DeviceAdmissionTest, CudaThatDoesNotFitIsRefusedWithTheFigures) {
   uint64_t both = weights;
   for (const auto& t : (*draft_file)->tensors()) both += 2 * t.nbytes;
   const std::string dmsg(d.status().message());
-  EXPECT_THAT(dmsg, HasSubstr("model 'drafted' does not fit in the memory of cuda device FakeGPU"));
+  EXPECT_THAT(dmsg, HasSubstr("model 'drafted' does not fit in the memory of cuda:0 (FakeGPU)"));
   EXPECT_THAT(dmsg, HasSubstr(absl::StrCat("(", both, " B) + KV")));
   EXPECT_THAT(dmsg, HasSubstr(absl::StrCat("with draft '", *draft, "'")));
 }
@@ -164,6 +164,7 @@ TEST_F(DeviceAdmissionTest, ServerStatusListsTheDevice) {
     if (d.kind() != "cuda") continue;
     found = true;
     EXPECT_EQ(d.name(), "FakeGPU");
+    EXPECT_EQ(d.index(), 0);
     EXPECT_EQ(d.cores(), 7);
     EXPECT_EQ(d.memory_total_bytes(), kDeviceTotal);
     EXPECT_EQ(d.memory_free_bytes(), kDeviceFree);

@@ -179,12 +179,12 @@ TEST(MemoryTest, DeviceBudgetCountsLoadsInProgressAndHeadroom) {
   const uint64_t free_bytes = 2048 * mib, total = 4096 * mib;
   // 2048 free - 512 headroom = 1536 usable.
   MemoryEstimate a{1000 * mib, 200 * mib, 100 * mib};  // 1300
-  ASSERT_TRUE(budget.Reserve("a", "gpu0", a, free_bytes, total).ok());
+  ASSERT_TRUE(budget.Reserve("a", 0, "gpu0", a, free_bytes, total).ok());
   EXPECT_EQ(budget.pending(), 1300 * mib);
   // While "a" uploads, the device still reports 2048 free: "b" must not
   // count a's bytes as free.
   MemoryEstimate b{300 * mib, 0, 0};
-  absl::Status s = budget.Reserve("b", "gpu0", b, free_bytes, total);
+  absl::Status s = budget.Reserve("b", 0, "gpu0", b, free_bytes, total);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(s.message()), HasSubstr("model 'b' does not fit in the memory of gpu0"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("2048.0 MiB"));
@@ -192,13 +192,37 @@ TEST(MemoryTest, DeviceBudgetCountsLoadsInProgressAndHeadroom) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("reserved by loads in progress"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("leaving 236.0 MiB"));
   // A smaller one fits beside it.
-  EXPECT_TRUE(budget.Reserve("c", "gpu0", MemoryEstimate{200 * mib, 0, 0}, free_bytes, total).ok());
+  EXPECT_TRUE(budget.Reserve("c", 0, "gpu0", MemoryEstimate{200 * mib, 0, 0}, free_bytes, total).ok());
   budget.Release("a");
   budget.Release("c");
   EXPECT_EQ(budget.pending(), 0u);
-  EXPECT_TRUE(budget.Reserve("b", "gpu0", b, free_bytes, total).ok());
+  EXPECT_TRUE(budget.Reserve("b", 0, "gpu0", b, free_bytes, total).ok());
   // Less free than the headroom: nothing fits.
-  EXPECT_FALSE(budget.Reserve("d", "gpu0", MemoryEstimate{1, 0, 0}, 100 * mib, total).ok());
+  EXPECT_FALSE(budget.Reserve("d", 0, "gpu0", MemoryEstimate{1, 0, 0}, 100 * mib, total).ok());
+}
+
+TEST(MemoryTest, DeviceBudgetKeepsEachDevicesLoadsApart) {
+  DeviceBudget budget;
+  const uint64_t mib = 1 << 20;
+  const uint64_t free_bytes = 2048 * mib, total = 4096 * mib;
+  ASSERT_TRUE(budget.Reserve("a", 0, "gpu0", MemoryEstimate{1300 * mib, 0, 0}, free_bytes, total).ok());
+  // Device 1's free bytes are its own: a's upload to device 0 takes none.
+  EXPECT_TRUE(budget.Reserve("b", 1, "gpu1", MemoryEstimate{1500 * mib, 0, 0}, free_bytes, total).ok());
+  EXPECT_EQ(budget.pending(0), 1300 * mib);
+  EXPECT_EQ(budget.pending(1), 1500 * mib);
+  EXPECT_EQ(budget.pending(), 2800 * mib);
+  // 2048 - 1300 - 512 on device 0; 2048 - 1500 - 512 on device 1.
+  EXPECT_EQ(budget.Usable(0, free_bytes), 236 * mib);
+  EXPECT_EQ(budget.Usable(1, free_bytes), 36 * mib);
+  EXPECT_EQ(budget.Usable(2, free_bytes), 1536 * mib);
+  EXPECT_EQ(budget.Usable(2, 100 * mib), 0u);
+  // A model's new reservation (a retry on another device) replaces its old.
+  ASSERT_TRUE(budget.Reserve("a", 2, "gpu2", MemoryEstimate{1000 * mib, 0, 0}, free_bytes, total).ok());
+  EXPECT_EQ(budget.pending(0), 0u);
+  EXPECT_EQ(budget.pending(2), 1000 * mib);
+  budget.Release("a");
+  budget.Release("b");
+  EXPECT_EQ(budget.pending(), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,227 @@
+// A model per GPU, on a GPU-less machine: a fake device backend provider
+// (registered in this test binary only) reports two devices with different
+// free memory and runs models on CPU backends, recording which device each
+// backend was made for. The daemon must place each load where the request
+// or the free memory says, report it in the model's and the server's
+// status, refuse a device that does not exist with the list of those that
+// do, and serve models on both devices at once.
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/minfer_client.h"
+#include "daemon/daemon.h"
+#include "engine/base/thread_pool.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/runtime/device_backend.h"
+#include "engine/runtime/session.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/daemon/test_util.h"
+#include "tests/support/test_models.h"
+
+namespace minfer::daemon {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::ClientFor;
+using testing::TextRequest;
+
+constexpr uint64_t kMiB = 1 << 20;
+constexpr uint64_t kTotal = 8192 * kMiB;
+
+// The fake devices' free bytes (device 1 starts with more room) and the
+// devices backends were made for, in order.
+struct FakeDevices {
+  std::mutex mu;
+  uint64_t free[2] = {3000 * kMiB, 5000 * kMiB};
+  std::vector<int32_t> created;
+};
+FakeDevices& Fake() {
+  static FakeDevices* f = new FakeDevices;
+  return *f;
+}
+
+const bool kFakeRegistered = [] {
+  runtime::DeviceBackendProvider p;
+  p.name = "cuda";
+  p.devices = []() -> absl::StatusOr<std::vector<runtime::DeviceInfo>> {
+    std::lock_guard<std::mutex> lock(Fake().mu);
+    return std::vector<runtime::DeviceInfo>{{0, "FakeGPU-A", 7, kTotal, Fake().free[0]},
+                                            {1, "FakeGPU-B", 9, kTotal, Fake().free[1]}};
+  };
+  p.weight_bytes = [](int32_t, int, int64_t, int64_t, uint64_t file_bytes, const KnobOverrides*) {
+    return file_bytes;
+  };
+  p.create = [](const runtime::DeviceBackendRequest& req)
+      -> absl::StatusOr<std::unique_ptr<graph::Backend>> {
+    std::lock_guard<std::mutex> lock(Fake().mu);
+    Fake().created.push_back(req.device);
+    return std::unique_ptr<graph::Backend>(std::make_unique<cpu::CpuBackend>(&DefaultThreadPool()));
+  };
+  runtime::RegisterDeviceBackendProvider(std::move(p));
+  return true;
+}();
+
+class MultiDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(kFakeRegistered);
+    {
+      std::lock_guard<std::mutex> lock(Fake().mu);
+      Fake().free[0] = 3000 * kMiB;
+      Fake().free[1] = 5000 * kMiB;
+      Fake().created.clear();
+    }
+    auto a = minfer::testing::TestModelPath("tiny-untied", "q8_0", 1);
+    ASSERT_TRUE(a.ok()) << a.status();
+    path_ = *a;
+    auto d = Daemon::Start(testing::TestConfig());
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+    client_ = ClientFor(*daemon_);
+  }
+
+  absl::StatusOr<v1::ModelStatus> Load(const std::string& name, int32_t device) {
+    v1::LoadModelRequest r;
+    r.set_name(name);
+    r.set_path(path_);
+    r.set_backend("cuda");
+    r.set_parallel(2);
+    r.set_n_ctx(256);
+    if (device >= 0) r.set_device(device);
+    return client_->LoadModel(r);
+  }
+
+  std::vector<int32_t> Created() {
+    std::lock_guard<std::mutex> lock(Fake().mu);
+    return Fake().created;
+  }
+
+  std::string path_;
+  std::unique_ptr<Daemon> daemon_;
+  std::unique_ptr<client::MinferClient> client_;
+};
+
+TEST_F(MultiDeviceTest, AutoPlacementTakesTheDeviceWithTheMostFreeMemory) {
+  auto a = Load("a", -1);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->device(), 1);
+  EXPECT_EQ(a->device_label(), "cuda:1 (FakeGPU-B)");
+  // Device 0 now has more room: the next model goes there.
+  {
+    std::lock_guard<std::mutex> lock(Fake().mu);
+    Fake().free[1] = 1000 * kMiB;
+  }
+  auto b = Load("b", -1);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->device(), 0);
+  EXPECT_EQ(b->device_label(), "cuda:0 (FakeGPU-A)");
+  EXPECT_THAT(Created(), ElementsAre(1, 0));
+  // The status says the same after the load.
+  auto st = client_->GetModelStatus("a");
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->device(), 1);
+}
+
+TEST_F(MultiDeviceTest, ALoadThatNamesADeviceGoesThere) {
+  // Device 0 has less free memory, but the request names it.
+  auto a = Load("a", 0);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->device(), 0);
+  EXPECT_THAT(Created(), ElementsAre(0));
+}
+
+TEST_F(MultiDeviceTest, ADeviceThatDoesNotExistIsRefusedWithTheDevicesThereAre) {
+  auto r = Load("a", 5);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("device 5 does not exist; this server's GPUs are 0, 1"));
+  EXPECT_TRUE(Created().empty());
+  // The server keeps serving loads.
+  EXPECT_TRUE(Load("b", 1).ok());
+}
+
+TEST_F(MultiDeviceTest, ADeviceWithoutRoomIsRefusedAndAutoTriesTheOther) {
+  {
+    std::lock_guard<std::mutex> lock(Fake().mu);
+    Fake().free[0] = 100 * kMiB;  // under the 512 MiB headroom
+  }
+  auto r = Load("a", 0);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("does not fit in the memory of cuda:0 (FakeGPU-A)"));
+  // Unplaced, the same model finds device 1.
+  auto b = Load("b", -1);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->device(), 1);
+  // Neither device has room: the refusal names the roomiest and says so.
+  {
+    std::lock_guard<std::mutex> lock(Fake().mu);
+    Fake().free[1] = 520 * kMiB;  // 8 MiB past the headroom: more than device 0's 0
+  }
+  auto c = Load("c", -1);
+  ASSERT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted) << c.status();
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("cuda:1 (FakeGPU-B)"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("none of the 2 devices has more room"));
+}
+
+TEST_F(MultiDeviceTest, ServerStatusListsEachDeviceWithItsModels) {
+  ASSERT_TRUE(Load("x", 1).ok());
+  ASSERT_TRUE(Load("y", 0).ok());
+  ASSERT_TRUE(Load("z", 1).ok());
+  auto s = client_->GetServerStatus();
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<const v1::Device*> gpus;
+  for (const v1::Device& d : s->devices()) {
+    if (d.kind() == "cuda") gpus.push_back(&d);
+  }
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0]->index(), 0);
+  EXPECT_EQ(gpus[0]->name(), "FakeGPU-A");
+  EXPECT_THAT(gpus[0]->models(), ElementsAre("y"));
+  EXPECT_EQ(gpus[1]->index(), 1);
+  EXPECT_EQ(gpus[1]->cores(), 9);
+  EXPECT_THAT(gpus[1]->models(), ElementsAre("x", "z"));
+  EXPECT_EQ(gpus[0]->memory_pending_bytes(), 0u);  // no load in progress
+  // Unloaded, a model leaves its device's list.
+  v1::UnloadModelRequest u;
+  u.set_name("x");
+  ASSERT_TRUE(client_->UnloadModel(u).ok());
+  s = client_->GetServerStatus();
+  ASSERT_TRUE(s.ok());
+  for (const v1::Device& d : s->devices()) {
+    if (d.kind() == "cuda" && d.index() == 1) EXPECT_THAT(d.models(), ElementsAre("z"));
+  }
+}
+
+TEST_F(MultiDeviceTest, ModelsOnBothDevicesServeAtOnceAndEqualTheirAloneRuns) {
+  ASSERT_TRUE(Load("a", 0).ok());
+  ASSERT_TRUE(Load("b", 1).ok());
+  // Alone runs (one model at a time) first, then both at once.
+  auto alone_a = client_->Generate(TextRequest("a", "Once upon a time", 24));
+  auto alone_b = client_->Generate(TextRequest("b", "The quick brown fox", 24));
+  ASSERT_TRUE(alone_a.ok()) << alone_a.status();
+  ASSERT_TRUE(alone_b.ok()) << alone_b.status();
+  ASSERT_EQ(alone_a->token_ids.size(), 24u);
+  absl::StatusOr<client::GenerateResult> both_a, both_b;
+  std::thread ta([&] {
+    auto c = ClientFor(*daemon_);
+    both_a = c->Generate(TextRequest("a", "Once upon a time", 24));
+  });
+  std::thread tb([&] {
+    auto c = ClientFor(*daemon_);
+    both_b = c->Generate(TextRequest("b", "The quick brown fox", 24));
+  });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(both_a.ok()) << both_a.status();
+  ASSERT_TRUE(both_b.ok()) << both_b.status();
+  EXPECT_EQ(both_a->token_ids, alone_a->token_ids);
+  EXPECT_EQ(both_b->token_ids, alone_b->token_ids);
+}
+
+}  // namespace
+}  // namespace minfer::daemon
