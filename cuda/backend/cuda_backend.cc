@@ -374,6 +374,10 @@ bool CudaBackend::SupportsOp(const Node& n) const {
              n.p.n_expert_used <= std::min(n.p.n_expert, kMoeMaxUsed);
     case OpKind::kMoeFFN:
       return MoeFfnSupported(n);
+    case OpKind::kAllReduce:
+      // Tensor parallelism runs on the CPU backend so far; the GPU's
+      // all-reduce (cuda/comm/nccl.h inside the captured step) is owed.
+      return false;
   }
   return false;
 }
@@ -576,6 +580,7 @@ CudaBackend::Handler CudaBackend::HandlerFor(OpKind op) {
     case OpKind::kTopK: return &CudaBackend::RunTopK;
     case OpKind::kMoeRoute: return &CudaBackend::RunMoeRoute;
     case OpKind::kMoeFFN: return &CudaBackend::RunMoeFfn;
+    case OpKind::kAllReduce: return nullptr;
   }
   return nullptr;
 }

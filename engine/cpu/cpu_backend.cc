@@ -48,6 +48,8 @@ bool CpuBackend::SupportsOp(const Node& node) const {
       return node.weights.empty() || CanDequantize(node.weights[0]->type);
     case OpKind::kKvcacheLoad:
       return SupportsKvType(node.dtype);
+    case OpKind::kAllReduce:
+      return collective_ != nullptr;
     default:
       return true;  // every op has a CPU kernel
   }
@@ -222,6 +224,12 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       return MoeRouteRows(f(0), node.p.n_expert, node.shape.ne[1], node.p, out);
     case OpKind::kMoeFFN:
       return MoeFfn(pool, node, f(0), f(1), node.shape.ne[1], out);
+    case OpKind::kAllReduce:
+      if (collective_ == nullptr) {
+        return absl::FailedPreconditionError("AllReduce on a CPU backend without a collective");
+      }
+      if (out != f(0)) std::memcpy(out, f(0), static_cast<size_t>(n) * sizeof(float));
+      return collective_->AllReduceSum(rank_, out, n);
     case OpKind::kPermute: {
       graph::Shape xs;  // the input's shape: out.ne[perm[i]] = in.ne[i]
       for (int i = 0; i < 4; ++i) xs.ne[i] = node.shape.ne[node.p.perm[i]];

@@ -21,6 +21,7 @@
 #include "engine/base/thread_pool.h"
 #include "engine/graph/backend.h"
 #include "engine/graph/buffer_pool.h"
+#include "engine/graph/collective.h"
 
 namespace minfer::cpu {
 
@@ -49,6 +50,14 @@ class CpuBackend : public graph::Backend {
 
   // Bytes currently allocated (live + free list).
   int64_t allocated_bytes() const { return buffers_.bytes(); }
+
+  // Makes this backend rank `rank` of a tensor-parallel model: its
+  // AllReduce nodes sum through `collective` (which must outlive it).
+  // Without one, AllReduce is not supported.
+  void SetCollective(graph::Collective* collective, int rank) {
+    collective_ = collective;
+    rank_ = rank;
+  }
   ThreadPool& pool() { return *pool_; }
 
  private:
@@ -58,6 +67,8 @@ class CpuBackend : public graph::Backend {
 
   std::string name_ = "cpu";
   ThreadPool* pool_;
+  graph::Collective* collective_ = nullptr;
+  int rank_ = 0;
   graph::BufferPool buffers_{this, "cpu"};
   // Scratch for quantized activations and fused intermediates; grows on demand.
   std::vector<uint8_t> scratch_;

@@ -33,6 +33,7 @@ const char* OpName(OpKind op) {
     case OpKind::kTopK: return "TopK";
     case OpKind::kMoeRoute: return "MoeRoute";
     case OpKind::kMoeFFN: return "MoeFFN";
+    case OpKind::kAllReduce: return "AllReduce";
   }
   return "?";
 }
@@ -149,6 +150,12 @@ NodeId GraphBuilder::Scale(NodeId a, float s, std::string name) {
   Node n = Unary(OpKind::kScale, node(a), std::move(name));
   n.p.scale = s;
   return Push(std::move(n));
+}
+
+NodeId GraphBuilder::AllReduce(NodeId x, std::string name) {
+  if (!Valid(x)) return kNoNode;
+  if (!Check(node(x).dtype == DType::kF32, "AllReduce " + name, "input must be f32")) return kNoNode;
+  return Push(Unary(OpKind::kAllReduce, node(x), std::move(name)));
 }
 
 NodeId GraphBuilder::Silu(NodeId a, std::string name) {

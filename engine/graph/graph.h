@@ -112,6 +112,11 @@
 //                    (gpt-oss): with g' = min(g, L), u' = clamp(u, -L, L),
 //                    g' * sigmoid(a g') * (u' + 1), a = p.moe_alpha, L =
 //                    p.moe_limit. x [n_embd, nt], y [n_embd, nt]
+//   AllReduce x      y = the sum of x over the ranks of a tensor-parallel
+//                    model (collective.h): every rank's graph has the same
+//                    AllReduce nodes in the same order, and each rank's
+//                    backend adds its collective's other ranks' x. f32, y
+//                    the shape of x
 //
 // Graphs are immutable once built; executing one never changes it.
 #ifndef MINFER_ENGINE_GRAPH_GRAPH_H_
@@ -154,6 +159,7 @@ enum class OpKind : uint8_t {
   kTopK,
   kMoeRoute,
   kMoeFFN,
+  kAllReduce,
 };
 
 // Most tokens one attention tile (graph.h, paged Attn) may hold.
@@ -374,6 +380,9 @@ class GraphBuilder {
   NodeId MoeFFN(NodeId x, NodeId route, const Weight* gate, const Weight* up, const Weight* down,
                 const Weight* gate_b, const Weight* up_b, const Weight* down_b, MoeAct act,
                 std::string name = "");
+
+  // The sum of x over the tensor-parallel ranks (op table).
+  NodeId AllReduce(NodeId x, std::string name = "");
 
   // Re-pushes `n` (from another graph) with its inputs replaced by
   // `inputs`; used by graph rewrite passes. Shapes are taken as given.

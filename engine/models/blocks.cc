@@ -338,9 +338,15 @@ absl::StatusOr<graph::Graph> BuildPreNormDecoder(const DecoderModel& model,
     const DecoderLayer& L = model.layers()[l];
     const std::string p = absl::StrCat("blk.", l, ".");
     NodeId n = b.RmsNorm(x, L.attn_norm, hp.rms_eps, p + "attn_norm");
-    x = b.Add(x, AttentionBlock(b, model, L, l, n, in, gp, p), p + "attn_residual");
+    NodeId attn = AttentionBlock(b, model, L, l, n, in, gp, p);
+    // A tensor-parallel rank's attention and FFN outputs are its partial
+    // sums (its heads, its FFN slice): the ranks add them up.
+    if (hp.tp_size > 1) attn = b.AllReduce(attn, p + "attn_allreduce");
+    x = b.Add(x, attn, p + "attn_residual");
     NodeId m = b.RmsNorm(x, L.ffn_norm, hp.rms_eps, p + "ffn_norm");
-    x = b.Add(x, ffn(b, model, L, m, gp, p), p + "ffn_residual");
+    NodeId ffn_out = ffn(b, model, L, m, gp, p);
+    if (hp.tp_size > 1) ffn_out = b.AllReduce(ffn_out, p + "ffn_allreduce");
+    x = b.Add(x, ffn_out, p + "ffn_residual");
   }
   return FinishWithHead(b, in, model, x, gp);
 }

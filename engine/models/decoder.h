@@ -61,6 +61,11 @@ struct DecoderHparams {
   int64_t swa_period = 0;
   // YaRN RoPE scaling (freq_scale 1: none), from rope.scaling.* keys.
   graph::RopeYarn yarn;
+  // Tensor parallelism (DecoderModel::Shard): this model is rank tp_rank of
+  // tp_size, its n_head, n_head_kv and n_ff that rank's share, and its
+  // graph sums the attention and FFN outputs over the ranks (AllReduce).
+  int32_t tp_size = 1;
+  int32_t tp_rank = 0;
 
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }
   int64_t n_embd_q() const { return n_head * head_dim; }  // q and attention output
@@ -142,6 +147,20 @@ class DecoderModel {
   // embedding table's other rows.
   int64_t active_params_per_token() const;
 
+  // Rank `rank` of `size` of a tensor-parallel split (Megatron's):
+  // attention heads and KV heads split in contiguous ranges (q/k/v rows and
+  // their biases, the sinks), the attention output's columns with them;
+  // the FFN's gate/up rows and the down projection's columns split in
+  // ranges of n_ff / size; norms, embedding and head replicated; the
+  // output biases kept by rank 0 only (they are added once, before the
+  // sum). Row ranges are views of this model's weights (which must outlive
+  // the shard); column ranges are copies the shard owns. INVALID_ARGUMENT
+  // naming the figure when the model cannot be split that way: heads, KV
+  // heads or the FFN width not divisible by size, a split column range
+  // that is not a whole number of its weight type's blocks, a mixture of
+  // experts; or rank out of range.
+  absl::StatusOr<std::unique_ptr<DecoderModel>> Shard(int rank, int size) const;
+
  private:
   friend class WeightResolver;
   DecoderModel() = default;
@@ -157,6 +176,8 @@ class DecoderModel {
   DecoderHparams hp_;
   const ArchitectureSpec* spec_ = nullptr;
   std::vector<std::unique_ptr<graph::Weight>> weights_;
+  // Bytes of weights a shard copied (column ranges); empty otherwise.
+  std::vector<std::vector<uint8_t>> owned_;
   const graph::Weight* token_embd_ = nullptr;
   const graph::Weight* output_norm_ = nullptr;
   const graph::Weight* output_ = nullptr;

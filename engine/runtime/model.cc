@@ -45,6 +45,18 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
   m->knobs_ = options.knobs;
   ASSIGN_OR_RETURN(m->file_, gguf::GgufFile::Open(path));
   ASSIGN_OR_RETURN(m->arch_, models::DecoderModel::FromGguf(*m->file_));
+  const TensorParallelRank& tp = options.tensor_parallel;
+  if (tp.size > 1) {
+    if (tp.collective == nullptr || tp.collective->size() != tp.size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor-parallel rank ", tp.rank, " of ", tp.size, " needs a collective of that size"));
+    }
+    absl::StatusOr<std::unique_ptr<models::DecoderModel>> shard = m->arch_->Shard(tp.rank, tp.size);
+    if (!shard.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", path, "': ", shard.status().message()));
+    }
+    m->arch_ = std::move(*shard);
+  }
   // Once the file is open, whatever is wrong with its tokenizer (a missing
   // key, the reader's NOT_FOUND; a tokenizer kind minfer does not implement,
   // UNIMPLEMENTED; a chat template that does not parse) is a model that can
@@ -76,7 +88,9 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
   m->want_ = want;
   m->device_ = options.device;
   RETURN_IF_ERROR(m->CreateDeviceBackend(options.progress));
-  m->backends_.push_back(std::make_unique<cpu::CpuBackend>(pool));
+  auto cpu = std::make_unique<cpu::CpuBackend>(pool);
+  if (tp.size > 1) cpu->SetCollective(tp.collective, tp.rank);
+  m->backends_.push_back(std::move(cpu));
   // Device backends uploaded the weights (reporting progress); the CPU path
   // touches the mapping instead.
   if (options.prefetch && !m->gpu_) Prefetch(*m->file_, *pool, options.progress);

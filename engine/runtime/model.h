@@ -20,6 +20,7 @@
 #include "engine/gguf/gguf.h"
 #include "engine/grammar/matcher.h"
 #include "engine/graph/backend.h"
+#include "engine/graph/collective.h"
 #include "engine/models/decoder.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -33,6 +34,16 @@ std::shared_ptr<const grammar::Vocabulary> MakeGrammarVocabulary(const tokenizer
 // Called while loading with (bytes done, bytes total).
 using LoadProgressFn = std::function<void(uint64_t, uint64_t)>;
 
+// One rank of a tensor-parallel model (models::DecoderModel::Shard): the
+// model loads that rank's share of the weights, and its graphs' AllReduce
+// nodes sum through `collective` (graph/collective.h; must outlive the
+// model). The ranks run in lock-step, each on its own thread.
+struct TensorParallelRank {
+  int32_t rank = 0;
+  int32_t size = 1;  // 1: no split
+  graph::Collective* collective = nullptr;
+};
+
 struct ModelOptions {
   std::string backend = "auto";  // "cpu", "cuda" or "auto"
   KnobOverrides knobs;           // per-model knob overrides
@@ -44,6 +55,10 @@ struct ModelOptions {
   // The device a device backend runs on (DeviceInfo::index); -1: the
   // provider's default device (the first it lists).
   int32_t device = -1;
+  // A tensor-parallel rank (size 1: the whole model). On the CPU backend
+  // only so far: the CUDA backend has no AllReduce kernel yet, so "cuda"
+  // refuses a split and "auto" runs it on the CPU.
+  TensorParallelRank tensor_parallel;
 };
 
 class Model {

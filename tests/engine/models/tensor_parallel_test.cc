@@ -1,0 +1,203 @@
+// Tensor parallelism on the CPU (DecoderModel::Shard, graph AllReduce,
+// InProcessCollective): a model split over 2 ranks, each rank a Model of its
+// own driven by its own thread in lock-step, gives the whole model's logits
+// (to float rounding: the partial sums add in another order) and its greedy
+// tokens; splits that cannot be made are refused naming the figure.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "engine/graph/collective.h"
+#include "engine/runtime/model.h"
+#include "engine/runtime/session.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_models.h"
+
+namespace minfer::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::shared_ptr<Model> LoadOrDie(const std::string& path, ModelOptions o = {}) {
+  o.backend = "cpu";
+  auto m = Model::Load(path, o);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *m : nullptr;
+}
+
+// The ranks of a split of `path` over `size` ranks.
+std::vector<std::shared_ptr<Model>> Ranks(const std::string& path, int size,
+                                          graph::Collective* collective) {
+  std::vector<std::shared_ptr<Model>> ranks;
+  for (int r = 0; r < size; ++r) {
+    ModelOptions o;
+    o.tensor_parallel = {r, size, collective};
+    ranks.push_back(LoadOrDie(path, o));
+  }
+  return ranks;
+}
+
+// Greedy decoding of `steps` tokens after `prompt` on the whole model and
+// on the ranks (one thread each, fed the same tokens); the last logits of
+// every step of both, and the whole model's tokens.
+struct SplitRun {
+  std::vector<std::vector<float>> whole, split;  // per step
+  std::vector<int32_t> whole_ids, split_ids;
+};
+SplitRun Decode(const std::shared_ptr<Model>& whole, const std::vector<std::shared_ptr<Model>>& ranks,
+           std::vector<int32_t> prompt, int steps) {
+  SplitRun run;
+  auto argmax = [](const std::vector<float>& v) {
+    return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+  };
+  {
+    auto s = Session::Create(whole);
+    EXPECT_TRUE(s.ok()) << s.status();
+    std::vector<int32_t> feed = prompt;
+    for (int i = 0; i < steps; ++i) {
+      auto logits = (*s)->Eval(feed);
+      EXPECT_TRUE(logits.ok()) << logits.status();
+      run.whole.push_back(*logits);
+      run.whole_ids.push_back(argmax(*logits));
+      feed = {run.whole_ids.back()};
+    }
+  }
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (const auto& r : ranks) {
+    auto s = Session::Create(r);
+    EXPECT_TRUE(s.ok()) << s.status();
+    sessions.push_back(std::move(*s));
+  }
+  std::vector<int32_t> feed = prompt;
+  for (int i = 0; i < steps; ++i) {
+    std::vector<absl::StatusOr<std::vector<float>>> out(ranks.size(),
+                                                        absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      threads.emplace_back([&, r] { out[r] = sessions[r]->Eval(feed); });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      EXPECT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status();
+      if (!out[r].ok()) return run;
+    }
+    // Every rank computes the same logits (the head is replicated and the
+    // sums give every rank the same bits).
+    for (size_t r = 1; r < ranks.size(); ++r) EXPECT_EQ(*out[r], *out[0]) << "rank " << r;
+    run.split.push_back(*out[0]);
+    run.split_ids.push_back(argmax(*out[0]));
+    feed = {run.split_ids.back()};
+  }
+  return run;
+}
+
+void ExpectClose(const SplitRun& run, double bound) {
+  ASSERT_EQ(run.whole.size(), run.split.size());
+  double worst = 0;
+  for (size_t i = 0; i < run.whole.size(); ++i) {
+    double max_abs = 0, max_diff = 0;
+    for (size_t j = 0; j < run.whole[i].size(); ++j) {
+      max_abs = std::max(max_abs, std::abs(static_cast<double>(run.whole[i][j])));
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(run.whole[i][j]) - run.split[i][j]));
+    }
+    EXPECT_LE(max_diff, bound * max_abs) << "step " << i;
+    EXPECT_GT(max_abs, 0);
+    worst = std::max(worst, max_diff / max_abs);
+  }
+  std::printf("largest |split - whole| / max |whole| over %zu steps: %.3g\n", run.whole.size(),
+              worst);
+  EXPECT_EQ(run.split_ids, run.whole_ids);
+}
+
+TEST(TensorParallelTest, TwoRanksGiveTheWholeModelsLogitsAndTokens) {
+  // Qwen2 shape with q/k/v biases: 8 heads and 2 KV heads, FFN 768.
+  auto path = minfer::testing::TestModelPath("tiny-untied", "q8_0", 1);
+  ASSERT_TRUE(path.ok()) << path.status();
+  graph::InProcessCollective collective(2);
+  auto whole = LoadOrDie(*path);
+  auto ranks = Ranks(*path, 2, &collective);
+  ASSERT_NE(ranks[1], nullptr);
+  EXPECT_EQ(ranks[0]->hparams().n_head, 4);
+  EXPECT_EQ(ranks[1]->hparams().n_head_kv, 1);
+  EXPECT_EQ(ranks[1]->hparams().n_ff, 384);
+  // Each rank holds about half the layers' weights (norms, embedding and
+  // head are whole on both).
+  EXPECT_LT(ranks[0]->weight_bytes(), whole->weight_bytes());
+  const SplitRun run = Decode(whole, ranks, {17, 99, 431, 5, 1200, 64, 7, 300}, 24);
+  ExpectClose(run, 1e-5);
+}
+
+TEST(TensorParallelTest, QkNormsAndWideHeadsSplit) {
+  // Qwen3 shape: 4 heads of 128 with per-head q/k norms, 2 KV heads.
+  auto path = minfer::testing::TestModelPath("qwen3-tiny", "q8_0", 3);
+  ASSERT_TRUE(path.ok()) << path.status();
+  graph::InProcessCollective collective(2);
+  auto whole = LoadOrDie(*path);
+  auto ranks = Ranks(*path, 2, &collective);
+  ASSERT_NE(ranks[1], nullptr);
+  const SplitRun run = Decode(whole, ranks, {3, 1000, 42, 42, 511}, 16);
+  ExpectClose(run, 1e-5);
+}
+
+TEST(TensorParallelTest, SplitsThatCannotBeMadeAreRefusedNamingTheFigure) {
+  auto path = minfer::testing::TestModelPath("tiny-untied", "q8_0", 1);
+  ASSERT_TRUE(path.ok()) << path.status();
+  graph::InProcessCollective four(4);
+  ModelOptions o;
+  o.backend = "cpu";
+  o.tensor_parallel = {0, 4, &four};
+  auto r = Model::Load(*path, o);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("cannot be split over 4 GPUs: its 2 KV heads"));
+  // K-quants: the FFN's down projection would split 768 columns into 384,
+  // not a whole number of 256-element blocks.
+  auto kq = minfer::testing::TestModelPath("tiny-untied", "q4_k_m", 1);
+  ASSERT_TRUE(kq.ok()) << kq.status();
+  graph::InProcessCollective two(2);
+  o.tensor_parallel = {1, 2, &two};
+  r = Model::Load(*kq, o);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("not a whole number of"));
+  // A collective of another size, or none.
+  o.tensor_parallel = {0, 2, &four};
+  EXPECT_EQ(Model::Load(*path, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.tensor_parallel = {0, 2, nullptr};
+  EXPECT_EQ(Model::Load(*path, o).status().code(), absl::StatusCode::kInvalidArgument);
+  // Mixture of experts: not split yet.
+  auto moe = minfer::testing::TestModelPath("qwen3moe-tiny", "q8_0", 1);
+  ASSERT_TRUE(moe.ok()) << moe.status();
+  o.tensor_parallel = {0, 2, &two};
+  r = Model::Load(*moe, o);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("mixture-of-experts"));
+}
+
+TEST(TensorParallelTest, InProcessCollectiveSumsInRankOrderAndTimesOut) {
+  graph::InProcessCollective c(3, std::chrono::milliseconds(200));
+  std::vector<std::vector<float>> data = {{1, 2, 3}, {10, 20, 30}, {100, 200, 300}};
+  std::vector<absl::Status> st(3);
+  std::vector<std::thread> t;
+  for (int r = 0; r < 3; ++r) {
+    t.emplace_back([&, r] {
+      for (int round = 0; round < 50 && st[r].ok(); ++round) {
+        if (round > 0) data[r] = {1.0f * (r + 1), 2.0f, 3.0f};
+        st[r] = c.AllReduceSum(r, data[r].data(), 3);
+      }
+    });
+  }
+  for (auto& th : t) th.join();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(st[r].ok()) << st[r];
+    EXPECT_EQ(data[r], (std::vector<float>{6, 6, 9}));
+  }
+  // A rank that never comes: the others get DEADLINE_EXCEEDED, not a hang.
+  float x = 1;
+  EXPECT_EQ(c.AllReduceSum(0, &x, 1).code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace minfer::runtime
