@@ -74,6 +74,8 @@ Daemon::Daemon(DaemonConfig config, DaemonTestHooks hooks)
 
 Daemon::~Daemon() {
   Shutdown();
+  // A scrape must not read the slots while they are destroyed.
+  if (metrics_ != nullptr) metrics_->SetDeviceSource(nullptr);
   if (slots_stopper_.joinable()) slots_stopper_.join();
 }
 
@@ -104,6 +106,20 @@ absl::Status Daemon::Init() {
     so.kv_events = kv_events_.get();
   }
   slots_ = std::make_unique<SlotManager>(so, metrics_.get());
+  // The GPUs' memory and models, read at each scrape.
+  metrics_->SetDeviceSource([slots = slots_.get()] {
+    std::vector<Metrics::DeviceFigures> out;
+    for (const SlotManager::DeviceStatus& d : slots->Devices()) {
+      Metrics::DeviceFigures f;
+      f.device = absl::StrCat(d.provider, ":", d.info.index);
+      f.total_bytes = d.info.total_bytes;
+      f.free_bytes = d.info.free_bytes;
+      f.pending_bytes = d.pending_bytes;
+      f.models = static_cast<int64_t>(d.models.size());
+      out.push_back(std::move(f));
+    }
+    return out;
+  });
   if (!config_.tenants.empty()) {
     ASSIGN_OR_RETURN(tenants_, Tenants::Create(config_.tenants));
     tenants_->set_metrics(metrics_.get());

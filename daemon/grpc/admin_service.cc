@@ -523,34 +523,16 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetServerStatus(grpc::CallbackServer
   }
   // Devices of the linked device backends; asking may initialize the
   // device (it would be on the first load anyway).
-  // Which models each GPU holds (placement of the loaded ones).
-  std::map<int32_t, std::vector<std::string>> placed;
-  for (const auto& slot : slots_->List()) {
-    SlotStatus st = slot->Status();
-    if (st.placement.device >= 0) placed[st.placement.device].push_back(st.config.name);
-  }
-  for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {
-    if (!p.devices) continue;
-    absl::StatusOr<std::vector<runtime::DeviceInfo>> devices = p.devices();
-    if (!devices.ok()) continue;
-    std::vector<runtime::DeviceInfo> by_index = *devices;
-    std::sort(by_index.begin(), by_index.end(),
-              [](const runtime::DeviceInfo& a, const runtime::DeviceInfo& b) {
-                return a.index < b.index;
-              });
-    for (const runtime::DeviceInfo& info : by_index) {
-      v1::Device* dev = response->add_devices();
-      dev->set_kind(p.name);
-      dev->set_name(info.name);
-      dev->set_index(info.index);
-      dev->set_cores(info.multiprocessors);
-      dev->set_memory_total_bytes(info.total_bytes);
-      dev->set_memory_free_bytes(info.free_bytes);
-      dev->set_memory_pending_bytes(slots_->device_budget().pending(info.index));
-      std::vector<std::string>& names = placed[info.index];
-      std::sort(names.begin(), names.end());
-      for (const std::string& n : names) dev->add_models(n);
-    }
+  for (const SlotManager::DeviceStatus& d : slots_->Devices()) {
+    v1::Device* dev = response->add_devices();
+    dev->set_kind(d.provider);
+    dev->set_name(d.info.name);
+    dev->set_index(d.info.index);
+    dev->set_cores(d.info.multiprocessors);
+    dev->set_memory_total_bytes(d.info.total_bytes);
+    dev->set_memory_free_bytes(d.info.free_bytes);
+    dev->set_memory_pending_bytes(d.pending_bytes);
+    for (const std::string& n : d.models) dev->add_models(n);
   }
   response->set_uptime_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());

@@ -223,6 +223,21 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   for (const char* result : {"accepted", "refused", "timed_out", "bad_request"}) {
     http_connections_->Add({{"result", result}});
   }
+  device_memory_ = &prometheus::BuildGauge()
+                        .Name("minfer_device_memory_bytes")
+                        .Help("A GPU's memory: total, free (as the device reports it; other "
+                              "processes' use included) and pending (reserved by model loads "
+                              "still uploading to it).")
+                        .Register(r);
+  device_models_ = &prometheus::BuildGauge()
+                        .Name("minfer_device_models")
+                        .Help("Models placed on the GPU.")
+                        .Register(r);
+}
+
+void Metrics::SetDeviceSource(std::function<std::vector<DeviceFigures>()> source) {
+  std::lock_guard<std::mutex> lock(device_mu_);
+  device_source_ = std::move(source);
 }
 
 void Metrics::SetHttpSource(std::function<HttpConnections()> source) {
@@ -409,6 +424,20 @@ std::string Metrics::Serialize() const {
       advance("timed_out", http_seen_.timed_out, now.timed_out);
       advance("bad_request", http_seen_.bad_request, now.bad_request);
       http_seen_ = now;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(device_mu_);
+    if (device_source_) {
+      for (const DeviceFigures& d : device_source_()) {
+        device_memory_->Add({{"device", d.device}, {"kind", "total"}})
+            .Set(static_cast<double>(d.total_bytes));
+        device_memory_->Add({{"device", d.device}, {"kind", "free"}})
+            .Set(static_cast<double>(d.free_bytes));
+        device_memory_->Add({{"device", d.device}, {"kind", "pending"}})
+            .Set(static_cast<double>(d.pending_bytes));
+        device_models_->Add({{"device", d.device}}).Set(static_cast<double>(d.models));
+      }
     }
   }
   std::ostringstream out;

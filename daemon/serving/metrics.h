@@ -60,6 +60,10 @@
 //                                                    rejected_quota / rejected_model
 //   minfer_tenant_tokens_total{tenant,kind}          prompt / completion / cached
 //   minfer_tenant_queue_time_seconds{tenant}         arrival -> first step, per stream
+//   minfer_device_memory_bytes{device,kind}          a GPU's memory ("cuda:1"): total, free
+//                                                    (as the device reports it), pending
+//                                                    (reserved by loads in progress)
+//   minfer_device_models{device}                     models placed on the GPU
 //
 // Per-model series of a slot are handed out as a ModelMetrics (stable
 // pointers); the slot's gauges are removed when the slot goes away, the
@@ -75,6 +79,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -183,6 +188,17 @@ class Metrics {
   };
   void SetHttpSource(std::function<HttpConnections()> source);
 
+  // The GPUs' figures, read through `source` each time the metrics are
+  // serialized (null: none). The source must stay valid until replaced.
+  struct DeviceFigures {
+    std::string device;  // "cuda:1"
+    uint64_t total_bytes = 0;
+    uint64_t free_bytes = 0;
+    uint64_t pending_bytes = 0;
+    int64_t models = 0;
+  };
+  void SetDeviceSource(std::function<std::vector<DeviceFigures>()> source);
+
   // The text exposition of every series (what /metrics serves). Only the
   // daemon's own families, which never print NaN: counters, gauges and
   // histograms (no summaries, whose empty quantiles are NaN).
@@ -239,6 +255,10 @@ class Metrics {
   mutable std::mutex http_mu_;
   std::function<HttpConnections()> http_source_;
   mutable HttpConnections http_seen_;
+  prometheus::Family<prometheus::Gauge>* device_memory_;
+  prometheus::Family<prometheus::Gauge>* device_models_;
+  mutable std::mutex device_mu_;
+  std::function<std::vector<DeviceFigures>()> device_source_;  // guarded by device_mu_
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<ModelMetrics>> models_;  // guarded by mu_

@@ -1,5 +1,7 @@
 #include "daemon/serving/slot_manager.h"
 
+#include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -253,6 +255,35 @@ std::vector<std::shared_ptr<Slot>> SlotManager::List() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<Slot>> out;
   for (const auto& [name, slot] : slots_) out.push_back(slot);
+  return out;
+}
+
+std::vector<SlotManager::DeviceStatus> SlotManager::Devices() const {
+  std::map<int32_t, std::vector<std::string>> placed;
+  for (const auto& slot : List()) {
+    SlotStatus st = slot->Status();
+    if (st.placement.device >= 0) placed[st.placement.device].push_back(st.config.name);
+  }
+  std::vector<DeviceStatus> out;
+  for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {
+    if (!p.devices) continue;
+    absl::StatusOr<std::vector<runtime::DeviceInfo>> devices = p.devices();
+    if (!devices.ok()) continue;
+    std::vector<runtime::DeviceInfo> by_index = *devices;
+    std::sort(by_index.begin(), by_index.end(),
+              [](const runtime::DeviceInfo& a, const runtime::DeviceInfo& b) {
+                return a.index < b.index;
+              });
+    for (const runtime::DeviceInfo& info : by_index) {
+      DeviceStatus d;
+      d.provider = p.name;
+      d.info = info;
+      d.pending_bytes = device_budget_.pending(info.index);
+      d.models = placed[info.index];
+      std::sort(d.models.begin(), d.models.end());
+      out.push_back(std::move(d));
+    }
+  }
   return out;
 }
 

@@ -33,6 +33,7 @@
 #include "daemon/serving/metrics.h"
 #include "daemon/serving/sequence.h"
 #include "daemon/serving/slot.h"
+#include "engine/runtime/device_backend.h"
 
 namespace minfer::daemon {
 
@@ -124,6 +125,17 @@ class SlotManager {
 
   MemoryBudget& budget() { return budget_; }
   const DeviceBudget& device_budget() const { return device_budget_; }
+
+  // The GPUs of the linked device backends (by provider, then index), each
+  // with what loads in progress reserve there and the models placed on it
+  // (sorted). Asking may initialize the devices.
+  struct DeviceStatus {
+    std::string provider;  // "cuda"
+    runtime::DeviceInfo info;
+    uint64_t pending_bytes = 0;
+    std::vector<std::string> models;
+  };
+  std::vector<DeviceStatus> Devices() const;
   const SlotManagerOptions& options() const { return options_; }
 
   // Refuses new loads, stops every slot (cancelling what runs, waiting for

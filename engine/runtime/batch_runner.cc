@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/knobs.h"
@@ -88,12 +89,21 @@ absl::StatusOr<std::unique_ptr<BatchRunner>> BatchRunner::Create(
     r->arenas_.push_back(std::make_unique<graph::ActivationArena>(b));
   }
   r->knob_gen_ = KnobRegistry::Global().generation() + r->model_->knob_generation();
+  for (const std::shared_ptr<Model>& peer : r->model_->tp_peers()) {
+    BatchRunnerOptions po = options;
+    po.kv_blocks = o.kv_blocks;  // the same blocks as rank 0's pool
+    ASSIGN_OR_RETURN(std::unique_ptr<BatchRunner> p, Create(peer, po));
+    r->peers_.push_back(std::move(p));
+  }
+  r->peer_rows_.resize(r->peers_.size());
+  r->peer_extra_.resize(r->peers_.size());
   return r;
 }
 
 int64_t BatchRunner::activation_bytes() const {
   int64_t total = 0;
   for (const auto& a : arenas_) total += a->bytes();
+  for (const auto& p : peers_) total += p->activation_bytes();
   return total;
 }
 
@@ -166,6 +176,7 @@ absl::StatusOr<BatchRunner::Cached*> BatchRunner::GetGraph(int64_t n_tokens, int
 }
 
 void BatchRunner::SetMaxTokens(int64_t max_tokens) {
+  for (auto& p : peers_) p->SetMaxTokens(max_tokens);
   if (max_tokens == opt_.max_tokens || max_tokens < opt_.max_seqs) return;
   opt_.max_tokens = max_tokens;
   // Rows stay what Create granted (the activations were sized for them)
@@ -176,6 +187,7 @@ void BatchRunner::SetMaxTokens(int64_t max_tokens) {
 }
 
 absl::Status BatchRunner::Prepare() {
+  for (auto& p : peers_) RETURN_IF_ERROR(p->Prepare());
   const int64_t t = TokenBucket(opt_.max_tokens);
   // The largest graphs: every token a sequence of its own with an output
   // row (decode) and every speculative row, and one long prefill.
@@ -185,6 +197,29 @@ absl::Status BatchRunner::Prepare() {
 
 absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<RowResult>* results,
                               std::vector<RowResult>* extra) {
+  if (!peers_.empty()) {
+    // Every rank runs the step; their AllReduce nodes meet.
+    std::vector<absl::Status> st(peers_.size());
+    std::vector<std::thread> threads;
+    threads.reserve(peers_.size());
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      threads.emplace_back([&, i] {
+        st[i] = peers_[i]->RunRank(items, &peer_rows_[i], extra != nullptr ? &peer_extra_[i] : nullptr);
+      });
+    }
+    absl::Status own = RunRank(items, results, extra);
+    for (auto& t : threads) t.join();
+    RETURN_IF_ERROR(own);
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      if (!st[i].ok()) return Annotate(st[i], absl::StrCat("tensor-parallel rank ", i + 1));
+    }
+    return absl::OkStatus();
+  }
+  return RunRank(items, results, extra);
+}
+
+absl::Status BatchRunner::RunRank(absl::Span<const BatchItem> items,
+                                  std::vector<RowResult>* results, std::vector<RowResult>* extra) {
   const int64_t n_items = static_cast<int64_t>(items.size());
   if (n_items == 0) return absl::InvalidArgumentError("batch runner: empty step");
   if (n_items > opt_.max_seqs) {

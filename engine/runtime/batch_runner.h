@@ -50,6 +50,14 @@
 // (graph.h), so a step without masked rows uploads and computes exactly
 // what it did before masks existed.
 //
+// Tensor parallelism: for a model split over ranks (Model::tp_peers), the
+// runner is rank 0's and holds a runner per other rank with the same
+// options (the same pool size: the scheduler's block tables, made on rank
+// 0's pool, index every rank's cache). Run runs the same items on every
+// rank at once, one thread per other rank (their graphs meet in the
+// AllReduce nodes), and returns rank 0's rows (every rank computes the
+// same logits).
+//
 // Not thread-safe: one thread (the slot's worker) drives it and its model's
 // backends.
 #ifndef MINFER_ENGINE_RUNTIME_BATCH_RUNNER_H_
@@ -206,6 +214,9 @@ class BatchRunner {
     std::unique_ptr<graph::GraphExec> exec;
   };
   absl::StatusOr<Cached*> GetGraph(int64_t n_tokens, int64_t n_out, bool decode_only = false);
+  // Run on this rank alone.
+  absl::Status RunRank(absl::Span<const BatchItem> items, std::vector<RowResult>* results,
+                       std::vector<RowResult>* extra);
   models::BatchGraphParams Params(int64_t n_tokens, int64_t n_out, bool decode_only) const;
 
   std::shared_ptr<const Model> model_;
@@ -221,6 +232,9 @@ class BatchRunner {
   std::vector<int32_t> tokens_, positions_, kv_rows_, tiles_, tables_, out_rows_, top_mode_;
   std::vector<float> top_host_, full_host_;
   std::vector<uint32_t> masks_;  // the step's masks, packed by mask index
+  // The other ranks of a split model (empty otherwise), and their rows.
+  std::vector<std::unique_ptr<BatchRunner>> peers_;
+  std::vector<std::vector<RowResult>> peer_rows_, peer_extra_;
 };
 
 }  // namespace minfer::runtime

@@ -45,6 +45,28 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
   m->knobs_ = options.knobs;
   ASSIGN_OR_RETURN(m->file_, gguf::GgufFile::Open(path));
   ASSIGN_OR_RETURN(m->arch_, models::DecoderModel::FromGguf(*m->file_));
+  if (options.tensor_parallel_size > 1) {
+    // The whole split: this model is rank 0; the other ranks load with the
+    // same options and share one collective.
+    if (options.tensor_parallel.size != 1) {
+      return absl::InvalidArgumentError("tensor_parallel_size and tensor_parallel are exclusive");
+    }
+    const int32_t n = options.tensor_parallel_size;
+    auto collective = std::make_shared<graph::InProcessCollective>(n);
+    ModelOptions rank = options;
+    rank.tensor_parallel_size = 1;
+    rank.tensor_parallel = {0, n, collective.get()};
+    ASSIGN_OR_RETURN(std::shared_ptr<Model> root, Load(path, rank));
+    for (int32_t r = 1; r < n; ++r) {
+      rank.tensor_parallel = {r, n, collective.get()};
+      rank.progress = nullptr;
+      ASSIGN_OR_RETURN(std::shared_ptr<Model> peer, Load(path, rank));
+      peer->tp_collective_ = collective;
+      root->tp_peers_.push_back(std::move(peer));
+    }
+    root->tp_collective_ = collective;
+    return root;
+  }
   const TensorParallelRank& tp = options.tensor_parallel;
   if (tp.size > 1) {
     if (tp.collective == nullptr || tp.collective->size() != tp.size) {

@@ -55,9 +55,14 @@ struct ModelOptions {
   // The device a device backend runs on (DeviceInfo::index); -1: the
   // provider's default device (the first it lists).
   int32_t device = -1;
-  // A tensor-parallel rank (size 1: the whole model). On the CPU backend
-  // only so far: the CUDA backend has no AllReduce kernel yet, so "cuda"
-  // refuses a split and "auto" runs it on the CPU.
+  // The whole model split over this many ranks (1: not split): the Model
+  // returned is rank 0 and owns the other ranks (tp_peers()) and their
+  // collective; BatchRunner runs every rank's step in lock-step. On the CPU
+  // backend only so far: the CUDA backend has no AllReduce kernel yet, so
+  // "cuda" refuses a split and "auto" runs it on the CPU.
+  int32_t tensor_parallel_size = 1;
+  // One rank alone (what tensor_parallel_size loads for each rank; tests
+  // drive ranks themselves with it). Not with tensor_parallel_size > 1.
   TensorParallelRank tensor_parallel;
 };
 
@@ -85,6 +90,9 @@ class Model {
   // The device index asked for at load (ModelOptions::device; -1: the
   // provider's default).
   int32_t device() const { return device_; }
+  // Ranks 1.. of a model loaded with tensor_parallel_size > 1 (this Model
+  // is rank 0); empty otherwise.
+  const std::vector<std::shared_ptr<Model>>& tp_peers() const { return tp_peers_; }
   // KV element type for new sessions: MINFER_CACHE_TYPE, or by default f32
   // on the CPU and f16 on a GPU when n_layers x n_kv_embd >= 8192.
   graph::DType DefaultKvType() const;
@@ -105,7 +113,12 @@ class Model {
   // thread-safe (the daemon compiles on request threads, off the worker).
   grammar::GrammarCompiler& grammars() const;
 
-  uint64_t weight_bytes() const { return arch_->weight_bytes(); }
+  // Every rank's, for a split model.
+  uint64_t weight_bytes() const {
+    uint64_t bytes = arch_->weight_bytes();
+    for (const auto& p : tp_peers_) bytes += p->weight_bytes();
+    return bytes;
+  }
 
   // Sleep and wake (the daemon's sleep levels, daemon/serving/model_loader.h):
   // ReleaseWeights frees a device model's device backend (its weights and
@@ -140,6 +153,8 @@ class Model {
   bool released_ = false;
   std::string want_;  // ModelOptions::backend
   int32_t device_ = -1;  // ModelOptions::device
+  std::vector<std::shared_ptr<Model>> tp_peers_;
+  std::shared_ptr<graph::InProcessCollective> tp_collective_;  // shared by the ranks
   ThreadPool* pool_ = nullptr;
   KnobOverrides knobs_;
   uint64_t knob_gen_ = 0;

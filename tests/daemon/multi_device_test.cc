@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/minfer_client.h"
 #include "daemon/daemon.h"
 #include "engine/base/thread_pool.h"
@@ -186,6 +187,15 @@ TEST_F(MultiDeviceTest, ServerStatusListsEachDeviceWithItsModels) {
   EXPECT_EQ(gpus[1]->cores(), 9);
   EXPECT_THAT(gpus[1]->models(), ElementsAre("x", "z"));
   EXPECT_EQ(gpus[0]->memory_pending_bytes(), 0u);  // no load in progress
+  // The metrics say the same, per device.
+  const std::string metrics = daemon_->metrics().Serialize();
+  EXPECT_THAT(metrics, HasSubstr("minfer_device_models{device=\"cuda:0\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("minfer_device_models{device=\"cuda:1\"} 2"));
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("minfer_device_memory_bytes{device=\"cuda:1\",kind=\"free\"} ",
+                                              5000 * kMiB)));
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("minfer_device_memory_bytes{device=\"cuda:0\",kind=\"total\"} ",
+                                              kTotal)));
+  EXPECT_THAT(metrics, HasSubstr("minfer_device_memory_bytes{device=\"cuda:0\",kind=\"pending\"} 0"));
   // Unloaded, a model leaves its device's list.
   v1::UnloadModelRequest u;
   u.set_name("x");
