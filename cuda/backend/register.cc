@@ -30,10 +30,13 @@ const bool kRegistered = [] {
   p.name = "cuda";
   p.devices = []() -> absl::StatusOr<std::vector<runtime::DeviceInfo>> {
     // The default device first, then the others by index; a device that
-    // cannot be used (too old) is left out.
+    // cannot be used (too old) is left out. Listing a device opens it (a
+    // CUDA context: its free memory needs one), so MINFER_GPU set pins the
+    // process to that device alone, as CUDA_VISIBLE_DEVICES would.
     ASSIGN_OR_RETURN(CudaState* def, CudaState::Get());
-    ASSIGN_OR_RETURN(const int count, CudaState::DeviceCount());
     std::vector<runtime::DeviceInfo> out{InfoOf(*def)};
+    if (KnobRegistry::Global().GetInt("MINFER_GPU") >= 0) return out;
+    ASSIGN_OR_RETURN(const int count, CudaState::DeviceCount());
     for (int d = 0; d < count; ++d) {
       if (d == def->device()) continue;
       absl::StatusOr<CudaState*> s = CudaState::Get(d);

@@ -33,7 +33,9 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
   add({"MINFER_DISABLE_CUDA", KnobType::kBool, "0", KnobScope::kGlobal, KnobEffect::kRestart,
        "Never use the GPU: models load on the CPU backend."});
   add({"MINFER_GPU", KnobType::kInt, "-1", KnobScope::kGlobal, KnobEffect::kRestart,
-       "CUDA device index (-1 = the one with the highest compute capability)."});
+       "CUDA device index: the one the CLI uses and the only one minferd opens and places "
+       "models on (-1 = the CLI uses the highest compute capability; minferd opens every "
+       "visible GPU and places each model on the one with the most free memory)."});
   add({"MINFER_NO_CUDA_GRAPH", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture, "Direct kernel launches instead of CUDA Graph capture/replay."});
   add({"MINFER_NO_PREFILL_CAPTURE", KnobType::kBool, "0", KnobScope::kPerModel,
