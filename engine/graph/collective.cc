@@ -18,6 +18,15 @@ void InProcessCollective::Abort() {
   cv_.notify_all();
 }
 
+void InProcessCollective::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborted_ = false;
+  arrived_ = 0;
+  n_ = -1;
+  mismatch_ = false;
+  ++generation_;
+}
+
 absl::Status InProcessCollective::Barrier(std::unique_lock<std::mutex>& lock) {
   const uint64_t gen = generation_;
   if (++arrived_ == size_) {

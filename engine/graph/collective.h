@@ -47,6 +47,9 @@ class InProcessCollective : public Collective {
   // rank whose step failed calls it so the others do not wait out the
   // timeout.
   void Abort();
+  // Makes an aborted (or timed-out) collective usable again. Only when no
+  // rank is inside a call (the driver joined every rank's step).
+  void Reset();
 
  private:
   // Waits until `arrived_` reaches size_ in round `round`; false on timeout

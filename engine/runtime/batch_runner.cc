@@ -199,16 +199,25 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
                               std::vector<RowResult>* extra) {
   if (!peers_.empty()) {
     // Every rank runs the step; their AllReduce nodes meet.
+    // A rank that fails aborts the collective, so the others stop waiting
+    // in their next AllReduce instead of running out its timeout; once
+    // every rank is back it is made usable again for the next step.
+    graph::InProcessCollective* collective = model_->tp_collective();
     std::vector<absl::Status> st(peers_.size());
     std::vector<std::thread> threads;
     threads.reserve(peers_.size());
     for (size_t i = 0; i < peers_.size(); ++i) {
       threads.emplace_back([&, i] {
         st[i] = peers_[i]->RunRank(items, &peer_rows_[i], extra != nullptr ? &peer_extra_[i] : nullptr);
+        if (!st[i].ok() && collective != nullptr) collective->Abort();
       });
     }
     absl::Status own = RunRank(items, results, extra);
+    if (!own.ok() && collective != nullptr) collective->Abort();
     for (auto& t : threads) t.join();
+    bool failed = !own.ok();
+    for (const absl::Status& s : st) failed = failed || !s.ok();
+    if (failed && collective != nullptr) collective->Reset();
     RETURN_IF_ERROR(own);
     for (size_t i = 0; i < peers_.size(); ++i) {
       if (!st[i].ok()) return Annotate(st[i], absl::StrCat("tensor-parallel rank ", i + 1));

@@ -93,6 +93,8 @@ class Model {
   // Ranks 1.. of a model loaded with tensor_parallel_size > 1 (this Model
   // is rank 0); empty otherwise.
   const std::vector<std::shared_ptr<Model>>& tp_peers() const { return tp_peers_; }
+  // The ranks' collective of such a model (null otherwise).
+  graph::InProcessCollective* tp_collective() const { return tp_collective_.get(); }
   // KV element type for new sessions: MINFER_CACHE_TYPE, or by default f32
   // on the CPU and f16 on a GPU when n_layers x n_kv_embd >= 8192.
   graph::DType DefaultKvType() const;

@@ -4,6 +4,7 @@
 // (to float rounding: the partial sums add in another order) and its greedy
 // tokens; splits that cannot be made are refused naming the figure.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -277,9 +278,40 @@ TEST(TensorParallelTest, InProcessCollectiveSumsInRankOrderAndTimesOut) {
     ASSERT_TRUE(st[r].ok()) << st[r];
     EXPECT_EQ(data[r], (std::vector<float>{6, 6, 9}));
   }
-  // A rank that never comes: the others get DEADLINE_EXCEEDED, not a hang.
+  // A rank that never comes: the others get DEADLINE_EXCEEDED, not a hang,
+  // and later calls fail at once until the driver resets it.
   float x = 1;
   EXPECT_EQ(c.AllReduceSum(0, &x, 1).code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(c.AllReduceSum(1, &x, 1).code(), absl::StatusCode::kAborted);
+  c.Reset();
+  std::vector<float> v = {1, 2, 4};
+  std::vector<std::thread> again;
+  for (int r = 0; r < 3; ++r) {
+    again.emplace_back([&, r] { st[r] = c.AllReduceSum(r, &v[r], 1); });
+  }
+  for (auto& th : again) th.join();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(st[r].ok()) << st[r];
+    EXPECT_EQ(v[r], 7.0f);
+  }
+}
+
+TEST(TensorParallelTest, AFailingRankAbortsTheOthersWaitInsteadOfTheTimeout) {
+  // Rank 1's step fails before its first AllReduce; rank 0 waits in the
+  // AllReduce until the driver aborts the collective (BatchRunner::Run
+  // does when a rank fails), well before the 60 s timeout.
+  graph::InProcessCollective c(2);
+  absl::Status waited;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread rank0([&] {
+    float x = 1;
+    waited = c.AllReduceSum(0, &x, 1);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  c.Abort();  // what BatchRunner::Run does when a rank's step fails
+  rank0.join();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kAborted);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
 }  // namespace
