@@ -528,7 +528,11 @@ class Connection : public ConnBase {
     exchange_active_ = false;
     probe_timer_.cancel();
     current_.reset();
-    if (after_ != After::kNext) {
+    // A FIN read after the answer was queued (keep-alive decided then) still
+    // ends the connection: no request can follow it, and Read() no longer
+    // reads after a FIN, so nothing else would close it before the idle
+    // timeout.
+    if (after_ != After::kNext || peer_eof_) {
       Linger();
       return;
     }
