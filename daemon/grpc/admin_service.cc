@@ -330,6 +330,10 @@ grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(
   absl::Status valid = name;
   if (valid.ok()) valid = CheckPath(request->path(), "path");
   if (valid.ok() && !request->draft().empty()) valid = CheckPath(request->draft(), "draft");
+  if (valid.ok() && request->has_device() && request->device() < 0) {
+    valid = absl::InvalidArgumentError(
+        absl::StrCat("device must be a GPU index (>= 0), got ", request->device()));
+  }
   if (valid.ok() && request->backend() == "cuda") {
     bool linked = false;
     for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {

@@ -21,6 +21,10 @@ EngineLoader::EngineLoader(SlotConfig config, Hooks hooks)
 absl::StatusOr<std::string> EngineLoader::AdmitOnDevice(const gguf::GgufFile& file,
                                                          const gguf::GgufFile* draft,
                                                          const MemoryEstimate& device_estimate) {
+  if (config_.backend == "cpu" && config_.device >= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", config_.device, " was asked for with backend 'cpu'"));
+  }
   if (config_.backend == "cpu" || hooks_.device_budget == nullptr) {
     placement_ = DevicePlacement();
     return config_.backend;
@@ -75,6 +79,12 @@ absl::StatusOr<std::string> EngineLoader::AdmitOnDevice(const gguf::GgufFile& fi
     Logger("daemon")->warn("model '{}': placed on the CPU: {}", config_.name, first.message());
     placement_ = DevicePlacement();
     return std::string("cpu");
+  }
+  // No device backend lists a device: a load that names one is refused,
+  // not quietly run on the CPU.
+  if (config_.device >= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", config_.device, " does not exist; this server has no GPUs"));
   }
   return config_.backend;
 }

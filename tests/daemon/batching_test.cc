@@ -233,6 +233,32 @@ TEST_F(BatchingTest, NgramAndOffLoadOptions) {
   }
 }
 
+// A load that names a GPU this server does not have is refused (not run on
+// the CPU instead), as is one that names a device with backend "cpu".
+TEST_F(BatchingTest, ALoadNamingAMissingDeviceIsRefused) {
+  for (const char* backend : {"auto", "cpu"}) {
+    v1::LoadModelRequest r;
+    r.set_name("gone");
+    r.set_path(path_);
+    r.set_backend(backend);
+    r.set_device(7);
+    auto loaded = client_->LoadModel(r);
+    ASSERT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << loaded.status();
+    EXPECT_NE(std::string(loaded.status().message()).find("device 7"), std::string::npos)
+        << loaded.status();
+  }
+  v1::LoadModelRequest negative;
+  negative.set_name("neg");
+  negative.set_path(path_);
+  negative.set_device(-2);
+  auto n = client_->LoadModel(negative);
+  ASSERT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument) << n.status();
+  EXPECT_NE(std::string(n.status().message()).find("got -2"), std::string::npos) << n.status();
+  // The server still loads and serves.
+  LoadModel(0);
+  EXPECT_TRUE(client_->Generate(TextRequest("m", "still here", 4)).ok());
+}
+
 TEST_F(BatchingTest, RequestThatCanNeverFitThePoolIsRefusedWithTheFigures) {
   LoadModel(64);
   auto r = client_->Generate(TextRequest("m", "a prompt", 200));
