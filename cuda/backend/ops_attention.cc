@@ -94,6 +94,8 @@ absl::Status CudaBackend::RunQkvBiasRopeStore(const OpArgs& o) {
     ASSIGN_OR_RETURN(const WeightView* w, Weight(n.weights[j]));
     if (w) bias[j] = static_cast<const float*>(w->data);
   }
+  ASSIGN_OR_RETURN(const WeightView* qn, Weight(graph::QkvQNorm(n)));
+  ASSIGN_OR_RETURN(const WeightView* kn, Weight(graph::QkvKNorm(n)));
   ASSIGN_OR_RETURN(uint8_t * kc, Ptr(a.kv->k, a.kv->k.bytes));
   ASSIGN_OR_RETURN(uint8_t * vc, Ptr(a.kv->v, a.kv->v.bytes));
   AttnParams ap;
@@ -113,7 +115,9 @@ absl::Status CudaBackend::RunQkvBiasRopeStore(const OpArgs& o) {
                                       p.rope_style == graph::RopeStyle::kNeoX ? 0 : 1,
                                       p.rope_base, err_flag, st, rows,
                                       factors ? reinterpret_cast<const float*>(factors->data)
-                                              : nullptr),
+                                              : nullptr,
+                                      qn ? static_cast<const float*>(qn->data) : nullptr,
+                                      kn ? static_cast<const float*>(kn->data) : nullptr, p.eps),
                "QkvBiasRopeStore");
 }
 

@@ -128,6 +128,10 @@ cudaError_t LaunchKvStore(const float* k, const float* v, const int32_t* pos, in
 // `rows` (may be null: the positions) are the cache rows of the store, for
 // a paged cache (graph.h), where a token's row is not its position.
 // host_rope_factors: as LaunchRope's host_factors (head_dim/2 values).
+// q_norm, k_norm (device, [head_dim]; both null or both set): Qwen3's
+// per-head RmsNorm (eps norm_eps) of the biased q and k before RoPE, the
+// values of LaunchRmsNorm over head rows (bit-identical except ~1e-8 of
+// heads: the double sum's order).
 cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* v,
                                    const float* bq, const float* bk, const float* bv,
                                    const int32_t* pos, int64_t nt, float* q_out, void* k_cache,
@@ -135,7 +139,9 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
                                    const AttnParams& p, int rope_style, float rope_base,
                                    int32_t* error_flag, cudaStream_t stream,
                                    const int32_t* rows = nullptr,
-                                   const float* host_rope_factors = nullptr);
+                                   const float* host_rope_factors = nullptr,
+                                   const float* q_norm = nullptr, const float* k_norm = nullptr,
+                                   float norm_eps = 0.0f);
 
 // --- attention ----------------------------------------------------------------
 // Decode (one query token at position pos[0]): split-KV over kAttnSplits

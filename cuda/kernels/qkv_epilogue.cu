@@ -1,9 +1,12 @@
 // QkvBiasRopeStore, the epilogue of FusedQKV (decode, and prefill's nt
-// tokens): q/k/v biases, RoPE of q and k (n_rot = head_dim, as the graph op
-// defines), roped q to q_out, k and v stored at cache rows pos[t]. One
-// launch replaces bias x3 + rope x2 + store; every value is computed with
-// the same operations as the unfused kernels (LaunchAdd, LaunchRope,
-// LaunchKvStore), so the results are bit-identical to that composition.
+// tokens): q/k/v biases, Qwen3's per-head q/k RmsNorm (optional), RoPE of q
+// and k (n_rot = head_dim, as the graph op defines), roped q to q_out, k and
+// v stored at cache rows pos[t]. One launch replaces bias x3 + norm x2 +
+// rope x2 + store; every value is computed with the same operations as the
+// unfused kernels (LaunchAdd, LaunchRmsNorm, LaunchRope, LaunchKvStore), so
+// the results are bit-identical to that composition except where the norm's
+// double sum, added in another order, rounds to another float (~1e-8 of
+// heads, as ops.h says of RmsNorm).
 //
 // One block per (head of q, k and v; token): n_head + 2 n_head_kv blocks
 // along x, the tokens along y. The head's row is biased into shared memory,
@@ -22,6 +25,8 @@ constexpr int kMaxHeadDim = 2 * kRopeMaxPairs;
 struct QkvArgs {
   const float* src[3];   // q, k, v
   const float* bias[3];  // each may be null
+  const float* norm[2];  // q and k norm weights: both null or both set
+  float eps;
   const int32_t* pos;
   const int32_t* rows;  // cache rows of the store (pos when not paged)
   float* q_out;
@@ -35,6 +40,7 @@ struct QkvArgs {
 template <KvType KV>
 __global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a, RopeFreqs freqs) {
   __shared__ float row[kMaxHeadDim];
+  __shared__ double scratch[32];
   const int b = blockIdx.x;
   const int part = b < a.n_head ? 0 : b < a.n_head + a.n_head_kv ? 1 : 2;
   const int h = part == 0 ? b : part == 1 ? b - a.n_head : b - a.n_head - a.n_head_kv;
@@ -47,6 +53,22 @@ __global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a
   for (int i = threadIdx.x; i < hd; i += blockDim.x)
     row[i] = bias != nullptr ? src[i] + bias[i] : src[i];
   __syncthreads();
+  if (part < 2 && a.norm[part] != nullptr) {  // uniform per block
+    // norm.cu's rms_row: the squares summed in double, inv in the CPU's
+    // expression, (x * inv) * w rounded per product.
+    const float* w = a.norm[part];
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+      ss = fma(static_cast<double>(row[i]), static_cast<double>(row[i]), ss);
+    }
+    ss = block_sum(ss, scratch);
+    const float inv =
+        static_cast<float>(1.0 / sqrt(ss / static_cast<double>(hd) + static_cast<double>(a.eps)));
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+      row[i] = __fmul_rn(__fmul_rn(row[i], inv), __ldg(w + i));
+    }
+    __syncthreads();
+  }
   const int32_t p = a.pos[t];
   if (part < 2) {
     const int half = hd / 2;
@@ -100,7 +122,8 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
                                    float* q_out, void* k_cache, void* v_cache, const AttnParams& p,
                                    int rope_style, float rope_base, int32_t* error_flag,
                                    cudaStream_t stream, const int32_t* rows,
-                                   const float* host_rope_factors) {
+                                   const float* host_rope_factors, const float* q_norm,
+                                   const float* k_norm, float norm_eps) {
   if (nt < 0 || nt > 65535) return cudaErrorInvalidValue;
   if (nt == 0) return cudaSuccess;
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
@@ -108,6 +131,7 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
     return cudaErrorInvalidValue;
   }
   if (IsBlockKv(p.kv_type) && p.head_dim % 32 != 0) return cudaErrorInvalidValue;
+  if ((q_norm == nullptr) != (k_norm == nullptr)) return cudaErrorInvalidValue;
   if (p.kv_type == KvType::kF16 && p.head_dim % 4 != 0) return cudaErrorInvalidValue;
   RopeFreqs freqs;
   if (!MakeRopeFreqs(p.head_dim, rope_base, host_rope_factors, &freqs)) {
@@ -120,6 +144,9 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
   a.bias[0] = bq;
   a.bias[1] = bk;
   a.bias[2] = bv;
+  a.norm[0] = q_norm;
+  a.norm[1] = k_norm;
+  a.eps = norm_eps;
   a.pos = pos;
   a.rows = rows != nullptr ? rows : pos;
   a.q_out = q_out;

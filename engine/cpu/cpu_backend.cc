@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status.h"
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/vec_math.h"
 #include "engine/quant/quantize.h"
 #include "engine/quant/vec_dot.h"
 
@@ -291,6 +292,10 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       std::vector<float> qkv(nq + 2 * nkv);
       const graph::Weight* fw = graph::RopeFactors(node);
       const float* factors = fw ? reinterpret_cast<const float*>(fw->data) : nullptr;
+      const graph::Weight* qnw = graph::QkvQNorm(node);
+      const graph::Weight* knw = graph::QkvKNorm(node);
+      const float* qn = qnw ? reinterpret_cast<const float*>(qnw->data) : nullptr;
+      const float* kn = knw ? reinterpret_cast<const float*>(knw->data) : nullptr;
       for (int64_t t = 0; t < nt; ++t) {
         int64_t off = 0;
         for (int j = 0; j < 3; ++j) {
@@ -300,6 +305,17 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
             for (int64_t i = 0; i < sizes[j]; ++i) qkv[off + i] += bias[i];
           }
           off += sizes[j];
+        }
+        // Qwen3's per-head norms, between the bias and RoPE (QkNorm's rows).
+        if (qn != nullptr) {
+          for (int64_t h = 0; h < p.n_head; ++h) {
+            float* row = qkv.data() + h * p.head_dim;
+            RmsNormF32Row(row, qn, p.eps, row, p.head_dim);
+          }
+          for (int64_t h = 0; h < p.n_head_kv; ++h) {
+            float* row = qkv.data() + nq + h * p.head_dim;
+            RmsNormF32Row(row, kn, p.eps, row, p.head_dim);
+          }
         }
         RopeF32(qkv.data(), pos + t, out + t * nq, p.head_dim, p.n_head, 1, p.n_rot,
                 p.rope_style, p.rope_base, factors);

@@ -458,7 +458,8 @@ NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
                                       const Weight* bk, const Weight* bv, NodeId pos, int n_head,
                                       int n_head_kv, int head_dim, RopeStyle style, float base,
                                       int layer, std::string name, NodeId rows,
-                                      const Weight* rope_factors) {
+                                      const Weight* rope_factors, const Weight* q_norm,
+                                      const Weight* k_norm, float norm_eps) {
   std::string label = "QkvBiasRopeStore " + name;
   if (!Check(qkv.size() == 1 || qkv.size() == 3, label, "needs qkv or q, k, v")) return kNoNode;
   for (NodeId id : qkv) {
@@ -485,6 +486,12 @@ NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
                   rope_factors->ne0() == head_dim / 2),
              label, absl::StrCat("RoPE frequency factors must be f32 [", head_dim / 2, "]")))
     return kNoNode;
+  auto norm_ok = [&](const Weight* w) {
+    return w != nullptr && w->type == GgmlType::kF32 && w->ne0() == head_dim;
+  };
+  if (!Check((q_norm == nullptr && k_norm == nullptr) || (norm_ok(q_norm) && norm_ok(k_norm)),
+             label, absl::StrCat("q/k norm weights must both be f32 [", head_dim, "] or both absent")))
+    return kNoNode;
   Node n;
   n.op = OpKind::kQkvBiasRopeStore;
   n.shape = Shape(head_dim, n_head, nt);
@@ -498,7 +505,12 @@ NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
   n.inputs.push_back(pos);
   if (rows != kNoNode) n.inputs.push_back(rows);
   n.weights = {bq, bk, bv};
-  if (rope_factors != nullptr) n.weights.push_back(rope_factors);
+  if (rope_factors != nullptr || q_norm != nullptr) n.weights.push_back(rope_factors);
+  if (q_norm != nullptr) {
+    n.weights.push_back(q_norm);
+    n.weights.push_back(k_norm);
+    n.p.eps = norm_eps;
+  }
   n.p.n_head = n_head;
   n.p.n_head_kv = n_head_kv;
   n.p.head_dim = head_dim;

@@ -69,7 +69,10 @@
 //                    row rows[t] (pos[t] without rows); output is the roped q
 //                    [head_dim, n_head, nt]; qkv is one FusedQKV output
 //                    (planar) or q, k, v given separately; weights[3], when
-//                    present and non-null, are RoPE's frequency factors
+//                    present and non-null, are RoPE's frequency factors;
+//                    weights[4] and [5], when present, are Qwen3's per-head
+//                    q and k norm weights: RmsNorm (eps p.eps) of each
+//                    biased q/k head before RoPE, as QkNorm computes it
 //   FusedFFN x       silu(Wgate x) * (Wup x)  [n_ff, nt]
 //   TopK logits, mode [, mask]   per column r of logits [n_vocab, n_out]
 //                    (ids >= p.vocab_limit excluded): TopKBaseMode(mode[r])
@@ -258,7 +261,8 @@ struct Node {
   // Weights the op reads: MatMul/GetRows/RmsNorm/Add/Mul: [0]; Attn: the
   // sinks [0] (optional);
   // MoeFFN: gate, up, down experts, then their biases (null when absent);
-  // FusedQKV: Wq, Wk, Wv; QkvBiasRopeStore: bq, bk, bv [, rope factors];
+  // FusedQKV: Wq, Wk, Wv; QkvBiasRopeStore: bq, bk, bv [, rope factors
+  // [, q norm, k norm]] (QkvNorms);
   // RoPE: [rope factors] (empty: none); FusedFFN: Wgate, Wup.
   std::vector<const Weight*> weights;
   OpParams p;
@@ -278,6 +282,11 @@ inline const Weight* RopeFactors(const Node& n) {
   const size_t i = n.op == OpKind::kRoPE ? 0 : 3;
   return n.weights.size() > i ? n.weights[i] : nullptr;
 }
+
+// The per-head q and k norm weights of a QkvBiasRopeStore node (both
+// null, or both f32 [head_dim]).
+inline const Weight* QkvQNorm(const Node& n) { return n.weights.size() > 5 ? n.weights[4] : nullptr; }
+inline const Weight* QkvKNorm(const Node& n) { return n.weights.size() > 5 ? n.weights[5] : nullptr; }
 
 // Which tensors of the graph the runtime fills and reads.
 struct GraphIO {
@@ -364,11 +373,14 @@ class GraphBuilder {
   // qkv: a FusedQKV output, or three inputs q, k, v given separately.
   // rows: the cache rows of the store (kNoNode: the positions).
   // rope_factors: as RoPE's factors (f32 [head_dim / 2]), or null.
+  // q_norm, k_norm: both null, or both f32 [head_dim]: each biased head
+  // of q and k RmsNorm'ed (norm_eps) before RoPE, as QkNorm would.
   NodeId QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq, const Weight* bk,
                           const Weight* bv, NodeId pos, int n_head, int n_head_kv,
                           int head_dim, RopeStyle style, float base, int layer,
                           std::string name = "", NodeId rows = kNoNode,
-                          const Weight* rope_factors = nullptr);
+                          const Weight* rope_factors = nullptr, const Weight* q_norm = nullptr,
+                          const Weight* k_norm = nullptr, float norm_eps = 0.0f);
   NodeId FusedFFN(NodeId x, const Weight* wgate, const Weight* wup, std::string name = "");
   // mask: kNoNode, or an i32 input [TopKMaskWords(n_vocab), n_out].
   NodeId TopK(NodeId logits, NodeId mode, int top_k, int vocab_limit, std::string name = "",

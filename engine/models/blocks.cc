@@ -217,21 +217,22 @@ struct QkvNodes {
 
 // One layer's q, k and v from the normed stream n: with `fused`, one
 // FusedQKV (planar q | k | v; one GEMM launch on a GPU) and one epilogue for
-// the biases, RoPE and the KV store; otherwise the chain of matmuls, biases,
-// per-head q/k norms (Qwen3), RoPE and the store, the same values. The q/k-norm
-// layers always take the chain: the fused epilogue has no norm between the
-// bias and RoPE. kv_rows: the cache rows the tokens' K/V go to.
+// the biases, the per-head q/k norms (Qwen3), RoPE and the KV store;
+// otherwise the chain of matmuls, biases, norms, RoPE and the store, the same
+// values. YaRN layers always take the chain: the fused epilogue has no YaRN
+// angles. kv_rows: the cache rows the tokens' K/V go to.
 QkvNodes BuildQkv(GraphBuilder& b, const DecoderModel& model, const DecoderLayer& L, int layer,
                   NodeId n, NodeId pos, NodeId kv_rows, int64_t nt, bool fused,
                   const std::string& p) {
   const DecoderHparams& hp = model.hparams();
   const int64_t hd = hp.head_dim;
   const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
-  if (fused && L.q_norm == nullptr && !hp.yarn.active()) {
+  if (fused && !hp.yarn.active()) {
     NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
     NodeId q = b.QkvBiasRopeStore({qkv}, L.bq, L.bk, L.bv, pos, nh, nkv, static_cast<int>(hd),
                                   hp.rope_style, hp.rope_base, layer,
-                                  p + "qkv_bias_rope_store", kv_rows, model.rope_freqs());
+                                  p + "qkv_bias_rope_store", kv_rows, model.rope_freqs(),
+                                  L.q_norm, L.k_norm, hp.rms_eps);
     return {q, q};
   }
   NodeId q = b.MatMul(n, L.wq, p + "q");

@@ -714,7 +714,8 @@ TEST_F(CudaBackendOpTest, DecodeFusions) {
     auto wg = MakeWeight("wg", t, k, nff), wu = MakeWeight("wu", t, k, nff);
     auto bq = MakeWeight("bq", GgmlType::kF32, nq, 1), bk = MakeWeight("bk", GgmlType::kF32, nkv, 1),
          bv = MakeWeight("bv", GgmlType::kF32, nkv, 1);
-    OpHarness h({&wq->w, &wk->w, &wv->w, &wg->w, &wu->w, &bq->w, &bk->w, &bv->w});
+    auto qn = MakeWeight("qn", GgmlType::kF32, 64, 1), kn = MakeWeight("kn", GgmlType::kF32, 64, 1);
+    OpHarness h({&wq->w, &wk->w, &wv->w, &wg->w, &wu->w, &bq->w, &bk->w, &bv->w, &qn->w, &kn->w});
     ASSERT_NE(h.gpu(), nullptr);
     auto x = RandomFloats(k);
     std::vector<float> c, g;
@@ -745,6 +746,19 @@ TEST_F(CudaBackendOpTest, DecodeFusions) {
     std::memcpy(ckf.data(), ck.data(), ck.size());
     std::memcpy(gkf.data(), gk.data(), gk.size());
     EXPECT_LT(RelErr(gkf, ckf), 1e-5);
+    // With Qwen3's per-head q/k norms (weights [4], [5]; no RoPE factors).
+    Node nrs = brs;
+    nrs.weights = {&bq->w, &bk->w, &bv->w, nullptr, &qn->w, &kn->w};
+    nrs.p.eps = 1e-6f;
+    std::string ck2, gk2;
+    h.Run(nrs, {Bytes(qkv_in), Bytes(pos)}, &c, &g, &kv, nullptr, nullptr, &ck2, &gk2);
+    EXPECT_LT(RelErr(g, c), 1e-5);
+    std::vector<float> ckf2(ck2.size() / 4), gkf2(gk2.size() / 4);
+    std::memcpy(ckf2.data(), ck2.data(), ck2.size());
+    std::memcpy(gkf2.data(), gk2.data(), gk2.size());
+    EXPECT_LT(RelErr(gkf2, ckf2), 1e-5);
+    // The norms did act: the stored K row differs from the unnormed one.
+    EXPECT_GT(RelErr(ckf2, ckf), 1e-2);
   }
 }
 

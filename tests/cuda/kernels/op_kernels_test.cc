@@ -624,6 +624,77 @@ TEST(QkvBiasRopeStoreTest, BitIdenticalToUnfusedComposition) {
   }
 }
 
+// With Qwen3's per-head q/k norms: the fused epilogue against LaunchAdd +
+// LaunchRmsNorm over head rows + LaunchRope + LaunchKvStore. The norm's
+// double sum is added in another order than norm.cu's, so a head may round
+// its inverse RMS one float ulp apart (~1e-8 of heads): every value within
+// 2 ulps-ish (1e-6 relative), nearly every one bit-equal.
+TEST(QkvBiasRopeStoreTest, QkNormsEqualTheUnfusedChain) {
+  MINFER_REQUIRE_GPU();
+  for (const int64_t nt : {int64_t{1}, int64_t{23}})
+  for (const int hd : {64, 128}) {
+    SCOPED_TRACE(::testing::Message() << "hd " << hd << " nt " << nt);
+    AttnParams p;
+    p.n_head = 16;
+    p.n_head_kv = 4;
+    p.head_dim = hd;
+    p.n_ctx = 32;
+    p.kv_type = KvType::kF32;
+    const int64_t nq = int64_t{p.n_head} * hd, nkv = p.n_kv_embd();
+    const auto qkv = RandomFloats((nq + 2 * nkv) * nt, 3.0f);
+    const auto bq = RandomFloats(nq), bk = RandomFloats(nkv), bv = RandomFloats(nkv);
+    const auto qn = RandomFloats(hd, 2.0f), kn = RandomFloats(hd, 2.0f);
+    std::vector<int32_t> pos(nt);
+    for (int64_t t = 0; t < nt; ++t) pos[t] = static_cast<int32_t>((t * 7 + 3) % p.n_ctx);
+    const float eps = 1e-6f, base = 1000000.0f;
+    DeviceBuffer<float> dqkv(qkv), dbq(bq), dbk(bk), dbv(bv), dqn(qn), dkn(kn);
+    DeviceBuffer<float> qout(nq * nt), qout2(nq * nt), tq(nq * nt), tk(nkv * nt), tv(nkv * nt);
+    DeviceBuffer<int32_t> dp(pos);
+    const int64_t rb = RowBytes(p.kv_type, nkv);
+    DeviceBuffer<uint8_t> kc(p.n_ctx * rb), vc(p.n_ctx * rb), kc2(p.n_ctx * rb), vc2(p.n_ctx * rb);
+    for (auto* b : {&kc, &vc, &kc2, &vc2}) b->Poison(0);
+    DeviceBuffer<int32_t> flag(FlagInit());
+    const float* q = dqkv.get();
+    const float* k = q + nq * nt;
+    const float* v = k + nkv * nt;
+    ASSERT_CUDA(LaunchQkvBiasRopeStore(q, k, v, dbq.get(), dbk.get(), dbv.get(), dp.get(), nt,
+                                       qout.get(), kc.get(), vc.get(), p, 0, base, flag.get(),
+                                       nullptr, nullptr, nullptr, dqn.get(), dkn.get(), eps));
+    ASSERT_CUDA(LaunchAdd(q, dbq.get(), nq, tq.get(), nq * nt, nullptr));
+    ASSERT_CUDA(LaunchAdd(k, dbk.get(), nkv, tk.get(), nkv * nt, nullptr));
+    ASSERT_CUDA(LaunchAdd(v, dbv.get(), nkv, tv.get(), nkv * nt, nullptr));
+    ASSERT_CUDA(LaunchRmsNorm(tq.get(), dqn.get(), eps, tq.get(), nullptr, hd, p.n_head * nt,
+                              nullptr));
+    ASSERT_CUDA(LaunchRmsNorm(tk.get(), dkn.get(), eps, tk.get(), nullptr, hd,
+                              p.n_head_kv * nt, nullptr));
+    ASSERT_CUDA(LaunchRope(tq.get(), dp.get(), qout2.get(), hd, p.n_head, nt, hd, 0, base,
+                           nullptr));
+    ASSERT_CUDA(LaunchRope(tk.get(), dp.get(), tk.get(), hd, p.n_head_kv, nt, hd, 0, base,
+                           nullptr));
+    ASSERT_CUDA(LaunchKvStore(tk.get(), tv.get(), dp.get(), nt, kc2.get(), vc2.get(), p.kv_type,
+                              nkv, p.n_ctx, flag.get(), nullptr));
+    SYNC();
+    EXPECT_EQ(flag.ToHost()[0], kDeviceOk);
+    auto compare = [](const std::vector<float>& a, const std::vector<float>& b) {
+      ASSERT_EQ(a.size(), b.size());
+      int64_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_NEAR(a[i], b[i], 1e-6 * std::max(1.0f, std::fabs(b[i]))) << "at " << i;
+        differ += std::memcmp(&a[i], &b[i], 4) != 0;
+      }
+      EXPECT_LE(differ, static_cast<int64_t>(a.size() / 100)) << "values not bit-equal";
+    };
+    compare(qout.ToHost(), qout2.ToHost());
+    auto floats = [](const std::vector<uint8_t>& bytes) {
+      std::vector<float> f(bytes.size() / 4);
+      std::memcpy(f.data(), bytes.data(), bytes.size());
+      return f;
+    };
+    compare(floats(kc.ToHost()), floats(kc2.ToHost()));
+    compare(floats(vc.ToHost()), floats(vc2.ToHost()));
+  }
+}
+
 TEST(QkvBiasRopeStoreTest, BadPositionSkippedAndFlagged) {
   MINFER_REQUIRE_GPU();
   AttnParams p;

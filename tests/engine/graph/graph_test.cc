@@ -120,6 +120,49 @@ TEST(GraphBuilderTest, RopeFrequencyFactors) {
   EXPECT_NE(g.status().message().find("RoPE bad"), std::string::npos) << g.status();
 }
 
+// Qwen3's per-head q/k norms ride on QkvBiasRopeStore as weights [4] and
+// [5] (with or without RoPE factors before them), with eps in p.eps; one
+// without the other, or a norm of the wrong width, is a build error.
+TEST(GraphBuilderTest, QkvEpilogueCarriesQkNorms) {
+  const Weight factors = MakeWeight("rope_freqs.weight", GgmlType::kF32, {32});
+  const Weight qn = MakeWeight("q_norm", GgmlType::kF32, {64});
+  const Weight kn = MakeWeight("k_norm", GgmlType::kF32, {64});
+  const Weight narrow = MakeWeight("k_norm", GgmlType::kF32, {32});
+  auto build = [&](const Weight* f, const Weight* q, const Weight* k, GraphBuilder& b) {
+    const NodeId pos = b.Input(DType::kI32, Shape(2), "pos");
+    const NodeId qkv = b.Input(DType::kF32, Shape(64 * (4 + 2 * 2), 2), "qkv");
+    return b.QkvBiasRopeStore({qkv}, nullptr, nullptr, nullptr, pos, 4, 2, 64, RopeStyle::kNeoX,
+                              1e6f, 0, "store", kNoNode, f, q, k, 1e-6f);
+  };
+  for (const Weight* f : {static_cast<const Weight*>(nullptr), &factors}) {
+    GraphBuilder b;
+    const NodeId n = build(f, &qn, &kn, b);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(RopeFactors(b.node(n)), f);
+    EXPECT_EQ(QkvQNorm(b.node(n)), &qn);
+    EXPECT_EQ(QkvKNorm(b.node(n)), &kn);
+    EXPECT_FLOAT_EQ(b.node(n).p.eps, 1e-6f);
+  }
+  {
+    GraphBuilder b;
+    const NodeId n = build(&factors, nullptr, nullptr, b);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(QkvQNorm(b.node(n)), nullptr);
+    EXPECT_EQ(QkvKNorm(b.node(n)), nullptr);
+  }
+  for (const Weight* k : {static_cast<const Weight*>(nullptr), &narrow}) {
+    GraphBuilder b;
+    build(nullptr, &qn, k, b);
+    EXPECT_FALSE(b.ok());
+    GraphIO io;
+    auto g = b.Finish(io, 1);
+    ASSERT_FALSE(g.ok());
+    EXPECT_NE(g.status().message().find("q/k norm weights must both be f32 [64]"),
+              std::string::npos)
+        << g.status();
+  }
+}
+
 // The mixture-of-experts ops and the paged attention's sinks check their
 // shapes, the first violation naming the node.
 TEST(GraphBuilderTest, MoeAndSinkShapesAreChecked) {

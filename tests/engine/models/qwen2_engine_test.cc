@@ -163,8 +163,11 @@ TEST(Qwen2EngineTest, DecodeEqualsPrefillOn05B) {
             1);
 }
 
+// qwen3-tiny: the fused epilogue applies the per-head q/k norms too.
 TEST(Qwen2EngineTest, FusionOnOffComputesTheSame) {
-  auto model = LoadModel("tiny", "q4_k_m");  // mixed types: attn_v is q6_k in some layers
+  for (const std::string shape : {"tiny", "qwen3-tiny"}) {
+  SCOPED_TRACE(shape);
+  auto model = LoadModel(shape, "q4_k_m");  // mixed types: attn_v is q6_k in some layers
   ASSERT_NE(model, nullptr);
   std::vector<int32_t> tokens = {5, 900, 42, 77, 1000, 3};
   auto run = [&](bool fused) {
@@ -186,16 +189,19 @@ TEST(Qwen2EngineTest, FusionOnOffComputesTheSame) {
   ASSERT_EQ(fused.size(), unfused.size());
   std::vector<double> ref(unfused.begin(), unfused.end());
   EXPECT_LT(RelErr(fused.data(), ref), 1e-6);
+  }
 }
 
 // The prefill QKV fusion (FusedQKV with a planar output + QkvBiasRopeStore
 // over the prompt's tokens) computes exactly what the unfused chain
 // computes: the same kernels on the same rows, the same float operations
-// per element, so the logits are bit-identical.
+// per element, so the logits are bit-identical. qwen3-tiny: with the
+// per-head q/k norms in the epilogue (the chain's QkNorm rows).
 TEST(Qwen2EngineTest, PrefillQkvFusionOnOffIsBitIdentical) {
+  for (const std::string shape : {"tiny", "qwen3-tiny"})
   for (const std::string type : {"q4_k_m", "f16"}) {
-    SCOPED_TRACE(type);
-    auto model = LoadModel("tiny", type);
+    SCOPED_TRACE(shape + " " + type);
+    auto model = LoadModel(shape, type);
     ASSERT_NE(model, nullptr);
     const std::vector<int32_t> tokens = {5, 900, 42, 77, 1000, 3, 250, 251, 9, 600, 17};
     auto run = [&](bool qkv) {
