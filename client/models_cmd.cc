@@ -199,6 +199,8 @@ struct LoadArgs {
   int64_t kv_tokens = 0;
   std::string kv_type, backend;
   int32_t device = -1;  // --device; -1: the server places the model
+  int32_t tensor_parallel = 0;    // --tensor-parallel
+  std::vector<int32_t> devices;   // --devices
   std::string tool_parser, reasoning_parser;
   std::string spec, draft;
   int32_t spec_k = 0;
@@ -218,6 +220,8 @@ int Load(LoadArgs& a, const Globals& g, client::MinferClient& client) {
   load.set_kv_type(a.kv_type);
   load.set_backend(a.backend);
   if (a.device >= 0) load.set_device(a.device);
+  load.set_tensor_parallel(a.tensor_parallel);
+  for (int32_t d : a.devices) load.add_devices(d);
   load.set_tool_parser(a.tool_parser);
   load.set_reasoning_parser(a.reasoning_parser);
   load.set_spec(a.spec);
@@ -369,6 +373,14 @@ void AddModelCommands(CLI::App& app, const Globals& g, CommandTable& table) {
                      "GPU index to load on (minferctl status lists them); default: the server "
                      "places the model on the GPU with the most free memory")
       ->check(CLI::NonNegativeNumber);
+  c_load->add_option("--tensor-parallel", load->tensor_parallel,
+                     "split the model over this many GPUs (attention heads and FFN columns per "
+                     "GPU, NCCL all-reduces); with --devices, those GPUs rank by rank")
+      ->check(CLI::NonNegativeNumber);
+  c_load->add_option("--devices", load->devices,
+                     "the GPUs of a --tensor-parallel split, e.g. 0,1 (default: those with the "
+                     "most free memory)")
+      ->delimiter(',');
   c_load->add_option("--tool-parser", load->tool_parser,
                      "tool-call family of the replies: hermes, llama3_json or none "
                      "(default: the chat template's)");

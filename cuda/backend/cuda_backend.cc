@@ -51,7 +51,14 @@ CudaBackend::CudaBackend(CudaState* state, const KnobOverrides* knobs,
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     CudaState* state, const models::DecoderModel& model, const KnobOverrides* knobs,
-    const std::function<void(uint64_t, uint64_t)>& progress, const uint64_t* knob_generation) {
+    const std::function<void(uint64_t, uint64_t)>& progress, const uint64_t* knob_generation,
+    TensorParallel tp) {
+  if (tp.group != nullptr &&
+      (tp.rank < 0 || tp.rank >= tp.group->size() || tp.group->device(tp.rank) != state->device())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor-parallel rank ", tp.rank, " of ", tp.group->size(), " is not on cuda:",
+        state->device()));
+  }
   // The op gate, before anything is uploaded: a family whose graph needs an
   // op without a CUDA kernel (the mixture-of-experts ops, until their
   // kernels exist) is refused naming the op, so Model::Load keeps it on the
@@ -64,6 +71,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     probe.kv_type = graph::DType::kF16;
     ASSIGN_OR_RETURN(graph::Graph g, models::BuildDecoderBatchGraph(model, probe));
     CudaBackend checker(state, knobs, nullptr);
+    checker.tp_ = tp;
     for (const Node& n : g.nodes()) {
       if (!checker.SupportsOp(n)) {
         return absl::UnimplementedError(absl::StrCat(
@@ -76,6 +84,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   for (const auto& w : model.weights()) weights.push_back(w.get());
   ASSIGN_OR_RETURN(auto b, Create(state, weights, knobs, progress));
   b->model_knob_gen_ = knob_generation;
+  b->tp_ = std::move(tp);
   return b;
 }
 
@@ -375,9 +384,9 @@ bool CudaBackend::SupportsOp(const Node& n) const {
     case OpKind::kMoeFFN:
       return MoeFfnSupported(n);
     case OpKind::kAllReduce:
-      // Tensor parallelism runs on the CPU backend so far; the GPU's
-      // all-reduce (cuda/comm/nccl.h inside the captured step) is owed.
-      return false;
+      // A tensor-parallel rank's: NCCL on this device's stream, captured
+      // with the rest of the step.
+      return tp_.group != nullptr;
   }
   return false;
 }
@@ -554,6 +563,17 @@ absl::Status CudaBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
   return s;
 }
 
+absl::Status CudaBackend::RunAllReduce(const OpArgs& o) {
+  if (tp_.group == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda AllReduce ", o.n.name, ": this backend is not a tensor-parallel rank"));
+  }
+  // Out of place: the input stays the node's producer's (the memos may
+  // still describe it).
+  return tp_.group->AllReduceSum(tp_.rank, o.f(0), o.out, static_cast<size_t>(o.n_el),
+                                 NcclType::kF32, o.st);
+}
+
 CudaBackend::Handler CudaBackend::HandlerFor(OpKind op) {
   switch (op) {
     case OpKind::kInput: return &CudaBackend::RunNothing;
@@ -580,7 +600,7 @@ CudaBackend::Handler CudaBackend::HandlerFor(OpKind op) {
     case OpKind::kTopK: return &CudaBackend::RunTopK;
     case OpKind::kMoeRoute: return &CudaBackend::RunMoeRoute;
     case OpKind::kMoeFFN: return &CudaBackend::RunMoeFfn;
-    case OpKind::kAllReduce: return nullptr;
+    case OpKind::kAllReduce: return &CudaBackend::RunAllReduce;
   }
   return nullptr;
 }

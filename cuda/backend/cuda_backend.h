@@ -46,6 +46,7 @@
 #include "cuda/backend/activation_memos.h"
 #include "cuda/backend/graph_recorder.h"
 #include "cuda/backend/matmul_choice.h"
+#include "cuda/comm/nccl.h"
 #include "cuda/state/cuda_state.h"
 #include "engine/base/knobs.h"
 #include "engine/graph/backend.h"
@@ -54,15 +55,26 @@
 
 namespace minfer::cuda {
 
+// A tensor-parallel rank of a CudaBackend (CudaBackend::Create).
+struct CudaTensorParallel {
+  std::shared_ptr<NcclGroup> group;  // null: not a rank
+  int rank = 0;
+};
+
 class CudaBackend : public graph::Backend {
  public:
   // Uploads every weight of `model` (the all-or-nothing participation gate:
   // a weight whose type has no kernel keeps the model off the GPU, and the
   // error names the first such tensor).
+  // `tp`: a tensor-parallel rank's communicator (group->device(rank) must
+  // be this state's device); the backend runs the shard's AllReduce nodes on
+  // it, inside the captured step. Without one, a graph with AllReduce is
+  // refused by the op gate.
+  using TensorParallel = CudaTensorParallel;
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
       CudaState* state, const models::DecoderModel& model, const KnobOverrides* knobs,
       const std::function<void(uint64_t, uint64_t)>& progress,
-      const uint64_t* knob_generation = nullptr);
+      const uint64_t* knob_generation = nullptr, TensorParallel tp = {});
   // The same for an explicit list of weights (tests).
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
       CudaState* state, const std::vector<const graph::Weight*>& weights,
@@ -245,6 +257,7 @@ class CudaBackend : public graph::Backend {
   absl::Status RunTopK(const OpArgs& o);
   // ops_moe.cc
   absl::Status RunMoeRoute(const OpArgs& o);
+  absl::Status RunAllReduce(const OpArgs& o);  // cuda_backend.cc
   absl::Status RunMoeFfn(const OpArgs& o);
   // Whether MoeFFN node n's experts have a kernel (integer-dot types or
   // MXFP4, rows of whole blocks, f32 biases, n_expert and k in moe.h's
@@ -270,6 +283,7 @@ class CudaBackend : public graph::Backend {
   CudaState* state_;
   const KnobOverrides* knob_overrides_;
   const uint64_t* model_knob_gen_;  // may be null
+  TensorParallel tp_;               // group null: not a tensor-parallel rank
   uint64_t owner_;
   uint64_t knob_gen_ = ~0ull;
   Knobs knobs_;

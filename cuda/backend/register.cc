@@ -2,6 +2,7 @@
 // (binaries built with --config=cuda): Model::Load then offers each model to
 // the GPU first.
 #include "cuda/backend/cuda_backend.h"
+#include "cuda/comm/nccl.h"
 #include "cuda/kernels/mmq.h"
 #include "engine/base/knobs.h"
 #include "engine/base/status.h"
@@ -14,6 +15,18 @@ namespace {
 absl::StatusOr<CudaState*> StateFor(int32_t device) {
   return device < 0 ? CudaState::Get() : CudaState::Get(device);
 }
+
+// A split's communicators (one NCCL rank per device), shared by the ranks'
+// backends.
+class NcclCollective : public runtime::DeviceCollective {
+ public:
+  explicit NcclCollective(std::shared_ptr<NcclGroup> group) : group_(std::move(group)) {}
+  int size() const override { return group_->size(); }
+  const std::shared_ptr<NcclGroup>& group() const { return group_; }
+
+ private:
+  std::shared_ptr<NcclGroup> group_;
+};
 
 runtime::DeviceInfo InfoOf(CudaState& s) {
   runtime::DeviceInfo info;
@@ -64,9 +77,27 @@ const bool kRegistered = [] {
   p.create = [](const runtime::DeviceBackendRequest& req)
       -> absl::StatusOr<std::unique_ptr<graph::Backend>> {
     ASSIGN_OR_RETURN(CudaState* state, StateFor(req.device));
-    auto b = CudaBackend::Create(state, *req.model, req.knobs, req.progress, req.knob_generation);
+    CudaBackend::TensorParallel tp;
+    if (req.collective != nullptr) {
+      // Only this provider's make_collective makes the collectives its
+      // requests carry.
+      tp.group = static_cast<const NcclCollective&>(*req.collective).group();
+      tp.rank = req.tp_rank;
+    }
+    auto b = CudaBackend::Create(state, *req.model, req.knobs, req.progress, req.knob_generation,
+                                 std::move(tp));
     if (!b.ok()) return b.status();
     return std::unique_ptr<graph::Backend>(std::move(*b));
+  };
+  p.make_collective = [](const std::vector<int32_t>& devices)
+      -> absl::StatusOr<std::shared_ptr<runtime::DeviceCollective>> {
+    std::vector<int> ids;
+    for (int32_t d : devices) {
+      ASSIGN_OR_RETURN(CudaState * s, CudaState::Get(d));  // exists and is usable
+      ids.push_back(s->device());
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<NcclGroup> group, NcclGroup::Create(ids));
+    return std::make_shared<NcclCollective>(std::shared_ptr<NcclGroup>(std::move(group)));
   };
   runtime::RegisterDeviceBackendProvider(std::move(p));
   return true;

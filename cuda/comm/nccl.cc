@@ -124,11 +124,16 @@ NcclGroup::~NcclGroup() {
 
 absl::Status NcclGroup::AllReduceSum(int rank, void* buf, size_t count, NcclType type,
                                      cudaStream_t stream) {
+  return AllReduceSum(rank, buf, buf, count, type, stream);
+}
+
+absl::Status NcclGroup::AllReduceSum(int rank, const void* send, void* recv, size_t count,
+                                     NcclType type, cudaStream_t stream) {
   if (rank < 0 || rank >= size()) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of a group of ", size()));
   }
   const Nccl& n = Library();
-  return Check(n.all_reduce(buf, buf, count, ToNccl(type), ncclSum,
+  return Check(n.all_reduce(send, recv, count, ToNccl(type), ncclSum,
                             static_cast<ncclComm_t>(comms_[rank]), stream),
                "ncclAllReduce");
 }

@@ -56,6 +56,9 @@ class NcclGroup {
   // Every rank must call it with the same count and type.
   absl::Status AllReduceSum(int rank, void* buf, size_t count, NcclType type,
                             cudaStream_t stream);
+  // The same, out of place: `recv` gets the sum of every rank's `send`.
+  absl::Status AllReduceSum(int rank, const void* send, void* recv, size_t count, NcclType type,
+                            cudaStream_t stream);
 
   // Brackets collectives that one thread issues for several ranks.
   static absl::Status GroupStart();

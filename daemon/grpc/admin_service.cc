@@ -153,6 +153,8 @@ void ModelStatusToProto(const SlotStatus& st, const std::vector<std::string>& al
   out->set_backend(st.backend.empty() ? st.config.backend : st.backend);
   out->set_device(st.placement.device);
   out->set_device_label(st.placement.label);
+  out->set_tensor_parallel(std::max(1, st.config.tensor_parallel));
+  for (int32_t d : st.placement.devices) out->add_devices(d);
   const runtime::EngineSnapshot& e = st.engine;
   out->set_n_ctx(e.n_ctx > 0 ? e.n_ctx : st.config.n_ctx);
   out->set_parallel(st.config.parallel);
@@ -334,6 +336,36 @@ grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(
     valid = absl::InvalidArgumentError(
         absl::StrCat("device must be a GPU index (>= 0), got ", request->device()));
   }
+  if (valid.ok() && (request->tensor_parallel() < 0 || request->tensor_parallel() > 64)) {
+    valid = absl::InvalidArgumentError(absl::StrCat(
+        "tensor_parallel must be between 1 and 64 GPUs (0: 1), got ", request->tensor_parallel()));
+  }
+  const int32_t tp = std::max(1, request->tensor_parallel());
+  if (valid.ok() && request->devices_size() > 0) {
+    if (request->has_device()) {
+      valid = absl::InvalidArgumentError("name the GPUs with either device or devices, not both");
+    } else if (request->devices_size() != tp) {
+      valid = absl::InvalidArgumentError(absl::StrCat(
+          "devices names ", request->devices_size(), " GPUs for tensor_parallel ", tp));
+    } else {
+      std::vector<int32_t> seen(request->devices().begin(), request->devices().end());
+      std::sort(seen.begin(), seen.end());
+      if (seen.front() < 0 || std::adjacent_find(seen.begin(), seen.end()) != seen.end()) {
+        valid = absl::InvalidArgumentError("devices must be distinct GPU indices (>= 0)");
+      }
+    }
+  }
+  if (valid.ok() && tp > 1 && request->has_device()) {
+    valid = absl::InvalidArgumentError(
+        "a split (tensor_parallel > 1) names its GPUs with devices, not device");
+  }
+  if (valid.ok() && tp > 1 && !request->draft().empty()) {
+    valid = absl::InvalidArgumentError(
+        "a draft model with tensor parallelism is not supported; use spec ngram or none");
+  }
+  if (valid.ok() && tp > 1 && request->backend() == "cpu" && request->devices_size() > 0) {
+    valid = absl::InvalidArgumentError("devices were named with backend 'cpu'");
+  }
   if (valid.ok() && request->backend() == "cuda") {
     bool linked = false;
     for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {
@@ -354,6 +386,8 @@ grpc::ServerWriteReactor<v1::LoadModelResponse>* AdminServiceImpl::LoadModel(
   config.path = request->path();
   config.backend = request->backend();
   config.device = request->has_device() ? request->device() : -1;
+  config.tensor_parallel = tp;
+  config.devices.assign(request->devices().begin(), request->devices().end());
   config.n_ctx = request->n_ctx();
   config.parallel = request->parallel();
   config.kv_type = request->kv_type();

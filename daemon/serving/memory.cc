@@ -133,24 +133,47 @@ uint64_t MemoryBudget::reserved() const {
   return total;
 }
 
+uint64_t DeviceBudget::UsableLocked(const std::string& name, int32_t device,
+                                    uint64_t free_bytes, uint64_t* others) const {
+  uint64_t o = 0;
+  for (const auto& [n, parts] : pending_) {
+    if (n == name) continue;
+    for (const Pending& p : parts) o += p.device == device ? p.bytes : 0;
+  }
+  if (others != nullptr) *others = o;
+  const uint64_t taken = o + kHeadroom;
+  return free_bytes > taken ? free_bytes - taken : 0;
+}
+
+std::string DeviceBudget::Refusal(const std::string& name, const Part& part, uint64_t others,
+                                  uint64_t usable) const {
+  return absl::StrCat("model '", name, "' does not fit in the memory of ", part.label,
+                      ": it needs ", part.estimate.ToString(), ", but the device has ",
+                      Bytes(part.free_bytes), " free of ", Bytes(part.total_bytes), ", less ",
+                      Bytes(others), " reserved by loads in progress and ", Bytes(kHeadroom),
+                      " kept for the CUDA context and graphs, leaving ", Bytes(usable));
+}
+
 absl::Status DeviceBudget::Reserve(const std::string& name, int32_t device,
                                    const std::string& label, const MemoryEstimate& estimate,
                                    uint64_t free_bytes, uint64_t total_bytes) {
+  return ReserveSplit(name, {Part{device, label, estimate, free_bytes, total_bytes}});
+}
+
+absl::Status DeviceBudget::ReserveSplit(const std::string& name, const std::vector<Part>& parts) {
   std::lock_guard<std::mutex> lock(mu_);
-  uint64_t others = 0;
-  for (const auto& [n, p] : pending_) {
-    if (n != name && p.device == device) others += p.bytes;
+  std::string refused;
+  for (const Part& part : parts) {
+    uint64_t others = 0;
+    const uint64_t usable = UsableLocked(name, part.device, part.free_bytes, &others);
+    if (part.estimate.total() > usable) {
+      absl::StrAppend(&refused, refused.empty() ? "" : "; ", Refusal(name, part, others, usable));
+    }
   }
-  const uint64_t taken = others + kHeadroom;
-  const uint64_t usable = free_bytes > taken ? free_bytes - taken : 0;
-  if (estimate.total() > usable) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "model '", name, "' does not fit in the memory of ", label, ": it needs ",
-        estimate.ToString(), ", but the device has ", Bytes(free_bytes), " free of ",
-        Bytes(total_bytes), ", less ", Bytes(others), " reserved by loads in progress and ",
-        Bytes(kHeadroom), " kept for the CUDA context and graphs, leaving ", Bytes(usable)));
-  }
-  pending_[name] = Pending{device, estimate.total()};
+  if (!refused.empty()) return absl::ResourceExhaustedError(refused);
+  std::vector<Pending>& mine = pending_[name];
+  mine.clear();
+  for (const Part& part : parts) mine.push_back(Pending{part.device, part.estimate.total()});
   return absl::OkStatus();
 }
 
@@ -162,14 +185,18 @@ void DeviceBudget::Release(const std::string& name) {
 uint64_t DeviceBudget::pending() const {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t total = 0;
-  for (const auto& [n, p] : pending_) total += p.bytes;
+  for (const auto& [n, parts] : pending_) {
+    for (const Pending& p : parts) total += p.bytes;
+  }
   return total;
 }
 
 uint64_t DeviceBudget::pending(int32_t device) const {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t total = 0;
-  for (const auto& [n, p] : pending_) total += p.device == device ? p.bytes : 0;
+  for (const auto& [n, parts] : pending_) {
+    for (const Pending& p : parts) total += p.device == device ? p.bytes : 0;
+  }
   return total;
 }
 

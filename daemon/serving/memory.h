@@ -28,6 +28,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -121,6 +122,18 @@ class DeviceBudget {
   absl::Status Reserve(const std::string& name, int32_t device, const std::string& label,
                        const MemoryEstimate& estimate, uint64_t free_bytes,
                        uint64_t total_bytes);
+  // One rank of a split (tensor parallelism): what Reserve takes, per device.
+  struct Part {
+    int32_t device = 0;
+    std::string label;
+    MemoryEstimate estimate;
+    uint64_t free_bytes = 0;
+    uint64_t total_bytes = 0;
+  };
+  // Reserves every part (distinct devices) or none: RESOURCE_EXHAUSTED
+  // naming each device that lacks room and its figures. Replaces the
+  // model's other reservations, as Reserve does.
+  absl::Status ReserveSplit(const std::string& name, const std::vector<Part>& parts);
   void Release(const std::string& name);
   // Bytes reserved by loads in progress, on all devices or on `device`.
   uint64_t pending() const;
@@ -135,7 +148,13 @@ class DeviceBudget {
     uint64_t bytes = 0;
   };
   mutable std::mutex mu_;
-  std::map<std::string, Pending> pending_;  // guarded by mu_
+  // What `name` would leave usable on `device` (others' loads in progress
+  // and the headroom off `free_bytes`), and the others' bytes. mu_ held.
+  uint64_t UsableLocked(const std::string& name, int32_t device, uint64_t free_bytes,
+                        uint64_t* others) const;
+  std::string Refusal(const std::string& name, const Part& part, uint64_t others,
+                      uint64_t usable) const;
+  std::map<std::string, std::vector<Pending>> pending_;  // guarded by mu_
 };
 
 }  // namespace minfer::daemon

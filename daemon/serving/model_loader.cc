@@ -29,6 +29,7 @@ absl::StatusOr<std::string> EngineLoader::AdmitOnDevice(const gguf::GgufFile& fi
     placement_ = DevicePlacement();
     return config_.backend;
   }
+  if (config_.tensor_parallel > 1) return AdmitSplit(file, device_estimate);
   // A wake goes back to the device the model was placed on.
   int32_t requested = sleep_level_ > 0 ? placement_.device : config_.device;
   if (requested < 0) {
@@ -59,7 +60,7 @@ absl::StatusOr<std::string> EngineLoader::AdmitOnDevice(const gguf::GgufFile& fi
       absl::Status st = hooks_.device_budget->Reserve(config_.name, d.index, label, dev,
                                                       d.free_bytes, d.total_bytes);
       if (st.ok()) {
-        placement_ = DevicePlacement{d.index, label};
+        placement_ = DevicePlacement{d.index, label, {d.index}};
         return config_.backend;
       }
       if (draft != nullptr) {
@@ -85,6 +86,95 @@ absl::StatusOr<std::string> EngineLoader::AdmitOnDevice(const gguf::GgufFile& fi
   if (config_.device >= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("device ", config_.device, " does not exist; this server has no GPUs"));
+  }
+  return config_.backend;
+}
+
+namespace {
+
+// Whether a tensor is split across tensor-parallel ranks (DecoderModel::
+// Shard: attention q/k/v/output and the dense FFN's matrices); the rest
+// (norms, embedding, head) every rank holds whole.
+bool SplitAcrossRanks(const std::string& name) {
+  for (const char* part : {".attn_q.", ".attn_k.", ".attn_v.", ".attn_output.", ".ffn_gate.",
+                           ".ffn_up.", ".ffn_down."}) {
+    if (name.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EngineLoader::AdmitSplit(const gguf::GgufFile& file,
+                                                      const MemoryEstimate& device_estimate) {
+  const int32_t n = config_.tensor_parallel;
+  for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {
+    if (!p.devices) continue;
+    absl::StatusOr<std::vector<runtime::DeviceInfo>> devices = p.devices();
+    if (!devices.ok() || devices->empty()) continue;
+    // The split's devices, rank by rank.
+    std::vector<runtime::DeviceInfo> chosen;
+    const std::vector<int32_t>& want = sleep_level_ > 0 ? placement_.devices : config_.devices;
+    if (!want.empty()) {
+      for (int32_t index : want) {
+        auto it = std::find_if(devices->begin(), devices->end(),
+                               [&](const runtime::DeviceInfo& d) { return d.index == index; });
+        if (it == devices->end()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "device ", index, " does not exist; this server has ", devices->size(),
+              " device(s)"));
+        }
+        chosen.push_back(*it);
+      }
+    } else {
+      ASSIGN_OR_RETURN(std::vector<runtime::DeviceInfo> order,
+                       PlacementOrder(*devices, -1, *hooks_.device_budget));
+      if (static_cast<int32_t>(order.size()) < n) {
+        const absl::Status st = absl::FailedPreconditionError(absl::StrCat(
+            "tensor parallelism over ", n, " devices, but this server has ", order.size()));
+        if (config_.backend == "cuda") return st;
+        Logger("daemon")->warn("model '{}': split on the CPU: {}", config_.name, st.message());
+        placement_ = DevicePlacement();
+        return std::string("cpu");
+      }
+      chosen.assign(order.begin(), order.begin() + n);
+    }
+    // Each rank: its share of the split tensors, every replicated one, its
+    // KV heads' share of the pool, the whole step's activations.
+    std::vector<DeviceBudget::Part> parts;
+    std::string labels;
+    for (const runtime::DeviceInfo& d : chosen) {
+      MemoryEstimate dev = device_estimate;
+      dev.kv = (device_estimate.kv + n - 1) / n;
+      if (p.weight_bytes) {
+        dev.weights = 0;
+        for (const gguf::TensorInfo& t : file.tensors()) {
+          const uint64_t b = p.weight_bytes(d.index, static_cast<int>(t.type),
+                                            t.dims.empty() ? 1 : t.dims[0], t.rows(), t.nbytes,
+                                            &config_.knobs);
+          dev.weights += SplitAcrossRanks(t.name) ? (b + n - 1) / n : b;
+        }
+      }
+      const std::string label = DeviceLabel(p.name, d);
+      absl::StrAppend(&labels, labels.empty() ? "" : " + ", label);
+      parts.push_back({d.index, label, dev, d.free_bytes, d.total_bytes});
+    }
+    absl::Status st = hooks_.device_budget->ReserveSplit(config_.name, parts);
+    if (st.ok()) {
+      placement_.device = chosen[0].index;
+      placement_.label = absl::StrCat(labels, " (tensor parallel ", n, ")");
+      placement_.devices.clear();
+      for (const runtime::DeviceInfo& d : chosen) placement_.devices.push_back(d.index);
+      return config_.backend;
+    }
+    st = absl::Status(st.code(), absl::StrCat("tensor parallel ", n, ": ", st.message()));
+    if (config_.backend == "cuda") return st;
+    Logger("daemon")->warn("model '{}': split on the CPU: {}", config_.name, st.message());
+    placement_ = DevicePlacement();
+    return std::string("cpu");
+  }
+  if (!config_.devices.empty()) {
+    return absl::InvalidArgumentError("devices were named, but this server has no GPUs");
   }
   return config_.backend;
 }
@@ -196,6 +286,8 @@ absl::Status EngineLoader::Load() {
   runtime::ModelOptions mo;
   mo.backend = backend;
   mo.device = placement_.device;
+  mo.tensor_parallel_size = config_.tensor_parallel;
+  if (placement_.devices.size() > 1) mo.tensor_parallel_devices = placement_.devices;
   mo.knobs = config_.knobs;
   mo.progress = [this, load_total](uint64_t done, uint64_t total) {
     if (hooks_.progress) hooks_.progress(done, std::max(total, load_total));

@@ -62,6 +62,9 @@ struct LoaderMemory {
 struct DevicePlacement {
   int32_t device = -1;  // the provider's device index; -1 on the CPU
   std::string label;    // "cuda:1 (NVIDIA H200)"; empty on the CPU
+  // A split model's devices, rank by rank (devices[0] == device); one
+  // device otherwise, empty on the CPU.
+  std::vector<int32_t> devices;
 };
 
 class ModelLoader {
@@ -127,6 +130,11 @@ class EngineLoader : public ModelLoader {
   absl::StatusOr<std::string> AdmitOnDevice(const gguf::GgufFile& file,
                                             const gguf::GgufFile* draft,
                                             const MemoryEstimate& device_estimate);
+  // AdmitOnDevice for a split (SlotConfig::tensor_parallel > 1): a rank's
+  // share on each of the split's devices (the named ones, a wake's, else
+  // those with the most room), all reserved or none.
+  absl::StatusOr<std::string> AdmitSplit(const gguf::GgufFile& file,
+                                         const MemoryEstimate& device_estimate);
   // The drafter (spec "draft") and the engine over the loaded model(s).
   absl::Status BuildEngine();
   uint64_t DraftBytes() const;

@@ -23,6 +23,11 @@ struct SlotConfig {
   // when it is set, else the device with the most free memory
   // (LoadModelRequest.device, placement.h).
   int32_t device = -1;
+  // Tensor parallelism (LoadModelRequest.tensor_parallel / devices): the
+  // model split over this many GPUs (1: not split), on `devices` when they
+  // are named (as many as the split), else on the GPUs with the most room.
+  int32_t tensor_parallel = 1;
+  std::vector<int32_t> devices;
   int64_t n_ctx = 4096;          // clamped to the model's context length
   int32_t parallel = 16;  // sequences running at once
   std::string kv_type;    // "" (the model's default), "f32", "f16", "q8_0", "fp8"

@@ -262,7 +262,11 @@ std::vector<SlotManager::DeviceStatus> SlotManager::Devices() const {
   std::map<int32_t, std::vector<std::string>> placed;
   for (const auto& slot : List()) {
     SlotStatus st = slot->Status();
-    if (st.placement.device >= 0) placed[st.placement.device].push_back(st.config.name);
+    // A split model is on each of its devices.
+    for (int32_t d : st.placement.devices) placed[d].push_back(st.config.name);
+    if (st.placement.devices.empty() && st.placement.device >= 0) {
+      placed[st.placement.device].push_back(st.config.name);
+    }
   }
   std::vector<DeviceStatus> out;
   for (const runtime::DeviceBackendProvider& p : runtime::DeviceBackendProviders()) {

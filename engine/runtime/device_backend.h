@@ -21,6 +21,16 @@ namespace minfer::runtime {
 
 using DeviceProgressFn = std::function<void(uint64_t, uint64_t)>;
 
+// The collective of a model split over several of one provider's devices
+// (tensor parallelism: CUDA's is an NCCL communicator per device), made by
+// DeviceBackendProvider::make_collective and shared by the split's ranks'
+// backends, which keep it alive. Opaque to the engine.
+class DeviceCollective {
+ public:
+  virtual ~DeviceCollective() = default;
+  virtual int size() const = 0;
+};
+
 struct DeviceBackendRequest {
   const models::DecoderModel* model = nullptr;  // outlives the backend
   const KnobOverrides* knobs = nullptr;
@@ -33,6 +43,11 @@ struct DeviceBackendRequest {
   // Which of the provider's devices (DeviceInfo::index) the backend runs
   // on; -1: the provider's default device (the first `devices` lists).
   int32_t device = -1;
+  // Tensor parallelism on devices: this backend is rank `tp_rank` of
+  // `collective` (whose rank tp_rank is on `device`), and runs the graph's
+  // AllReduce nodes on it. Null: the model is not split across devices.
+  std::shared_ptr<DeviceCollective> collective;
+  int32_t tp_rank = 0;
 };
 
 // What a device offers, for placement, admission and status reports.
@@ -64,6 +79,12 @@ struct DeviceBackendProvider {
   // without a kernel — naming the first such tensor —, out of memory...).
   std::function<absl::StatusOr<std::unique_ptr<graph::Backend>>(const DeviceBackendRequest&)>
       create;
+  // A collective whose rank i is on devices[i] (distinct indices of
+  // `devices`), or why there can be none (its library is missing, a device
+  // is repeated, ...). Null: the provider cannot split a model.
+  std::function<absl::StatusOr<std::shared_ptr<DeviceCollective>>(
+      const std::vector<int32_t>& devices)>
+      make_collective;
 };
 
 // Thread-safe.

@@ -52,9 +52,20 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
       return absl::InvalidArgumentError("tensor_parallel_size and tensor_parallel are exclusive");
     }
     const int32_t n = options.tensor_parallel_size;
+    if (options.backend != "cpu") {
+      // On devices: rank r on devices[r], over the provider's collective.
+      absl::StatusOr<std::shared_ptr<Model>> split = LoadDeviceSplit(path, options);
+      if (split.ok() || options.backend == "cuda") return split;
+      Logger("runtime")->info("{}: tensor parallelism on the CPU: {}", path,
+                              split.status().message());
+    } else if (!options.tensor_parallel_devices.empty()) {
+      return absl::InvalidArgumentError("tensor_parallel_devices name devices, but backend is cpu");
+    }
     auto collective = std::make_shared<graph::InProcessCollective>(n);
     ModelOptions rank = options;
+    rank.backend = "cpu";
     rank.tensor_parallel_size = 1;
+    rank.tensor_parallel_devices.clear();
     rank.tensor_parallel = {0, n, collective.get()};
     ASSIGN_OR_RETURN(std::shared_ptr<Model> root, Load(path, rank));
     for (int32_t r = 1; r < n; ++r) {
@@ -69,6 +80,13 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
   }
   const TensorParallelRank& tp = options.tensor_parallel;
   if (tp.size > 1) {
+    if (tp.device_collective != nullptr &&
+        (tp.device_collective->size() != tp.size || options.device < 0 ||
+         options.backend == "cpu")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor-parallel rank ", tp.rank, " of ", tp.size,
+          ": a device collective needs a rank of its size on a named device"));
+    }
     if (tp.collective == nullptr || tp.collective->size() != tp.size) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor-parallel rank ", tp.rank, " of ", tp.size, " needs a collective of that size"));
@@ -109,6 +127,9 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
   m->pool_ = pool;
   m->want_ = want;
   m->device_ = options.device;
+  m->tp_device_collective_ = tp.device_collective;
+  m->tp_rank_ = tp.rank;
+  if (tp.device_collective != nullptr) m->want_ = "cuda";  // a rank never falls back alone
   RETURN_IF_ERROR(m->CreateDeviceBackend(options.progress));
   auto cpu = std::make_unique<cpu::CpuBackend>(pool);
   if (tp.size > 1) cpu->SetCollective(tp.collective, tp.rank);
@@ -136,6 +157,8 @@ absl::Status Model::CreateDeviceBackend(const LoadProgressFn& progress) {
       req.model_name = name_;
       req.progress = progress;
       req.device = device_;
+      req.collective = tp_device_collective_;
+      req.tp_rank = tp_rank_;
       auto backend = p.create(req);
       if (backend.ok()) {
         // Device backends come first (the graph planner's order).
@@ -153,8 +176,62 @@ absl::Status Model::CreateDeviceBackend(const LoadProgressFn& progress) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<Model>> Model::LoadDeviceSplit(const std::string& path,
+                                                               const ModelOptions& options) {
+  const int32_t n = options.tensor_parallel_size;
+  std::vector<DeviceBackendProvider> providers = DeviceBackendProviders();
+  if (providers.empty()) {
+    return absl::UnavailableError(
+        "this build has no device backend (build with --config=cuda) to split a model across");
+  }
+  const DeviceBackendProvider& p = providers.front();
+  if (!p.make_collective) {
+    return absl::UnimplementedError(absl::StrCat(p.name, " cannot split a model across devices"));
+  }
+  std::vector<int32_t> devices = options.tensor_parallel_devices;
+  if (devices.empty()) {
+    ASSIGN_OR_RETURN(std::vector<DeviceInfo> all, p.devices());
+    if (static_cast<int32_t>(all.size()) < n) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor parallelism over ", n, " devices, but ", p.name, " has ", all.size()));
+    }
+    for (int32_t r = 0; r < n; ++r) devices.push_back(all[r].index);
+  } else if (static_cast<int32_t>(devices.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor parallelism over ", n, " ranks names ",
+                                                   devices.size(), " devices"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<DeviceCollective> dc, p.make_collective(devices));
+  // The CPU fallback of ops without a device kernel still needs a host
+  // collective of the same ranks.
+  auto collective = std::make_shared<graph::InProcessCollective>(n);
+  ModelOptions rank = options;
+  rank.backend = p.name;
+  rank.tensor_parallel_size = 1;
+  rank.tensor_parallel_devices.clear();
+  std::shared_ptr<Model> root;
+  for (int32_t r = 0; r < n; ++r) {
+    rank.device = devices[r];
+    rank.tensor_parallel = {r, n, collective.get(), dc};
+    if (r > 0) rank.progress = nullptr;
+    absl::StatusOr<std::shared_ptr<Model>> m = Load(path, rank);
+    if (!m.ok()) {
+      return absl::Status(m.status().code(), absl::StrCat("tensor-parallel rank ", r, " on device ",
+                                                          devices[r], ": ", m.status().message()));
+    }
+    (*m)->tp_collective_ = collective;
+    if (r == 0) {
+      root = std::move(*m);
+    } else {
+      root->tp_peers_.push_back(std::move(*m));
+    }
+  }
+  return root;
+}
+
 absl::Status Model::ReleaseWeights(bool keep_in_host_memory) {
   if (released_) return absl::OkStatus();
+  // A split sleeps and wakes whole.
+  for (const auto& peer : tp_peers_) RETURN_IF_ERROR(peer->ReleaseWeights(keep_in_host_memory));
   const uint64_t begin = file_->data_offset(), end = file_->file_size();
   if (keep_in_host_memory) {
     // A device model: every page resident, so that restoring copies from
@@ -170,6 +247,7 @@ absl::Status Model::ReleaseWeights(bool keep_in_host_memory) {
 
 absl::Status Model::RestoreWeights(const LoadProgressFn& progress) {
   if (!released_) return absl::OkStatus();
+  for (const auto& peer : tp_peers_) RETURN_IF_ERROR(peer->RestoreWeights(nullptr));
   if (gpu_) {
     gpu_ = false;
     const std::string want = want_;

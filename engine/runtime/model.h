@@ -22,6 +22,7 @@
 #include "engine/graph/backend.h"
 #include "engine/graph/collective.h"
 #include "engine/models/decoder.h"
+#include "engine/runtime/device_backend.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace minfer::runtime {
@@ -42,6 +43,10 @@ struct TensorParallelRank {
   int32_t rank = 0;
   int32_t size = 1;  // 1: no split
   graph::Collective* collective = nullptr;
+  // A split across devices: the device collective (rank `rank` on
+  // ModelOptions::device), which the rank's device backend runs the
+  // AllReduce nodes on. The rank must then load on that device.
+  std::shared_ptr<DeviceCollective> device_collective;
 };
 
 struct ModelOptions {
@@ -57,10 +62,14 @@ struct ModelOptions {
   int32_t device = -1;
   // The whole model split over this many ranks (1: not split): the Model
   // returned is rank 0 and owns the other ranks (tp_peers()) and their
-  // collective; BatchRunner runs every rank's step in lock-step. On the CPU
-  // backend only so far: the CUDA backend has no AllReduce kernel yet, so
-  // "cuda" refuses a split and "auto" runs it on the CPU.
+  // collective; BatchRunner runs every rank's step in lock-step.
+  // Where: backend "cpu", the CPU (ranks are threads summing host buffers);
+  // otherwise rank r on device tensor_parallel_devices[r] (default: the
+  // provider's first tensor_parallel_size devices) over the provider's
+  // collective (CUDA: NCCL). "auto" falls back to the CPU when the devices
+  // or the collective are missing; "cuda" refuses, saying why.
   int32_t tensor_parallel_size = 1;
+  std::vector<int32_t> tensor_parallel_devices;
   // One rank alone (what tensor_parallel_size loads for each rank; tests
   // drive ranks themselves with it). Not with tensor_parallel_size > 1.
   TensorParallelRank tensor_parallel;
@@ -145,6 +154,11 @@ class Model {
   // Appends the device backend ModelOptions::backend asks for, if any
   // (want_ "auto": logs and stays on the CPU when none can be made).
   absl::Status CreateDeviceBackend(const LoadProgressFn& progress);
+  // ModelOptions::tensor_parallel_size on devices: every rank on its
+  // device, over the first provider's collective; an error if any rank
+  // cannot be (the caller decides whether the CPU takes the split).
+  static absl::StatusOr<std::shared_ptr<Model>> LoadDeviceSplit(const std::string& path,
+                                                                const ModelOptions& options);
 
   std::unique_ptr<gguf::GgufFile> file_;
   std::unique_ptr<models::DecoderModel> arch_;
@@ -157,6 +171,8 @@ class Model {
   int32_t device_ = -1;  // ModelOptions::device
   std::vector<std::shared_ptr<Model>> tp_peers_;
   std::shared_ptr<graph::InProcessCollective> tp_collective_;  // shared by the ranks
+  std::shared_ptr<DeviceCollective> tp_device_collective_;  // a split across devices
+  int32_t tp_rank_ = 0;
   ThreadPool* pool_ = nullptr;
   KnobOverrides knobs_;
   uint64_t knob_gen_ = 0;

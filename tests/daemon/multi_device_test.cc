@@ -6,6 +6,7 @@
 // status, refuse a device that does not exist with the list of those that
 // do, and serve models on both devices at once.
 #include <mutex>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/minfer_client.h"
 #include "daemon/daemon.h"
+#include "daemon/serving/memory.h"
 #include "engine/base/thread_pool.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/runtime/device_backend.h"
@@ -45,6 +47,15 @@ FakeDevices& Fake() {
   return *f;
 }
 
+// The fake devices' collective: the ranks are CPU backends, so a host
+// collective of the split's size stands in for NCCL.
+class FakeCollective : public runtime::DeviceCollective {
+ public:
+  explicit FakeCollective(int n) : host(n) {}
+  int size() const override { return host.size(); }
+  graph::InProcessCollective host;
+};
+
 const bool kFakeRegistered = [] {
   runtime::DeviceBackendProvider p;
   p.name = "cuda";
@@ -60,7 +71,18 @@ const bool kFakeRegistered = [] {
       -> absl::StatusOr<std::unique_ptr<graph::Backend>> {
     std::lock_guard<std::mutex> lock(Fake().mu);
     Fake().created.push_back(req.device);
-    return std::unique_ptr<graph::Backend>(std::make_unique<cpu::CpuBackend>(&DefaultThreadPool()));
+    auto b = std::make_unique<cpu::CpuBackend>(&DefaultThreadPool());
+    if (req.collective != nullptr) {
+      b->SetCollective(&static_cast<FakeCollective&>(*req.collective).host, req.tp_rank);
+    }
+    return std::unique_ptr<graph::Backend>(std::move(b));
+  };
+  p.make_collective = [](const std::vector<int32_t>& devices)
+      -> absl::StatusOr<std::shared_ptr<runtime::DeviceCollective>> {
+    for (int32_t d : devices) {
+      if (d < 0 || d > 1) return absl::InvalidArgumentError(absl::StrCat("no device ", d));
+    }
+    return std::make_shared<FakeCollective>(static_cast<int>(devices.size()));
   };
   runtime::RegisterDeviceBackendProvider(std::move(p));
   return true;
@@ -231,6 +253,129 @@ TEST_F(MultiDeviceTest, ModelsOnBothDevicesServeAtOnceAndEqualTheirAloneRuns) {
   ASSERT_TRUE(both_b.ok()) << both_b.status();
   EXPECT_EQ(both_a->token_ids, alone_a->token_ids);
   EXPECT_EQ(both_b->token_ids, alone_b->token_ids);
+}
+
+// The total of the first refusal figure "... = X MiB (N B), but" in a
+// RESOURCE_EXHAUSTED message (what the model or rank needs).
+uint64_t NeededBytes(const std::string& message) {
+  std::smatch m;
+  static const std::regex kTotal(R"(= [0-9.]+ MiB \(([0-9]+) B\), but)");
+  EXPECT_TRUE(std::regex_search(message, m, kTotal)) << message;
+  return m.empty() ? 0 : std::stoull(m[1].str());
+}
+
+// Tensor parallelism through the admin API: each rank's share (its half of
+// the split matrices and of the KV pool, the replicated tensors, the step's
+// activations) is reserved on its device, so a model that fits on neither
+// device alone loads across both; it is listed on both, serves, and gives
+// the whole model's tokens.
+TEST_F(MultiDeviceTest, ASplitThatFitsOnNeitherDeviceAloneLoadsAcrossBoth) {
+  auto request = [&](const std::string& name, int32_t tp) {
+    v1::LoadModelRequest r;
+    r.set_name(name);
+    r.set_path(path_);
+    r.set_backend("cuda");
+    r.set_parallel(8);
+    r.set_n_ctx(2048);
+    (*r.mutable_knobs())["MINFER_BATCH_TOKENS"] = "16";  // the KV pool dominates
+    if (tp > 1) r.set_tensor_parallel(tp);
+    return r;
+  };
+  auto set_free = [&](uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(Fake().mu);
+    Fake().free[0] = Fake().free[1] = bytes;
+  };
+  set_free(DeviceBudget::kHeadroom + kMiB);
+  auto whole = client_->LoadModel(request("whole", 1));
+  ASSERT_EQ(whole.status().code(), absl::StatusCode::kResourceExhausted) << whole.status();
+  const uint64_t whole_need = NeededBytes(std::string(whole.status().message()));
+  auto split = client_->LoadModel(request("split", 2));
+  ASSERT_EQ(split.status().code(), absl::StatusCode::kResourceExhausted) << split.status();
+  EXPECT_THAT(split.status().message(), HasSubstr("tensor parallel 2: "));
+  EXPECT_THAT(split.status().message(), HasSubstr("cuda:0 (FakeGPU-A)"));
+  EXPECT_THAT(split.status().message(), HasSubstr("cuda:1 (FakeGPU-B)"));
+  const uint64_t rank_need = NeededBytes(std::string(split.status().message()));
+  ASSERT_GT(whole_need, 0u);
+  EXPECT_LT(rank_need, whole_need * 3 / 4) << "a rank holds about half";
+  // Room for a rank on each device, not for the whole model on either.
+  set_free(DeviceBudget::kHeadroom + (rank_need + whole_need) / 2);
+  whole = client_->LoadModel(request("whole", 1));
+  ASSERT_EQ(whole.status().code(), absl::StatusCode::kResourceExhausted) << whole.status();
+  EXPECT_THAT(whole.status().message(), HasSubstr("none of the 2 devices has more room"));
+  Fake().created.clear();
+  split = client_->LoadModel(request("split", 2));
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->tensor_parallel(), 2);
+  EXPECT_THAT(split->devices(), ElementsAre(0, 1));
+  EXPECT_EQ(split->device(), 0);
+  EXPECT_THAT(split->device_label(), HasSubstr("+ cuda:1 (FakeGPU-B) (tensor parallel 2)"));
+  EXPECT_THAT(Created(), ElementsAre(0, 1));
+  auto s = client_->GetServerStatus();
+  ASSERT_TRUE(s.ok()) << s.status();
+  int listed = 0;
+  for (const v1::Device& d : s->devices()) {
+    if (d.kind() == "cuda") listed += d.models_size() == 1 && d.models(0) == "split";
+  }
+  EXPECT_EQ(listed, 2);
+  // It serves, and gives the whole model's greedy tokens.
+  set_free(kTotal);
+  ASSERT_TRUE(client_->LoadModel(request("whole", 1)).ok());
+  auto a = client_->Generate(TextRequest("split", "Once upon a time", 24));
+  auto b = client_->Generate(TextRequest("whole", "Once upon a time", 24));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->token_ids.size(), 24u);
+  EXPECT_EQ(a->token_ids, b->token_ids);
+}
+
+// Named devices go rank by rank; requests that cannot be a split are
+// refused naming the problem.
+TEST_F(MultiDeviceTest, ASplitOnNamedDevicesAndBadSplitRequests) {
+  v1::LoadModelRequest r;
+  r.set_name("s");
+  r.set_path(path_);
+  r.set_backend("cuda");
+  r.set_parallel(2);
+  r.set_n_ctx(256);
+  r.set_tensor_parallel(2);
+  r.add_devices(1);
+  r.add_devices(0);
+  auto ok = client_->LoadModel(r);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_THAT(ok->devices(), ElementsAre(1, 0));
+  EXPECT_EQ(ok->device(), 1);
+  EXPECT_THAT(Created(), ElementsAre(1, 0));
+  auto refused = [&](v1::LoadModelRequest bad, const std::string& why) {
+    bad.set_name("bad");
+    auto st = client_->LoadModel(bad);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument) << st.status();
+    EXPECT_THAT(std::string(st.status().message()), HasSubstr(why));
+  };
+  v1::LoadModelRequest bad = r;
+  bad.clear_devices();
+  bad.add_devices(0);
+  refused(bad, "devices names 1 GPUs for tensor_parallel 2");
+  bad.add_devices(0);
+  refused(bad, "devices must be distinct");
+  bad = r;
+  bad.set_device(0);
+  refused(bad, "either device or devices");
+  bad.clear_devices();
+  refused(bad, "names its GPUs with devices, not device");
+  bad = r;
+  bad.clear_devices();
+  bad.add_devices(0);
+  bad.add_devices(7);
+  refused(bad, "device 7 does not exist");
+  bad = r;
+  bad.set_name("three");
+  bad.set_tensor_parallel(3);
+  bad.clear_devices();
+  auto three = client_->LoadModel(bad);
+  ASSERT_FALSE(three.ok());
+  EXPECT_THAT(std::string(three.status().message()),
+              HasSubstr("tensor parallelism over 3 devices, but this server has 2"));
 }
 
 }  // namespace
