@@ -488,6 +488,8 @@ void CudaBackend::StreamGraphs::Destroy(Exec exec) {
 
 absl::StatusOr<bool> CudaBackend::GraphReplay(uint64_t uid, int begin, int end, int64_t nt_hint) {
   if (!sticky_.ok()) return Failed();
+  // A recorded step holds the aborted communicators' kernels.
+  RETURN_IF_ERROR(CheckCollective());
   BeginWindow();
   // Prefill-shaped splits record only with prefill capture on.
   const GraphRecorder::Outcome outcome =
@@ -529,8 +531,18 @@ absl::Status CudaBackend::Synchronize() {
   return result;
 }
 
+absl::Status CudaBackend::CheckCollective() const {
+  if (tp_.group != nullptr && tp_.group->aborted()) {
+    return absl::FailedPreconditionError(
+        "cuda: this tensor-parallel rank's NCCL communicators were aborted after a rank failed; "
+        "load the model again");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
   if (!sticky_.ok()) return Failed();
+  RETURN_IF_ERROR(CheckCollective());
   BeginWindow();
   auto t0 = std::chrono::steady_clock::now();
   // What this node writes invalidates the memos of its previous contents

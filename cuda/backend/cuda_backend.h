@@ -258,6 +258,8 @@ class CudaBackend : public graph::Backend {
   // ops_moe.cc
   absl::Status RunMoeRoute(const OpArgs& o);
   absl::Status RunAllReduce(const OpArgs& o);  // cuda_backend.cc
+  // FAILED_PRECONDITION once this rank's communicators were aborted.
+  absl::Status CheckCollective() const;
   absl::Status RunMoeFfn(const OpArgs& o);
   // Whether MoeFFN node n's experts have a kernel (integer-dot types or
   // MXFP4, rows of whole blocks, f32 biases, n_expert and k in moe.h's

@@ -22,6 +22,8 @@ class NcclCollective : public runtime::DeviceCollective {
  public:
   explicit NcclCollective(std::shared_ptr<NcclGroup> group) : group_(std::move(group)) {}
   int size() const override { return group_->size(); }
+  void Abort() override { group_->Abort(); }
+  bool aborted() const override { return group_->aborted(); }
   const std::shared_ptr<NcclGroup>& group() const { return group_; }
 
  private:

@@ -20,6 +20,7 @@ struct Nccl {
   decltype(&ncclGetVersion) get_version = nullptr;
   decltype(&ncclCommInitAll) comm_init_all = nullptr;
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclCommAbort) comm_abort = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclGroupStart) group_start = nullptr;
   decltype(&ncclGroupEnd) group_end = nullptr;
@@ -48,6 +49,7 @@ const Nccl& Library() {
     sym(&n->get_version, "ncclGetVersion");
     sym(&n->comm_init_all, "ncclCommInitAll");
     sym(&n->comm_destroy, "ncclCommDestroy");
+    sym(&n->comm_abort, "ncclCommAbort");
     sym(&n->all_reduce, "ncclAllReduce");
     sym(&n->group_start, "ncclGroupStart");
     sym(&n->group_end, "ncclGroupEnd");
@@ -117,8 +119,20 @@ absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Create(const std::vector<i
 NcclGroup::~NcclGroup() {
   const Nccl& n = Library();
   if (!n.loaded.ok()) return;
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  if (aborted_.load()) return;  // ncclCommAbort freed them
   for (void* c : comms_) {
     if (c != nullptr) n.comm_destroy(static_cast<ncclComm_t>(c));
+  }
+}
+
+void NcclGroup::Abort() {
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  if (aborted_.exchange(true)) return;
+  const Nccl& n = Library();
+  if (!n.loaded.ok()) return;
+  for (void* c : comms_) {
+    if (c != nullptr) n.comm_abort(static_cast<ncclComm_t>(c));
   }
 }
 
@@ -131,6 +145,9 @@ absl::Status NcclGroup::AllReduceSum(int rank, const void* send, void* recv, siz
                                      NcclType type, cudaStream_t stream) {
   if (rank < 0 || rank >= size()) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of a group of ", size()));
+  }
+  if (aborted_.load()) {
+    return absl::FailedPreconditionError("the NCCL communicators were aborted after a rank failed");
   }
   const Nccl& n = Library();
   return Check(n.all_reduce(send, recv, count, ToNccl(type), ncclSum,

@@ -21,8 +21,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,14 @@ class NcclGroup {
   absl::Status AllReduceSum(int rank, const void* send, void* recv, size_t count, NcclType type,
                             cudaStream_t stream);
 
+  // Aborts every rank's communicator (ncclCommAbort): collectives in
+  // flight, on the GPU too, return instead of waiting for a rank that will
+  // not come. Every later AllReduceSum is FAILED_PRECONDITION; a graph
+  // that captured one must not be replayed (CudaBackend checks aborted()).
+  // Thread-safe, idempotent.
+  void Abort();
+  bool aborted() const { return aborted_.load(); }
+
   // Brackets collectives that one thread issues for several ranks.
   static absl::Status GroupStart();
   static absl::Status GroupEnd();
@@ -71,6 +81,8 @@ class NcclGroup {
   NcclGroup() = default;
   std::vector<int> devices_;
   std::vector<void*> comms_;  // ncclComm_t per rank
+  std::mutex abort_mu_;       // Abort against the destructor
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace minfer::cuda

@@ -202,18 +202,29 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
     // A rank that fails aborts the collective, so the others stop waiting
     // in their next AllReduce instead of running out its timeout; once
     // every rank is back it is made usable again for the next step.
+    // Ranks on devices wait inside their all-reduce kernels: their
+    // collective is aborted too, for good (DeviceCollective::Abort).
     graph::InProcessCollective* collective = model_->tp_collective();
+    DeviceCollective* device = model_->tp_device_collective();
+    if (device != nullptr && device->aborted()) {
+      return absl::FailedPreconditionError(
+          "this split's device collective was aborted after a rank failed; load the model again");
+    }
+    auto abort = [&] {
+      if (collective != nullptr) collective->Abort();
+      if (device != nullptr) device->Abort();
+    };
     std::vector<absl::Status> st(peers_.size());
     std::vector<std::thread> threads;
     threads.reserve(peers_.size());
     for (size_t i = 0; i < peers_.size(); ++i) {
       threads.emplace_back([&, i] {
         st[i] = peers_[i]->RunRank(items, &peer_rows_[i], extra != nullptr ? &peer_extra_[i] : nullptr);
-        if (!st[i].ok() && collective != nullptr) collective->Abort();
+        if (!st[i].ok()) abort();
       });
     }
     absl::Status own = RunRank(items, results, extra);
-    if (!own.ok() && collective != nullptr) collective->Abort();
+    if (!own.ok()) abort();
     for (auto& t : threads) t.join();
     bool failed = !own.ok();
     for (const absl::Status& s : st) failed = failed || !s.ok();

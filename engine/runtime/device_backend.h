@@ -29,6 +29,12 @@ class DeviceCollective {
  public:
   virtual ~DeviceCollective() = default;
   virtual int size() const = 0;
+  // After a rank's step failed: wakes the other ranks out of the
+  // collectives they wait in (a GPU rank would otherwise wait inside its
+  // all-reduce kernel for ever). The collective, and the split with it,
+  // fails from then on: the model must be loaded again. Thread-safe.
+  virtual void Abort() = 0;
+  virtual bool aborted() const = 0;
 };
 
 struct DeviceBackendRequest {

@@ -104,6 +104,8 @@ class Model {
   const std::vector<std::shared_ptr<Model>>& tp_peers() const { return tp_peers_; }
   // The ranks' collective of such a model (null otherwise).
   graph::InProcessCollective* tp_collective() const { return tp_collective_.get(); }
+  // A split across devices: the ranks' device collective (null otherwise).
+  DeviceCollective* tp_device_collective() const { return tp_device_collective_.get(); }
   // KV element type for new sessions: MINFER_CACHE_TYPE, or by default f32
   // on the CPU and f16 on a GPU when n_layers x n_kv_embd >= 8192.
   graph::DType DefaultKvType() const;

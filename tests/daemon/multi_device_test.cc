@@ -5,6 +5,8 @@
 // or the free memory says, report it in the model's and the server's
 // status, refuse a device that does not exist with the list of those that
 // do, and serve models on both devices at once.
+#include <atomic>
+#include <chrono>
 #include <mutex>
 #include <regex>
 #include <string>
@@ -41,6 +43,7 @@ struct FakeDevices {
   std::mutex mu;
   uint64_t free[2] = {3000 * kMiB, 5000 * kMiB};
   std::vector<int32_t> created;
+  std::atomic<int32_t> fail_device{-1};  // its backends' MatMuls fail
 };
 FakeDevices& Fake() {
   static FakeDevices* f = new FakeDevices;
@@ -53,7 +56,30 @@ class FakeCollective : public runtime::DeviceCollective {
  public:
   explicit FakeCollective(int n) : host(n) {}
   int size() const override { return host.size(); }
+  void Abort() override {
+    aborts++;
+    host.Abort();
+  }
+  bool aborted() const override { return aborts.load() > 0; }
   graph::InProcessCollective host;
+  std::atomic<int> aborts{0};
+};
+
+// A fake device's backend: the CPU's, whose MatMuls fail while
+// FakeDevices::fail_device names its device (a rank that fails mid-step).
+class FakeDeviceBackend : public cpu::CpuBackend {
+ public:
+  explicit FakeDeviceBackend(int32_t device)
+      : cpu::CpuBackend(&DefaultThreadPool()), device_(device) {}
+  absl::Status ExecuteNode(const graph::Node& node, const graph::ExecArgs& args) override {
+    if (node.op == graph::OpKind::kMatMul && Fake().fail_device.load() == device_) {
+      return absl::InternalError(absl::StrCat("injected failure on fake device ", device_));
+    }
+    return cpu::CpuBackend::ExecuteNode(node, args);
+  }
+
+ private:
+  const int32_t device_;
 };
 
 const bool kFakeRegistered = [] {
@@ -71,7 +97,7 @@ const bool kFakeRegistered = [] {
       -> absl::StatusOr<std::unique_ptr<graph::Backend>> {
     std::lock_guard<std::mutex> lock(Fake().mu);
     Fake().created.push_back(req.device);
-    auto b = std::make_unique<cpu::CpuBackend>(&DefaultThreadPool());
+    auto b = std::make_unique<FakeDeviceBackend>(req.device);
     if (req.collective != nullptr) {
       b->SetCollective(&static_cast<FakeCollective&>(*req.collective).host, req.tp_rank);
     }
@@ -97,6 +123,7 @@ class MultiDeviceTest : public ::testing::Test {
       Fake().free[0] = 3000 * kMiB;
       Fake().free[1] = 5000 * kMiB;
       Fake().created.clear();
+      Fake().fail_device = -1;
     }
     auto a = minfer::testing::TestModelPath("tiny-untied", "q8_0", 1);
     ASSERT_TRUE(a.ok()) << a.status();
@@ -376,6 +403,42 @@ TEST_F(MultiDeviceTest, ASplitOnNamedDevicesAndBadSplitRequests) {
   ASSERT_FALSE(three.ok());
   EXPECT_THAT(std::string(three.status().message()),
               HasSubstr("tensor parallelism over 3 devices, but this server has 2"));
+}
+
+// A rank that fails mid-step aborts the split's device collective, so the
+// other rank stops waiting at once (on GPUs it would wait inside its NCCL
+// kernel for ever; here the fake collective's 60 s timeout would end it).
+// The failure reaches the request; the split then refuses further steps
+// until it is loaded again, and the daemon keeps serving.
+TEST_F(MultiDeviceTest, AFailingRankAbortsTheSplitsCollective) {
+  v1::LoadModelRequest r;
+  r.set_name("s");
+  r.set_path(path_);
+  r.set_backend("cuda");
+  r.set_parallel(2);
+  r.set_n_ctx(256);
+  r.set_tensor_parallel(2);
+  ASSERT_TRUE(client_->LoadModel(r).ok());
+  auto before = client_->Generate(TextRequest("s", "Once upon a time", 8));
+  ASSERT_TRUE(before.ok()) << before.status();
+  Fake().fail_device = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto failed = client_->Generate(TextRequest("s", "Once upon a time", 8));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("injected failure on fake device 1"));
+  Fake().fail_device = -1;
+  auto after = client_->Generate(TextRequest("s", "Once upon a time", 8));
+  ASSERT_FALSE(after.ok()) << "an aborted split must not run";
+  EXPECT_THAT(std::string(after.status().message()), HasSubstr("load the model again"));
+  // Loaded again, it serves as before.
+  v1::UnloadModelRequest u;
+  u.set_name("s");
+  ASSERT_TRUE(client_->UnloadModel(u).ok());
+  ASSERT_TRUE(client_->LoadModel(r).ok());
+  auto again = client_->Generate(TextRequest("s", "Once upon a time", 8));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->token_ids, before->token_ids);
 }
 
 }  // namespace
