@@ -63,6 +63,8 @@
 #                                        per-op-kind times (MINFER_OP_TIMING): a forward
 #                                        of 1 and of 9 tokens (default 7b:q4_k_m), and
 #                                        single-stream decode of MOE (qwen3-30b-a3b)
+#   bash .gpu/gpu_run.sh kernels [SPEC]  per-kernel GPU time of one decode step (ncu;
+#                                        default qwen3-30b-a3b:q4_k_m), by kernel name
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
 # Logs go to $OUT (when set) so they come back with the device tool.
 set -uo pipefail
@@ -292,7 +294,9 @@ PY
     for spec in "$@"; do
       for v in 0 1; do
         echo "== $knob=$v $spec" | tee -a "$out/ab.log"
-        (export "$knob=$v"; run_bench "$spec") 2>&1 | grep -E "^\|.*(pp|tg)[0-9]|peak VRAM" | tee -a "$out/ab.log"
+        # The llama-bench style rows (pp/tg) and the batched rows (B).
+        (export "$knob=$v"; run_bench "$spec") 2>&1 |
+          grep -E "^\|.*(pp|tg)[0-9]|^\| .*\| (cuda|cpu) \| [0-9]+ \||peak VRAM" | tee -a "$out/ab.log"
       done
     done ;;
   prefix)
@@ -528,6 +532,41 @@ PY
     echo "== $moe: single-stream decode (tg32)" | tee -a "$out/profile.log"
     MINFER_OP_TIMING=1 minfer bench -m "$f" -p 0 -n 32 -r 1 2>&1 |
       grep -E "op timing|^\| .*tg" | sed 's/.*op timing: /  /' | tee -a "$out/profile.log"
+    ;;
+  kernels)
+    # Per-kernel GPU time of one decode step (Nsight Compute's
+    # gpu__time_duration; ncu serializes kernels and flushes caches between
+    # them, so read shares, not totals): `minfer run` of 3 tokens on SPEC
+    # (default qwen3-30b-a3b:q4_k_m), the kernels between the last two
+    # TopK launches (one whole decode step), summed by kernel name. The
+    # CSV stays on the machine; the table comes back.
+    spec="${1:-qwen3-30b-a3b:q4_k_m}"
+    f="/tmp/minfer-models/${spec%%:*}-${spec#*:}.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "${spec%%:*}" --type "${spec#*:}" -o "$f" 2>&1 |
+      tail -1 | tee -a "$out/mkmodel.log"
+    timeout 300 ncu --clock-control none --launch-count 4000 --metrics gpu__time_duration.sum \
+      --csv --print-units base "$bin/minfer" run -m "$f" --backend cuda -p "Hi there" -n 3 \
+      --temp 0 --ignore-eos > /tmp/kernels.csv 2> /tmp/kernels.err || tail -3 /tmp/kernels.err
+    python3 - /tmp/kernels.csv <<'PY' | tee "$out/kernels.log"
+import collections, csv, re, sys
+rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
+k = [(r["Kernel Name"], float(r["Metric Value"].replace(",", "")))
+     for r in csv.DictReader(rows) if r.get("Metric Name") == "gpu__time_duration.sum"]
+name = lambda n: re.sub(r"\(.*", "", n)[:70]
+tops = [i for i, (n, _) in enumerate(k) if "topk" in n.lower()]
+if len(tops) < 2:
+    sys.exit(f"{len(k)} kernels profiled, fewer than two TopK launches: no whole step")
+step = k[tops[-2] + 1:tops[-1] + 1]
+busy = sum(t for _, t in step)
+agg = collections.defaultdict(lambda: [0, 0.0])
+for n, t in step:
+    agg[name(n)][0] += 1
+    agg[name(n)][1] += t
+print(f"one decode step: {len(step)} kernels, {busy / 1e3:.1f} us busy under ncu")
+print("| us | calls | us/call | share | kernel |")
+for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
+    print(f"| {t / 1e3:.1f} | {c} | {t / c / 1e3:.2f} | {100 * t / busy:.1f}% | {n} |")
+PY
     ;;
   cmd) "$@" ;;
   *) echo "usage: gpu_run.sh tests|bench|cmd ..." >&2; exit 2 ;;
