@@ -116,6 +116,7 @@ absl::Status Daemon::Init() {
       f.free_bytes = d.info.free_bytes;
       f.pending_bytes = d.pending_bytes;
       f.models = static_cast<int64_t>(d.models.size());
+      f.healthy = d.info.fault.empty();
       out.push_back(std::move(f));
     }
     return out;
@@ -247,10 +248,17 @@ void Daemon::OnChange() {
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   std::set<std::string> now;
   std::map<std::string, bool> ready_by_model;
+  // Models on a faulted GPU (a poisoned CUDA context) fail every request:
+  // NOT_SERVING, while the other GPUs' models go on.
+  std::set<std::string> on_faulted;
+  for (const SlotManager::DeviceStatus& d : slots_->Devices()) {
+    if (!d.info.fault.empty()) on_faulted.insert(d.models.begin(), d.models.end());
+  }
   for (const auto& slot : slots_->List()) {
     // A sleeping model serves on demand: the request wakes it (a readiness
     // probe must not take the replica out of its pool for that).
-    const bool serving = AcceptsRequests(slot->state());
+    const bool serving =
+        AcceptsRequests(slot->state()) && on_faulted.count(slot->name()) == 0;
     ready_by_model[slot->name()] = serving;
     health->SetServingStatus(slot->name(), serving);
     now.insert(slot->name());

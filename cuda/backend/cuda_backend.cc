@@ -294,6 +294,7 @@ absl::Status CudaBackend::Check(cudaError_t err, const char* what) {
   if (err != cudaErrorInvalidValue && err != cudaErrorInvalidConfiguration &&
       err != cudaErrorMemoryAllocation) {
     sticky_ = s;
+    state_->RecordFault(std::string(s.message()));  // the whole device's context
     Logger("cuda")->error("{}", s.message());
   }
   return s;

@@ -37,6 +37,7 @@ runtime::DeviceInfo InfoOf(CudaState& s) {
   info.multiprocessors = s.sm_count();
   info.total_bytes = s.total_bytes();
   info.free_bytes = s.FreeBytes();
+  info.fault = s.fault();
   return info;
 }
 

@@ -373,6 +373,16 @@ std::map<GgmlType, uint64_t> CudaState::ScalePlaneBytes(uint64_t owner) const {
   return out;
 }
 
+void CudaState::RecordFault(const std::string& why) {
+  std::lock_guard<std::mutex> lock(fault_mu_);
+  if (fault_.empty()) fault_ = why.empty() ? std::string("unknown device error") : why;
+}
+
+std::string CudaState::fault() const {
+  std::lock_guard<std::mutex> lock(fault_mu_);
+  return fault_;
+}
+
 int32_t CudaState::TakeDeviceError() {
   volatile int32_t* flag = error_host_;
   int32_t v = *flag;

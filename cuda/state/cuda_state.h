@@ -120,6 +120,14 @@ class CudaState {
   int32_t* device_error_flag() const { return error_flag_; }
   int32_t TakeDeviceError();
 
+  // A device fault: an error that poisons the CUDA context (an illegal
+  // address, a launch failure, an uncorrectable ECC error), after which
+  // every backend on this device fails. The first is kept; fault() is ""
+  // while the device is healthy. Health reports read it (per-device
+  // health, ServerStatus.devices). Thread-safe.
+  void RecordFault(const std::string& why);
+  std::string fault() const;
+
   CudaState(const CudaState&) = delete;
   CudaState& operator=(const CudaState&) = delete;
 
@@ -137,6 +145,8 @@ class CudaState {
   std::recursive_mutex stream_lock_;
   int32_t* error_flag_ = nullptr;  // device alias of error_host_
   int32_t* error_host_ = nullptr;  // mapped pinned host memory
+  mutable std::mutex fault_mu_;
+  std::string fault_;  // guarded by fault_mu_
 
   struct Entry {
     WeightView view;

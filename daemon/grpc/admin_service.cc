@@ -553,6 +553,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetServerStatus(grpc::CallbackServer
   response->set_version(kMinferVersion);
   v1::Device* cpu = response->add_devices();
   cpu->set_kind("cpu");
+  cpu->set_healthy(true);
   cpu->set_name(CpuModelName());
   cpu->set_cores(static_cast<int32_t>(std::thread::hardware_concurrency()));
   if (absl::StatusOr<HostMemory> host = ReadHostMemory(); host.ok()) {
@@ -571,6 +572,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetServerStatus(grpc::CallbackServer
     dev->set_memory_free_bytes(d.info.free_bytes);
     dev->set_memory_pending_bytes(d.pending_bytes);
     for (const std::string& n : d.models) dev->add_models(n);
+    dev->set_healthy(d.info.fault.empty());
+    dev->set_fault(d.info.fault);
   }
   response->set_uptime_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());

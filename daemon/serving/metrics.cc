@@ -233,6 +233,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Name("minfer_device_models")
                         .Help("Models placed on the GPU.")
                         .Register(r);
+  device_healthy_ = &prometheus::BuildGauge()
+                         .Name("minfer_device_healthy")
+                         .Help("1 while the GPU is usable; 0 once an error poisoned its CUDA "
+                               "context (its models fail; ServerStatus gives the error).")
+                         .Register(r);
 }
 
 void Metrics::SetDeviceSource(std::function<std::vector<DeviceFigures>()> source) {
@@ -437,6 +442,7 @@ std::string Metrics::Serialize() const {
         device_memory_->Add({{"device", d.device}, {"kind", "pending"}})
             .Set(static_cast<double>(d.pending_bytes));
         device_models_->Add({{"device", d.device}}).Set(static_cast<double>(d.models));
+        device_healthy_->Add({{"device", d.device}}).Set(d.healthy ? 1.0 : 0.0);
       }
     }
   }

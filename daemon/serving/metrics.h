@@ -64,6 +64,8 @@
 //                                                    (as the device reports it), pending
 //                                                    (reserved by loads in progress)
 //   minfer_device_models{device}                     models placed on the GPU
+//   minfer_device_healthy{device}                    1, or 0 once an error poisoned the
+//                                                    GPU's CUDA context
 //
 // Per-model series of a slot are handed out as a ModelMetrics (stable
 // pointers); the slot's gauges are removed when the slot goes away, the
@@ -196,6 +198,7 @@ class Metrics {
     uint64_t free_bytes = 0;
     uint64_t pending_bytes = 0;
     int64_t models = 0;
+    bool healthy = true;
   };
   void SetDeviceSource(std::function<std::vector<DeviceFigures>()> source);
 
@@ -257,6 +260,7 @@ class Metrics {
   mutable HttpConnections http_seen_;
   prometheus::Family<prometheus::Gauge>* device_memory_;
   prometheus::Family<prometheus::Gauge>* device_models_;
+  prometheus::Family<prometheus::Gauge>* device_healthy_;
   mutable std::mutex device_mu_;
   std::function<std::vector<DeviceFigures>()> device_source_;  // guarded by device_mu_
 

@@ -624,6 +624,8 @@ bool Slot::Serve() {
     absl::Status step = engine->Step(&events);
     if (!step.ok()) {
       Logger("daemon")->error("model '{}': step failed: {}", config_.name, step);
+      // Health may have changed (a device fault): let the listeners look.
+      if (hooks_.on_state_change) hooks_.on_state_change(*this);
     }
     RecordStep(engine->Snapshot().last_step);
     // The status and the metrics take this step's figures (the KV blocks it

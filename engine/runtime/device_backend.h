@@ -63,6 +63,9 @@ struct DeviceInfo {
   int32_t multiprocessors = 0;
   uint64_t total_bytes = 0;
   uint64_t free_bytes = 0;       // now (other processes' use included)
+  // Empty while the device is healthy; else the error that left it
+  // unusable (a poisoned CUDA context): every model on it fails.
+  std::string fault;
 };
 
 struct DeviceBackendProvider {

@@ -44,6 +44,7 @@ struct FakeDevices {
   uint64_t free[2] = {3000 * kMiB, 5000 * kMiB};
   std::vector<int32_t> created;
   std::atomic<int32_t> fail_device{-1};  // its backends' MatMuls fail
+  std::string fault[2];                   // DeviceInfo::fault
 };
 FakeDevices& Fake() {
   static FakeDevices* f = new FakeDevices;
@@ -87,8 +88,9 @@ const bool kFakeRegistered = [] {
   p.name = "cuda";
   p.devices = []() -> absl::StatusOr<std::vector<runtime::DeviceInfo>> {
     std::lock_guard<std::mutex> lock(Fake().mu);
-    return std::vector<runtime::DeviceInfo>{{0, "FakeGPU-A", 7, kTotal, Fake().free[0]},
-                                            {1, "FakeGPU-B", 9, kTotal, Fake().free[1]}};
+    return std::vector<runtime::DeviceInfo>{
+        {0, "FakeGPU-A", 7, kTotal, Fake().free[0], Fake().fault[0]},
+        {1, "FakeGPU-B", 9, kTotal, Fake().free[1], Fake().fault[1]}};
   };
   p.weight_bytes = [](int32_t, int, int64_t, int64_t, uint64_t file_bytes, const KnobOverrides*) {
     return file_bytes;
@@ -124,6 +126,8 @@ class MultiDeviceTest : public ::testing::Test {
       Fake().free[1] = 5000 * kMiB;
       Fake().created.clear();
       Fake().fail_device = -1;
+      Fake().fault[0].clear();
+      Fake().fault[1].clear();
     }
     auto a = minfer::testing::TestModelPath("tiny-untied", "q8_0", 1);
     ASSERT_TRUE(a.ok()) << a.status();
@@ -439,6 +443,51 @@ TEST_F(MultiDeviceTest, AFailingRankAbortsTheSplitsCollective) {
   auto again = client_->Generate(TextRequest("s", "Once upon a time", 8));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->token_ids, before->token_ids);
+}
+
+// Health per device: a GPU whose context an error poisoned (here the fake
+// device reports the fault a CudaBackend would record) is unhealthy in the
+// server's status and the metrics, its models report NOT_SERVING once a
+// failed step has the daemon look again, and the other GPU's model goes on
+// serving and stays SERVING.
+TEST_F(MultiDeviceTest, AFaultedDeviceTakesItsModelsOutOfServiceAndOnlyThose) {
+  ASSERT_TRUE(Load("a", 0).ok());
+  ASSERT_TRUE(Load("b", 1).ok());
+  auto ha = client_->Health("b");
+  ASSERT_TRUE(ha.ok()) << ha.status();
+  EXPECT_EQ(*ha, grpc::health::v1::HealthCheckResponse::SERVING);
+  const std::string why = "an illegal memory access was encountered (cudaErrorIllegalAddress)";
+  {
+    std::lock_guard<std::mutex> lock(Fake().mu);
+    Fake().fault[1] = why;
+  }
+  Fake().fail_device = 1;  // what a poisoned context does to every step
+  auto failed = client_->Generate(TextRequest("b", "Once upon a time", 8));
+  ASSERT_FALSE(failed.ok());
+  auto hb = client_->Health("b");
+  ASSERT_TRUE(hb.ok()) << hb.status();
+  EXPECT_EQ(*hb, grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  auto h0 = client_->Health("a");
+  ASSERT_TRUE(h0.ok()) << h0.status();
+  EXPECT_EQ(*h0, grpc::health::v1::HealthCheckResponse::SERVING);
+  auto ok = client_->Generate(TextRequest("a", "Once upon a time", 8));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  auto s = client_->GetServerStatus();
+  ASSERT_TRUE(s.ok()) << s.status();
+  int checked = 0;
+  for (const v1::Device& d : s->devices()) {
+    if (d.kind() != "cuda") {
+      EXPECT_TRUE(d.healthy());
+      continue;
+    }
+    EXPECT_EQ(d.healthy(), d.index() == 0) << d.index();
+    EXPECT_EQ(d.fault(), d.index() == 1 ? why : "");
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+  const std::string metrics = daemon_->metrics().Serialize();
+  EXPECT_THAT(metrics, HasSubstr("minfer_device_healthy{device=\"cuda:0\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("minfer_device_healthy{device=\"cuda:1\"} 0"));
 }
 
 }  // namespace
