@@ -167,6 +167,7 @@ void PrintServer(const v1::ServerStatus& r) {
     }
     absl::StrAppend(&line, d.models().empty() ? "; no models"
                                               : absl::StrCat("; models ", absl::StrJoin(d.models(), ", ")));
+    if (!d.healthy()) absl::StrAppend(&line, "; UNHEALTHY: ", d.fault());
     rows.push_back({"device:", line});
   }
   PrintTable(rows);
