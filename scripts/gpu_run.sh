@@ -65,6 +65,8 @@
 #                                        single-stream decode of MOE (qwen3-30b-a3b)
 #   bash .gpu/gpu_run.sh kernels [SPEC]  per-kernel GPU time of one decode step (ncu;
 #                                        default qwen3-30b-a3b:q4_k_m), by kernel name
+#   bash .gpu/gpu_run.sh tp [SPEC]       tensor parallelism on two GPUs (issue 34; default
+#                                        llama3.1-70b:q4_k_m): one GPU, then split over two
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
 # Logs go to $OUT (when set) so they come back with the device tool.
 set -uo pipefail
@@ -566,6 +568,32 @@ print(f"one decode step: {len(step)} kernels, {busy / 1e3:.1f} us busy under ncu
 print("| us | calls | us/call | share | kernel |")
 for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
     print(f"| {t / 1e3:.1f} | {c} | {t / c / 1e3:.2f} | {100 * t / busy:.1f}% | {n} |")
+PY
+    ;;
+  tp)
+    # Tensor parallelism (issue 34; two GPUs): SPEC (default
+    # llama3.1-70b:q4_k_m, ~40 GB) on GPU 0 alone, then split over GPUs 0
+    # and 1 (--tensor-parallel 2): pp512 + tg128 single stream, then
+    # batched decode B = 1, 64 (128 + 128 tokens); greedy ids of both.
+    spec="${1:-llama3.1-70b:q4_k_m}"
+    f="/tmp/minfer-models/${spec%%:*}-${spec#*:}.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "${spec%%:*}" --type "${spec#*:}" -o "$f" 2>&1 |
+      tail -1 | tee -a "$out/mkmodel.log"
+    for mode in "--gpu 0" "--tensor-parallel 2 --devices 0,1"; do
+      echo "== $spec $mode" | tee -a "$out/tp.log"
+      # shellcheck disable=SC2086
+      minfer bench -m "$f" $mode -p 512 -n 128 -r 2 2>&1 | grep -E "^\||error" | tee -a "$out/tp.log"
+      # shellcheck disable=SC2086
+      minfer bench -m "$f" $mode -b 1,64 -p 128 -n 128 -r 1 2>&1 | grep -E "^\||error" |
+        tee -a "$out/tp.log"
+      # shellcheck disable=SC2086
+      minfer run -m "$f" --backend cuda $mode -p "The quick brown fox" -n 64 --temp 0 \
+        --ignore-eos --json -q > "$out/tp-ids-${mode// /_}.json" 2>> "$out/tp.log"
+    done
+    python3 - "$out"/tp-ids-*.json <<'PY' | tee -a "$out/tp.log"
+import json, sys
+ids = [json.load(open(p))["generated_ids"] for p in sys.argv[1:]]
+print("greedy ids, one GPU vs two:", "equal" if len(ids) == 2 and ids[0] == ids[1] else "DIFFER")
 PY
     ;;
   cmd) "$@" ;;

@@ -372,6 +372,14 @@ int BenchMain(int argc, char** argv) {
   app.add_option("--backend", backend, "cpu, cuda or auto")->capture_default_str();
   int gpu = -1;
   app.add_option("--gpu", gpu, "CUDA device index (default: highest compute capability)");
+  int32_t tensor_parallel = 1;
+  std::vector<int32_t> tp_devices;
+  app.add_option("--tensor-parallel", tensor_parallel,
+                 "split the model over this many ranks: GPUs (NCCL) with --backend cuda/auto, "
+                 "threads with --backend cpu")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--devices", tp_devices, "the GPUs of a --tensor-parallel split, rank by rank")
+      ->delimiter(',');
   std::string kv_type;
   app.add_option("--kv-type", kv_type,
                  "KV cache element type: auto, f32, f16, q8_0 or fp8 (MINFER_CACHE_TYPE)");
@@ -414,8 +422,15 @@ int BenchMain(int argc, char** argv) {
     }
   }
 
+  if (gpu >= 0 && tensor_parallel > 1) {
+    std::fprintf(stderr, "minfer %s: --gpu pins one device; a --tensor-parallel split names its "
+                         "GPUs with --devices\n", "bench");
+    return 2;
+  }
   runtime::ModelOptions mopt;
   mopt.backend = backend;
+  mopt.tensor_parallel_size = tensor_parallel;
+  mopt.tensor_parallel_devices = tp_devices;
   auto model = runtime::Model::Load(model_path, mopt);
   if (!model.ok()) {
     std::cerr << "minfer bench: " << model.status().message() << "\n";

