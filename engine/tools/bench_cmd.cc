@@ -25,6 +25,7 @@
 #include "engine/runtime/session.h"
 #include "engine/tools/bench_ops.h"
 #include "engine/tools/commands.h"
+#include "engine/tools/device_flags.h"
 #include "nlohmann/json.hpp"
 
 namespace minfer::tools {
@@ -370,16 +371,8 @@ int BenchMain(int argc, char** argv) {
   app.add_option("-d,--depth", depth, "tokens already in the context")->capture_default_str();
   app.add_option("-o,--output", output, "md or json")->capture_default_str();
   app.add_option("--backend", backend, "cpu, cuda or auto")->capture_default_str();
-  int gpu = -1;
-  app.add_option("--gpu", gpu, "CUDA device index (default: highest compute capability)");
-  int32_t tensor_parallel = 1;
-  std::vector<int32_t> tp_devices;
-  app.add_option("--tensor-parallel", tensor_parallel,
-                 "split the model over this many ranks: GPUs (NCCL) with --backend cuda/auto, "
-                 "threads with --backend cpu")
-      ->check(CLI::Range(1, 64));
-  app.add_option("--devices", tp_devices, "the GPUs of a --tensor-parallel split, rank by rank")
-      ->delimiter(',');
+  DeviceFlags device_flags;
+  AddDeviceFlags(app, &device_flags);
   std::string kv_type;
   app.add_option("--kv-type", kv_type,
                  "KV cache element type: auto, f32, f16, q8_0 or fp8 (MINFER_CACHE_TYPE)");
@@ -414,7 +407,6 @@ int BenchMain(int argc, char** argv) {
     std::cerr << "minfer bench: --spec draft needs --draft PATH\n";
     return 2;
   }
-  if (gpu >= 0) (void)KnobRegistry::Global().Set("MINFER_GPU", std::to_string(gpu));
   if (!kv_type.empty()) {
     if (absl::Status s = KnobRegistry::Global().Set("MINFER_CACHE_TYPE", kv_type); !s.ok()) {
       std::fprintf(stderr, "minfer: --kv-type: %s\n", s.ToString().c_str());
@@ -422,15 +414,12 @@ int BenchMain(int argc, char** argv) {
     }
   }
 
-  if (gpu >= 0 && tensor_parallel > 1) {
-    std::fprintf(stderr, "minfer %s: --gpu pins one device; a --tensor-parallel split names its "
-                         "GPUs with --devices\n", "bench");
-    return 2;
-  }
   runtime::ModelOptions mopt;
   mopt.backend = backend;
-  mopt.tensor_parallel_size = tensor_parallel;
-  mopt.tensor_parallel_devices = tp_devices;
+  if (absl::Status s = ApplyDeviceFlags(device_flags, &mopt); !s.ok()) {
+    std::fprintf(stderr, "minfer bench: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   auto model = runtime::Model::Load(model_path, mopt);
   if (!model.ok()) {
     std::cerr << "minfer bench: " << model.status().message() << "\n";

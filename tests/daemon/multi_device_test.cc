@@ -138,7 +138,10 @@ class MultiDeviceTest : public ::testing::Test {
     client_ = ClientFor(*daemon_);
   }
 
-  absl::StatusOr<v1::ModelStatus> Load(const std::string& name, int32_t device) {
+  // The test model on the fake GPUs (device -1: placed by the daemon;
+  // tensor_parallel > 1: a split).
+  v1::LoadModelRequest Request(const std::string& name, int32_t device,
+                               int32_t tensor_parallel = 1) {
     v1::LoadModelRequest r;
     r.set_name(name);
     r.set_path(path_);
@@ -146,7 +149,11 @@ class MultiDeviceTest : public ::testing::Test {
     r.set_parallel(2);
     r.set_n_ctx(256);
     if (device >= 0) r.set_device(device);
-    return client_->LoadModel(r);
+    if (tensor_parallel > 1) r.set_tensor_parallel(tensor_parallel);
+    return r;
+  }
+  absl::StatusOr<v1::ModelStatus> Load(const std::string& name, int32_t device) {
+    return client_->LoadModel(Request(name, device));
   }
 
   std::vector<int32_t> Created() {
@@ -302,14 +309,10 @@ uint64_t NeededBytes(const std::string& message) {
 // the whole model's tokens.
 TEST_F(MultiDeviceTest, ASplitThatFitsOnNeitherDeviceAloneLoadsAcrossBoth) {
   auto request = [&](const std::string& name, int32_t tp) {
-    v1::LoadModelRequest r;
-    r.set_name(name);
-    r.set_path(path_);
-    r.set_backend("cuda");
+    v1::LoadModelRequest r = Request(name, -1, tp);
     r.set_parallel(8);
     r.set_n_ctx(2048);
     (*r.mutable_knobs())["MINFER_BATCH_TOKENS"] = "16";  // the KV pool dominates
-    if (tp > 1) r.set_tensor_parallel(tp);
     return r;
   };
   auto set_free = [&](uint64_t bytes) {
@@ -362,13 +365,7 @@ TEST_F(MultiDeviceTest, ASplitThatFitsOnNeitherDeviceAloneLoadsAcrossBoth) {
 // Named devices go rank by rank; requests that cannot be a split are
 // refused naming the problem.
 TEST_F(MultiDeviceTest, ASplitOnNamedDevicesAndBadSplitRequests) {
-  v1::LoadModelRequest r;
-  r.set_name("s");
-  r.set_path(path_);
-  r.set_backend("cuda");
-  r.set_parallel(2);
-  r.set_n_ctx(256);
-  r.set_tensor_parallel(2);
+  v1::LoadModelRequest r = Request("s", -1, 2);
   r.add_devices(1);
   r.add_devices(0);
   auto ok = client_->LoadModel(r);
@@ -415,13 +412,7 @@ TEST_F(MultiDeviceTest, ASplitOnNamedDevicesAndBadSplitRequests) {
 // The failure reaches the request; the split then refuses further steps
 // until it is loaded again, and the daemon keeps serving.
 TEST_F(MultiDeviceTest, AFailingRankAbortsTheSplitsCollective) {
-  v1::LoadModelRequest r;
-  r.set_name("s");
-  r.set_path(path_);
-  r.set_backend("cuda");
-  r.set_parallel(2);
-  r.set_n_ctx(256);
-  r.set_tensor_parallel(2);
+  const v1::LoadModelRequest r = Request("s", -1, 2);
   ASSERT_TRUE(client_->LoadModel(r).ok());
   auto before = client_->Generate(TextRequest("s", "Once upon a time", 8));
   ASSERT_TRUE(before.ok()) << before.status();
