@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "cuda/kernels/dq_gemm.h"
 #include "cuda/kernels/dq_wgmma.h"
+#include "cuda/kernels/launch.h"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/moe.h"
@@ -233,7 +234,10 @@ void CudaBackend::RefreshKnobs() {
   k.matmul.mmq = r.GetBool("MINFER_MMQ", knob_overrides_);
   k.matmul.mmvq_min_elems = r.GetInt("MINFER_MMVQ_MIN_ELEMS", knob_overrides_);
   k.attn_prefill_tc = r.GetBool("MINFER_ATTN_PREFILL_TC", knob_overrides_);
+  k.attn_fused_combine = r.GetBool("MINFER_ATTN_FUSED_COMBINE", knob_overrides_);
+  k.pdl = r.GetBool("MINFER_PDL", knob_overrides_);
   k.moe_mma = r.GetBool("MINFER_MOE_MMA", knob_overrides_);
+  k.moe_route_group = r.GetBool("MINFER_MOE_ROUTE_GROUP", knob_overrides_);
   k.moe_mma_min_tokens =
       std::clamp<int64_t>(r.GetInt("MINFER_MOE_MMA_MIN_TOKENS", knob_overrides_), 1, 8192);
   k.matmul.skip_write = !r.GetBool("MINFER_NO_SKIP_WRITE", knob_overrides_);
@@ -276,9 +280,13 @@ void CudaBackend::RefreshKnobs() {
 }
 
 void CudaBackend::BeginWindow() {
-  if (window_.owns_lock()) return;
-  window_ = state_->Lock();
-  RefreshKnobs();
+  if (!window_.owns_lock()) {
+    window_ = state_->Lock();
+    RefreshKnobs();
+  }
+  // Per call, not per window: the flag is the thread's, and another
+  // backend on this thread may have set its own since.
+  SetProgrammaticLaunch(knobs_.pdl && device_.cc >= 900);
 }
 
 absl::Status CudaBackend::Failed() const {
@@ -339,6 +347,20 @@ absl::StatusOr<void*> CudaBackend::Scratch(const std::string& tag, int64_t bytes
   ASSIGN_OR_RETURN(void* p, state_->Malloc(bytes, absl::StrCat("scratch ", tag)));
   scratch_[tag] = {p, bytes};
   ++scratch_gen_;
+  return p;
+}
+
+absl::StatusOr<void*> CudaBackend::ZeroedScratch(const std::string& tag, int64_t bytes) {
+  ASSIGN_OR_RETURN(void* p, Scratch(tag, bytes));
+  // (The allocation, not only the address: a regrown scratch may come back
+  // at the same address.)
+  const std::pair<void*, int64_t> now = scratch_[tag];
+  std::pair<void*, int64_t>& zeroed = zeroed_scratch_[tag];
+  if (zeroed != now) {
+    // A fresh allocation (Scratch refuses to grow inside a capture).
+    RETURN_IF_ERROR(Check(cudaMemsetAsync(p, 0, now.second, state_->stream()), "zero scratch"));
+    zeroed = now;
+  }
   return p;
 }
 
@@ -527,6 +549,7 @@ absl::Status CudaBackend::Synchronize() {
   }
   // Execution-window memos end here: buffer contents change meaning.
   memos_.EndWindow();
+  moe_grouped_ = {};
   pinned_in_used_ = 0;
   window_.unlock();
   return result;

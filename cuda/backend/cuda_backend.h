@@ -47,6 +47,7 @@
 #include "cuda/backend/graph_recorder.h"
 #include "cuda/backend/matmul_choice.h"
 #include "cuda/comm/nccl.h"
+#include "cuda/kernels/moe.h"
 #include "cuda/state/cuda_state.h"
 #include "engine/base/knobs.h"
 #include "engine/graph/backend.h"
@@ -117,6 +118,9 @@ class CudaBackend : public graph::Backend {
     int64_t dq_only_writes = 0;    // ... only the DQ GEMM's layout
     int64_t moe_mma = 0;           // MoeFFN nodes on the tensor-core grouped matmul
     int64_t moe_vector = 0;        // ... on the CUDA-core one
+    int64_t moe_route_group = 0;   // MoeRoute launches that also grouped for the MoeFFN
+    int64_t residual_epilogue = 0;  // residual adds done in a matmul's epilogue
+    int64_t residual_launch = 0;    // ... by an Add launch after the matmul
   };
   const Stats& stats() const { return stats_; }
   bool graphs_enabled() const { return recorder_.enabled(); }
@@ -148,9 +152,12 @@ class CudaBackend : public graph::Backend {
     int mmq_small_stages = 0;
     int dq_mt = 0;
     int dqw_warpgroups = 0;  // 0: by batch
+    bool pdl = true;         // MINFER_PDL (applies on sm_90+)
     bool moe_mma = true;          // MINFER_MOE_MMA
     int64_t moe_mma_min_tokens = 16;  // MINFER_MOE_MMA_MIN_TOKENS
+    bool moe_route_group = true;      // MINFER_MOE_ROUTE_GROUP
     bool attn_prefill_tc = true;
+    bool attn_fused_combine = true;  // MINFER_ATTN_FUSED_COMBINE
     bool op_timing = false;
     bool operator==(const Knobs&) const = default;
   };
@@ -167,6 +174,10 @@ class CudaBackend : public graph::Backend {
   }
   absl::StatusOr<const WeightView*> Weight(const graph::Weight* w) const;
   absl::StatusOr<void*> Scratch(const std::string& tag, int64_t bytes);
+  // Scratch whose users keep it zero between launches (the fused attention
+  // combine's counters): zeroed when it is (re)allocated, which never
+  // happens inside a capture.
+  absl::StatusOr<void*> ZeroedScratch(const std::string& tag, int64_t bytes);
   // The int8 plane of activation `x` (k floats x nt rows): quantized here
   // unless a producer already wrote it in this window.
   absl::StatusOr<const BlockQ8A*> Quantized(const graph::BufferRef& x, int64_t k, int64_t nt);
@@ -176,8 +187,11 @@ class CudaBackend : public graph::Backend {
   // of one weight type on one kernel share a launch (MMQ, the few-token
   // and the DQ GEMM). Each weight runs the kernel ChooseMatmulKernel plans
   // for it, or that kernel's run-time fallback (matmul_choice.h).
+  // residual (one weight only; may be null): ys[0] = residual + W x, in the
+  // MMVQ epilogue when that is the kernel, else by an Add launch after.
   absl::Status MatMulWeights(const graph::Node& n, absl::Span<const WeightView* const> ws,
-                             const graph::BufferRef& x, absl::Span<float* const> ys);
+                             const graph::BufferRef& x, absl::Span<float* const> ys,
+                             const float* residual = nullptr);
   // The kernel a fused one-token launch (FusedQKV, FusedFFN) plans for
   // weight w: kMmvq or kMatvecF32 (no shape gate).
   MatmulKernel OneTokenKernel(const WeightView& w) const;
@@ -265,6 +279,9 @@ class CudaBackend : public graph::Backend {
   // MXFP4, rows of whole blocks, f32 biases, n_expert and k in moe.h's
   // limits).
   static bool MoeFfnSupported(const graph::Node& n);
+  // The grouping arrays of a MoE step of nt tokens (the "moe_group"
+  // scratch, sized for at least 256 tokens so decode never grows it).
+  absl::StatusOr<MoeGroups> MoeGroupArrays(int64_t nt, int k, int n_expert);
 
   // The recorder's device side: capture, instantiate, launch and destroy on
   // the shared stream.
@@ -305,6 +322,8 @@ class CudaBackend : public graph::Backend {
   int64_t pinned_out_cap_ = 0;
 
   std::map<std::string, std::pair<void*, int64_t>> scratch_;  // tag -> (ptr, bytes)
+  // tag -> the allocation (ptr, bytes) ZeroedScratch zeroed
+  std::map<std::string, std::pair<void*, int64_t>> zeroed_scratch_;
   // Execution-window memos of quantized activations (the q8 planes, the
   // MMQ scratch) and the mode-2 dead ranges, each valid until a node (or a
   // host write) writes over its source range or the window ends.
@@ -316,6 +335,19 @@ class CudaBackend : public graph::Backend {
   // The distinct classes of the model's 2-D integer-dot weights: a mode-2
   // producer's readers are among them (ProducerLayout).
   std::vector<WeightClass> int8_weights_;
+  // A decode MoeRoute that grouped its assignments too (LaunchMoeRouteGroup)
+  // leaves here its output and the tile width it grouped for; the MoeFFN
+  // that reads that route then skips its own group launch. Cleared by every
+  // MoeFFN and at the end of the window, so a grouping is used at most once
+  // and only by the FFN right after its route.
+  struct MoeRouteGrouped {
+    const float* route = nullptr;
+    int64_t nt = 0;
+    int k = 0;
+    int n_expert = 0;
+    int tile_tokens = 0;
+  };
+  MoeRouteGrouped moe_grouped_;
   // The stream-k workspace (scratch "mmq_stream_k"), once allocated.
   void* mmq_sk_ws_ = nullptr;
   int64_t mmq_sk_bytes_ = 0;

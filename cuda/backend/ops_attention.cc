@@ -192,6 +192,11 @@ absl::Status CudaBackend::RunAttention(const OpArgs& o) {
     pg.kv_block = p.kv_block;
     ASSIGN_OR_RETURN(void* partial, Scratch("attn_partial",
                                             AttnPagedPartialFloats(ap, pg.n_tiles) * 4));
+    if (knobs_.attn_fused_combine) {
+      ASSIGN_OR_RETURN(void* counters, ZeroedScratch("attn_counters",
+                                                     AttnDecodeCounters(ap, pg.n_tiles) * 4));
+      pg.counters = static_cast<int32_t*>(counters);
+    }
     RETURN_IF_ERROR(Check(LaunchAttnDecodePaged(o.f(0), o.i32(3), o.in[1], o.in[2],
                                                 static_cast<float*>(partial), out, ap, pg, st),
                           "attention decode (paged)"));
@@ -204,8 +209,14 @@ absl::Status CudaBackend::RunAttention(const OpArgs& o) {
   if (nt == 1) {
     ASSIGN_OR_RETURN(void* partial, Scratch("attn_partial",
                                             AttnDecodePartialFloats(ap) * 4));
-    return Check(LaunchAttnDecode(o.f(0), o.i32(3), o.in[1], o.in[2], static_cast<float*>(partial),
-                                  out, ap, st),
+    AttnDecodeConfig cfg;
+    if (knobs_.attn_fused_combine) {
+      ASSIGN_OR_RETURN(void* counters,
+                       ZeroedScratch("attn_counters", AttnDecodeCounters(ap, 1) * 4));
+      cfg.counters = static_cast<int32_t*>(counters);
+    }
+    return Check(LaunchAttnDecodeConfigured(o.f(0), o.i32(3), o.in[1], o.in[2],
+                                            static_cast<float*>(partial), out, ap, cfg, st),
                  "attention decode");
   }
   // The tensor-core kernel (f16 KV, nt >= 16) is opt-in until it has

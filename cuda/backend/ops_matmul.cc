@@ -124,8 +124,14 @@ absl::StatusOr<void*> CudaBackend::MmqActivations(const Node& n, const BufferRef
 }
 
 absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightView* const> ws,
-                                        const BufferRef& x, absl::Span<float* const> ys) {
+                                        const BufferRef& x, absl::Span<float* const> ys,
+                                        const float* residual) {
   const int64_t nt = n.shape.ne[1], k = ws[0]->k;
+  if (residual != nullptr && ws.size() != 1) {
+    return absl::InternalError(absl::StrCat("cuda ", n.name, ": a residual with ", ws.size(),
+                                            " weights"));
+  }
+  bool residual_added = false;
   for (size_t i = 0; i < ws.size(); ++i) {
     if (ws[i]->k != k || k % 32 != 0) {
       return absl::InvalidArgumentError(absl::StrCat("cuda ", graph::OpName(n.op), " ", n.name,
@@ -217,7 +223,14 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
       case MatmulKernel::kMmvq: {
         RETURN_IF_ERROR(memos_.CheckNotDead(n, x, k * nt * 4));
         ASSIGN_OR_RETURN(const BlockQ8A* q, Quantized(x, k, nt));
-        RETURN_IF_ERROR(Check(LaunchMmvq(*ws[i], q, ys[i], ws[i]->rows, nt, st), "MMVQ"));
+        if (residual != nullptr) {
+          RETURN_IF_ERROR(Check(
+              LaunchMmvqResidual(*ws[i], q, residual, ys[i], ws[i]->rows, nt, st), "MMVQ"));
+          residual_added = true;
+          stats_.residual_epilogue++;
+        } else {
+          RETURN_IF_ERROR(Check(LaunchMmvq(*ws[i], q, ys[i], ws[i]->rows, nt, st), "MMVQ"));
+        }
         ++i;
         continue;
       }
@@ -344,6 +357,13 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
                            report.fast_skipped ? report.fast_skipped : "");
     }
   }
+  if (residual != nullptr && !residual_added) {
+    // Every other kernel: the Add the graph would have run, after it.
+    const int64_t n_el = ws[0]->rows * nt;
+    RETURN_IF_ERROR(
+        Check(LaunchAdd(residual, ys[0], n_el, ys[0], n_el, st), "MatMul residual"));
+    stats_.residual_launch++;
+  }
   return absl::OkStatus();
 }
 
@@ -364,7 +384,17 @@ absl::Status CudaBackend::RunMatMul(const OpArgs& o) {
   const ExecArgs& a = o.a;
   float* out = o.out;
   ASSIGN_OR_RETURN(const WeightView* w, Weight(n.weights[0]));
-  return MatMulWeights(n, {w}, a.inputs[0], {out});
+  const float* residual = nullptr;
+  if (n.inputs.size() > 1) {  // graph.h: y = r + W x
+    if (a.inputs[1].bytes < o.n_el * 4) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda MatMul ", n.name, ": residual holds ",
+                                                     a.inputs[1].bytes / 4, " floats, needs ",
+                                                     o.n_el));
+    }
+    RETURN_IF_ERROR(memos_.CheckNotDead(n, a.inputs[1], o.n_el * 4));
+    residual = o.f(1);
+  }
+  return MatMulWeights(n, {w}, a.inputs[0], {out}, residual);
 }
 
 absl::Status CudaBackend::RunFusedQkv(const OpArgs& o) {

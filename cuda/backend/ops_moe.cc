@@ -46,6 +46,23 @@ bool CudaBackend::MoeFfnSupported(const Node& n) {
   return true;
 }
 
+absl::StatusOr<MoeGroups> CudaBackend::MoeGroupArrays(int64_t nt, int k, int n_expert) {
+  const int64_t cap_nt = std::max(nt, kMoeScratchTokens);
+  const int64_t cap_a = cap_nt * k;
+  const int64_t cap_tiles = MoeMaxTiles(cap_nt, k, n_expert, 1);  // the most at any width
+  const int64_t off_slot = Align256(cap_a * 4);
+  const int64_t off_tiles = off_slot + Align256(cap_a * 4);
+  const int64_t off_ntiles = off_tiles + Align256(cap_tiles * 16);
+  ASSIGN_OR_RETURN(void* scratch, Scratch("moe_group", off_ntiles + 256));
+  uint8_t* base = static_cast<uint8_t*>(scratch);
+  MoeGroups g;
+  g.order = reinterpret_cast<int32_t*>(base);
+  g.slot = reinterpret_cast<int32_t*>(base + off_slot);
+  g.tiles = reinterpret_cast<int4*>(base + off_tiles);
+  g.n_tiles = reinterpret_cast<int32_t*>(base + off_ntiles);
+  return g;
+}
+
 absl::Status CudaBackend::RunMoeRoute(const OpArgs& o) {
   const Node& n = o.n;
   MoeRouteArgs a;
@@ -54,7 +71,21 @@ absl::Status CudaBackend::RunMoeRoute(const OpArgs& o) {
   a.gating = n.p.moe_gating == graph::MoeGating::kSoftmax ? 0 : 1;
   a.norm = n.p.moe_norm;
   a.scale = n.p.moe_scale;
-  return Check(LaunchMoeRoute(o.f(0), n.shape.ne[1], a, o.out, o.st), "MoeRoute");
+  const int64_t nt = n.shape.ne[1];
+  // Decode sizes: group for the MoeFFN in the same launch. Below
+  // moe_mma_min_tokens the FFN takes the CUDA-core matmul whatever its
+  // expert types, so its tile width is known here; the FFN checks it.
+  if (knobs_.moe_route_group && nt >= 1 && nt <= kMoeRouteGroupMaxTokens &&
+      nt < knobs_.moe_mma_min_tokens) {
+    ASSIGN_OR_RETURN(MoeGroups g, MoeGroupArrays(nt, a.k, a.n_expert));
+    const int tt = MoeTileTokens(nt);
+    RETURN_IF_ERROR(Check(LaunchMoeRouteGroup(o.f(0), nt, a, o.out, tt, g, o.err_flag, o.st),
+                          "MoeRoute (and group)"));
+    moe_grouped_ = {o.out, nt, a.k, a.n_expert, tt};
+    stats_.moe_route_group++;
+    return absl::OkStatus();
+  }
+  return Check(LaunchMoeRoute(o.f(0), nt, a, o.out, o.st), "MoeRoute");
 }
 
 absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
@@ -102,34 +133,34 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
     return mma ? LaunchMoeMatmulMma(args, st) : LaunchMoeMatmul(args, st);
   };
 
-  // One scratch for the step: the grouping, g and u [A][F], the quantized
-  // h [A][F / 32], d [A][E]. Sized for max(nt, kMoeScratchTokens) tokens.
+  // One scratch for the step: g and u [A][F], the quantized h [A][F / 32],
+  // d [A][E], sized for max(nt, kMoeScratchTokens) tokens; the grouping in
+  // its own (MoeGroupArrays, which a decode MoeRoute fills).
   const int64_t cap_nt = std::max(nt, kMoeScratchTokens);
   const int64_t cap_a = cap_nt * k;
-  const int64_t cap_tiles = MoeMaxTiles(cap_nt, k, n_exp, 1);  // the most at any width
-  const int64_t off_slot = Align256(cap_a * 4);
-  const int64_t off_tiles = off_slot + Align256(cap_a * 4);
-  const int64_t off_ntiles = off_tiles + Align256(cap_tiles * 16);
-  const int64_t off_g = off_ntiles + 256;
-  const int64_t off_u = off_g + Align256(cap_a * F * 4);
+  const int64_t off_u = Align256(cap_a * F * 4);
   const int64_t off_qh = off_u + Align256(cap_a * F * 4);
   const int64_t off_d = off_qh + Align256(cap_a * (F / 32) * static_cast<int64_t>(sizeof(BlockQ8A)));
   const int64_t total = off_d + Align256(cap_a * E * 4);
   ASSIGN_OR_RETURN(void* scratch, Scratch("moe", total));
   uint8_t* base = static_cast<uint8_t*>(scratch);
-  MoeGroups grp;
-  grp.order = reinterpret_cast<int32_t*>(base);
-  grp.slot = reinterpret_cast<int32_t*>(base + off_slot);
-  grp.tiles = reinterpret_cast<int4*>(base + off_tiles);
-  grp.n_tiles = reinterpret_cast<int32_t*>(base + off_ntiles);
-  float* g = reinterpret_cast<float*>(base + off_g);
+  ASSIGN_OR_RETURN(const MoeGroups grp, MoeGroupArrays(nt, k, n_exp));
+  float* g = reinterpret_cast<float*>(base);
   float* u = reinterpret_cast<float*>(base + off_u);
   BlockQ8A* qh = reinterpret_cast<BlockQ8A*>(base + off_qh);
   float* d = reinterpret_cast<float*>(base + off_d);
   const float* route = o.f(1);
 
-  RETURN_IF_ERROR(
-      Check(LaunchMoeGroup(route, nt, k, n_exp, tt, grp, o.err_flag, st), "MoeFFN group"));
+  // The route's own launch grouped for this FFN (RunMoeRoute), at this
+  // width: the arrays hold it. Either way the grouping is used up here.
+  const bool grouped = moe_grouped_.route == route && moe_grouped_.nt == nt &&
+                       moe_grouped_.k == k && moe_grouped_.n_expert == n_exp &&
+                       moe_grouped_.tile_tokens == tt;
+  moe_grouped_ = {};
+  if (!grouped) {
+    RETURN_IF_ERROR(
+        Check(LaunchMoeGroup(route, nt, k, n_exp, tt, grp, o.err_flag, st), "MoeFFN group"));
+  }
   ASSIGN_OR_RETURN(const BlockQ8A* qx, Quantized(a.inputs[0], E, nt));
 
   // Gate and up: silu(g) * u straight from the matmul when the experts are
@@ -183,9 +214,21 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   md.y_stride = E;
   md.mode = kMoePlain;
   RETURN_IF_ERROR(Check(matmul(md), "MoeFFN down"));
+  // The residual (graph.h; GraphBuilder::AddInto) in the combine's store.
+  const float* residual = nullptr;
+  if (n.inputs.size() > 2) {
+    if (a.inputs[2].bytes < o.n_el * 4) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda MoeFFN ", n.name, ": residual holds ",
+                                                     a.inputs[2].bytes / 4, " floats, needs ",
+                                                     o.n_el));
+    }
+    RETURN_IF_ERROR(memos_.CheckNotDead(n, a.inputs[2], o.n_el * 4));
+    residual = o.f(2);
+    stats_.residual_epilogue++;
+  }
   return Check(LaunchMoeCombine(d, route, grp.slot,
                                 bd ? static_cast<const float*>(bd->data) : nullptr,
-                                bd ? bd->row_bytes / 4 : 0, nt, k, E, o.out, st),
+                                bd ? bd->row_bytes / 4 : 0, nt, k, E, residual, o.out, st),
                "MoeFFN combine");
 }
 

@@ -2,9 +2,12 @@
 // pos[0] attends to cache rows [0, pos[0]]. The KV range is cut into
 // n_splits (kAttnSplits = 32) stripes; each stripe's partial attention
 // (running max, running sum, head_dim accumulators) goes to a slab
-// partial[split][head][pstr], and a combine kernel merges the stripes.
-// Grids are static: the context length is read on the device from pos[0], so
-// a captured launch stays valid at any later length.
+// partial[split][head][pstr], and a combine merges the stripes: a kernel of
+// its own, or (AttnDecodeConfig::counters) the block that finishes a head's
+// last stripe, counted with an atomic per (token, head), so a decode
+// attention is one launch instead of two. Grids are static: the context
+// length is read on the device from pos[0], so a captured launch stays valid
+// at any later length.
 //
 // Two bodies write the same partials; both are launched and each checks the
 // device-side length against `long_min_rows` and returns if it is not its
@@ -38,6 +41,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ops.h"
 
 namespace minfer::cuda {
@@ -69,6 +73,12 @@ struct DecodeArgs {
   const int32_t* tables;  // [n_rows][max_blocks]
   int max_blocks;
   int block_shift;
+  // The combine in the bodies (AttnDecodeConfig::counters): the last
+  // stripe of each (token, head or head group) to finish merges the
+  // stripes into out. Null: the separate combine kernel does.
+  int32_t* counters;  // [n_z][n_head], zero between launches
+  float* out;
+  const float* sinks;
 };
 
 // The query token of grid.z's tile, its block table and its partials; false
@@ -256,9 +266,69 @@ __device__ __forceinline__ float* partial_at(const DecodeArgs& a, const DecodeTo
   return d.partial + (static_cast<int64_t>(sp) * a.n_head + h) * a.pstr;
 }
 
+// Merges the stripes of head h of one token: gm = max m_sp, w_sp =
+// 2^(m_sp - gm), out = sum w_sp acc_sp / sum w_sp S_sp. One warp (all 32
+// lanes call); lane sp reads stripe sp's max and sum, lane i owns dims
+// 4i..4i+3 of the output. A sink s (log2 units: s_h log2(e)) joins the max
+// and adds 2^(s - gm) to the normalizer. partial: the token's slab
+// [n_splits][n_head][pstr]; out: the token's [n_head][hd]. The partials are
+// read through L2 (__ldcg): in the fused form other blocks of this grid
+// wrote them.
+__device__ __forceinline__ void combine_head(const float* partial, float* out, int h, int n_head,
+                                             int hd, int pstr, int n_splits,
+                                             const float* __restrict__ sinks) {
+  const int lane = threadIdx.x & 31;
+  const int64_t split_stride = static_cast<int64_t>(n_head) * pstr;
+  const float* base = partial + static_cast<int64_t>(h) * pstr;
+  const bool has = lane < n_splits;
+  const float m_sp = has ? __ldcg(base + lane * split_stride) : -INFINITY;
+  const float s_sp = has ? __ldcg(base + lane * split_stride + 1) : 0.0f;
+  const float s2 = sinks != nullptr ? __ldg(sinks + h) * kLog2e : -INFINITY;
+  const float gm = fmaxf(warp_max(m_sp), s2);
+  const float wt = (has && gm != -INFINITY) ? exp2f(m_sp - gm) : 0.0f;
+  const float s_tot = warp_sum(s_sp * wt) + (sinks != nullptr ? exp2f(s2 - gm) : 0.0f);
+  const bool on = lane < (hd >> 2);
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int sp = 0; sp < n_splits; ++sp) {
+    const float w = __shfl_sync(kFullWarpMask, wt, sp);
+    if (on && w != 0.0f) {
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + 4) + lane);
+      o.x += w * x.x;
+      o.y += w * x.y;
+      o.z += w * x.z;
+      o.w += w * x.w;
+    }
+  }
+  if (on) {
+    const float4 r = s_tot > 0.0f ? make_float4(o.x / s_tot, o.y / s_tot, o.z / s_tot, o.w / s_tot)
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+    reinterpret_cast<float4*>(out + static_cast<int64_t>(h) * hd)[lane] = r;
+  }
+}
+
+// The fused combine's hand-off, after a block wrote its stripe's partials:
+// true in the block whose stripe completes (token z, slot) — every earlier
+// stripe's partials are then visible to it. The count returns to zero for
+// the next launch. Every thread of the block calls it.
+__device__ __forceinline__ bool last_stripe(const DecodeArgs& a, int slot) {
+  __shared__ int s_last;
+  __threadfence();  // this block's partials before its count
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t* c = a.counters + static_cast<int64_t>(blockIdx.z) * a.n_head + slot;
+    const int done = atomicAdd(c, 1) + 1;
+    s_last = done == a.n_splits;
+    if (s_last) *c = 0;  // (no other stripe of this launch touches it again)
+  }
+  __syncthreads();
+  if (s_last) __threadfence();  // the other stripes' partials after their counts
+  return s_last;
+}
+
 // The seed's body: one warp per (stripe, head).
 template <KvType KV>
 __global__ void __launch_bounds__(32) attn_decode_1w_kernel(DecodeArgs a) {
+  pdl_enter();
   DecodeToken d;
   if (!decode_token(a, &d)) return;
   const int n_kv = decode_n_kv(a, d);
@@ -280,12 +350,17 @@ __global__ void __launch_bounds__(32) attn_decode_1w_kernel(DecodeArgs a) {
     out[1] = S;
   }
   if (on) reinterpret_cast<float4*>(out + 4)[lane] = acc[0];
+  if (a.counters != nullptr && last_stripe(a, h)) {
+    combine_head(d.partial, a.out + d.t * a.n_head * a.hd, h, a.n_head, a.hd, a.pstr, a.n_splits,
+                 a.sinks);
+  }
 }
 
 // The GQA body: NG heads of one KV head per block, kLongWarps warps splitting
 // the stripe.
 template <KvType KV, int NG>
 __global__ void __launch_bounds__(32 * kLongWarps) attn_decode_gqa_kernel(DecodeArgs a) {
+  pdl_enter();
   using L = StepLayout<NG>;
   __shared__ float sm_m[kLongWarps][NG];
   __shared__ float sm_s[kLongWarps][NG];
@@ -351,19 +426,22 @@ __global__ void __launch_bounds__(32 * kLongWarps) attn_decode_gqa_kernel(Decode
     }
     if (l < (a.hd >> 2)) reinterpret_cast<float4*>(out + 4)[l] = o;
   }
+  // Warp w < NG merges the stripes of head h0 + w (NG <= kLongWarps).
+  if (a.counters != nullptr && last_stripe(a, h0) && warp < NG) {
+    combine_head(d.partial, a.out + d.t * a.n_head * a.hd, h0 + warp, a.n_head, a.hd, a.pstr,
+                 a.n_splits, a.sinks);
+  }
 }
 
-// Merges the stripes: gm = max m_sp, w_sp = 2^(m_sp - gm),
-// out = sum w_sp acc_sp / sum w_sp S_sp. One warp per head; lane sp reads
-// stripe sp's max and sum, lane i owns dims 4i..4i+3 of the output. A sink
-// s (log2 units: s_h log2(e)) joins the max and adds 2^(s - gm) to the
-// normalizer.
+// The combine as its own launch (AttnDecodeConfig::counters null): one
+// warp per (head, token).
 __global__ void __launch_bounds__(32)
     attn_decode_combine_kernel(const float* __restrict__ partial, float* __restrict__ out,
                                int n_head, int hd, int pstr, int n_splits,
                                const int32_t* __restrict__ tiles,
                                const float* __restrict__ sinks) {
-  const int h = blockIdx.x, lane = threadIdx.x;
+  pdl_enter();
+  const int h = blockIdx.x;
   const int64_t split_stride = static_cast<int64_t>(n_head) * pstr;
   int64_t t = 0;
   if (tiles != nullptr) {
@@ -373,39 +451,15 @@ __global__ void __launch_bounds__(32)
     partial += static_cast<int64_t>(blockIdx.y) * n_splits * split_stride;
     out += t * n_head * hd;
   }
-  const float* base = partial + static_cast<int64_t>(h) * pstr;
-  const bool has = lane < n_splits;
-  const float m_sp = has ? base[lane * split_stride] : -INFINITY;
-  const float s_sp = has ? base[lane * split_stride + 1] : 0.0f;
-  const float s2 = sinks != nullptr ? __ldg(sinks + h) * kLog2e : -INFINITY;
-  const float gm = fmaxf(warp_max(m_sp), s2);
-  const float wt = (has && gm != -INFINITY) ? exp2f(m_sp - gm) : 0.0f;
-  const float s_tot = warp_sum(s_sp * wt) + (sinks != nullptr ? exp2f(s2 - gm) : 0.0f);
-  const bool on = lane < (hd >> 2);
-  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int sp = 0; sp < n_splits; ++sp) {
-    const float w = __shfl_sync(kFullWarpMask, wt, sp);
-    if (on && w != 0.0f) {
-      const float4 x = reinterpret_cast<const float4*>(base + sp * split_stride + 4)[lane];
-      o.x += w * x.x;
-      o.y += w * x.y;
-      o.z += w * x.z;
-      o.w += w * x.w;
-    }
-  }
-  if (on) {
-    const float4 r = s_tot > 0.0f ? make_float4(o.x / s_tot, o.y / s_tot, o.z / s_tot, o.w / s_tot)
-                                  : make_float4(0.f, 0.f, 0.f, 0.f);
-    reinterpret_cast<float4*>(out + static_cast<int64_t>(h) * hd)[lane] = r;
-  }
+  combine_head(partial, out, h, n_head, hd, pstr, n_splits, sinks);
 }
 
 int PartialStride(int hd) { return (4 + hd + 3) & ~3; }
 
 template <KvType KV, int NG>
 void LaunchGqa(const DecodeArgs& a, int n_head, int n_z, cudaStream_t stream) {
-  attn_decode_gqa_kernel<KV, NG>
-      <<<dim3(a.n_splits, n_head / NG, n_z), 32 * kLongWarps, 0, stream>>>(a);
+  LaunchGrid(attn_decode_gqa_kernel<KV, NG>, dim3(a.n_splits, n_head / NG, n_z), 32 * kLongWarps, 0,
+             stream, a);
 }
 
 template <KvType KV>
@@ -435,7 +489,7 @@ void LaunchBodies(const DecodeArgs& a, int ng, int n_z, cudaStream_t stream) {
   // A body that can never run for this configuration is not launched at all
   // (a static, length-independent decision, so still replay-safe).
   if (a.long_min > 0) {
-    attn_decode_1w_kernel<KV><<<dim3(a.n_splits, a.n_head, n_z), 32, 0, stream>>>(a);
+    LaunchGrid(attn_decode_1w_kernel<KV>, dim3(a.n_splits, a.n_head, n_z), 32, 0, stream, a);
   }
   if (a.long_min != INT_MAX) LaunchGqaFor<KV>(ng, a, a.n_head, n_z, stream);
 }
@@ -482,6 +536,9 @@ cudaError_t LaunchDecode(const float* q, const int32_t* pos, const void* k_cache
   a.tables = nullptr;
   a.max_blocks = 0;
   a.block_shift = 0;
+  a.counters = cfg.counters;
+  a.out = out;
+  a.sinks = p.sinks;
   int n_z = 1;
   if (pg != nullptr) {
     a.tiles = pg->tiles;
@@ -510,8 +567,10 @@ cudaError_t LaunchDecode(const float* q, const int32_t* pos, const void* k_cache
     default:
       return cudaErrorInvalidValue;
   }
-  attn_decode_combine_kernel<<<dim3(p.n_head, n_z), 32, 0, stream>>>(
-      partial, out, p.n_head, p.head_dim, a.pstr, cfg.n_splits, a.tiles, p.sinks);
+  if (cfg.counters == nullptr) {
+    LaunchGrid(attn_decode_combine_kernel, dim3(p.n_head, n_z), 32, 0, stream, partial, out,
+               p.n_head, p.head_dim, a.pstr, cfg.n_splits, a.tiles, p.sinks);
+  }
   return cudaGetLastError();
 }
 
@@ -541,6 +600,7 @@ cudaError_t LaunchAttnDecodePaged(const float* q, const int32_t* pos, const void
   }
   AttnDecodeConfig cfg;
   cfg.n_splits = AttnPagedSplits(p, pg.n_tiles);
+  cfg.counters = pg.counters;
   return LaunchDecode(q, pos, k_cache, v_cache, partial, out, p, cfg, &pg, stream);
 }
 

@@ -22,6 +22,7 @@
 
 #include "cuda/kernels/attention_prefill_args.cuh"
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ops.h"
 
 namespace minfer::cuda {
@@ -35,6 +36,7 @@ constexpr int kChunks = kMaxHd / 16;  // float4 chunks per thread
 
 template <KvType KV>
 __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs a) {
+  pdl_enter();
   __shared__ __align__(16) float ks[kKTile][kMaxHd];
   __shared__ __align__(16) float vs[kKTile][kMaxHd];
   __shared__ int s_end[kThreads / 32];
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
 
 template <KvType KV>
 void LaunchCudaCore(const AttnPrefillArgs& a, dim3 grid, cudaStream_t stream) {
-  attn_prefill_kernel<KV><<<grid, kThreads, 0, stream>>>(a);
+  LaunchGrid(attn_prefill_kernel<KV>, grid, kThreads, 0, stream, a);
 }
 
 cudaError_t CheckParams(const float* q, const void* k_cache, const void* v_cache, const float* out,
@@ -311,16 +313,16 @@ cudaError_t LaunchAttnPrefillConfigured(const float* q, const int32_t* pos, int6
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n_head));
   switch (p.kv_type) {
     case KvType::kF32:
-      attn_prefill_kernel<KvType::kF32><<<grid, kThreads, 0, stream>>>(a);
+      LaunchGrid(attn_prefill_kernel<KvType::kF32>, grid, kThreads, 0, stream, a);
       break;
     case KvType::kF16:
-      attn_prefill_kernel<KvType::kF16><<<grid, kThreads, 0, stream>>>(a);
+      LaunchGrid(attn_prefill_kernel<KvType::kF16>, grid, kThreads, 0, stream, a);
       break;
     case KvType::kFp8:
-      attn_prefill_kernel<KvType::kFp8><<<grid, kThreads, 0, stream>>>(a);
+      LaunchGrid(attn_prefill_kernel<KvType::kFp8>, grid, kThreads, 0, stream, a);
       break;
     case KvType::kQ8_0:
-      attn_prefill_kernel<KvType::kQ8_0><<<grid, kThreads, 0, stream>>>(a);
+      LaunchGrid(attn_prefill_kernel<KvType::kQ8_0>, grid, kThreads, 0, stream, a);
       break;
     default:
       return cudaErrorInvalidValue;

@@ -53,9 +53,10 @@
 
 #include "cuda/kernels/attention_prefill_args.cuh"
 #include "cuda/kernels/common.cuh"
-#include "cuda/kernels/ptx_sm80.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ops.h"
 #include "cuda/kernels/per_device.cuh"
+#include "cuda/kernels/ptx_sm80.cuh"
 
 namespace minfer::cuda {
 namespace {
@@ -123,6 +124,7 @@ __device__ __forceinline__ void load_tile(const uint8_t* __restrict__ src_head, 
 
 template <int HD>
 __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefillArgs a) {
+  pdl_enter();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = TcLayout<HD>;
   constexpr int kKSteps = HD / 16;    // mma k-steps of Q K^T; also n-tile pairs of P V
@@ -369,7 +371,7 @@ cudaError_t LaunchTc(const AttnPrefillArgs& a, int64_t tiles, cudaStream_t strea
   });
   if (raised != cudaSuccess) return cudaErrorNotSupported;
   const dim3 grid(static_cast<unsigned>(a.n_head), static_cast<unsigned>(tiles));
-  attn_prefill_tc_kernel<HD><<<grid, kTcThreads, kBytes, stream>>>(a);
+  LaunchGrid(attn_prefill_tc_kernel<HD>, grid, kTcThreads, kBytes, stream, a);
   return cudaGetLastError();
 }
 

@@ -57,6 +57,7 @@
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/dq_gemm.h"
 #include "cuda/kernels/dq_wgmma.h"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ptx_sm80.cuh"
 #include "cuda/kernels/split_k.cuh"
 
@@ -325,6 +326,7 @@ __device__ __forceinline__ void Compute(const uint8_t* stage, int c, float (&acc
 
 template <GgmlType T, int NT8, int MT>
 __global__ void __launch_bounds__(kThreads) dq_gemm_kernel(const Params p) {
+  pdl_enter();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kStage = StageBytes<MT>(NT8);
@@ -393,6 +395,7 @@ __global__ void __launch_bounds__(256) quantize_dq_kernel(const float* __restric
                                                           const float* __restrict__ u,
                                                           uint32_t* __restrict__ out,
                                                           int64_t n_blocks) {
+  pdl_enter();
   const int64_t gid = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   const int64_t blk = gid >> 3;
   const int sub = static_cast<int>(gid & 7);
@@ -445,7 +448,7 @@ bool Go(const Params& p, cudaStream_t stream, bool launch, Info* out) {
     if (info.ctas_per_sm <= 0) return false;
     if (launch) {
       const dim3 grid(static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.splits));
-      dq_gemm_kernel<T, kNt8, MT><<<grid, kThreads, info.smem, stream>>>(p);
+      LaunchGrid(dq_gemm_kernel<T, kNt8, MT>, grid, kThreads, info.smem, stream, p);
     }
     return true;
   };
@@ -493,9 +496,11 @@ cudaError_t LaunchQuantizeDqImpl(const float* x, const float* u, void* act, int6
   const unsigned g = static_cast<unsigned>(grid);
   if (reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
       (!kSwiGlu || reinterpret_cast<uintptr_t>(u) % 16 == 0)) {
-    dq::quantize_dq_kernel<true, kSwiGlu, kEvensOdds><<<g, 256, 0, stream>>>(x, u, out, n_blocks);
+    LaunchGrid(dq::quantize_dq_kernel<true, kSwiGlu, kEvensOdds>, g, 256, 0, stream, x, u, out,
+               n_blocks);
   } else {
-    dq::quantize_dq_kernel<false, kSwiGlu, kEvensOdds><<<g, 256, 0, stream>>>(x, u, out, n_blocks);
+    LaunchGrid(dq::quantize_dq_kernel<false, kSwiGlu, kEvensOdds>, g, 256, 0, stream, x, u, out,
+               n_blocks);
   }
   return cudaGetLastError();
 }

@@ -59,6 +59,7 @@
 
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/dq_wgmma.h"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ptx_sm80.cuh"
 #include "cuda/kernels/ptx_sm90.cuh"
 #include "cuda/kernels/split_k.cuh"
@@ -324,6 +325,7 @@ __device__ __forceinline__ void IssueGroup(float (&acc)[N / 2], const uint32_t (
 // flight reads, keeps ptxas from serializing the wgmmas.
 template <GgmlType T, int N, int W>
 __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p) {
+  pdl_enter();
 #if defined(MINFER_SM90A_DEVICE)
   using X = Ty<T>;
   constexpr int kWarps = W, kStages = StagesFor<T, N, W>();
@@ -418,7 +420,7 @@ bool GoW(const Params& p, cudaStream_t stream, bool launch, Info* out) {
     if (info.ctas_per_sm <= 0) return false;
     if (launch) {
       const dim3 grid(static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.splits));
-      dqw_kernel<T, kN, W><<<grid, 32 * W, info.smem, stream>>>(p);
+      LaunchGrid(dqw_kernel<T, kN, W>, grid, 32 * W, info.smem, stream, p);
     }
     return true;
   };

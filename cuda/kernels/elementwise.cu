@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ops.h"
 
 namespace minfer::cuda {
@@ -42,6 +43,7 @@ struct MulOp {
 template <class Op, bool kVec>
 __global__ void binary_kernel(const float* a, const float* __restrict__ b, int64_t nb, float* y,
                               int64_t n) {
+  pdl_enter();
   const Op op;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const bool bcast = nb < n;
@@ -71,9 +73,9 @@ cudaError_t LaunchBinary(const float* a, const float* b, int64_t nb, float* y, i
   const bool vec =
       n % 4 == 0 && (nb >= n || nb % 4 == 0) && Aligned16(a) && Aligned16(b) && Aligned16(y);
   if (vec) {
-    binary_kernel<Op, true><<<GridFor(n / 4), kThreads, 0, stream>>>(a, b, nb, y, n);
+    LaunchGrid(binary_kernel<Op, true>, GridFor(n / 4), kThreads, 0, stream, a, b, nb, y, n);
   } else {
-    binary_kernel<Op, false><<<GridFor(n), kThreads, 0, stream>>>(a, b, nb, y, n);
+    LaunchGrid(binary_kernel<Op, false>, GridFor(n), kThreads, 0, stream, a, b, nb, y, n);
   }
   return cudaGetLastError();
 }
@@ -86,6 +88,7 @@ enum class Unary { kScale, kSilu };
 
 template <Unary kOp, bool kVec>
 __global__ void unary_kernel(const float* a, float s, float* y, int64_t n) {
+  pdl_enter();
   auto f = [s](float v) { return kOp == Unary::kScale ? v * s : silu_f(v); };
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t start = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -103,9 +106,9 @@ template <Unary kOp>
 cudaError_t LaunchUnary(const float* a, float s, float* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (n % 4 == 0 && Aligned16(a) && Aligned16(y)) {
-    unary_kernel<kOp, true><<<GridFor(n / 4), kThreads, 0, stream>>>(a, s, y, n);
+    LaunchGrid(unary_kernel<kOp, true>, GridFor(n / 4), kThreads, 0, stream, a, s, y, n);
   } else {
-    unary_kernel<kOp, false><<<GridFor(n), kThreads, 0, stream>>>(a, s, y, n);
+    LaunchGrid(unary_kernel<kOp, false>, GridFor(n), kThreads, 0, stream, a, s, y, n);
   }
   return cudaGetLastError();
 }
@@ -113,6 +116,7 @@ cudaError_t LaunchUnary(const float* a, float s, float* y, int64_t n, cudaStream
 // y = silu(g) * u, the CPU's g / (1 + exp(-g)) * u.
 template <bool kVec>
 __global__ void swiglu_kernel(const float* g, const float* u, float* y, int64_t n) {
+  pdl_enter();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t start = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if constexpr (kVec) {
@@ -134,6 +138,7 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* y, int64_t 
 // float(1 / sum). Summing in double makes the order of the sum irrelevant
 // (to ~1e-16), so inv matches the CPU's bit for bit but for ~1e-8 of rows.
 __global__ void softmax_rows_kernel(const float* a, float* y, int64_t ne0, int64_t rows) {
+  pdl_enter();
   __shared__ float smax[32];
   __shared__ double ssum[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -165,6 +170,7 @@ struct PermuteGeom {
 // One thread per x element (reads coalesced); y offset = sum c[i] * ystride[i].
 __global__ void permute_kernel(const float* __restrict__ x, float* __restrict__ y, PermuteGeom g,
                                int64_t n) {
+  pdl_enter();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += stride) {
@@ -186,6 +192,7 @@ template <bool kVec>
 __global__ void get_rows_f32_kernel(const float* __restrict__ src, int64_t ne0, int64_t rows,
                                     const int32_t* __restrict__ ids, int64_t n_ids,
                                     float* __restrict__ y, int32_t* error_flag) {
+  pdl_enter();
   const int64_t n_items = kVec ? ne0 / 4 : ne0;
   for (int64_t i = blockIdx.y; i < n_ids; i += gridDim.y) {
     const int32_t id = ids[i];
@@ -227,9 +234,9 @@ cudaError_t LaunchSilu(const float* a, float* y, int64_t n, cudaStream_t stream)
 cudaError_t LaunchSwiGlu(const float* g, const float* u, float* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (n % 4 == 0 && Aligned16(g) && Aligned16(u) && Aligned16(y)) {
-    swiglu_kernel<true><<<GridFor(n / 4), kThreads, 0, stream>>>(g, u, y, n);
+    LaunchGrid(swiglu_kernel<true>, GridFor(n / 4), kThreads, 0, stream, g, u, y, n);
   } else {
-    swiglu_kernel<false><<<GridFor(n), kThreads, 0, stream>>>(g, u, y, n);
+    LaunchGrid(swiglu_kernel<false>, GridFor(n), kThreads, 0, stream, g, u, y, n);
   }
   return cudaGetLastError();
 }
@@ -238,7 +245,7 @@ cudaError_t LaunchSoftmaxRows(const float* a, float* y, int64_t ne0, int64_t row
                               cudaStream_t stream) {
   if (ne0 <= 0 || rows <= 0) return cudaSuccess;
   const int blocks = static_cast<int>(std::min<int64_t>(rows, 65536));
-  softmax_rows_kernel<<<blocks, kThreads, 0, stream>>>(a, y, ne0, rows);
+  LaunchGrid(softmax_rows_kernel, blocks, kThreads, 0, stream, a, y, ne0, rows);
   return cudaGetLastError();
 }
 
@@ -259,7 +266,7 @@ cudaError_t LaunchPermute(const float* x, const int64_t x_ne[4], const int8_t pe
     g.ystride[i] = y_stride_by_axis[perm[i]];
   }
   const int64_t n = x_ne[0] * x_ne[1] * x_ne[2] * x_ne[3];
-  permute_kernel<<<GridFor(n), kThreads, 0, stream>>>(x, y, g, n);
+  LaunchGrid(permute_kernel, GridFor(n), kThreads, 0, stream, x, y, g, n);
   return cudaGetLastError();
 }
 
@@ -271,11 +278,11 @@ cudaError_t LaunchGetRowsF32(const float* src, int64_t ne0, int64_t rows, const 
   dim3 grid(static_cast<unsigned>(std::min<int64_t>((items + kThreads - 1) / kThreads, 1024)),
             static_cast<unsigned>(std::min<int64_t>(n_ids, 65535)));
   if (vec) {
-    get_rows_f32_kernel<true>
-        <<<grid, kThreads, 0, stream>>>(src, ne0, rows, ids, n_ids, y, error_flag);
+    LaunchGrid(get_rows_f32_kernel<true>, grid, kThreads, 0, stream, src, ne0, rows, ids, n_ids, y,
+               error_flag);
   } else {
-    get_rows_f32_kernel<false>
-        <<<grid, kThreads, 0, stream>>>(src, ne0, rows, ids, n_ids, y, error_flag);
+    LaunchGrid(get_rows_f32_kernel<false>, grid, kThreads, 0, stream, src, ne0, rows, ids, n_ids, y,
+               error_flag);
   }
   return cudaGetLastError();
 }

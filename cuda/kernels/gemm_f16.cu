@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/quant_dev.cuh"
 
@@ -253,6 +254,7 @@ __device__ __forceinline__ void load_x(const GemmParams& p, int64_t m0, int kt, 
 
 template <GgmlType T>
 __global__ void __launch_bounds__(kThreads, 2) gemm_f16_kernel(const GemmParams p) {
+  pdl_enter();
   __shared__ GemmSmem sm;
   const int tid = threadIdx.x, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;  // 2 x 4 warps
@@ -329,7 +331,7 @@ template <GgmlType T>
 cudaError_t Launch(const GemmParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.nt + kBM - 1) / kBM),
                   static_cast<unsigned>((p.rows + kBN - 1) / kBN));
-  gemm_f16_kernel<T><<<grid, kThreads, 0, stream>>>(p);
+  LaunchGrid(gemm_f16_kernel<T>, grid, kThreads, 0, stream, p);
   return cudaGetLastError();
 }
 

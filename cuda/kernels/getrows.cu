@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/quant_dev.cuh"
 
@@ -45,6 +46,7 @@ __device__ __forceinline__ const uint8_t* gather_row(const GatherArgs& a, float*
 
 template <GgmlType T>
 __global__ void __launch_bounds__(kThreads) getrows_quant_kernel(const GatherArgs a) {
+  pdl_enter();
   using D = qdev::BlockDec<T>;
   float* out = a.y + static_cast<int64_t>(blockIdx.x) * a.k;
   const uint8_t* row = gather_row(a, out);
@@ -74,6 +76,7 @@ __global__ void __launch_bounds__(kThreads) getrows_quant_kernel(const GatherArg
 // F32 / F16 / BF16 rows (any k, any alignment): element by element; exact.
 template <GgmlType T>
 __global__ void __launch_bounds__(kThreads) getrows_float_kernel(const GatherArgs a) {
+  pdl_enter();
   float* out = a.y + static_cast<int64_t>(blockIdx.x) * a.k;
   const uint8_t* row = gather_row(a, out);
   if (row == nullptr) return;
@@ -94,9 +97,9 @@ __global__ void __launch_bounds__(kThreads) getrows_float_kernel(const GatherArg
 template <GgmlType T>
 cudaError_t Launch(const GatherArgs& a, int64_t n_ids, cudaStream_t stream) {
   if constexpr (T == GgmlType::kF32 || T == GgmlType::kF16 || T == GgmlType::kBF16) {
-    getrows_float_kernel<T><<<static_cast<unsigned>(n_ids), kThreads, 0, stream>>>(a);
+    LaunchGrid(getrows_float_kernel<T>, static_cast<unsigned>(n_ids), kThreads, 0, stream, a);
   } else {
-    getrows_quant_kernel<T><<<static_cast<unsigned>(n_ids), kThreads, 0, stream>>>(a);
+    LaunchGrid(getrows_quant_kernel<T>, static_cast<unsigned>(n_ids), kThreads, 0, stream, a);
   }
   return cudaGetLastError();
 }

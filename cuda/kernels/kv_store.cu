@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ops.h"
 
 namespace minfer::cuda {
@@ -23,6 +24,7 @@ __global__ void __launch_bounds__(kThreads)
                     const int32_t* __restrict__ pos, int64_t nt, uint8_t* __restrict__ k_cache,
                     uint8_t* __restrict__ v_cache, int n_kv_embd, int64_t n_ctx,
                     int32_t* error_flag) {
+  pdl_enter();
   const float* src_all = blockIdx.z == 0 ? k : v;
   uint8_t* cache = blockIdx.z == 0 ? k_cache : v_cache;
   const int64_t row_bytes = KvRowBytes(KV, n_kv_embd);
@@ -78,20 +80,20 @@ cudaError_t LaunchKvStore(const float* k, const float* v, const int32_t* pos, in
   const int n = static_cast<int>(n_kv_embd);
   switch (type) {
     case KvType::kF32:
-      kv_store_kernel<KvType::kF32>
-          <<<grid, kThreads, 0, stream>>>(k, v, pos, nt, kc, vc, n, n_ctx, error_flag);
+      LaunchGrid(kv_store_kernel<KvType::kF32>, grid, kThreads, 0, stream, k, v, pos, nt, kc, vc, n,
+                 n_ctx, error_flag);
       break;
     case KvType::kF16:
-      kv_store_kernel<KvType::kF16>
-          <<<grid, kThreads, 0, stream>>>(k, v, pos, nt, kc, vc, n, n_ctx, error_flag);
+      LaunchGrid(kv_store_kernel<KvType::kF16>, grid, kThreads, 0, stream, k, v, pos, nt, kc, vc, n,
+                 n_ctx, error_flag);
       break;
     case KvType::kQ8_0:
-      kv_store_kernel<KvType::kQ8_0>
-          <<<grid, kThreads, 0, stream>>>(k, v, pos, nt, kc, vc, n, n_ctx, error_flag);
+      LaunchGrid(kv_store_kernel<KvType::kQ8_0>, grid, kThreads, 0, stream, k, v, pos, nt, kc, vc,
+                 n, n_ctx, error_flag);
       break;
     case KvType::kFp8:
-      kv_store_kernel<KvType::kFp8>
-          <<<grid, kThreads, 0, stream>>>(k, v, pos, nt, kc, vc, n, n_ctx, error_flag);
+      LaunchGrid(kv_store_kernel<KvType::kFp8>, grid, kThreads, 0, stream, k, v, pos, nt, kc, vc, n,
+                 n_ctx, error_flag);
       break;
     default:
       return cudaErrorInvalidValue;

@@ -70,6 +70,13 @@ struct MmvqTuning {
 cudaError_t LaunchMmvqTuned(const WeightView& w, const BlockQ8A* q, float* y, int64_t y_stride,
                             int64_t nt, const MmvqTuning& tuning, cudaStream_t stream);
 
+// y = r + W q: LaunchMmvq with a residual r laid out as y (token t's rows
+// at r + t * y_stride) added in the epilogue, one float add per output, as
+// a separate Add(r, y) would add it (graph.h MatMul's residual). r and y
+// must not overlap.
+cudaError_t LaunchMmvqResidual(const WeightView& w, const BlockQ8A* q, const float* residual,
+                               float* y, int64_t y_stride, int64_t nt, cudaStream_t stream);
+
 // Up to 3 weights sharing one input, outputs concatenated (FusedQKV): rows
 // of segment i land at y + offset_i where offset_i = sum of earlier rows.
 // All segments have the same k; types may differ per segment. One launch per

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmvq_impl.cuh"
 #include "cuda/kernels/quant_dev.cuh"
@@ -102,6 +103,7 @@ __host__ __device__ constexpr bool IsFloatType(GgmlType t) {
 
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kThreads, 2) matvec_f32_kernel(const MvParams p) {
+  pdl_enter();
   __shared__ float s_red[kWarps * kR * NT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int grp = warp >> p.ks_log2, kp = warp & (p.ks - 1);
@@ -249,7 +251,7 @@ __global__ void __launch_bounds__(kThreads, 2) matvec_f32_kernel(const MvParams 
 
 template <GgmlType T, int NT>
 cudaError_t LaunchNt(const MvParams& p, dim3 grid, cudaStream_t stream) {
-  matvec_f32_kernel<T, NT><<<grid, kThreads, 0, stream>>>(p);
+  LaunchGrid(matvec_f32_kernel<T, NT>, grid, kThreads, 0, stream, p);
   return cudaGetLastError();
 }
 

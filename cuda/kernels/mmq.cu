@@ -45,6 +45,7 @@
 #include <mutex>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/mmq_impl.cuh"
 #include "cuda/kernels/per_device.cuh"
@@ -72,6 +73,7 @@ __global__ void __launch_bounds__(kQThreads) quantize_mmq_kernel(const float* __
                                                                  float* __restrict__ as,
                                                                  int64_t k, int64_t nt,
                                                                  int64_t ntp) {
+  pdl_enter();
   const int64_t nb = k / 32;
   const int64_t gid = static_cast<int64_t>(blockIdx.x) * kQThreads + threadIdx.x;
   const int64_t blk = gid >> 3;
@@ -119,6 +121,7 @@ constexpr int MinBlocks(int bn) { return bn >= 128 ? 1 : 2; }
 // does not have (launches lost 3-11% when every one of them ran it).
 template <GgmlType T, int BN, bool kFast, bool kPlane, bool kSK>
 __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Params p) {
+  pdl_enter();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(kFast || !kPlane, "the generic variant decodes its scales");
   static_assert(kFast || !kSK, "stream-k runs the fast variant only");
@@ -529,6 +532,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(BN)) mmq_kernel(const Para
 // of the partials, per segment (float4: nt * rows is a multiple of 4 when
 // rows is; else scalar).
 __global__ void split_reduce_kernel(const Params p) {
+  pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t base = 0;
   for (int sg = 0; sg < p.n_seg; ++sg) {
@@ -704,7 +708,8 @@ cudaError_t LaunchKernel(Params p, const StreamKRequest& sk, cudaStream_t stream
     if (sk.mode != MmqStreamK::kOff && sk.workspace != nullptr) {
       const KernelAttr& a = AttrOf<T, BN, kFast, kPlane, true>();
       if (a.err == cudaSuccess && PlanStreamK(&p, BN, a.per_sm * sk.sms, sk)) {
-        mmq_kernel<T, BN, kFast, kPlane, true><<<static_cast<unsigned>(p.grid), kThreads, kBytes, stream>>>(p);
+        LaunchGrid(mmq_kernel<T, BN, kFast, kPlane, true>, static_cast<unsigned>(p.grid), kThreads,
+                   kBytes, stream, p);
         *grid_out = p.grid;
         *sk_out = true;
         return cudaGetLastError();
@@ -717,11 +722,11 @@ cudaError_t LaunchKernel(Params p, const StreamKRequest& sk, cudaStream_t stream
   if constexpr (kFast) PlanSplitK(&p, BN, whole.per_sm * sk.sms, sk);
   const dim3 grid(static_cast<unsigned>(p.ntt), static_cast<unsigned>(p.row_tiles),
                   static_cast<unsigned>(p.k_splits));
-  mmq_kernel<T, BN, kFast, kPlane, false><<<grid, kThreads, kBytes, stream>>>(p);
+  LaunchGrid(mmq_kernel<T, BN, kFast, kPlane, false>, grid, kThreads, kBytes, stream, p);
   *grid_out = p.ntt * p.row_tiles * p.k_splits;
   if (p.k_splits > 1) {
     const int64_t n = p.split_stride;
-    split_reduce_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p);
+    LaunchGrid(split_reduce_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, p);
   }
   return cudaGetLastError();
 }
@@ -858,6 +863,7 @@ template <GgmlType T>
 __global__ void scale_plane_kernel(const uint8_t* __restrict__ w, int64_t row_bytes,
                                    int64_t block_bytes, int64_t rows, int64_t nb,
                                    float2* __restrict__ plane) {
+  pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * nb) return;
   const int64_t row = i / nb, b = i - row * nb;
@@ -895,11 +901,11 @@ cudaError_t LaunchMmqScalePlane(const WeightView& w, void* plane, cudaStream_t s
   const auto* src = static_cast<const uint8_t*>(w.data);
   auto* dst = static_cast<float2*>(plane);
   if (w.type == GgmlType::kQ4_K) {
-    mmq::scale_plane_kernel<GgmlType::kQ4_K><<<static_cast<unsigned>(grid), 256, 0, stream>>>(
-        src, w.row_bytes, block_bytes, w.rows, w.k / 32, dst);
+    LaunchGrid(mmq::scale_plane_kernel<GgmlType::kQ4_K>, static_cast<unsigned>(grid), 256, 0,
+               stream, src, w.row_bytes, block_bytes, w.rows, w.k / 32, dst);
   } else {
-    mmq::scale_plane_kernel<GgmlType::kQ6_K><<<static_cast<unsigned>(grid), 256, 0, stream>>>(
-        src, w.row_bytes, block_bytes, w.rows, w.k / 32, dst);
+    LaunchGrid(mmq::scale_plane_kernel<GgmlType::kQ6_K>, static_cast<unsigned>(grid), 256, 0,
+               stream, src, w.row_bytes, block_bytes, w.rows, w.k / 32, dst);
   }
   return cudaGetLastError();
 }
@@ -946,11 +952,11 @@ cudaError_t LaunchQuantizeMmqImpl(const float* x, const float* u, void* act, int
   float* as = ad + ntp * (k / 32);
   if (reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
       (!kSwiGlu || reinterpret_cast<uintptr_t>(u) % 16 == 0)) {
-    mmq::quantize_mmq_kernel<true, kSwiGlu>
-        <<<static_cast<unsigned>(grid), mmq::kQThreads, 0, stream>>>(x, u, aq, ad, as, k, nt, ntp);
+    LaunchGrid(mmq::quantize_mmq_kernel<true, kSwiGlu>, static_cast<unsigned>(grid), mmq::kQThreads,
+               0, stream, x, u, aq, ad, as, k, nt, ntp);
   } else {
-    mmq::quantize_mmq_kernel<false, kSwiGlu>
-        <<<static_cast<unsigned>(grid), mmq::kQThreads, 0, stream>>>(x, u, aq, ad, as, k, nt, ntp);
+    LaunchGrid(mmq::quantize_mmq_kernel<false, kSwiGlu>, static_cast<unsigned>(grid),
+               mmq::kQThreads, 0, stream, x, u, aq, ad, as, k, nt, ntp);
   }
   return cudaGetLastError();
 }

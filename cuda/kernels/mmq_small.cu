@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/mmq_impl.cuh"
 #include "cuda/kernels/split_k.cuh"
@@ -90,6 +91,7 @@ __device__ __forceinline__ uint32_t ldg_u32(const int8_t* p) {
 
 template <GgmlType T, int NT8>
 __global__ void __launch_bounds__(32 * kWarpsPerCta) mmq_small_kernel(const Params p) {
+  pdl_enter();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using X = Tr<T>;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -416,6 +418,7 @@ __device__ __forceinline__ void Zero(float (&acc)[MT][NT8][4]) {
 template <GgmlType T, int NT8, int MT, int kStages>
 __global__ void __launch_bounds__(kStagedThreads, kMinCtas(kStages))
     mmq_staged_kernel(const Params p) {
+  pdl_enter();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x >> 5;
@@ -449,7 +452,7 @@ template <GgmlType T, int NT8>
 void LaunchTyped(const Params& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.groups + kWarpsPerCta - 1) / kWarpsPerCta),
                   static_cast<unsigned>(p.splits));
-  mmq_small_kernel<T, NT8><<<grid, 32 * kWarpsPerCta, 0, stream>>>(p);
+  LaunchGrid(mmq_small_kernel<T, NT8>, grid, 32 * kWarpsPerCta, 0, stream, p);
 }
 
 template <GgmlType T>
@@ -493,7 +496,7 @@ bool LaunchStagedTyped(const Params& p, cudaStream_t stream) {
   const StagedInfo& info = Info<T, NT8, MT, ST>();
   if (info.ctas_per_sm <= 0) return false;
   const dim3 grid(static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.splits));
-  mmq_staged_kernel<T, NT8, MT, ST><<<grid, kStagedThreads, info.smem, stream>>>(p);
+  LaunchGrid(mmq_staged_kernel<T, NT8, MT, ST>, grid, kStagedThreads, info.smem, stream, p);
   return true;
 }
 

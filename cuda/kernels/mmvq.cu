@@ -186,8 +186,11 @@ cudaError_t LaunchPlan(GgmlType type, const Plan& plan, cudaStream_t stream) {
 }  // namespace
 }  // namespace mmvq
 
-cudaError_t LaunchMmvqTuned(const WeightView& w, const BlockQ8A* q, float* y, int64_t y_stride,
-                            int64_t nt, const MmvqTuning& tuning, cudaStream_t stream) {
+namespace {
+
+cudaError_t LaunchMmvqPlain(const WeightView& w, const BlockQ8A* q, const float* residual,
+                            float* y, int64_t y_stride, int64_t nt, const MmvqTuning& tuning,
+                            cudaStream_t stream) {
   using namespace mmvq;
   int64_t block_bytes = 0;
   if (!CheckWeight(w, &block_bytes) || !QOk(q) || y == nullptr || nt < 0 || nt > 8) {
@@ -203,6 +206,7 @@ cudaError_t LaunchMmvqTuned(const WeightView& w, const BlockQ8A* q, float* y, in
   p.q = q;
   p.y = y;
   p.y_stride = y_stride;
+  p.res = residual;
   p.block_bytes = static_cast<int>(block_bytes);
   p.aligned = Aligned16(w, block_bytes);
   plan.nt = static_cast<int>(nt);
@@ -222,9 +226,22 @@ cudaError_t LaunchMmvqTuned(const WeightView& w, const BlockQ8A* q, float* y, in
   return LaunchPlan(w.type, plan, stream);
 }
 
+}  // namespace
+
+cudaError_t LaunchMmvqTuned(const WeightView& w, const BlockQ8A* q, float* y, int64_t y_stride,
+                            int64_t nt, const MmvqTuning& tuning, cudaStream_t stream) {
+  return LaunchMmvqPlain(w, q, nullptr, y, y_stride, nt, tuning, stream);
+}
+
 cudaError_t LaunchMmvq(const WeightView& w, const BlockQ8A* q, float* y, int64_t y_stride,
                        int64_t nt, cudaStream_t stream) {
-  return LaunchMmvqTuned(w, q, y, y_stride, nt, MmvqTuning{}, stream);
+  return LaunchMmvqPlain(w, q, nullptr, y, y_stride, nt, MmvqTuning{}, stream);
+}
+
+cudaError_t LaunchMmvqResidual(const WeightView& w, const BlockQ8A* q, const float* residual,
+                               float* y, int64_t y_stride, int64_t nt, cudaStream_t stream) {
+  if (residual == nullptr) return cudaErrorInvalidValue;
+  return LaunchMmvqPlain(w, q, residual, y, y_stride, nt, MmvqTuning{}, stream);
 }
 
 cudaError_t LaunchMmvqSegments(const MmvqSegments& segs, const BlockQ8A* q, float* y,

@@ -47,6 +47,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/per_device.cuh"
 #include "cuda/kernels/quant_dev.cuh"
@@ -82,6 +83,7 @@ struct Params {
   const BlockQ8A* q;
   float* y;
   int64_t y_stride;
+  const float* res;  // kPlain: y = res + W q, res laid out as y (null: none)
   int ks;                // warps per row group: 1, 2, 4, 8
   int ks_log2;
   int64_t n_cta_blocks;  // row blocks (kWarps / ks row groups each)
@@ -105,6 +107,7 @@ constexpr int MinBlocks(int nt, int r) {
 
 template <GgmlType T, int NT, int R, bool kSmem, int kMode, bool kAligned>
 __global__ void __launch_bounds__(kThreads, MinBlocks(NT, R)) mmvq_kernel(const Params p) {
+  pdl_enter();
   using D = qdev::UnitDec<T>;
   static_assert(kMode != kSwiGlu || (R % 2 == 0 && NT == 1), "SwiGLU pairs rows, one token");
   static_assert(kMode != kSiluMulPrev || NT == 1, "one token");
@@ -352,7 +355,11 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(NT, R)) mmvq_kernel(const 
         } else {
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
-            if (lane == (i * NT + t) % 32) p.y[t * p.y_stride + yo_cur[i]] = acc[i][t];
+            if (lane == (i * NT + t) % 32) {
+              const int64_t o = t * p.y_stride + yo_cur[i];
+              // The residual as Add(r, y) adds it: one float add, last.
+              p.y[o] = p.res != nullptr ? p.res[o] + acc[i][t] : acc[i][t];
+            }
           }
         }
       }
@@ -407,7 +414,7 @@ cudaError_t LaunchKernel(const Plan& plan, cudaStream_t stream) {
     const int64_t resident = ResidentCtas(regs, plan.smem_bytes);
     if (resident > 0 && grid > resident) grid = static_cast<int>(resident);
   }
-  kernel<<<grid, kThreads, plan.smem_bytes, stream>>>(plan.params);
+  LaunchGrid(kernel, grid, kThreads, plan.smem_bytes, stream, plan.params);
   return cudaGetLastError();
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/mmq_impl.cuh"
 #include "cuda/kernels/moe.h"
 #include "cuda/kernels/quant_dev.cuh"
@@ -32,15 +33,11 @@ __device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib)
 
 // ------------------------------------------------------------------ route
 
-// One warp per token; lane l holds experts l, l + 32, ... The k choices are
-// k rounds of a warp arg-max over the untaken experts.
-__global__ void __launch_bounds__(kThreads) moe_route_kernel(const float* __restrict__ logits,
-                                                             int64_t nt, MoeRouteArgs a,
-                                                             float* __restrict__ out) {
-  const int lane = threadIdx.x & 31;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (t >= nt) return;
-  const float* l = logits + t * a.n_expert;
+// One token's routing by one warp; lane l holds experts l, l + 32, ... The
+// k choices are k rounds of a warp arg-max over the untaken experts. Lane
+// j < k gets choice j: its expert in *id, its weight in *weight.
+__device__ __forceinline__ void route_token(const float* __restrict__ l, const MoeRouteArgs& a,
+                                            int lane, int* id, float* weight) {
   float v[kPerLane];
   uint32_t present = 0;  // bit i: expert lane + 32 i exists and is not taken
 #pragma unroll
@@ -102,10 +99,25 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const float* __rest
     w /= fmaxf(sum, 6.103515625e-5f);
   }
   if (a.scale != 0.0f) w *= a.scale;
+  *id = my_id;
+  *weight = w;
+}
+
+// One warp per token.
+__global__ void __launch_bounds__(kThreads) moe_route_kernel(const float* __restrict__ logits,
+                                                             int64_t nt, MoeRouteArgs a,
+                                                             float* __restrict__ out) {
+  pdl_enter();
+  const int lane = threadIdx.x & 31;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (t >= nt) return;
+  int id;
+  float w;
+  route_token(logits + t * a.n_expert, a, lane, &id, &w);
   if (lane < a.k) {
     float* o = out + t * 2 * a.k;
     o[lane] = w;
-    o[a.k + lane] = __int_as_float(my_id);
+    o[a.k + lane] = __int_as_float(id);
   }
 }
 
@@ -114,17 +126,18 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const float* __rest
 // Assignments staged through shared memory in chunks of this many ids.
 constexpr int kGroupChunk = 4096;
 
-__global__ void __launch_bounds__(kThreads) moe_group_kernel(const float* __restrict__ route,
-                                                             int64_t nt, int k, int n_expert,
-                                                             int tile_tokens, MoeGroups g,
-                                                             int32_t* error_flag) {
-  __shared__ int32_t cnt[kMoeMaxExperts];
-  __shared__ int32_t ids[kGroupChunk];
-  const int64_t A = nt * k;
+// The grouping of A assignments by one CTA of kThreads (moe.h
+// LaunchMoeGroup); id_of(a) gives assignment a's expert. cnt and ids are
+// the CTA's shared arrays (kMoeMaxExperts and kGroupChunk entries).
+template <class IdOf>
+__device__ __forceinline__ void group_assignments(IdOf id_of, int64_t A, int n_expert,
+                                                  int tile_tokens, const MoeGroups& g,
+                                                  int32_t* error_flag, int32_t* cnt,
+                                                  int32_t* ids) {
   for (int e = threadIdx.x; e < n_expert; e += kThreads) cnt[e] = 0;
   __syncthreads();
   for (int64_t a = threadIdx.x; a < A; a += kThreads) {
-    const int32_t e = route_id(route, a / k, k, static_cast<int>(a % k));
+    const int32_t e = id_of(a);
     if (e >= 0 && e < n_expert) {
       atomicAdd(&cnt[e], 1);
     } else {
@@ -153,10 +166,7 @@ __global__ void __launch_bounds__(kThreads) moe_group_kernel(const float* __rest
   for (int64_t base = 0; base < A; base += kGroupChunk) {
     const int m = static_cast<int>(A - base < kGroupChunk ? A - base : kGroupChunk);
     __syncthreads();  // the previous chunk is consumed
-    for (int i = threadIdx.x; i < m; i += kThreads) {
-      const int64_t a = base + i;
-      ids[i] = route_id(route, a / k, k, static_cast<int>(a % k));
-    }
+    for (int i = threadIdx.x; i < m; i += kThreads) ids[i] = id_of(base + i);
     __syncthreads();
     if (e < n_expert && n > 0) {
       for (int i = 0; i < m; ++i) {
@@ -168,6 +178,46 @@ __global__ void __launch_bounds__(kThreads) moe_group_kernel(const float* __rest
       }
     }
   }
+}
+
+__global__ void __launch_bounds__(kThreads) moe_group_kernel(const float* __restrict__ route,
+                                                             int64_t nt, int k, int n_expert,
+                                                             int tile_tokens, MoeGroups g,
+                                                             int32_t* error_flag) {
+  pdl_enter();
+  __shared__ int32_t cnt[kMoeMaxExperts];
+  __shared__ int32_t ids[kGroupChunk];
+  group_assignments([&](int64_t a) { return route_id(route, a / k, k, static_cast<int>(a % k)); },
+                    nt * k, n_expert, tile_tokens, g, error_flag, cnt, ids);
+}
+
+// Route and group in one CTA (moe.h LaunchMoeRouteGroup): warp t routes
+// token t, the chosen ids meet in shared memory, then the CTA groups them.
+// (The group reads the ids from shared memory, not back through `out`:
+// the read-only path may not see this grid's own writes.)
+__global__ void __launch_bounds__(kThreads)
+    moe_route_group_kernel(const float* __restrict__ logits, int nt, MoeRouteArgs a,
+                           float* __restrict__ out, int tile_tokens, MoeGroups g,
+                           int32_t* error_flag) {
+  pdl_enter();
+  __shared__ int32_t cnt[kMoeMaxExperts];
+  __shared__ int32_t ids[kWarps * kMoeMaxUsed];
+  __shared__ int32_t chosen[kWarps * kMoeMaxUsed];
+  const int lane = threadIdx.x & 31, t = threadIdx.x >> 5;
+  if (t < nt) {
+    int id;
+    float w;
+    route_token(logits + static_cast<int64_t>(t) * a.n_expert, a, lane, &id, &w);
+    if (lane < a.k) {
+      float* o = out + static_cast<int64_t>(t) * 2 * a.k;
+      o[lane] = w;
+      o[a.k + lane] = __int_as_float(id);
+      chosen[t * a.k + lane] = id;
+    }
+  }
+  __syncthreads();
+  group_assignments([&](int64_t i) { return chosen[i]; }, static_cast<int64_t>(nt) * a.k,
+                    a.n_expert, tile_tokens, g, error_flag, cnt, ids);
 }
 
 // ---------------------------------------------------------- grouped matmul
@@ -268,6 +318,7 @@ constexpr int64_t kMaxSmem = 48 * 1024;
 // them through L1.
 template <GgmlType T, int NT, int kMode, bool kSmem>
 __global__ void __launch_bounds__(kThreads) moe_mmvq_kernel(const KParams p) {
+  pdl_enter();
   using D = typename MoeUnit<T>::type;
   constexpr bool kMx = T == GgmlType::kMXFP4;
   constexpr int R = kMode == kMoePlain ? 1 : 2;
@@ -432,9 +483,9 @@ void LaunchSmem(const KParams& p, dim3 grid, cudaStream_t st) {
   // through L1, and the staging's barrier would only add latency.
   const size_t smem = static_cast<size_t>(NT) * p.nb * 40;
   if (NT > 1 && static_cast<int64_t>(smem) <= kMaxSmem) {
-    moe_mmvq_kernel<T, NT, kMode, true><<<grid, kThreads, smem, st>>>(p);
+    LaunchGrid(moe_mmvq_kernel<T, NT, kMode, true>, grid, kThreads, smem, st, p);
   } else {
-    moe_mmvq_kernel<T, NT, kMode, false><<<grid, kThreads, 0, st>>>(p);
+    LaunchGrid(moe_mmvq_kernel<T, NT, kMode, false>, grid, kThreads, 0, st, p);
   }
 }
 
@@ -533,6 +584,7 @@ struct Params {
 
 template <GgmlType T, int kMode>
 __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const Params p) {
+  pdl_enter();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using X = typename MmaTr<T>::type;
   constexpr bool kMx = T == GgmlType::kMXFP4;
@@ -697,9 +749,15 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const Params p) {
 template <GgmlType T>
 cudaError_t LaunchMode(const Params& p, int mode, dim3 grid, cudaStream_t st) {
   switch (mode) {
-    case kMoePlain: moe_mma_kernel<T, kMoePlain><<<grid, kThreads, 0, st>>>(p); break;
-    case kMoeSwiGlu: moe_mma_kernel<T, kMoeSwiGlu><<<grid, kThreads, 0, st>>>(p); break;
-    case kMoePair: moe_mma_kernel<T, kMoePair><<<grid, kThreads, 0, st>>>(p); break;
+    case kMoePlain:
+      LaunchGrid(moe_mma_kernel<T, kMoePlain>, grid, kThreads, 0, st, p);
+      break;
+    case kMoeSwiGlu:
+      LaunchGrid(moe_mma_kernel<T, kMoeSwiGlu>, grid, kThreads, 0, st, p);
+      break;
+    case kMoePair:
+      LaunchGrid(moe_mma_kernel<T, kMoePair>, grid, kThreads, 0, st, p);
+      break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -715,6 +773,7 @@ __global__ void moe_bias_act_kernel(float* __restrict__ g, const float* __restri
                                     const int32_t* __restrict__ order, int k, int64_t total,
                                     int64_t f, int64_t b_stride, int act, float alpha,
                                     float limit) {
+  pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t c = i / f, x = i - c * f;
@@ -736,7 +795,9 @@ __global__ void moe_bias_act_kernel(float* __restrict__ g, const float* __restri
 
 __global__ void moe_combine_kernel(const float* __restrict__ d, const float* __restrict__ route,
                                    const int32_t* __restrict__ slot, const float* __restrict__ bd,
-                                   int64_t bd_stride, int k, int64_t n, float* __restrict__ y) {
+                                   int64_t bd_stride, int k, int64_t n,
+                                   const float* __restrict__ residual, float* __restrict__ y) {
+  pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t t = blockIdx.y;
   if (i >= n) return;
@@ -748,7 +809,7 @@ __global__ void moe_combine_kernel(const float* __restrict__ d, const float* __r
     if (bd) v += __ldg(bd + static_cast<int64_t>(route_id(route, t, k, j)) * bd_stride + i);
     acc = fmaf(__ldg(route + t * 2 * k + j), v, acc);
   }
-  y[t * n + i] = acc;
+  y[t * n + i] = residual != nullptr ? __ldg(residual + t * n + i) + acc : acc;
 }
 
 }  // namespace
@@ -856,7 +917,24 @@ cudaError_t LaunchMoeRoute(const float* logits, int64_t nt, const MoeRouteArgs& 
   if (!logits || !out) return cudaErrorInvalidValue;
   const int64_t grid = (nt + kWarps - 1) / kWarps;
   if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
-  moe_route_kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(logits, nt, a, out);
+  LaunchGrid(moe_route_kernel, static_cast<unsigned>(grid), kThreads, 0, stream, logits, nt, a,
+             out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeRouteGroup(const float* logits, int64_t nt, const MoeRouteArgs& a,
+                                float* out, int tile_tokens, const MoeGroups& g,
+                                int32_t* error_flag, cudaStream_t stream) {
+  if (nt < 1 || nt > kMoeRouteGroupMaxTokens || a.n_expert < 1 || a.n_expert > kMoeMaxExperts ||
+      a.k < 1 || a.k > a.n_expert || a.k > kMoeMaxUsed || (a.gating != 0 && a.gating != 1) ||
+      tile_tokens < 1 || tile_tokens > kMoeMmaTileTokens) {
+    return cudaErrorInvalidValue;
+  }
+  if (!logits || !out || !g.order || !g.slot || !g.tiles || !g.n_tiles) {
+    return cudaErrorInvalidValue;
+  }
+  LaunchGrid(moe_route_group_kernel, 1, kThreads, 0, stream, logits, static_cast<int>(nt), a, out,
+             tile_tokens, g, error_flag);
   return cudaGetLastError();
 }
 
@@ -867,8 +945,8 @@ cudaError_t LaunchMoeGroup(const float* route, int64_t nt, int k, int n_expert, 
     return cudaErrorInvalidValue;
   }
   if (!route || !g.order || !g.slot || !g.tiles || !g.n_tiles) return cudaErrorInvalidValue;
-  moe_group_kernel<<<1, kThreads, 0, stream>>>(route, nt, k, n_expert, tile_tokens, g,
-                                               error_flag);
+  LaunchGrid(moe_group_kernel, 1, kThreads, 0, stream, route, nt, k, n_expert, tile_tokens, g,
+             error_flag);
   return cudaGetLastError();
 }
 
@@ -936,19 +1014,20 @@ cudaError_t LaunchMoeBiasAct(float* g, const float* u, const float* bg, const fl
   if (!g || !u || ((bg || bu) && (!route || !order))) return cudaErrorInvalidValue;
   const int64_t grid = (total + kThreads - 1) / kThreads;
   if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
-  moe_bias_act_kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-      g, u, bg, bu, route, order, k, total, f, b_stride, act, alpha, limit);
+  LaunchGrid(moe_bias_act_kernel, static_cast<unsigned>(grid), kThreads, 0, stream, g, u, bg, bu,
+             route, order, k, total, f, b_stride, act, alpha, limit);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchMoeCombine(const float* d, const float* route, const int32_t* slot,
                              const float* bd, int64_t bd_stride, int64_t nt, int k, int64_t n,
-                             float* y, cudaStream_t stream) {
+                             const float* residual, float* y, cudaStream_t stream) {
   if (nt < 0 || n < 1 || k < 1 || nt > 65535 || (bd && bd_stride < n)) return cudaErrorInvalidValue;
   if (nt == 0) return cudaSuccess;
   if (!d || !route || !slot || !y) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads), static_cast<unsigned>(nt));
-  moe_combine_kernel<<<grid, kThreads, 0, stream>>>(d, route, slot, bd, bd_stride, k, n, y);
+  LaunchGrid(moe_combine_kernel, grid, kThreads, 0, stream, d, route, slot, bd, bd_stride, k, n,
+             residual, y);
   return cudaGetLastError();
 }
 

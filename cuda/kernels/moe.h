@@ -93,6 +93,14 @@ struct MoeGroups {
 cudaError_t LaunchMoeGroup(const float* route, int64_t nt, int k, int n_expert, int tile_tokens,
                            const MoeGroups& g, int32_t* error_flag, cudaStream_t stream);
 
+// LaunchMoeRoute and then LaunchMoeGroup of its output, in one launch (one
+// CTA; decode batches: one launch less per MoE layer): `out` and the groups
+// are what the two write. nt <= kMoeRouteGroupMaxTokens (a warp per token).
+inline constexpr int kMoeRouteGroupMaxTokens = 8;
+cudaError_t LaunchMoeRouteGroup(const float* logits, int64_t nt, const MoeRouteArgs& a,
+                                float* out, int tile_tokens, const MoeGroups& g,
+                                int32_t* error_flag, cudaStream_t stream);
+
 // One grouped matmul over the tiles. w: an expert weight as the registry
 // holds a 3-D tensor (k = its row length, rows = expert_rows * n_expert,
 // expert e's rows from e * expert_rows), an integer-dot type (MmvqSupports)
@@ -148,10 +156,12 @@ cudaError_t LaunchMoeBiasAct(float* g, const float* u, const float* bg, const fl
 
 // y[t][i] = sum_j w_tj (d[slot[t k + j]][i] + bd[e_tj][i]) for j = 0..k-1
 // in order, as fma(w, d + b, acc) from 0 (bd: expert e's n values at bd +
-// e * bd_stride, or null); a slot of -1 adds nothing.
+// e * bd_stride, or null); a slot of -1 adds nothing. residual (may be
+// null; y's layout, not overlapping it): y = residual + that sum, one
+// float add last (graph.h MoeFFN's residual).
 cudaError_t LaunchMoeCombine(const float* d, const float* route, const int32_t* slot,
                              const float* bd, int64_t bd_stride, int64_t nt, int k, int64_t n,
-                             float* y, cudaStream_t stream);
+                             const float* residual, float* y, cudaStream_t stream);
 
 }  // namespace minfer::cuda
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ops.h"
 
 namespace minfer::cuda {
@@ -226,6 +227,7 @@ template <bool kAligned, class Sinks>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
     rms_norm_warp_kernel(const float* x, const float* __restrict__ w, float eps, float* y,
                          Sinks sinks, int ne0, int64_t rows) {
+  pdl_enter();
   const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpRowsPerBlock) + (threadIdx.x >> 5);
   if (r >= rows) return;  // whole warps exit together
   rms_row<32, kAligned>(x + r * ne0, w, eps, y != nullptr ? y + r * ne0 : nullptr,
@@ -236,6 +238,7 @@ template <bool kAligned, class Sinks>
 __global__ void __launch_bounds__(kBlockThreads)
     rms_norm_block_kernel(const float* x, const float* __restrict__ w, float eps, float* y,
                           Sinks sinks, int ne0, int64_t rows) {
+  pdl_enter();
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     rms_row<kBlockThreads, kAligned>(x + r * ne0, w, eps, y != nullptr ? y + r * ne0 : nullptr,
@@ -258,19 +261,20 @@ cudaError_t LaunchRms(const float* x, const float* w, float eps, float* y, Sinks
     if (blocks > 0x7FFFFFFF) return cudaErrorInvalidValue;
     const unsigned b = static_cast<unsigned>(blocks);
     if (aligned) {
-      rms_norm_warp_kernel<true><<<b, 32 * kWarpRowsPerBlock, 0, stream>>>(x, w, eps, y, sinks, n,
-                                                                          rows);
+      LaunchGrid(rms_norm_warp_kernel<true, Sinks>, b, 32 * kWarpRowsPerBlock, 0, stream, x, w, eps,
+                 y, sinks, n, rows);
     } else {
-      rms_norm_warp_kernel<false><<<b, 32 * kWarpRowsPerBlock, 0, stream>>>(x, w, eps, y, sinks, n,
-                                                                           rows);
+      LaunchGrid(rms_norm_warp_kernel<false, Sinks>, b, 32 * kWarpRowsPerBlock, 0, stream, x, w,
+                 eps, y, sinks, n, rows);
     }
   } else {
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
     if (aligned) {
-      rms_norm_block_kernel<true><<<blocks, kBlockThreads, 0, stream>>>(x, w, eps, y, sinks, n, rows);
+      LaunchGrid(rms_norm_block_kernel<true, Sinks>, blocks, kBlockThreads, 0, stream, x, w, eps, y,
+                 sinks, n, rows);
     } else {
-      rms_norm_block_kernel<false><<<blocks, kBlockThreads, 0, stream>>>(x, w, eps, y, sinks, n,
-                                                                         rows);
+      LaunchGrid(rms_norm_block_kernel<false, Sinks>, blocks, kBlockThreads, 0, stream, x, w, eps,
+                 y, sinks, n, rows);
     }
   }
   return cudaGetLastError();

@@ -166,10 +166,20 @@ cudaError_t LaunchAttnDecode(const float* q, const int32_t* pos, const void* k_c
 // (1..kAttnSplits; 1 with long_min_rows = INT32_MAX is the serial one-warp
 // reference) and switch-over length (0: always the GQA body, INT32_MAX:
 // always the one-warp body; a body that cannot run is not launched).
+// counters: the combine in the bodies instead of a launch of its own —
+// the block that finishes a (token, head)'s last stripe merges them (one
+// launch fewer per attention). AttnDecodeCounters ints, zero before the
+// first launch; the kernels leave them zero. Null: the combine kernel.
 struct AttnDecodeConfig {
   int n_splits = kAttnSplits;
   int32_t long_min_rows = kAttnLongMinRows;
+  int32_t* counters = nullptr;
 };
+// The counters a decode over n_tokens tokens (the paged form: its tiles;
+// contiguous: 1) needs.
+inline int64_t AttnDecodeCounters(const AttnParams& p, int64_t n_tokens) {
+  return (n_tokens < 1 ? 1 : n_tokens) * p.n_head;
+}
 cudaError_t LaunchAttnDecodeConfigured(const float* q, const int32_t* pos, const void* k_cache,
                                        const void* v_cache, float* partial, float* out,
                                        const AttnParams& p, const AttnDecodeConfig& cfg,
@@ -250,6 +260,9 @@ struct AttnPaged {
   const int32_t* tables = nullptr;
   int32_t max_blocks = 0;
   int32_t kv_block = 0;  // a power of two
+  // Decode: AttnDecodeConfig::counters (AttnDecodeCounters(p, n_tiles)
+  // ints), or null.
+  int32_t* counters = nullptr;
 };
 
 // Decode: the tiles of one token (count 1), split-KV as LaunchAttnDecode with

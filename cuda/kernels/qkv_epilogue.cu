@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ops.h"
 
 namespace minfer::cuda {
@@ -39,6 +40,7 @@ struct QkvArgs {
 
 template <KvType KV>
 __global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a, RopeFreqs freqs) {
+  pdl_enter();
   __shared__ float row[kMaxHeadDim];
   __shared__ double scratch[32];
   const int b = blockIdx.x;
@@ -164,16 +166,16 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
   const dim3 blocks(p.n_head + 2 * p.n_head_kv, static_cast<unsigned>(nt));
   switch (p.kv_type) {
     case KvType::kF32:
-      qkv_bias_rope_store_kernel<KvType::kF32><<<blocks, kThreads, 0, stream>>>(a, freqs);
+      LaunchGrid(qkv_bias_rope_store_kernel<KvType::kF32>, blocks, kThreads, 0, stream, a, freqs);
       break;
     case KvType::kF16:
-      qkv_bias_rope_store_kernel<KvType::kF16><<<blocks, kThreads, 0, stream>>>(a, freqs);
+      LaunchGrid(qkv_bias_rope_store_kernel<KvType::kF16>, blocks, kThreads, 0, stream, a, freqs);
       break;
     case KvType::kQ8_0:
-      qkv_bias_rope_store_kernel<KvType::kQ8_0><<<blocks, kThreads, 0, stream>>>(a, freqs);
+      LaunchGrid(qkv_bias_rope_store_kernel<KvType::kQ8_0>, blocks, kThreads, 0, stream, a, freqs);
       break;
     case KvType::kFp8:
-      qkv_bias_rope_store_kernel<KvType::kFp8><<<blocks, kThreads, 0, stream>>>(a, freqs);
+      LaunchGrid(qkv_bias_rope_store_kernel<KvType::kFp8>, blocks, kThreads, 0, stream, a, freqs);
       break;
     default:
       return cudaErrorInvalidValue;

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/matmul.h"
 
 namespace minfer::cuda {
@@ -24,6 +25,7 @@ template <bool kVec>
 __global__ void __launch_bounds__(kThreads) quantize_q8a_kernel(const float* __restrict__ x,
                                                                 BlockQ8A* __restrict__ q,
                                                                 int64_t n_blocks) {
+  pdl_enter();
   const int64_t gid = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t blk = gid >> 3;
   const int sub = static_cast<int>(gid & 7);
@@ -56,10 +58,11 @@ cudaError_t LaunchQuantizeQ8A(const float* x, BlockQ8A* q, int64_t k, int64_t nt
   const int64_t grid = (threads + kThreads - 1) / kThreads;
   if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-    quantize_q8a_kernel<true><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(x, q, n_blocks);
+    LaunchGrid(quantize_q8a_kernel<true>, static_cast<unsigned>(grid), kThreads, 0, stream, x, q,
+               n_blocks);
   } else {
-    quantize_q8a_kernel<false><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(x, q,
-                                                                                    n_blocks);
+    LaunchGrid(quantize_q8a_kernel<false>, static_cast<unsigned>(grid), kThreads, 0, stream, x, q,
+               n_blocks);
   }
   return cudaGetLastError();
 }

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ops.h"
 
 namespace minfer::cuda {
@@ -39,6 +40,7 @@ __global__ void __launch_bounds__(kThreads)
     rope_kernel(const float* x, const int32_t* __restrict__ pos, float* y, int head_dim,
                 int n_heads, int64_t nt, int n_rot, int style, RopeFreqs freqs,
                 const YarnTable yarn) {
+  pdl_enter();
   __shared__ float cs[kRopeMaxPairs], sn[kRopeMaxPairs];
   const int half = n_rot / 2;
   for (int64_t t = blockIdx.x; t < nt; t += gridDim.x) {
@@ -127,9 +129,8 @@ cudaError_t LaunchRope(const float* x, const int32_t* pos, float* y, int64_t hea
     yarn.active = 1;
   }
   const unsigned blocks = static_cast<unsigned>(nt < 65536 ? nt : 65536);
-  rope_kernel<<<blocks, kThreads, 0, stream>>>(x, pos, y, static_cast<int>(head_dim),
-                                               static_cast<int>(n_heads), nt, n_rot, style, freqs,
-                                               yarn);
+  LaunchGrid(rope_kernel, blocks, kThreads, 0, stream, x, pos, y, static_cast<int>(head_dim),
+             static_cast<int>(n_heads), nt, n_rot, style, freqs, yarn);
   return cudaGetLastError();
 }
 

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/per_device.cuh"
 
 namespace minfer::cuda::splitk {
@@ -176,6 +177,7 @@ __device__ __forceinline__ WarpRows RowsOf(const P& p, int group) {
 // thread per output.
 template <class P>
 __global__ void reduce_kernel(const P p) {
+  pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t base = 0;
   for (int sg = 0; sg < p.n_seg; ++sg) {
@@ -195,7 +197,7 @@ __global__ void reduce_kernel(const P p) {
 // Launches reduce_kernel over the launch's `outputs` outputs.
 template <class P>
 void Reduce(const P& p, int64_t outputs, cudaStream_t stream) {
-  reduce_kernel<P><<<static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream>>>(p);
+  LaunchGrid(reduce_kernel<P>, static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream, p);
 }
 
 }  // namespace minfer::cuda::splitk

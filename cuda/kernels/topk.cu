@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/sample.h"
 
 namespace minfer::cuda {
@@ -311,6 +312,7 @@ __global__ void __launch_bounds__(kThreads)
     topk_kernel(const float* __restrict__ logits, int64_t n_vocab, int64_t limit,
                 const int32_t* __restrict__ mode, const uint32_t* __restrict__ mask,
                 int64_t n_out, int k, float* __restrict__ out, int32_t* error_flag) {
+  pdl_enter();
   __shared__ TopKShared sh;
   const int r = blockIdx.x;
   const int mv = __ldg(mode + r);
@@ -340,8 +342,8 @@ cudaError_t LaunchTopK(const float* logits, int64_t n_vocab, int64_t n_out, cons
     return cudaErrorInvalidValue;
   }
   if (n_out == 0) return cudaSuccess;
-  topk_kernel<<<static_cast<unsigned>(n_out), kThreads, 0, stream>>>(
-      logits, n_vocab, vocab_limit, mode, mask, n_out, top_k, out, error_flag);
+  LaunchGrid(topk_kernel, static_cast<unsigned>(n_out), kThreads, 0, stream, logits, n_vocab,
+             vocab_limit, mode, mask, n_out, top_k, out, error_flag);
   return cudaGetLastError();
 }
 

@@ -25,6 +25,11 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "Disable the prefill QKV fusion (FusedQKV over the q, k and v weights, one GEMM launch "
        "on a GPU, + QkvBiasRopeStore over the prompt's tokens): separate q/k/v matmuls, bias "
        "adds, RoPE and KV store."});
+  add({"MINFER_NO_FUSE_RESIDUAL", KnobType::kBool, "0", KnobScope::kPerModel,
+       KnobEffect::kGraphRebuild,
+       "Each decoder layer's residual adds stay Add nodes instead of riding on the matmul or "
+       "MoE FFN before them (GraphBuilder::AddInto: on a GPU, the decode matmul's epilogue "
+       "adds the residual; the values are the same)."});
   add({"MINFER_NO_FUSE_FFN", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kGraphRebuild,
        "Disable the decode FFN fusion (FusedFFN): separate gate/up matmuls and SwiGLU."});
@@ -56,6 +61,10 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "Decode matmuls with fewer weights (rows x k) than this whose input was not already "
        "quantized by a fused producer run the f32-activation matvec instead of quantize + MMVQ "
        "(the shape gate; 0 = always MMVQ)."});
+  add({"MINFER_ATTN_FUSED_COMBINE", KnobType::kBool, "1", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Decode attention merges its KV stripes in the block that finishes a head's last stripe "
+       "(one launch fewer per layer); 0 = a combine kernel after the stripes."});
   add({"MINFER_ATTN_PREFILL_TC", KnobType::kBool, "1", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Prefill attention over an f16 KV cache (16+ tokens) runs the tensor-core "
@@ -130,10 +139,18 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "The most tokens a Q4_K / Q6_K matmul may have to run the wgmma DQ GEMM (more: the tiled "
        "MMQ): 0..8192; 0 = never. Above 256 (prefills) the matmul runs as launches of 256 "
        "tokens, each reading the weights again (an experiment: not measured yet)."});
+  add({"MINFER_PDL", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "Kernels launch with programmatic dependent launch on compute capability 9.0+ GPUs: each "
+       "grid launches while the one before it finishes and waits on the device for its result "
+       "(cuda/kernels/launch.h); 0 = every launch waits for the previous kernel to end."});
   add({"MINFER_MOE_MMA", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
        "Mixture-of-experts FFNs of MINFER_MOE_MMA_MIN_TOKENS tokens and more run their grouped "
        "expert matmuls on the int8 tensor cores (cuda/kernels/moe.h LaunchMoeMatmulMma; sm_80+, "
        "integer-dot and MXFP4 expert types); 0 = the CUDA-core grouped matmul at every size."});
+  add({"MINFER_MOE_ROUTE_GROUP", KnobType::kBool, "1", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Decode MoE layers (up to 8 tokens) route and group their tokens by expert in one launch "
+       "(cuda/kernels/moe.h LaunchMoeRouteGroup); 0 = a route launch, then a group launch."});
   add({"MINFER_MOE_MMA_MIN_TOKENS", KnobType::kInt, "16", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "The fewest tokens a MoE FFN needs for the tensor-core grouped matmul: 1..8192 (4x that "

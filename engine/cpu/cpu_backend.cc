@@ -157,7 +157,10 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       return absl::OkStatus();
     }
     case OpKind::kMatMul:
-      return MatMul(pool, *node.weights[0], f(0), node.shape.ne[1], out, scratch_);
+      RETURN_IF_ERROR(MatMul(pool, *node.weights[0], f(0), node.shape.ne[1], out, scratch_));
+      // The residual (GraphBuilder::AddInto): what Add(r, y) computes.
+      if (node.inputs.size() > 1) AddF32(pool, f(1), out, n, out, n);
+      return absl::OkStatus();
     case OpKind::kRoPE: {
       const auto& s = node.shape;
       if (node.p.rope_style != graph::RopeStyle::kNeoX &&
@@ -224,7 +227,9 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
     case OpKind::kMoeRoute:
       return MoeRouteRows(f(0), node.p.n_expert, node.shape.ne[1], node.p, out);
     case OpKind::kMoeFFN:
-      return MoeFfn(pool, node, f(0), f(1), node.shape.ne[1], out);
+      RETURN_IF_ERROR(MoeFfn(pool, node, f(0), f(1), node.shape.ne[1], out));
+      if (node.inputs.size() > 2) AddF32(pool, f(2), out, n, out, n);
+      return absl::OkStatus();
     case OpKind::kAllReduce:
       if (collective_ == nullptr) {
         return absl::FailedPreconditionError("AllReduce on a CPU backend without a collective");

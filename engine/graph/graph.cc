@@ -653,6 +653,23 @@ NodeId GraphBuilder::Clone(const Node& n, std::vector<NodeId> inputs) {
   return Push(std::move(c));
 }
 
+NodeId GraphBuilder::AddInto(NodeId r, NodeId y, std::string name) {
+  if (!Valid(r) || !Valid(y)) return kNoNode;
+  const Node& nr = node(r);
+  const Node& ny = node(y);
+  bool fuse = ((ny.op == OpKind::kMatMul && ny.inputs.size() == 1) ||
+               (ny.op == OpKind::kMoeFFN && ny.inputs.size() == 2)) &&
+              r < y && nr.dtype == DType::kF32 && ny.dtype == DType::kF32 &&
+              nr.shape == ny.shape;
+  // y's value is read only through the result: no reader so far.
+  for (NodeId i = y + 1; fuse && i < static_cast<NodeId>(g_.nodes_.size()); ++i) {
+    for (NodeId in : g_.nodes_[i].inputs) fuse = fuse && in != y;
+  }
+  if (!fuse) return Add(r, y, std::move(name));
+  g_.nodes_[y].inputs.push_back(r);
+  return y;
+}
+
 absl::StatusOr<Graph> GraphBuilder::Finish(GraphIO io, int n_layers) {
   if (!status_.ok()) return status_;
   g_.io = io;

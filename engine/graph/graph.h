@@ -10,8 +10,10 @@
 //   Softmax a        softmax over ne0
 //   RmsNorm x        x / sqrt(mean(x^2) + eps) * weight (weight optional)
 //   QkNorm x         RmsNorm over each head (ne0 = head_dim) with a [head_dim] weight
-//   MatMul x, W      y[n, t] = sum_k W[k, n] * x[k, t]; W is [K, N] (GGUF
-//                    order), x is [K, nt], y is [N, nt]
+//   MatMul x, W [r]  y[n, t] = sum_k W[k, n] * x[k, t]; W is [K, N] (GGUF
+//                    order), x is [K, nt], y is [N, nt]. With the optional
+//                    residual r (f32, y's shape): y = r + W x, the float add
+//                    Add(r, W x) would do, last (GraphBuilder::AddInto)
 //   RoPE x, pos      rotary embedding of x [head_dim, n_heads, nt] at positions
 //                    pos [nt] (i32), NeoX (pairs i, i + n_rot/2) or
 //                    interleaved (pairs 2i, 2i+1; llama.cpp's "normal" mode,
@@ -114,7 +116,9 @@
 //                    (p.moe_act): kSilu silu(g) * u; kSwigluOai
 //                    (gpt-oss): with g' = min(g, L), u' = clamp(u, -L, L),
 //                    g' * sigmoid(a g') * (u' + 1), a = p.moe_alpha, L =
-//                    p.moe_limit. x [n_embd, nt], y [n_embd, nt]
+//                    p.moe_limit. x [n_embd, nt], y [n_embd, nt]. A third
+//                    input r (f32, y's shape) is a residual added last, as
+//                    MatMul's is
 //   AllReduce x      y = the sum of x over the ranks of a tensor-parallel
 //                    model (collective.h): every rank's graph has the same
 //                    AllReduce nodes in the same order, and each rank's
@@ -395,6 +399,14 @@ class GraphBuilder {
 
   // The sum of x over the tensor-parallel ranks (op table).
   NodeId AllReduce(NodeId x, std::string name = "");
+
+  // r + y, the residual add of a decoder layer. When y is a MatMul or a
+  // MoeFFN that no node reads yet and that has no residual, r becomes its
+  // residual input (op table) and y is returned: the same values (float
+  // addition is commutative) without a node of its own, so a GPU adds r in
+  // the matmul's epilogue instead of in a launch after it. Otherwise an
+  // Add(r, y) node.
+  NodeId AddInto(NodeId r, NodeId y, std::string name = "");
 
   // Re-pushes `n` (from another graph) with its inputs replaced by
   // `inputs`; used by graph rewrite passes. Shapes are taken as given.

@@ -343,11 +343,16 @@ absl::StatusOr<graph::Graph> BuildPreNormDecoder(const DecoderModel& model,
     // A tensor-parallel rank's attention and FFN outputs are its partial
     // sums (its heads, its FFN slice): the ranks add them up.
     if (hp.tp_size > 1) attn = b.AllReduce(attn, p + "attn_allreduce");
-    x = b.Add(x, attn, p + "attn_residual");
+    // The residual adds ride on the attention output's and the FFN's
+    // last matmul where they can (AddInto): one launch fewer each on a GPU.
+    auto residual = [&](NodeId y, const std::string& name) {
+      return gp.fuse_residual ? b.AddInto(x, y, name) : b.Add(x, y, name);
+    };
+    x = residual(attn, p + "attn_residual");
     NodeId m = b.RmsNorm(x, L.ffn_norm, hp.rms_eps, p + "ffn_norm");
     NodeId ffn_out = ffn(b, model, L, m, gp, p);
     if (hp.tp_size > 1) ffn_out = b.AllReduce(ffn_out, p + "ffn_allreduce");
-    x = b.Add(x, ffn_out, p + "ffn_residual");
+    x = residual(ffn_out, p + "ffn_residual");
   }
   return FinishWithHead(b, in, model, x, gp);
 }

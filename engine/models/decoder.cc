@@ -274,7 +274,7 @@ std::string BatchGraphParams::ToString() const {
   return absl::StrCat("nt=", n_tokens, " n_out=", n_out, " tiles=", n_tiles, " table_rows=",
                       n_table_rows, " max_blocks=", max_blocks, " kv_block=", kv_block,
                       " cache_rows=", cache_rows, " kv=", graph::DTypeName(kv_type),
-                      " fuse_qkv=", fuse_qkv, " fuse_ffn=", fuse_ffn, " gpu=", gpu,
+                      " fuse_qkv=", fuse_qkv, " fuse_ffn=", fuse_ffn, " fuse_residual=", fuse_residual, " gpu=", gpu,
                       " top_k=", top_k, " vocab_limit=", vocab_limit,
                       " decode_only=", decode_only);
 }

@@ -204,6 +204,7 @@ struct BatchGraphParams {
   graph::DType kv_type = graph::DType::kF32;
   bool fuse_qkv = true;      // n_tokens == 1: MINFER_NO_FUSE_QKV; else MINFER_NO_FUSE_QKV_PREFILL
   bool fuse_ffn = true;      // n_tokens == 1, or up to kFusedFfnMaxTokens on a GPU
+  bool fuse_residual = true;  // residual adds on their matmul (AddInto): MINFER_NO_FUSE_RESIDUAL
   bool gpu = false;
   int32_t top_k = 1;         // TopK candidates per row
   int32_t vocab_limit = 1;   // ids at or above are never candidates

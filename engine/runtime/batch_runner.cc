@@ -132,6 +132,7 @@ models::BatchGraphParams BatchRunner::Params(int64_t n_tokens, int64_t n_out,
   p.fuse_qkv = n_tokens == 1 ? !knobs.GetBool("MINFER_NO_FUSE_QKV", ov)
                              : !knobs.GetBool("MINFER_NO_FUSE_QKV_PREFILL", ov);
   p.fuse_ffn = !knobs.GetBool("MINFER_NO_FUSE_FFN", ov);
+  p.fuse_residual = !knobs.GetBool("MINFER_NO_FUSE_RESIDUAL", ov);
   p.gpu = model_->gpu();
   p.top_k = opt_.top_k;
   p.vocab_limit = static_cast<int32_t>(

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuda/kernels/dq_wgmma.h"
+#include "cuda/kernels/launch.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/moe.h"
 #include "cuda/state/cuda_state.h"
@@ -839,6 +840,84 @@ TEST_F(CudaBackendOpTest, MoeRouteEqualsCpu) {
   EXPECT_FALSE(h.gpu()->SupportsOp(big));
 }
 
+// The decode route-and-group launch writes what the route launch and then
+// the group launch write, bit for bit: the route (weights and ids), order,
+// slot, the tiles and their count; 1..8 tokens, both gatings, k up to 32 of
+// 256, tied logits included, with PDL on where the device has it.
+TEST_F(CudaBackendOpTest, MoeRouteGroupEqualsRouteThenGroup) {
+  struct Case {
+    int n_exp, k, gating;
+    bool norm;
+  };
+  const Case cases[] = {{128, 8, 0, true}, {16, 4, 1, false}, {256, 32, 0, true},
+                        {7, 7, 0, false},  {60, 1, 1, true}};
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+            cudaSuccess);
+  SetProgrammaticLaunch(major >= 9);
+  for (const Case& c : cases) {
+    for (int nt = 1; nt <= kMoeRouteGroupMaxTokens; ++nt) {
+      SCOPED_TRACE(absl::StrCat(c.n_exp, " experts, k ", c.k, ", gating ", c.gating, ", nt ", nt));
+      const int tt = MoeTileTokens(nt);
+      const int a_count = nt * c.k;
+      const int64_t max_tiles = MoeMaxTiles(nt, c.k, c.n_exp, tt);
+      testing::DeviceBuffer<float> logits(RouterLogits(c.n_exp, nt));
+      MoeRouteArgs a;
+      a.n_expert = c.n_exp;
+      a.k = c.k;
+      a.gating = c.gating;
+      a.norm = c.norm;
+      struct Out {
+        testing::DeviceBuffer<float> route;
+        testing::DeviceBuffer<int32_t> order, slot, n_tiles;
+        testing::DeviceBuffer<int4> tiles;
+        Out(int64_t r, int64_t a, int64_t t) : route(r), order(a), slot(a), n_tiles(1), tiles(t) {
+          route.Poison(), order.Poison(), slot.Poison(), n_tiles.Poison(), tiles.Poison();
+        }
+        MoeGroups groups() const { return {order.get(), slot.get(), tiles.get(), n_tiles.get()}; }
+      };
+      Out two(2 * c.k * nt, a_count, max_tiles), one(2 * c.k * nt, a_count, max_tiles);
+      ASSERT_EQ(LaunchMoeRoute(logits.get(), nt, a, two.route.get(), nullptr), cudaSuccess);
+      ASSERT_EQ(LaunchMoeGroup(two.route.get(), nt, c.k, c.n_exp, tt, two.groups(), nullptr,
+                               nullptr),
+                cudaSuccess);
+      ASSERT_EQ(LaunchMoeRouteGroup(logits.get(), nt, a, one.route.get(), tt, one.groups(),
+                                    nullptr, nullptr),
+                cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto r2 = two.route.ToHost(), r1 = one.route.ToHost();
+      EXPECT_EQ(std::memcmp(r1.data(), r2.data(), r1.size() * 4), 0);
+      EXPECT_EQ(one.order.ToHost(), two.order.ToHost());
+      EXPECT_EQ(one.slot.ToHost(), two.slot.ToHost());
+      const int32_t n_tiles = two.n_tiles.ToHost()[0];
+      ASSERT_EQ(one.n_tiles.ToHost()[0], n_tiles);
+      ASSERT_GE(n_tiles, 1);
+      ASSERT_LE(n_tiles, max_tiles);
+      const auto t1 = one.tiles.ToHost(), t2 = two.tiles.ToHost();
+      int32_t columns = 0;
+      for (int32_t i = 0; i < n_tiles; ++i) {
+        EXPECT_EQ(t1[i].x, t2[i].x) << "tile " << i;
+        EXPECT_EQ(t1[i].y, t2[i].y) << "tile " << i;
+        EXPECT_EQ(t1[i].z, t2[i].z) << "tile " << i;
+        columns += t2[i].z;
+      }
+      EXPECT_EQ(columns, a_count);  // every assignment in exactly one tile
+    }
+  }
+  SetProgrammaticLaunch(false);
+  // Past a warp per token, and a tile wider than any grouping takes.
+  testing::DeviceBuffer<float> l(RouterLogits(16, 9)), r(2 * 4 * 9);
+  MoeRouteArgs a;
+  a.n_expert = 16;
+  a.k = 4;
+  const MoeGroups none{};
+  EXPECT_EQ(LaunchMoeRouteGroup(l.get(), 9, a, r.get(), 8, none, nullptr, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchMoeRouteGroup(l.get(), 2, a, r.get(), 64, none, nullptr, nullptr),
+            cudaErrorInvalidValue);
+}
+
 // MoeFFN against the CPU's grouped expert FFN with the same route: SiLU
 // experts of each integer-dot type (gate/up fused), gate and up of
 // different types, and gpt-oss's form (biases, the clamped SwiGLU), at
@@ -994,7 +1073,7 @@ TEST(MoeLauncherTest, RefusesArgumentsOutsideTheContract) {
   EXPECT_EQ(LaunchMoeRoute(buf, 1, r, buf, nullptr), cudaErrorInvalidValue);
   MoeGroups g;
   EXPECT_EQ(LaunchMoeGroup(buf, 4, 2, 8, 8, g, nullptr, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(LaunchMoeCombine(buf, buf, n_tiles, buf, 3, 1, 2, 4, buf, nullptr),
+  EXPECT_EQ(LaunchMoeCombine(buf, buf, n_tiles, buf, 3, 1, 2, 4, nullptr, buf, nullptr),
             cudaErrorInvalidValue);  // bias stride below the row
 }
 
@@ -1119,6 +1198,10 @@ TEST(CudaMoeModelTest, GreedyEqualsCpu) {
     const auto g = Greedy(gpu, prompt, 40);
     EXPECT_EQ(g, Greedy(cpu, prompt, 40));
     EXPECT_GE(std::set<int32_t>(g.begin(), g.end()).size(), 6u);
+    // Decode steps routed and grouped in one launch (MINFER_MOE_ROUTE_GROUP).
+    auto* cb = dynamic_cast<CudaBackend*>(gpu->kv_backend());
+    ASSERT_NE(cb, nullptr);
+    EXPECT_GT(cb->stats().moe_route_group, 0);
   }
 }
 
@@ -1168,6 +1251,46 @@ TEST(CudaGraphTest, ReplayIsBitIdenticalToDirectLaunch) {
   ASSERT_EQ(direct.size(), replay.size());
   EXPECT_EQ(std::memcmp(direct.data(), replay.data(), direct.size() * 4), 0)
       << "graph replay must be bit-identical to direct launches";
+}
+
+// Programmatic dependent launch (MINFER_PDL, sm_90+: each kernel launches
+// while the one before it finishes and waits on the device for its result)
+// changes when kernels start, never what they compute: the same logits, bit
+// for bit, with it on and off, over a prefill and graph-replayed decode
+// steps of a dense and a MoE model. On a 9.0+ device the launches really
+// asked for it; below, the knob leaves them plain.
+TEST(CudaPdlTest, ProgrammaticLaunchKeepsLogitsBitIdentical) {
+  MINFER_REQUIRE_GPU();
+  auto state = CudaState::Get();
+  ASSERT_TRUE(state.ok()) << state.status();
+  const bool sm90 = (*state)->cc() >= 900;
+  for (const auto& [shape, type] : {std::pair<std::string, std::string>{"tiny", "q4_k_m"},
+                                    {"qwen3moe-tiny", "q4_k_m"}}) {
+    SCOPED_TRACE(shape);
+    std::vector<float> logits[2];
+    for (int on = 0; on < 2; ++on) {
+      ScopedKnob pdl("MINFER_PDL", on ? "1" : "0");
+      auto m = Load(shape, type, "cuda");
+      ASSERT_TRUE(m);
+      auto s = runtime::Session::Create(m, {.n_ctx = 128});
+      ASSERT_TRUE(s.ok()) << s.status();
+      auto l = (*s)->Eval({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17});
+      ASSERT_TRUE(l.ok()) << l.status();
+      logits[on] = *l;
+      for (int i = 0; i < 12; ++i) {
+        auto d = (*s)->Eval({static_cast<int32_t>(100 + 7 * i)});
+        ASSERT_TRUE(d.ok()) << d.status();
+        logits[on].insert(logits[on].end(), d->begin(), d->end());
+      }
+      // (The session runs the backend on this thread, whose flag it sets.)
+      EXPECT_EQ(ProgrammaticLaunch(), on == 1 && sm90);
+      auto* cb = dynamic_cast<CudaBackend*>(m->kv_backend());
+      ASSERT_NE(cb, nullptr);
+      EXPECT_GE(cb->stats().replays, 8);
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+  }
 }
 
 TEST(CudaGraphTest, PrefillCaptureBitParity) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/kernels/launch.h"
 #include "cuda/kernels/ops.h"
 #include "cuda/testing/gpu_test_util.h"
 #include "engine/quant/blocks.h"
@@ -882,6 +883,68 @@ TEST(AttnDecodeTest, SplitMatchesOneStripe) {
     }
   }
   std::printf("attention decode: split vs one-stripe worst difference %.3g x max|V|\n", worst);
+}
+
+// The combine in the bodies (AttnDecodeConfig::counters: the block that
+// finishes a head's last stripe merges them) gives the combine kernel's
+// output bit for bit — the same partials, the same merge — for every cache
+// type, GQA ratio and body, with a sliding window and sinks, twice in a row
+// (the counters return to zero), with PDL on where the device has it.
+TEST(AttnDecodeTest, FusedCombineEqualsTheCombineKernel) {
+  MINFER_REQUIRE_GPU();
+  int device = 0, major = 0;
+  ASSERT_CUDA(cudaGetDevice(&device));
+  ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  SetProgrammaticLaunch(major >= 9);
+  for (KvType t : kAllKv) {
+    for (const AttnShape& s : kAttnShapes) {
+      for (int64_t n_kv : {int64_t{1}, int64_t{33}, int64_t{600}, int64_t{4096}}) {
+        for (int variant = 0; variant < 2; ++variant) {  // plain; window + sinks
+          AttnParams p;
+          p.n_head = s.n_head;
+          p.n_head_kv = s.n_head_kv;
+          p.head_dim = s.hd;
+          p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+          p.n_ctx = n_kv + 5;
+          p.kv_type = t;
+          const HostCache c = MakeCache(t, p.n_ctx, p.n_kv_embd(), n_kv);
+          DeviceBuffer<uint8_t> dk(c.k), dv(c.v);
+          const auto q = RandomFloats(int64_t{s.n_head} * s.hd, 2.0f);
+          DeviceBuffer<float> dq(q), partial(AttnDecodePartialFloats(p)), o1(q.size()),
+              o2(q.size()), sinks(RandomFloats(s.n_head, 3.0f));
+          DeviceBuffer<int32_t> dp(std::vector<int32_t>{static_cast<int32_t>(n_kv - 1)});
+          DeviceBuffer<int32_t> counters(
+              std::vector<int32_t>(static_cast<size_t>(AttnDecodeCounters(p, 1)), 0));
+          if (variant == 1) {
+            p.window = 100;
+            p.sinks = sinks.get();
+          }
+          for (int32_t long_min : {kAttnLongMinRows, 0, INT32_MAX}) {
+            SCOPED_TRACE(::testing::Message()
+                         << Name(t) << " heads " << s.n_head << "/" << s.n_head_kv << " hd "
+                         << s.hd << " n_kv " << n_kv << " variant " << variant << " long_min "
+                         << long_min);
+            AttnDecodeConfig cfg;
+            cfg.long_min_rows = long_min;
+            o1.Poison();
+            ASSERT_CUDA(LaunchAttnDecodeConfigured(dq.get(), dp.get(), dk.get(), dv.get(),
+                                                   partial.get(), o1.get(), p, cfg, nullptr));
+            cfg.counters = counters.get();
+            for (int rep = 0; rep < 2; ++rep) {
+              o2.Poison();
+              ASSERT_CUDA(LaunchAttnDecodeConfigured(dq.get(), dp.get(), dk.get(), dv.get(),
+                                                     partial.get(), o2.get(), p, cfg, nullptr));
+              SYNC();
+              const auto a = o1.ToHost(), b = o2.ToHost();
+              ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "rep " << rep;
+              for (int32_t v : counters.ToHost()) ASSERT_EQ(v, 0);
+            }
+          }
+        }
+      }
+    }
+  }
+  SetProgrammaticLaunch(false);
 }
 
 // A captured launch must stay valid when the context grows: the same

@@ -229,6 +229,75 @@ TEST(GraphBuilderTest, MoeAndSinkShapesAreChecked) {
 
 // TopK's optional mask input: i32 [ceil(n_vocab / 32), n_out] or an error
 // naming the node; the mode value carries the base mode and the column.
+// AddInto puts the residual on the MatMul or MoeFFN that produced y when
+// nothing else reads y yet, and otherwise builds the Add: a MatMul and a
+// MoeFFN take it (one input more, no Add node), a read y, a y that already
+// has a residual, another op, a shape that differs, and a residual built
+// after y all get an Add(r, y).
+TEST(GraphBuilderTest, AddIntoPutsTheResidualOnTheMatmul) {
+  const Weight w = MakeWeight("w", GgmlType::kQ8_0, {64, 64});
+  const Weight wide = MakeWeight("wide", GgmlType::kQ8_0, {64, 96});
+  const Weight gate = MakeWeight("gate_exps", GgmlType::kQ8_0, {64, 32, 8});
+  const Weight down = MakeWeight("down_exps", GgmlType::kQ8_0, {32, 64, 8});
+  auto count = [](const GraphBuilder& b, NodeId last, OpKind op) {
+    int c = 0;
+    for (NodeId i = 0; i <= last; ++i) c += b.node(i).op == op;
+    return c;
+  };
+  {
+    GraphBuilder b;
+    const NodeId x = b.Input(DType::kF32, Shape(64, 3), "x");
+    const NodeId r = b.Input(DType::kF32, Shape(64, 3), "r");
+    const NodeId y = b.MatMul(x, &w, "y");
+    const NodeId s = b.AddInto(r, y, "sum");
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(s, y);
+    EXPECT_EQ(b.node(y).inputs, (std::vector<NodeId>{x, r}));
+    EXPECT_EQ(count(b, s, OpKind::kAdd), 0);
+    // Once it has one, the next residual is an Add.
+    const NodeId s2 = b.AddInto(x, s, "sum2");
+    EXPECT_EQ(b.node(s2).op, OpKind::kAdd);
+    EXPECT_EQ(b.node(s2).inputs, (std::vector<NodeId>{x, s}));
+  }
+  {
+    GraphBuilder b;
+    const NodeId x = b.Input(DType::kF32, Shape(64, 3), "x");
+    const NodeId logits = b.Input(DType::kF32, Shape(8, 3), "logits");
+    const NodeId route = b.MoeRoute(logits, 2, MoeGating::kSoftmax, true, 0, "route");
+    const NodeId y = b.MoeFFN(x, route, &gate, &gate, &down, nullptr, nullptr, nullptr,
+                              MoeAct::kSilu, "moe");
+    const NodeId s = b.AddInto(x, y, "sum");
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(s, y);
+    EXPECT_EQ(b.node(y).inputs, (std::vector<NodeId>{x, route, x}));
+  }
+  {
+    GraphBuilder b;  // y already read by another node
+    const NodeId x = b.Input(DType::kF32, Shape(64, 3), "x");
+    const NodeId y = b.MatMul(x, &w, "y");
+    b.Scale(y, 2.0f, "reader");
+    const NodeId s = b.AddInto(x, y, "sum");
+    EXPECT_EQ(b.node(s).op, OpKind::kAdd);
+    EXPECT_EQ(b.node(y).inputs.size(), 1u);
+  }
+  {
+    GraphBuilder b;  // not a matmul; a shape that differs; r after y
+    const NodeId x = b.Input(DType::kF32, Shape(64, 3), "x");
+    const NodeId y = b.Scale(x, 2.0f, "scaled");
+    EXPECT_EQ(b.node(b.AddInto(x, y, "a")).op, OpKind::kAdd);
+    const NodeId x1 = b.Input(DType::kF32, Shape(64, 1), "x1");
+    const NodeId r96 = b.Input(DType::kF32, Shape(96, 3), "r96");
+    const NodeId y96 = b.MatMul(x1, &wide, "y96");
+    EXPECT_EQ(b.node(b.AddInto(r96, y96, "b")).op, OpKind::kAdd);  // [96,3] + [96,1]
+    EXPECT_EQ(b.node(y96).inputs.size(), 1u);
+    const NodeId y2 = b.MatMul(x, &w, "y2");
+    const NodeId late = b.Input(DType::kF32, Shape(64, 3), "late");
+    EXPECT_EQ(b.node(b.AddInto(late, y2, "c")).op, OpKind::kAdd);
+    EXPECT_EQ(b.node(y2).inputs.size(), 1u);
+    EXPECT_TRUE(b.ok());
+  }
+}
+
 TEST(GraphBuilderTest, TopKMaskInput) {
   static_assert(TopKMaskWords(151936) == 4748 && TopKMaskWords(33) == 2);
   static_assert(TopKBaseMode(TopKModeValue(2, 5)) == 2 && TopKMaskSlot(TopKModeValue(2, 5)) == 5);

@@ -192,6 +192,39 @@ TEST(Qwen2EngineTest, FusionOnOffComputesTheSame) {
   }
 }
 
+// The residual adds riding on the matmul or MoE FFN before them
+// (GraphBuilder::AddInto; MINFER_NO_FUSE_RESIDUAL=1 keeps the Add nodes)
+// compute exactly what the Adds compute, the same float add per element:
+// prefill and decode logits bit-identical on a dense, a Qwen3 MoE and a
+// gpt-oss model.
+TEST(Qwen2EngineTest, ResidualFusionOnOffIsBitIdentical) {
+  for (const auto& [shape, type] : {std::pair<std::string, std::string>{"tiny", "q4_k_m"},
+                                    {"qwen3moe-tiny", "q4_k_m"},
+                                    {"gpt-oss-tiny", "q8_0"}}) {
+    SCOPED_TRACE(shape);
+    auto model = LoadModel(shape, type);
+    ASSERT_NE(model, nullptr);
+    auto run = [&](bool fused) {
+      EXPECT_TRUE(KnobRegistry::Global().Set("MINFER_NO_FUSE_RESIDUAL", fused ? "0" : "1").ok());
+      auto s = Session::Create(model, {.n_ctx = 32});
+      auto l = (*s)->Eval({5, 900, 42, 77, 1000, 3, 250});
+      EXPECT_TRUE(l.ok()) << l.status();
+      std::vector<float> out = l.ok() ? *l : std::vector<float>{};
+      for (int32_t t : {251, 9, 600, 17, 18}) {
+        auto d = (*s)->Eval({t});
+        EXPECT_TRUE(d.ok()) << d.status();
+        if (d.ok()) out.insert(out.end(), d->begin(), d->end());
+      }
+      return out;
+    };
+    const std::vector<float> fused = run(true), unfused = run(false);
+    ASSERT_TRUE(KnobRegistry::Global().Reset("MINFER_NO_FUSE_RESIDUAL").ok());
+    ASSERT_FALSE(fused.empty());
+    ASSERT_EQ(fused.size(), unfused.size());
+    EXPECT_EQ(std::memcmp(fused.data(), unfused.data(), fused.size() * 4), 0);
+  }
+}
+
 // The prefill QKV fusion (FusedQKV with a planar output + QkvBiasRopeStore
 // over the prompt's tokens) computes exactly what the unfused chain
 // computes: the same kernels on the same rows, the same float operations

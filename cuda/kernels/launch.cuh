@@ -1,0 +1,56 @@
+// Kernel launch with programmatic dependent launch (launch.h says why), for
+// the kernel translation units (nvcc only).
+//
+// Every __global__ function of cuda/kernels begins with pdl_enter(), and
+// every launch goes through LaunchGrid; the two together keep stream
+// order: a grid launched programmatically waits in pdl_enter until the grid
+// before it has completed and its memory is visible, and only then lets the
+// grid after it launch. The order is transitive because a grid cannot
+// release its successor before its own wait returns, and every thread
+// waits before it can exit.
+#ifndef MINFER_CUDA_KERNELS_LAUNCH_CUH_
+#define MINFER_CUDA_KERNELS_LAUNCH_CUH_
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "cuda/kernels/launch.h"
+
+namespace minfer::cuda {
+
+// The first statement of every kernel: waits for the previous grid in the
+// stream (a no-op when this grid was not launched programmatically, or
+// below sm_90), then lets the next grid launch early; its CTAs will wait
+// here in turn, so releasing it at once is safe.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// What kernel<<<grid, block, smem, stream>>>(args...) does, launched
+// programmatically when this thread asks for it (ProgrammaticLaunch).
+// Errors are left for cudaGetLastError, as a <<<>>> launch leaves them.
+template <typename... Params, typename... Args>
+__host__ void LaunchGrid(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (ProgrammaticLaunch()) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace minfer::cuda
+
+#endif  // MINFER_CUDA_KERNELS_LAUNCH_CUH_
