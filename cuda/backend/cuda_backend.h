@@ -275,6 +275,10 @@ class CudaBackend : public graph::Backend {
   // FAILED_PRECONDITION once this rank's communicators were aborted.
   absl::Status CheckCollective() const;
   absl::Status RunMoeFfn(const OpArgs& o);
+  // Input i of a MatMul or MoeFFN, its optional residual (graph.h): null
+  // when the node has none; refused when it holds fewer than the output's
+  // floats or was written only as int8 (a dead range).
+  absl::StatusOr<const float*> ResidualInput(const OpArgs& o, size_t i);
   // Whether MoeFFN node n's experts have a kernel (integer-dot types or
   // MXFP4, rows of whole blocks, f32 biases, n_expert and k in moe.h's
   // limits).

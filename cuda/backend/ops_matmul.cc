@@ -384,17 +384,20 @@ absl::Status CudaBackend::RunMatMul(const OpArgs& o) {
   const ExecArgs& a = o.a;
   float* out = o.out;
   ASSIGN_OR_RETURN(const WeightView* w, Weight(n.weights[0]));
-  const float* residual = nullptr;
-  if (n.inputs.size() > 1) {  // graph.h: y = r + W x
-    if (a.inputs[1].bytes < o.n_el * 4) {
-      return absl::InvalidArgumentError(absl::StrCat("cuda MatMul ", n.name, ": residual holds ",
-                                                     a.inputs[1].bytes / 4, " floats, needs ",
-                                                     o.n_el));
-    }
-    RETURN_IF_ERROR(memos_.CheckNotDead(n, a.inputs[1], o.n_el * 4));
-    residual = o.f(1);
-  }
+  ASSIGN_OR_RETURN(const float* residual, ResidualInput(o, 1));  // graph.h: y = r + W x
   return MatMulWeights(n, {w}, a.inputs[0], {out}, residual);
+}
+
+absl::StatusOr<const float*> CudaBackend::ResidualInput(const OpArgs& o, size_t i) {
+  if (o.n.inputs.size() <= i) return nullptr;
+  const graph::BufferRef& r = o.a.inputs[i];
+  if (r.bytes < o.n_el * 4) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda ", graph::OpName(o.n.op), " ", o.n.name,
+                                                   ": residual holds ", r.bytes / 4,
+                                                   " floats, needs ", o.n_el));
+  }
+  RETURN_IF_ERROR(memos_.CheckNotDead(o.n, r, o.n_el * 4));
+  return o.f(i);
 }
 
 absl::Status CudaBackend::RunFusedQkv(const OpArgs& o) {

@@ -215,17 +215,8 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   md.mode = kMoePlain;
   RETURN_IF_ERROR(Check(matmul(md), "MoeFFN down"));
   // The residual (graph.h; GraphBuilder::AddInto) in the combine's store.
-  const float* residual = nullptr;
-  if (n.inputs.size() > 2) {
-    if (a.inputs[2].bytes < o.n_el * 4) {
-      return absl::InvalidArgumentError(absl::StrCat("cuda MoeFFN ", n.name, ": residual holds ",
-                                                     a.inputs[2].bytes / 4, " floats, needs ",
-                                                     o.n_el));
-    }
-    RETURN_IF_ERROR(memos_.CheckNotDead(n, a.inputs[2], o.n_el * 4));
-    residual = o.f(2);
-    stats_.residual_epilogue++;
-  }
+  ASSIGN_OR_RETURN(const float* residual, ResidualInput(o, 2));
+  if (residual != nullptr) stats_.residual_epilogue++;
   return Check(LaunchMoeCombine(d, route, grp.slot,
                                 bd ? static_cast<const float*>(bd->data) : nullptr,
                                 bd ? bd->row_bytes / 4 : 0, nt, k, E, residual, o.out, st),

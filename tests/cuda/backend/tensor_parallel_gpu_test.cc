@@ -21,6 +21,7 @@
 #include "engine/runtime/session.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/engine_drain.h"
 #include "tests/support/test_models.h"
 
 namespace minfer::runtime {
@@ -52,30 +53,7 @@ std::map<size_t, std::vector<int32_t>> RunEngine(std::shared_ptr<Model> model,
   eo.max_seqs = 8;
   eo.token_budget = 64;
   eo.n_ctx = 256;
-  auto e = Engine::Create(model, eo);
-  EXPECT_TRUE(e.ok()) << e.status();
-  if (!e.ok()) return {};
-  std::map<uint64_t, std::vector<int32_t>> out;
-  std::vector<uint64_t> ids;
-  for (const GenerateRequest& r : reqs) {
-    auto id = (*e)->Add(r);
-    EXPECT_TRUE(id.ok()) << id.status();
-    ids.push_back(id.ok() ? *id : 0);
-  }
-  std::vector<EngineEvent> ev;
-  for (int step = 0; step < 5000 && (*e)->HasWork(); ++step) {
-    ev.clear();
-    absl::Status st = (*e)->Step(&ev);
-    EXPECT_TRUE(st.ok()) << st;
-    if (!st.ok()) break;
-    for (const EngineEvent& x : ev) {
-      EXPECT_TRUE(x.status.ok()) << x.status;
-      for (int32_t t : x.out.tokens) out[x.id].push_back(t);
-    }
-  }
-  std::map<size_t, std::vector<int32_t>> by_index;
-  for (size_t i = 0; i < ids.size(); ++i) by_index[i] = out[ids[i]];
-  return by_index;
+  return minfer::testing::DrainEngine(std::move(model), eo, reqs);
 }
 
 std::vector<GenerateRequest> GreedyRequests() {

@@ -19,6 +19,7 @@
 #include "engine/runtime/session.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/engine_drain.h"
 #include "tests/support/test_models.h"
 
 namespace minfer::runtime {
@@ -152,39 +153,16 @@ TEST(TensorParallelTest, QkNormsAndWideHeadsSplit) {
 // and sampled streams with mixed prefill/decode steps, a pool small enough
 // to preempt and a prefix shared by half of them, each stream's tokens
 // equal to the whole model's engine's.
-std::map<uint64_t, std::vector<int32_t>> RunEngine(std::shared_ptr<Model> model,
-                                                   const std::vector<GenerateRequest>& reqs,
-                                                   EngineSnapshot* snap) {
+std::map<size_t, std::vector<int32_t>> RunEngine(std::shared_ptr<Model> model,
+                                                 const std::vector<GenerateRequest>& reqs,
+                                                 EngineSnapshot* snap) {
   EngineOptions eo;
   eo.max_seqs = 8;
   eo.token_budget = 40;
   eo.n_ctx = 256;
   eo.kv_blocks = 24;  // 384 rows for 8 streams of up to 128: preemption
   eo.prefix_cache = true;
-  auto e = Engine::Create(model, eo);
-  EXPECT_TRUE(e.ok()) << e.status();
-  std::map<uint64_t, std::vector<int32_t>> out;
-  std::vector<uint64_t> ids;
-  for (const GenerateRequest& r : reqs) {
-    auto id = (*e)->Add(r);
-    EXPECT_TRUE(id.ok()) << id.status();
-    ids.push_back(*id);
-  }
-  std::vector<EngineEvent> ev;
-  for (int step = 0; step < 5000 && (*e)->HasWork(); ++step) {
-    ev.clear();
-    absl::Status st = (*e)->Step(&ev);
-    EXPECT_TRUE(st.ok()) << st;
-    if (!st.ok()) break;
-    for (const EngineEvent& x : ev) {
-      EXPECT_TRUE(x.status.ok()) << x.status;
-      for (int32_t t : x.out.tokens) out[x.id].push_back(t);
-    }
-  }
-  *snap = (*e)->Snapshot();
-  std::map<uint64_t, std::vector<int32_t>> by_index;
-  for (size_t i = 0; i < ids.size(); ++i) by_index[i] = out[ids[i]];
-  return by_index;
+  return minfer::testing::DrainEngine(std::move(model), eo, reqs, snap);
 }
 
 TEST(TensorParallelTest, TheBatchedEngineOverTwoRanksGivesTheWholeModelsTokens) {
