@@ -36,6 +36,11 @@
 #                                        decode (default 7b:q4_k_m, -b 1,64,128,256) with
 #                                        --kv-type f16, q8_0 and fp8 in turn, and each
 #                                        type's greedy ids of `minfer run` against f16's
+#   bash .gpu/gpu_run.sh levers [SPEC..] the decode launch-gap levers (fifteenth session):
+#                                        `minfer bench -b 1,64 -p 128 -n 128` with all of
+#                                        MINFER_PDL, the residual epilogue, the fused
+#                                        attention combine and the MoE route+group off,
+#                                        then on (default 7b:q4_k_m qwen3-30b-a3b:q4_k_m)
 #   bash .gpu/gpu_run.sh moe [SPEC..]   mixtures of experts (issue 33; default
 #                                        qwen3-30b-a3b:q4_k_m gpt-oss-20b:mxfp4_moe):
 #                                        mkmodel's file, then `minfer bench` pp512 +
@@ -596,6 +601,17 @@ ids = [json.load(open(p))["generated_ids"] for p in sys.argv[1:]]
 print("greedy ids, one GPU vs two:", "equal" if len(ids) == 2 and ids[0] == ids[1] else "DIFFER")
 PY
     ;;
+  levers)
+    [[ $# -gt 0 ]] || set -- 7b:q4_k_m qwen3-30b-a3b:q4_k_m
+    for spec in "$@"; do
+      for on in 0 1; do
+        echo "== levers $([[ $on == 1 ]] && echo on || echo off) $spec" | tee -a "$out/levers.log"
+        (export MINFER_PDL=$on MINFER_NO_FUSE_RESIDUAL=$((1 - on)) MINFER_ATTN_FUSED_COMBINE=$on \
+                MINFER_MOE_ROUTE_GROUP=$on
+         run_bench "$spec:-b 1,64 -p 128 -n 128 -r 1") 2>&1 |
+          grep -E "^\| .*\| (cuda|cpu) \| [0-9]+ \||rror" | tee -a "$out/levers.log"
+      done
+    done ;;
   cmd) "$@" ;;
   *) echo "usage: gpu_run.sh tests|bench|cmd ..." >&2; exit 2 ;;
 esac
