@@ -235,6 +235,7 @@ void CudaBackend::RefreshKnobs() {
   k.matmul.mmvq_min_elems = r.GetInt("MINFER_MMVQ_MIN_ELEMS", knob_overrides_);
   k.attn_prefill_tc = r.GetBool("MINFER_ATTN_PREFILL_TC", knob_overrides_);
   k.attn_fused_combine = r.GetBool("MINFER_ATTN_FUSED_COMBINE", knob_overrides_);
+  k.attn_q8 = r.GetBool("MINFER_ATTN_Q8", knob_overrides_);
   k.pdl = r.GetBool("MINFER_PDL", knob_overrides_);
   k.moe_mma = r.GetBool("MINFER_MOE_MMA", knob_overrides_);
   k.moe_route_group = r.GetBool("MINFER_MOE_ROUTE_GROUP", knob_overrides_);

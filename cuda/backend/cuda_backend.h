@@ -158,6 +158,7 @@ class CudaBackend : public graph::Backend {
     bool moe_route_group = true;      // MINFER_MOE_ROUTE_GROUP
     bool attn_prefill_tc = true;
     bool attn_fused_combine = true;  // MINFER_ATTN_FUSED_COMBINE
+    bool attn_q8 = false;            // MINFER_ATTN_Q8
     bool op_timing = false;
     bool operator==(const Knobs&) const = default;
   };

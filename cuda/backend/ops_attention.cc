@@ -180,6 +180,16 @@ absl::Status CudaBackend::RunAttention(const OpArgs& o) {
     ap.sinks = static_cast<const float*>(sinks->data);
   }
   const int64_t nt = n.shape.ne[1];
+  // Decode steps of MMVQ size (every tile one token) write the output's q8
+  // plane too (MINFER_ATTN_Q8), so the output projection skips its quantize
+  // launch; its memo is set after the launch.
+  const int64_t n_embd = static_cast<int64_t>(p.n_head) * p.head_dim;
+  const bool q8_out = knobs_.attn_q8 && p.head_dim % 32 == 0 && nt <= kMmvqMaxTokens &&
+                      (nt == 1 || p.single_token_tiles);
+  BlockQ8A* q8 = nullptr;
+  if (q8_out) {
+    ASSIGN_OR_RETURN(q8, Q8Plane(a.output, n_embd, nt));
+  }
   if (p.kv_block > 0) {
     // Paged (many sequences): decode tiles on the split-KV kernel,
     // prefill tiles on the prefill kernel; both grids are static over
@@ -197,9 +207,11 @@ absl::Status CudaBackend::RunAttention(const OpArgs& o) {
                                                      AttnDecodeCounters(ap, pg.n_tiles) * 4));
       pg.counters = static_cast<int32_t*>(counters);
     }
+    pg.q8 = q8;
     RETURN_IF_ERROR(Check(LaunchAttnDecodePaged(o.f(0), o.i32(3), o.in[1], o.in[2],
                                                 static_cast<float*>(partial), out, ap, pg, st),
                           "attention decode (paged)"));
+    if (q8 != nullptr) memos_.SetQ8(a.output, n_embd * nt * 4);
     // One decode token, or a step of decode tokens only: no multi-token tiles.
     if (nt == 1 || p.single_token_tiles) return absl::OkStatus();
     const bool tc = knobs_.attn_prefill_tc && nt >= kAttnPrefillTcMinTokens;
@@ -215,9 +227,13 @@ absl::Status CudaBackend::RunAttention(const OpArgs& o) {
                        ZeroedScratch("attn_counters", AttnDecodeCounters(ap, 1) * 4));
       cfg.counters = static_cast<int32_t*>(counters);
     }
-    return Check(LaunchAttnDecodeConfigured(o.f(0), o.i32(3), o.in[1], o.in[2],
-                                            static_cast<float*>(partial), out, ap, cfg, st),
-                 "attention decode");
+    cfg.q8 = q8;
+    RETURN_IF_ERROR(Check(LaunchAttnDecodeConfigured(o.f(0), o.i32(3), o.in[1], o.in[2],
+                                                     static_cast<float*>(partial), out, ap, cfg,
+                                                     st),
+                          "attention decode"));
+    if (q8 != nullptr) memos_.SetQ8(a.output, n_embd * 4);
+    return absl::OkStatus();
   }
   // The tensor-core kernel (f16 KV, nt >= 16) is opt-in until it has
   // been validated on hardware; otherwise the CUDA-core kernel.

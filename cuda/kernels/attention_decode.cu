@@ -79,6 +79,7 @@ struct DecodeArgs {
   int32_t* counters;  // [n_z][n_head], zero between launches
   float* out;
   const float* sinks;
+  BlockQ8A* q8;  // AttnDecodeConfig::q8: token t's row at q8 + t * n_head * hd / 32
 };
 
 // The query token of grid.z's tile, its block table and its partials; false
@@ -266,6 +267,11 @@ __device__ __forceinline__ float* partial_at(const DecodeArgs& a, const DecodeTo
   return d.partial + (static_cast<int64_t>(sp) * a.n_head + h) * a.pstr;
 }
 
+// Token t's q8 row, or null.
+__device__ __forceinline__ BlockQ8A* q8_row(const DecodeArgs& a, int64_t t) {
+  return a.q8 != nullptr ? a.q8 + t * ((static_cast<int64_t>(a.n_head) * a.hd) >> 5) : nullptr;
+}
+
 // Merges the stripes of head h of one token: gm = max m_sp, w_sp =
 // 2^(m_sp - gm), out = sum w_sp acc_sp / sum w_sp S_sp. One warp (all 32
 // lanes call); lane sp reads stripe sp's max and sum, lane i owns dims
@@ -276,7 +282,8 @@ __device__ __forceinline__ float* partial_at(const DecodeArgs& a, const DecodeTo
 // wrote them.
 __device__ __forceinline__ void combine_head(const float* partial, float* out, int h, int n_head,
                                              int hd, int pstr, int n_splits,
-                                             const float* __restrict__ sinks) {
+                                             const float* __restrict__ sinks,
+                                             BlockQ8A* q8 = nullptr) {
   const int lane = threadIdx.x & 31;
   const int64_t split_stride = static_cast<int64_t>(n_head) * pstr;
   const float* base = partial + static_cast<int64_t>(h) * pstr;
@@ -299,10 +306,23 @@ __device__ __forceinline__ void combine_head(const float* partial, float* out, i
       o.w += w * x.w;
     }
   }
-  if (on) {
-    const float4 r = s_tot > 0.0f ? make_float4(o.x / s_tot, o.y / s_tot, o.z / s_tot, o.w / s_tot)
-                                  : make_float4(0.f, 0.f, 0.f, 0.f);
-    reinterpret_cast<float4*>(out + static_cast<int64_t>(h) * hd)[lane] = r;
+  const float4 r = on && s_tot > 0.0f
+                       ? make_float4(o.x / s_tot, o.y / s_tot, o.z / s_tot, o.w / s_tot)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+  if (on) reinterpret_cast<float4*>(out + static_cast<int64_t>(h) * hd)[lane] = r;
+  if (q8 != nullptr) {
+    // The token's row quantized for the next MMVQ (hd % 32 == 0: a head is
+    // whole blocks, block lane / 8 of this head's, 8 lanes a block): the
+    // floats just written, by QuantizeRowQ8A's rule. All lanes take part.
+    const Q8Group g = QuantizeQ8Group(r);
+    if (on) {
+      BlockQ8A* b = q8 + static_cast<int64_t>(h) * (hd >> 5) + (lane >> 3);
+      reinterpret_cast<uint32_t*>(b->qs)[lane & 7] = g.packed;
+      if ((lane & 7) == 0) {
+        b->d = g.d;
+        b->s = g.s;
+      }
+    }
   }
 }
 
@@ -352,7 +372,7 @@ __global__ void __launch_bounds__(32) attn_decode_1w_kernel(DecodeArgs a) {
   if (on) reinterpret_cast<float4*>(out + 4)[lane] = acc[0];
   if (a.counters != nullptr && last_stripe(a, h)) {
     combine_head(d.partial, a.out + d.t * a.n_head * a.hd, h, a.n_head, a.hd, a.pstr, a.n_splits,
-                 a.sinks);
+                 a.sinks, q8_row(a, d.t));
   }
 }
 
@@ -429,7 +449,7 @@ __global__ void __launch_bounds__(32 * kLongWarps) attn_decode_gqa_kernel(Decode
   // Warp w < NG merges the stripes of head h0 + w (NG <= kLongWarps).
   if (a.counters != nullptr && last_stripe(a, h0) && warp < NG) {
     combine_head(d.partial, a.out + d.t * a.n_head * a.hd, h0 + warp, a.n_head, a.hd, a.pstr,
-                 a.n_splits, a.sinks);
+                 a.n_splits, a.sinks, q8_row(a, d.t));
   }
 }
 
@@ -439,7 +459,7 @@ __global__ void __launch_bounds__(32)
     attn_decode_combine_kernel(const float* __restrict__ partial, float* __restrict__ out,
                                int n_head, int hd, int pstr, int n_splits,
                                const int32_t* __restrict__ tiles,
-                               const float* __restrict__ sinks) {
+                               const float* __restrict__ sinks, BlockQ8A* q8) {
   pdl_enter();
   const int h = blockIdx.x;
   const int64_t split_stride = static_cast<int64_t>(n_head) * pstr;
@@ -451,7 +471,8 @@ __global__ void __launch_bounds__(32)
     partial += static_cast<int64_t>(blockIdx.y) * n_splits * split_stride;
     out += t * n_head * hd;
   }
-  combine_head(partial, out, h, n_head, hd, pstr, n_splits, sinks);
+  combine_head(partial, out, h, n_head, hd, pstr, n_splits, sinks,
+               q8 != nullptr ? q8 + t * ((static_cast<int64_t>(n_head) * hd) >> 5) : nullptr);
 }
 
 int PartialStride(int hd) { return (4 + hd + 3) & ~3; }
@@ -507,7 +528,8 @@ cudaError_t LaunchDecode(const float* q, const int32_t* pos, const void* k_cache
                          const AttnDecodeConfig& cfg, const AttnPaged* pg, cudaStream_t stream) {
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0 || p.head_dim <= 0 ||
       p.head_dim > 128 || p.head_dim % 4 != 0 || p.n_ctx <= 0 || p.n_ctx >= INT_MAX ||
-      cfg.n_splits < 1 || cfg.n_splits > kAttnSplits || cfg.long_min_rows < 0) {
+      cfg.n_splits < 1 || cfg.n_splits > kAttnSplits || cfg.long_min_rows < 0 ||
+      (cfg.q8 != nullptr && p.head_dim % 32 != 0)) {
     return cudaErrorInvalidValue;
   }
   if (IsBlockKv(p.kv_type) && p.n_kv_embd() % 32 != 0) return cudaErrorInvalidValue;
@@ -539,6 +561,7 @@ cudaError_t LaunchDecode(const float* q, const int32_t* pos, const void* k_cache
   a.counters = cfg.counters;
   a.out = out;
   a.sinks = p.sinks;
+  a.q8 = cfg.q8;
   int n_z = 1;
   if (pg != nullptr) {
     a.tiles = pg->tiles;
@@ -569,7 +592,7 @@ cudaError_t LaunchDecode(const float* q, const int32_t* pos, const void* k_cache
   }
   if (cfg.counters == nullptr) {
     LaunchGrid(attn_decode_combine_kernel, dim3(p.n_head, n_z), 32, 0, stream, partial, out,
-               p.n_head, p.head_dim, a.pstr, cfg.n_splits, a.tiles, p.sinks);
+               p.n_head, p.head_dim, a.pstr, cfg.n_splits, a.tiles, p.sinks, cfg.q8);
   }
   return cudaGetLastError();
 }
@@ -601,6 +624,7 @@ cudaError_t LaunchAttnDecodePaged(const float* q, const int32_t* pos, const void
   AttnDecodeConfig cfg;
   cfg.n_splits = AttnPagedSplits(p, pg.n_tiles);
   cfg.counters = pg.counters;
+  cfg.q8 = pg.q8;
   return LaunchDecode(q, pos, k_cache, v_cache, partial, out, p, cfg, &pg, stream);
 }
 

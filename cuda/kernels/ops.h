@@ -170,10 +170,15 @@ cudaError_t LaunchAttnDecode(const float* q, const int32_t* pos, const void* k_c
 // the block that finishes a (token, head)'s last stripe merges them (one
 // launch fewer per attention). AttnDecodeCounters ints, zero before the
 // first launch; the kernels leave them zero. Null: the combine kernel.
+// q8: also write each token's output row [n_head * head_dim] as BlockQ8A
+// blocks (bit for bit QuantizeRowQ8A of the floats written; head_dim % 32
+// == 0), token t's at q8 + t * n_head * head_dim / 32, so the output
+// projection's MMVQ skips its quantize launch. Null: floats only.
 struct AttnDecodeConfig {
   int n_splits = kAttnSplits;
   int32_t long_min_rows = kAttnLongMinRows;
   int32_t* counters = nullptr;
+  BlockQ8A* q8 = nullptr;
 };
 // The counters a decode over n_tokens tokens (the paged form: its tiles;
 // contiguous: 1) needs.
@@ -263,6 +268,8 @@ struct AttnPaged {
   // Decode: AttnDecodeConfig::counters (AttnDecodeCounters(p, n_tiles)
   // ints), or null.
   int32_t* counters = nullptr;
+  // Decode: AttnDecodeConfig::q8 (token t = a tile's token index), or null.
+  BlockQ8A* q8 = nullptr;
 };
 
 // Decode: the tiles of one token (count 1), split-KV as LaunchAttnDecode with

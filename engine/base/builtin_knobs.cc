@@ -65,6 +65,10 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        KnobEffect::kRecapture,
        "Decode attention merges its KV stripes in the block that finishes a head's last stripe "
        "(one launch fewer per layer); 0 = a combine kernel after the stripes."});
+  add({"MINFER_ATTN_Q8", KnobType::kBool, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "Decode attention of up to 8 tokens also writes its output quantized for the output "
+       "projection's MMVQ (one quantize launch fewer per layer). Off until it has run on a GPU "
+       "(tests: op_kernels_test, cuda_backend_test)."});
   add({"MINFER_ATTN_PREFILL_TC", KnobType::kBool, "1", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Prefill attention over an f16 KV cache (16+ tokens) runs the tensor-core "

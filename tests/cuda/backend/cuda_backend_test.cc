@@ -1205,6 +1205,37 @@ TEST(CudaMoeModelTest, GreedyEqualsCpu) {
   }
 }
 
+// MINFER_ATTN_Q8: decode attention writes its output's q8 plane for the
+// output projection. Greedy ids still equal the CPU's (dense and MoE), and
+// the projection's quantize launches really went away (one per layer and
+// decode step fewer than with the knob off).
+TEST(CudaAttnQ8Test, GreedyEqualsCpuAndQuantizeLaunchesDrop) {
+  MINFER_REQUIRE_GPU();
+  for (const auto& [shape, type] : {std::pair<std::string, std::string>{"tiny", "q4_k_m"},
+                                    {"qwen3moe-tiny", "q4_k_m"}}) {
+    SCOPED_TRACE(shape);
+    auto cpu = Load(shape, type, "cpu");
+    ASSERT_TRUE(cpu);
+    const std::vector<int32_t> prompt = {100, 200, 300, 17, 18, 19, 999, 5, 6, 7, 8};
+    const auto want = Greedy(cpu, prompt, 24);
+    int64_t launches[2] = {0, 0};
+    for (int on = 0; on < 2; ++on) {
+      ScopedKnob q8("MINFER_ATTN_Q8", on ? "1" : "0");
+      auto gpu = Load(shape, type, "cuda");
+      ASSERT_TRUE(gpu);
+      EXPECT_EQ(Greedy(gpu, prompt, 24), want) << "MINFER_ATTN_Q8=" << on;
+      auto* cb = dynamic_cast<CudaBackend*>(gpu->kv_backend());
+      ASSERT_NE(cb, nullptr);
+      launches[on] = cb->stats().quantize_launches;
+    }
+    const int64_t layers = cpu->hparams().n_layer;
+    // (Only the steps that run the handlers count launches, not graph
+    // replays: at least one decode step of every layer does.)
+    EXPECT_LT(launches[1], launches[0]);
+    EXPECT_GE(launches[0] - launches[1], layers) << launches[0] << " vs " << launches[1];
+  }
+}
+
 // The same gate at a real shape: Qwen2.5-0.5B Q4_K_M (q5_0/q8_0/q4_K/q6_K mix,
 // 24 layers, tied 151936-row head), a prompt in ChatML framing.
 TEST(CudaModelRealShapeTest, GreedyEqualsCpuOn05B) {

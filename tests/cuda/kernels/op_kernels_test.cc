@@ -947,6 +947,81 @@ TEST(AttnDecodeTest, FusedCombineEqualsTheCombineKernel) {
   SetProgrammaticLaunch(false);
 }
 
+// With AttnDecodeConfig::q8 the decode also writes each token's output row
+// quantized: bit for bit the host's QuantizeRowQ8A of the floats it wrote,
+// and the floats themselves unchanged, from the combine kernel and from the
+// combine in the bodies, for every cache type, GQA shape and body.
+TEST(AttnDecodeTest, Q8OutputIsQuantizeRowQ8AOfTheFloats) {
+  MINFER_REQUIRE_GPU();
+  int device = 0, major = 0;
+  ASSERT_CUDA(cudaGetDevice(&device));
+  ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  SetProgrammaticLaunch(major >= 9);
+  for (KvType t : kAllKv) {
+    for (const AttnShape& s : kAttnShapes) {
+      for (int64_t n_kv : {int64_t{1}, int64_t{600}}) {
+        AttnParams p;
+        p.n_head = s.n_head;
+        p.n_head_kv = s.n_head_kv;
+        p.head_dim = s.hd;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+        p.n_ctx = n_kv + 5;
+        p.kv_type = t;
+        const HostCache c = MakeCache(t, p.n_ctx, p.n_kv_embd(), n_kv);
+        DeviceBuffer<uint8_t> dk(c.k), dv(c.v);
+        const auto q = RandomFloats(int64_t{s.n_head} * s.hd, 2.0f);
+        const int64_t n_blocks = static_cast<int64_t>(q.size()) / 32;
+        DeviceBuffer<float> dq(q), partial(AttnDecodePartialFloats(p)), plain(q.size()),
+            out(q.size());
+        DeviceBuffer<int32_t> dp(std::vector<int32_t>{static_cast<int32_t>(n_kv - 1)});
+        DeviceBuffer<int32_t> counters(
+            std::vector<int32_t>(static_cast<size_t>(AttnDecodeCounters(p, 1)), 0));
+        DeviceBuffer<uint8_t> q8(static_cast<size_t>(n_blocks * sizeof(BlockQ8A)));
+        for (int fused = 0; fused < 2; ++fused) {
+          for (int32_t long_min : {kAttnLongMinRows, 0, INT32_MAX}) {
+            SCOPED_TRACE(::testing::Message()
+                         << Name(t) << " heads " << s.n_head << "/" << s.n_head_kv << " hd "
+                         << s.hd << " n_kv " << n_kv << " fused " << fused << " long_min "
+                         << long_min);
+            AttnDecodeConfig cfg;
+            cfg.long_min_rows = long_min;
+            cfg.counters = fused ? counters.get() : nullptr;
+            ASSERT_CUDA(LaunchAttnDecodeConfigured(dq.get(), dp.get(), dk.get(), dv.get(),
+                                                   partial.get(), plain.get(), p, cfg, nullptr));
+            out.Poison();
+            q8.Poison();
+            cfg.q8 = reinterpret_cast<BlockQ8A*>(q8.get());
+            ASSERT_CUDA(LaunchAttnDecodeConfigured(dq.get(), dp.get(), dk.get(), dv.get(),
+                                                   partial.get(), out.get(), p, cfg, nullptr));
+            SYNC();
+            const auto a = plain.ToHost(), b = out.ToHost();
+            ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+            std::vector<BlockQ8A> want(static_cast<size_t>(n_blocks));
+            QuantizeRowQ8A(b.data(), want.data(), static_cast<int64_t>(b.size()));
+            const auto got = q8.ToHost();
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0);
+          }
+        }
+      }
+    }
+  }
+  // head_dim 36 is not whole q8 blocks: refused.
+  AttnParams p;
+  p.n_head = 2;
+  p.n_head_kv = 2;
+  p.head_dim = 36;
+  p.n_ctx = 8;
+  AttnDecodeConfig cfg;
+  DeviceBuffer<float> buf(4096);
+  DeviceBuffer<int32_t> dp(std::vector<int32_t>{0});
+  cfg.q8 = reinterpret_cast<BlockQ8A*>(buf.get());
+  EXPECT_EQ(LaunchAttnDecodeConfigured(buf.get(), dp.get(), buf.get(), buf.get(), buf.get(),
+                                       buf.get(), p, cfg, nullptr),
+            cudaErrorInvalidValue);
+  cudaGetLastError();
+  SetProgrammaticLaunch(false);
+}
+
 // A captured launch must stay valid when the context grows: the same
 // arguments, with only the device-side position changed, give the answer
 // for the new length.
