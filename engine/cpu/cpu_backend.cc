@@ -100,6 +100,20 @@ absl::Status CpuBackend::Fill(const BufferRef& dst, uint8_t value) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::AddResidual(const Node& node, const ExecArgs& args, size_t i,
+                                      const std::vector<uint8_t*>& in, float* out) {
+  if (node.inputs.size() <= i) return absl::OkStatus();
+  const int64_t n = node.shape.elements();
+  if (args.inputs[i].bytes < n * 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cpu ", graph::OpName(node.op), " ", node.name, ": residual holds ",
+        args.inputs[i].bytes / 4, " floats, needs ", n));
+  }
+  // What Add(r, y) computes (GraphBuilder::AddInto).
+  AddF32(*pool_, reinterpret_cast<const float*>(in[i]), out, n, out, n);
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
   // Resolve every input and the output to host pointers, checking sizes.
   std::vector<uint8_t*> in(args.inputs.size());
@@ -158,9 +172,7 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
     }
     case OpKind::kMatMul:
       RETURN_IF_ERROR(MatMul(pool, *node.weights[0], f(0), node.shape.ne[1], out, scratch_));
-      // The residual (GraphBuilder::AddInto): what Add(r, y) computes.
-      if (node.inputs.size() > 1) AddF32(pool, f(1), out, n, out, n);
-      return absl::OkStatus();
+      return AddResidual(node, args, 1, in, out);
     case OpKind::kRoPE: {
       const auto& s = node.shape;
       if (node.p.rope_style != graph::RopeStyle::kNeoX &&
@@ -228,8 +240,7 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       return MoeRouteRows(f(0), node.p.n_expert, node.shape.ne[1], node.p, out);
     case OpKind::kMoeFFN:
       RETURN_IF_ERROR(MoeFfn(pool, node, f(0), f(1), node.shape.ne[1], out));
-      if (node.inputs.size() > 2) AddF32(pool, f(2), out, n, out, n);
-      return absl::OkStatus();
+      return AddResidual(node, args, 2, in, out);
     case OpKind::kAllReduce:
       if (collective_ == nullptr) {
         return absl::FailedPreconditionError("AllReduce on a CPU backend without a collective");

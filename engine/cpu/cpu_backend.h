@@ -61,6 +61,11 @@ class CpuBackend : public graph::Backend {
   ThreadPool& pool() { return *pool_; }
 
  private:
+  // out += input i (r + out, as Add(r, y)), when node has that optional
+  // residual input (graph.h MatMul / MoeFFN); refused when it holds fewer
+  // floats than the output.
+  absl::Status AddResidual(const graph::Node& node, const graph::ExecArgs& args, size_t i,
+                           const std::vector<uint8_t*>& in, float* out);
   absl::StatusOr<uint8_t*> Ptr(const graph::BufferRef& ref, int64_t need) const {
     return buffers_.Resolve(ref, need);
   }

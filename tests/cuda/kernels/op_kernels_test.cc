@@ -781,6 +781,19 @@ struct AttnShape {
 // GQA ratios 1, 2 and 7 at head_dim 64 and 128 (7B is 28/4/128).
 constexpr AttnShape kAttnShapes[] = {{4, 4, 128}, {4, 2, 64}, {14, 2, 128}, {7, 1, 64}};
 
+// The attention tests' parameters: shape s over a cache of type t and n_ctx
+// rows, the usual 1/sqrt(head_dim) scale.
+AttnParams DecodeParams(const AttnShape& s, KvType t, int64_t n_ctx) {
+  AttnParams p;
+  p.n_head = s.n_head;
+  p.n_head_kv = s.n_head_kv;
+  p.head_dim = s.hd;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+  p.n_ctx = n_ctx;
+  p.kv_type = t;
+  return p;
+}
+
 // Split-KV decode against float64 at context lengths 1, 31, 33 (most of the
 // 32 stripes empty or one row), 600 and 4,096, for every cache type, GQA
 // ratio and both bodies (forced and automatic). Bound: 1e-5 * max|V| per
@@ -794,13 +807,7 @@ TEST(AttnDecodeTest, MatchesFloat64Reference) {
   for (KvType t : kAllKv) {
     for (const AttnShape& s : kAttnShapes) {
       for (int64_t n_kv : lengths) {
-        AttnParams p;
-        p.n_head = s.n_head;
-        p.n_head_kv = s.n_head_kv;
-        p.head_dim = s.hd;
-        p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
-        p.n_ctx = n_kv + 37;
-        p.kv_type = t;
+        AttnParams p = DecodeParams(s, t, n_kv + 37);
         const HostCache c = MakeCache(t, p.n_ctx, p.n_kv_embd(), n_kv);
         DeviceBuffer<uint8_t> dk(c.k), dv(c.v);
         const auto q = RandomFloats(int64_t{s.n_head} * s.hd, 2.0f);  // sharper softmax
@@ -849,13 +856,7 @@ TEST(AttnDecodeTest, SplitMatchesOneStripe) {
       for (int64_t n_kv : {int64_t{33}, int64_t{1000}, int64_t{4096}}) {
         SCOPED_TRACE(::testing::Message() << Name(t) << " heads " << s.n_head << "/" << s.n_head_kv
                                           << " hd " << s.hd << " n_kv " << n_kv);
-        AttnParams p;
-        p.n_head = s.n_head;
-        p.n_head_kv = s.n_head_kv;
-        p.head_dim = s.hd;
-        p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
-        p.n_ctx = n_kv;
-        p.kv_type = t;
+        AttnParams p = DecodeParams(s, t, n_kv);
         const HostCache c = MakeCache(t, p.n_ctx, p.n_kv_embd(), n_kv);
         DeviceBuffer<uint8_t> dk(c.k), dv(c.v);
         const auto q = RandomFloats(int64_t{s.n_head} * s.hd, 2.0f);
@@ -900,13 +901,7 @@ TEST(AttnDecodeTest, FusedCombineEqualsTheCombineKernel) {
     for (const AttnShape& s : kAttnShapes) {
       for (int64_t n_kv : {int64_t{1}, int64_t{33}, int64_t{600}, int64_t{4096}}) {
         for (int variant = 0; variant < 2; ++variant) {  // plain; window + sinks
-          AttnParams p;
-          p.n_head = s.n_head;
-          p.n_head_kv = s.n_head_kv;
-          p.head_dim = s.hd;
-          p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
-          p.n_ctx = n_kv + 5;
-          p.kv_type = t;
+          AttnParams p = DecodeParams(s, t, n_kv + 5);
           const HostCache c = MakeCache(t, p.n_ctx, p.n_kv_embd(), n_kv);
           DeviceBuffer<uint8_t> dk(c.k), dv(c.v);
           const auto q = RandomFloats(int64_t{s.n_head} * s.hd, 2.0f);
@@ -960,13 +955,7 @@ TEST(AttnDecodeTest, Q8OutputIsQuantizeRowQ8AOfTheFloats) {
   for (KvType t : kAllKv) {
     for (const AttnShape& s : kAttnShapes) {
       for (int64_t n_kv : {int64_t{1}, int64_t{600}}) {
-        AttnParams p;
-        p.n_head = s.n_head;
-        p.n_head_kv = s.n_head_kv;
-        p.head_dim = s.hd;
-        p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
-        p.n_ctx = n_kv + 5;
-        p.kv_type = t;
+        AttnParams p = DecodeParams(s, t, n_kv + 5);
         const HostCache c = MakeCache(t, p.n_ctx, p.n_kv_embd(), n_kv);
         DeviceBuffer<uint8_t> dk(c.k), dv(c.v);
         const auto q = RandomFloats(int64_t{s.n_head} * s.hd, 2.0f);
@@ -1102,13 +1091,7 @@ void RunPrefill(KvType t, const AttnShape& s, const std::vector<int32_t>& pos,
                 std::vector<int64_t> check, double* worst) {
   const int64_t nt = pos.size();
   const int64_t max_pos = *std::max_element(pos.begin(), pos.end());
-  AttnParams p;
-  p.n_head = s.n_head;
-  p.n_head_kv = s.n_head_kv;
-  p.head_dim = s.hd;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
-  p.n_ctx = max_pos + 1 + 29;
-  p.kv_type = t;
+  AttnParams p = DecodeParams(s, t, max_pos + 1 + 29);
   const HostCache c = MakeCache(t, p.n_ctx, p.n_kv_embd(), max_pos + 1);
   DeviceBuffer<uint8_t> dk(c.k), dv(c.v);
   const int64_t nq = int64_t{s.n_head} * s.hd;

@@ -219,6 +219,60 @@ TEST(ExecutorTest, UnsupportedNodeIsAClearError) {
   EXPECT_NE(e.status().message().find("no-attn"), std::string::npos) << e.status();
 }
 
+// A MatMul carrying a residual (GraphBuilder::AddInto) on the CPU: y = r +
+// W x, the floats Add(r, W x) gives; a residual buffer smaller than the
+// output (a hand-made graph) is refused with the sizes, not read past.
+TEST(ExecutorTest, CpuMatMulResidualAddsLastAndShortResidualIsRefused) {
+  cpu::CpuBackend cpu;
+  constexpr int64_t k = 64, n = 32, nt = 2;
+  std::vector<float> wdata(k * n);
+  for (size_t i = 0; i < wdata.size(); ++i) wdata[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
+  Weight w;
+  w.name = "w";
+  w.type = GgmlType::kF32;
+  w.dims = {k, n};
+  w.data = reinterpret_cast<const uint8_t*>(wdata.data());
+  w.nbytes = wdata.size() * 4;
+  GraphBuilder b;
+  const NodeId x = b.Input(DType::kF32, Shape(k, nt), "x");
+  const NodeId r = b.Input(DType::kF32, Shape(n, nt), "r");
+  const NodeId y = b.MatMul(x, &w, "y");
+  ASSERT_EQ(b.AddInto(r, y, "sum"), y);
+  ASSERT_TRUE(b.ok());
+  const Node& node = b.node(y);
+  auto buffer = [&](const std::vector<float>& v) {
+    auto id = cpu.AllocBuffer(static_cast<int64_t>(v.size()) * 4);
+    EXPECT_TRUE(id.ok()) << id.status();
+    BufferRef ref{&cpu, *id, 0, static_cast<int64_t>(v.size()) * 4};
+    EXPECT_TRUE(cpu.WriteHost(ref, v.data(), ref.bytes).ok());
+    return ref;
+  };
+  std::vector<float> xv(k * nt), rv(n * nt);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  for (size_t i = 0; i < rv.size(); ++i) rv[i] = 100.0f + static_cast<float>(i);
+  ExecArgs a;
+  a.inputs = {buffer(xv), buffer(rv)};
+  a.output = buffer(std::vector<float>(n * nt, -1.0f));
+  ASSERT_TRUE(cpu.ExecuteNode(node, a).ok());
+  std::vector<float> got(n * nt), plain(n * nt);
+  ASSERT_TRUE(cpu.ReadHost(a.output, got.data(), a.output.bytes).ok());
+  // The same node without the residual, then the add on the host.
+  Node bare = node;
+  bare.inputs.resize(1);
+  ExecArgs a1 = a;
+  a1.inputs.resize(1);
+  ASSERT_TRUE(cpu.ExecuteNode(bare, a1).ok());
+  ASSERT_TRUE(cpu.ReadHost(a1.output, plain.data(), a1.output.bytes).ok());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], rv[i] + plain[i]) << i;
+    ASSERT_NE(got[i], plain[i]) << i;  // the residual is really there
+  }
+  a.inputs[1] = buffer(std::vector<float>(n));  // one token's worth of two
+  const absl::Status st = cpu.ExecuteNode(node, a);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("residual holds 32 floats, needs 64"), std::string::npos) << st;
+}
+
 // Qwen2's prefill graph marks each layer's attn_norm, ffn_norm and SwiGLU,
 // and the output norm (read only by the quantized head), as read only by
 // int8-dot GEMMs when every projection is block-quantized (a Q4_K_M mix);

@@ -165,6 +165,21 @@ TEST(GraphBuilderTest, QkvEpilogueCarriesQkNorms) {
 
 // The mixture-of-experts ops and the paged attention's sinks check their
 // shapes, the first violation naming the node.
+// x [64, 3], router logits [8, 3], their route (2 of 8) and a SiLU MoeFFN
+// over gate/down experts: the MoE tests' common start.
+struct MoeNodes {
+  NodeId x, route, y;
+};
+MoeNodes BuildMoe(GraphBuilder& b, const Weight& gate, const Weight& down) {
+  MoeNodes m;
+  m.x = b.Input(DType::kF32, Shape(64, 3), "x");
+  const NodeId logits = b.Input(DType::kF32, Shape(8, 3), "logits");
+  m.route = b.MoeRoute(logits, 2, MoeGating::kSoftmax, true, 0, "route");
+  m.y = b.MoeFFN(m.x, m.route, &gate, &gate, &down, nullptr, nullptr, nullptr, MoeAct::kSilu,
+                 "moe");
+  return m;
+}
+
 TEST(GraphBuilderTest, MoeAndSinkShapesAreChecked) {
   const Weight gate = MakeWeight("gate_exps", GgmlType::kQ8_0, {64, 32, 8});
   const Weight down = MakeWeight("down_exps", GgmlType::kQ8_0, {32, 64, 8});
@@ -177,15 +192,11 @@ TEST(GraphBuilderTest, MoeAndSinkShapesAreChecked) {
   };
   {
     GraphBuilder b;
-    const NodeId x = b.Input(DType::kF32, Shape(64, 3), "x");
-    const NodeId logits = b.Input(DType::kF32, Shape(8, 3), "logits");
-    const NodeId route = b.MoeRoute(logits, 2, MoeGating::kSoftmax, true, 0, "route");
-    const NodeId y = b.MoeFFN(x, route, &gate, &gate, &down, nullptr, nullptr, nullptr,
-                              MoeAct::kSilu, "moe");
+    const MoeNodes m = BuildMoe(b, gate, down);
     ASSERT_TRUE(b.ok());
-    EXPECT_EQ(b.node(route).shape.ne[0], 4);  // 2 weights, 2 ids
-    EXPECT_EQ(b.node(y).shape.ne[0], 64);
-    EXPECT_EQ(b.node(y).p.n_expert_used, 2);
+    EXPECT_EQ(b.node(m.route).shape.ne[0], 4);  // 2 weights, 2 ids
+    EXPECT_EQ(b.node(m.y).shape.ne[0], 64);
+    EXPECT_EQ(b.node(m.y).p.n_expert_used, 2);
   }
   {
     GraphBuilder b;
@@ -261,15 +272,11 @@ TEST(GraphBuilderTest, AddIntoPutsTheResidualOnTheMatmul) {
   }
   {
     GraphBuilder b;
-    const NodeId x = b.Input(DType::kF32, Shape(64, 3), "x");
-    const NodeId logits = b.Input(DType::kF32, Shape(8, 3), "logits");
-    const NodeId route = b.MoeRoute(logits, 2, MoeGating::kSoftmax, true, 0, "route");
-    const NodeId y = b.MoeFFN(x, route, &gate, &gate, &down, nullptr, nullptr, nullptr,
-                              MoeAct::kSilu, "moe");
-    const NodeId s = b.AddInto(x, y, "sum");
+    const MoeNodes m = BuildMoe(b, gate, down);
+    const NodeId s = b.AddInto(m.x, m.y, "sum");
     ASSERT_TRUE(b.ok());
-    EXPECT_EQ(s, y);
-    EXPECT_EQ(b.node(y).inputs, (std::vector<NodeId>{x, route, x}));
+    EXPECT_EQ(s, m.y);
+    EXPECT_EQ(b.node(m.y).inputs, (std::vector<NodeId>{m.x, m.route, m.x}));
   }
   {
     GraphBuilder b;  // y already read by another node
