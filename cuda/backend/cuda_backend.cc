@@ -556,6 +556,12 @@ absl::Status CudaBackend::Synchronize() {
   return result;
 }
 
+absl::Status CudaBackend::Flush() {
+  if (!window_.owns_lock()) return absl::OkStatus();
+  if (!sticky_.ok()) return Failed();
+  return recorder_.EndWindow(pool_gen());
+}
+
 absl::Status CudaBackend::CheckCollective() const {
   if (tp_.group != nullptr && tp_.group->aborted()) {
     return absl::FailedPreconditionError(

@@ -95,6 +95,11 @@ class CudaBackend : public graph::Backend {
   absl::Status ReadHost(const graph::BufferRef& src, void* dst, int64_t bytes) override;
   absl::Status Fill(const graph::BufferRef& dst, uint8_t value) override;
   absl::Status Synchronize() override;
+  // Ends a capture in progress (instantiating and launching it, as the
+  // window's end would) so that what follows in the window, the late mask
+  // input's copy above all, is not recorded into it. Launches are already
+  // asynchronous: nothing else to issue.
+  absl::Status Flush() override;
   absl::StatusOr<bool> GraphReplay(uint64_t graph_uid, int begin, int end,
                                    int64_t nt_hint) override;
   int64_t MemoryBytes() const override;

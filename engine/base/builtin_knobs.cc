@@ -67,8 +67,9 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "(one launch fewer per layer); 0 = a combine kernel after the stripes."});
   add({"MINFER_ATTN_Q8", KnobType::kBool, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
        "Decode attention of up to 8 tokens also writes its output quantized for the output "
-       "projection's MMVQ (one quantize launch fewer per layer). Off until it has run on a GPU "
-       "(tests: op_kernels_test, cuda_backend_test)."});
+       "projection's MMVQ (one quantize launch fewer per layer). Tested on an H100 (op_kernels_test, "
+       "cuda_backend_test) but off: single-stream decode did not move beyond the spread "
+       "(docs/benchmarks.md, sixteenth session)."});
   add({"MINFER_ATTN_PREFILL_TC", KnobType::kBool, "1", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Prefill attention over an f16 KV cache (16+ tokens) runs the tensor-core "
@@ -213,6 +214,10 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "drafts is measured per batch size (the losing side is re-measured now and then, about "
        "1% of the time), so a busy GPU, where extra rows cost more than accepted drafts save, "
        "stops drafting."});
+  add({"MINFER_LATE_MASKS", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kImmediate,
+       "Structured outputs with masks on the device: the step's grammar masks are computed on "
+       "host threads while the device runs the forward pass, and copied just before the "
+       "sampling kernel reads them; 0 = computed before the forward is issued."});
   add({"MINFER_KV_BLOCK", KnobType::kInt, "16", KnobScope::kPerModel, KnobEffect::kReload,
        "Rows (tokens) per block of the paged KV pool: a power of two in [1, 4096]."});
   add({"MINFER_PREFIX_CACHE", KnobType::kBool, "1", KnobScope::kPerModel,

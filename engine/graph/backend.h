@@ -83,6 +83,13 @@ class Backend {
   virtual absl::Status Fill(const BufferRef& dst, uint8_t value) = 0;
   // Called at split boundaries: all queued work of this backend completes.
   virtual absl::Status Synchronize() = 0;
+  // Issues the work queued so far without waiting for it (a backend that
+  // records launches ends the recording and launches it), so the host can
+  // work while the device runs and then write an input that later nodes of
+  // the same split read (RunInputs::late_top_mask): WriteHost after Flush is
+  // ordered after everything issued before it. A backend that executes
+  // nodes as they come has nothing to do.
+  virtual absl::Status Flush() { return absl::OkStatus(); }
 
   // The scheduler's replay hook: called before a split [begin, end) of graph
   // `graph_uid` executes. Returning true means a recorded graph already ran

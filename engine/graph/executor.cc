@@ -164,6 +164,21 @@ absl::Status GraphExec::Plan(std::vector<Backend*> backends) {
     }
   }
   if (!splits_.empty()) splits_.back().end = n;
+  // The first node that reads the mask input's storage (through aliases
+  // too): late masks are written right before it.
+  mask_reader_ = -1;
+  if (g.io.top_mask != kNoNode) {
+    for (int i = 0; i < n && mask_reader_ < 0; ++i) {
+      const Node& node = g.node(i);
+      if (node.op == OpKind::kInput || IsAliasOp(node.op)) continue;
+      for (NodeId in : node.inputs) {
+        if (in == g.io.top_mask || root[in] == g.io.top_mask) {
+          mask_reader_ = i;
+          break;
+        }
+      }
+    }
+  }
 
   // --- lifetimes (on roots) -------------------------------------------------
   // Cross-backend consumers read a mirror; key (producer root view, backend).
@@ -356,8 +371,8 @@ absl::Status GraphExec::ReadNodeRange(NodeId id, int64_t offset, void* dst, int6
   return r.backend->ReadHost(r, dst, bytes);
 }
 
-absl::Status GraphExec::ExecuteSplit(const Split& s) {
-  const Graph& g = *graph_;
+absl::Status GraphExec::ExecuteSplit(const Split& s, int cut,
+                                     const std::function<absl::Status()>* late) {
   std::vector<uint8_t> staging;
   for (const Split::Copy& c : s.copies) {
     if (uint8_t* src = c.src.backend->HostPtr(c.src)) {
@@ -368,32 +383,55 @@ absl::Status GraphExec::ExecuteSplit(const Split& s) {
       RETURN_IF_ERROR(c.dst.backend->WriteHost(c.dst, staging.data(), c.dst.bytes));
     }
   }
-  absl::StatusOr<bool> replay = s.backend->GraphReplay(uid_, s.begin, s.end, g.NtHint());
+  if (late == nullptr || cut <= s.begin || cut >= s.end) {
+    if (late != nullptr) {
+      // The reader opens the split: nothing of it to overlap with.
+      absl::Status st = (*late)();
+      if (!st.ok()) return st;
+    }
+    RETURN_IF_ERROR(ExecuteRange(s, s.begin, s.end));
+    return s.backend->Synchronize();
+  }
+  // Issue the nodes before the reader and let the device run them while the
+  // host builds the late input; the reader and the rest follow in the same
+  // execution window (each part is its own replayable range).
+  absl::Status st = ExecuteRange(s, s.begin, cut);
+  if (st.ok()) st = s.backend->Flush();
+  if (st.ok()) st = (*late)();
+  if (st.ok()) st = ExecuteRange(s, cut, s.end);
+  if (!st.ok()) {
+    (void)s.backend->Synchronize();  // close the window
+    return st;
+  }
+  return s.backend->Synchronize();
+}
+
+absl::Status GraphExec::ExecuteRange(const Split& s, int begin, int end) {
+  const Graph& g = *graph_;
+  absl::StatusOr<bool> replay = s.backend->GraphReplay(uid_, begin, end, g.NtHint());
   if (!replay.ok()) {
     (void)s.backend->Synchronize();  // close the window the hook may have opened
     return replay.status();
   }
-  const bool replayed = *replay;
-  if (!replayed) {
-    ExecArgs args;
-    if (kv_ != nullptr) args.kv_layout = kv_->layout();
-    for (int i = s.begin; i < s.end; ++i) {
-      const Node& node = g.node(i);
-      if (node.op == OpKind::kInput || IsAliasOp(node.op)) continue;
-      args.inputs = input_refs_[i];
-      args.output = storage_[i];
-      args.kv = (kv_ != nullptr && node.p.layer >= 0 && TouchesKv(node.op))
-                    ? &kv_->layer(node.p.layer)
-                    : nullptr;
-      absl::Status st = s.backend->ExecuteNode(node, args);
-      if (!st.ok()) {
-        // Let the backend close any open window before reporting.
-        (void)s.backend->Synchronize();
-        return Annotate(st, absl::StrCat(s.backend->name(), " node ", node.name));
-      }
+  if (*replay) return absl::OkStatus();
+  ExecArgs args;
+  if (kv_ != nullptr) args.kv_layout = kv_->layout();
+  for (int i = begin; i < end; ++i) {
+    const Node& node = g.node(i);
+    if (node.op == OpKind::kInput || IsAliasOp(node.op)) continue;
+    args.inputs = input_refs_[i];
+    args.output = storage_[i];
+    args.kv = (kv_ != nullptr && node.p.layer >= 0 && TouchesKv(node.op))
+                  ? &kv_->layer(node.p.layer)
+                  : nullptr;
+    absl::Status st = s.backend->ExecuteNode(node, args);
+    if (!st.ok()) {
+      // Let the backend close any open window before reporting.
+      (void)s.backend->Synchronize();
+      return Annotate(st, absl::StrCat(s.backend->name(), " node ", node.name));
     }
   }
-  return s.backend->Synchronize();
+  return absl::OkStatus();
 }
 
 absl::Status GraphExec::Run(const RunInputs& in, std::vector<float>* logits) {
@@ -415,17 +453,37 @@ absl::Status GraphExec::Run(const RunInputs& in, std::vector<float>* logits) {
   RETURN_IF_ERROR(fill(g.io.attn_tiles, in.attn_tiles, "attn_tiles"));
   RETURN_IF_ERROR(fill(g.io.block_tables, in.block_tables, "block_tables"));
   RETURN_IF_ERROR(fill(g.io.top_mode, in.top_mode, "top_mode"));
-  if (!in.top_mask.empty()) {
-    const int64_t words = static_cast<int64_t>(in.top_mask.size());
+  auto write_mask = [&](absl::Span<const uint32_t> mask) -> absl::Status {
+    if (mask.empty()) return absl::OkStatus();
+    const int64_t words = static_cast<int64_t>(mask.size());
     if (g.io.top_mask == kNoNode || words > g.node(g.io.top_mask).shape.elements()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "graph input top_mask: got ", words, " words, graph holds ",
           g.io.top_mask == kNoNode ? 0 : g.node(g.io.top_mask).shape.elements()));
     }
     const BufferRef& r = storage_[g.io.top_mask];
-    RETURN_IF_ERROR(r.backend->WriteHost(r, in.top_mask.data(), words * 4));
+    return r.backend->WriteHost(r, mask.data(), words * 4);
+  };
+  if (in.late_top_mask && !in.top_mask.empty()) {
+    return absl::InvalidArgumentError("graph inputs: both top_mask and late_top_mask are set");
   }
-  for (const Split& s : splits_) RETURN_IF_ERROR(ExecuteSplit(s));
+  RETURN_IF_ERROR(write_mask(in.top_mask));
+  if (!in.late_top_mask) {
+    for (const Split& s : splits_) RETURN_IF_ERROR(ExecuteSplit(s));
+  } else {
+    const std::function<absl::Status()> late = [&]() -> absl::Status {
+      absl::StatusOr<absl::Span<const uint32_t>> mask = in.late_top_mask();
+      if (!mask.ok()) return mask.status();
+      return write_mask(*mask);
+    };
+    // No reader: the callback still runs once, first (its caller may read
+    // what it fills after the step).
+    if (mask_reader_ < 0) RETURN_IF_ERROR(late());
+    for (const Split& s : splits_) {
+      const bool holds = mask_reader_ >= s.begin && mask_reader_ < s.end;
+      RETURN_IF_ERROR(ExecuteSplit(s, holds ? mask_reader_ : -1, holds ? &late : nullptr));
+    }
+  }
   if (logits != nullptr && g.io.logits != kNoNode) {
     const Node& ln = g.node(g.io.logits);
     logits->resize(ln.shape.elements());

@@ -24,6 +24,7 @@
 #define MINFER_ENGINE_GRAPH_EXECUTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -63,6 +64,15 @@ struct RunInputs {
   // step without masked rows uploads nothing for masks. Unlike the other
   // inputs it may be shorter than the graph's input (never longer).
   absl::Span<const uint32_t> top_mask;
+  // Late masks (constrained decoding overlapped with the forward pass): when
+  // set, top_mask must be empty and Run calls this once, after issuing every
+  // node before the graph's first reader of the mask input and before
+  // issuing that reader, with the backend flushed (Backend::Flush) so the
+  // device computes the forward while the host builds the masks. It returns
+  // the words as top_mask would hold them (the span must stay valid until
+  // Run returns); an error fails the step. Called exactly once per Run: a
+  // graph without a reader of the mask input calls it before any node.
+  std::function<absl::StatusOr<absl::Span<const uint32_t>>()> late_top_mask;
 };
 
 // Activation memory shared by graphs that never run at the same time (the
@@ -131,7 +141,11 @@ class GraphExec {
  private:
   GraphExec() = default;
   absl::Status Plan(std::vector<Backend*> backends);
-  absl::Status ExecuteSplit(const Split& s);
+  // Runs split s; with `late`, the nodes before `cut` (a node of s), then
+  // the late input through `late`, then the rest.
+  absl::Status ExecuteSplit(const Split& s, int cut = -1,
+                            const std::function<absl::Status()>* late = nullptr);
+  absl::Status ExecuteRange(const Split& s, int begin, int end);
 
   std::shared_ptr<const Graph> graph_;
   KvCache* kv_ = nullptr;
@@ -140,6 +154,8 @@ class GraphExec {
   std::vector<BufferRef> storage_;
   std::vector<std::pair<int, int>> lifetime_;
   std::vector<Split> splits_;
+  // The first node reading io.top_mask (-1: none): where late masks go in.
+  int mask_reader_ = -1;
   // Per split, per node in it: input storages as seen by its backend.
   std::vector<std::vector<BufferRef>> input_refs_;
   struct Owned {

@@ -197,7 +197,8 @@ absl::Status BatchRunner::Prepare() {
 }
 
 absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<RowResult>* results,
-                              std::vector<RowResult>* extra) {
+                              std::vector<RowResult>* extra,
+                              const std::function<absl::Status()>& fill_masks) {
   if (!peers_.empty()) {
     // Every rank runs the step; their AllReduce nodes meet.
     // A rank that fails aborts the collective, so the others stop waiting
@@ -215,6 +216,8 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
       if (collective != nullptr) collective->Abort();
       if (device != nullptr) device->Abort();
     };
+    // Every rank reads the masks: they are filled before any rank starts.
+    if (fill_masks) RETURN_IF_ERROR(fill_masks());
     std::vector<absl::Status> st(peers_.size());
     std::vector<std::thread> threads;
     threads.reserve(peers_.size());
@@ -236,11 +239,12 @@ absl::Status BatchRunner::Run(absl::Span<const BatchItem> items, std::vector<Row
     }
     return absl::OkStatus();
   }
-  return RunRank(items, results, extra);
+  return RunRank(items, results, extra, fill_masks);
 }
 
 absl::Status BatchRunner::RunRank(absl::Span<const BatchItem> items,
-                                  std::vector<RowResult>* results, std::vector<RowResult>* extra) {
+                                  std::vector<RowResult>* results, std::vector<RowResult>* extra,
+                                  const std::function<absl::Status()>& fill_masks) {
   const int64_t n_items = static_cast<int64_t>(items.size());
   if (n_items == 0) return absl::InvalidArgumentError("batch runner: empty step");
   if (n_items > opt_.max_seqs) {
@@ -316,6 +320,7 @@ absl::Status BatchRunner::RunRank(absl::Span<const BatchItem> items,
   top_mode_.assign(O, 0);
   const int64_t mask_words = graph::TopKMaskWords(n_vocab);
   masks_.clear();
+  mask_src_.clear();
   int64_t t = 0, n_tile = 0, row = 0;
   auto tiles_for = [](int64_t n) {
     return (n + graph::kAttnTileTokens - 1) / graph::kAttnTileTokens;
@@ -358,8 +363,8 @@ absl::Status BatchRunner::RunRank(absl::Span<const BatchItem> items,
       // A kFull row is masked on the host copy instead (below): its mask
       // is not uploaded.
       if (it.mask != nullptr && it.mode != RowMode::kFull) {
-        slot = static_cast<int32_t>(masks_.size() / mask_words);
-        masks_.insert(masks_.end(), it.mask, it.mask + mask_words);
+        slot = static_cast<int32_t>(mask_src_.size());
+        mask_src_.push_back(it.mask);
       }
       top_mode_[row] = graph::TopKModeValue(static_cast<int32_t>(it.mode), slot);
       ++row;
@@ -376,9 +381,8 @@ absl::Status BatchRunner::RunRank(absl::Span<const BatchItem> items,
       out_rows_[row] = static_cast<int32_t>(t + n - 1 - it.extra_rows + j);
       int32_t slot = -1;
       if (it.mask != nullptr && it.mode != RowMode::kFull) {
-        slot = static_cast<int32_t>(masks_.size() / mask_words);
-        const uint32_t* m = it.extra_masks + j * mask_words;
-        masks_.insert(masks_.end(), m, m + mask_words);
+        slot = static_cast<int32_t>(mask_src_.size());
+        mask_src_.push_back(it.extra_masks + j * mask_words);
       }
       top_mode_[row] = graph::TopKModeValue(static_cast<int32_t>(it.mode), slot);
     }
@@ -397,9 +401,27 @@ absl::Status BatchRunner::RunRank(absl::Span<const BatchItem> items,
   in.attn_tiles = tiles_;
   in.block_tables = tables_;
   in.top_mode = top_mode_;
-  in.top_mask = masks_;  // empty without masked rows: nothing uploaded
+  // The masked rows' masks packed in slot order (none: nothing uploaded).
+  auto pack_masks = [&] {
+    masks_.resize(mask_src_.size() * mask_words);
+    for (size_t m = 0; m < mask_src_.size(); ++m) {
+      std::copy(mask_src_[m], mask_src_[m] + mask_words, masks_.begin() + m * mask_words);
+    }
+  };
+  if (fill_masks && !mask_src_.empty()) {
+    in.late_top_mask = [&]() -> absl::StatusOr<absl::Span<const uint32_t>> {
+      RETURN_IF_ERROR(fill_masks());
+      pack_masks();
+      stats_.late_mask_steps++;
+      return absl::Span<const uint32_t>(masks_);
+    };
+  } else {
+    if (fill_masks) RETURN_IF_ERROR(fill_masks());
+    pack_masks();
+    in.top_mask = masks_;
+  }
   RETURN_IF_ERROR(c->exec->Run(in, nullptr));
-  stats_.masked_rows += static_cast<int64_t>(masks_.size()) / mask_words;
+  stats_.masked_rows += static_cast<int64_t>(mask_src_.size());
   stats_.steps++;
   if (p.decode_only) stats_.decode_only_steps++;
   stats_.tokens += n_tokens;

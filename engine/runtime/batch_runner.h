@@ -64,6 +64,7 @@
 #define MINFER_ENGINE_RUNTIME_BATCH_RUNNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -152,6 +153,9 @@ struct BatchRunnerStats {
   int64_t graph_builds = 0;
   int64_t full_rows = 0;      // whole rows read back
   int64_t masked_rows = 0;    // rows reduced over a mask on the backend (kArgmax / kTop)
+  // Steps whose backend masks were filled while the forward ran (Run's
+  // fill_masks with masked rows).
+  int64_t late_mask_steps = 0;
   // Tokens of short runs over earlier context attended as one-token tiles
   // (MINFER_ATTN_SHORT_RUN).
   int64_t short_run_tokens = 0;
@@ -181,8 +185,18 @@ class BatchRunner {
   // item by item in item order, each item's in token order. Output rows in
   // all (one per item with logits plus the extra ones) are at most
   // max_rows: the graphs' output buffers are sized for that many.
+  //
+  // `fill_masks` (optional): the masks are filled late, overlapped with the
+  // forward pass. Run calls it once, after the forward has been issued to
+  // the backend and before it reads any item's `mask` / `extra_masks` words
+  // (graph::RunInputs::late_top_mask); the pointers themselves must be set
+  // (non-null) before Run, since the rows' mask slots are assigned from
+  // them, and must not change. An error from it fails the step. Called
+  // exactly once per Run that gets that far (before the forward when no
+  // row's mask goes to the backend: kFull rows are masked on the host).
   absl::Status Run(absl::Span<const BatchItem> items, std::vector<RowResult>* results,
-                   std::vector<RowResult>* extra = nullptr);
+                   std::vector<RowResult>* extra = nullptr,
+                   const std::function<absl::Status()>& fill_masks = {});
 
   // Changes the token budget (graphs are rebuilt for the new buckets).
   void SetMaxTokens(int64_t max_tokens);
@@ -216,7 +230,8 @@ class BatchRunner {
   absl::StatusOr<Cached*> GetGraph(int64_t n_tokens, int64_t n_out, bool decode_only = false);
   // Run on this rank alone.
   absl::Status RunRank(absl::Span<const BatchItem> items, std::vector<RowResult>* results,
-                       std::vector<RowResult>* extra);
+                       std::vector<RowResult>* extra,
+                       const std::function<absl::Status()>& fill_masks = {});
   models::BatchGraphParams Params(int64_t n_tokens, int64_t n_out, bool decode_only) const;
 
   std::shared_ptr<const Model> model_;
@@ -232,6 +247,7 @@ class BatchRunner {
   std::vector<int32_t> tokens_, positions_, kv_rows_, tiles_, tables_, out_rows_, top_mode_;
   std::vector<float> top_host_, full_host_;
   std::vector<uint32_t> masks_;  // the step's masks, packed by mask index
+  std::vector<const uint32_t*> mask_src_;  // where each packed mask comes from
   // The other ranks of a split model (empty otherwise), and their rows.
   std::vector<std::unique_ptr<BatchRunner>> peers_;
   std::vector<std::vector<RowResult>> peer_rows_, peer_extra_;

@@ -189,6 +189,11 @@ void Completion::ComputeDraftMasks(absl::Span<const int32_t> drafts) {
   matcher_->Rollback(n);
 }
 
+const uint32_t* Completion::ReserveDraftMasks(int64_t drafts) {
+  draft_masks_.resize(mask_.size() * static_cast<size_t>(drafts + 1));
+  return draft_masks_.data();
+}
+
 void Completion::StartGrammar(absl::string_view written) {
   grammar_pending_ = false;
   matcher_ = std::make_unique<grammar::GrammarMatcher>(req_.grammar);

@@ -228,6 +228,11 @@ class Completion {
   // ComputeMask, may run on another thread, never concurrently with Accept
   // or Sample.
   void ComputeDraftMasks(absl::Span<const int32_t> drafts);
+  // The buffer ComputeDraftMasks fills for `drafts` drafted tokens (drafts
+  // + 1 masks), sized now so that its address is known before the masks
+  // are computed (late masks, BatchRunner::Run); the next ComputeDraftMasks
+  // of that many drafts writes there without moving it.
+  const uint32_t* ReserveDraftMasks(int64_t drafts);
   const uint32_t* draft_masks() const { return draft_masks_.data(); }
 
   bool done() const { return done_; }

@@ -79,6 +79,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   }
   e->options_gate_fixed_ = o.spec_gate.has_value();
   e->spec_gate_on_ = o.spec_gate.value_or(knobs.GetBool("MINFER_SPEC_GATE", &model->knobs()));
+  e->late_masks_ = knobs.GetBool("MINFER_LATE_MASKS", &model->knobs());
   if (!o.spec_rows.has_value()) {
     o.spec_rows = e->spec_k_ > 0 || o.drafter != nullptr ? SpecRows(o.max_seqs) : 0;
   }
@@ -214,6 +215,7 @@ void Engine::RefreshKnobs() {
   if (!options_gate_fixed_) {
     spec_gate_on_ = KnobRegistry::Global().GetBool("MINFER_SPEC_GATE", &model_->knobs());
   }
+  late_masks_ = KnobRegistry::Global().GetBool("MINFER_LATE_MASKS", &model_->knobs());
   if (options_budget_fixed_) return;
   const int64_t b = std::max<int64_t>(BudgetKnob(), opt_.max_seqs);
   if (b == opt_.token_budget) return;
@@ -356,8 +358,16 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
     if (w.completes && s.c->constrained()) {
       to_mask_.push_back({s.c.get(), static_cast<int64_t>(items_.size()), w.drafts});
       if (backend_masks_) {
-        // Masked on the backend: the mask must exist before the forward.
-        it.mask = s.c->mask();
+        // Masked on the backend: the mask must exist before the sampling
+        // kernel reads it (computed below, before the forward or while it
+        // runs); its buffer is known now.
+        if (w.drafts == 0) {
+          it.mask = s.c->mask();
+        } else {
+          // A mask per drafted row, then the last row's.
+          it.extra_masks = s.c->ReserveDraftMasks(w.drafts);
+          it.mask = it.extra_masks + graph::TopKMaskWords(model_->hparams().n_vocab) * w.drafts;
+        }
         it.mode = !s.c->UsesOnlyTop(opt_.top_k) ? RowMode::kFull
                   : s.c->request().sampling.temperature == 0.0f ? RowMode::kArgmax
                                                                  : RowMode::kTop;
@@ -381,30 +391,30 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
   }
   last_.sequences = static_cast<int64_t>(step.work.size());
   last_.tokens = step.tokens;
-  // Structured outputs: backend masks now, in parallel over sequences;
-  // host masks on the mask thread, overlapped with the forward pass (the
-  // completions are not touched here until Wait).
+  // Structured outputs: backend masks in parallel over sequences, while
+  // the device runs the forward (the runner calls back once it is issued;
+  // MINFER_LATE_MASKS) or before it; host masks on the mask thread,
+  // overlapped with the forward pass (the completions are not touched here
+  // until Wait).
+  std::function<absl::Status()> fill_masks;
   if (!to_mask_.empty() && backend_masks_) {
-    const auto m0 = std::chrono::steady_clock::now();
-    DefaultThreadPool().ParallelFor(static_cast<int64_t>(to_mask_.size()), [this](int64_t i, int) {
-      const ToMask& m = to_mask_[i];
-      if (m.drafts == 0) {
-        m.c->ComputeMask();
-        return;
-      }
-      // The drafts are the item's last tokens; a mask per drafted row.
-      absl::Span<const int32_t> tokens = items_[m.item].tokens;
-      m.c->ComputeDraftMasks(tokens.last(m.drafts));
-    });
-    for (const ToMask& m : to_mask_) {
-      grammar_masks_ += 1 + m.drafts;
-      if (m.drafts == 0) continue;
-      BatchItem& it = items_[m.item];
-      const int64_t words = graph::TopKMaskWords(model_->hparams().n_vocab);
-      it.extra_masks = m.c->draft_masks();
-      it.mask = m.c->draft_masks() + words * m.drafts;
-    }
-    grammar_mask_seconds_ += Since(m0);
+    fill_masks = [this]() -> absl::Status {
+      const auto m0 = std::chrono::steady_clock::now();
+      DefaultThreadPool().ParallelFor(static_cast<int64_t>(to_mask_.size()), [this](int64_t i, int) {
+        const ToMask& m = to_mask_[i];
+        if (m.drafts == 0) {
+          m.c->ComputeMask();
+          return;
+        }
+        // The drafts are the item's last tokens; a mask per drafted row,
+        // into the buffer reserved above.
+        absl::Span<const int32_t> tokens = items_[m.item].tokens;
+        m.c->ComputeDraftMasks(tokens.last(m.drafts));
+      });
+      for (const ToMask& m : to_mask_) grammar_masks_ += 1 + m.drafts;
+      grammar_mask_seconds_ += Since(m0);
+      return absl::OkStatus();
+    };
   } else if (!to_mask_.empty()) {
     if (mask_worker_ == nullptr) mask_worker_ = std::make_unique<MaskWorker>();
     mask_worker_->Run([this] {
@@ -413,7 +423,12 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
       mask_seconds_step_ = Since(m0);
     });
   }
-  absl::Status run = runner_->Run(items_, &results_, &extra_);
+  absl::Status run = absl::OkStatus();
+  if (fill_masks && !late_masks_) {
+    run = fill_masks();
+    fill_masks = nullptr;
+  }
+  if (run.ok()) run = runner_->Run(items_, &results_, &extra_, fill_masks);
   if (!to_mask_.empty() && !backend_masks_) {
     mask_worker_->Wait();
     grammar_masks_ += static_cast<int64_t>(to_mask_.size());

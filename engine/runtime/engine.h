@@ -300,6 +300,7 @@ class Engine : public StepEngine {
   };
   std::vector<ToMask> to_mask_;
   bool backend_masks_ = false;
+  bool late_masks_ = true;  // MINFER_LATE_MASKS: backend masks overlap the forward
   int64_t grammar_masks_ = 0;
   double grammar_mask_seconds_ = 0;
   double mask_seconds_step_ = 0;

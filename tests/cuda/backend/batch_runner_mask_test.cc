@@ -3,13 +3,16 @@
 // TopK) against the CPU runner's full rows masked on the host, over a
 // prefill step and decode steps whose bucket graph is recorded and then
 // replayed while every step draws new masks (a replayed graph must read
-// the step's masks, not the recorded ones). The GPU's logits differ from
+// the step's masks, not the recorded ones), every other step with its masks
+// filled late (while the forward runs: the forward and the sampling are then
+// two recorded ranges with the masks' copy between them). The GPU's logits differ from
 // the CPU's by float rounding, so the checks allow `tol` on logits; ids
 // are checked exactly wherever the CPU's margin exceeds it. The kernel
 // itself is compared bit for bit with the CPU's in
 // tests/cuda/kernels/topk_test. Tag `gpu`: skipped when no device answers.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -94,15 +97,21 @@ TEST(BatchRunnerMaskGpuTest, MaskedRowsMatchCpuRowsMaskedOnTheHost) {
     }
     std::vector<RowResult> c, g;
     ASSERT_TRUE((*rc)->Run(items, &c).ok());
-    // New masks every step.
+    // New masks every step; on odd steps filled late, while the forward
+    // runs (BatchRunner::Run's fill_masks): the buffers exist before Run,
+    // their words only once the callback runs.
+    const bool late = step % 2 == 1;
     std::vector<std::vector<uint32_t>> masks(n);
     for (int i = 0; i < n; ++i) {
       items[i].mode = cases[i].mode;
+      masks[i].assign(words, 0);
+      if (cases[i].mask != MaskKind::kNone) items[i].mask = masks[i].data();
+    }
+    auto fill = [&](int i) {
       std::vector<uint32_t>& m = masks[i];
-      m.assign(words, 0);
       switch (cases[i].mask) {
         case MaskKind::kNone:
-          continue;
+          return;
         case MaskKind::kDense:
           for (int64_t id = 0; id < V; ++id) {
             if (rng() % 2) m[id / 32] |= 1u << (id % 32);
@@ -122,9 +131,20 @@ TEST(BatchRunnerMaskGpuTest, MaskedRowsMatchCpuRowsMaskedOnTheHost) {
         case MaskKind::kEmpty:
           break;
       }
-      items[i].mask = m.data();
+    };
+    int fills = 0;
+    if (late) {
+      const std::function<absl::Status()> fill_all = [&]() -> absl::Status {
+        ++fills;
+        for (int i = 0; i < n; ++i) fill(i);
+        return absl::OkStatus();
+      };
+      ASSERT_TRUE((*rg)->Run(items, &g, nullptr, fill_all).ok());
+      EXPECT_EQ(fills, 1);
+    } else {
+      for (int i = 0; i < n; ++i) fill(i);
+      ASSERT_TRUE((*rg)->Run(items, &g).ok());
     }
-    ASSERT_TRUE((*rg)->Run(items, &g).ok());
     for (int i = 0; i < n; ++i) {
       SCOPED_TRACE(::testing::Message() << "item " << i);
       const Case& cs = cases[i];
@@ -197,8 +217,12 @@ TEST(BatchRunnerMaskGpuTest, MaskedRowsMatchCpuRowsMaskedOnTheHost) {
   }
   EXPECT_EQ(checked, 13 * n);
   EXPECT_EQ((*rg)->stats().masked_rows, 13 * 7);  // kArgmax / kTop rows with a mask
-  EXPECT_GT(cb->stats().captures, 0);
-  EXPECT_GT(cb->stats().replays, 5) << "masked steps must replay their recorded graph";
+  EXPECT_EQ((*rg)->stats().late_mask_steps, 6);
+  // Early steps record the whole graph; late ones record the forward and
+  // the sampling as two ranges (the masks are copied between them): three
+  // recordings, each replayed from its fourth run on.
+  EXPECT_GE(cb->stats().captures, 3);
+  EXPECT_GE(cb->stats().replays, 3 + 2 * 3) << "masked steps must replay their recorded graphs";
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include "engine/graph/executor.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
+#include <string>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/models/decoder.h"
@@ -217,6 +219,130 @@ TEST(ExecutorTest, UnsupportedNodeIsAClearError) {
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("Attn"), std::string::npos) << e.status();
   EXPECT_NE(e.status().message().find("no-attn"), std::string::npos) << e.status();
+}
+
+// A CPU backend that logs what the executor asks of it, in order.
+class LoggingCpu : public cpu::CpuBackend {
+ public:
+  explicit LoggingCpu(std::vector<std::string>* log) : log_(log) {}
+  absl::Status ExecuteNode(const Node& node, const ExecArgs& args) override {
+    log_->push_back(std::string("node ") + OpName(node.op));
+    return CpuBackend::ExecuteNode(node, args);
+  }
+  absl::Status WriteHost(const BufferRef& dst, const void* src, int64_t bytes) override {
+    log_->push_back("write");
+    return CpuBackend::WriteHost(dst, src, bytes);
+  }
+  absl::Status Flush() override {
+    log_->push_back("flush");
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<std::string>* log_;
+};
+
+// Late masks (RunInputs::late_top_mask): the callback runs once, after
+// every node before TopK was issued and the backend flushed, and before
+// TopK; its masks are the ones TopK applies: each masked row's id is the
+// argmax of its logits over the allowed ids (found here from the logits
+// themselves), equal to the same masks given up front; an unmasked row
+// keeps its plain argmax. Giving both forms, or a failing callback, is an
+// error that names it.
+TEST(ExecutorTest, LateMasksAreWrittenRightBeforeTopK) {
+  auto model = Tiny();
+  ASSERT_NE(model, nullptr);
+  auto one = BuildOneSequence(*model, 4, 3);
+  ASSERT_TRUE(one.ok()) << one.status();
+  const int64_t V = model->hparams().n_vocab;
+  const int64_t words = TopKMaskWords(V);
+  // Row 0: every third id below 600; row 1 unmasked; row 2: ids 700 and 701.
+  std::vector<uint32_t> masks(2 * words, 0);
+  for (int64_t id = 0; id < 600; id += 3) masks[id / 32] |= 1u << (id % 32);
+  for (int64_t id : {700, 701}) masks[words + id / 32] |= 1u << (id % 32);
+  one->top_mode = {TopKModeValue(1, 0), TopKModeValue(1), TopKModeValue(1, 1)};
+  std::vector<std::string> log;
+  LoggingCpu backend(&log);
+  auto kv = Cache(&backend, *model);
+  auto e = GraphExec::Create(one->graph, {&backend}, kv->get());
+  ASSERT_TRUE(e.ok()) << e.status();
+  const Graph& g = (*e)->graph();
+
+  auto top_ids = [&]() {
+    std::vector<float> top(3 * 4);  // [2 + 2k, n_out] with k = 1
+    EXPECT_TRUE((*e)->ReadNode(g.io.top, top.data(), top.size() * 4).ok());
+    std::vector<int32_t> ids;
+    for (int r = 0; r < 3; ++r) {
+      int32_t id;
+      std::memcpy(&id, &top[r * 4 + 3], 4);
+      ids.push_back(id);
+    }
+    return ids;
+  };
+  // Up front.
+  RunInputs in = one->inputs();
+  in.top_mask = masks;
+  ASSERT_TRUE((*e)->Run(in, nullptr).ok());
+  const std::vector<int32_t> eager = top_ids();
+  // The reference: argmax over each row's allowed ids, from the logits.
+  std::vector<float> logits(V * 3);
+  ASSERT_TRUE((*e)->ReadNode(g.io.logits, logits.data(), logits.size() * 4).ok());
+  const int64_t limit = std::min<int64_t>(V, model->tokenizer().vocab_size());
+  for (int r = 0; r < 3; ++r) {
+    int32_t best = -1;
+    for (int64_t id = 0; id < limit; ++id) {
+      const uint32_t* m = r == 0 ? masks.data() : r == 2 ? masks.data() + words : nullptr;
+      if (m != nullptr && !((m[id / 32] >> (id % 32)) & 1u)) continue;
+      if (best < 0 || logits[r * V + id] > logits[r * V + best]) best = static_cast<int32_t>(id);
+    }
+    EXPECT_EQ(eager[r], best) << "row " << r;
+  }
+  EXPECT_EQ(eager[0] % 3, 0);
+  EXPECT_TRUE(eager[2] == 700 || eager[2] == 701);
+
+  // Late: the masks exist only once the callback runs.
+  std::vector<uint32_t> late_masks(2 * words, 0);
+  int calls = 0;
+  in = one->inputs();
+  in.late_top_mask = [&]() -> absl::StatusOr<absl::Span<const uint32_t>> {
+    ++calls;
+    log.push_back("late");
+    late_masks = masks;
+    return absl::Span<const uint32_t>(late_masks);
+  };
+  log.clear();
+  ASSERT_TRUE((*e)->Run(in, nullptr).ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(top_ids(), eager);
+  auto at = [&](const std::string& what) {
+    return std::find(log.begin(), log.end(), what) - log.begin();
+  };
+  const auto late = at("late"), topk = at("node TopK");
+  ASSERT_LT(late, static_cast<long>(log.size()));
+  ASSERT_LT(topk, static_cast<long>(log.size()));
+  EXPECT_EQ(log[late - 1], "flush");
+  EXPECT_EQ(log[late + 1], "write");  // the masks
+  EXPECT_EQ(topk, late + 2);
+  // Every other node was issued before the flush (TopK is the graph's last).
+  EXPECT_EQ(topk, static_cast<long>(log.size()) - 1);
+  EXPECT_GT(late, 20);
+
+  // Both forms at once; a failing callback.
+  in.top_mask = masks;
+  absl::Status both = (*e)->Run(in, nullptr);
+  EXPECT_EQ(both.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(both.message().find("late_top_mask"), std::string::npos) << both;
+  in.top_mask = {};
+  in.late_top_mask = []() -> absl::StatusOr<absl::Span<const uint32_t>> {
+    return absl::ResourceExhaustedError("no masks today");
+  };
+  absl::Status failed = (*e)->Run(in, nullptr);
+  EXPECT_EQ(failed.code(), absl::StatusCode::kResourceExhausted);
+  // And the executor still runs after it.
+  in.late_top_mask = nullptr;
+  in.top_mask = masks;
+  ASSERT_TRUE((*e)->Run(in, nullptr).ok());
+  EXPECT_EQ(top_ids(), eager);
 }
 
 // A MatMul carrying a residual (GraphBuilder::AddInto) on the CPU: y = r +

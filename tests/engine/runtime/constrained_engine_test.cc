@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/base/knobs.h"
 #include "engine/grammar/grammar.h"
 #include "engine/grammar/matcher.h"
 #include "engine/runtime/engine.h"
@@ -190,15 +191,21 @@ TEST(ConstrainedEngineTest, GreedyPicksTheBestAllowedToken) {
 // Masks applied by the backend's top-k (BatchItem::mask, the GPU's way) and
 // on the host's whole row (the CPU's way) give the same tokens: greedy, and
 // top-k sampling whose candidates the backend computes.
+// Three ways to mask, one result: on the host (rows read whole), on the
+// backend with the masks computed before the forward (MINFER_LATE_MASKS=0),
+// and on the backend with the masks computed while the forward runs and
+// written right before the sampling op (the default).
 TEST(ConstrainedEngineTest, BackendAndHostMasksAgree) {
   auto model = LoadTiny();
   ASSERT_NE(model, nullptr);
   auto cg = model->grammars().CompileGrammar(RecordGrammar(), grammar::GrammarKind::kGbnf);
   ASSERT_TRUE(cg.ok());
-  std::vector<std::vector<int32_t>> by_mode[2];
-  for (int backend = 0; backend < 2; ++backend) {
+  std::vector<std::vector<int32_t>> by_mode[3];
+  for (int backend = 0; backend < 3; ++backend) {
+    SCOPED_TRACE(backend);
     EngineOptions eo{.max_seqs = 6, .n_ctx = 256};
-    eo.backend_masks = backend == 1;
+    eo.backend_masks = backend >= 1;
+    ASSERT_TRUE(KnobRegistry::Global().Set("MINFER_LATE_MASKS", backend == 2 ? "1" : "0").ok());
     auto e = Engine::Create(model, eo);
     ASSERT_TRUE(e.ok());
     std::vector<uint64_t> ids;
@@ -217,9 +224,23 @@ TEST(ConstrainedEngineTest, BackendAndHostMasksAgree) {
       ASSERT_TRUE(res[id].status.ok()) << res[id].status;
       by_mode[backend].push_back(res[id].tokens);
     }
+    ASSERT_TRUE(KnobRegistry::Global().Reset("MINFER_LATE_MASKS").ok());
     EXPECT_GT((*e)->Snapshot().grammar_masks, 4);
+    const BatchRunnerStats& rs = (*e)->runner().stats();
+    if (backend == 0) {
+      EXPECT_EQ(rs.masked_rows, 0);
+    } else {
+      EXPECT_GT(rs.masked_rows, 4);
+    }
+    if (backend == 2) {
+      // Every step with a masked row filled its masks late.
+      EXPECT_GT(rs.late_mask_steps, 10);
+    } else {
+      EXPECT_EQ(rs.late_mask_steps, 0);
+    }
   }
   EXPECT_EQ(by_mode[0], by_mode[1]);
+  EXPECT_EQ(by_mode[0], by_mode[2]);
 }
 
 // Speculative decoding of constrained sequences (issue 29): drafts are
