@@ -66,6 +66,7 @@ int64_t ReplayDrafter::Propose(absl::Span<const int32_t> tokens, int64_t k,
     const size_t pos = tokens.size() - np;  // tokens of the continuation so far
     if (pos > ref.continuation.size() ||
         !std::equal(tokens.begin() + np, tokens.end(), ref.continuation.begin())) {
+      departed_.fetch_add(1, std::memory_order_relaxed);
       return 0;  // left its reference: nothing known to draft
     }
     int64_t n = 0;

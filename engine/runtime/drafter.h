@@ -22,6 +22,7 @@
 #ifndef MINFER_ENGINE_RUNTIME_DRAFTER_H_
 #define MINFER_ENGINE_RUNTIME_DRAFTER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -90,6 +91,10 @@ class ReplayDrafter : public Drafter {
   void Add(std::vector<int32_t> prompt, std::vector<int32_t> continuation);
   int64_t Propose(absl::Span<const int32_t> tokens, int64_t k,
                   std::vector<int32_t>* out) override;
+  // Proposals answered with nothing because the sequence had left its
+  // reference: each is a step that sequence ran without drafts, which a
+  // real draft pair would not lose (minfer bench --spec oracle reports it).
+  int64_t departed() const { return departed_.load(std::memory_order_relaxed); }
 
  private:
   struct Reference {
@@ -98,6 +103,7 @@ class ReplayDrafter : public Drafter {
   double accept_;
   uint64_t seed_;
   std::vector<Reference> refs_;
+  std::atomic<int64_t> departed_{0};
 };
 
 }  // namespace minfer::runtime

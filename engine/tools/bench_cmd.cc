@@ -16,6 +16,7 @@
 
 #include "CLI/CLI.hpp"
 #include "engine/base/knobs.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/runtime/batch_runner.h"
@@ -217,6 +218,10 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
     int64_t b;
     double plain, spec, accepted_share;
     int64_t drafted, accepted;
+    // The counted repetitions' steps with drafts: all, held back by the
+    // gate, and (--spec oracle) asked for drafts by a sequence that had left
+    // its reference, which then drafts no more.
+    int64_t steps = 0, held = 0, departed = 0;
   };
   std::vector<Row> rows;
   for (int64_t B : batches) {
@@ -233,6 +238,7 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
     }
     const int64_t prompt_len = static_cast<int64_t>(reqs[0].prompt.size());
     Row row{B, 0, 0, 0, 0, 0};
+    std::shared_ptr<runtime::ReplayDrafter> oracle;
     // --spec oracle: each stream's greedy ids of the run without drafts.
     std::vector<std::vector<int32_t>> reference(B);
     for (int with = 0; with < 2; ++with) {
@@ -255,7 +261,7 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
         eo.drafter = drafter;
       }
       if (with && spec == "oracle") {
-        auto oracle = std::make_shared<runtime::ReplayDrafter>(spec_accept);
+        oracle = std::make_shared<runtime::ReplayDrafter>(spec_accept);
         for (int64_t i = 0; i < B; ++i) oracle->Add(reqs[i].prompt, reference[i]);
         eo.drafter = oracle;
       }
@@ -265,7 +271,7 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
         return 1;
       }
       std::vector<double> tps;
-      int64_t drafted0 = 0, accepted0 = 0;
+      int64_t drafted0 = 0, accepted0 = 0, steps0 = 0, held0 = 0, departed0 = 0;
       for (int64_t rep = 0; rep <= reps; ++rep) {
         // The same prompts every repetition: the target's prefix cache is
         // off unless MINFER_PREFIX_CACHE turns it on, so each repetition
@@ -285,6 +291,7 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
           for (auto& ref : reference) ref.clear();
         }
         const runtime::EngineSnapshot before = (*engine)->Snapshot();
+        const int64_t departed_before = oracle != nullptr ? oracle->departed() : 0;
         std::vector<runtime::EngineEvent> events;
         double t_start = 0;
         int64_t counted = 0, started = 0;
@@ -312,6 +319,9 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
           tps.push_back(counted / dt);
           drafted0 += after.spec_drafted - before.spec_drafted;
           accepted0 += after.spec_accepted - before.spec_accepted;
+          steps0 += after.steps - before.steps;
+          held0 += after.spec_gate_held - before.spec_gate_held;
+          if (oracle != nullptr) departed0 += oracle->departed() - departed_before;
         }
       }
       (with ? row.spec : row.plain) = Median(tps);
@@ -319,6 +329,9 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
         row.drafted = drafted0;
         row.accepted = accepted0;
         row.accepted_share = drafted0 > 0 ? static_cast<double>(accepted0) / drafted0 : 0;
+        row.steps = steps0;
+        row.held = held0;
+        row.departed = departed0;
       }
     }
     rows.push_back(row);
@@ -339,21 +352,27 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
                    {"speedup", x.plain > 0 ? x.spec / x.plain : 0},
                    {"drafted", x.drafted},
                    {"accepted", x.accepted},
-                   {"acceptance", x.accepted_share}});
+                   {"acceptance", x.accepted_share},
+                   {"steps", x.steps},
+                   {"gate_held_steps", x.held},
+                   {"departed_proposals", x.departed}});
     }
     std::cout << j.dump(2) << "\n";
     return 0;
   }
   const std::string label =
       spec == "oracle" ? absl::StrFormat("oracle (accept %.2f)", spec_accept) : spec;
-  std::printf("| model | backend | spec | k | streams | plain t/s | spec t/s | speed-up | drafts accepted |\n");
-  std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf(
+      "| model | backend | spec | k | streams | plain t/s | spec t/s | speed-up | drafts accepted "
+      "| steps (held by the gate) | left the reference |\n");
+  std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Row& x : rows) {
-    std::printf("| %s | %s | %s%s | %d | %ld | %.1f | %.1f | %.2fx | %.0f%% of %ld |\n",
+    std::printf("| %s | %s | %s%s | %d | %ld | %.1f | %.1f | %.2fx | %.0f%% of %ld | %ld (%ld) | %s |\n",
                 model->name().c_str(), model->backends().front()->name().c_str(), label.c_str(),
                 draft != nullptr ? (" (" + draft->name() + ")").c_str() : "", spec_k, x.b,
                 x.plain, x.spec, x.plain > 0 ? x.spec / x.plain : 0, 100 * x.accepted_share,
-                x.drafted);
+                x.drafted, x.steps, x.held,
+                spec == "oracle" ? absl::StrCat(x.departed, " steps").c_str() : "-");
   }
   return 0;
 }

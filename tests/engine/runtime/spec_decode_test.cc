@@ -713,12 +713,15 @@ TEST(SpecDecodeTest, ReplayDrafterDraftsTheReferenceAtTheSetRate) {
   EXPECT_EQ(all.Propose(prompt, 2, &out), 2) << "from the first generated token";
   EXPECT_EQ(out, (std::vector<int32_t>{cont[0], cont[1]}));
   out.clear();
+  EXPECT_EQ(all.departed(), 0);
   seq.back() = 999;  // left the reference
   EXPECT_EQ(all.Propose(seq, 4, &out), 0);
+  EXPECT_EQ(all.departed(), 1) << "a step without drafts, counted";
   EXPECT_EQ(all.Propose(std::vector<int32_t>{2, 7, 1, 8}, 4, &out), 0) << "no reference";
   seq = prompt;
   seq.insert(seq.end(), cont.begin(), cont.end());
   EXPECT_EQ(all.Propose(seq, 4, &out), 0) << "past the reference's end";
+  EXPECT_EQ(all.departed(), 1) << "only a sequence that left its reference counts";
   ReplayDrafter none(0.0);
   none.Add(prompt, cont);
   EXPECT_EQ(none.Propose(prompt, 4, &out), 1);
