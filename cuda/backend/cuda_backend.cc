@@ -238,6 +238,7 @@ void CudaBackend::RefreshKnobs() {
   k.attn_q8 = r.GetBool("MINFER_ATTN_Q8", knob_overrides_);
   k.pdl = r.GetBool("MINFER_PDL", knob_overrides_);
   k.moe_mma = r.GetBool("MINFER_MOE_MMA", knob_overrides_);
+  k.moe_mma_pipe = r.GetBool("MINFER_MOE_MMA_PIPE", knob_overrides_);
   k.moe_route_group = r.GetBool("MINFER_MOE_ROUTE_GROUP", knob_overrides_);
   k.moe_mma_min_tokens =
       std::clamp<int64_t>(r.GetInt("MINFER_MOE_MMA_MIN_TOKENS", knob_overrides_), 1, 8192);

@@ -159,6 +159,7 @@ class CudaBackend : public graph::Backend {
     int dqw_warpgroups = 0;  // 0: by batch
     bool pdl = true;         // MINFER_PDL (applies on sm_90+)
     bool moe_mma = true;          // MINFER_MOE_MMA
+    bool moe_mma_pipe = false;    // MINFER_MOE_MMA_PIPE
     int64_t moe_mma_min_tokens = 16;  // MINFER_MOE_MMA_MIN_TOKENS
     bool moe_route_group = true;      // MINFER_MOE_ROUTE_GROUP
     bool attn_prefill_tc = true;

@@ -177,6 +177,7 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   m.max_tiles = max_tiles;
   m.tile_tokens = tt;
   m.y_stride = F;
+  m.pipelined = knobs_.moe_mma_pipe;
   const bool silu = n.p.moe_act == graph::MoeAct::kSilu;
   if (silu && !bg && !bu && G->type == U->type) {
     m.w = *G, m.up = *U, m.y = g, m.mode = kMoeSwiGlu;

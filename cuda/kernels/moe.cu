@@ -8,6 +8,8 @@
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/mmq_impl.cuh"
 #include "cuda/kernels/moe.h"
+#include "cuda/kernels/per_device.cuh"
+#include "cuda/kernels/ptx_sm80.cuh"
 #include "cuda/kernels/quant_dev.cuh"
 #include "cuda/kernels/types.h"
 
@@ -580,6 +582,7 @@ struct Params {
   float* y;
   float* y2;
   int64_t y_stride;
+  bool pipelined;  // moe_mma_pipe_kernel (MoeMatmulArgs::pipelined)
 };
 
 template <GgmlType T, int kMode>
@@ -746,8 +749,242 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const Params p) {
 #endif
 }
 
+// The pipelined form (MINFER_MOE_MMA_PIPE; off by default until it has run
+// on a GPU): the same arithmetic in the same order, so the same bits, with
+// two differences. Chunks go through two dynamic shared-memory stages
+// (cp.async), chunk c + 1's copies in flight while chunk c is multiplied
+// (the first form loads, waits, then multiplies, and streamed a 30B-A3B
+// batch's experts at ~0.6 TB/s of the H100's 3.35). And a tile copies and
+// multiplies only its n8 column tiles that hold columns: at B = 64 an expert
+// gets ~4 tokens, so three of a 32-column tile's four n8 tiles were empty
+// work.
+// One pipeline stage in dynamic shared memory: R matrices' kBM rows of the
+// chunk's block bytes (stride kWS), the columns' int8 codes (stride kAS),
+// then (d, s) per activation block and column, [kKB][kMoeMmaTileTokens].
+template <GgmlType T, int R>
+struct Stage {
+  using X = typename MmaTr<T>::type;
+  static constexpr int kW = kBM * X::kWS;
+  static constexpr int kA = kMoeMmaTileTokens * kAS;
+  static constexpr int kDS = kKB * kMoeMmaTileTokens * 8;
+  static constexpr int kBytes = R * kW + kA + kDS;
+  static_assert(kW % 16 == 0 && kA % 16 == 0, "16-byte aligned parts");
+};
+
+// 8 bytes global -> shared through L1 (.ca: the activations are re-read by
+// the other row blocks of the tile); src_bytes 0 zero-fills.
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+template <GgmlType T, int kMode>
+__global__ void __launch_bounds__(kThreads) moe_mma_pipe_kernel(const Params p) {
+  pdl_enter();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using X = typename MmaTr<T>::type;
+  constexpr bool kMx = T == GgmlType::kMXFP4;
+  constexpr int R = kMode == kMoePlain ? 1 : 2;
+  using S = Stage<T, R>;
+  constexpr int kWS = X::kWS;
+  constexpr int kPieces = X::kCB / 16;
+  constexpr int kNT = kMoeMmaTileTokens / 8;  // n8 tiles
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ int s_arow[kMoeMmaTileTokens];
+  if (static_cast<int>(blockIdx.y) >= __ldg(p.n_tiles)) return;
+  const int4 td = p.tiles[blockIdx.y];
+  const int e = td.x, c0 = td.y, nc = td.z;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kBM;
+  // The n8 tiles that hold columns (a decode batch's tile holds a few).
+  const int n_act = (nc + 7) >> 3;
+  const int n_cols = n_act * 8;
+  if (tid < kMoeMmaTileTokens) {
+    const int col = c0 + min(tid, nc - 1);
+    s_arow[tid] = p.act_map ? __ldg(p.act_map + col) / p.act_div : col;
+  }
+  __syncthreads();  // s_arow, before the first copies read it
+
+  // Issues chunk c's copies into stage `st`.
+  auto issue = [&](int c, int st) {
+    uint8_t* base = smem + st * S::kBytes;
+    // Weights: R x 64 rows x the chunk's 16-byte pieces; pieces past the
+    // row's bytes (a short last chunk) are zero-filled and never read.
+    for (int i = tid; i < R * kBM * kPieces; i += kThreads) {
+      const int which = i / (kBM * kPieces);
+      const int rem = i - which * kBM * kPieces;
+      const int row = rem / kPieces, piece = rem - row * kPieces;
+      const int64_t rr = r0 + row < p.expert_rows ? r0 + row : p.expert_rows - 1;
+      const int64_t off = static_cast<int64_t>(c) * p.src_cb + piece * 16;
+      const bool in = off + 16 <= p.row_bytes;
+      const uint8_t* src = (R == 2 && which ? p.up : p.w) +
+                           (static_cast<int64_t>(e) * p.expert_rows + rr) * p.row_bytes +
+                           (in ? off : 0);
+      cp_async16(smem_addr(base + which * S::kW + row * kWS + piece * 16), src, in ? 16 : 0);
+    }
+    if constexpr (kMx) {
+      // The chunk's exponents: 8 bytes at nb * 16 + c * 8 of the row (8-byte
+      // aligned), byte by byte in a short last chunk, whose 8 bytes could
+      // pass the row's end (plain stores: the barrier before this stage's
+      // multiply orders them as it does the copies).
+      for (int i = tid; i < R * kBM; i += kThreads) {
+        const int which = i / kBM, row = i - which * kBM;
+        const int64_t rr = r0 + row < p.expert_rows ? r0 + row : p.expert_rows - 1;
+        const uint8_t* ex = (R == 2 && which ? p.up : p.w) +
+                            (static_cast<int64_t>(e) * p.expert_rows + rr) * p.row_bytes +
+                            static_cast<int64_t>(p.nb) * kMxfp4CodeBytes + c * kKB;
+        uint8_t* dst = base + which * S::kW + row * kWS + MxTr::kExpOffset;
+        if (c * kKB + kKB <= p.nb) {
+          cp_async8(smem_addr(dst), ex, 8);
+        } else {
+          uint32_t b[kKB];
+#pragma unroll
+          for (int j = 0; j < kKB; ++j) b[j] = c * kKB + j < p.nb ? __ldg(ex + j) : 0u;
+          *reinterpret_cast<uint2*>(dst) = make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24,
+                                                      b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
+        }
+      }
+    }
+    // Activations: the columns' blocks of this chunk, (d, s) and codes.
+    int8_t* sa = reinterpret_cast<int8_t*>(base + R * S::kW);
+    float2* sds = reinterpret_cast<float2*>(base + R * S::kW + S::kA);
+    for (int i = tid; i < n_cols * kKB * 5; i += kThreads) {
+      const int col = i / (kKB * 5);
+      const int rem = i - col * kKB * 5;
+      const int kb = rem / 5, part = rem - kb * 5;
+      const int ab = c * kKB + kb;
+      const bool in = ab < p.nb;
+      const int2* src = reinterpret_cast<const int2*>(
+                            p.q + static_cast<int64_t>(s_arow[col]) * p.nb + (in ? ab : 0)) +
+                        part;
+      void* dst = part == 0 ? static_cast<void*>(sds + kb * kMoeMmaTileTokens + col)
+                            : static_cast<void*>(sa + col * kAS + kb * 32 + (part - 1) * 8);
+      cp_async8(smem_addr(dst), src, in ? 8 : 0);
+    }
+  };
+
+  float acc[R][kNT][4];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][n][i] = 0.0f;
+    }
+  }
+  issue(0, 0);
+  cp_async_commit();
+  for (int c = 0; c < p.n_chunks; ++c) {
+    // Stage (c + 1) & 1 was last read in iteration c - 1, which ended with
+    // a barrier.
+    if (c + 1 < p.n_chunks) issue(c + 1, (c + 1) & 1);
+    cp_async_commit();
+    cp_async_wait<1>();  // chunk c's group has landed (this thread's copies)
+    __syncthreads();     // ... and every thread's
+    const uint8_t* base = smem + (c & 1) * S::kBytes;
+    const int8_t* sa = reinterpret_cast<const int8_t*>(base + R * S::kW);
+    const float2* sds = reinterpret_cast<const float2*>(base + R * S::kW + S::kA);
+    const int kb_end = min(kKB, p.nb - c * kKB);
+    for (int kb = 0; kb < kb_end; ++kb) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* rg = base + r * S::kW + (warp * 16 + g) * kWS;
+        const uint8_t* rg8 = rg + 8 * kWS;
+        uint32_t a[4];
+        X::frag(rg, kb, t, &a[0], &a[2]);
+        X::frag(rg8, kb, t, &a[1], &a[3]);
+        const float2 f0 = X::table(rg, kb), f8 = X::table(rg8, kb);
+#pragma unroll
+        for (int n = 0; n < kNT; ++n) {
+          if (n >= n_act) break;  // uniform over the CTA
+          const int8_t* bc = sa + (n * 8 + g) * kAS + kb * 32;
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(bc + 4 * t);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(bc + 16 + 4 * t);
+          const int col0 = n * 8 + 2 * t;
+          const float2 ds0 = sds[kb * kMoeMmaTileTokens + col0];
+          const float2 ds1 = sds[kb * kMoeMmaTileTokens + col0 + 1];
+          // (row, column) of C element i: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+          const float dd[4] = {ds0.x, ds1.x, ds0.x, ds1.x};
+          if constexpr (X::kSplit) {
+            int lo[4], hi[4];
+            mmq::mma_k16(lo, a[0], a[1], b0);
+            mmq::mma_k16(hi, a[2], a[3], b1);
+            const float fl[4] = {f0.x, f0.x, f8.x, f8.x}, fh[4] = {f0.y, f0.y, f8.y, f8.y};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              float v = fmaf(mmq::exact_i2f(lo[i]), fl[i] * dd[i], acc[r][n][i]);
+              acc[r][n][i] = fmaf(mmq::exact_i2f(hi[i]), fh[i] * dd[i], v);
+            }
+          } else {
+            int I[4];
+            mmq::mma_k32(I, a, b0, b1);
+            const float ff[4] = {f0.x, f0.x, f8.x, f8.x};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              float v = fmaf(mmq::exact_i2f(I[i]), ff[i] * dd[i], acc[r][n][i]);
+              if constexpr (X::kMin) {
+                const float mm = i < 2 ? f0.y : f8.y;
+                v = fmaf(mm, i & 1 ? ds1.y : ds0.y, v);
+              }
+              acc[r][n][i] = v;
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();  // this stage is consumed before it is refilled
+  }
+#pragma unroll
+  for (int n = 0; n < kNT; ++n) {
+    if (n >= n_act) break;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int col = n * 8 + 2 * t + (i & 1);
+      const int64_t row = r0 + warp * 16 + g + (i >> 1) * 8;
+      if (col >= nc || row >= p.expert_rows) continue;
+      const int64_t o = static_cast<int64_t>(c0 + col) * p.y_stride + row;
+      if constexpr (kMode == kMoeSwiGlu) {
+        p.y[o] = silu_f(acc[0][n][i]) * acc[R - 1][n][i];
+      } else if constexpr (kMode == kMoePair) {
+        p.y[o] = acc[0][n][i];
+        p.y2[o] = acc[R - 1][n][i];
+      } else {
+        p.y[o] = acc[0][n][i];
+      }
+    }
+  }
+#endif
+}
+
+// Opts the pipelined kernel into its dynamic shared memory (two stages)
+// once per device.
+template <GgmlType T, int kMode>
+cudaError_t Launch1(const Params& p, dim3 grid, cudaStream_t st) {
+  constexpr int kBytes = Stage<T, kMode == kMoePlain ? 1 : 2>::kBytes;
+  static PerDevice<cudaError_t> opt_in;
+  const cudaError_t err = opt_in.Get([](int) {
+    const cudaError_t e = cudaFuncSetAttribute(
+        moe_mma_pipe_kernel<T, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kBytes);
+    if (e != cudaSuccess) (void)cudaGetLastError();  // not sticky: clear it
+    return e;
+  });
+  if (err != cudaSuccess) return cudaErrorNotSupported;
+  LaunchGrid(moe_mma_pipe_kernel<T, kMode>, grid, kThreads, 2 * kBytes, st, p);
+  return cudaGetLastError();
+}
+
 template <GgmlType T>
 cudaError_t LaunchMode(const Params& p, int mode, dim3 grid, cudaStream_t st) {
+  if (p.pipelined) {
+    switch (mode) {
+      case kMoePlain: return Launch1<T, kMoePlain>(p, grid, st);
+      case kMoeSwiGlu: return Launch1<T, kMoeSwiGlu>(p, grid, st);
+      case kMoePair: return Launch1<T, kMoePair>(p, grid, st);
+      default: return cudaErrorInvalidValue;
+    }
+  }
   switch (mode) {
     case kMoePlain:
       LaunchGrid(moe_mma_kernel<T, kMoePlain>, grid, kThreads, 0, st, p);
@@ -891,6 +1128,7 @@ cudaError_t LaunchMoeMatmulMma(const MoeMatmulArgs& a, cudaStream_t stream) {
   p.y = a.y;
   p.y2 = a.y2;
   p.y_stride = a.y_stride;
+  p.pipelined = a.pipelined;
   const dim3 grid(static_cast<unsigned>((a.expert_rows + mma::kBM - 1) / mma::kBM),
                   static_cast<unsigned>(a.max_tiles));
   switch (type) {

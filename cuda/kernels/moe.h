@@ -128,6 +128,12 @@ struct MoeMatmulArgs {
   float* y2 = nullptr;  // kMoePair
   int64_t y_stride = 0;
   int mode = kMoePlain;
+  // LaunchMoeMatmulMma only: the pipelined kernel, which copies chunk c + 1
+  // while chunk c is multiplied (two shared-memory stages, cp.async) and
+  // skips the n8 column tiles of a tile that hold no column; false: the
+  // first form, one chunk at a time over all kMoeMmaTileTokens columns. The
+  // same results bit for bit (MINFER_MOE_MMA_PIPE).
+  bool pipelined = false;
 };
 cudaError_t LaunchMoeMatmul(const MoeMatmulArgs& a, cudaStream_t stream);
 

@@ -152,6 +152,12 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "Mixture-of-experts FFNs of MINFER_MOE_MMA_MIN_TOKENS tokens and more run their grouped "
        "expert matmuls on the int8 tensor cores (cuda/kernels/moe.h LaunchMoeMatmulMma; sm_80+, "
        "integer-dot and MXFP4 expert types); 0 = the CUDA-core grouped matmul at every size."});
+  add({"MINFER_MOE_MMA_PIPE", KnobType::kBool, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "The tensor-core grouped expert matmul in its pipelined form: the next 256-element chunk "
+       "of weights and activations is copied while the current one is multiplied (two "
+       "shared-memory stages), and a decode batch's experts skip their empty column tiles; the "
+       "same results bit for bit. Off until it has run on a GPU (cuda_backend_test "
+       "MoeFfnEqualsCpu compares both forms)."});
   add({"MINFER_MOE_ROUTE_GROUP", KnobType::kBool, "1", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Decode MoE layers (up to 8 tokens) route and group their tokens by expert in one launch "

@@ -923,7 +923,8 @@ TEST_F(CudaBackendOpTest, MoeRouteGroupEqualsRouteThenGroup) {
 // different types, and gpt-oss's form (biases, the clamped SwiGLU), at
 // token counts on every tile width (1, 2, 4, 8 columns) up to a prefill,
 // on the CUDA-core grouped matmul and (MINFER_MOE_MMA=1 from 2 tokens) the
-// tensor-core one, whose 32-column tiles then cover 2..300 tokens.
+// tensor-core one, whose 32-column tiles then cover 2..300 tokens, in both
+// its forms (MINFER_MOE_MMA_PIPE), bit for bit the same.
 // The dot products are the CPU's terms in another order; the intermediate
 // activation is re-quantized on both sides, so an element that differs in
 // the last bit may land one int8 step apart: the bound is 2e-3 relative
@@ -985,11 +986,22 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
       n.p.moe_act = c.act;
       ASSERT_TRUE(h.gpu()->SupportsOp(n));
       std::vector<float> cy, gy;
-      h.Run(n, {Bytes(RandomFloats(E * nt, 1.0f)), Bytes(route)}, &cy, &gy);
+      const std::string x = Bytes(RandomFloats(E * nt, 1.0f));
+      h.Run(n, {x, Bytes(route)}, &cy, &gy);
       const double err = RelErr(gy, cy);
       std::cout << c.name << (mma[0] == '1' ? " mma" : "") << " nt " << nt
                 << ": relative error " << err << "\n";
       EXPECT_LT(err, 2e-3);
+      if (mma[0] == '1') {
+        // The pipelined form of the tensor-core kernel (two stages, only
+        // the column tiles that hold columns): the same sums in the same
+        // order, so the same bits.
+        ScopedKnob pipelined("MINFER_MOE_MMA_PIPE", "1");
+        std::vector<float> cy1, gy1;
+        h.Run(n, {x, Bytes(route)}, &cy1, &gy1);
+        ASSERT_EQ(cy1, cy);  // the same inputs
+        EXPECT_EQ(gy1, gy) << "MINFER_MOE_MMA_PIPE 1 and 0 differ";
+      }
     }
     // Which kernel ran: the tensor cores when on from 2 tokens (the knob),
     // from 8 (4x) where an expert type is MXFP4 (ops_moe.cc): 7 or 4 of the
@@ -997,8 +1009,8 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
     const bool mx = c.gate == GgmlType::kMXFP4 || c.up == GgmlType::kMXFP4 ||
                     c.down == GgmlType::kMXFP4;
     const int on = mma[0] == '1' ? (mx ? 4 : 7) : 0;
-    EXPECT_EQ(h.gpu()->stats().moe_mma, on);
-    EXPECT_EQ(h.gpu()->stats().moe_vector, 8 - on);
+    EXPECT_EQ(h.gpu()->stats().moe_mma, mma[0] == '1' ? 2 * on : 0);
+    EXPECT_EQ(h.gpu()->stats().moe_vector, (mma[0] == '1' ? 2 : 1) * (8 - on));
   }
 }
 
