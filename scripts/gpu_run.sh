@@ -62,7 +62,9 @@
 #                                        speculative decoding (issue 33 part 2; default
 #                                        7b:q4_k_m, draft 0.5b:q4_k_m): minfer bench
 #                                        --spec oracle at acceptance 1 (verify cost,
-#                                        k = 2, 4, 8), 0.7 and 0.5, B = 1, 4, 16, 64;
+#                                        k = 2, 4, 8, 12), 0.7 (k = 4, 8, 12, gate off
+#                                        and on; the table counts the gate's holds and
+#                                        the steps without a reference), B = 1, 4, 16, 64;
 #                                        MMVQ to 8 rows; pp 1..9; a draft model
 #   bash .gpu/gpu_run.sh profile [SPEC [MOE]]
 #                                        per-op-kind times (MINFER_OP_TIMING): a forward
@@ -497,11 +499,11 @@ PY
         tee -a "$out/mkmodel.log"
     done
     sb() { minfer bench -m "$f" -b 1,4,16,64 -p 32 -r 2 "$@" 2>&1 | grep -E "^\| |rror|minfer bench"; }
-    for k in ${SPEC_VERIFY_K:-2 4 8}; do
+    for k in ${SPEC_VERIFY_K:-2 4 8 12}; do
       echo "== gate off, oracle accept 1, k=$k" | tee -a "$out/spec.log"
       MINFER_SPEC_GATE=0 sb -n 128 --spec oracle --spec-accept 1 --spec-k "$k" | tee -a "$out/spec.log"
     done
-    for k in 4 8; do
+    for k in 4 8 12; do
       for gate in 0 1; do
         echo "== gate $gate, oracle accept 0.7, k=$k" | tee -a "$out/spec.log"
         MINFER_SPEC_GATE=$gate sb -n 256 --spec oracle --spec-accept 0.7 --spec-k "$k" |
