@@ -322,6 +322,12 @@ absl::Status GraphExec::Plan(std::vector<Backend*> backends) {
     if (root[id] != id) lifetime_[id] = lifetime_[root[id]];
   }
 
+  // A mirror's range was allocated rounded up (AlignUp); its readers see
+  // the producer's exact size, as they would reading the producer itself
+  // (kernels derive row lengths from it: TopK on a backend of its own read
+  // rows at the rounded stride).
+  for (auto& [key, m] : mirrors) m.ref.bytes = g.node(key.node).bytes();
+
   // --- per-node input references --------------------------------------------
   input_refs_.assign(n, {});
   for (size_t s = 0; s < splits_.size(); ++s) {
@@ -338,9 +344,7 @@ absl::Status GraphExec::Plan(std::vector<Backend*> backends) {
     }
   }
   for (auto& [key, m] : mirrors) {
-    BufferRef dst = m.ref;
-    dst.bytes = g.node(key.node).bytes();
-    splits_[m.split].copies.push_back({key.node, storage_[key.node], dst});
+    splits_[m.split].copies.push_back({key.node, storage_[key.node], m.ref});
   }
   return absl::OkStatus();
 }
@@ -383,24 +387,23 @@ absl::Status GraphExec::ExecuteSplit(const Split& s, int cut,
       RETURN_IF_ERROR(c.dst.backend->WriteHost(c.dst, staging.data(), c.dst.bytes));
     }
   }
+  absl::Status st;
   if (late == nullptr || cut <= s.begin || cut >= s.end) {
-    if (late != nullptr) {
-      // The reader opens the split: nothing of it to overlap with.
-      absl::Status st = (*late)();
-      if (!st.ok()) return st;
-    }
-    RETURN_IF_ERROR(ExecuteRange(s, s.begin, s.end));
-    return s.backend->Synchronize();
+    // Without a late input, or with its reader opening the split (nothing
+    // of it to overlap with): the late input first, then the whole split.
+    if (late != nullptr) st = (*late)();
+    if (st.ok()) st = ExecuteRange(s, s.begin, s.end);
+  } else {
+    // Issue the nodes before the reader and let the device run them while
+    // the host builds the late input; the reader and the rest follow in the
+    // same execution window (each part is its own replayable range).
+    st = ExecuteRange(s, s.begin, cut);
+    if (st.ok()) st = s.backend->Flush();
+    if (st.ok()) st = (*late)();
+    if (st.ok()) st = ExecuteRange(s, cut, s.end);
   }
-  // Issue the nodes before the reader and let the device run them while the
-  // host builds the late input; the reader and the rest follow in the same
-  // execution window (each part is its own replayable range).
-  absl::Status st = ExecuteRange(s, s.begin, cut);
-  if (st.ok()) st = s.backend->Flush();
-  if (st.ok()) st = (*late)();
-  if (st.ok()) st = ExecuteRange(s, cut, s.end);
   if (!st.ok()) {
-    (void)s.backend->Synchronize();  // close the window
+    (void)s.backend->Synchronize();  // close any window the split opened
     return st;
   }
   return s.backend->Synchronize();
@@ -409,10 +412,7 @@ absl::Status GraphExec::ExecuteSplit(const Split& s, int cut,
 absl::Status GraphExec::ExecuteRange(const Split& s, int begin, int end) {
   const Graph& g = *graph_;
   absl::StatusOr<bool> replay = s.backend->GraphReplay(uid_, begin, end, g.NtHint());
-  if (!replay.ok()) {
-    (void)s.backend->Synchronize();  // close the window the hook may have opened
-    return replay.status();
-  }
+  if (!replay.ok()) return replay.status();
   if (*replay) return absl::OkStatus();
   ExecArgs args;
   if (kv_ != nullptr) args.kv_layout = kv_->layout();
@@ -425,11 +425,7 @@ absl::Status GraphExec::ExecuteRange(const Split& s, int begin, int end) {
                   ? &kv_->layer(node.p.layer)
                   : nullptr;
     absl::Status st = s.backend->ExecuteNode(node, args);
-    if (!st.ok()) {
-      // Let the backend close any open window before reporting.
-      (void)s.backend->Synchronize();
-      return Annotate(st, absl::StrCat(s.backend->name(), " node ", node.name));
-    }
+    if (!st.ok()) return Annotate(st, absl::StrCat(s.backend->name(), " node ", node.name));
   }
   return absl::OkStatus();
 }

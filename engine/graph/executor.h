@@ -145,6 +145,8 @@ class GraphExec {
   // the late input through `late`, then the rest.
   absl::Status ExecuteSplit(const Split& s, int cut = -1,
                             const std::function<absl::Status()>* late = nullptr);
+  // Replays or issues nodes [begin, end) of split s; leaves the backend's
+  // window open, on error too (ExecuteSplit closes it).
   absl::Status ExecuteRange(const Split& s, int begin, int end);
 
   std::shared_ptr<const Graph> graph_;

@@ -886,6 +886,16 @@ TEST(AttnDecodeTest, SplitMatchesOneStripe) {
   std::printf("attention decode: split vs one-stripe worst difference %.3g x max|V|\n", worst);
 }
 
+// Programmatic dependent launch on for this thread's launches where the
+// device has it (compute capability 9.0+), as the backend sets it; the
+// tests turn it off again at their end.
+void PdlWhereSupported() {
+  int device = 0, major = 0;
+  ASSERT_CUDA(cudaGetDevice(&device));
+  ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  SetProgrammaticLaunch(major >= 9);
+}
+
 // The combine in the bodies (AttnDecodeConfig::counters: the block that
 // finishes a head's last stripe merges them) gives the combine kernel's
 // output bit for bit — the same partials, the same merge — for every cache
@@ -893,10 +903,7 @@ TEST(AttnDecodeTest, SplitMatchesOneStripe) {
 // (the counters return to zero), with PDL on where the device has it.
 TEST(AttnDecodeTest, FusedCombineEqualsTheCombineKernel) {
   MINFER_REQUIRE_GPU();
-  int device = 0, major = 0;
-  ASSERT_CUDA(cudaGetDevice(&device));
-  ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  SetProgrammaticLaunch(major >= 9);
+  ASSERT_NO_FATAL_FAILURE(PdlWhereSupported());
   for (KvType t : kAllKv) {
     for (const AttnShape& s : kAttnShapes) {
       for (int64_t n_kv : {int64_t{1}, int64_t{33}, int64_t{600}, int64_t{4096}}) {
@@ -948,10 +955,7 @@ TEST(AttnDecodeTest, FusedCombineEqualsTheCombineKernel) {
 // combine in the bodies, for every cache type, GQA shape and body.
 TEST(AttnDecodeTest, Q8OutputIsQuantizeRowQ8AOfTheFloats) {
   MINFER_REQUIRE_GPU();
-  int device = 0, major = 0;
-  ASSERT_CUDA(cudaGetDevice(&device));
-  ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  SetProgrammaticLaunch(major >= 9);
+  ASSERT_NO_FATAL_FAILURE(PdlWhereSupported());
   for (KvType t : kAllKv) {
     for (const AttnShape& s : kAttnShapes) {
       for (int64_t n_kv : {int64_t{1}, int64_t{600}}) {
