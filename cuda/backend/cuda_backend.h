@@ -47,6 +47,7 @@
 #include "cuda/backend/graph_recorder.h"
 #include "cuda/backend/matmul_choice.h"
 #include "cuda/comm/nccl.h"
+#include "cuda/kernels/fp8_gemm.h"
 #include "cuda/kernels/moe.h"
 #include "cuda/state/cuda_state.h"
 #include "engine/base/knobs.h"
@@ -116,6 +117,7 @@ class CudaBackend : public graph::Backend {
     int64_t mmq_small = 0;         // GEMMs of few tokens on the few-token kernel
     int64_t dq_gemm = 0;           // GEMMs of few tokens on the dequantizing f16 kernel
     int64_t dqw_gemm = 0;          // ... on the Hopper (wgmma) one
+    int64_t fp8_gemm = 0;          // matmuls on the fp8 GEMM (MINFER_FP8_PREFILL)
     int64_t mmq_stream_k = 0;      // fast launches whose last waves ran as stream-k
     int64_t gemm_f16 = 0;          // prefill matmuls on the f16 GEMM
     int64_t int8_only_writes = 0;  // mode-2 producers (RmsNorm/SwiGLU wrote
@@ -130,6 +132,9 @@ class CudaBackend : public graph::Backend {
   const Stats& stats() const { return stats_; }
   bool graphs_enabled() const { return recorder_.enabled(); }
   uint64_t weight_bytes() const;
+  // VRAM of the e4m3 copies (MINFER_FP8_PREFILL at load); part of MemoryBytes.
+  int64_t fp8_copy_bytes() const { return fp8_bytes_; }
+  int64_t fp8_copies() const { return static_cast<int64_t>(fp8_copies_.size()); }
   // VRAM of the MMQ scale planes built at load (MINFER_MMQ_Q4K_DSC /
   // MINFER_MMQ_Q6K_EXP); not part of weight_bytes, part of MemoryBytes.
   uint64_t scale_plane_bytes() const;
@@ -181,6 +186,11 @@ class CudaBackend : public graph::Backend {
   }
   absl::StatusOr<const WeightView*> Weight(const graph::Weight* w) const;
   absl::StatusOr<void*> Scratch(const std::string& tag, int64_t bytes);
+  // At load, with MINFER_FP8_PREFILL >= 2 on an sm_89+ GPU: an e4m3 copy
+  // of every 2-D Q8_0 / F16 / BF16 weight (dequantized on the device,
+  // bit-exact, then LaunchQuantizeRowsFp8), for the fp8 GEMM.
+  absl::Status BuildFp8Copies(const std::vector<const graph::Weight*>& weights,
+                              const KnobOverrides* knobs);
   // Scratch whose users keep it zero between launches (the fused attention
   // combine's counters): zeroed when it is (re)allocated, which never
   // happens inside a capture.
@@ -346,6 +356,17 @@ class CudaBackend : public graph::Backend {
   // The distinct classes of the model's 2-D integer-dot weights: a mode-2
   // producer's readers are among them (ProducerLayout).
   std::vector<WeightClass> int8_weights_;
+  // MINFER_FP8_PREFILL (engine/quant/fp8_matmul.h): the e4m3 copies of the
+  // model's 2-D Q8_0 / F16 / BF16 weights, made at load while the knob was
+  // on (BuildFp8Copies), keyed by the weight's device data. The knob turned
+  // to 0 later stops their use; turned on later, it finds none (kReload).
+  struct Fp8Copy {
+    void* alloc = nullptr;  // codes, then the scales (state_->Malloc)
+    int64_t bytes = 0;
+    Fp8Rows rows;
+  };
+  std::map<const void*, Fp8Copy> fp8_copies_;
+  int64_t fp8_bytes_ = 0;
   // A decode MoeRoute that grouped its assignments too (LaunchMoeRouteGroup)
   // leaves here its output and the tile width it grouped for; the MoeFFN
   // that reads that route then skips its own group launch. Cleared by every

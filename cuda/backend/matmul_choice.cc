@@ -33,6 +33,7 @@ const char* MatmulKernelName(MatmulKernel k) {
     case MatmulKernel::kMmq: return "mmq";
     case MatmulKernel::kGemmF16: return "gemm_f16";
     case MatmulKernel::kDqWgmma: return "dq_wgmma";
+    case MatmulKernel::kFp8Gemm: return "fp8_gemm";
   }
   return "?";
 }
@@ -45,6 +46,10 @@ MatmulKernel ChooseMatmulKernel(const MatmulChoiceInput& in) {
   if (in.type == GgmlType::kF32 && in.rows <= kExactF32MaxRows) return MatmulKernel::kMatvecF32;
   const MatmulKnobs& kn = in.ctx.knobs;
   const int64_t nt = in.nt;
+  if (in.has_fp8 && kn.prefill_gemm && kn.fp8_min_tokens >= 2 && nt >= kn.fp8_min_tokens &&
+      in.ctx.device.Fp8Runs()) {
+    return MatmulKernel::kFp8Gemm;
+  }
   const bool mmq = kn.mmq && in.ctx.device.MmqRuns();
   // A decode batch for the few-token GEMM.
   const bool small_batch = nt >= kn.mmq_small_min_tokens && nt <= kn.mmq_small_tokens && mmq;
@@ -94,6 +99,7 @@ ActivationLayout InputLayoutOf(MatmulKernel k) {
     case MatmulKernel::kMmvq:
     case MatmulKernel::kMatvecF32:
     case MatmulKernel::kGemmF16:
+    case MatmulKernel::kFp8Gemm:
       return ActivationLayout::kF32;
   }
   return ActivationLayout::kF32;
@@ -112,6 +118,7 @@ ActivationLayout ActivationLayoutFor(const ProducerChoiceInput& in) {
     MatmulChoiceInput m;
     m.type = in.int8_weights[i].type;
     m.q6k_padded = in.int8_weights[i].q6k_padded;
+    m.has_fp8 = in.int8_weights[i].has_fp8;
     m.nt = in.nt;
     m.k = in.k;
     m.ctx = in.ctx;

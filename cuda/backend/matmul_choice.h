@@ -30,8 +30,10 @@ enum class MatmulKernel : int32_t {
   kMmq = 4,        // mmq.h LaunchMmqSegments: the tiled int8 GEMM
   kGemmF16 = 5,    // matmul.h LaunchGemmF16: f16 tensor cores, any type
   kDqWgmma = 6,    // dq_wgmma.h LaunchDqWgmma: Hopper wgmma, batches of Q4_K / Q6_K
+  kFp8Gemm = 7,    // fp8_gemm.h LaunchFp8Gemm: e4m3 tensor cores on a weight's fp8 copy
 };
-// "mmvq", "matvec_f32", "dq_gemm", "mmq_small", "mmq", "gemm_f16", "dq_wgmma".
+// "mmvq", "matvec_f32", "dq_gemm", "mmq_small", "mmq", "gemm_f16", "dq_wgmma",
+// "fp8_gemm".
 const char* MatmulKernelName(MatmulKernel k);
 // kMmvq and kMatvecF32: one weight at a time, f32 (or q8-plane) activations.
 bool IsVectorKernel(MatmulKernel k);
@@ -55,6 +57,7 @@ struct MatmulKnobs {
   bool dqw = true;                 // MINFER_DQW: the Hopper DQ GEMM where it runs
   int64_t dqw_min_tokens = 17;     // MINFER_DQW_MIN_TOKENS, 2..256
   int64_t dqw_max_tokens = 256;    // MINFER_DQW_MAX_TOKENS, 0..8192 (launches of 256)
+  int64_t fp8_min_tokens = 0;      // MINFER_FP8_PREFILL: 0 off, else 2..: the fp8 GEMM's batches
   bool operator==(const MatmulKnobs&) const = default;
 };
 
@@ -69,6 +72,8 @@ struct MatmulDevice {
   // 9.0 GPU (dq_wgmma.h DqwAvailable): the Hopper DQ GEMM can run. (Not
   // derived from cc: a build without the sm_90a code cannot run it there.)
   bool wgmma = false;
+  // mma.m16n8k32 with e4m3 inputs (sm_89+): the fp8 GEMM can run.
+  bool Fp8Runs() const { return cc >= 890; }
 };
 
 // Everything the choice reads beyond one matmul: the device, the knobs and
@@ -98,6 +103,10 @@ struct MatmulChoiceInput {
   // The DQ launcher declined this weight at run time: the kernel it runs
   // instead (the next arm of the tree).
   bool dq_declined = false;
+  // The backend holds an e4m3 copy of this weight (made at load for Q8_0 /
+  // F16 / BF16 weights while MINFER_FP8_PREFILL was on; engine/quant/
+  // fp8_matmul.h's contract).
+  bool has_fp8 = false;
   MatmulContext ctx;
 };
 
@@ -110,6 +119,10 @@ inline constexpr int64_t kExactF32MaxRows = 512;
 // The kernel planned for one weight (docs/design.md, which kernel runs a
 // matmul). In order:
 //  0. An f32 weight of at most kExactF32MaxRows rows: the f32 matvec.
+//  0b. FP8 (opt-in): a weight with an e4m3 copy, a batch of at least
+//     fp8_min_tokens (>= 2) tokens, the GEMM arms on and an sm_89+ GPU:
+//     the fp8 GEMM. It outranks every arm below, the DQ GEMMs included
+//     (their weights, Q4_K / Q6_K, never have an fp8 copy).
 //  1. The GEMM arms apply when MINFER_NO_PREFILL_GEMM is off and the batch
 //     is prefill-shaped (nt >= mmq_min_tokens), a few-token batch
 //     (mmq_small_min_tokens <= nt <= mmq_small_tokens, MMQ on and runnable)
@@ -148,6 +161,7 @@ ActivationLayout InputLayoutOf(MatmulKernel k);
 struct WeightClass {
   GgmlType type = GgmlType::kF32;
   bool q6k_padded = false;
+  bool has_fp8 = false;  // MatmulChoiceInput::has_fp8
   bool operator==(const WeightClass&) const = default;
 };
 

@@ -14,6 +14,7 @@
 #include "cuda/backend/matmul_choice.h"
 #include "cuda/kernels/dq_gemm.h"
 #include "cuda/kernels/dq_wgmma.h"
+#include "cuda/kernels/fp8_gemm.h"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/ops.h"
@@ -163,9 +164,13 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     in.k = k;
     in.input_has_q8 = memos_.HasQ8(x);
     in.dq_declined = i < no_dq_until;
+    in.has_fp8 = fp8_copies_.count(ws[i]->data) > 0;
     in.ctx = ctx;
     return ChooseMatmulKernel(in);
   };
+  // The fp8 GEMM's activations (codes per token, then the scales), made
+  // once for all of this call's fp8 weights.
+  Fp8Rows fp8_x;
   // The GEMMs' set-up, when some weight plans one.
   const bool mmq = ctx.knobs.mmq && ctx.device.MmqRuns();
   MmqTuning tuning;
@@ -311,6 +316,27 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         }
         no_dq_until = i;
         i = begin;
+        continue;
+      }
+      case MatmulKernel::kFp8Gemm: {
+        if (fp8_x.codes == nullptr) {
+          RETURN_IF_ERROR(memos_.CheckNotDead(n, x, k * nt * 4));
+          const int64_t rb = Fp8RowBytes(k);
+          const int64_t scales_at = (nt * rb + 255) / 256 * 256;
+          ASSIGN_OR_RETURN(void* act, Scratch("fp8_act", scales_at + nt * 4));
+          uint8_t* base = static_cast<uint8_t*>(act);
+          float* scales = reinterpret_cast<float*>(base + scales_at);
+          RETURN_IF_ERROR(
+              Check(LaunchQuantizeRowsFp8(xf, k, k, nt, base, rb, scales, st), "fp8 quantize"));
+          stats_.quantize_launches++;
+          fp8_x = Fp8Rows{base, scales, nt, k, rb};
+        }
+        const Fp8Rows& w = fp8_copies_.at(ws[i]->data).rows;
+        const bool add = residual != nullptr;  // (one weight: checked above)
+        RETURN_IF_ERROR(Check(LaunchFp8Gemm(w, fp8_x, residual, ys[i], w.rows, st), "fp8 GEMM"));
+        if (add) residual_added = true;
+        stats_.fp8_gemm++;
+        ++i;
         continue;
       }
       case MatmulKernel::kMmqSmall:

@@ -93,6 +93,13 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "Prefill MMQ launches whose tiles leave the last wave of CTAs part-empty run as "
        "stream-k: the resident CTAs share the last waves' k-chunks, handing partial sums on "
        "(bit-identical results; ~8.5 MB of VRAM per model); 0 = one tile per CTA."});
+  add({"MINFER_FP8_PREFILL", KnobType::kInt, "0", KnobScope::kPerModel, KnobEffect::kReload,
+       "0 = off (default); N >= 2: prefill matmuls of at least N tokens with Q8_0/F16/BF16 "
+       "weights run on FP8 e4m3 (per-row weight scales, per-token activation scales; "
+       "engine/quant/fp8_matmul.h states the error bound); on the CPU backend this emulates "
+       "the GPU path as its reference. The count is a step's, padded to its graph bucket, "
+       "so a large decode batch qualifies too. Read when the model loads; values below 2 are "
+       "off."});
   add({"MINFER_MMQ_MIN_TOKENS", KnobType::kInt, "9", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Matmuls of at least this many tokens run the GEMM (MMQ / f16), fewer the multi-token "

@@ -24,6 +24,10 @@ constexpr int64_t kBufferAlign = 64;
 
 CpuBackend::CpuBackend(ThreadPool* pool) : pool_(pool ? pool : &DefaultThreadPool()) {}
 
+CpuBackend::CpuBackend(ThreadPool* pool, const CpuBackendOptions& options) : CpuBackend(pool) {
+  options_ = options;
+}
+
 CpuBackend::~CpuBackend() {
   buffers_.ReleaseAll([](void* p) { std::free(p); });
 }
@@ -74,7 +78,62 @@ int64_t CpuBackend::ReleaseUnused() {
   int64_t n = buffers_.FreeUnused([](void* p) { std::free(p); });
   n += static_cast<int64_t>(scratch_.capacity());
   std::vector<uint8_t>().swap(scratch_);
+  // The FP8 weight copies are rebuilt on the next FP8 matmul.
+  n += fp8_weight_bytes_;
+  fp8_weights_.clear();
+  fp8_weight_bytes_ = 0;
   return n;
+}
+
+bool CpuBackend::UsesFp8(const graph::Weight& w, int64_t nt) const {
+  // Below 2 is off, as on the GPU (matmul_choice): decode's single token
+  // never takes the FP8 path.
+  const int64_t min = options_.fp8_prefill_min_tokens;
+  if (min < 2 || nt < min) return false;
+  return w.type == GgmlType::kQ8_0 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16;
+}
+
+absl::Status CpuBackend::Fp8MatMul(const graph::Weight& w, const float* x, int64_t nt, float* y) {
+  const int64_t k = w.ne0(), n = w.rows();
+  auto it = fp8_weights_.find(&w);
+  if (it != fp8_weights_.end() && it->second.data != w.data) {
+    const Fp8Rows& stale = it->second.rows;
+    fp8_weight_bytes_ -= static_cast<int64_t>(stale.codes.size() + 4 * stale.scales.size());
+    fp8_weights_.erase(it);
+    it = fp8_weights_.end();
+  }
+  if (it == fp8_weights_.end()) {
+    // Converted at first use, as the GPU converts at load: each row through
+    // the engine's own dequantizer to f32 (exact for F16 / BF16, Q8_0's
+    // definition), then one FP8 scale per row.
+    const DequantizeRowFn dequantize = GetDequantizeRowFn(w.type);
+    if (dequantize == nullptr) {
+      return absl::InternalError(absl::StrCat("cpu fp8 MatMul: no dequantizer for ", w.name));
+    }
+    Fp8Weight fw;
+    fw.data = w.data;
+    fw.rows.rows = n;
+    fw.rows.k = k;
+    fw.rows.codes.resize(static_cast<size_t>(n * k));
+    fw.rows.scales.resize(static_cast<size_t>(n));
+    const int64_t rb = w.row_bytes();
+    pool_->ParallelRange(n, 8, [&](int64_t b, int64_t e) {
+      std::vector<float> row(static_cast<size_t>(k));
+      for (int64_t r = b; r < e; ++r) {
+        dequantize(w.data + r * rb, row.data(), k);
+        QuantizeRowFp8(row.data(), k, fw.rows.codes.data() + r * k, &fw.rows.scales[r]);
+      }
+    });
+    fp8_weight_bytes_ += n * k + 4 * n;
+    it = fp8_weights_.emplace(&w, std::move(fw)).first;
+  }
+  const Fp8Rows& w8 = it->second.rows;
+  const Fp8Rows x8 = QuantizeRowsFp8(x, nt, k);
+  // Each range writes only its own rows' outputs (every token's).
+  pool_->ParallelRange(n, 8,
+                       [&](int64_t b, int64_t e) { MatMulFp8ReferenceRows(w8, x8, b, e, y); });
+  ++fp8_matmuls_;
+  return absl::OkStatus();
 }
 
 uint8_t* CpuBackend::HostPtr(const BufferRef& ref) {
@@ -171,7 +230,11 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       return absl::OkStatus();
     }
     case OpKind::kMatMul:
-      RETURN_IF_ERROR(MatMul(pool, *node.weights[0], f(0), node.shape.ne[1], out, scratch_));
+      if (UsesFp8(*node.weights[0], node.shape.ne[1])) {
+        RETURN_IF_ERROR(Fp8MatMul(*node.weights[0], f(0), node.shape.ne[1], out));
+      } else {
+        RETURN_IF_ERROR(MatMul(pool, *node.weights[0], f(0), node.shape.ne[1], out, scratch_));
+      }
       return AddResidual(node, args, 1, in, out);
     case OpKind::kRoPE: {
       const auto& s = node.shape;
@@ -267,7 +330,11 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
         // (graph.h), exactly the unfused MatMuls' values.
         float* y = out;
         for (const graph::Weight* w : node.weights) {
-          RETURN_IF_ERROR(MatMul(pool, *w, f(0), nt, y, scratch_));
+          if (UsesFp8(*w, nt)) {
+            RETURN_IF_ERROR(Fp8MatMul(*w, f(0), nt, y));
+          } else {
+            RETURN_IF_ERROR(MatMul(pool, *w, f(0), nt, y, scratch_));
+          }
           y += w->rows() * nt;
         }
         return absl::OkStatus();

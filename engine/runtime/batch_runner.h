@@ -24,7 +24,9 @@
 // beyond what the backend's kernels choose by batch size. On the CPU every
 // kernel computes each token's row on its own (the matmuls quantize and dot
 // per token; attention blocks its keys from row 0), so a sequence gives the
-// same logits, bit for bit, alone or in any batch, and equal to a Session's.
+// same logits, bit for bit, alone or in any batch, and equal to a Session's
+// (with MINFER_FP8_PREFILL off, the default: on, matmuls switch to FP8 by
+// the step's token bucket, cpu_backend.h).
 // On a GPU the matmul kernel depends on the bucket (MMVQ up to 8 tokens,
 // MMQ above) and decode attention's split count on the number of tiles, so
 // logits move by float rounding (see docs/design.md, "batch invariance").

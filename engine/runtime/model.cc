@@ -131,7 +131,10 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
   m->tp_rank_ = tp.rank;
   if (tp.device_collective != nullptr) m->want_ = "cuda";  // a rank never falls back alone
   RETURN_IF_ERROR(m->CreateDeviceBackend(options.progress));
-  auto cpu = std::make_unique<cpu::CpuBackend>(pool);
+  cpu::CpuBackendOptions cpu_options;
+  cpu_options.fp8_prefill_min_tokens =
+      KnobRegistry::Global().GetInt("MINFER_FP8_PREFILL", &m->knobs_);
+  auto cpu = std::make_unique<cpu::CpuBackend>(pool, cpu_options);
   if (tp.size > 1) cpu->SetCollective(tp.collective, tp.rank);
   m->backends_.push_back(std::move(cpu));
   // Device backends uploaded the weights (reporting progress); the CPU path

@@ -691,5 +691,92 @@ TEST(MatmulChoiceTest, HopperDqArm) {
   EXPECT_EQ(InputLayoutOf(K::kDqWgmma), L::kDqwF16);
 }
 
+// The FP8 arm (rule 0b): only weights with an e4m3 copy, only from
+// MINFER_FP8_PREFILL's token count, only with the GEMM arms on and on
+// sm_89+; it outranks MMQ and the f16 GEMM there, and the weights without
+// a copy keep their kernels. A producer feeding a Q8_0 weight with a copy
+// writes f32 (the fp8 GEMM quantizes per token from it).
+TEST(MatmulChoiceTest, Fp8Arm) {
+  const int64_t tokens[] = {1, 2, 8, 9, 31, 32, 33, 64, 512, 2048};
+  struct Case {
+    const char* name;
+    int cc;
+    int64_t fp8_min;
+    bool prefill_gemm;
+    Bands q8_0, f16;  // with an fp8 copy
+  };
+  // Without the arm (the H100 defaults of the other tests): Q8_0 MMVQ,
+  // few-token MMQ from 6, MMQ from 33; F16 the matvec, the f16 GEMM from 9.
+  const Bands q8 = {{1, K::kMmvq}, {6, K::kMmqSmall}, {33, K::kMmq}};
+  const Bands f16 = {{1, K::kMatvecF32}, {9, K::kGemmF16}};
+  const Case cases[] = {
+      {"off", 900, 0, true, q8, f16},
+      {"from 32 on sm_90", 900, 32, true,
+       {{1, K::kMmvq}, {6, K::kMmqSmall}, {32, K::kFp8Gemm}},
+       {{1, K::kMatvecF32}, {9, K::kGemmF16}, {32, K::kFp8Gemm}}},
+      {"from 2 on sm_89", 890, 2, true,
+       {{1, K::kMmvq}, {2, K::kFp8Gemm}}, {{1, K::kMatvecF32}, {2, K::kFp8Gemm}}},
+      {"sm_80: never", 800, 2, true, q8, f16},
+      {"GEMM arms off: never", 900, 2, false, {{1, K::kMmvq}, {9, K::kMatvecF32}},
+       {{1, K::kMatvecF32}}},
+  };
+  for (const Case& c : cases) {
+    MatmulContext ctx;
+    ctx.device.cc = c.cc;
+    ctx.knobs.fp8_min_tokens = c.fp8_min;
+    ctx.knobs.prefill_gemm = c.prefill_gemm;
+    ctx.model_has_dq_weights = true;
+    for (const GgmlType type : {GgmlType::kQ8_0, GgmlType::kF16}) {
+      const Bands& bands = type == GgmlType::kQ8_0 ? c.q8_0 : c.f16;
+      for (int64_t nt : tokens) {
+        const K want = Lookup(bands, nt);
+        MatmulChoiceInput in;
+        in.type = type;
+        in.rows = 3584;
+        in.k = 3584;
+        in.nt = nt;
+        in.input_has_q8 = true;
+        in.has_fp8 = true;
+        in.ctx = ctx;
+        EXPECT_EQ(ChooseMatmulKernel(in), want)
+            << c.name << ": " << GgmlTypeName(type) << " nt " << nt << " got "
+            << MatmulKernelName(ChooseMatmulKernel(in));
+        // Without a copy the weight never runs it.
+        in.has_fp8 = false;
+        EXPECT_NE(ChooseMatmulKernel(in), K::kFp8Gemm) << c.name << " nt " << nt;
+      }
+    }
+    // A Q4_K weight (the DQ types never get a copy) is untouched by the knob.
+    MatmulChoiceInput q4;
+    q4.type = GgmlType::kQ4_K;
+    q4.rows = 3584;
+    q4.k = 3584;
+    q4.nt = 64;
+    q4.ctx = ctx;
+    EXPECT_EQ(ChooseMatmulKernel(q4), c.prefill_gemm ? K::kDqGemm : K::kMatvecF32) << c.name;
+  }
+  // Mode 2: with the Q8_0 class's copy read by the fp8 GEMM, its producers
+  // write f32 from 32 tokens on; below, MMQ's layout as before.
+  MatmulContext ctx;
+  ctx.device.cc = 900;
+  ctx.knobs.fp8_min_tokens = 32;
+  const WeightClass q8_copy[] = {{GgmlType::kQ8_0, false, true}};
+  const WeightClass q8_plain[] = {{GgmlType::kQ8_0, false, false}};
+  for (const int64_t nt : {9, 31, 32, 512}) {
+    ProducerChoiceInput in;
+    in.nt = nt;
+    in.k = 3584;
+    in.int8_consumers = true;
+    in.int8_weights = q8_copy;
+    in.ctx = ctx;
+    EXPECT_EQ(ActivationLayoutFor(in), nt >= 32 ? L::kF32 : L::kMmqInt8) << "nt " << nt;
+    in.int8_weights = q8_plain;
+    EXPECT_EQ(ActivationLayoutFor(in), L::kMmqInt8) << "no copy, nt " << nt;
+  }
+  EXPECT_STREQ(MatmulKernelName(K::kFp8Gemm), "fp8_gemm");
+  EXPECT_EQ(InputLayoutOf(K::kFp8Gemm), L::kF32);
+  EXPECT_FALSE(IsVectorKernel(K::kFp8Gemm));
+}
+
 }  // namespace
 }  // namespace minfer::cuda
