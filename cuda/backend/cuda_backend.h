@@ -206,9 +206,11 @@ class CudaBackend : public graph::Backend {
   // for it, or that kernel's run-time fallback (matmul_choice.h).
   // residual (one weight only; may be null): ys[0] = residual + W x, in the
   // MMVQ epilogue when that is the kernel, else by an Add launch after.
+  // allow_fp8 false: no weight takes the fp8 GEMM (FusedFFN's decode
+  // batches: the CPU's emulation, their reference, keeps FusedFFN exact).
   absl::Status MatMulWeights(const graph::Node& n, absl::Span<const WeightView* const> ws,
                              const graph::BufferRef& x, absl::Span<float* const> ys,
-                             const float* residual = nullptr);
+                             const float* residual = nullptr, bool allow_fp8 = true);
   // The kernel a fused one-token launch (FusedQKV, FusedFFN) plans for
   // weight w: kMmvq or kMatvecF32 (no shape gate).
   MatmulKernel OneTokenKernel(const WeightView& w) const;

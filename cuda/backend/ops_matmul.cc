@@ -126,7 +126,7 @@ absl::StatusOr<void*> CudaBackend::MmqActivations(const Node& n, const BufferRef
 
 absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightView* const> ws,
                                         const BufferRef& x, absl::Span<float* const> ys,
-                                        const float* residual) {
+                                        const float* residual, bool allow_fp8) {
   const int64_t nt = n.shape.ne[1], k = ws[0]->k;
   if (residual != nullptr && ws.size() != 1) {
     return absl::InternalError(absl::StrCat("cuda ", n.name, ": a residual with ", ws.size(),
@@ -164,7 +164,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     in.k = k;
     in.input_has_q8 = memos_.HasQ8(x);
     in.dq_declined = i < no_dq_until;
-    in.has_fp8 = fp8_copies_.count(ws[i]->data) > 0;
+    in.has_fp8 = allow_fp8 && fp8_copies_.count(ws[i]->data) > 0;
     in.ctx = ctx;
     return ChooseMatmulKernel(in);
   };
@@ -505,7 +505,8 @@ absl::Status CudaBackend::RunFusedFfn(const OpArgs& o) {
                                        2 * nff * std::max(nt, device_.wgmma ? kDqwMaxTokens : kDqMaxTokens) * 4));
     float* const gbuf = static_cast<float*>(gu);
     float* const ubuf = gbuf + nff * nt;
-    RETURN_IF_ERROR(MatMulWeights(n, {g, u}, a.inputs[0], {gbuf, ubuf}));
+    RETURN_IF_ERROR(MatMulWeights(n, {g, u}, a.inputs[0], {gbuf, ubuf}, nullptr,
+                                  /*allow_fp8=*/false));
     return SwiGluInto(n, gbuf, ubuf, a.output, out, st);
   }
   // One token: gate and up on MMVQ (one launch with the SwiGLU) when both
