@@ -1248,6 +1248,42 @@ TEST(CudaAttnQ8Test, GreedyEqualsCpuAndQuantizeLaunchesDrop) {
   }
 }
 
+// MINFER_FP8_PREFILL on the GPU (the e4m3 GEMM on copies made at load)
+// against the CPU backend's emulation of the same path, its reference: on
+// the tiny Q8_0 and F16 files the copies exist, the 25-token prefill (a
+// step of 32 tokens, over the knob's 8) runs fp8 GEMMs, and greedy output
+// equals the CPU's with the knob on there too (the two differ only in the
+// order and width of the accumulation: fp8_gemm.h).
+TEST(CudaFp8Test, GreedyEqualsTheCpuEmulation) {
+  MINFER_REQUIRE_GPU();
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (!Fp8GemmRuns(major * 100 + minor * 10)) GTEST_SKIP() << "needs sm_89+";
+  ScopedKnob fp8("MINFER_FP8_PREFILL", "8");
+  for (const auto& [shape, type] : {std::pair<std::string, std::string>{"tiny", "q8_0"},
+                                    {"llama-tiny", "q8_0"},
+                                    {"tiny", "f16"}}) {
+    SCOPED_TRACE(shape + " " + type);
+    auto cpu = Load(shape, type, "cpu");
+    auto gpu = Load(shape, type, "cuda");
+    ASSERT_TRUE(cpu && gpu);
+    auto* cb = dynamic_cast<CudaBackend*>(gpu->kv_backend());
+    ASSERT_NE(cb, nullptr);
+    EXPECT_GT(cb->fp8_copies(), 0);
+    EXPECT_GT(cb->fp8_copy_bytes(), 0);
+    std::vector<int32_t> prompt = {100, 200, 300, 17, 18, 19, 999, 5, 6, 7, 8, 1000,
+                                   1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+    const auto g = Greedy(gpu, prompt, 24);
+    EXPECT_EQ(g, Greedy(cpu, prompt, 24));
+    EXPECT_GT(cb->stats().fp8_gemm, 0);
+    auto* cc = dynamic_cast<cpu::CpuBackend*>(cpu->kv_backend());
+    ASSERT_NE(cc, nullptr);
+    EXPECT_GT(cc->fp8_matmuls(), 0);
+  }
+}
+
 // The same gate at a real shape: Qwen2.5-0.5B Q4_K_M (q5_0/q8_0/q4_K/q6_K mix,
 // 24 layers, tied 151936-row head), a prompt in ChatML framing.
 TEST(CudaModelRealShapeTest, GreedyEqualsCpuOn05B) {
