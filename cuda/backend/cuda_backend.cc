@@ -178,7 +178,7 @@ absl::Status CudaBackend::BuildFp8Copies(const std::vector<const graph::Weight*>
     Fp8Copy c;
     c.alloc = base;
     c.bytes = bytes;
-    c.rows = Fp8Rows{base, reinterpret_cast<const float*>(base + scales_at), w->rows, w->k, rb};
+    c.rows = Fp8RowsView{base, reinterpret_cast<const float*>(base + scales_at), w->rows, w->k, rb};
     fp8_copies_[w->data] = c;
     fp8_bytes_ += bytes;
     // The chunk's f32 rows and the ids 0..rows-1 of the gather.

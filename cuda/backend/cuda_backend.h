@@ -365,7 +365,7 @@ class CudaBackend : public graph::Backend {
   struct Fp8Copy {
     void* alloc = nullptr;  // codes, then the scales (state_->Malloc)
     int64_t bytes = 0;
-    Fp8Rows rows;
+    Fp8RowsView rows;
   };
   std::map<const void*, Fp8Copy> fp8_copies_;
   int64_t fp8_bytes_ = 0;

@@ -170,7 +170,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
   };
   // The fp8 GEMM's activations (codes per token, then the scales), made
   // once for all of this call's fp8 weights.
-  Fp8Rows fp8_x;
+  Fp8RowsView fp8_x;
   // The GEMMs' set-up, when some weight plans one.
   const bool mmq = ctx.knobs.mmq && ctx.device.MmqRuns();
   MmqTuning tuning;
@@ -329,9 +329,9 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
           RETURN_IF_ERROR(
               Check(LaunchQuantizeRowsFp8(xf, k, k, nt, base, rb, scales, st), "fp8 quantize"));
           stats_.quantize_launches++;
-          fp8_x = Fp8Rows{base, scales, nt, k, rb};
+          fp8_x = Fp8RowsView{base, scales, nt, k, rb};
         }
-        const Fp8Rows& w = fp8_copies_.at(ws[i]->data).rows;
+        const Fp8RowsView& w = fp8_copies_.at(ws[i]->data).rows;
         const bool add = residual != nullptr;  // (one weight: checked above)
         RETURN_IF_ERROR(Check(LaunchFp8Gemm(w, fp8_x, residual, ys[i], w.rows, st), "fp8 GEMM"));
         if (add) residual_added = true;

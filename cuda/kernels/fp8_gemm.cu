@@ -236,9 +236,9 @@ cudaError_t LaunchQuantizeRowsFp8(const float* x, int64_t x_stride, int64_t k, i
   return cudaGetLastError();
 }
 
-cudaError_t LaunchFp8Gemm(const Fp8Rows& w, const Fp8Rows& x, const float* residual, float* y,
+cudaError_t LaunchFp8Gemm(const Fp8RowsView& w, const Fp8RowsView& x, const float* residual, float* y,
                           int64_t y_stride, cudaStream_t stream) {
-  auto valid = [](const Fp8Rows& m) {
+  auto valid = [](const Fp8RowsView& m) {
     return m.rows >= 0 && m.k >= 32 && m.k % 32 == 0 && m.row_bytes >= m.k &&
            m.row_bytes % 16 == 0 && (m.rows == 0 || (m.codes && m.scales)) &&
            reinterpret_cast<uintptr_t>(m.codes) % 16 == 0;

@@ -36,7 +36,7 @@ namespace minfer::cuda {
 // Rows of e4m3 codes with one f32 scale each: row r's codes at codes + r *
 // row_bytes, k of them, then zeros up to row_bytes. Requirements: k % 32 ==
 // 0, row_bytes % 16 == 0, row_bytes >= k, codes 16-byte aligned.
-struct Fp8Rows {
+struct Fp8RowsView {
   const uint8_t* codes = nullptr;
   const float* scales = nullptr;
   int64_t rows = 0;
@@ -44,7 +44,7 @@ struct Fp8Rows {
   int64_t row_bytes = 0;
 };
 
-// The row stride Fp8Rows uses for k inputs: k rounded up to 16.
+// The row stride Fp8RowsView uses for k inputs: k rounded up to 16.
 inline int64_t Fp8RowBytes(int64_t k) { return (k + 15) / 16 * 16; }
 
 // Whether the fp8 GEMM runs on a device of compute capability `cc` (major *
@@ -66,7 +66,7 @@ cudaError_t LaunchQuantizeRowsFp8(const float* x, int64_t x_stride, int64_t k, i
 // residual is not null (one float add after the product, as an Add node
 // adds it). w.k == x.k; y_stride >= w.rows; residual may not overlap y
 // unless it is y itself.
-cudaError_t LaunchFp8Gemm(const Fp8Rows& w, const Fp8Rows& x, const float* residual, float* y,
+cudaError_t LaunchFp8Gemm(const Fp8RowsView& w, const Fp8RowsView& x, const float* residual, float* y,
                           int64_t y_stride, cudaStream_t stream);
 
 }  // namespace minfer::cuda

@@ -115,7 +115,7 @@ struct DeviceRows {
         view{codes.get(), scales.get(), h.rows, h.k, Fp8RowBytes(h.k)} {}
   DeviceBuffer<uint8_t> codes;
   DeviceBuffer<float> scales;
-  Fp8Rows view;
+  Fp8RowsView view;
 };
 
 TEST(Fp8GemmTest, EqualsTheCpuReferenceWithinItsBound) {
@@ -197,12 +197,12 @@ TEST(Fp8GemmTest, RefusesBadShapes) {
   MINFER_REQUIRE_GPU();
   DeviceBuffer<uint8_t> codes(64 * 64);
   DeviceBuffer<float> scales(64), y(64 * 64);
-  const Fp8Rows ok{codes.get(), scales.get(), 8, 64, 64};
-  Fp8Rows bad_k = ok;
+  const Fp8RowsView ok{codes.get(), scales.get(), 8, 64, 64};
+  Fp8RowsView bad_k = ok;
   bad_k.k = 48;  // not a multiple of 32
-  Fp8Rows bad_stride = ok;
+  Fp8RowsView bad_stride = ok;
   bad_stride.row_bytes = 72;  // not a multiple of 16
-  Fp8Rows other_k = ok;
+  Fp8RowsView other_k = ok;
   other_k.k = 32;
   EXPECT_EQ(LaunchFp8Gemm(bad_k, ok, nullptr, y.get(), 8, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(LaunchFp8Gemm(ok, bad_stride, nullptr, y.get(), 8, nullptr), cudaErrorInvalidValue);
