@@ -97,7 +97,8 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "0 = off (default); N >= 2: prefill matmuls of at least N tokens with Q8_0/F16/BF16 "
        "weights run on FP8 e4m3 (per-row weight scales, per-token activation scales; "
        "engine/quant/fp8_matmul.h states the error bound); on the CPU backend this emulates "
-       "the GPU path as its reference. The count is a step's, padded to its graph bucket, "
+       "the GPU path as its reference, a scalar one (a CPU prefill runs many times slower: it "
+       "is for tests, not speed). The count is a step's, padded to its graph bucket, "
        "so a large decode batch qualifies too. Read when the model loads; values below 2 are "
        "off."});
   add({"MINFER_MMQ_MIN_TOKENS", KnobType::kInt, "9", KnobScope::kPerModel,
