@@ -138,7 +138,7 @@ TEST(MinferdMemoryTest, LoadUnloadCyclesUnderRefusedRequestsKeepRssFlat) {
   m->proc->Signal(SIGTERM);
   auto code = m->proc->Wait(std::chrono::seconds(20));
   ASSERT_TRUE(code.ok());
-  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(*code, 0) << "minferd's stderr:\n" << m->proc->ReadStderr();
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ TEST_F(MinferdProcessTest, SigtermDrainsTheInFlightStreamAndExitsZero) {
   EXPECT_EQ(result->finish_reason, v1::FINISH_REASON_LENGTH);
   auto code = proc_->Wait(std::chrono::seconds(20));
   ASSERT_TRUE(code.ok()) << code.status();
-  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(*code, 0) << "minferd's stderr:\n" << proc_->ReadStderr();
   const std::string log = proc_->ReadStderr();
   EXPECT_THAT(log, HasSubstr("received SIGTERM"));
   EXPECT_THAT(log, HasSubstr("generate api=grpc model=a prompt="));
@@ -173,7 +173,7 @@ TEST_F(MinferdProcessTest, SecondSignalCutsTheDrainShort) {
   proc_->Signal(SIGINT);
   auto code = proc_->Wait(std::chrono::seconds(10));
   ASSERT_TRUE(code.ok()) << "still draining after the second signal: " << proc_->ReadStderr();
-  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(*code, 0) << "minferd's stderr:\n" << proc_->ReadStderr();
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
   for (auto& t : streams) t.join();
   int unavailable = 0;
@@ -206,7 +206,7 @@ TEST_F(MinferdProcessTest, DrainTimeoutCancelsAndStillExitsZero) {
   EXPECT_EQ(partial.finish_reason, v1::FINISH_REASON_CANCELLED);
   auto code = proc_->Wait(std::chrono::seconds(20));
   ASSERT_TRUE(code.ok());
-  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(*code, 0) << "minferd's stderr:\n" << proc_->ReadStderr();
   EXPECT_THAT(proc_->ReadStderr(), HasSubstr("cancelling 1 streams"));
 }
 
@@ -278,7 +278,7 @@ TEST_F(MinferdProcessTest, FifoAsModelFailsAndSigtermStillExits) {
     if (w >= 0) ::close(w);
   }
   ASSERT_TRUE(code.ok()) << "SIGTERM did not end minferd: " << proc_->ReadStderr();
-  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(*code, 0) << "minferd's stderr:\n" << proc_->ReadStderr();
 }
 
 TEST_F(MinferdProcessTest, TlsKeyOfAnotherCertificateFailsStartupNamingBothFiles) {

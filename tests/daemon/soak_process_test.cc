@@ -82,7 +82,7 @@ TEST(SoakProcessTest, StreamsSurviveModelCyclingAndMemoryStaysFlat) {
   m->proc->Signal(SIGTERM);
   auto code = m->proc->Wait(std::chrono::seconds(30));
   ASSERT_TRUE(code.ok()) << m->proc->ReadStderr();
-  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(*code, 0) << "minferd's stderr:\n" << m->proc->ReadStderr();
   EXPECT_FALSE(std::ifstream(m->ready_file).good());
 }
 
