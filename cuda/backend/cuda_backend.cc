@@ -140,100 +140,92 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
 
 absl::Status CudaBackend::BuildFp8Copies(const std::vector<const graph::Weight*>& weights,
                                          const KnobOverrides* knobs) {
-  if (KnobRegistry::Global().GetInt("MINFER_FP8_PREFILL", knobs) < 2 || !device_.Fp8Runs()) {
-    return absl::OkStatus();
-  }
-  // Rows are converted in chunks of about 16M values: dequantized to f32
-  // by the embedding gather (bit-exact with the CPU's DequantizeRow), then
-  // quantized per row.
+  const int64_t min_tokens = KnobRegistry::Global().GetInt("MINFER_FP8_PREFILL", knobs);
+  if (min_tokens < 2 || !device_.Fp8Runs()) return absl::OkStatus();
+  // The weights that get a copy, and their rows per conversion chunk
+  // (about 16M values: each chunk dequantized to f32 by the embedding
+  // gather, bit-exact with the CPU's DequantizeRow, then quantized per row).
   constexpr int64_t kChunkValues = int64_t{1} << 24;
-  void* tmp = nullptr;
-  int64_t tmp_rows = 0;
-  cudaStream_t st = state_->stream();
-  auto release_tmp = [&] {
-    if (tmp != nullptr) {
-      cudaStreamSynchronize(st);
-      state_->Free(tmp);
-      tmp = nullptr;
-    }
+  struct Job {
+    const graph::Weight* gw;
+    const WeightView* w;
+    int64_t chunk;
   };
-  absl::Status status;
+  std::vector<Job> jobs;
+  int64_t max_values = 0, max_chunk = 0;  // one scratch serves every job
   for (const graph::Weight* gw : weights) {
     if (gw->dims.size() != 2 || !(gw->type == GgmlType::kQ8_0 || gw->type == GgmlType::kF16 ||
                                   gw->type == GgmlType::kBF16)) {
       continue;
     }
     const WeightView* w = state_->FindWeight(owner_, gw->name);
-    if (w == nullptr || w->k % 32 != 0 || fp8_copies_.count(w->data)) continue;
+    if (w == nullptr || w->k % 32 != 0) continue;
+    const int64_t chunk = std::max<int64_t>(1, std::min(w->rows, kChunkValues / w->k));
+    jobs.push_back({gw, w, chunk});
+    max_values = std::max(max_values, chunk * w->k);
+    max_chunk = std::max(max_chunk, chunk);
+  }
+  if (jobs.empty()) return absl::OkStatus();
+  const int64_t ids_at = (max_values * 4 + 255) / 256 * 256;
+  ASSIGN_OR_RETURN(void* tmp, state_->Malloc(static_cast<size_t>(ids_at + max_chunk * 4),
+                                             "fp8 conversion"));
+  float* f32 = static_cast<float*>(tmp);
+  const int32_t* ids = reinterpret_cast<const int32_t*>(static_cast<uint8_t*>(tmp) + ids_at);
+  std::vector<int32_t> iota(max_chunk);
+  for (int64_t i = 0; i < max_chunk; ++i) iota[i] = static_cast<int32_t>(i);
+  cudaStream_t st = state_->stream();
+  absl::Status status;
+  if (const cudaError_t e = cudaMemcpy(const_cast<int32_t*>(ids), iota.data(), max_chunk * 4,
+                                       cudaMemcpyHostToDevice);
+      e != cudaSuccess) {
+    status = CudaStatus(e, "fp8 conversion ids", __FILE__, __LINE__);
+  }
+  for (const Job& j : jobs) {
+    if (!status.ok()) break;
+    const WeightView* w = j.w;
     const int64_t rb = Fp8RowBytes(w->k);
     const int64_t scales_at = (w->rows * rb + 255) / 256 * 256;
     const int64_t bytes = scales_at + w->rows * 4;
     auto alloc = state_->Malloc(static_cast<size_t>(bytes),
-                                absl::StrCat("fp8 copy of '", gw->name, "'"));
+                                absl::StrCat("fp8 copy of '", j.gw->name, "'"));
     if (!alloc.ok()) {
       status = alloc.status();
       break;
     }
     uint8_t* base = static_cast<uint8_t*>(*alloc);
-    Fp8Copy c;
-    c.alloc = base;
-    c.bytes = bytes;
-    c.rows = Fp8RowsView{base, reinterpret_cast<const float*>(base + scales_at), w->rows, w->k, rb};
-    fp8_copies_[w->data] = c;
+    float* scales = reinterpret_cast<float*>(base + scales_at);
+    fp8_copies_[w->data] = Fp8Copy{base, bytes, Fp8RowsView{base, scales, w->rows, w->k, rb}};
     fp8_bytes_ += bytes;
-    // The chunk's f32 rows and the ids 0..rows-1 of the gather.
-    const int64_t chunk = std::max<int64_t>(1, std::min(w->rows, kChunkValues / w->k));
-    if (chunk > tmp_rows) {
-      release_tmp();
-      const int64_t f32_bytes = (chunk * w->k * 4 + 255) / 256 * 256;
-      auto t = state_->Malloc(static_cast<size_t>(f32_bytes + chunk * 4), "fp8 conversion");
-      if (!t.ok()) {
-        status = t.status();
-        break;
-      }
-      tmp = *t;
-      tmp_rows = chunk;
-      std::vector<int32_t> ids(chunk);
-      for (int64_t i = 0; i < chunk; ++i) ids[i] = static_cast<int32_t>(i);
-      cudaError_t err = cudaMemcpy(static_cast<uint8_t*>(tmp) + f32_bytes, ids.data(),
-                                   chunk * 4, cudaMemcpyHostToDevice);
-      if (err != cudaSuccess) {
-        status = CudaStatus(err, "fp8 conversion ids", __FILE__, __LINE__);
-        break;
-      }
-    }
-    const int64_t f32_bytes = (tmp_rows * w->k * 4 + 255) / 256 * 256;
-    float* f32 = static_cast<float*>(tmp);
-    const int32_t* ids = reinterpret_cast<const int32_t*>(static_cast<uint8_t*>(tmp) + f32_bytes);
     std::unique_lock<std::recursive_mutex> lock = state_->Lock();
     cudaError_t err = cudaSuccess;
-    for (int64_t r0 = 0; r0 < w->rows && err == cudaSuccess; r0 += chunk) {
-      const int64_t n = std::min(chunk, w->rows - r0);
+    for (int64_t r0 = 0; r0 < w->rows && err == cudaSuccess; r0 += j.chunk) {
+      const int64_t n = std::min(j.chunk, w->rows - r0);
       WeightView part = *w;
       part.data = static_cast<const uint8_t*>(w->data) + r0 * w->row_bytes;
       part.rows = n;
       part.scale_plane = nullptr;
       err = LaunchGetRowsWeight(part, ids, n, f32, nullptr, st);
       if (err == cudaSuccess) {
-        err = LaunchQuantizeRowsFp8(f32, w->k, w->k, n, base + r0 * rb, rb,
-                                    reinterpret_cast<float*>(base + scales_at) + r0, st);
+        err = LaunchQuantizeRowsFp8(f32, w->k, w->k, n, base + r0 * rb, rb, scales + r0, st);
       }
     }
     if (err == cudaSuccess) err = cudaStreamSynchronize(st);
     if (err != cudaSuccess) {
-      status = CudaStatus(err, "fp8 copy", __FILE__, __LINE__);
-      status = absl::Status(status.code(), absl::StrCat("weight '", gw->name, "': ", status.message()));
-      break;
+      const absl::Status e = CudaStatus(err, "fp8 copy", __FILE__, __LINE__);
+      status = absl::Status(e.code(), absl::StrCat("weight '", j.gw->name, "': ", e.message()));
     }
   }
-  release_tmp();
+  cudaStreamSynchronize(st);
+  state_->Free(tmp);
   if (!status.ok()) return status;  // ~CudaBackend frees the copies made so far
+  // Read once, at load (kReload), as the CPU backend reads it: the copies
+  // exist only for the value the model was loaded with.
+  fp8_min_tokens_ = min_tokens;
+  knobs_.matmul.fp8_min_tokens = min_tokens;
   // The integer-dot classes whose weights now have copies (mode 2 asks).
   for (WeightClass& c : int8_weights_) c.has_fp8 = c.type == GgmlType::kQ8_0;
-  if (!fp8_copies_.empty()) {
-    Logger("cuda")->info("fp8 copies of {} weights for prefill matmuls: {:.1f} MiB",
-                         fp8_copies_.size(), fp8_bytes_ / 1048576.0);
-  }
+  Logger("cuda")->info("fp8 copies of {} weights for prefill matmuls: {:.1f} MiB",
+                       fp8_copies_.size(), fp8_bytes_ / 1048576.0);
   return absl::OkStatus();
 }
 
@@ -376,9 +368,8 @@ void CudaBackend::RefreshKnobs() {
       std::clamp<int64_t>(r.GetInt("MINFER_DQW_MAX_TOKENS", knob_overrides_), 0, 8192);
   k.dqw_warpgroups =
       static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_WARPGROUPS", knob_overrides_), 0, 2));
-  // (0 or 2..: the copies exist only where the knob was on at load.)
-  const int64_t fp8 = r.GetInt("MINFER_FP8_PREFILL", knob_overrides_);
-  k.matmul.fp8_min_tokens = fp8 < 2 ? 0 : fp8;
+  // MINFER_FP8_PREFILL is read once, at load (BuildFp8Copies).
+  k.matmul.fp8_min_tokens = fp8_min_tokens_;
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);
   const bool changed = !(k == knobs_);
   knobs_ = k;

@@ -360,8 +360,9 @@ class CudaBackend : public graph::Backend {
   std::vector<WeightClass> int8_weights_;
   // MINFER_FP8_PREFILL (engine/quant/fp8_matmul.h): the e4m3 copies of the
   // model's 2-D Q8_0 / F16 / BF16 weights, made at load while the knob was
-  // on (BuildFp8Copies), keyed by the weight's device data. The knob turned
-  // to 0 later stops their use; turned on later, it finds none (kReload).
+  // on (BuildFp8Copies), keyed by the weight's device data, and the token
+  // count the knob gave then (0: none). The knob is read at load only
+  // (kReload), as the CPU backend reads it.
   struct Fp8Copy {
     void* alloc = nullptr;  // codes, then the scales (state_->Malloc)
     int64_t bytes = 0;
@@ -369,6 +370,7 @@ class CudaBackend : public graph::Backend {
   };
   std::map<const void*, Fp8Copy> fp8_copies_;
   int64_t fp8_bytes_ = 0;
+  int64_t fp8_min_tokens_ = 0;
   // A decode MoeRoute that grouped its assignments too (LaunchMoeRouteGroup)
   // leaves here its output and the tile width it grouped for; the MoeFFN
   // that reads that route then skips its own group launch. Cleared by every
