@@ -126,6 +126,8 @@ class CudaBackend : public graph::Backend {
     int64_t moe_mma = 0;           // MoeFFN nodes on the tensor-core grouped matmul
     int64_t moe_vector = 0;        // ... on the CUDA-core one
     int64_t moe_route_group = 0;   // MoeRoute launches that also grouped for the MoeFFN
+    int64_t moe_down_combine = 0;  // one-token MoeFFNs whose down ran with the combine
+    int64_t moe_gate_quant = 0;    // MoeFFNs whose gate/up launch also quantized h
     int64_t residual_epilogue = 0;  // residual adds done in a matmul's epilogue
     int64_t residual_launch = 0;    // ... by an Add launch after the matmul
   };
@@ -167,6 +169,8 @@ class CudaBackend : public graph::Backend {
     bool moe_mma_pipe = false;    // MINFER_MOE_MMA_PIPE
     int64_t moe_mma_min_tokens = 16;  // MINFER_MOE_MMA_MIN_TOKENS
     bool moe_route_group = true;      // MINFER_MOE_ROUTE_GROUP
+    bool moe_down_combine = false;    // MINFER_MOE_DOWN_COMBINE
+    bool moe_gate_quant = false;      // MINFER_MOE_GATE_QUANT
     bool attn_prefill_tc = true;
     bool attn_fused_combine = true;  // MINFER_ATTN_FUSED_COMBINE
     bool attn_q8 = false;            // MINFER_ATTN_Q8

@@ -179,9 +179,22 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   m.y_stride = F;
   m.pipelined = knobs_.moe_mma_pipe;
   const bool silu = n.p.moe_act == graph::MoeAct::kSilu;
+  // The CUDA-core SwiGLU form can also quantize h for down (its tiles'
+  // last CTAs; moe.h MoeMatmulArgs::q_out): one launch less.
+  bool quantized = false;
   if (silu && !bg && !bu && G->type == U->type) {
     m.w = *G, m.up = *U, m.y = g, m.mode = kMoeSwiGlu;
+    if (knobs_.moe_gate_quant && !mma) {
+      ASSIGN_OR_RETURN(void* done, ZeroedScratch("moe_tile_done",
+                                                 MoeMaxTiles(cap_nt, k, n_exp, 1) * 4));
+      m.q_out = qh;
+      m.tile_done = static_cast<int32_t*>(done);
+      quantized = true;
+      stats_.moe_gate_quant++;
+    }
     RETURN_IF_ERROR(Check(matmul(m), "MoeFFN gate/up"));
+    m.q_out = nullptr;
+    m.tile_done = nullptr;
   } else {
     if (G->type == U->type) {
       m.w = *G, m.up = *U, m.y = g, m.y2 = u, m.mode = kMoePair;
@@ -201,8 +214,14 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   }
 
   // Down, one row of d per grouped column, then the weighted sum.
-  RETURN_IF_ERROR(Check(LaunchQuantizeQ8A(g, qh, F, A, st), "MoeFFN quantize"));
-  stats_.quantize_launches++;
+  if (!quantized) {
+    RETURN_IF_ERROR(Check(LaunchQuantizeQ8A(g, qh, F, A, st), "MoeFFN quantize"));
+    stats_.quantize_launches++;
+  }
+  ASSIGN_OR_RETURN(const float* residual, ResidualInput(o, 2));
+  if (residual != nullptr) stats_.residual_epilogue++;
+  const float* bd_data = bd ? static_cast<const float*>(bd->data) : nullptr;
+  const int64_t bd_stride = bd ? bd->row_bytes / 4 : 0;
   MoeMatmulArgs md = m;
   md.w = *D;
   md.up = WeightView{};
@@ -214,13 +233,18 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   md.y2 = nullptr;
   md.y_stride = E;
   md.mode = kMoePlain;
+  // One token on the CUDA-core matmul: down and the weighted sum in one
+  // launch (the same bits; moe.h LaunchMoeDownCombine).
+  if (knobs_.moe_down_combine && nt == 1 && !mma) {
+    stats_.moe_down_combine++;
+    return Check(LaunchMoeDownCombine(md, route, grp.slot, bd_data, bd_stride, k, residual,
+                                      o.out, st),
+                 "MoeFFN down + combine");
+  }
   RETURN_IF_ERROR(Check(matmul(md), "MoeFFN down"));
   // The residual (graph.h; GraphBuilder::AddInto) in the combine's store.
-  ASSIGN_OR_RETURN(const float* residual, ResidualInput(o, 2));
-  if (residual != nullptr) stats_.residual_epilogue++;
-  return Check(LaunchMoeCombine(d, route, grp.slot,
-                                bd ? static_cast<const float*>(bd->data) : nullptr,
-                                bd ? bd->row_bytes / 4 : 0, nt, k, E, residual, o.out, st),
+  return Check(LaunchMoeCombine(d, route, grp.slot, bd_data, bd_stride, nt, k, E, residual, o.out,
+                                st),
                "MoeFFN combine");
 }
 

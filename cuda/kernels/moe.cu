@@ -299,6 +299,8 @@ struct KParams {
   float* y;
   float* y2;
   int64_t y_stride;
+  BlockQ8A* q_out;     // kMoeSwiGlu: y quantized by the tile's last CTA (moe.h)
+  int32_t* tile_done;  // ... its per-tile counters (zero between launches)
   int lanes_log2;    // lanes per row: 4..32
   int group_iters;   // row groups (8 warps x 32 / L rows) per CTA
   int64_t n_groups;  // row groups of one expert
@@ -308,6 +310,148 @@ struct KParams {
 // staged activations of a tile (NT rows of nb blocks, 40 bytes each) must
 // fit, else they are read through L1.
 constexpr int64_t kMaxSmem = 48 * 1024;
+
+// The tile's last CTA to finish quantizes its nc columns of y (each
+// expert_rows floats) into q_out, as LaunchQuantizeQ8A would (the same
+// QuantizeQ8Group: the same bits), then zeroes the tile's counter for the
+// next launch (a recorded graph replays with the counters as it found
+// them). The classic last-block pattern: every CTA's stores are made
+// visible device-wide before its count, and the last one reads them from
+// L2 (ld.global.cg: never a stale L1 line).
+__device__ __forceinline__ void QuantizeTileWhenLast(const KParams& p, int c0, int nc) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int done = atomicAdd(p.tile_done + blockIdx.y, 1);
+    last = done == static_cast<int>(gridDim.x) - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t per_col = p.expert_rows / 32;
+  const int64_t total = per_col * nc;
+  // Whole warps iterate together (QuantizeQ8Group's full-mask shuffles);
+  // 8 lanes a block, 4 blocks a warp.
+  for (int64_t base = static_cast<int64_t>(warp) * 4; base < total; base += kWarps * 4) {
+    const int64_t blk = base + (lane >> 3);
+    const int sub = lane & 7;
+    const bool active = blk < total;
+    const int64_t col = active ? blk / per_col : 0;
+    const int64_t b = active ? blk - col * per_col : 0;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (active) {
+      v = __ldcg(reinterpret_cast<const float4*>(p.y + (c0 + col) * p.y_stride + b * 32 + sub * 4));
+    }
+    const Q8Group g = QuantizeQ8Group(v);
+    if (!active) continue;
+    BlockQ8A* q = p.q_out + (c0 + col) * per_col + b;
+    *reinterpret_cast<uint32_t*>(q->qs + 4 * sub) = g.packed;
+    if (sub == 0) *reinterpret_cast<float2*>(q) = make_float2(g.d, g.s);
+  }
+  if (threadIdx.x == 0) p.tile_done[blockIdx.y] = 0;
+}
+
+// A CTA: one tile (blockIdx.y) x group_iters groups of 8 warps of rows
+// (blockIdx.x); a warp holds 32 / L rows, L lanes each, the lanes splitting
+// the row's units (MMVQ's decomposition with the k split inside the warp:
+// the down projection of a small expert has too few units per row to fill
+// 32 lanes). R = 2 reads the gate and up rows of the same index together.
+// kSmem: the tile's NT activation rows are first copied into shared memory
+// de-interleaved (codes, then (d, s)), as mmvq_impl.cuh does, so the rows
+// of all the CTA's groups read them from there; without it every warp reads
+// them through L1.
+// One row group's dots (the MMVQ decomposition above, for the grouped
+// matmul and the fused down + combine alike, so the two give the same bits):
+// this lane's share of row `grow` (an index into the expert weight's rows,
+// expert offset included) of W (and of U for R = 2) against NT activation
+// rows, then summed over the row's L lanes by a butterfly, so every lane of
+// the row ends with the full sums in acc.
+template <GgmlType T, int NT, int R, class LoadAct>
+__device__ __forceinline__ void MoeRowDots(const KParams& p, int64_t grow, int sl, int L,
+                                           LoadAct&& load_act, float (&acc)[R][NT]) {
+  using D = typename MoeUnit<T>::type;
+  constexpr bool kMx = T == GgmlType::kMXFP4;
+  constexpr int kNA = D::kNA;
+  constexpr int kAbPerBlock = D::kBlockElems / 32;
+  const int nu = p.nb / kNA;
+  const int j = sl % D::kUnits;  // fixed: L is a multiple of kUnits
+  const int block_bytes = T == GgmlType::kQ6_K ? p.block_bytes : D::kBytes;
+  const int64_t w_step = static_cast<int64_t>(L / D::kUnits) * block_bytes;
+  const int a_step = L / D::kUnits * kAbPerBlock;
+  int abo[kNA];
+#pragma unroll
+  for (int a = 0; a < kNA; ++a) abo[a] = D::ablock(j, a);
+  const uint8_t* wp[R];
+  const uint8_t* ep[R];  // MXFP4: the lane's block exponent (split layout)
+  const int64_t first = static_cast<int64_t>(sl / D::kUnits) * block_bytes;
+  wp[0] = p.w + grow * p.row_bytes + first;
+  if constexpr (R == 2) wp[1] = p.up + grow * p.row_bytes + first;
+  if constexpr (kMx) {
+    ep[0] = p.w + grow * p.row_bytes + static_cast<int64_t>(p.nb) * kMxfp4CodeBytes + sl;
+    if constexpr (R == 2) {
+      ep[1] = p.up + grow * p.row_bytes + static_cast<int64_t>(p.nb) * kMxfp4CodeBytes + sl;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+  }
+  int ab = sl / D::kUnits * kAbPerBlock;
+  for (int s = sl; s < nu; s += L, ab += a_step) {
+    typename D::Raw raw[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      D::load(&raw[r], wp[r], j, true);
+      if constexpr (kMx) {
+        raw[r].e = __ldg(ep[r]);
+        ep[r] += L;
+      }
+    }
+    qdev::UnitScales sc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) D::scales(raw[r], j, &sc[r]);
+#pragma unroll
+    for (int a = 0; a < kNA; ++a) {
+      int32_t w[R][8];
+#pragma unroll
+      for (int r = 0; r < R; ++r) D::codes(raw[r], j, a, w[r]);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        int32_t x[8];
+        float2 ds;
+        load_act(t, ab + abo[a], x, &ds);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          // The CPU's terms (mmvq_impl.cuh dot_block).
+          float v = acc[r][t];
+          if constexpr (D::kSplitScale) {
+            const int i0 = qdev::dot16(w[r], x, 0);
+            const int i1 = qdev::dot16(w[r] + 4, x + 4, 0);
+            v = fmaf(static_cast<float>(i0), sc[r].f[a][0] * ds.x, v);
+            v = fmaf(static_cast<float>(i1), sc[r].f[a][1] * ds.x, v);
+          } else {
+            const int isum = qdev::dot16(w[r] + 4, x + 4, qdev::dot16(w[r], x, 0));
+            v = fmaf(static_cast<float>(isum), sc[r].f[a][0] * ds.x, v);
+          }
+          if constexpr (D::kHasMin) v = fmaf(sc[r].m[a], ds.y, v);
+          acc[r][t] = v;
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) wp[r] += w_step;
+  }
+  for (int off = L >> 1; off > 0; off >>= 1) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[r][t] += __shfl_xor_sync(kFullWarpMask, acc[r][t], off);
+    }
+  }
+}
 
 // A CTA: one tile (blockIdx.y) x group_iters groups of 8 warps of rows
 // (blockIdx.x); a warp holds 32 / L rows, L lanes each, the lanes splitting
@@ -321,11 +465,7 @@ constexpr int64_t kMaxSmem = 48 * 1024;
 template <GgmlType T, int NT, int kMode, bool kSmem>
 __global__ void __launch_bounds__(kThreads) moe_mmvq_kernel(const KParams p) {
   pdl_enter();
-  using D = typename MoeUnit<T>::type;
-  constexpr bool kMx = T == GgmlType::kMXFP4;
   constexpr int R = kMode == kMoePlain ? 1 : 2;
-  constexpr int kNA = D::kNA;
-  constexpr int kAbPerBlock = D::kBlockElems / 32;
   extern __shared__ __align__(16) uint8_t smem[];
   if (static_cast<int>(blockIdx.y) >= __ldg(p.n_tiles)) return;
   const int4 td = p.tiles[blockIdx.y];
@@ -334,14 +474,6 @@ __global__ void __launch_bounds__(kThreads) moe_mmvq_kernel(const KParams p) {
   const int L = 1 << p.lanes_log2;
   const int sub = lane >> p.lanes_log2, sl = lane & (L - 1);
   const int nb = p.nb;
-  const int nu = nb / kNA;
-  const int j = sl % D::kUnits;  // fixed: L is a multiple of kUnits
-  const int block_bytes = T == GgmlType::kQ6_K ? p.block_bytes : D::kBytes;
-  const int64_t w_step = static_cast<int64_t>(L / D::kUnits) * block_bytes;
-  const int a_step = L / D::kUnits * kAbPerBlock;
-  int abo[kNA];
-#pragma unroll
-  for (int a = 0; a < kNA; ++a) abo[a] = D::ablock(j, a);
 
   // The tile's activation rows (columns past nc repeat the last one; their
   // results are not stored).
@@ -392,76 +524,8 @@ __global__ void __launch_bounds__(kThreads) moe_mmvq_kernel(const KParams p) {
     const int64_t row = (g * kWarps + warp) * (32 >> p.lanes_log2) + sub;
     const bool ok = row < p.expert_rows;
     const int64_t grow = static_cast<int64_t>(e) * p.expert_rows + (ok ? row : p.expert_rows - 1);
-    const uint8_t* wp[R];
-    const uint8_t* ep[R];  // MXFP4: the lane's block exponent (split layout)
-    const int64_t first = static_cast<int64_t>(sl / D::kUnits) * block_bytes;
-    wp[0] = p.w + grow * p.row_bytes + first;
-    if constexpr (R == 2) wp[1] = p.up + grow * p.row_bytes + first;
-    if constexpr (kMx) {
-      ep[0] = p.w + grow * p.row_bytes + static_cast<int64_t>(nb) * kMxfp4CodeBytes + sl;
-      if constexpr (R == 2) {
-        ep[1] = p.up + grow * p.row_bytes + static_cast<int64_t>(nb) * kMxfp4CodeBytes + sl;
-      }
-    }
-
     float acc[R][NT];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-    }
-    int ab = sl / D::kUnits * kAbPerBlock;
-    for (int s = sl; s < nu; s += L, ab += a_step) {
-      typename D::Raw raw[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        D::load(&raw[r], wp[r], j, true);
-        if constexpr (kMx) {
-          raw[r].e = __ldg(ep[r]);
-          ep[r] += L;
-        }
-      }
-      qdev::UnitScales sc[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) D::scales(raw[r], j, &sc[r]);
-#pragma unroll
-      for (int a = 0; a < kNA; ++a) {
-        int32_t w[R][8];
-#pragma unroll
-        for (int r = 0; r < R; ++r) D::codes(raw[r], j, a, w[r]);
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          int32_t x[8];
-          float2 ds;
-          load_act(t, ab + abo[a], x, &ds);
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            // The CPU's terms (mmvq_impl.cuh dot_block).
-            float v = acc[r][t];
-            if constexpr (D::kSplitScale) {
-              const int i0 = qdev::dot16(w[r], x, 0);
-              const int i1 = qdev::dot16(w[r] + 4, x + 4, 0);
-              v = fmaf(static_cast<float>(i0), sc[r].f[a][0] * ds.x, v);
-              v = fmaf(static_cast<float>(i1), sc[r].f[a][1] * ds.x, v);
-            } else {
-              const int isum = qdev::dot16(w[r] + 4, x + 4, qdev::dot16(w[r], x, 0));
-              v = fmaf(static_cast<float>(isum), sc[r].f[a][0] * ds.x, v);
-            }
-            if constexpr (D::kHasMin) v = fmaf(sc[r].m[a], ds.y, v);
-            acc[r][t] = v;
-          }
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r) wp[r] += w_step;
-    }
-    for (int off = L >> 1; off > 0; off >>= 1) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int t = 0; t < NT; ++t) acc[r][t] += __shfl_xor_sync(kFullWarpMask, acc[r][t], off);
-      }
-    }
+    MoeRowDots<T, NT, R>(p, grow, sl, L, load_act, acc);
     if (sl != 0 || !ok) continue;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -476,6 +540,9 @@ __global__ void __launch_bounds__(kThreads) moe_mmvq_kernel(const KParams p) {
         p.y[o] = acc[0][t];
       }
     }
+  }
+  if constexpr (kMode == kMoeSwiGlu) {
+    if (p.q_out != nullptr) QuantizeTileWhenLast(p, c0, nc);
   }
 }
 
@@ -511,6 +578,63 @@ cudaError_t LaunchTokens(const KParams& p, int nt, int mode, dim3 grid, cudaStre
     case 8: return LaunchTyped<T, 8>(p, mode, grid, st);
     default: return cudaErrorInvalidValue;
   }
+}
+
+// ------------------------------------------------- down + combine, one token
+
+// One token's down projection and combine in one launch (moe.h
+// LaunchMoeDownCombine). CTA x takes the 32 / L rows a warp of the grouped
+// matmul would (the same lanes per row, MoeRowDots: the same bits); warp w
+// computes them for the token's choices w, w + 8, ... (its expert's rows,
+// its grouped column of h), into shared memory; then one thread per row
+// sums the choices in route order as the combine kernel does. The weights
+// read are the grouped matmul's (each chosen expert's rows once); what goes
+// is the d round trip through memory and a launch.
+constexpr int kDownCombineMaxRows = 8;  // 32 / L, L >= 4
+
+template <GgmlType T>
+__global__ void __launch_bounds__(kThreads)
+    moe_down_combine_kernel(const KParams p, const float* __restrict__ route,
+                            const int32_t* __restrict__ slot, const float* __restrict__ bd,
+                            int64_t bd_stride, int k, const float* __restrict__ residual,
+                            float* __restrict__ y) {
+  pdl_enter();
+  __shared__ float s_d[kMoeMaxUsed][kDownCombineMaxRows];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int L = 1 << p.lanes_log2;
+  const int rows = 32 >> p.lanes_log2;
+  const int sub = lane >> p.lanes_log2, sl = lane & (L - 1);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows;
+  const int64_t row = row0 + sub;
+  const bool ok = row < p.expert_rows;
+  for (int j = warp; j < k; j += kWarps) {
+    const int32_t c = __ldg(slot + j);
+    if (c < 0) continue;  // an id the group refused: adds nothing
+    const int64_t e = route_id(route, 0, k, j);
+    const int64_t grow = e * p.expert_rows + (ok ? row : p.expert_rows - 1);
+    const BlockQ8A* qa = p.q + static_cast<int64_t>(c) * p.nb;
+    float acc[1][1];
+    MoeRowDots<T, 1, 1>(
+        p, grow, sl, L,
+        [&](int, int ab, int32_t x[8], float2* ds) {
+          qdev::q8a_load_block(qa, ab, x);
+          *ds = qdev::q8a_load_ds(qa, ab);
+        },
+        acc);
+    if (sl == 0) s_d[j][sub] = acc[0][0];
+  }
+  __syncthreads();
+  const int r = threadIdx.x;
+  if (r >= rows || row0 + r >= p.expert_rows) return;
+  const int64_t i = row0 + r;
+  float a = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    if (__ldg(slot + j) < 0) continue;
+    float v = s_d[j][r];
+    if (bd) v += __ldg(bd + static_cast<int64_t>(route_id(route, 0, k, j)) * bd_stride + i);
+    a = fmaf(__ldg(route + j), v, a);
+  }
+  y[i] = residual != nullptr ? __ldg(residual + i) + a : a;
 }
 
 // ------------------------------------------- grouped matmul, tensor cores
@@ -1080,6 +1204,11 @@ cudaError_t CheckMatmulArgs(const MoeMatmulArgs& a) {
       a.y_stride < a.expert_rows || a.act_div < 1 || a.max_tiles < 0 || a.max_tiles > 65535) {
     return cudaErrorInvalidValue;
   }
+  if (a.q_out != nullptr &&
+      (a.mode != kMoeSwiGlu || !a.tile_done || a.expert_rows % 32 != 0 ||
+       a.y_stride != a.expert_rows || reinterpret_cast<uintptr_t>(a.y) % 16 != 0)) {
+    return cudaErrorInvalidValue;
+  }
   return cudaSuccess;
 }
 
@@ -1097,7 +1226,9 @@ bool MoeMmaSupports(GgmlType t) { return MmqSupports(t) || t == GgmlType::kMXFP4
 
 cudaError_t LaunchMoeMatmulMma(const MoeMatmulArgs& a, cudaStream_t stream) {
   const GgmlType type = a.w.type;
-  if (!MoeMmaSupports(type) || a.tile_tokens != kMoeMmaTileTokens) return cudaErrorInvalidValue;
+  if (!MoeMmaSupports(type) || a.tile_tokens != kMoeMmaTileTokens || a.q_out != nullptr) {
+    return cudaErrorInvalidValue;
+  }
   int dev = 0, major = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
@@ -1188,15 +1319,14 @@ cudaError_t LaunchMoeGroup(const float* route, int64_t nt, int k, int n_expert, 
   return cudaGetLastError();
 }
 
-cudaError_t LaunchMoeMatmul(const MoeMatmulArgs& a, cudaStream_t stream) {
+// The CUDA-core kernel's parameters for `a` (its lanes per row from the
+// row length: at least 4, a multiple of the K-quants' 4 units per block).
+KParams MakeKParams(const MoeMatmulArgs& a) {
   const GgmlType type = a.w.type;
-  if (!MoeTypeSupported(type)) return cudaErrorInvalidValue;
-  if (const cudaError_t e = CheckMatmulArgs(a); e != cudaSuccess) return e;
-  if (a.max_tiles == 0) return cudaSuccess;
   const bool kquant = IsKQuant(type);
   const bool two = a.mode == kMoeSwiGlu || a.mode == kMoePair;
   const int units_per_row = static_cast<int>(a.w.k / (kquant ? 64 : 32));
-  int lanes_log2 = 2;  // at least 4 lanes: a multiple of the K-quants' 4 units per block
+  int lanes_log2 = 2;
   while (lanes_log2 < 5 && (1 << lanes_log2) < units_per_row) ++lanes_log2;
   KParams p;
   p.w = static_cast<const uint8_t*>(a.w.data);
@@ -1214,7 +1344,21 @@ cudaError_t LaunchMoeMatmul(const MoeMatmulArgs& a, cudaStream_t stream) {
   p.y = a.y;
   p.y2 = a.y2;
   p.y_stride = a.y_stride;
+  p.q_out = a.q_out;
+  p.tile_done = a.tile_done;
   p.lanes_log2 = lanes_log2;
+  p.group_iters = 1;
+  p.n_groups = 0;
+  return p;
+}
+
+cudaError_t LaunchMoeMatmul(const MoeMatmulArgs& a, cudaStream_t stream) {
+  const GgmlType type = a.w.type;
+  if (!MoeTypeSupported(type)) return cudaErrorInvalidValue;
+  if (const cudaError_t e = CheckMatmulArgs(a); e != cudaSuccess) return e;
+  if (a.max_tiles == 0) return cudaSuccess;
+  KParams p = MakeKParams(a);
+  const int lanes_log2 = p.lanes_log2;
   // Row groups per CTA: enough CTAs to fill the GPU (about 1,024 over the
   // tiles), then as many groups each as keeps that, so a tile's staged
   // activations serve many rows (at most 16 groups).
@@ -1236,6 +1380,47 @@ cudaError_t LaunchMoeMatmul(const MoeMatmulArgs& a, cudaStream_t stream) {
     case GgmlType::kQ5_K: return LaunchTokens<GgmlType::kQ5_K>(p, nt, a.mode, grid, stream);
     case GgmlType::kQ6_K: return LaunchTokens<GgmlType::kQ6_K>(p, nt, a.mode, grid, stream);
     case GgmlType::kMXFP4: return LaunchTokens<GgmlType::kMXFP4>(p, nt, a.mode, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t LaunchMoeDownCombine(const MoeMatmulArgs& a, const float* route, const int32_t* slot,
+                                 const float* bd, int64_t bd_stride, int k,
+                                 const float* residual, float* y, cudaStream_t stream) {
+  const GgmlType type = a.w.type;
+  if (!MoeTypeSupported(type) || a.mode != kMoePlain || a.act_map != nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.expert_rows < 1 || a.n_expert < 1 || a.w.rows != a.expert_rows * a.n_expert ||
+      a.w.k < 1 || a.w.k % (IsKQuant(type) ? 256 : 32) != 0 || a.w.row_bytes % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(a.w.data) % 16 != 0 ||
+      (type == GgmlType::kQ6_K && !a.w.q6k_padded) || !a.w.data || !a.q) {
+    return cudaErrorInvalidValue;
+  }
+  if (k < 1 || k > kMoeMaxUsed || !route || !slot || !y || (bd && bd_stride < a.expert_rows)) {
+    return cudaErrorInvalidValue;
+  }
+  MoeMatmulArgs plain = a;
+  plain.up = WeightView{};
+  const KParams p = MakeKParams(plain);
+  const int64_t rows = 32 >> p.lanes_log2;
+  const int64_t ctas = (a.expert_rows + rows - 1) / rows;
+  if (ctas > 0x7FFFFFFF) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(ctas));
+  auto go = [&](auto kernel) {
+    LaunchGrid(kernel, grid, kThreads, 0, stream, p, route, slot, bd, bd_stride, k, residual, y);
+    return cudaGetLastError();
+  };
+  switch (type) {
+    case GgmlType::kQ4_0: return go(moe_down_combine_kernel<GgmlType::kQ4_0>);
+    case GgmlType::kQ4_1: return go(moe_down_combine_kernel<GgmlType::kQ4_1>);
+    case GgmlType::kQ5_0: return go(moe_down_combine_kernel<GgmlType::kQ5_0>);
+    case GgmlType::kQ5_1: return go(moe_down_combine_kernel<GgmlType::kQ5_1>);
+    case GgmlType::kQ8_0: return go(moe_down_combine_kernel<GgmlType::kQ8_0>);
+    case GgmlType::kQ4_K: return go(moe_down_combine_kernel<GgmlType::kQ4_K>);
+    case GgmlType::kQ5_K: return go(moe_down_combine_kernel<GgmlType::kQ5_K>);
+    case GgmlType::kQ6_K: return go(moe_down_combine_kernel<GgmlType::kQ6_K>);
+    case GgmlType::kMXFP4: return go(moe_down_combine_kernel<GgmlType::kMXFP4>);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -128,6 +128,15 @@ struct MoeMatmulArgs {
   float* y2 = nullptr;  // kMoePair
   int64_t y_stride = 0;
   int mode = kMoePlain;
+  // kMoeSwiGlu on the CUDA-core kernel only (LaunchMoeMatmulMma refuses
+  // it): also y's columns quantized, q_out[c * expert_rows / 32 ...] =
+  // LaunchQuantizeQ8A(y, q_out, expert_rows, columns) bit for bit, by the
+  // last CTA to finish each tile (one launch less per MoE layer at decode;
+  // MINFER_MOE_GATE_QUANT). Needs y_stride == expert_rows, a multiple of 32,
+  // y 16-byte aligned, and tile_done: max_tiles int32 counters, zero
+  // before the first launch; each launch leaves them zero.
+  BlockQ8A* q_out = nullptr;
+  int32_t* tile_done = nullptr;
   // LaunchMoeMatmulMma only: the pipelined kernel, which copies chunk c + 1
   // while chunk c is multiplied (two shared-memory stages, cp.async) and
   // skips the n8 column tiles of a tile that hold no column; false: the
@@ -136,6 +145,18 @@ struct MoeMatmulArgs {
   bool pipelined = false;
 };
 cudaError_t LaunchMoeMatmul(const MoeMatmulArgs& a, cudaStream_t stream);
+
+// Single-stream decode (one token): LaunchMoeMatmul of down (kMoePlain,
+// act_map null, one column per assignment, tiles of one token) and then
+// LaunchMoeCombine with nt = 1 and n = a.expert_rows, in one launch and
+// with the same bits: each row's dot is the grouped matmul's (the same
+// lanes, the same order) and the sum the combine's, into y (E floats) with
+// the residual. Reads `a`'s w, expert_rows, n_expert and q; its tiles and y
+// are not used (no d goes through memory). route, slot: the token's route
+// ([2k]) and the grouping's slot[k].
+cudaError_t LaunchMoeDownCombine(const MoeMatmulArgs& a, const float* route, const int32_t* slot,
+                                 const float* bd, int64_t bd_stride, int k,
+                                 const float* residual, float* y, cudaStream_t stream);
 
 // The same on the int8 tensor cores (sm_80+; cudaErrorNotSupported, nothing
 // launched, below): the eight integer-dot types and MXFP4 (its doubled

@@ -170,6 +170,18 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        KnobEffect::kRecapture,
        "Decode MoE layers (up to 8 tokens) route and group their tokens by expert in one launch "
        "(cuda/kernels/moe.h LaunchMoeRouteGroup); 0 = a route launch, then a group launch."});
+  add({"MINFER_MOE_DOWN_COMBINE", KnobType::kBool, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Single-stream decode MoE layers run the experts' down projection and the weighted sum "
+       "(with the residual) in one launch (cuda/kernels/moe.h LaunchMoeDownCombine); the same "
+       "results bit for bit. Off until it has run on a GPU (cuda_backend_test "
+       "MoeDecodeFusionsEqualTheLaunches)."});
+  add({"MINFER_MOE_GATE_QUANT", KnobType::kBool, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Decode MoE layers on the CUDA-core grouped matmul quantize the SwiGLU activation for the "
+       "down projection in the gate/up launch (each tile's last CTA; cuda/kernels/moe.h "
+       "MoeMatmulArgs::q_out) instead of a launch of their own; the same results bit for bit. "
+       "Off until it has run on a GPU (cuda_backend_test MoeDecodeFusionsEqualTheLaunches)."});
   add({"MINFER_MOE_MMA_MIN_TOKENS", KnobType::kInt, "16", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "The fewest tokens a MoE FFN needs for the tensor-core grouped matmul: 1..8192 (4x that "

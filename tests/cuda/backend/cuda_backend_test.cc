@@ -1014,6 +1014,101 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
   }
 }
 
+// The decode fusions of the MoE FFN against the launches they replace, bit
+// for bit: the down projection and the combine in one launch at one token
+// (MINFER_MOE_DOWN_COMBINE) and h quantized by the gate/up launch's last
+// CTAs (MINFER_MOE_GATE_QUANT), alone and together. Each expert type's unit
+// decode (K-quants, legacy, MXFP4 with gpt-oss's biases and as SiLU), k = 1,
+// 4 and 10 (past one warp per choice: the warps loop), with and without the
+// residual, on every CUDA-core tile width (1, 2, 5, 8 tokens), each launch
+// after the first finding the counters its predecessor left; the CPU's FFN
+// as a sanity bound. The counters say which fusion really ran.
+TEST_F(CudaBackendOpTest, MoeDecodeFusionsEqualTheLaunches) {
+  struct Case {
+    const char* name;
+    GgmlType gate, up, down;
+    bool biases;
+    graph::MoeAct act;
+  };
+  const Case cases[] = {
+      {"q4_k/q6_k", GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K, false,
+       graph::MoeAct::kSilu},
+      {"q8_0", GgmlType::kQ8_0, GgmlType::kQ8_0, GgmlType::kQ8_0, false, graph::MoeAct::kSilu},
+      {"q4_0/q5_1", GgmlType::kQ4_0, GgmlType::kQ4_0, GgmlType::kQ5_1, false,
+       graph::MoeAct::kSilu},
+      {"q5_k/q4_k down", GgmlType::kQ5_K, GgmlType::kQ5_K, GgmlType::kQ4_K, false,
+       graph::MoeAct::kSilu},
+      {"mxfp4", GgmlType::kMXFP4, GgmlType::kMXFP4, GgmlType::kMXFP4, true,
+       graph::MoeAct::kSwigluOai},
+      {"mxfp4 silu", GgmlType::kMXFP4, GgmlType::kMXFP4, GgmlType::kMXFP4, false,
+       graph::MoeAct::kSilu},
+  };
+  // The activation width E and the experts' F = 768: a down row of Q4_K /
+  // Q6_K is 3 blocks, 12 units on 16 lanes (2 rows a warp); Q8_0's 24 on 32.
+  const int64_t e_dim = 768, F = 768, n_exp = 16;
+  int runs = 0;
+  for (const Case& c : cases) {
+    auto G = MakeExperts("gate_exps", c.gate, e_dim, F, n_exp);
+    auto U = MakeExperts("up_exps", c.up, e_dim, F, n_exp);
+    auto D = MakeExperts("down_exps", c.down, F, e_dim, n_exp);
+    auto bg = MakeWeight("gate_b", GgmlType::kF32, F, n_exp, 0.5f);
+    auto bu = MakeWeight("up_b", GgmlType::kF32, F, n_exp, 0.5f);
+    auto bd = MakeWeight("down_b", GgmlType::kF32, e_dim, n_exp, 0.5f);
+    std::vector<const graph::Weight*> ws = {&G->w, &U->w, &D->w};
+    if (c.biases) ws.insert(ws.end(), {&bg->w, &bu->w, &bd->w});
+    const bool swiglu = !c.biases && c.act == graph::MoeAct::kSilu;
+    OpHarness h(ws);
+    ASSERT_NE(h.gpu(), nullptr);
+    for (int k : {1, 4, 10}) {
+      for (bool with_residual : {false, true}) {
+        for (int64_t nt : {1, 2, 5, 8}) {
+          SCOPED_TRACE(absl::StrCat(c.name, " k ", k, with_residual ? " + residual" : "", " nt ",
+                                    nt));
+          graph::OpParams rp;
+          rp.n_expert_used = k;
+          rp.moe_norm = true;
+          std::vector<float> route(2 * k * nt);
+          ASSERT_TRUE(
+              cpu::MoeRouteRows(RouterLogits(n_exp, nt).data(), n_exp, nt, rp, route.data()).ok());
+          Node n = MakeNode(OpKind::kMoeFFN, Shape(e_dim, nt), ws);
+          n.inputs = {0, 1};
+          if (with_residual) n.inputs.push_back(2);
+          n.p.n_expert = static_cast<int32_t>(n_exp);
+          n.p.n_expert_used = k;
+          n.p.moe_act = c.act;
+          std::vector<std::string> in = {Bytes(RandomFloats(e_dim * nt, 1.0f)), Bytes(route)};
+          if (with_residual) in.push_back(Bytes(RandomFloats(e_dim * nt, 2.0f)));
+          std::vector<float> cy, gy;
+          for (int form = 0; form < 4; ++form) {
+            const bool down_combine = (form & 1) != 0, gate_quant = (form & 2) != 0;
+            ScopedKnob dc("MINFER_MOE_DOWN_COMBINE", down_combine ? "1" : "0");
+            ScopedKnob gq("MINFER_MOE_GATE_QUANT", gate_quant ? "1" : "0");
+            const CudaBackend::Stats before = h.gpu()->stats();
+            std::vector<float> cy1, gy1;
+            h.Run(n, in, &cy1, &gy1);
+            const CudaBackend::Stats& after = h.gpu()->stats();
+            EXPECT_EQ(after.moe_down_combine - before.moe_down_combine,
+                      down_combine && nt == 1 ? 1 : 0)
+                << "form " << form;
+            EXPECT_EQ(after.moe_gate_quant - before.moe_gate_quant, gate_quant && swiglu ? 1 : 0)
+                << "form " << form;
+            if (form == 0) {
+              cy = cy1, gy = gy1;
+              EXPECT_LT(RelErr(gy, cy), 2e-3);
+              continue;
+            }
+            ASSERT_EQ(cy1, cy);
+            EXPECT_EQ(gy1, gy) << "form " << form << " (down+combine " << down_combine
+                               << ", gate quant " << gate_quant << ") differs from the launches";
+          }
+          ++runs;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(runs, 6 * 3 * 2 * 4);
+}
+
 // The MoE launchers refuse what moe.h's contracts exclude before touching
 // the device (no GPU needed: these run in CI too): an up weight that does
 // not match, Q6_K outside the registry's padded layout, unaligned rows,
@@ -1076,6 +1171,55 @@ TEST(MoeLauncherTest, RefusesArgumentsOutsideTheContract) {
   EXPECT_EQ(LaunchMoeMatmulMma(b, nullptr), cudaErrorInvalidValue);
   b = a;  // the tensor cores take 32-column tiles only
   EXPECT_EQ(LaunchMoeMatmulMma(b, nullptr), cudaErrorInvalidValue);
+  // The quantizing gate/up form: SwiGLU only, with its counters, y rows of
+  // exactly expert_rows (a multiple of 32); not on the tensor cores.
+  static int32_t done[4];
+  alignas(16) static BlockQ8A q_out[4];
+  b = a;
+  b.expert_rows = 32;
+  b.w.rows = 64;
+  b.y_stride = 32;
+  b.q_out = q_out;
+  b.tile_done = done;
+  EXPECT_TRUE(refused(b));  // kMoePlain
+  b.mode = kMoeSwiGlu;
+  b.up = b.w;
+  EXPECT_EQ(LaunchMoeMatmul(b, nullptr), cudaSuccess);  // max_tiles 0: nothing to launch
+  MoeMatmulArgs c = b;
+  c.tile_done = nullptr;
+  EXPECT_TRUE(refused(c));
+  c = b;
+  c.y_stride = 33;
+  EXPECT_TRUE(refused(c));
+  c = b;
+  c.expert_rows = 16, c.w.rows = 32, c.up.rows = 32, c.y_stride = 16;
+  EXPECT_TRUE(refused(c));
+  c = b;
+  c.tile_tokens = kMoeMmaTileTokens;
+  EXPECT_EQ(LaunchMoeMatmulMma(c, nullptr), cudaErrorInvalidValue);
+  // One token's down + combine: a plain, unmapped down; k in 1..kMoeMaxUsed;
+  // a bias row as long as the output.
+  static float route[2 * kMoeMaxUsed];
+  static int32_t slot[kMoeMaxUsed];
+  auto dc_refused = [&](const MoeMatmulArgs& d, int k, const float* bd, int64_t bd_stride) {
+    return LaunchMoeDownCombine(d, route, slot, bd, bd_stride, k, nullptr, buf, nullptr) ==
+           cudaErrorInvalidValue;
+  };
+  EXPECT_TRUE(dc_refused(a, 0, nullptr, 0));
+  EXPECT_TRUE(dc_refused(a, kMoeMaxUsed + 1, nullptr, 0));
+  EXPECT_TRUE(dc_refused(a, 2, buf, 3));  // bias stride under 4 rows
+  c = a;
+  c.mode = kMoeSwiGlu;
+  c.up = a.w;
+  EXPECT_TRUE(dc_refused(c, 2, nullptr, 0));
+  c = a;
+  c.act_map = slot;
+  EXPECT_TRUE(dc_refused(c, 2, nullptr, 0));
+  c = a;
+  c.w.type = GgmlType::kF16;
+  EXPECT_TRUE(dc_refused(c, 2, nullptr, 0));
+  EXPECT_EQ(LaunchMoeDownCombine(a, nullptr, slot, nullptr, 0, 2, nullptr, buf, nullptr),
+            cudaErrorInvalidValue);
   MoeRouteArgs r;
   r.n_expert = kMoeMaxExperts + 1;
   r.k = 8;
