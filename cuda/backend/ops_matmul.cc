@@ -290,6 +290,9 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         // Two warpgroups (one copy of the activations per 128 rows) pay
         // from 128 tokens on (docs/benchmarks.md, the Hopper DQ GEMM).
         dt.warpgroups = knobs_.dqw_warpgroups > 0 ? knobs_.dqw_warpgroups : nt > 64 ? 2 : 1;
+        dt.act_load = knobs_.dqw_tma;
+        int act_load_used = 0;
+        dt.act_load_used = &act_load_used;
         const char* why = nullptr;
         // Past kDqwMaxTokens (MINFER_DQW_MAX_TOKENS above 256: a prefill),
         // launches of 256 tokens each: token rows are contiguous in the
@@ -301,7 +304,10 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
           for (int j = 0; j < part.n; ++j) part.y[j] = seg.y[j] + t0 * seg.w[j].rows;
           err = LaunchDqWgmma(part, static_cast<const uint8_t*>(act) + t0 * k * 2, n, st, &dt,
                               &why);
-          if (err == cudaSuccess) stats_.dqw_gemm++;
+          if (err == cudaSuccess) {
+            stats_.dqw_gemm++;
+            if (act_load_used != 0) stats_.dqw_tma++;
+          }
         }
         if (err != cudaErrorNotSupported) {
           RETURN_IF_ERROR(Check(err, "DQ wgmma GEMM"));

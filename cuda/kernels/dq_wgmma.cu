@@ -49,8 +49,10 @@
 // 16, d 16, a pad): odd multiples of 16 bytes, so the 8 rows g of a warp's
 // 32-bit loads fall on 8 different 4-bank groups and the 4 lanes t on the 4
 // banks of each.
+#include <cuda.h>  // CUtensorMap (the encoder comes through the runtime's entry points)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -150,7 +152,7 @@ constexpr uint32_t kMagic = 0x64006400u;  // half2 (1024, 1024)
 
 // Issues the copies of chunk c of this warp's rows and of every token's
 // activations into `stage` (the caller commits).
-template <GgmlType T, int N, int W>
+template <GgmlType T, int N, int W, bool kActs = true>
 __device__ __forceinline__ void Load(const Params& p, uint8_t* stage, const WarpRows& wr, int c) {
   constexpr int kThreads = 32 * W;
   using X = Ty<T>;
@@ -172,6 +174,7 @@ __device__ __forceinline__ void Load(const Params& p, uint8_t* stage, const Warp
       }
     }
   }
+  if constexpr (!kActs) return;  // the TMA forms bring them (dqw_kernel)
   uint8_t* const sa = stage;
   constexpr int kN = N * 16;  // 16-byte pieces
 #pragma unroll
@@ -314,6 +317,15 @@ __device__ __forceinline__ void IssueGroup(float (&acc)[N / 2], const uint32_t (
 
 #endif  // MINFER_SM90A_DEVICE
 
+// How a CTA brings the activations (DqwTuning::act_load): cp.async by every
+// thread (kActCopies); one TMA box per k-half by thread 0, announced on an
+// mbarrier per stage (kActTma); or, over a cluster of two CTAs (adjacent row
+// tiles, the same k split), each CTA's TMA brings one k-half into both CTAs'
+// shared memory (kActTmaPair: half the L2 traffic of the activations, which
+// at 64 tokens is 3x the weights'). The same bytes land at the same places
+// in every form, so the results are the same bits.
+enum ActLoad : int { kActCopies = 0, kActTma = 1, kActTmaPair = 2 };
+
 // The pipeline, per chunk i (its first half's A registers decoded on entry):
 // issue the first half's 4 wgmmas; refill the stage chunk i - 1 used (its
 // wgmmas finished at the end of the last iteration: a wgmma group is the
@@ -323,13 +335,27 @@ __device__ __forceinline__ void IssueGroup(float (&acc)[N / 2], const uint32_t (
 // i + 1's copies and decode its first half; wait. Decoding only between a
 // commit and the wait that retires it, never into registers a wgmma in
 // flight reads, keeps ptxas from serializing the wgmmas.
-template <GgmlType T, int N, int W>
-__global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p) {
+//
+// The TMA forms keep that order: the weights still come by cp.async (each
+// warp's own rows); thread 0 issues a stage's activation boxes where the
+// copies were issued, and every thread waits on the stage's mbarrier where
+// it waited for the copies. In the pair form a stage is refilled only once
+// both CTAs are done with it (each CTA's thread 0 arrives on both CTAs'
+// "free" mbarrier of the stage at the end of the iteration that used it),
+// and the CTAs meet at the end so that neither exits while the other may
+// still write into its shared memory.
+template <GgmlType T, int N, int W, int kAct>
+__global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
+                                                     const __grid_constant__ CUtensorMap tmap) {
   pdl_enter();
 #if defined(MINFER_SM90A_DEVICE)
   using X = Ty<T>;
   constexpr int kWarps = W, kStages = StagesFor<T, N, W>();
+  constexpr bool kTma = kAct != kActCopies;
+  constexpr int kCluster = kAct == kActTmaPair ? 2 : 1;
   extern __shared__ __align__(128) uint8_t smem_raw[];
+  __shared__ __align__(8) uint64_t full_bar[kStages];
+  __shared__ __align__(8) uint64_t free_bar[kStages];
   // (The swizzled layout's atoms must be 1024-byte aligned.)
   uint8_t* const smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
@@ -340,9 +366,48 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p) {
   const int c_begin = static_cast<int>(static_cast<int64_t>(z) * p.n_chunks / p.splits);
   const int c_end = static_cast<int>(static_cast<int64_t>(z + 1) * p.n_chunks / p.splits);
   const int nc = c_end - c_begin;
+  uint32_t rank = 0;
+  if constexpr (kTma) {
+    if constexpr (kCluster > 1) rank = cluster_ctarank();
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int s = 0; s < kStages; ++s) {
+        mbar_init(smem_addr(&full_bar[s]), 1);
+        mbar_init(smem_addr(&free_bar[s]), kCluster);
+      }
+      fence_mbar_init();
+    }
+    if constexpr (kCluster > 1) {
+      cluster_sync();  // the peer's barriers exist before anything lands there
+    } else {
+      __syncthreads();
+    }
+  }
+  // Thread 0: local chunk i's activations into stage i % kStages.
+  auto issue_acts = [&](int i) {
+    const int s = i % kStages, c = c_begin + i;
+    const uint32_t bar = smem_addr(&full_bar[s]);
+    const uint32_t dst = smem_addr(smem + s * kStage);
+    mbar_arrive_expect_tx(bar, N * 256);  // both halves, whoever brings them
+    if constexpr (kCluster == 1) {
+      tma_load_2d(dst, &tmap, bar, c * 128, 0);
+      tma_load_2d(dst + N * 128, &tmap, bar, c * 128 + 64, 0);
+    } else {
+      tma_load_2d_multicast(dst + rank * (N * 128), &tmap, bar, c * 128 + 64 * static_cast<int>(rank),
+                            0, static_cast<uint16_t>((1u << kCluster) - 1));
+    }
+  };
+  auto wait_acts = [&](int i) {
+    if constexpr (kTma) mbar_wait(smem_addr(&full_bar[i % kStages]), (i / kStages) & 1);
+  };
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
-    if (s < nc) Load<T, N, W>(p, smem + s * kStage, wr, c_begin + s);
+    if (s < nc) {
+      Load<T, N, W, !kTma>(p, smem + s * kStage, wr, c_begin + s);
+      if constexpr (kTma) {
+        if (threadIdx.x == 0) issue_acts(s);
+      }
+    }
     cp_async_commit();
   }
   float acc[N / 2];
@@ -355,6 +420,7 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p) {
   auto acts = [&](int i) { return smem_addr(smem + (i % kStages) * kStage); };
   if (nc > 0) {
     cp_async_wait<kStages - 1>();
+    wait_acts(0);
     fence_proxy_async_smem();
     __syncthreads();
     DecodeGroup<T, 0>(weights(0), c_begin & 1, a0);
@@ -363,7 +429,17 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p) {
     const int c = c_begin + i;
     IssueGroup<N>(acc, a0, acts(i), 0, p);
     if (i >= 1 && i - 1 + kStages < nc) {
-      Load<T, N, W>(p, smem + ((i - 1) % kStages) * kStage, wr, c - 1 + kStages);
+      Load<T, N, W, !kTma>(p, smem + ((i - 1) % kStages) * kStage, wr, c - 1 + kStages);
+      if constexpr (kTma) {
+        if (threadIdx.x == 0) {
+          const int next = i - 1 + kStages;
+          if constexpr (kCluster > 1) {
+            // Both CTAs are done with local chunk i - 1 (phase (i - 1) / kStages).
+            mbar_wait(smem_addr(&free_bar[next % kStages]), ((next / kStages) - 1) & 1);
+          }
+          issue_acts(next);
+        }
+      }
     }
     cp_async_commit();
     DecodeGroup<T, 4>(weights(i), c & 1, a1);
@@ -371,6 +447,7 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p) {
     IssueGroup<N>(acc, a1, acts(i), 4, p);
     if (i + 1 < nc) {
       cp_async_wait<kStages - 2>();
+      wait_acts(i + 1);
       fence_proxy_async_smem();
       __syncthreads();
       DecodeGroup<T, 0>(weights(i + 1), (c + 1) & 1, a0);
@@ -380,10 +457,18 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p) {
     // warpgroup's: with two, the stage this chunk used may be refilled (at
     // the next iteration) only once both have read it.
     if constexpr (W > 4) __syncthreads();
+    if constexpr (kCluster > 1) {
+      if (threadIdx.x == 0) {
+        const uint32_t bar = smem_addr(&free_bar[i % kStages]);
+#pragma unroll
+        for (int q = 0; q < kCluster; ++q) mbar_arrive_cluster(mapa_shared(bar, q));
+      }
+    }
   }
 #pragma unroll
   for (int j = 0; j < N / 2; ++j) wgmma_pin(acc[j]);
   cp_async_wait<0>();
+  if constexpr (kCluster > 1) cluster_sync();
   if (!wr.active) return;
   float* const y =
       p.splits > 1 ? (wr.sg == 0 ? p.seg[0].part : wr.sg == 1 ? p.seg[1].part : p.seg[2].part) +
@@ -403,43 +488,94 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p) {
 
 using Info = splitk::KernelFacts;
 
-template <GgmlType T, int N, int W>
+template <GgmlType T, int N, int W, int kAct>
 const Info& InfoOf() {
   static PerDevice<Info> info;
-  return splitk::FactsOnce(info, &dqw_kernel<T, N, W>, 32 * W,
+  return splitk::FactsOnce(info, &dqw_kernel<T, N, W, kAct>, 32 * W,
                            StagesFor<T, N, W>() * StageBytes<T, N, W>() + 1024);
 }
 
+// The tile N for nt tokens: the batch rounded up to a power of two, 8..256.
+int TileTokens(int64_t nt) {
+  int n = 8;
+  while (n < nt && n < 256) n *= 2;
+  return n;
+}
+
 // With launch false: only reports the instantiation's facts; else launches.
+// The TMA forms exist for N >= 32 (the DQ GEMM takes 17 tokens and more in
+// the backend); smaller batches take the copies.
 template <GgmlType T, int W>
-bool GoW(const Params& p, cudaStream_t stream, bool launch, Info* out) {
-  auto go = [&](auto nc) {
+bool GoW(const Params& p, int act_load, const CUtensorMap& tmap, cudaStream_t stream, bool launch,
+         Info* out) {
+  auto go = [&](auto nc, auto mode) {
     constexpr int kN = decltype(nc)::value;
-    const Info& info = InfoOf<T, kN, W>();
+    constexpr int kAct = decltype(mode)::value;
+    const Info& info = InfoOf<T, kN, W, kAct>();
     *out = info;
     if (info.ctas_per_sm <= 0) return false;
     if (launch) {
       const dim3 grid(static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.splits));
-      LaunchGrid(dqw_kernel<T, kN, W>, grid, 32 * W, info.smem, stream, p);
+      if constexpr (kAct == kActTmaPair) {
+        LaunchGridCluster(dqw_kernel<T, kN, W, kAct>, grid, 32 * W, info.smem, stream, 2u, p, tmap);
+      } else {
+        LaunchGrid(dqw_kernel<T, kN, W, kAct>, grid, 32 * W, info.smem, stream, p, tmap);
+      }
     }
     return true;
   };
-  if (p.nt <= 8) return go(std::integral_constant<int, 8>{});
-  if (p.nt <= 16) return go(std::integral_constant<int, 16>{});
-  if (p.nt <= 32) return go(std::integral_constant<int, 32>{});
-  if (p.nt <= 64) return go(std::integral_constant<int, 64>{});
-  if (p.nt <= 128) return go(std::integral_constant<int, 128>{});
-  return go(std::integral_constant<int, 256>{});
+  auto modes = [&](auto nc) {
+    constexpr int kN = decltype(nc)::value;
+    if constexpr (kN >= 32) {
+      if (act_load == kActTma) return go(nc, std::integral_constant<int, kActTma>{});
+      if (act_load == kActTmaPair) return go(nc, std::integral_constant<int, kActTmaPair>{});
+    }
+    return go(nc, std::integral_constant<int, kActCopies>{});
+  };
+  switch (TileTokens(p.nt)) {
+    case 8: return modes(std::integral_constant<int, 8>{});
+    case 16: return modes(std::integral_constant<int, 16>{});
+    case 32: return modes(std::integral_constant<int, 32>{});
+    case 64: return modes(std::integral_constant<int, 64>{});
+    case 128: return modes(std::integral_constant<int, 128>{});
+    default: return modes(std::integral_constant<int, 256>{});
+  }
 }
 
-bool Dispatch(GgmlType type, int warps, const Params& p, cudaStream_t stream, bool launch,
-              Info* info) {
+bool Dispatch(GgmlType type, int warps, const Params& p, int act_load, const CUtensorMap& tmap,
+              cudaStream_t stream, bool launch, Info* info) {
   if (type == GgmlType::kQ4_K) {
-    return warps == 8 ? GoW<GgmlType::kQ4_K, 8>(p, stream, launch, info)
-                      : GoW<GgmlType::kQ4_K, 4>(p, stream, launch, info);
+    return warps == 8 ? GoW<GgmlType::kQ4_K, 8>(p, act_load, tmap, stream, launch, info)
+                      : GoW<GgmlType::kQ4_K, 4>(p, act_load, tmap, stream, launch, info);
   }
-  return warps == 8 ? GoW<GgmlType::kQ6_K, 8>(p, stream, launch, info)
-                    : GoW<GgmlType::kQ6_K, 4>(p, stream, launch, info);
+  return warps == 8 ? GoW<GgmlType::kQ6_K, 8>(p, act_load, tmap, stream, launch, info)
+                    : GoW<GgmlType::kQ6_K, 4>(p, act_load, tmap, stream, launch, info);
+}
+
+// The activations [nt][k] f16 as a TMA tensor map: boxes of 64 k values
+// (128 bytes, the swizzle's span) x n tokens, 128-byte swizzle (the layout
+// Load's copies write), rows past nt read as zeros (as the copies' zero
+// fill). False: no encoder (a driver before 12.0) or a shape it refuses.
+bool EncodeActivations(CUtensorMap* map, const void* act, int64_t k, int64_t nt, int n) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(nt)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(n)};
+  const cuuint32_t elem[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<void*>(act), dims, strides, box,
+                elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -520,12 +656,24 @@ cudaError_t LaunchDqWgmma(const MmqSegments& s, const void* act, int64_t nt, cud
     stride += nt * w.rows;
   }
   if (p.n_seg == 0) return cudaSuccess;
+  // The activation load (DqwTuning::act_load): the TMA forms need a tensor
+  // map, and take the copies where none can be made.
+  int act_load = tuning != nullptr ? tuning->act_load : 0;
+  CUtensorMap tmap;
+  std::memset(&tmap, 0, sizeof(tmap));
+  if (act_load < 0 || act_load > 2) return cudaErrorInvalidValue;
+  if (act_load != 0 && (dqw::TileTokens(nt) < 32 ||
+                        !dqw::EncodeActivations(&tmap, act, k, nt, dqw::TileTokens(nt)))) {
+    act_load = 0;
+  }
   dqw::Info info;
-  if (!dqw::Dispatch(type, warps, p, stream, false, &info)) {
+  if (!dqw::Dispatch(type, warps, p, act_load, tmap, stream, false, &info)) {
     *why_not = "the kernel's shared memory does not fit this GPU";
     return cudaErrorNotSupported;
   }
   splitk::AssignGroups(&p, 1, warps);
+  // The pair form launches clusters of two CTAs along the row tiles.
+  if (act_load == 2) p.tiles += p.tiles % 2;
   p.splits = 1;
   // Split-k as the DQ GEMM does it (dq_gemm.cu): fill the resident CTA
   // slots in whole waves, a few chunks per split, partial traffic capped:
@@ -545,7 +693,8 @@ cudaError_t LaunchDqWgmma(const MmqSegments& s, const void* act, int64_t nt, cud
       return cudaErrorInvalidValue;
     }
   }
-  dqw::Dispatch(type, warps, p, stream, true, &info);
+  dqw::Dispatch(type, warps, p, act_load, tmap, stream, true, &info);
+  if (tuning != nullptr && tuning->act_load_used != nullptr) *tuning->act_load_used = act_load;
   if (p.splits > 1) splitk::Reduce(p, stride, stream);
   return cudaGetLastError();
 }

@@ -80,6 +80,16 @@ struct DqwTuning {
   // 128 tokens and +13% at 256 (the activation traffic from L2 is shared
   // with everything else the step does); the backend takes 2 above 64.
   int warpgroups = 1;
+  // How a CTA brings the activations into shared memory (MINFER_DQW_TMA):
+  // 0, cp.async by every thread; 1, TMA (one box per 64 k values, thread 0,
+  // an mbarrier per stage); 2, TMA multicast over a cluster of two CTAs of
+  // adjacent row tiles, each bringing half of every chunk into both (half
+  // the activations' L2 traffic). The same bytes in the same places: the
+  // same results bit for bit. 1 and 2 apply from 17 tokens (tiles of 32 and
+  // more) and where a tensor map can be made; otherwise 0 runs.
+  int act_load = 0;
+  // Set to the form that ran (tests and counters), when not null.
+  int* act_load_used = nullptr;
   // Tests only: a wrong atom stride in the activations' descriptor (the
   // reference check must then fail, so it can fail at all).
   bool debug_wrong_stride = false;

@@ -191,6 +191,12 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "Warpgroups per CTA of the wgmma DQ GEMM: 1 (64 weight rows), 2 (128 rows sharing one "
        "copy of the activations) or 0 = by batch, 2 above 64 tokens (H100, 7B batched decode: "
        "2 is +4% at B=128 and +13% at B=256, even at B=32)."});
+  add({"MINFER_DQW_TMA", KnobType::kInt, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "How the wgmma DQ GEMM brings its activations into shared memory: 0 = cp.async by every "
+       "thread; 1 = TMA boxes announced on an mbarrier; 2 = TMA multicast over clusters of two "
+       "CTAs, each bringing half of every chunk into both (half the L2 traffic). The same results "
+       "bit for bit; 1 and 2 from 17 tokens. Off until measured on a GPU (dq_wgmma_test "
+       "TmaFormsEqualTheCopies)."});
   add({"MINFER_MMQ_SMALL_CHUNKS", KnobType::kInt, "2", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "The staged few-token GEMM's automatic split-k keeps at least this many 256-element "

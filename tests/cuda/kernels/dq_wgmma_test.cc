@@ -224,6 +224,91 @@ TEST(DqWgmmaTest, MatchesTheExactDotWithinTheBound) {
   }
 }
 
+// The TMA forms of the activation load (DqwTuning::act_load 1: TMA boxes on
+// an mbarrier per stage; 2: each CTA of a two-CTA cluster multicasts half of
+// every chunk into both) put the same bytes in the same places as the
+// copies, so the results are the same bits: over both types, one and two
+// warpgroups, odd tile counts (the pair form pads a CTA that only helps
+// load), token counts on every tile width from 32 (with rows past nt read as
+// zeros), k split and not; and the form asked for really ran. Every result
+// is also held to the bound against the exact dot.
+TEST(DqWgmmaTest, TmaFormsEqualTheCopies) {
+  MINFER_REQUIRE_DQW();
+  const int64_t ws_bytes = MmqSplitKBytes();
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  int64_t compared = 0;
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (int64_t k : {int64_t{256}, int64_t{3584}}) {
+      for (int64_t rows : {int64_t{77}, int64_t{600}}) {
+        const HostWeight hw = MakeWeight(type, rows, k, 1);
+        auto dw = Upload(hw, /*q6k_padded=*/true);
+        MmqSegments seg;
+        seg.n = 1;
+        seg.w[0] = dw->view;
+        double worst = 0;
+        for (int64_t nt : {20, 33, 64, 100, 200, 256}) {
+          const Acts a = MakeActs(k, nt);
+          DeviceBuffer<uint16_t> act(a.layout);
+          const std::vector<Ref> refs = MakeRefs(hw, a);
+          for (int wg : {1, 2}) {
+            for (int split : {0, 3, kMmqSplitAuto}) {
+              std::ostringstream what;
+              what << GgmlTypeName(type) << " k=" << k << " rows=" << rows << " nt=" << nt
+                   << " warpgroups=" << wg << " split=" << split;
+              DqwTuning tu;
+              tu.split_workspace = ws.get();
+              tu.split_bytes = ws_bytes;
+              tu.warpgroups = wg;
+              tu.split_k = split;
+              int used = -1;
+              tu.act_load_used = &used;
+              cudaError_t err;
+              const std::vector<float> y0 = RunDqw(seg, rows * nt, act.get(), nt, tu, &err);
+              ASSERT_EQ(err, cudaSuccess) << what.str() << ": " << cudaGetErrorString(err);
+              ASSERT_EQ(used, 0) << what.str();
+              for (int form : {1, 2}) {
+                tu.act_load = form;
+                used = -1;
+                const std::vector<float> y = RunDqw(seg, rows * nt, act.get(), nt, tu, &err);
+                ASSERT_EQ(err, cudaSuccess)
+                    << what.str() << " form " << form << ": " << cudaGetErrorString(err);
+                EXPECT_EQ(used, form) << what.str() << ": the form asked for did not run";
+                EXPECT_EQ(Identical(y, y0, rows * nt), 0) << what.str() << " form " << form;
+                CountBad(hw, a, refs, y, what.str() + " form " + std::to_string(form), &worst);
+                ++compared;
+              }
+              tu.act_load = 0;
+              if (HasFailure()) return;
+            }
+          }
+        }
+        std::cout << "[dqw tma] " << GgmlTypeName(type) << " k=" << k << " rows=" << rows
+                  << ": worst err/mag " << worst << " (bound " << kBound << ")\n";
+      }
+    }
+  }
+  EXPECT_EQ(compared, 2 * 2 * 2 * 6 * 2 * 3 * 2);
+  // Below 17 tokens (tiles of 8 and 16) the copies run whatever is asked.
+  const HostWeight hw = MakeWeight(GgmlType::kQ4_K, 64, 256, 0);
+  auto dw = Upload(hw, true);
+  MmqSegments seg;
+  seg.n = 1;
+  seg.w[0] = dw->view;
+  const Acts a = MakeActs(256, 12);
+  DeviceBuffer<uint16_t> act(a.layout);
+  DqwTuning tu;
+  tu.split_k = 0;
+  tu.act_load = 2;
+  int used = -1;
+  tu.act_load_used = &used;
+  cudaError_t err;
+  (void)RunDqw(seg, 64 * 12, act.get(), 12, tu, &err);
+  ASSERT_EQ(err, cudaSuccess);
+  EXPECT_EQ(used, 0);
+  tu.act_load = 3;
+  EXPECT_EQ(LaunchDqWgmma(seg, act.get(), 12, nullptr, &tu), cudaErrorInvalidValue);
+}
+
 TEST(DqWgmmaTest, SegmentsEqualOneLaunchPerWeight) {
   MINFER_REQUIRE_DQW();
   // A FusedQKV's q and k in Q4_K: one launch, each weight's own bits.
