@@ -332,7 +332,6 @@ void CudaBackend::RefreshKnobs() {
   k.attn_q8 = r.GetBool("MINFER_ATTN_Q8", knob_overrides_);
   k.pdl = r.GetBool("MINFER_PDL", knob_overrides_);
   k.moe_mma = r.GetBool("MINFER_MOE_MMA", knob_overrides_);
-  k.moe_mma_pipe = r.GetBool("MINFER_MOE_MMA_PIPE", knob_overrides_);
   k.moe_route_group = r.GetBool("MINFER_MOE_ROUTE_GROUP", knob_overrides_);
   k.moe_down_combine = r.GetBool("MINFER_MOE_DOWN_COMBINE", knob_overrides_);
   k.moe_gate_quant = r.GetBool("MINFER_MOE_GATE_QUANT", knob_overrides_);

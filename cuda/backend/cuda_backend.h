@@ -165,13 +165,12 @@ class CudaBackend : public graph::Backend {
     int mmq_small_stages = 0;
     int dq_mt = 0;
     int dqw_warpgroups = 0;  // 0: by batch
-    int dqw_tma = 0;         // MINFER_DQW_TMA (DqwTuning::act_load)
+    int dqw_tma = 1;         // MINFER_DQW_TMA (DqwTuning::act_load)
     bool pdl = true;         // MINFER_PDL (applies on sm_90+)
     bool moe_mma = true;          // MINFER_MOE_MMA
-    bool moe_mma_pipe = false;    // MINFER_MOE_MMA_PIPE
     int64_t moe_mma_min_tokens = 16;  // MINFER_MOE_MMA_MIN_TOKENS
     bool moe_route_group = true;      // MINFER_MOE_ROUTE_GROUP
-    bool moe_down_combine = false;    // MINFER_MOE_DOWN_COMBINE
+    bool moe_down_combine = true;     // MINFER_MOE_DOWN_COMBINE
     bool moe_gate_quant = false;      // MINFER_MOE_GATE_QUANT
     bool attn_prefill_tc = true;
     bool attn_fused_combine = true;  // MINFER_ATTN_FUSED_COMBINE

@@ -177,7 +177,6 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   m.max_tiles = max_tiles;
   m.tile_tokens = tt;
   m.y_stride = F;
-  m.pipelined = knobs_.moe_mma_pipe;
   const bool silu = n.p.moe_act == graph::MoeAct::kSilu;
   // The CUDA-core SwiGLU form can also quantize h for down (its tiles'
   // last CTAs; moe.h MoeMatmulArgs::q_out): one launch less.

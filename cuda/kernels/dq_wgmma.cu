@@ -516,11 +516,8 @@ bool GoW(const Params& p, int act_load, const CUtensorMap& tmap, cudaStream_t st
     if (info.ctas_per_sm <= 0) return false;
     if (launch) {
       const dim3 grid(static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.splits));
-      if constexpr (kAct == kActTmaPair) {
-        LaunchGridCluster(dqw_kernel<T, kN, W, kAct>, grid, 32 * W, info.smem, stream, 2u, p, tmap);
-      } else {
-        LaunchGrid(dqw_kernel<T, kN, W, kAct>, grid, 32 * W, info.smem, stream, p, tmap);
-      }
+      LaunchGridIn(dqw_kernel<T, kN, W, kAct>, grid, 32 * W, info.smem, stream,
+                   kAct == kActTmaPair ? 2u : 0u, p, tmap);
     }
     return true;
   };

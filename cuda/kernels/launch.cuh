@@ -31,49 +31,39 @@ __device__ __forceinline__ void pdl_enter() {
 }
 
 // What kernel<<<grid, block, smem, stream>>>(args...) does, launched
-// programmatically when this thread asks for it (ProgrammaticLaunch).
-// Errors are left for cudaGetLastError, as a <<<>>> launch leaves them.
+// programmatically when this thread asks for it (ProgrammaticLaunch), in
+// thread-block clusters of `cluster_x` CTAs along x when that is not 0
+// (sm_90+; grid.x a multiple of it). Errors are left for cudaGetLastError,
+// as a <<<>>> launch leaves them.
 template <typename... Params, typename... Args>
-__host__ void LaunchGrid(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                         cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  if (ProgrammaticLaunch()) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
-
-// LaunchGrid with thread-block clusters of `cluster_x` CTAs along x (sm_90+;
-// grid.x a multiple of it).
-template <typename... Params, typename... Args>
-__host__ void LaunchGridCluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                cudaStream_t stream, unsigned cluster_x, Args&&... args) {
+__host__ void LaunchGridIn(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                           cudaStream_t stream, unsigned cluster_x, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster_x;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (ProgrammaticLaunch()) {
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.numAttrs = 2;
+  if (cluster_x != 0) {
+    cudaLaunchAttribute& a = attr[cfg.numAttrs++];
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = cluster_x;
+    a.val.clusterDim.y = 1;
+    a.val.clusterDim.z = 1;
   }
+  if (ProgrammaticLaunch()) {
+    cudaLaunchAttribute& a = attr[cfg.numAttrs++];
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+  }
+  cfg.attrs = cfg.numAttrs != 0 ? attr : nullptr;
   (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+template <typename... Params, typename... Args>
+__host__ void LaunchGrid(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, Args&&... args) {
+  LaunchGridIn(kernel, grid, block, smem, stream, 0u, std::forward<Args>(args)...);
 }
 
 }  // namespace minfer::cuda

@@ -706,182 +706,17 @@ struct Params {
   float* y;
   float* y2;
   int64_t y_stride;
-  bool pipelined;  // moe_mma_pipe_kernel (MoeMatmulArgs::pipelined)
 };
 
-template <GgmlType T, int kMode>
-__global__ void __launch_bounds__(kThreads) moe_mma_kernel(const Params p) {
-  pdl_enter();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using X = typename MmaTr<T>::type;
-  constexpr bool kMx = T == GgmlType::kMXFP4;
-  constexpr int R = kMode == kMoePlain ? 1 : 2;
-  constexpr int kWS = X::kWS;
-  constexpr int kPieces = X::kCB / 16;
-  constexpr int kNT = kMoeMmaTileTokens / 8;  // n8 tiles
-  __shared__ __align__(16) uint8_t sw[R][kBM * kWS];
-  __shared__ __align__(16) int8_t sa[kMoeMmaTileTokens * kAS];
-  __shared__ float sd[kKB][kMoeMmaTileTokens];
-  __shared__ float ss[kKB][kMoeMmaTileTokens];
-  __shared__ int s_arow[kMoeMmaTileTokens];
-  if (static_cast<int>(blockIdx.y) >= __ldg(p.n_tiles)) return;
-  const int4 td = p.tiles[blockIdx.y];
-  const int e = td.x, c0 = td.y, nc = td.z;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kBM;
-  if (tid < kMoeMmaTileTokens) {
-    const int col = c0 + min(tid, nc - 1);
-    s_arow[tid] = p.act_map ? __ldg(p.act_map + col) / p.act_div : col;
-  }
-  float acc[R][kNT][4];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int n = 0; n < kNT; ++n) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[r][n][i] = 0.0f;
-    }
-  }
-  for (int c = 0; c < p.n_chunks; ++c) {
-    __syncthreads();  // the previous chunk is consumed (and s_arow written)
-    // Weights: R x 64 rows x the chunk's 16-byte pieces; pieces past the
-    // row's bytes (a short last chunk) are zero and never read.
-    for (int i = tid; i < R * kBM * kPieces; i += kThreads) {
-      const int which = i / (kBM * kPieces);
-      const int rem = i - which * kBM * kPieces;
-      const int row = rem / kPieces, piece = rem - row * kPieces;
-      const int64_t rr = r0 + row < p.expert_rows ? r0 + row : p.expert_rows - 1;
-      const int64_t off = static_cast<int64_t>(c) * p.src_cb + piece * 16;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (off + 16 <= p.row_bytes) {
-        const uint8_t* src = (R == 2 && which ? p.up : p.w) +
-                             (static_cast<int64_t>(e) * p.expert_rows + rr) * p.row_bytes + off;
-        v = __ldg(reinterpret_cast<const uint4*>(src));
-      }
-      *reinterpret_cast<uint4*>(sw[which] + row * kWS + piece * 16) = v;
-    }
-    if constexpr (kMx) {
-      // The chunk's exponents: 8 bytes at nb * 16 + c * 8 of the row (8-byte
-      // aligned), byte by byte in a short last chunk, whose 8 bytes could
-      // pass the row's end.
-      for (int i = tid; i < R * kBM; i += kThreads) {
-        const int which = i / kBM, row = i - which * kBM;
-        const int64_t rr = r0 + row < p.expert_rows ? r0 + row : p.expert_rows - 1;
-        const uint8_t* ex = (R == 2 && which ? p.up : p.w) +
-                            (static_cast<int64_t>(e) * p.expert_rows + rr) * p.row_bytes +
-                            static_cast<int64_t>(p.nb) * kMxfp4CodeBytes + c * kKB;
-        uint2 v;
-        if (c * kKB + kKB <= p.nb) {
-          v = __ldg(reinterpret_cast<const uint2*>(ex));
-        } else {
-          uint32_t b[kKB];
-#pragma unroll
-          for (int j = 0; j < kKB; ++j) b[j] = c * kKB + j < p.nb ? __ldg(ex + j) : 0u;
-          v.x = b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24;
-          v.y = b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24;
-        }
-        *reinterpret_cast<uint2*>(sw[which] + row * kWS + MxTr::kExpOffset) = v;
-      }
-    }
-    // Activations: the columns' blocks of this chunk, codes and (d, s).
-    for (int i = tid; i < kMoeMmaTileTokens * kKB * 5; i += kThreads) {
-      const int col = i / (kKB * 5);
-      const int rem = i - col * kKB * 5;
-      const int kb = rem / 5, part = rem - kb * 5;
-      const int ab = c * kKB + kb;
-      int2 v = make_int2(0, 0);
-      if (ab < p.nb) {
-        v = __ldg(reinterpret_cast<const int2*>(p.q + static_cast<int64_t>(s_arow[col]) * p.nb +
-                                                ab) +
-                  part);
-      }
-      if (part == 0) {
-        sd[kb][col] = __int_as_float(v.x);
-        ss[kb][col] = __int_as_float(v.y);
-      } else {
-        *reinterpret_cast<int2*>(sa + col * kAS + kb * 32 + (part - 1) * 8) = v;
-      }
-    }
-    __syncthreads();
-    const int kb_end = min(kKB, p.nb - c * kKB);
-    for (int kb = 0; kb < kb_end; ++kb) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* rg = sw[r] + (warp * 16 + g) * kWS;
-        const uint8_t* rg8 = rg + 8 * kWS;
-        uint32_t a[4];
-        X::frag(rg, kb, t, &a[0], &a[2]);
-        X::frag(rg8, kb, t, &a[1], &a[3]);
-        const float2 f0 = X::table(rg, kb), f8 = X::table(rg8, kb);
-#pragma unroll
-        for (int n = 0; n < kNT; ++n) {
-          const int8_t* bc = sa + (n * 8 + g) * kAS + kb * 32;
-          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(bc + 4 * t);
-          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(bc + 16 + 4 * t);
-          const int col0 = n * 8 + 2 * t;
-          const float d0 = sd[kb][col0], d1 = sd[kb][col0 + 1];
-          // (row, column) of C element i: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
-          if constexpr (X::kSplit) {
-            int lo[4], hi[4];
-            mmq::mma_k16(lo, a[0], a[1], b0);
-            mmq::mma_k16(hi, a[2], a[3], b1);
-            const float fl[4] = {f0.x, f0.x, f8.x, f8.x}, fh[4] = {f0.y, f0.y, f8.y, f8.y};
-            const float dd[4] = {d0, d1, d0, d1};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              float v = fmaf(mmq::exact_i2f(lo[i]), fl[i] * dd[i], acc[r][n][i]);
-              acc[r][n][i] = fmaf(mmq::exact_i2f(hi[i]), fh[i] * dd[i], v);
-            }
-          } else {
-            int I[4];
-            mmq::mma_k32(I, a, b0, b1);
-            const float ff[4] = {f0.x, f0.x, f8.x, f8.x};
-            const float dd[4] = {d0, d1, d0, d1};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              float v = fmaf(mmq::exact_i2f(I[i]), ff[i] * dd[i], acc[r][n][i]);
-              if constexpr (X::kMin) {
-                const float mm = i < 2 ? f0.y : f8.y;
-                v = fmaf(mm, i & 1 ? ss[kb][col0 + 1] : ss[kb][col0], v);
-              }
-              acc[r][n][i] = v;
-            }
-          }
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int n = 0; n < kNT; ++n) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int col = n * 8 + 2 * t + (i & 1);
-      const int64_t row = r0 + warp * 16 + g + (i >> 1) * 8;
-      if (col >= nc || row >= p.expert_rows) continue;
-      const int64_t o = static_cast<int64_t>(c0 + col) * p.y_stride + row;
-      if constexpr (kMode == kMoeSwiGlu) {
-        p.y[o] = silu_f(acc[0][n][i]) * acc[R - 1][n][i];
-      } else if constexpr (kMode == kMoePair) {
-        p.y[o] = acc[0][n][i];
-        p.y2[o] = acc[R - 1][n][i];
-      } else {
-        p.y[o] = acc[0][n][i];
-      }
-    }
-  }
-#endif
-}
-
-// The pipelined form (MINFER_MOE_MMA_PIPE; off by default until it has run
-// on a GPU): the same arithmetic in the same order, so the same bits, with
-// two differences. Chunks go through two dynamic shared-memory stages
-// (cp.async), chunk c + 1's copies in flight while chunk c is multiplied
-// (the first form loads, waits, then multiplies, and streamed a 30B-A3B
-// batch's experts at ~0.6 TB/s of the H100's 3.35). And a tile copies and
-// multiplies only its n8 column tiles that hold columns: at B = 64 an expert
-// gets ~4 tokens, so three of a 32-column tile's four n8 tiles were empty
-// work.
+// The kernel is pipelined: chunks go through two dynamic shared-memory
+// stages (cp.async), chunk c + 1's copies in flight while chunk c is
+// multiplied, and a tile copies and multiplies only its n8 column tiles that
+// hold columns (at B = 64 an expert gets ~4 tokens, so three of a 32-column
+// tile's four n8 tiles would be empty work). Its first form loaded, waited,
+// then multiplied every column tile, and streamed a 30B-A3B batch's experts
+// at ~0.6 TB/s of the H100's 3.35; the two gave the same bits, and this one
+// ran the 30B-A3B's B = 16 / 64 decode 1.48x / 1.46x faster (H100,
+// docs/benchmarks.md, eighteenth session), so the first form is gone.
 // One pipeline stage in dynamic shared memory: R matrices' kBM rows of the
 // chunk's block bytes (stride kWS), the columns' int8 codes (stride kAS),
 // then (d, s) per activation block and column, [kKB][kMoeMmaTileTokens].
@@ -1082,7 +917,7 @@ __global__ void __launch_bounds__(kThreads) moe_mma_pipe_kernel(const Params p) 
 #endif
 }
 
-// Opts the pipelined kernel into its dynamic shared memory (two stages)
+// Opts the kernel into its dynamic shared memory (two stages)
 // once per device.
 template <GgmlType T, int kMode>
 cudaError_t Launch1(const Params& p, dim3 grid, cudaStream_t st) {
@@ -1101,27 +936,12 @@ cudaError_t Launch1(const Params& p, dim3 grid, cudaStream_t st) {
 
 template <GgmlType T>
 cudaError_t LaunchMode(const Params& p, int mode, dim3 grid, cudaStream_t st) {
-  if (p.pipelined) {
-    switch (mode) {
-      case kMoePlain: return Launch1<T, kMoePlain>(p, grid, st);
-      case kMoeSwiGlu: return Launch1<T, kMoeSwiGlu>(p, grid, st);
-      case kMoePair: return Launch1<T, kMoePair>(p, grid, st);
-      default: return cudaErrorInvalidValue;
-    }
-  }
   switch (mode) {
-    case kMoePlain:
-      LaunchGrid(moe_mma_kernel<T, kMoePlain>, grid, kThreads, 0, st, p);
-      break;
-    case kMoeSwiGlu:
-      LaunchGrid(moe_mma_kernel<T, kMoeSwiGlu>, grid, kThreads, 0, st, p);
-      break;
-    case kMoePair:
-      LaunchGrid(moe_mma_kernel<T, kMoePair>, grid, kThreads, 0, st, p);
-      break;
+    case kMoePlain: return Launch1<T, kMoePlain>(p, grid, st);
+    case kMoeSwiGlu: return Launch1<T, kMoeSwiGlu>(p, grid, st);
+    case kMoePair: return Launch1<T, kMoePair>(p, grid, st);
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace mma
@@ -1259,7 +1079,6 @@ cudaError_t LaunchMoeMatmulMma(const MoeMatmulArgs& a, cudaStream_t stream) {
   p.y = a.y;
   p.y2 = a.y2;
   p.y_stride = a.y_stride;
-  p.pipelined = a.pipelined;
   const dim3 grid(static_cast<unsigned>((a.expert_rows + mma::kBM - 1) / mma::kBM),
                   static_cast<unsigned>(a.max_tiles));
   switch (type) {

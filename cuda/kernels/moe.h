@@ -137,12 +137,6 @@ struct MoeMatmulArgs {
   // before the first launch; each launch leaves them zero.
   BlockQ8A* q_out = nullptr;
   int32_t* tile_done = nullptr;
-  // LaunchMoeMatmulMma only: the pipelined kernel, which copies chunk c + 1
-  // while chunk c is multiplied (two shared-memory stages, cp.async) and
-  // skips the n8 column tiles of a tile that hold no column; false: the
-  // first form, one chunk at a time over all kMoeMmaTileTokens columns. The
-  // same results bit for bit (MINFER_MOE_MMA_PIPE).
-  bool pipelined = false;
 };
 cudaError_t LaunchMoeMatmul(const MoeMatmulArgs& a, cudaStream_t stream);
 

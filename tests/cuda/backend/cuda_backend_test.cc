@@ -790,6 +790,57 @@ std::vector<float> RouterLogits(int64_t n_exp, int64_t nt) {
   return l;
 }
 
+// One MoE FFN's expert types and activation (the MoeFFN tests' cases).
+struct MoeCase {
+  const char* name;
+  GgmlType gate, up, down;
+  bool biases;  // gpt-oss's gate/up/down biases
+  graph::MoeAct act;
+};
+
+// A case's experts, gate/up E -> F and down F -> E for n_exp experts, with
+// the biases when the case has them; ws in MoeFFN's weight order.
+struct MoeExperts {
+  MoeExperts(const MoeCase& c, int64_t E, int64_t F, int64_t n_exp)
+      : G(MakeExperts("gate_exps", c.gate, E, F, n_exp)),
+        U(MakeExperts("up_exps", c.up, E, F, n_exp)),
+        D(MakeExperts("down_exps", c.down, F, E, n_exp)),
+        bg(MakeWeight("gate_b", GgmlType::kF32, F, n_exp, 0.5f)),
+        bu(MakeWeight("up_b", GgmlType::kF32, F, n_exp, 0.5f)),
+        bd(MakeWeight("down_b", GgmlType::kF32, E, n_exp, 0.5f)) {
+    ws = {&G->w, &U->w, &D->w};
+    if (c.biases) ws.insert(ws.end(), {&bg->w, &bu->w, &bd->w});
+  }
+  std::unique_ptr<TestWeight> G, U, D, bg, bu, bd;
+  std::vector<const graph::Weight*> ws;
+};
+
+// The route both backends read: the CPU's MoeRoute (normalized top-k) of
+// random logits; empty on failure.
+std::vector<float> CpuRoute(int64_t n_exp, int k, int64_t nt) {
+  graph::OpParams rp;
+  rp.n_expert_used = k;
+  rp.moe_norm = true;
+  std::vector<float> route(2 * k * nt);
+  if (!cpu::MoeRouteRows(RouterLogits(n_exp, nt).data(), n_exp, nt, rp, route.data()).ok()) {
+    return {};
+  }
+  return route;
+}
+
+// A MoeFFN node of case c over e's weights: E outputs for nt tokens, inputs
+// x and the route (and a residual when asked).
+Node MoeNode(const MoeCase& c, const MoeExperts& e, int64_t E, int64_t nt, int64_t n_exp, int k,
+             bool residual = false) {
+  Node n = MakeNode(OpKind::kMoeFFN, Shape(E, nt), e.ws);
+  n.inputs = {0, 1};
+  if (residual) n.inputs.push_back(2);
+  n.p.n_expert = static_cast<int32_t>(n_exp);
+  n.p.n_expert_used = k;
+  n.p.moe_act = c.act;
+  return n;
+}
+
 // MoeRoute: the chosen ids equal the CPU's bit for bit (ties included);
 // the weights within 2e-6 relative (expf against std::exp, the same double
 // sums), for every gating, normalization and scale, k up to 32 of 256.
@@ -923,20 +974,15 @@ TEST_F(CudaBackendOpTest, MoeRouteGroupEqualsRouteThenGroup) {
 // different types, and gpt-oss's form (biases, the clamped SwiGLU), at
 // token counts on every tile width (1, 2, 4, 8 columns) up to a prefill,
 // on the CUDA-core grouped matmul and (MINFER_MOE_MMA=1 from 2 tokens) the
-// tensor-core one, whose 32-column tiles then cover 2..300 tokens, in both
-// its forms (MINFER_MOE_MMA_PIPE), bit for bit the same.
+// tensor-core one, whose 32-column tiles then cover 2..300 tokens (mostly
+// empty n8 column tiles at the small counts: the pipelined kernel skips
+// them).
 // The dot products are the CPU's terms in another order; the intermediate
 // activation is re-quantized on both sides, so an element that differs in
 // the last bit may land one int8 step apart: the bound is 2e-3 relative
 // (measured in the log).
 TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
-  struct Case {
-    const char* name;
-    GgmlType gate, up, down;
-    bool biases;
-    graph::MoeAct act;
-  };
-  const Case cases[] = {
+  const MoeCase cases[] = {
       {"q8_0", GgmlType::kQ8_0, GgmlType::kQ8_0, GgmlType::kQ8_0, false, graph::MoeAct::kSilu},
       {"q4_k/q6_k", GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K, false,
        graph::MoeAct::kSilu},
@@ -957,33 +1003,17 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
   const int k = 4;
   ScopedKnob mma_min("MINFER_MOE_MMA_MIN_TOKENS", "2");
   for (const char* mma : {"0", "1"})
-  for (const Case& c : cases) {
+  for (const MoeCase& c : cases) {
     ScopedKnob mma_on("MINFER_MOE_MMA", mma);
     SCOPED_TRACE(absl::StrCat(c.name, mma[0] == '1' ? " (tensor cores)" : ""));
-    auto G = MakeExperts("gate_exps", c.gate, E, F, n_exp);
-    auto U = MakeExperts("up_exps", c.up, E, F, n_exp);
-    auto D = MakeExperts("down_exps", c.down, F, E, n_exp);
-    auto bg = MakeWeight("gate_b", GgmlType::kF32, F, n_exp, 0.5f);
-    auto bu = MakeWeight("up_b", GgmlType::kF32, F, n_exp, 0.5f);
-    auto bd = MakeWeight("down_b", GgmlType::kF32, E, n_exp, 0.5f);
-    std::vector<const graph::Weight*> ws = {&G->w, &U->w, &D->w};
-    if (c.biases) ws.insert(ws.end(), {&bg->w, &bu->w, &bd->w});
-    OpHarness h(ws);
+    const MoeExperts experts(c, E, F, n_exp);
+    OpHarness h(experts.ws);
     ASSERT_NE(h.gpu(), nullptr);
     for (int64_t nt : {1, 2, 3, 5, 8, 9, 40, 300}) {
       SCOPED_TRACE(absl::StrCat("nt ", nt));
-      // The route both sides read: the CPU's MoeRoute of random logits.
-      graph::OpParams rp;
-      rp.n_expert_used = k;
-      rp.moe_norm = true;
-      std::vector<float> route(2 * k * nt);
-      ASSERT_TRUE(cpu::MoeRouteRows(RouterLogits(n_exp, nt).data(), n_exp, nt, rp, route.data())
-                      .ok());
-      Node n = MakeNode(OpKind::kMoeFFN, Shape(E, nt), ws);
-      n.inputs = {0, 1};
-      n.p.n_expert = static_cast<int32_t>(n_exp);
-      n.p.n_expert_used = k;
-      n.p.moe_act = c.act;
+      const std::vector<float> route = CpuRoute(n_exp, k, nt);
+      ASSERT_FALSE(route.empty());
+      const Node n = MoeNode(c, experts, E, nt, n_exp, k);
       ASSERT_TRUE(h.gpu()->SupportsOp(n));
       std::vector<float> cy, gy;
       const std::string x = Bytes(RandomFloats(E * nt, 1.0f));
@@ -992,16 +1022,6 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
       std::cout << c.name << (mma[0] == '1' ? " mma" : "") << " nt " << nt
                 << ": relative error " << err << "\n";
       EXPECT_LT(err, 2e-3);
-      if (mma[0] == '1') {
-        // The pipelined form of the tensor-core kernel (two stages, only
-        // the column tiles that hold columns): the same sums in the same
-        // order, so the same bits.
-        ScopedKnob pipelined("MINFER_MOE_MMA_PIPE", "1");
-        std::vector<float> cy1, gy1;
-        h.Run(n, {x, Bytes(route)}, &cy1, &gy1);
-        ASSERT_EQ(cy1, cy);  // the same inputs
-        EXPECT_EQ(gy1, gy) << "MINFER_MOE_MMA_PIPE 1 and 0 differ";
-      }
     }
     // Which kernel ran: the tensor cores when on from 2 tokens (the knob),
     // from 8 (4x) where an expert type is MXFP4 (ops_moe.cc): 7 or 4 of the
@@ -1009,8 +1029,8 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
     const bool mx = c.gate == GgmlType::kMXFP4 || c.up == GgmlType::kMXFP4 ||
                     c.down == GgmlType::kMXFP4;
     const int on = mma[0] == '1' ? (mx ? 4 : 7) : 0;
-    EXPECT_EQ(h.gpu()->stats().moe_mma, mma[0] == '1' ? 2 * on : 0);
-    EXPECT_EQ(h.gpu()->stats().moe_vector, (mma[0] == '1' ? 2 : 1) * (8 - on));
+    EXPECT_EQ(h.gpu()->stats().moe_mma, on);
+    EXPECT_EQ(h.gpu()->stats().moe_vector, 8 - on);
   }
 }
 
@@ -1024,13 +1044,7 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
 // after the first finding the counters its predecessor left; the CPU's FFN
 // as a sanity bound. The counters say which fusion really ran.
 TEST_F(CudaBackendOpTest, MoeDecodeFusionsEqualTheLaunches) {
-  struct Case {
-    const char* name;
-    GgmlType gate, up, down;
-    bool biases;
-    graph::MoeAct act;
-  };
-  const Case cases[] = {
+  const MoeCase cases[] = {
       {"q4_k/q6_k", GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K, false,
        graph::MoeAct::kSilu},
       {"q8_0", GgmlType::kQ8_0, GgmlType::kQ8_0, GgmlType::kQ8_0, false, graph::MoeAct::kSilu},
@@ -1047,35 +1061,19 @@ TEST_F(CudaBackendOpTest, MoeDecodeFusionsEqualTheLaunches) {
   // Q6_K is 3 blocks, 12 units on 16 lanes (2 rows a warp); Q8_0's 24 on 32.
   const int64_t e_dim = 768, F = 768, n_exp = 16;
   int runs = 0;
-  for (const Case& c : cases) {
-    auto G = MakeExperts("gate_exps", c.gate, e_dim, F, n_exp);
-    auto U = MakeExperts("up_exps", c.up, e_dim, F, n_exp);
-    auto D = MakeExperts("down_exps", c.down, F, e_dim, n_exp);
-    auto bg = MakeWeight("gate_b", GgmlType::kF32, F, n_exp, 0.5f);
-    auto bu = MakeWeight("up_b", GgmlType::kF32, F, n_exp, 0.5f);
-    auto bd = MakeWeight("down_b", GgmlType::kF32, e_dim, n_exp, 0.5f);
-    std::vector<const graph::Weight*> ws = {&G->w, &U->w, &D->w};
-    if (c.biases) ws.insert(ws.end(), {&bg->w, &bu->w, &bd->w});
+  for (const MoeCase& c : cases) {
+    const MoeExperts experts(c, e_dim, F, n_exp);
     const bool swiglu = !c.biases && c.act == graph::MoeAct::kSilu;
-    OpHarness h(ws);
+    OpHarness h(experts.ws);
     ASSERT_NE(h.gpu(), nullptr);
     for (int k : {1, 4, 10}) {
       for (bool with_residual : {false, true}) {
         for (int64_t nt : {1, 2, 5, 8}) {
           SCOPED_TRACE(absl::StrCat(c.name, " k ", k, with_residual ? " + residual" : "", " nt ",
                                     nt));
-          graph::OpParams rp;
-          rp.n_expert_used = k;
-          rp.moe_norm = true;
-          std::vector<float> route(2 * k * nt);
-          ASSERT_TRUE(
-              cpu::MoeRouteRows(RouterLogits(n_exp, nt).data(), n_exp, nt, rp, route.data()).ok());
-          Node n = MakeNode(OpKind::kMoeFFN, Shape(e_dim, nt), ws);
-          n.inputs = {0, 1};
-          if (with_residual) n.inputs.push_back(2);
-          n.p.n_expert = static_cast<int32_t>(n_exp);
-          n.p.n_expert_used = k;
-          n.p.moe_act = c.act;
+          const std::vector<float> route = CpuRoute(n_exp, k, nt);
+          ASSERT_FALSE(route.empty());
+          const Node n = MoeNode(c, experts, e_dim, nt, n_exp, k, with_residual);
           std::vector<std::string> in = {Bytes(RandomFloats(e_dim * nt, 1.0f)), Bytes(route)};
           if (with_residual) in.push_back(Bytes(RandomFloats(e_dim * nt, 2.0f)));
           std::vector<float> cy, gy;
