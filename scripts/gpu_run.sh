@@ -71,8 +71,10 @@
 #                                        per-op-kind times (MINFER_OP_TIMING): a forward
 #                                        of 1 and of 9 tokens (default 7b:q4_k_m), and
 #                                        single-stream decode of MOE (qwen3-30b-a3b)
-#   bash .gpu/gpu_run.sh kernels [SPEC]  per-kernel GPU time of one decode step (ncu;
-#                                        default qwen3-30b-a3b:q4_k_m), by kernel name
+#   bash .gpu/gpu_run.sh kernels [SPEC [B]]
+#                                        per-kernel GPU time of one decode step (ncu;
+#                                        default qwen3-30b-a3b:q4_k_m, B = 1), by kernel
+#                                        name; B > 1: a step of `minfer bench -b B`
 #   bash .gpu/gpu_run.sh tp [SPEC]       tensor parallelism on two GPUs (issue 34; default
 #                                        llama3.1-70b:q4_k_m): one GPU, then split over two
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
@@ -550,13 +552,23 @@ PY
     # (default qwen3-30b-a3b:q4_k_m), the kernels between the last two
     # TopK launches (one whole decode step), summed by kernel name. The
     # CSV stays on the machine; the table comes back.
-    spec="${1:-qwen3-30b-a3b:q4_k_m}"
+    # With a batch B (second argument), one decode step of `minfer bench -b
+    # B` instead, and caches left warm between kernels (--cache-control
+    # none: a batch's kernels are long enough that a flush would dominate
+    # only the small ones).
+    spec="${1:-qwen3-30b-a3b:q4_k_m}"; batch="${2:-1}"
     f="/tmp/minfer-models/${spec%%:*}-${spec#*:}.gguf"
     [[ -f "$f" ]] || minfer mkmodel --shape "${spec%%:*}" --type "${spec#*:}" -o "$f" 2>&1 |
       tail -1 | tee -a "$out/mkmodel.log"
-    timeout 300 ncu --clock-control none --launch-count 4000 --metrics gpu__time_duration.sum \
-      --csv --print-units base "$bin/minfer" run -m "$f" --backend cuda -p "Hi there" -n 3 \
-      --temp 0 --ignore-eos > /tmp/kernels.csv 2> /tmp/kernels.err || tail -3 /tmp/kernels.err
+    if [[ "$batch" == 1 ]]; then
+      timeout 300 ncu --clock-control none --launch-count 4000 --metrics gpu__time_duration.sum \
+        --csv --print-units base "$bin/minfer" run -m "$f" --backend cuda -p "Hi there" -n 3 \
+        --temp 0 --ignore-eos > /tmp/kernels.csv 2> /tmp/kernels.err || tail -3 /tmp/kernels.err
+    else
+      timeout 300 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+        --csv --print-units base "$bin/minfer" bench -m "$f" -b "$batch" -p 8 -n 4 -r 1 \
+        > /tmp/kernels.csv 2> /tmp/kernels.err || tail -3 /tmp/kernels.err
+    fi
     python3 - /tmp/kernels.csv <<'PY' | tee "$out/kernels.log"
 import collections, csv, re, sys
 rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
