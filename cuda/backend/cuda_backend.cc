@@ -184,8 +184,7 @@ absl::Status CudaBackend::BuildFp8Copies(const std::vector<const graph::Weight*>
     if (!status.ok()) break;
     const WeightView* w = j.w;
     const int64_t rb = Fp8RowBytes(w->k);
-    const int64_t scales_at = (w->rows * rb + 255) / 256 * 256;
-    const int64_t bytes = scales_at + w->rows * 4;
+    const int64_t bytes = Fp8RowsBytes(w->rows, w->k);
     auto alloc = state_->Malloc(static_cast<size_t>(bytes),
                                 absl::StrCat("fp8 copy of '", j.gw->name, "'"));
     if (!alloc.ok()) {
@@ -193,7 +192,7 @@ absl::Status CudaBackend::BuildFp8Copies(const std::vector<const graph::Weight*>
       break;
     }
     uint8_t* base = static_cast<uint8_t*>(*alloc);
-    float* scales = reinterpret_cast<float*>(base + scales_at);
+    float* scales = reinterpret_cast<float*>(base + Fp8ScalesOffset(w->rows, w->k));
     fp8_copies_[w->data] = Fp8Copy{base, bytes, Fp8RowsView{base, scales, w->rows, w->k, rb}};
     fp8_bytes_ += bytes;
     std::unique_lock<std::recursive_mutex> lock = state_->Lock();

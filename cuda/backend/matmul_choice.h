@@ -73,7 +73,7 @@ struct MatmulDevice {
   // derived from cc: a build without the sm_90a code cannot run it there.)
   bool wgmma = false;
   // mma.m16n8k32 with e4m3 inputs (sm_89+): the fp8 GEMM can run.
-  bool Fp8Runs() const { return cc >= 890; }
+  bool Fp8Runs() const { return Fp8GemmRuns(cc); }
 };
 
 // Everything the choice reads beyond one matmul: the device, the knobs and

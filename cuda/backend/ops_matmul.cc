@@ -328,10 +328,9 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         if (fp8_x.codes == nullptr) {
           RETURN_IF_ERROR(memos_.CheckNotDead(n, x, k * nt * 4));
           const int64_t rb = Fp8RowBytes(k);
-          const int64_t scales_at = (nt * rb + 255) / 256 * 256;
-          ASSIGN_OR_RETURN(void* act, Scratch("fp8_act", scales_at + nt * 4));
+          ASSIGN_OR_RETURN(void* act, Scratch("fp8_act", Fp8RowsBytes(nt, k)));
           uint8_t* base = static_cast<uint8_t*>(act);
-          float* scales = reinterpret_cast<float*>(base + scales_at);
+          float* scales = reinterpret_cast<float*>(base + Fp8ScalesOffset(nt, k));
           RETURN_IF_ERROR(
               Check(LaunchQuantizeRowsFp8(xf, k, k, nt, base, rb, scales, st), "fp8 quantize"));
           stats_.quantize_launches++;

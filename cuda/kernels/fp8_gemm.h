@@ -31,6 +31,8 @@
 
 #include <cstdint>
 
+#include "cuda/kernels/types.h"
+
 namespace minfer::cuda {
 
 // Rows of e4m3 codes with one f32 scale each: row r's codes at codes + r *
@@ -47,10 +49,17 @@ struct Fp8RowsView {
 // The row stride Fp8RowsView uses for k inputs: k rounded up to 16.
 inline int64_t Fp8RowBytes(int64_t k) { return (k + 15) / 16 * 16; }
 
-// Whether the fp8 GEMM runs on a device of compute capability `cc` (major *
-// 100 + minor * 10): the e4m3 mma needs sm_89+. (The build's own arch list
-// decides whether the code is there; the launcher refuses otherwise.)
-inline bool Fp8GemmRuns(int cc) { return cc >= 890; }
+// One allocation of `rows` rows of k codes, then their scales (how the
+// backend lays a weight's copy and a step's activations out): the scales'
+// offset (256-byte aligned) and the whole size.
+inline int64_t Fp8ScalesOffset(int64_t rows, int64_t k) {
+  return (rows * Fp8RowBytes(k) + 255) / 256 * 256;
+}
+inline int64_t Fp8RowsBytes(int64_t rows, int64_t k) {
+  return Fp8ScalesOffset(rows, k) + rows * 4;
+}
+
+// Fp8GemmRuns(cc) (types.h): whether a device runs it.
 
 // n rows of k f32 values (row i at x + i * x_stride) -> codes (row i at
 // codes + i * code_stride, the bytes past k up to Fp8RowBytes(k) zeroed)

@@ -1004,23 +1004,31 @@ constexpr bool IsKQuant(GgmlType t) {
 // The arguments both grouped matmuls take (moe.h MoeMatmulArgs), the
 // weight type aside: shapes, the registry's layout (16-byte rows, Q6_K
 // padded), a matching up weight for the two-weight modes, the pointers.
-cudaError_t CheckMatmulArgs(const MoeMatmulArgs& a) {
+// The expert weight w and the activations q, as every grouped matmul reads
+// them.
+cudaError_t CheckExpertWeight(const MoeMatmulArgs& a) {
   const GgmlType type = a.w.type;
   if (a.expert_rows < 1 || a.n_expert < 1 || a.w.rows != a.expert_rows * a.n_expert ||
-      a.w.k < 1 || a.w.k % (IsKQuant(type) ? 256 : 32) != 0) {
+      a.w.k < 1 || a.w.k % (IsKQuant(type) ? 256 : 32) != 0 || !a.w.data || !a.q) {
     return cudaErrorInvalidValue;
   }
   if (a.w.row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(a.w.data) % 16 != 0 ||
       (type == GgmlType::kQ6_K && !a.w.q6k_padded)) {
     return cudaErrorInvalidValue;  // the registry's layout (types.h) is required
   }
+  return cudaSuccess;
+}
+
+cudaError_t CheckMatmulArgs(const MoeMatmulArgs& a) {
+  const GgmlType type = a.w.type;
+  if (const cudaError_t e = CheckExpertWeight(a); e != cudaSuccess) return e;
   const bool two = a.mode == kMoeSwiGlu || a.mode == kMoePair;
   if (two && (a.up.type != type || a.up.k != a.w.k || a.up.rows != a.w.rows ||
               a.up.row_bytes != a.w.row_bytes || a.up.q6k_padded != a.w.q6k_padded ||
               reinterpret_cast<uintptr_t>(a.up.data) % 16 != 0)) {
     return cudaErrorInvalidValue;
   }
-  if ((a.mode == kMoePair && !a.y2) || !a.w.data || !a.q || !a.tiles || !a.n_tiles || !a.y ||
+  if ((a.mode == kMoePair && !a.y2) || !a.tiles || !a.n_tiles || !a.y ||
       a.y_stride < a.expert_rows || a.act_div < 1 || a.max_tiles < 0 || a.max_tiles > 65535) {
     return cudaErrorInvalidValue;
   }
@@ -1210,12 +1218,7 @@ cudaError_t LaunchMoeDownCombine(const MoeMatmulArgs& a, const float* route, con
   if (!MoeTypeSupported(type) || a.mode != kMoePlain || a.act_map != nullptr) {
     return cudaErrorInvalidValue;
   }
-  if (a.expert_rows < 1 || a.n_expert < 1 || a.w.rows != a.expert_rows * a.n_expert ||
-      a.w.k < 1 || a.w.k % (IsKQuant(type) ? 256 : 32) != 0 || a.w.row_bytes % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(a.w.data) % 16 != 0 ||
-      (type == GgmlType::kQ6_K && !a.w.q6k_padded) || !a.w.data || !a.q) {
-    return cudaErrorInvalidValue;
-  }
+  if (const cudaError_t e = CheckExpertWeight(a); e != cudaSuccess) return e;
   if (k < 1 || k > kMoeMaxUsed || !route || !slot || !y || (bd && bd_stride < a.expert_rows)) {
     return cudaErrorInvalidValue;
   }

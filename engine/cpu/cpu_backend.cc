@@ -136,6 +136,12 @@ absl::Status CpuBackend::Fp8MatMul(const graph::Weight& w, const float* x, int64
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::WeightProduct(const graph::Weight& w, const float* x, int64_t nt,
+                                       float* y) {
+  if (UsesFp8(w, nt)) return Fp8MatMul(w, x, nt, y);
+  return MatMul(*pool_, w, x, nt, y, scratch_);
+}
+
 uint8_t* CpuBackend::HostPtr(const BufferRef& ref) {
   auto p = Ptr(ref, ref.bytes);
   return p.ok() ? *p : nullptr;
@@ -230,11 +236,7 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       return absl::OkStatus();
     }
     case OpKind::kMatMul:
-      if (UsesFp8(*node.weights[0], node.shape.ne[1])) {
-        RETURN_IF_ERROR(Fp8MatMul(*node.weights[0], f(0), node.shape.ne[1], out));
-      } else {
-        RETURN_IF_ERROR(MatMul(pool, *node.weights[0], f(0), node.shape.ne[1], out, scratch_));
-      }
+      RETURN_IF_ERROR(WeightProduct(*node.weights[0], f(0), node.shape.ne[1], out));
       return AddResidual(node, args, 1, in, out);
     case OpKind::kRoPE: {
       const auto& s = node.shape;
@@ -330,11 +332,7 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
         // (graph.h), exactly the unfused MatMuls' values.
         float* y = out;
         for (const graph::Weight* w : node.weights) {
-          if (UsesFp8(*w, nt)) {
-            RETURN_IF_ERROR(Fp8MatMul(*w, f(0), nt, y));
-          } else {
-            RETURN_IF_ERROR(MatMul(pool, *w, f(0), nt, y, scratch_));
-          }
+          RETURN_IF_ERROR(WeightProduct(*w, f(0), nt, y));
           y += w->rows() * nt;
         }
         return absl::OkStatus();

@@ -102,6 +102,8 @@ class CpuBackend : public graph::Backend {
   bool UsesFp8(const graph::Weight& w, int64_t nt) const;
   // y [w.rows(), nt] = the FP8 reference of W^T x (x [w.ne0(), nt]).
   absl::Status Fp8MatMul(const graph::Weight& w, const float* x, int64_t nt, float* y);
+  // y = W^T x by the exact MatMul, or the FP8 path where UsesFp8 says so.
+  absl::Status WeightProduct(const graph::Weight& w, const float* x, int64_t nt, float* y);
   absl::StatusOr<uint8_t*> Ptr(const graph::BufferRef& ref, int64_t need) const {
     return buffers_.Resolve(ref, need);
   }

@@ -32,6 +32,13 @@ double ValueBound(float x, float scale) {
          std::ldexp(a, -21);
 }
 
+// n values of `draw`, in order.
+std::vector<float> Random(int64_t n, const std::function<float()>& draw) {
+  std::vector<float> v(n);
+  for (float& f : v) f = draw();
+  return v;
+}
+
 double Dequant(uint8_t code, float scale) {
   return static_cast<double>(E4M3ToFloat(code)) * static_cast<double>(scale);
 }
@@ -99,11 +106,9 @@ TEST(QuantizeRowFp8Test, NegativeValuesMirrorPositiveOnes) {
   std::mt19937 rng(5);
   std::normal_distribution<float> g(0.0f, 2.0f);
   const int64_t k = 512;
-  std::vector<float> x(k), neg(k);
-  for (int64_t i = 0; i < k; ++i) {
-    x[i] = std::fabs(g(rng));
-    neg[i] = -x[i];
-  }
+  const std::vector<float> x = Random(k, [&] { return std::fabs(g(rng)); });
+  std::vector<float> neg(k);
+  for (int64_t i = 0; i < k; ++i) neg[i] = -x[i];
   std::vector<uint8_t> cp(k), cn(k);
   float sp, sn;
   QuantizeRowFp8(x.data(), k, cp.data(), &sp);
@@ -139,12 +144,6 @@ TEST(QuantizeRowFp8Test, NeverSaturatesBeyond448AndMeetsThePerValueBound) {
 }
 
 // --- the matmul -------------------------------------------------------------
-
-std::vector<float> Random(int64_t n, const std::function<float()>& draw) {
-  std::vector<float> v(n);
-  for (float& f : v) f = draw();
-  return v;
-}
 
 // g(k) of the header for an accumulator of precision p.
 double Gamma(int64_t k, int p) {
@@ -312,11 +311,8 @@ TEST(Fp8DotErrorBoundTest, NarrowerAccumulatorsGiveLargerOrInfiniteBounds) {
   std::mt19937 rng(23);
   std::normal_distribution<float> g(0, 1);
   const int64_t k = 4096;
-  std::vector<float> w(k), x(k);
-  for (int64_t i = 0; i < k; ++i) {
-    w[i] = g(rng);
-    x[i] = g(rng);
-  }
+  const std::vector<float> w = Random(k, [&] { return g(rng); });
+  const std::vector<float> x = Random(k, [&] { return g(rng); });
   const Fp8Rows qw = QuantizeRowsFp8(w.data(), 1, k), qx = QuantizeRowsFp8(x.data(), 1, k);
   const double b24 = Fp8DotErrorBound(w.data(), x.data(), k, qw.scales[0], qx.scales[0], 24);
   const double b14 = Fp8DotErrorBound(w.data(), x.data(), k, qw.scales[0], qx.scales[0], 14);
