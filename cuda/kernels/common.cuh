@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "cuda/kernels/kv_codes.h"
 #include "cuda/kernels/types.h"
 #include "engine/quant/fp8.h"
 
@@ -257,17 +258,6 @@ __device__ __forceinline__ int64_t kv_cache_row(const int32_t* __restrict__ tabl
          (j & ((1 << block_shift) - 1));
 }
 
-// An e4m3 code as f16 bits whose value is the code's / 256: the sign to
-// bit 15, exponent and mantissa (7 bits) shifted up 7, so e4m3's exponent
-// (bias 7) lands in f16's field (bias 15) and subnormals stay subnormal
-// (2^-6 m/8 = 2^8 x 2^-14 m/8). Exact for every code but NaN (0x7F/0xFF,
-// which this maps to 480); fp8_test checks the identity for all 256 codes.
-__device__ __forceinline__ float e4m3_over_256(uint32_t c) {
-  const uint32_t h = ((c & 0x80u) << 8) | ((c & 0x7Fu) << 7);
-  const float v = half_bits_to_float(static_cast<uint16_t>(h));
-  return (c & 0x7Fu) == 0x7Fu ? __int_as_float(0x7FC00000) : v;
-}
-
 // Exact conversion (q8_0: q * d is exact in float, as the CPU dequantizer).
 template <KvType KV>
 __device__ __forceinline__ float4 kv_to_float4(const KvRaw<KV>& r) {
@@ -279,16 +269,21 @@ __device__ __forceinline__ float4 kv_to_float4(const KvRaw<KV>& r) {
     const float d = half_bits_to_float(static_cast<uint16_t>(r.d));
     if constexpr (KV == KvType::kFp8) {
       // q * d is exact in f32 (fp8.h), as on the CPU; (q / 256) * (256 d)
-      // is the same product, without E4M3ToFloat's branches (the decode
-      // attention's inner loop).
-      const float d256 = d * 256.0f;
-      return make_float4(e4m3_over_256(r.qs & 0xFF) * d256, e4m3_over_256((r.qs >> 8) & 0xFF) * d256,
-                         e4m3_over_256((r.qs >> 16) & 0xFF) * d256, e4m3_over_256(r.qs >> 24) * d256);
+      // is the same product (fp8_test), from f16 pairs built with integer
+      // instructions (kv_codes.h). A NaN code makes the lane's four values
+      // NaN through their scale (the CPU: that value alone; a score or an
+      // output dimension it reaches is NaN either way).
+      const float d256 = E4M3HasNaN(r.qs) ? __int_as_float(0x7FC00000) : d * 256.0f;
+      const uint32_t lo = E4M3PairOver256Bits(r.qs, 0), hi = E4M3PairOver256Bits(r.qs, 1);
+      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+      const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+      return make_float4(a.x * d256, a.y * d256, b.x * d256, b.y * d256);
     }
-    return make_float4(static_cast<float>(static_cast<int8_t>(r.qs & 0xFF)) * d,
-                       static_cast<float>(static_cast<int8_t>((r.qs >> 8) & 0xFF)) * d,
-                       static_cast<float>(static_cast<int8_t>((r.qs >> 16) & 0xFF)) * d,
-                       static_cast<float>(static_cast<int8_t>(r.qs >> 24)) * d);
+    // The int8 codes as floats by prmt and add (kv_codes.h), the values of
+    // static_cast<float>: the same products as the CPU dequantizer's.
+    const uint32_t x = r.qs ^ 0x80808080u;
+    return make_float4(S8CodeToFloat(x, 0) * d, S8CodeToFloat(x, 1) * d, S8CodeToFloat(x, 2) * d,
+                       S8CodeToFloat(x, 3) * d);
   }
 }
 
