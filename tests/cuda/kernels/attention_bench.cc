@@ -10,7 +10,18 @@
 // the one-warp body forced, the GQA body forced; each launched directly and
 // replayed from a CUDA graph (the production path). Median of --iters runs.
 //
-//   attention_bench [--ctx=512,4096,16384] [--types=f16,f32,q8_0] [--iters=20]
+//   attention_bench [--ctx=512,4096,16384] [--types=f16,f32,q8_0,fp8] [--iters=20]
+//
+// Batch mode (--batch=64,...): the paged decode of a batch step
+// (LaunchAttnDecodePaged with the fused combine, as the batched engine runs
+// it): B sequences of ctx rows each in one pool of 16-row blocks, each
+// sequence's blocks scattered over the pool (a fixed shuffle), every token at
+// position ctx - 1; 28 layers replayed from a CUDA graph (several pools when
+// they fit, so a layer's KV is not in L2 from the previous one). Prints time
+// per layer and per step with the KV bytes read. The figure the quantized KV
+// caches' "decode at B = 64 within 5% of f16" depends on.
+//
+//   attention_bench --batch=64,256 [--ctx=256,1024,4096] [--types=f16,q8_0,fp8]
 //
 // Prefill mode (--prefill): causal prefill attention from position 0 over an
 // f16 cache at Qwen2.5-7B (28/4 heads, head_dim 128) and Qwen2-0.5B (14/2,
@@ -61,7 +72,10 @@ int64_t RowBytes(KvType t, int64_t n) {
 }
 
 const char* Name(KvType t) {
-  return t == KvType::kF32 ? "f32" : t == KvType::kF16 ? "f16" : "q8_0";
+  return t == KvType::kF32   ? "f32"
+         : t == KvType::kF16 ? "f16"
+         : t == KvType::kFp8 ? "fp8"
+                             : "q8_0";
 }
 
 // Bytes that decode as small finite values in every cache format (f16 and
@@ -79,7 +93,14 @@ std::vector<uint8_t> CacheBytes(KvType t, int64_t bytes, uint64_t seed) {
   } else if (t == KvType::kF16) {
     for (int64_t i = 1; i < bytes; i += 2) b[i] = (b[i] & 0x83) | 0x34;  // |x| < 0.5
   } else {
-    for (int64_t blk = 0; blk + 34 <= bytes; blk += 34) b[blk + 1] = 0x1C;  // d ~ 2^-8
+    // d ~ 2^-8; fp8 codes: no NaN (S.1111.111), which would only poison the
+    // output, not change the time.
+    for (int64_t blk = 0; blk + 34 <= bytes; blk += 34) {
+      b[blk + 1] = 0x1C;
+      if (t == KvType::kFp8) {
+        for (int i = 2; i < 34; ++i) b[blk + i] &= 0xF7;  // exponent bit 0 clear: never 15
+      }
+    }
   }
   return b;
 }
@@ -196,6 +217,118 @@ void Run(KvType type, int64_t ctx, int iters) {
   cudaStreamDestroy(stream);
 }
 
+// --batch: the paged decode of B sequences of ctx rows, 28 layers per graph.
+void RunBatch(KvType type, int64_t ctx, int64_t batch, int iters) {
+  constexpr int32_t kBlock = 16;
+  AttnParams p;
+  p.n_head = kHeads;
+  p.n_head_kv = kHeadsKv;
+  p.head_dim = kHeadDim;
+  p.scale = 1.0f / 11.3137085f;
+  p.kv_type = type;
+  const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock;
+  const int64_t n_blocks = batch * blocks_per_seq;
+  p.n_ctx = n_blocks * kBlock;
+  const int64_t rb = RowBytes(type, p.n_kv_embd());
+  const int64_t pool_bytes = p.n_ctx * rb;
+  // As many pools (K and V each) as fit in ~24 GB, up to one per layer.
+  const int n_pools =
+      static_cast<int>(std::clamp<int64_t>((int64_t{24} << 30) / (2 * pool_bytes), 1, kLayers));
+  std::vector<Layer> pools(n_pools);
+  const auto bytes_k = CacheBytes(type, pool_bytes, 1), bytes_v = CacheBytes(type, pool_bytes, 2);
+  for (Layer& l : pools) {
+    CHECK_CUDA(cudaMalloc(&l.k, pool_bytes));
+    CHECK_CUDA(cudaMalloc(&l.v, pool_bytes));
+    CHECK_CUDA(cudaMemcpy(l.k, bytes_k.data(), pool_bytes, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(l.v, bytes_v.data(), pool_bytes, cudaMemcpyHostToDevice));
+  }
+  // Block tables: a fixed permutation of the pool's blocks (an LCG-driven
+  // Fisher-Yates), sequence s taking entries [s * blocks_per_seq, ...).
+  std::vector<int32_t> perm(n_blocks);
+  for (int64_t i = 0; i < n_blocks; ++i) perm[i] = static_cast<int32_t>(i);
+  uint64_t x = 12345;
+  for (int64_t i = n_blocks - 1; i > 0; --i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    std::swap(perm[i], perm[(x >> 33) % static_cast<uint64_t>(i + 1)]);
+  }
+  std::vector<int32_t> tiles(4 * batch), pos(batch, static_cast<int32_t>(ctx - 1));
+  for (int64_t s = 0; s < batch; ++s) {
+    tiles[4 * s] = static_cast<int32_t>(s);      // table row
+    tiles[4 * s + 1] = static_cast<int32_t>(s);  // first token
+    tiles[4 * s + 2] = 1;                        // tokens
+  }
+  std::vector<float> hq(batch * kHeads * kHeadDim);
+  for (size_t i = 0; i < hq.size(); ++i) hq[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  float *q, *partial, *out;
+  int32_t *dpos, *dtiles, *dtables, *counters;
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&q), hq.size() * 4));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), hq.size() * 4));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&partial), AttnPagedPartialFloats(p, batch) * 4));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dpos), batch * 4));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dtiles), tiles.size() * 4));
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&dtables), perm.size() * 4));
+  const int64_t n_counters = AttnDecodeCounters(p, batch);
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&counters), n_counters * 4));
+  CHECK_CUDA(cudaMemset(counters, 0, n_counters * 4));
+  CHECK_CUDA(cudaMemcpy(q, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(dpos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(dtiles, tiles.data(), tiles.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(dtables, perm.data(), perm.size() * 4, cudaMemcpyHostToDevice));
+  AttnPaged pg;
+  pg.tiles = dtiles;
+  pg.n_tiles = batch;
+  pg.tables = dtables;
+  pg.max_blocks = static_cast<int32_t>(blocks_per_seq);
+  pg.kv_block = kBlock;
+  pg.counters = counters;
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int l = 0; l < kLayers; ++l) {
+    const Layer& pool = pools[l % n_pools];
+    CHECK_CUDA(LaunchAttnDecodePaged(q, dpos, pool.k, pool.v, partial, out, p, pg, stream));
+  }
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int w = 0; w < 3; ++w) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  std::vector<float> times;
+  for (int it = 0; it < iters; ++it) {
+    CHECK_CUDA(cudaEventRecord(e0, stream));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaEventRecord(e1, stream));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float ms;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    times.push_back(ms);
+  }
+  const double us = Median(times) * 1e3 / kLayers;
+  const double bytes = 2.0 * static_cast<double>(batch * ctx * rb);  // rows read per layer
+  std::printf(
+      "%-5s B %4lld ctx %6lld  paged  graph %8.2f us/layer %7.0f GB/s   (%.1f MB KV/layer, "
+      "%.3f ms/step, %d pools)\n",
+      Name(type), static_cast<long long>(batch), static_cast<long long>(ctx), us,
+      bytes / (us * 1e3), bytes / 1e6, us * kLayers / 1e3, n_pools);
+  CHECK_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  for (Layer& l : pools) {
+    cudaFree(l.k);
+    cudaFree(l.v);
+  }
+  for (void* ptr : {static_cast<void*>(q), static_cast<void*>(out), static_cast<void*>(partial),
+                    static_cast<void*>(dpos), static_cast<void*>(dtiles),
+                    static_cast<void*>(dtables), static_cast<void*>(counters)}) {
+    cudaFree(ptr);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(stream);
+}
+
 // --prefill: one shape at one nt, both prefill kernels.
 void RunPrefill(const char* label, int n_head, int n_head_kv, int hd, int64_t nt, int iters) {
   AttnParams p;
@@ -306,10 +439,13 @@ int main(int argc, char** argv) {
   int iters = 20;
   bool prefill = false;
   std::vector<int64_t> nts = {512, 2048};
+  std::vector<int64_t> batches;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--prefill") {
       prefill = true;
+    } else if (a.rfind("--batch=", 0) == 0) {
+      batches = ParseList(a.substr(8));
     } else if (a.rfind("--nt=", 0) == 0) {
       nts = ParseList(a.substr(5));
     } else if (a.rfind("--ctx=", 0) == 0) {
@@ -325,6 +461,7 @@ int main(int argc, char** argv) {
         if (t == "f32") types.push_back(KvType::kF32);
         if (t == "f16") types.push_back(KvType::kF16);
         if (t == "q8_0") types.push_back(KvType::kQ8_0);
+        if (t == "fp8") types.push_back(KvType::kFp8);
       }
     }
   }
@@ -350,6 +487,16 @@ int main(int argc, char** argv) {
       "layers; long-context switch at %d rows\n",
       prop.name, prop.multiProcessorCount, kHeads, kHeadsKv, kHeadDim, kLayers, kAttnLongMinRows);
   CopyCeiling();
+  if (!batches.empty()) {
+    for (int64_t c : ctxs) {
+      for (int64_t b : batches) {
+        for (KvType t : types) {
+          if (c > 0 && b > 0) RunBatch(t, c, b, iters);
+        }
+      }
+    }
+    return 0;
+  }
   for (KvType t : types) {
     for (int64_t c : ctxs) {
       if (c > 0) Run(t, c, iters);
