@@ -32,9 +32,12 @@
 #                                        2048 (prefills on the wgmma GEMM); minferd at 64
 #                                        and 256 streams
 #   bash .gpu/gpu_run.sh kv [SPEC [BATCHES]]
-#                                        KV cache types (issue 32): `minfer bench` batched
-#                                        decode (default 7b:q4_k_m, -b 1,64,128,256) with
-#                                        --kv-type f16, q8_0 and fp8 in turn, and each
+#                                        KV cache types (issue 32): the decode attention
+#                                        of a B=64 step alone (attention_bench --batch,
+#                                        both bodies), then `minfer bench` batched decode
+#                                        (default 7b:q4_k_m, -b 1,64,128,256) with
+#                                        --kv-type f16, q8_0 and fp8, each with
+#                                        MINFER_ATTN_PAGED_LONG_MIN 512 and 0, and each
 #                                        type's greedy ids of `minfer run` against f16's
 #   bash .gpu/gpu_run.sh levers [SPEC..] the decode levers (sessions 15 and 18):
 #                                        `minfer bench -b 1,64 -p 128 -n 128` with all of
@@ -439,11 +442,17 @@ PY
     f="/tmp/minfer-models/$shape-$type.gguf"
     [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tee -a "$out/mkmodel.log"
     prompt="The quick brown fox jumps over the lazy dog. Once upon a time"
+    # The decode attention alone at B = 64 (every body), then end to end
+    # with the paged body rule as shipped and with the GQA body always.
+    "$bin/attention_bench" --batch=64 --ctx=256,1024,4096 --types=f16,q8_0,fp8 --iters=15 2>&1 |
+      grep -E "paged|rror" | tee -a "$out/kv.log"
     for kv in f16 q8_0 fp8; do
-      echo "== --kv-type $kv" | tee -a "$out/kv.log"
-      minfer bench -m "$f" -b "$batches" -p 128 -n 128 -r 1 --kv-type "$kv" 2>&1 |
-        grep -E "^\| |KV pool" | tee -a "$out/kv.log"
-      minfer run -m "$f" -p "$prompt" -n 64 --kv-type "$kv" --json -q > "$out/kv-run-$kv.json" 2>&1
+      for lm in 512 0; do
+        echo "== --kv-type $kv MINFER_ATTN_PAGED_LONG_MIN=$lm" | tee -a "$out/kv.log"
+        MINFER_ATTN_PAGED_LONG_MIN=$lm minfer bench -m "$f" -b "$batches" -p 128 -n 128 -r 1 \
+          --kv-type "$kv" 2>&1 | grep -E "^\| |KV pool" | tee -a "$out/kv.log"
+      done
+      minfer run -m "$f" -p "$prompt" -n 64 --kv-type "$kv" --json -q > "$out/kv-run-$kv.json" 2> "$out/kv-run-$kv.err"
     done
     python3 - "$out" <<'PY' | tee -a "$out/kv.log"
 import json, sys

@@ -313,6 +313,8 @@ int64_t CudaBackend::MemoryBytes() const {
 }
 
 void CudaBackend::RefreshKnobs() {
+  static_assert(Knobs{}.attn_paged_long_min == kAttnLongMinRows,
+                "MINFER_ATTN_PAGED_LONG_MIN's default is the single-token rule");
   KnobRegistry& r = KnobRegistry::Global();
   const uint64_t gen = r.generation() + (model_knob_gen_ ? *model_knob_gen_ : 0);
   if (gen == knob_gen_) return;
@@ -328,6 +330,8 @@ void CudaBackend::RefreshKnobs() {
   k.matmul.mmvq_min_elems = r.GetInt("MINFER_MMVQ_MIN_ELEMS", knob_overrides_);
   k.attn_prefill_tc = r.GetBool("MINFER_ATTN_PREFILL_TC", knob_overrides_);
   k.attn_fused_combine = r.GetBool("MINFER_ATTN_FUSED_COMBINE", knob_overrides_);
+  k.attn_paged_long_min = static_cast<int32_t>(
+      std::clamp<int64_t>(r.GetInt("MINFER_ATTN_PAGED_LONG_MIN", knob_overrides_), 0, INT32_MAX));
   k.attn_q8 = r.GetBool("MINFER_ATTN_Q8", knob_overrides_);
   k.pdl = r.GetBool("MINFER_PDL", knob_overrides_);
   k.moe_mma = r.GetBool("MINFER_MOE_MMA", knob_overrides_);

@@ -174,6 +174,7 @@ class CudaBackend : public graph::Backend {
     bool moe_gate_quant = false;      // MINFER_MOE_GATE_QUANT
     bool attn_prefill_tc = true;
     bool attn_fused_combine = true;  // MINFER_ATTN_FUSED_COMBINE
+    int32_t attn_paged_long_min = 512;  // MINFER_ATTN_PAGED_LONG_MIN (ops.h kAttnLongMinRows)
     bool attn_q8 = false;            // MINFER_ATTN_Q8
     bool op_timing = false;
     bool operator==(const Knobs&) const = default;

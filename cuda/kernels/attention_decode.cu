@@ -618,11 +618,12 @@ cudaError_t LaunchAttnDecodePaged(const float* q, const int32_t* pos, const void
                                   const AttnParams& p, const AttnPaged& pg, cudaStream_t stream) {
   if (pg.tiles == nullptr || pg.tables == nullptr || pg.n_tiles < 1 || pg.n_tiles > 65535 ||
       pg.max_blocks < 1 || pg.kv_block < 1 || (pg.kv_block & (pg.kv_block - 1)) != 0 ||
-      !AlignedTo(pg.tiles, 16)) {
+      !AlignedTo(pg.tiles, 16) || pg.long_min_rows < 0) {
     return cudaErrorInvalidValue;
   }
   AttnDecodeConfig cfg;
   cfg.n_splits = AttnPagedSplits(p, pg.n_tiles);
+  cfg.long_min_rows = pg.long_min_rows;
   cfg.counters = pg.counters;
   cfg.q8 = pg.q8;
   return LaunchDecode(q, pos, k_cache, v_cache, partial, out, p, cfg, &pg, stream);

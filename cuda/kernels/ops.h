@@ -270,6 +270,15 @@ struct AttnPaged {
   int32_t* counters = nullptr;
   // Decode: AttnDecodeConfig::q8 (token t = a tile's token index), or null.
   BlockQ8A* q8 = nullptr;
+  // Decode: AttnDecodeConfig::long_min_rows — a token with at least this many
+  // visible rows takes the GQA body (one block reads each KV row once for
+  // all the query heads that share it), a shorter one the one-warp body
+  // (one warp per query head, each reading the rows itself). The default is
+  // the single-token choice; a batch has parallelism enough for the GQA body
+  // sooner, and a quantized cache pays its loads and conversions once per
+  // query head in the one-warp body (the nineteenth session's
+  // attention_bench --batch). 0: always GQA; INT32_MAX: always one-warp.
+  int32_t long_min_rows = kAttnLongMinRows;
 };
 
 // Decode: the tiles of one token (count 1), split-KV as LaunchAttnDecode with

@@ -65,6 +65,12 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        KnobEffect::kRecapture,
        "Decode attention merges its KV stripes in the block that finishes a head's last stripe "
        "(one launch fewer per layer); 0 = a combine kernel after the stripes."});
+  add({"MINFER_ATTN_PAGED_LONG_MIN", KnobType::kInt, "512", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Batched (paged) decode attention: a token with at least this many visible rows takes the "
+       "GQA body (each KV row read once for the query heads that share it), a shorter one the "
+       "one-warp body (each query head reads the rows itself); 0 = always GQA, 512 = the "
+       "single-token rule. Measure with attention_bench --batch before changing the default."});
   add({"MINFER_ATTN_Q8", KnobType::kBool, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
        "Decode attention of up to 8 tokens also writes its output quantized for the output "
        "projection's MMVQ (one quantize launch fewer per layer). Tested on an H100 (op_kernels_test, "

@@ -17,8 +17,10 @@
 // it): B sequences of ctx rows each in one pool of 16-row blocks, each
 // sequence's blocks scattered over the pool (a fixed shuffle), every token at
 // position ctx - 1; 28 layers replayed from a CUDA graph (several pools when
-// they fit, so a layer's KV is not in L2 from the previous one). Prints time
-// per layer and per step with the KV bytes read. The figure the quantized KV
+// they fit, so a layer's KV is not in L2 from the previous one), with the
+// body choice as the backend makes it (auto: AttnPaged's default) and each
+// body forced (MINFER_ATTN_PAGED_LONG_MIN). Prints time per layer and per
+// step with the KV bytes read. The figure the quantized KV
 // caches' "decode at B = 64 within 5% of f16" depends on.
 //
 //   attention_bench --batch=64,256 [--ctx=256,1024,4096] [--types=f16,q8_0,fp8]
@@ -286,35 +288,45 @@ void RunBatch(KvType type, int64_t ctx, int64_t batch, int iters) {
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int l = 0; l < kLayers; ++l) {
-    const Layer& pool = pools[l % n_pools];
-    CHECK_CUDA(LaunchAttnDecodePaged(q, dpos, pool.k, pool.v, partial, out, p, pg, stream));
-  }
-  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int w = 0; w < 3; ++w) CHECK_CUDA(cudaGraphLaunch(exec, stream));
-  std::vector<float> times;
-  for (int it = 0; it < iters; ++it) {
-    CHECK_CUDA(cudaEventRecord(e0, stream));
-    CHECK_CUDA(cudaGraphLaunch(exec, stream));
-    CHECK_CUDA(cudaEventRecord(e1, stream));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float ms;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    times.push_back(ms);
-  }
-  const double us = Median(times) * 1e3 / kLayers;
+  // The body choice (AttnPaged::long_min_rows): the single-token rule, then
+  // each body forced.
+  struct Mode {
+    const char* name;
+    int32_t long_min;
+  };
+  const Mode modes[] = {{"auto", kAttnLongMinRows}, {"1warp", INT32_MAX}, {"gqa", 0}};
   const double bytes = 2.0 * static_cast<double>(batch * ctx * rb);  // rows read per layer
-  std::printf(
-      "%-5s B %4lld ctx %6lld  paged  graph %8.2f us/layer %7.0f GB/s   (%.1f MB KV/layer, "
-      "%.3f ms/step, %d pools)\n",
-      Name(type), static_cast<long long>(batch), static_cast<long long>(ctx), us,
-      bytes / (us * 1e3), bytes / 1e6, us * kLayers / 1e3, n_pools);
-  CHECK_CUDA(cudaGraphExecDestroy(exec));
-  CHECK_CUDA(cudaGraphDestroy(graph));
+  for (const Mode& m : modes) {
+    pg.long_min_rows = m.long_min;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int l = 0; l < kLayers; ++l) {
+      const Layer& pool = pools[l % n_pools];
+      CHECK_CUDA(LaunchAttnDecodePaged(q, dpos, pool.k, pool.v, partial, out, p, pg, stream));
+    }
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int w = 0; w < 3; ++w) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    std::vector<float> times;
+    for (int it = 0; it < iters; ++it) {
+      CHECK_CUDA(cudaEventRecord(e0, stream));
+      CHECK_CUDA(cudaGraphLaunch(exec, stream));
+      CHECK_CUDA(cudaEventRecord(e1, stream));
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      float ms;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      times.push_back(ms);
+    }
+    const double us = Median(times) * 1e3 / kLayers;
+    std::printf(
+        "%-5s B %4lld ctx %6lld  paged %-6s graph %8.2f us/layer %7.0f GB/s   (%.1f MB KV/layer, "
+        "%.3f ms/step, %d pools)\n",
+        Name(type), static_cast<long long>(batch), static_cast<long long>(ctx), m.name, us,
+        bytes / (us * 1e3), bytes / 1e6, us * kLayers / 1e3, n_pools);
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+  }
   for (Layer& l : pools) {
     cudaFree(l.k);
     cudaFree(l.v);

@@ -14,6 +14,8 @@
 // but for the normalizer (float vs double sums: 1e-5 relative).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -269,6 +271,65 @@ INSTANTIATE_TEST_SUITE_P(
                       PagedCase{KvType::kF16, 16, 8, 64, 64, 700, true},
                       PagedCase{KvType::kF32, 14, 2, 64, 16, 0, true},
                       PagedCase{KvType::kQ8_0, 8, 2, 64, 32, 33, false}));
+
+// AttnPaged::long_min_rows (MINFER_ATTN_PAGED_LONG_MIN): a batch of decode
+// tokens at short and long contexts with either body forced for every token
+// (0: the GQA body, INT32_MAX: the one-warp body) and the default split
+// between them, each against the CPU's paged attention within the decode
+// tolerance, for every cache type; both forced bodies read the same stripes,
+// so they also agree with each other within float summation order.
+TEST(PagedDecodeBodiesTest, EitherBodyMatchesCpuForEveryToken) {
+  MINFER_REQUIRE_GPU();
+  std::mt19937_64 rng(TestSeed());
+  const std::vector<Seq> seqs = {{1, 1}, {5, 1}, {37, 1}, {130, 1}, {300, 1}, {511, 1},
+                                 {512, 1}, {700, 1}, {1500, 1}, {64, 1}};
+  for (KvType t : {KvType::kF16, KvType::kQ8_0, KvType::kFp8, KvType::kF32}) {
+    SCOPED_TRACE(static_cast<int>(t));
+    Batch b = MakeBatch(t, 28, 4, 128, 16, seqs, rng, 0, nullptr);
+    DeviceBuffer<float> dq(b.q), out(b.q.size());
+    DeviceBuffer<int32_t> dpos(b.pos), dtiles(b.tiles), dtables(b.tables);
+    DeviceBuffer<uint8_t> dk(b.k), dv(b.v);
+    AttnPaged pg;
+    pg.tiles = dtiles.get();
+    pg.n_tiles = static_cast<int64_t>(b.tiles.size() / 4);
+    pg.tables = dtables.get();
+    pg.max_blocks = static_cast<int32_t>(b.max_blocks);
+    pg.kv_block = b.kv_block;
+    DeviceBuffer<float> partial(AttnPagedPartialFloats(b.p, pg.n_tiles));
+    DeviceBuffer<int32_t> counters(
+        std::vector<int32_t>(static_cast<size_t>(AttnDecodeCounters(b.p, pg.n_tiles)), 0));
+    std::vector<std::vector<float>> got;
+    for (int32_t long_min : {INT32_MAX, 0, kAttnLongMinRows}) {
+      for (bool fused : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "long_min " << long_min << " fused " << fused);
+        pg.long_min_rows = long_min;
+        pg.counters = fused ? counters.get() : nullptr;
+        out.Poison();
+        ASSERT_CUDA(LaunchAttnDecodePaged(dq.get(), dpos.get(), dk.get(), dv.get(), partial.get(),
+                                          out.get(), b.p, pg, nullptr));
+        SYNC();
+        got.push_back(out.ToHost());
+        const float tol = 2e-5f * b.max_v;
+        for (size_t i = 0; i < got.back().size(); ++i) {
+          ASSERT_FALSE(std::isnan(got.back()[i])) << "element " << i;
+          ASSERT_NEAR(got.back()[i], b.want[i], tol) << "element " << i;
+        }
+      }
+    }
+    // The two forced bodies: within float summation order of each other
+    // (4e-6 max|V|, SplitMatchesOneStripe's bound), and not bit-identical
+    // everywhere (they really are different code).
+    double worst = 0;
+    for (size_t i = 0; i < got[0].size(); ++i) {
+      const double d = std::fabs(static_cast<double>(got[0][i]) - got[2][i]);
+      ASSERT_LE(d, 4e-6 * b.max_v) << "element " << i;
+      worst = std::max(worst, d);
+    }
+    EXPECT_GT(worst, 0.0) << "both settings ran the same body";
+    std::printf("paged decode, one-warp vs GQA body: worst difference %.3g x max|V|\n",
+                worst / b.max_v);
+  }
+}
 
 TEST(QkvRowsTest, StoresAtRowsAndRopesAtPositions) {
   MINFER_REQUIRE_GPU();
