@@ -373,6 +373,7 @@ void CudaBackend::RefreshKnobs() {
   k.dqw_warpgroups =
       static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_WARPGROUPS", knob_overrides_), 0, 2));
   k.dqw_tma = static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_TMA", knob_overrides_), 0, 2));
+  k.dqw_reduce_in_kernel = r.GetBool("MINFER_DQW_REDUCE_IN_KERNEL", knob_overrides_);
   // MINFER_FP8_PREFILL is read once, at load (BuildFp8Copies).
   k.matmul.fp8_min_tokens = fp8_min_tokens_;
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);

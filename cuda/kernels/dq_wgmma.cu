@@ -117,6 +117,9 @@ struct Params {
   int64_t split_stride;
   int tiles;
   uint32_t sbo;  // bytes between 8-token atoms along n (1024; other values only from a test)
+  // With splits > 1: per-tile counters for the reduction in the last CTA
+  // (splitk::ReduceTileWhenLast); null: reduce_kernel after the launch.
+  int32_t* tile_done;
 };
 
 template <GgmlType T, int N, int W>
@@ -469,20 +472,23 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
   for (int j = 0; j < N / 2; ++j) wgmma_pin(acc[j]);
   cp_async_wait<0>();
   if constexpr (kCluster > 1) cluster_sync();
-  if (!wr.active) return;
-  float* const y =
-      p.splits > 1 ? (wr.sg == 0 ? p.seg[0].part : wr.sg == 1 ? p.seg[1].part : p.seg[2].part) +
-                         static_cast<int64_t>(z) * p.split_stride
-                   : (wr.sg == 0 ? p.seg[0].y : wr.sg == 1 ? p.seg[1].y : p.seg[2].y);
+  if (wr.active) {
+    float* const y =
+        p.splits > 1 ? (wr.sg == 0 ? p.seg[0].part : wr.sg == 1 ? p.seg[1].part : p.seg[2].part) +
+                           static_cast<int64_t>(z) * p.split_stride
+                     : (wr.sg == 0 ? p.seg[0].y : wr.sg == 1 ? p.seg[1].y : p.seg[2].y);
 #pragma unroll
-  for (int j = 0; j < N / 8; ++j) {
+    for (int j = 0; j < N / 8; ++j) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t row = wr.rbase + g + ((e >> 1) ? 8 : 0);
-      const int tok = 8 * j + 2 * t + (e & 1);
-      if (row < wr.rows && tok < p.nt) y[static_cast<int64_t>(tok) * wr.rows + row] = acc[4 * j + e];
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = wr.rbase + g + ((e >> 1) ? 8 : 0);
+        const int tok = 8 * j + 2 * t + (e & 1);
+        if (row < wr.rows && tok < p.nt) y[static_cast<int64_t>(tok) * wr.rows + row] = acc[4 * j + e];
+      }
     }
   }
+  // Every warp of the CTA, active or not (the reduction's barriers).
+  if (p.splits > 1 && p.tile_done != nullptr) splitk::ReduceTileWhenLast<1>(p, wr, blockIdx.x, lane);
 #endif  // MINFER_SM90A_DEVICE
 }
 
@@ -690,9 +696,19 @@ cudaError_t LaunchDqWgmma(const MmqSegments& s, const void* act, int64_t nt, cud
       return cudaErrorInvalidValue;
     }
   }
+  // The reduction in the GEMM's last CTA per tile where counters are given
+  // for every tile; else its own launch.
+  p.tile_done = p.splits > 1 && tuning != nullptr && tuning->tile_done != nullptr &&
+                        p.tiles <= tuning->tile_done_count
+                    ? tuning->tile_done
+                    : nullptr;
   dqw::Dispatch(type, warps, p, act_load, tmap, stream, true, &info);
   if (tuning != nullptr && tuning->act_load_used != nullptr) *tuning->act_load_used = act_load;
-  if (p.splits > 1) splitk::Reduce(p, stride, stream);
+  if (tuning != nullptr && tuning->splits_used != nullptr) *tuning->splits_used = p.splits;
+  if (tuning != nullptr && tuning->reduced_in_kernel != nullptr) {
+    *tuning->reduced_in_kernel = p.tile_done != nullptr;
+  }
+  if (p.splits > 1 && p.tile_done == nullptr) splitk::Reduce(p, stride, stream);
   return cudaGetLastError();
 }
 

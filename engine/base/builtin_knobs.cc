@@ -198,6 +198,12 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "B=256 +19.6% over 0); 0 = cp.async by every thread; 2 = TMA multicast over clusters of "
        "two CTAs, each bringing half of every chunk into both (half the L2 reads, but the pair "
        "waits on each other: B=64 -21%, B=256 +6% over 0). The same results bit for bit."});
+  add({"MINFER_DQW_REDUCE_IN_KERNEL", KnobType::kBool, "0", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "The wgmma DQ GEMM's split-k partials are added by the last CTA of each row tile inside "
+       "the GEMM (the same sum in the same order: the same bits) instead of by a reduce launch "
+       "after it. The H200's B=64 7B step spends 11% in those launches (126 of ~5.6 us); off "
+       "until measured end to end."});
   add({"MINFER_MMQ_SMALL_CHUNKS", KnobType::kInt, "2", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "The staged few-token GEMM's automatic split-k keeps at least this many 256-element "

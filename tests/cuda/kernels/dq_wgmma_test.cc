@@ -309,6 +309,86 @@ TEST(DqWgmmaTest, TmaFormsEqualTheCopies) {
   EXPECT_EQ(LaunchDqWgmma(seg, act.get(), 12, nullptr, &tu), cudaErrorInvalidValue);
 }
 
+// DqwTuning::tile_done (MINFER_DQW_REDUCE_IN_KERNEL): the split-k partials
+// added by each row tile's last CTA give the reduce launch's outputs bit for
+// bit (the same sum in the same order), for both types, one and two
+// warpgroups, the copies and the TMA load, forced and automatic splits, twice
+// in a row (the counters return to zero: a replayed graph finds them so);
+// with fewer counters than tiles the reduce launch runs instead.
+TEST(DqWgmmaTest, ReductionInTheGemmEqualsTheReduceLaunch) {
+  MINFER_REQUIRE_DQW();
+  const int64_t ws_bytes = MmqSplitKBytes();
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  constexpr int64_t kCounters = 4096;
+  DeviceBuffer<int32_t> done(std::vector<int32_t>(kCounters, 0));
+  int64_t in_kernel = 0;
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (int64_t k : {int64_t{256}, int64_t{3584}}) {
+      for (int64_t rows : {int64_t{77}, int64_t{600}}) {
+        const HostWeight hw = MakeWeight(type, rows, k, 2);
+        auto dw = Upload(hw, /*q6k_padded=*/true);
+        MmqSegments seg;
+        seg.n = 1;
+        seg.w[0] = dw->view;
+        double worst = 0;
+        for (int64_t nt : {20, 64, 200}) {
+          const Acts a = MakeActs(k, nt);
+          DeviceBuffer<uint16_t> act(a.layout);
+          const std::vector<Ref> refs = MakeRefs(hw, a);
+          for (int wg : {1, 2}) {
+            for (int load : {0, 1}) {
+              for (int split : {2, 3, kMmqSplitAuto}) {
+                std::ostringstream what;
+                what << GgmlTypeName(type) << " k=" << k << " rows=" << rows << " nt=" << nt
+                     << " warpgroups=" << wg << " act_load=" << load << " split=" << split;
+                DqwTuning tu;
+                tu.split_workspace = ws.get();
+                tu.split_bytes = ws_bytes;
+                tu.warpgroups = wg;
+                tu.act_load = load;
+                tu.split_k = split;
+                int splits = -1;
+                bool reduced = true;
+                tu.splits_used = &splits;
+                tu.reduced_in_kernel = &reduced;
+                cudaError_t err;
+                const std::vector<float> y0 = RunDqw(seg, rows * nt, act.get(), nt, tu, &err);
+                ASSERT_EQ(err, cudaSuccess) << what.str() << ": " << cudaGetErrorString(err);
+                EXPECT_FALSE(reduced) << what.str() << ": no counters, yet reduced in the GEMM";
+                tu.tile_done = done.get();
+                tu.tile_done_count = kCounters;
+                for (int rep = 0; rep < 2; ++rep) {
+                  const std::vector<float> y = RunDqw(seg, rows * nt, act.get(), nt, tu, &err);
+                  ASSERT_EQ(err, cudaSuccess) << what.str() << ": " << cudaGetErrorString(err);
+                  EXPECT_EQ(reduced, splits >= 2) << what.str() << " (" << splits << " splits)";
+                  EXPECT_EQ(Identical(y, y0, rows * nt), 0) << what.str() << " rep " << rep;
+                  CountBad(hw, a, refs, y, what.str(), &worst);
+                  in_kernel += reduced;
+                }
+                const std::vector<int32_t> left = done.ToHost();
+                EXPECT_EQ(std::count(left.begin(), left.end(), 0), kCounters)
+                    << what.str() << ": counters not returned to zero";
+                // Fewer counters than row tiles: the reduce launch, same bits.
+                tu.tile_done_count = 0;
+                const std::vector<float> y = RunDqw(seg, rows * nt, act.get(), nt, tu, &err);
+                ASSERT_EQ(err, cudaSuccess) << what.str();
+                EXPECT_FALSE(reduced) << what.str();
+                EXPECT_EQ(Identical(y, y0, rows * nt), 0) << what.str() << " (too few counters)";
+                if (HasFailure()) return;
+              }
+            }
+          }
+        }
+        std::cout << "[dqw reduce] " << GgmlTypeName(type) << " k=" << k << " rows=" << rows
+                  << ": worst err/mag " << worst << " (bound " << kBound << ")\n";
+      }
+    }
+  }
+  // The forced splits (2 and 3; at least 2 chunks at k = 256) always split:
+  // types x k x rows x nt x warpgroups x loads x forced splits x repeats.
+  EXPECT_GE(in_kernel, 2 * 2 * 2 * 3 * 2 * 2 * 2 * 2);
+}
+
 TEST(DqWgmmaTest, SegmentsEqualOneLaunchPerWeight) {
   MINFER_REQUIRE_DQW();
   // A FusedQKV's q and k in Q4_K: one launch, each weight's own bits.
