@@ -117,24 +117,78 @@ struct Layer {
   void* v = nullptr;
 };
 
-void Run(KvType type, int64_t ctx, int iters) {
+// n caches (K and V each) of `bytes`, filled with CacheBytes of the type.
+std::vector<Layer> MakeCaches(KvType type, int n, int64_t bytes) {
+  std::vector<Layer> caches(n);
+  const auto bytes_k = CacheBytes(type, bytes, 1), bytes_v = CacheBytes(type, bytes, 2);
+  for (Layer& l : caches) {
+    CHECK_CUDA(cudaMalloc(&l.k, bytes));
+    CHECK_CUDA(cudaMalloc(&l.v, bytes));
+    CHECK_CUDA(cudaMemcpy(l.k, bytes_k.data(), bytes, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(l.v, bytes_v.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  return caches;
+}
+
+// The decode bodies (AttnDecodeConfig / AttnPaged long_min_rows): the
+// automatic choice, then each body forced.
+struct BodyMode {
+  const char* name;
+  int32_t long_min;
+};
+constexpr BodyMode kBodyModes[] = {{"auto", kAttnLongMinRows}, {"1warp", INT32_MAX}, {"gqa", 0}};
+
+// Median milliseconds of `iters` runs of launch() on `stream`, by events.
+template <class F>
+float MedianMs(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, int iters, F&& launch) {
+  std::vector<float> t;
+  for (int it = 0; it < iters; ++it) {
+    CHECK_CUDA(cudaEventRecord(e0, stream));
+    launch();
+    CHECK_CUDA(cudaEventRecord(e1, stream));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float ms;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms);
+  }
+  return Median(t);
+}
+
+// Median milliseconds of a CUDA graph captured from launches(), replayed
+// `iters` times after three warm-up replays (the production path).
+template <class F>
+float GraphMedianMs(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, int iters, F&& launches) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  launches();
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int w = 0; w < 3; ++w) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  const float ms =
+      MedianMs(stream, e0, e1, iters, [&] { CHECK_CUDA(cudaGraphLaunch(exec, stream)); });
+  CHECK_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  return ms;
+}
+
+// The 7B's attention over a cache of `type` and n_ctx rows.
+AttnParams Params7B(KvType type, int64_t n_ctx) {
   AttnParams p;
   p.n_head = kHeads;
   p.n_head_kv = kHeadsKv;
   p.head_dim = kHeadDim;
-  p.scale = 1.0f / 11.3137085f;
-  p.n_ctx = ctx;
+  p.scale = 1.0f / 11.3137085f;  // 1 / sqrt(128)
+  p.n_ctx = n_ctx;
   p.kv_type = type;
+  return p;
+}
+
+void Run(KvType type, int64_t ctx, int iters) {
+  const AttnParams p = Params7B(type, ctx);
   const int64_t rb = RowBytes(type, p.n_kv_embd());
   const int64_t cache_bytes = ctx * rb;
-  std::vector<Layer> layers(kLayers);
-  const auto bytes_k = CacheBytes(type, cache_bytes, 1), bytes_v = CacheBytes(type, cache_bytes, 2);
-  for (Layer& l : layers) {
-    CHECK_CUDA(cudaMalloc(&l.k, cache_bytes));
-    CHECK_CUDA(cudaMalloc(&l.v, cache_bytes));
-    CHECK_CUDA(cudaMemcpy(l.k, bytes_k.data(), cache_bytes, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(l.v, bytes_v.data(), cache_bytes, cudaMemcpyHostToDevice));
-  }
+  std::vector<Layer> layers = MakeCaches(type, kLayers, cache_bytes);
   std::vector<float> hq(int64_t{kHeads} * kHeadDim);
   for (size_t i = 0; i < hq.size(); ++i) hq[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
   float *q, *partial, *out;
@@ -152,13 +206,8 @@ void Run(KvType type, int64_t ctx, int iters) {
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
 
-  struct Mode {
-    const char* name;
-    int32_t long_min;
-  };
-  const Mode modes[] = {{"auto", kAttnLongMinRows}, {"1warp", INT32_MAX}, {"gqa", 0}};
   const double kv_bytes_per_layer = 2.0 * static_cast<double>(cache_bytes);
-  for (const Mode& m : modes) {
+  for (const BodyMode& m : kBodyModes) {
     AttnDecodeConfig cfg;
     cfg.long_min_rows = m.long_min;
     auto all_layers = [&] {
@@ -166,39 +215,11 @@ void Run(KvType type, int64_t ctx, int iters) {
         CHECK_CUDA(LaunchAttnDecodeConfigured(q, pos, l.k, l.v, partial, out, p, cfg, stream));
       }
     };
-    // Direct launches.
-    for (int w = 0; w < 3; ++w) all_layers();
-    std::vector<float> direct, graphed;
-    for (int it = 0; it < iters; ++it) {
-      CHECK_CUDA(cudaEventRecord(e0, stream));
-      all_layers();
-      CHECK_CUDA(cudaEventRecord(e1, stream));
-      CHECK_CUDA(cudaEventSynchronize(e1));
-      float ms;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-      direct.push_back(ms);
-    }
-    // CUDA graph replay.
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    all_layers();
-    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    for (int w = 0; w < 3; ++w) CHECK_CUDA(cudaGraphLaunch(exec, stream));
-    for (int it = 0; it < iters; ++it) {
-      CHECK_CUDA(cudaEventRecord(e0, stream));
-      CHECK_CUDA(cudaGraphLaunch(exec, stream));
-      CHECK_CUDA(cudaEventRecord(e1, stream));
-      CHECK_CUDA(cudaEventSynchronize(e1));
-      float ms;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-      graphed.push_back(ms);
-    }
-    CHECK_CUDA(cudaGraphExecDestroy(exec));
-    CHECK_CUDA(cudaGraphDestroy(graph));
-    const double us_direct = Median(direct) * 1e3 / kLayers;
-    const double us_graph = Median(graphed) * 1e3 / kLayers;
+    for (int w = 0; w < 3; ++w) all_layers();  // direct launches, warm-up
+    const float direct_ms = MedianMs(stream, e0, e1, iters, all_layers);
+    const float graph_ms = GraphMedianMs(stream, e0, e1, iters, all_layers);
+    const double us_direct = direct_ms * 1e3 / kLayers;
+    const double us_graph = graph_ms * 1e3 / kLayers;
     std::printf(
         "%-5s ctx %6lld  %-6s  direct %8.2f us/layer %7.0f GB/s   graph %8.2f us/layer "
         "%7.0f GB/s   (%.1f MB KV/layer, %.3f ms/token)\n",
@@ -222,28 +243,15 @@ void Run(KvType type, int64_t ctx, int iters) {
 // --batch: the paged decode of B sequences of ctx rows, 28 layers per graph.
 void RunBatch(KvType type, int64_t ctx, int64_t batch, int iters) {
   constexpr int32_t kBlock = 16;
-  AttnParams p;
-  p.n_head = kHeads;
-  p.n_head_kv = kHeadsKv;
-  p.head_dim = kHeadDim;
-  p.scale = 1.0f / 11.3137085f;
-  p.kv_type = type;
   const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock;
   const int64_t n_blocks = batch * blocks_per_seq;
-  p.n_ctx = n_blocks * kBlock;
+  const AttnParams p = Params7B(type, n_blocks * kBlock);  // n_ctx: the pool's rows
   const int64_t rb = RowBytes(type, p.n_kv_embd());
   const int64_t pool_bytes = p.n_ctx * rb;
   // As many pools (K and V each) as fit in ~24 GB, up to one per layer.
   const int n_pools =
       static_cast<int>(std::clamp<int64_t>((int64_t{24} << 30) / (2 * pool_bytes), 1, kLayers));
-  std::vector<Layer> pools(n_pools);
-  const auto bytes_k = CacheBytes(type, pool_bytes, 1), bytes_v = CacheBytes(type, pool_bytes, 2);
-  for (Layer& l : pools) {
-    CHECK_CUDA(cudaMalloc(&l.k, pool_bytes));
-    CHECK_CUDA(cudaMalloc(&l.v, pool_bytes));
-    CHECK_CUDA(cudaMemcpy(l.k, bytes_k.data(), pool_bytes, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(l.v, bytes_v.data(), pool_bytes, cudaMemcpyHostToDevice));
-  }
+  std::vector<Layer> pools = MakeCaches(type, n_pools, pool_bytes);
   // Block tables: a fixed permutation of the pool's blocks (an LCG-driven
   // Fisher-Yates), sequence s taking entries [s * blocks_per_seq, ...).
   std::vector<int32_t> perm(n_blocks);
@@ -288,44 +296,21 @@ void RunBatch(KvType type, int64_t ctx, int64_t batch, int iters) {
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
-  // The body choice (AttnPaged::long_min_rows): the single-token rule, then
-  // each body forced.
-  struct Mode {
-    const char* name;
-    int32_t long_min;
-  };
-  const Mode modes[] = {{"auto", kAttnLongMinRows}, {"1warp", INT32_MAX}, {"gqa", 0}};
   const double bytes = 2.0 * static_cast<double>(batch * ctx * rb);  // rows read per layer
-  for (const Mode& m : modes) {
+  for (const BodyMode& m : kBodyModes) {
     pg.long_min_rows = m.long_min;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int l = 0; l < kLayers; ++l) {
-      const Layer& pool = pools[l % n_pools];
-      CHECK_CUDA(LaunchAttnDecodePaged(q, dpos, pool.k, pool.v, partial, out, p, pg, stream));
-    }
-    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    for (int w = 0; w < 3; ++w) CHECK_CUDA(cudaGraphLaunch(exec, stream));
-    std::vector<float> times;
-    for (int it = 0; it < iters; ++it) {
-      CHECK_CUDA(cudaEventRecord(e0, stream));
-      CHECK_CUDA(cudaGraphLaunch(exec, stream));
-      CHECK_CUDA(cudaEventRecord(e1, stream));
-      CHECK_CUDA(cudaEventSynchronize(e1));
-      float ms;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-      times.push_back(ms);
-    }
-    const double us = Median(times) * 1e3 / kLayers;
+    const float ms = GraphMedianMs(stream, e0, e1, iters, [&] {
+      for (int l = 0; l < kLayers; ++l) {
+        const Layer& pool = pools[l % n_pools];
+        CHECK_CUDA(LaunchAttnDecodePaged(q, dpos, pool.k, pool.v, partial, out, p, pg, stream));
+      }
+    });
+    const double us = ms * 1e3 / kLayers;
     std::printf(
         "%-5s B %4lld ctx %6lld  paged %-6s graph %8.2f us/layer %7.0f GB/s   (%.1f MB KV/layer, "
         "%.3f ms/step, %d pools)\n",
         Name(type), static_cast<long long>(batch), static_cast<long long>(ctx), m.name, us,
         bytes / (us * 1e3), bytes / 1e6, us * kLayers / 1e3, n_pools);
-    CHECK_CUDA(cudaGraphExecDestroy(exec));
-    CHECK_CUDA(cudaGraphDestroy(graph));
   }
   for (Layer& l : pools) {
     cudaFree(l.k);

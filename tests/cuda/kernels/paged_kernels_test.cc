@@ -148,6 +148,22 @@ Batch MakeBatch(KvType type, int n_head, int n_head_kv, int hd, int kv_block,
   return b;
 }
 
+// A Batch's inputs and output on the device, and the AttnPaged over them.
+struct DeviceBatch {
+  explicit DeviceBatch(const Batch& b)
+      : q(b.q), out(b.q.size()), pos(b.pos), tiles(b.tiles), tables(b.tables), k(b.k), v(b.v) {
+    pg.tiles = tiles.get();
+    pg.n_tiles = static_cast<int64_t>(b.tiles.size() / 4);
+    pg.tables = tables.get();
+    pg.max_blocks = static_cast<int32_t>(b.max_blocks);
+    pg.kv_block = b.kv_block;
+  }
+  DeviceBuffer<float> q, out;
+  DeviceBuffer<int32_t> pos, tiles, tables;
+  DeviceBuffer<uint8_t> k, v;
+  AttnPaged pg;
+};
+
 struct PagedCase {
   KvType type;
   int n_head, n_head_kv, hd, kv_block;
@@ -170,15 +186,11 @@ TEST_P(PagedAttentionGpuTest, MatchesCpuAndContiguousKernels) {
                       c.sinks ? &sinks : nullptr);
   DeviceBuffer<float> dsinks(sinks);
   if (c.sinks) b.p.sinks = dsinks.get();
-  DeviceBuffer<float> dq(b.q), out(b.q.size());
-  DeviceBuffer<int32_t> dpos(b.pos), dtiles(b.tiles), dtables(b.tables);
-  DeviceBuffer<uint8_t> dk(b.k), dv(b.v);
-  AttnPaged pg;
-  pg.tiles = dtiles.get();
-  pg.n_tiles = static_cast<int64_t>(b.tiles.size() / 4);
-  pg.tables = dtables.get();
-  pg.max_blocks = static_cast<int32_t>(b.max_blocks);
-  pg.kv_block = c.kv_block;
+  DeviceBatch d(b);
+  DeviceBuffer<float>&dq = d.q, &out = d.out;
+  DeviceBuffer<int32_t>& dpos = d.pos;
+  DeviceBuffer<uint8_t>&dk = d.k, &dv = d.v;
+  AttnPaged pg = d.pg;
   DeviceBuffer<float> partial(AttnPagedPartialFloats(b.p, pg.n_tiles));
   for (bool tc : {false, true}) {
     SCOPED_TRACE(tc ? "tensor-core prefill" : "CUDA-core prefill");
@@ -286,15 +298,8 @@ TEST(PagedDecodeBodiesTest, EitherBodyMatchesCpuForEveryToken) {
   for (KvType t : {KvType::kF16, KvType::kQ8_0, KvType::kFp8, KvType::kF32}) {
     SCOPED_TRACE(static_cast<int>(t));
     Batch b = MakeBatch(t, 28, 4, 128, 16, seqs, rng, 0, nullptr);
-    DeviceBuffer<float> dq(b.q), out(b.q.size());
-    DeviceBuffer<int32_t> dpos(b.pos), dtiles(b.tiles), dtables(b.tables);
-    DeviceBuffer<uint8_t> dk(b.k), dv(b.v);
-    AttnPaged pg;
-    pg.tiles = dtiles.get();
-    pg.n_tiles = static_cast<int64_t>(b.tiles.size() / 4);
-    pg.tables = dtables.get();
-    pg.max_blocks = static_cast<int32_t>(b.max_blocks);
-    pg.kv_block = b.kv_block;
+    DeviceBatch d(b);
+    AttnPaged pg = d.pg;
     DeviceBuffer<float> partial(AttnPagedPartialFloats(b.p, pg.n_tiles));
     DeviceBuffer<int32_t> counters(
         std::vector<int32_t>(static_cast<size_t>(AttnDecodeCounters(b.p, pg.n_tiles)), 0));
@@ -304,11 +309,11 @@ TEST(PagedDecodeBodiesTest, EitherBodyMatchesCpuForEveryToken) {
         SCOPED_TRACE(::testing::Message() << "long_min " << long_min << " fused " << fused);
         pg.long_min_rows = long_min;
         pg.counters = fused ? counters.get() : nullptr;
-        out.Poison();
-        ASSERT_CUDA(LaunchAttnDecodePaged(dq.get(), dpos.get(), dk.get(), dv.get(), partial.get(),
-                                          out.get(), b.p, pg, nullptr));
+        d.out.Poison();
+        ASSERT_CUDA(LaunchAttnDecodePaged(d.q.get(), d.pos.get(), d.k.get(), d.v.get(),
+                                          partial.get(), d.out.get(), b.p, pg, nullptr));
         SYNC();
-        got.push_back(out.ToHost());
+        got.push_back(d.out.ToHost());
         const float tol = 2e-5f * b.max_v;
         for (size_t i = 0; i < got.back().size(); ++i) {
           ASSERT_FALSE(std::isnan(got.back()[i])) << "element " << i;
