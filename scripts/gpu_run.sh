@@ -112,17 +112,19 @@ bin=/tmp/minfer-bin
 mode="${1:-tests}"; shift || true
 
 run_tests() {
-  local pass=0 fail=0 summary=""
+  local pass=0 fail=0
   for t in "$bin"/*_test; do
     local name; name="$(basename "$t")"
+    # A line per test as it ends (a call's timeout may cut the summary).
     if TEST_TMPDIR=/tmp/minfer-models "$t" "$@" > "$out/$name.log" 2>&1; then
-      pass=$((pass + 1)); summary+="PASS $name\n"
+      pass=$((pass + 1))
+      echo "PASS $name $(grep -E '^\[  PASSED  \]' "$out/$name.log")"
     else
-      fail=$((fail + 1)); summary+="FAIL $name\n"
+      fail=$((fail + 1))
+      echo "FAIL $name"
       tail -n 40 "$out/$name.log"
     fi
   done
-  printf "%b" "$summary"
   echo "gpu tests: $pass passed, $fail failed"
 }
 
