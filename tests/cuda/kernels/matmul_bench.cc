@@ -577,12 +577,18 @@ int DqMain() {
 // --dqw: the Hopper dequantizing GEMM (dq_wgmma.h) against the sm_80 DQ
 // GEMM (up to 64 tokens) and the tiled MMQ with split-k, on the 7B's
 // shapes from 8 to 256 tokens; each cell also gives the f16 TFLOPS the
-// call reaches (2 rows k nt / time).
+// call reaches (2 rows k nt / time). The wgmma columns: split-k automatic
+// and off with the activation copies, then TMA activations (the backend's
+// default) with the reduce launch and with the reduction in the GEMM.
 int DqwMain() {
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int reps = 5, batch = 8;
   void* ws = nullptr;
   CHECK_CUDA(cudaMalloc(&ws, MmqSplitKBytes()));
+  constexpr int64_t kTileCounters = 8192;
+  int32_t* tile_done = nullptr;
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&tile_done), kTileCounters * 4));
+  CHECK_CUDA(cudaMemset(tile_done, 0, kTileCounters * 4));
   struct DS {
     const char* name;
     GgmlType type;
@@ -595,8 +601,9 @@ int DqwMain() {
                        {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944},
                        {"q6_K output 152064x3584", GgmlType::kQ6_K, 152064, 3584}};
   std::printf("\n== decode-batch matmuls, wgmma DQ GEMM: us per call (weight GB/s, TFLOPS)\n"
-              "%-24s %4s | %22s %22s | %22s %22s\n",
-              "shape", "nt", "dq auto", "mmq split", "dqw auto", "dqw nosplit");
+              "%-24s %4s | %22s %22s | %22s %22s %22s %22s\n",
+              "shape", "nt", "dq auto", "mmq split", "dqw auto", "dqw nosplit", "dqw tma",
+              "dqw tma in-GEMM reduce");
   if (!DqwAvailable()) std::printf("(no sm_90a kernel in this build or not an sm_90 GPU)\n");
   for (const DS& s : shapes) {
     std::vector<Matrix> rot = MakeRotation(s.type, s.rows, s.k);
@@ -643,18 +650,28 @@ int DqwMain() {
             return LaunchMmqQuantized(rot[i % rot.size()].view, act, a.y, nt, stream, nullptr, &mt);
           },
           n, reps, true));
-      std::string dqw[2];
-      for (int v = 0; v < 2; ++v) {
+      // The wgmma GEMM: split-k automatic and off (activation copies), then
+      // as the backend runs it (TMA activations, MINFER_DQW_TMA=1) with the
+      // reduce launch and with the reduction in the GEMM
+      // (MINFER_DQW_REDUCE_IN_KERNEL).
+      std::string dqw[4];
+      for (int v = 0; v < 4; ++v) {
         DqwTuning tu;
-        tu.split_k = v == 0 ? kMmqSplitAuto : 0;
+        tu.split_k = v == 1 ? 0 : kMmqSplitAuto;
         tu.split_workspace = ws;
         tu.split_bytes = MmqSplitKBytes();
+        tu.act_load = v >= 2 ? 1 : 0;
+        if (v == 3) {
+          tu.tile_done = tile_done;
+          tu.tile_done_count = kTileCounters;
+        }
         dqw[v] = cell(TimeLaunches(
             [&](int i) { return LaunchDqWgmma(one(rot[i % rot.size()]), wact, nt, stream, &tu); },
             n, reps, true));
       }
-      std::printf("%-24s %4lld | %22s %22s | %22s %22s\n", s.name, static_cast<long long>(nt),
-                  dq.c_str(), mmq.c_str(), dqw[0].c_str(), dqw[1].c_str());
+      std::printf("%-24s %4lld | %22s %22s | %22s %22s %22s %22s\n", s.name,
+                  static_cast<long long>(nt), dq.c_str(), mmq.c_str(), dqw[0].c_str(),
+                  dqw[1].c_str(), dqw[2].c_str(), dqw[3].c_str());
       std::fflush(stdout);
       cudaFree(act);
       cudaFree(dact);
@@ -664,6 +681,7 @@ int DqwMain() {
     Free(rot);
   }
   cudaFree(ws);
+  cudaFree(tile_done);
   return 0;
 }
 
