@@ -67,16 +67,16 @@ inline bool DqSupports(GgmlType type, bool q6k_padded) {
   return type == GgmlType::kQ4_K || (type == GgmlType::kQ6_K && q6k_padded);
 }
 
-// MXFP4 (gpt-oss's experts) is stored split per row: the 16 code bytes of
-// every block (block b at b * 16, so each is one aligned 16-byte load),
-// then the blocks' E8M0 exponents (block b's at nb * 16 + b), then the pad
-// to 16 bytes; 17 bytes per block as in the file.
 // Whether the e4m3 tensor-core GEMM (fp8_gemm.h) runs on a device of
 // compute capability `cc` (major * 100 + minor * 10): its mma needs sm_89+.
 // (The build's own arch list decides whether the code is there; the
 // launcher refuses otherwise.)
 inline constexpr bool Fp8GemmRuns(int cc) { return cc >= 890; }
 
+// MXFP4 (gpt-oss's experts) is stored split per row: the 16 code bytes of
+// every block (block b at b * 16, so each is one aligned 16-byte load),
+// then the blocks' E8M0 exponents (block b's at nb * 16 + b), then the pad
+// to 16 bytes; 17 bytes per block as in the file.
 inline constexpr int kMxfp4CodeBytes = 16;
 
 // Bytes of one block of `type` in device memory (Q6_K padded or not).

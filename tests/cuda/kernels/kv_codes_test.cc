@@ -6,9 +6,8 @@
 // PTX definition's examples first, since every identity below rests on it.
 #include "cuda/kernels/kv_codes.h"
 
-#include <cmath>
+#include <bit>
 #include <cstdint>
-#include <cstring>
 #include <random>
 
 #include "engine/quant/fp16.h"
@@ -17,12 +16,6 @@
 
 namespace minfer::cuda {
 namespace {
-
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 // Four bytes with byte `pos` set to b and the others random.
 uint32_t WithByte(std::mt19937& rng, int pos, uint32_t b) {
@@ -47,7 +40,7 @@ TEST(KvCodesTest, S8CodesAreTheirIntegerValues) {
         const float want = static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(b)));
         const float got = S8CodeToFloat(qs ^ 0x80808080u, pos);
         // Bits, so 0 is +0 as static_cast gives, and nothing is off by an ulp.
-        ASSERT_EQ(Bits(got), Bits(want)) << "byte " << b << " at " << pos << " of " << qs;
+        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << "byte " << b << " at " << pos << " of " << qs;
       }
     }
   }
@@ -72,7 +65,7 @@ TEST(KvCodesTest, E4M3PairsAreTheCodesOver256) {
           if ((c & 0x7F) == 0x7F) continue;
           // ... and the value: exactly the code's / 256, with its sign.
           const float v = Fp16ToFloat(halves[i]);
-          ASSERT_EQ(Bits(v * 256.0f), Bits(E4M3ToFloat(c))) << "code " << int{c};
+          ASSERT_EQ(std::bit_cast<uint32_t>(v * 256.0f), std::bit_cast<uint32_t>(E4M3ToFloat(c))) << "code " << int{c};
         }
       }
     }

@@ -13,6 +13,7 @@
 // (32 stripes, the contiguous kernel's). TopK equals the CPU's bit for bit
 // but for the normalizer (float vs double sums: 1e-5 relative).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -333,6 +334,17 @@ TEST(PagedDecodeBodiesTest, EitherBodyMatchesCpuForEveryToken) {
     EXPECT_GT(worst, 0.0) << "both settings ran the same body";
     std::printf("paged decode, one-warp vs GQA body: worst difference %.3g x max|V|\n",
                 worst / b.max_v);
+    // A negative switch-over is refused before anything is launched.
+    pg.long_min_rows = -1;
+    d.out.Poison();
+    EXPECT_EQ(LaunchAttnDecodePaged(d.q.get(), d.pos.get(), d.k.get(), d.v.get(), partial.get(),
+                                    d.out.get(), b.p, pg, nullptr),
+              cudaErrorInvalidValue);
+    SYNC();
+    const std::vector<float> untouched = d.out.ToHost();
+    const std::vector<float> poison(untouched.size(), std::bit_cast<float>(0xFFFFFFFFu));
+    EXPECT_EQ(0, std::memcmp(untouched.data(), poison.data(), untouched.size() * 4))
+        << "a refused launch wrote its output";
   }
 }
 
