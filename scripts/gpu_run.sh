@@ -78,6 +78,13 @@
 #                                        per-kernel GPU time of one decode step (ncu;
 #                                        default qwen3-30b-a3b:q4_k_m, B = 1), by kernel
 #                                        name; B > 1: a step of `minfer bench -b B`
+#   bash .gpu/gpu_run.sh ncu [SPEC [B [REGEX [COUNT [SKIP]]]]]
+#                                        Nsight Compute's full set for COUNT (default 5)
+#                                        launches of the kernels matching REGEX (default
+#                                        dqw_kernel) in `minfer bench -b B` (default 7b:q4_k_m,
+#                                        64) after SKIP (default 56: past the first step's
+#                                        layers 0-13): throughput, stall reasons, occupancy;
+#                                        the report and its text come back
 #   bash .gpu/gpu_run.sh tp [SPEC]       tensor parallelism on two GPUs (issue 34; default
 #                                        llama3.1-70b:q4_k_m): one GPU, then split over two
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
@@ -606,6 +613,27 @@ print("| us | calls | us/call | share | kernel |")
 for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
     print(f"| {t / 1e3:.1f} | {c} | {t / c / 1e3:.2f} | {100 * t / busy:.1f}% | {n} |")
 PY
+    ;;
+  ncu)
+    # Why a kernel runs at the speed it does: the "full" section set (every
+    # metric of speed of light, memory, compute, scheduler, warp state,
+    # occupancy) for a few launches of one decode step of `minfer bench -b
+    # B`. Caches are left warm (as in the step under graphs); clocks are
+    # not locked, so read the ratios (throughput percentages, stall
+    # shares), not the durations.
+    spec="${1:-7b:q4_k_m}"; batch="${2:-64}"; regex="${3:-dqw_kernel}"
+    count="${4:-5}"; skip="${5:-56}"
+    f="/tmp/minfer-models/${spec%%:*}-${spec#*:}.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "${spec%%:*}" --type "${spec#*:}" -o "$f" 2>&1 |
+      tail -1 | tee -a "$out/mkmodel.log"
+    timeout 400 ncu --set full --clock-control none --cache-control none -k "regex:$regex" \
+      --launch-skip "$skip" --launch-count "$count" -o "$out/ncu" -f \
+      "$bin/minfer" bench -m "$f" -b "$batch" -p 8 -n 3 -r 1 > /tmp/ncu.err 2>&1 ||
+      tail -5 /tmp/ncu.err
+    ncu --import "$out/ncu.ncu-rep" --print-details all > "$out/ncu.txt" 2>&1
+    # The lines that say where the time goes (the whole report is in ncu.txt).
+    grep -E "dqw_kernel|[a-z_]+_kernel<|Duration|Memory Throughput|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Block Limit|Grid Size|Waves Per SM|Stall|stall|No Eligible|Eligible Warps|Active Warps Per Scheduler|Warp Cycles Per Issued|Shared Memory Configuration Size|Dynamic Shared Memory" \
+      "$out/ncu.txt" | sed 's/  */ /g' | head -200
     ;;
   tp)
     # Tensor parallelism (issue 34; two GPUs): SPEC (default
