@@ -313,8 +313,6 @@ int64_t CudaBackend::MemoryBytes() const {
 }
 
 void CudaBackend::RefreshKnobs() {
-  static_assert(Knobs{}.attn_paged_long_min == kAttnLongMinRows,
-                "MINFER_ATTN_PAGED_LONG_MIN's default is the single-token rule");
   KnobRegistry& r = KnobRegistry::Global();
   const uint64_t gen = r.generation() + (model_knob_gen_ ? *model_knob_gen_ : 0);
   if (gen == knob_gen_) return;
@@ -331,7 +329,7 @@ void CudaBackend::RefreshKnobs() {
   k.attn_prefill_tc = r.GetBool("MINFER_ATTN_PREFILL_TC", knob_overrides_);
   k.attn_fused_combine = r.GetBool("MINFER_ATTN_FUSED_COMBINE", knob_overrides_);
   k.attn_paged_long_min = static_cast<int32_t>(
-      std::clamp<int64_t>(r.GetInt("MINFER_ATTN_PAGED_LONG_MIN", knob_overrides_), 0, INT32_MAX));
+      std::clamp<int64_t>(r.GetInt("MINFER_ATTN_PAGED_LONG_MIN", knob_overrides_), -1, INT32_MAX));
   k.attn_q8 = r.GetBool("MINFER_ATTN_Q8", knob_overrides_);
   k.pdl = r.GetBool("MINFER_PDL", knob_overrides_);
   k.moe_mma = r.GetBool("MINFER_MOE_MMA", knob_overrides_);
@@ -373,7 +371,6 @@ void CudaBackend::RefreshKnobs() {
   k.dqw_warpgroups =
       static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_WARPGROUPS", knob_overrides_), 0, 2));
   k.dqw_tma = static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_TMA", knob_overrides_), 0, 2));
-  k.dqw_reduce_in_kernel = r.GetBool("MINFER_DQW_REDUCE_IN_KERNEL", knob_overrides_);
   // MINFER_FP8_PREFILL is read once, at load (BuildFp8Copies).
   k.matmul.fp8_min_tokens = fp8_min_tokens_;
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);

@@ -118,7 +118,6 @@ class CudaBackend : public graph::Backend {
     int64_t dq_gemm = 0;           // GEMMs of few tokens on the dequantizing f16 kernel
     int64_t dqw_gemm = 0;          // ... on the Hopper (wgmma) one
     int64_t dqw_tma = 0;           // ... of those, launches whose activations came by TMA
-    int64_t dqw_reduce_in_kernel = 0;  // ... whose split-k reduction ran inside the GEMM
     int64_t fp8_gemm = 0;          // matmuls on the fp8 GEMM (MINFER_FP8_PREFILL)
     int64_t mmq_stream_k = 0;      // fast launches whose last waves ran as stream-k
     int64_t gemm_f16 = 0;          // prefill matmuls on the f16 GEMM
@@ -167,7 +166,6 @@ class CudaBackend : public graph::Backend {
     int dq_mt = 0;
     int dqw_warpgroups = 0;  // 0: by batch
     int dqw_tma = 1;         // MINFER_DQW_TMA (DqwTuning::act_load)
-    bool dqw_reduce_in_kernel = false;  // MINFER_DQW_REDUCE_IN_KERNEL (DqwTuning::tile_done)
     bool pdl = true;         // MINFER_PDL (applies on sm_90+)
     bool moe_mma = true;          // MINFER_MOE_MMA
     int64_t moe_mma_min_tokens = 16;  // MINFER_MOE_MMA_MIN_TOKENS
@@ -176,7 +174,7 @@ class CudaBackend : public graph::Backend {
     bool moe_gate_quant = false;      // MINFER_MOE_GATE_QUANT
     bool attn_prefill_tc = true;
     bool attn_fused_combine = true;  // MINFER_ATTN_FUSED_COMBINE
-    int32_t attn_paged_long_min = 512;  // MINFER_ATTN_PAGED_LONG_MIN (ops.h kAttnLongMinRows)
+    int32_t attn_paged_long_min = -1;  // MINFER_ATTN_PAGED_LONG_MIN (-1: PagedLongMinRows's rule)
     bool attn_q8 = false;            // MINFER_ATTN_Q8
     bool op_timing = false;
     bool operator==(const Knobs&) const = default;

@@ -208,7 +208,7 @@ absl::Status CudaBackend::RunAttention(const OpArgs& o) {
       pg.counters = static_cast<int32_t*>(counters);
     }
     pg.q8 = q8;
-    pg.long_min_rows = knobs_.attn_paged_long_min;
+    pg.long_min_rows = PagedLongMinRows(knobs_.attn_paged_long_min, pg.n_tiles);
     RETURN_IF_ERROR(Check(LaunchAttnDecodePaged(o.f(0), o.i32(3), o.in[1], o.in[2],
                                                 static_cast<float*>(partial), out, ap, pg, st),
                           "attention decode (paged)"));

@@ -293,16 +293,6 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         dt.act_load = knobs_.dqw_tma;
         int act_load_used = 0;
         dt.act_load_used = &act_load_used;
-        bool reduced_in_kernel = false;
-        if (knobs_.dqw_reduce_in_kernel && dt.split_workspace != nullptr) {
-          // One counter per row tile: 8,192 cover 524,288 rows at one
-          // warpgroup (a launch with more takes the reduce launch).
-          constexpr int64_t kTileCounters = 8192;
-          ASSIGN_OR_RETURN(void* done, ZeroedScratch("dqw_tile_done", kTileCounters * 4));
-          dt.tile_done = static_cast<int32_t*>(done);
-          dt.tile_done_count = kTileCounters;
-          dt.reduced_in_kernel = &reduced_in_kernel;
-        }
         const char* why = nullptr;
         // Past kDqwMaxTokens (MINFER_DQW_MAX_TOKENS above 256: a prefill),
         // launches of 256 tokens each: token rows are contiguous in the
@@ -317,7 +307,6 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
           if (err == cudaSuccess) {
             stats_.dqw_gemm++;
             if (act_load_used != 0) stats_.dqw_tma++;
-            if (reduced_in_kernel) stats_.dqw_reduce_in_kernel++;
           }
         }
         if (err != cudaErrorNotSupported) {

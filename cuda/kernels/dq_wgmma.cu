@@ -117,9 +117,6 @@ struct Params {
   int64_t split_stride;
   int tiles;
   uint32_t sbo;  // bytes between 8-token atoms along n (1024; other values only from a test)
-  // With splits > 1: per-tile counters for the reduction in the last CTA
-  // (splitk::ReduceTileWhenLast); null: reduce_kernel after the launch.
-  int32_t* tile_done;
 };
 
 template <GgmlType T, int N, int W>
@@ -152,6 +149,17 @@ __device__ __forceinline__ uint32_t Lds32(const uint8_t* p) {
 }
 
 constexpr uint32_t kMagic = 0x64006400u;  // half2 (1024, 1024)
+
+// (x & kMask) | kOr as one LOP3: written in C++, nvcc emits two (a LOP3
+// takes one immediate), and the decode issues this for every pair of
+// weights (the nineteenth-session SASS: LOP3 was a fifth of the kernel's
+// instructions).
+template <uint32_t kMask, uint32_t kOr>
+__device__ __forceinline__ uint32_t AndOr(uint32_t x) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(x), "n"(kMask), "n"(kOr));
+  return d;
+}
 
 // Issues the copies of chunk c of this warp's rows and of every token's
 // activations into `stage` (the caller commits).
@@ -248,8 +256,8 @@ struct RowRegs<GgmlType::kQ4_K> {
                      : sb == 2 ? __low2half2(m23) : __high2half2(m23);
     const uint32_t x = high ? code[kWord[s]] >> 4 : code[kWord[s]];
     const half2 k1024 = AsH2(kMagic);
-    even = AsU(__hfma2(__hsub2(AsH2((x & 0x000F000Fu) | kMagic), k1024), sv, mv));
-    odd = AsU(__hfma2(__hsub2(AsH2(((x >> 8) & 0x000F000Fu) | kMagic), k1024), sv, mv));
+    even = AsU(__hfma2(__hsub2(AsH2(AndOr<0x000F000Fu, kMagic>(x)), k1024), sv, mv));
+    odd = AsU(__hfma2(__hsub2(AsH2(AndOr<0x000F000Fu, kMagic>(x >> 8)), k1024), sv, mv));
   }
 };
 
@@ -280,8 +288,8 @@ struct RowRegs<GgmlType::kQ6_K> {
     const int8_t scale = static_cast<int8_t>((sw >> (8 * (s & 3))) & 0xFF);
     const half2 sv = __hmul2(__half2half2(__int2half_rn(scale)), d);
     const half2 k1056 = __floats2half2_rn(1056.0f, 1056.0f);
-    even = AsU(__hmul2(__hsub2(AsH2((v & 0x00FF00FFu) | kMagic), k1056), sv));
-    odd = AsU(__hmul2(__hsub2(AsH2(((v >> 8) & 0x00FF00FFu) | kMagic), k1056), sv));
+    even = AsU(__hmul2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v)), k1056), sv));
+    odd = AsU(__hmul2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v >> 8)), k1056), sv));
   }
 };
 
@@ -306,12 +314,19 @@ template <int N>
 __device__ __forceinline__ void IssueGroup(float (&acc)[N / 2], const uint32_t (&A)[4][4],
                                            uint32_t act_base, int s0, const Params& p) {
   wgmma_fence();
+  // The descriptor's start address is its low field (address / 16, 14 bits:
+  // shared addresses stay below 256 KB), so a step's descriptor is the
+  // stage's plus a constant: one 64-bit add per wgmma instead of the
+  // field arithmetic (a sixth of the kernel's instructions in the
+  // nineteenth-session SASS were descriptor math on the uniform path).
+  const uint64_t base = WgmmaDescSw128(act_base, p.sbo);
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     // Step st: k-half st / 4 of the chunk (its own run of atoms), 32 bytes
     // into each 128-byte row per step within the half.
     const int st = s0 + s;
-    Wgmma<N>::Run(acc, A[s], WgmmaDescSw128(act_base + (st >> 2) * (N / 8) * 1024 + (st & 3) * 32, p.sbo), 1);
+    constexpr int kHalfBytes = (N / 8) * 1024;
+    Wgmma<N>::Run(acc, A[s], base + static_cast<uint64_t>(((st >> 2) * kHalfBytes + (st & 3) * 32) >> 4), 1);
   }
   wgmma_commit();
 #pragma unroll
@@ -359,9 +374,11 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
   extern __shared__ __align__(128) uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages];
   __shared__ __align__(8) uint64_t free_bar[kStages];
-  // (The swizzled layout's atoms must be 1024-byte aligned.)
-  uint8_t* const smem = reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  // (The swizzled layout's atoms must be 1024-byte aligned.) An offset from
+  // smem_raw, not an integer cast: the pointer stays one the compiler knows
+  // is shared, so the decode's reads are LDS with 32-bit addresses, not
+  // generic loads with 64-bit ones (and the base is not recomputed per chunk).
+  uint8_t* const smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   constexpr int kStage = StageBytes<T, N, W>();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const WarpRows wr = RowsOf<1>(p, blockIdx.x * kWarps + warp);
@@ -421,11 +438,25 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
     return smem + (i % kStages) * kStage + N * 256 + warp * 16 * X::kRowBytes;
   };
   auto acts = [&](int i) { return smem_addr(smem + (i % kStages) * kStage); };
+  // Before decoding a chunk: its activations have landed (TMA: the stage's
+  // mbarrier; copies: this thread's, made visible to wgmma's async proxy
+  // and to every thread by the barrier) and so have the warp's weight rows
+  // (this thread's copies, then the warp's: with TMA the weights are the
+  // only copies, and each warp reads only its own rows, so a warp barrier
+  // is enough where one warpgroup shares nothing else; two warpgroups meet
+  // at the end of each iteration anyway).
+  auto ready = [&](int i) {
+    wait_acts(i);
+    if constexpr (kTma && W == 4) {
+      __syncwarp();
+    } else {
+      if constexpr (!kTma) fence_proxy_async_smem();
+      __syncthreads();
+    }
+  };
   if (nc > 0) {
     cp_async_wait<kStages - 1>();
-    wait_acts(0);
-    fence_proxy_async_smem();
-    __syncthreads();
+    ready(0);
     DecodeGroup<T, 0>(weights(0), c_begin & 1, a0);
   }
   for (int i = 0; i < nc; ++i) {
@@ -450,9 +481,7 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
     IssueGroup<N>(acc, a1, acts(i), 4, p);
     if (i + 1 < nc) {
       cp_async_wait<kStages - 2>();
-      wait_acts(i + 1);
-      fence_proxy_async_smem();
-      __syncthreads();
+      ready(i + 1);
       DecodeGroup<T, 0>(weights(i + 1), (c + 1) & 1, a0);
     }
     wgmma_wait<0>();
@@ -487,8 +516,6 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
       }
     }
   }
-  // Every warp of the CTA, active or not (the reduction's barriers).
-  if (p.splits > 1 && p.tile_done != nullptr) splitk::ReduceTileWhenLast<1>(p, wr, blockIdx.x, lane);
 #endif  // MINFER_SM90A_DEVICE
 }
 
@@ -696,19 +723,9 @@ cudaError_t LaunchDqWgmma(const MmqSegments& s, const void* act, int64_t nt, cud
       return cudaErrorInvalidValue;
     }
   }
-  // The reduction in the GEMM's last CTA per tile where counters are given
-  // for every tile; else its own launch.
-  p.tile_done = p.splits > 1 && tuning != nullptr && tuning->tile_done != nullptr &&
-                        p.tiles <= tuning->tile_done_count
-                    ? tuning->tile_done
-                    : nullptr;
   dqw::Dispatch(type, warps, p, act_load, tmap, stream, true, &info);
   if (tuning != nullptr && tuning->act_load_used != nullptr) *tuning->act_load_used = act_load;
-  if (tuning != nullptr && tuning->splits_used != nullptr) *tuning->splits_used = p.splits;
-  if (tuning != nullptr && tuning->reduced_in_kernel != nullptr) {
-    *tuning->reduced_in_kernel = p.tile_done != nullptr;
-  }
-  if (p.splits > 1 && p.tile_done == nullptr) splitk::Reduce(p, stride, stream);
+  if (p.splits > 1) splitk::Reduce(p, stride, stream);
   return cudaGetLastError();
 }
 

@@ -90,18 +90,6 @@ struct DqwTuning {
   int act_load = 0;
   // Set to the form that ran (tests and counters), when not null.
   int* act_load_used = nullptr;
-  // Split-k's reduction inside the GEMM (MINFER_DQW_REDUCE_IN_KERNEL): the
-  // last CTA of each row tile to finish adds the splits' partials in split
-  // order — the reduce launch's sum, bit for bit — instead of a launch of its
-  // own after the GEMM. tile_done: tile_done_count int32 counters, zero
-  // before the first launch; every launch leaves them zero (graph replays).
-  // A launch with more row tiles than counters takes the reduce launch.
-  int32_t* tile_done = nullptr;
-  int64_t tile_done_count = 0;
-  // Set to the split count that ran, and to whether its reduction ran in the
-  // GEMM (tests and counters), when not null.
-  int* splits_used = nullptr;
-  bool* reduced_in_kernel = nullptr;
   // Tests only: a wrong atom stride in the activations' descriptor (the
   // reference check must then fail, so it can fail at all).
   bool debug_wrong_stride = false;

@@ -194,42 +194,6 @@ __global__ void reduce_kernel(const P p) {
   }
 }
 
-// The reduction inside the GEMM (P::tile_done: one int32 counter per CTA
-// column of the grid, zero between launches): every CTA of tile `tile`
-// counts itself done after its partials are visible device-wide (the
-// classic last-block pattern, as the MoE matmul's quantize); the last of the
-// p.splits to arrive adds the slabs for its warps' rows in split order —
-// reduce_kernel's sum, so the same bits — and zeroes the counter for the next
-// launch (a recorded graph replays with the counters as it found them). Every
-// thread of the CTA must call it (barriers); `wr` is the calling warp's rows
-// (16 * MT of them), `lane` its lane.
-template <int MT, class P>
-__device__ __forceinline__ void ReduceTileWhenLast(const P& p, const WarpRows& wr, int tile,
-                                                   int lane) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.tile_done + tile, 1) == p.splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (wr.active) {
-    const float* part = wr.sg == 0 ? p.seg[0].part : wr.sg == 1 ? p.seg[1].part : p.seg[2].part;
-    float* y = wr.sg == 0 ? p.seg[0].y : wr.sg == 1 ? p.seg[1].y : p.seg[2].y;
-    constexpr int kRows = 16 * MT;
-    // Lanes along the rows of a token (the outputs are [nt][rows]).
-    for (int idx = lane; idx < kRows * p.nt; idx += 32) {
-      const int64_t row = wr.rbase + idx % kRows;
-      if (row >= wr.rows) continue;
-      const int64_t j = static_cast<int64_t>(idx / kRows) * wr.rows + row;
-      float v = __ldcg(part + j);
-      for (int z = 1; z < p.splits; ++z) v += __ldcg(part + z * p.split_stride + j);
-      y[j] = v;
-    }
-  }
-  if (threadIdx.x == 0) p.tile_done[tile] = 0;
-}
-
 // Launches reduce_kernel over the launch's `outputs` outputs.
 template <class P>
 void Reduce(const P& p, int64_t outputs, cudaStream_t stream) {

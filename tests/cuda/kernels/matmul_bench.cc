@@ -575,20 +575,15 @@ int DqMain() {
 }
 
 // --dqw: the Hopper dequantizing GEMM (dq_wgmma.h) against the sm_80 DQ
-// GEMM (up to 64 tokens) and the tiled MMQ with split-k, on the 7B's
-// shapes from 8 to 256 tokens; each cell also gives the f16 TFLOPS the
-// call reaches (2 rows k nt / time). The wgmma columns: split-k automatic
-// and off with the activation copies, then TMA activations (the backend's
-// default) with the reduce launch and with the reduction in the GEMM.
+// GEMM (up to 64 tokens), on the 7B's shapes from 8 to 256 tokens; each cell
+// also gives the f16 TFLOPS the call reaches (2 rows k nt / time). The
+// wgmma columns: the activation copies, then TMA activations (the
+// backend's default), split-k automatic.
 int DqwMain() {
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int reps = 5, batch = 8;
   void* ws = nullptr;
   CHECK_CUDA(cudaMalloc(&ws, MmqSplitKBytes()));
-  constexpr int64_t kTileCounters = 8192;
-  int32_t* tile_done = nullptr;
-  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&tile_done), kTileCounters * 4));
-  CHECK_CUDA(cudaMemset(tile_done, 0, kTileCounters * 4));
   struct DS {
     const char* name;
     GgmlType type;
@@ -600,20 +595,23 @@ int DqwMain() {
                        {"q6_K down 3584x18944", GgmlType::kQ6_K, 3584, 18944},
                        {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944},
                        {"q6_K output 152064x3584", GgmlType::kQ6_K, 152064, 3584}};
+  // Columns: the sm_80 DQ GEMM; the wgmma GEMM with the activation copies,
+  // then as the backend runs it (TMA activations, MINFER_DQW_TMA=1);
+  // split-k automatic everywhere.
+  constexpr int kDqwColumns = 2;
+  const char* const dqw_names[kDqwColumns] = {"dqw copies", "dqw tma"};
   std::printf("\n== decode-batch matmuls, wgmma DQ GEMM: us per call (weight GB/s, TFLOPS)\n"
-              "%-24s %4s | %22s %22s | %22s %22s %22s %22s\n",
-              "shape", "nt", "dq auto", "mmq split", "dqw auto", "dqw nosplit", "dqw tma",
-              "dqw tma in-GEMM reduce");
+              "%-24s %4s | %22s |", "shape", "nt", "dq auto");
+  for (const char* name : dqw_names) std::printf(" %22s", name);
+  std::printf("\n");
   if (!DqwAvailable()) std::printf("(no sm_90a kernel in this build or not an sm_90 GPU)\n");
   for (const DS& s : shapes) {
     std::vector<Matrix> rot = MakeRotation(s.type, s.rows, s.k);
     for (int64_t nt : {8, 16, 32, 64, 128, 256}) {
       Acts a = MakeActs(s.k, nt, s.rows * nt);
-      void *act = nullptr, *dact = nullptr, *wact = nullptr;
-      CHECK_CUDA(cudaMalloc(&act, MmqActivationBytes(s.k, nt)));
+      void *dact = nullptr, *wact = nullptr;
       CHECK_CUDA(cudaMalloc(&dact, DqActivationBytes(s.k, nt)));
       CHECK_CUDA(cudaMalloc(&wact, DqwActivationBytes(s.k, nt)));
-      CHECK_CUDA(LaunchQuantizeMmq(a.x, act, s.k, nt, stream));
       CHECK_CUDA(LaunchQuantizeDq(a.x, dact, s.k, nt, stream));
       CHECK_CUDA(LaunchQuantizeDqw(a.x, wact, s.k, nt, stream));
       const double gb = static_cast<double>(rot[0].bytes) / 1e9;
@@ -641,39 +639,20 @@ int DqwMain() {
             [&](int i) { return LaunchDqGemm(one(rot[i % rot.size()]), dact, nt, stream, &tu); },
             n, reps, true));
       }
-      MmqTuning mt;
-      mt.split_k = kMmqSplitAuto;
-      mt.split_workspace = ws;
-      mt.split_bytes = MmqSplitKBytes();
-      const std::string mmq = cell(TimeLaunches(
-          [&](int i) {
-            return LaunchMmqQuantized(rot[i % rot.size()].view, act, a.y, nt, stream, nullptr, &mt);
-          },
-          n, reps, true));
-      // The wgmma GEMM: split-k automatic and off (activation copies), then
-      // as the backend runs it (TMA activations, MINFER_DQW_TMA=1) with the
-      // reduce launch and with the reduction in the GEMM
-      // (MINFER_DQW_REDUCE_IN_KERNEL).
-      std::string dqw[4];
-      for (int v = 0; v < 4; ++v) {
+      std::printf("%-24s %4lld | %22s |", s.name, static_cast<long long>(nt), dq.c_str());
+      for (int v = 0; v < kDqwColumns; ++v) {
         DqwTuning tu;
-        tu.split_k = v == 1 ? 0 : kMmqSplitAuto;
+        tu.split_k = kMmqSplitAuto;
         tu.split_workspace = ws;
         tu.split_bytes = MmqSplitKBytes();
-        tu.act_load = v >= 2 ? 1 : 0;
-        if (v == 3) {
-          tu.tile_done = tile_done;
-          tu.tile_done_count = kTileCounters;
-        }
-        dqw[v] = cell(TimeLaunches(
+        tu.act_load = v == 0 ? 0 : 1;
+        const std::string c = cell(TimeLaunches(
             [&](int i) { return LaunchDqWgmma(one(rot[i % rot.size()]), wact, nt, stream, &tu); },
             n, reps, true));
+        std::printf(" %22s", c.c_str());
       }
-      std::printf("%-24s %4lld | %22s %22s | %22s %22s %22s %22s\n", s.name,
-                  static_cast<long long>(nt), dq.c_str(), mmq.c_str(), dqw[0].c_str(),
-                  dqw[1].c_str(), dqw[2].c_str(), dqw[3].c_str());
+      std::printf("\n");
       std::fflush(stdout);
-      cudaFree(act);
       cudaFree(dact);
       cudaFree(wact);
       FreeActs(a);
@@ -681,7 +660,6 @@ int DqwMain() {
     Free(rot);
   }
   cudaFree(ws);
-  cudaFree(tile_done);
   return 0;
 }
 

@@ -285,6 +285,19 @@ INSTANTIATE_TEST_SUITE_P(
                       PagedCase{KvType::kF32, 14, 2, 64, 16, 0, true},
                       PagedCase{KvType::kQ8_0, 8, 2, 64, 32, 33, false}));
 
+// The step's switch-over length (host only): the knob when set, else the
+// single-token rule below 8 tiles and the GQA body from 8.
+TEST(PagedLongMinRowsTest, KnobElseTheRuleByTileCount) {
+  EXPECT_EQ(PagedLongMinRows(-1, 1), kAttnLongMinRows);
+  EXPECT_EQ(PagedLongMinRows(-1, 4), kAttnLongMinRows);
+  EXPECT_EQ(PagedLongMinRows(-1, 7), kAttnLongMinRows);
+  EXPECT_EQ(PagedLongMinRows(-1, 8), 0);
+  EXPECT_EQ(PagedLongMinRows(-1, 256), 0);
+  EXPECT_EQ(PagedLongMinRows(0, 1), 0);
+  EXPECT_EQ(PagedLongMinRows(700, 64), 700);
+  EXPECT_EQ(PagedLongMinRows(INT32_MAX, 64), INT32_MAX);
+}
+
 // AttnPaged::long_min_rows (MINFER_ATTN_PAGED_LONG_MIN): a batch of decode
 // tokens at short and long contexts with either body forced for every token
 // (0: the GQA body, INT32_MAX: the one-warp body) and the default split
