@@ -148,7 +148,8 @@ __device__ __forceinline__ uint32_t Lds32(const uint8_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
-constexpr uint32_t kMagic = 0x64006400u;  // half2 (1024, 1024)
+constexpr uint32_t kMagic = 0x64006400u;    // half2 (1024, 1024)
+constexpr uint32_t kMagic64 = 0x54005400u;  // half2 (64, 64)
 
 // (x & kMask) | kOr as one LOP3: written in C++, nvcc emits two (a LOP3
 // takes one immediate), and the decode issues this for every pair of
@@ -254,10 +255,22 @@ struct RowRegs<GgmlType::kQ4_K> {
                      : sb == 2 ? __low2half2(s23) : __high2half2(s23);
     const half2 mv = sb == 0 ? __low2half2(m01) : sb == 1 ? __high2half2(m01)
                      : sb == 2 ? __low2half2(m23) : __high2half2(m23);
-    const uint32_t x = high ? code[kWord[s]] >> 4 : code[kWord[s]];
-    const half2 k1024 = AsH2(kMagic);
-    even = AsU(__hfma2(__hsub2(AsH2(AndOr<0x000F000Fu, kMagic>(x)), k1024), sv, mv));
-    odd = AsU(__hfma2(__hsub2(AsH2(AndOr<0x000F000Fu, kMagic>(x >> 8)), k1024), sv, mv));
+    // Low nibbles under the exponent of 1024 (bits 0-3 of each half: 1024 +
+    // b), high nibbles where they lie, under the exponent of 64 (bits 4-7
+    // are the mantissa's 1/16 steps there: 64 + b). Both exact, both less
+    // their base give b exactly, so the result is the same bits either way,
+    // and the high nibbles need no shift of their own: a word's odd bytes
+    // come from one shift shared by its low step and its high step.
+    const uint32_t w = code[kWord[s]];
+    if (high) {
+      const half2 k64 = AsH2(kMagic64);
+      even = AsU(__hfma2(__hsub2(AsH2(AndOr<0x00F000F0u, kMagic64>(w)), k64), sv, mv));
+      odd = AsU(__hfma2(__hsub2(AsH2(AndOr<0x00F000F0u, kMagic64>(w >> 8)), k64), sv, mv));
+    } else {
+      const half2 k1024 = AsH2(kMagic);
+      even = AsU(__hfma2(__hsub2(AsH2(AndOr<0x000F000Fu, kMagic>(w)), k1024), sv, mv));
+      odd = AsU(__hfma2(__hsub2(AsH2(AndOr<0x000F000Fu, kMagic>(w >> 8)), k1024), sv, mv));
+    }
   }
 };
 
