@@ -226,7 +226,8 @@ class Engine : public StepEngine {
     double decode_seconds = 0;
     int64_t drafts = 0;  // drafted tokens at the end of `tokens` (this step's)
     // Drafts back off while they fail: after `misses` steps in a row whose
-    // drafts were all refused, the sequence skips 2^(misses - 1) - 1 steps
+    // drafts were all refused, while the engine's recent drafted tokens are
+    // accepted less than half the time, the sequence skips 2^(misses - 1) - 1 steps
     // (none after a single miss; at most 31; 127 while the engine's drafts
     // mostly fail, spec_rate_); an accepted draft resets it. A sequence that
     // starts while drafts mostly fail starts backed off (its first draft
@@ -271,6 +272,16 @@ class Engine : public StepEngine {
   // with weight 1/4 per round), optimistic at first: below kSpecLowRate,
   // the engine's drafts mostly fail and sequences back off further.
   double spec_rate_ = 1.0;
+  // Drafted tokens accepted, recently: averages of the accepted and drafted
+  // counts per round (weight 1/8; each starts at one round of one accepted
+  // draft, so the first rounds' misses do not weigh as a rate of zero),
+  // and their ratio; below kSpecBackoffRate a round with every draft
+  // refused starts the sequence's back-off (Seq::misses). Two rounds in a
+  // row that refuse everything take a rate of 0.7 to ~0.6, a drafter that
+  // is always wrong (k = 4) to 0.45.
+  double spec_accepted_avg_ = 1;
+  double spec_drafted_avg_ = 1;
+  double spec_token_rate_ = 1.0;
   int64_t spec_accepted_ = 0;
 
   // One thread that computes the step's grammar masks while the caller's

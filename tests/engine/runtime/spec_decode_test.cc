@@ -333,6 +333,55 @@ TEST(SpecDecodeTest, DraftsThatAlwaysFailBackOff) {
   EXPECT_LE(second, 4 * 2 * 1) << "later sequences drafted " << second << " tokens";
 }
 
+// Drafts that are mostly right do not back off after a round of misses:
+// at 0.7 per token, two rounds in a row whose first draft is wrong come
+// every ~11 rounds, and skipping steps then cost a single stream a fifth of
+// its steps (twentieth session). The engine's drafted tokens equal those
+// of a replay of the same drafter that drafts at every step after the
+// first: a round takes drafts up to the first wrong one (or k), its
+// accepted drafts plus one token are emitted, and the next round starts
+// after them. A back-off would skip rounds and draft fewer tokens.
+TEST(SpecDecodeTest, DraftsMostlyAcceptedNeverBackOff) {
+  auto model = LoadModel("tiny");
+  ASSERT_NE(model, nullptr);
+  const std::vector<GenerateRequest> reqs = Requests(*model, 1, 300, 0.0f);
+  EngineOptions eo;
+  eo.max_seqs = 4;
+  eo.n_ctx = 512;
+  const std::vector<Output> plain = RunAll(model, reqs, eo);
+  constexpr int64_t kK = 12;
+  eo.spec_k = kK;
+  eo.drafter = Replay(reqs, plain, 0.7);
+  EngineSnapshot snap;
+  ExpectSame(RunAll(model, reqs, eo, &snap), plain);
+  // The replay of every round, with a drafter of its own (same rate and
+  // seed: the same right and wrong positions).
+  auto replay = Replay(reqs, plain, 0.7);
+  const std::vector<int32_t>& cont = plain[0].tokens;
+  const int64_t n = static_cast<int64_t>(cont.size());
+  int64_t drafted = 0, rounds = 0, misses = 0, max_misses = 0;
+  for (int64_t pos = 1; pos < n;) {  // the prefill step gave token 0
+    std::vector<int32_t> seq = reqs[0].prompt;
+    seq.insert(seq.end(), cont.begin(), cont.begin() + pos);
+    std::vector<int32_t> out;
+    const int64_t k = std::min<int64_t>(kK, n - pos - 1);
+    int64_t accepted = 0;
+    if (k > 0) {
+      drafted += replay->Propose(seq, k, &out);
+      while (accepted < static_cast<int64_t>(out.size()) && out[accepted] == cont[pos + accepted]) {
+        ++accepted;
+      }
+      ++rounds;
+      misses = accepted == 0 ? misses + 1 : 0;
+      max_misses = std::max(max_misses, misses);
+    }
+    pos += accepted + 1;
+  }
+  ASSERT_GE(max_misses, 2) << "no two missed rounds in a row: the case does not test the back-off";
+  EXPECT_EQ(snap.spec_drafted, drafted) << rounds << " rounds";
+  EXPECT_NEAR(static_cast<double>(snap.spec_accepted) / snap.spec_drafted, 0.7, 0.1);
+}
+
 // Every sequence running (max_seqs of them) still drafts: the engine
 // grants draft rows beyond one per sequence (EngineOptions::spec_rows), so
 // speculation does not stop when the slot is full.
