@@ -263,14 +263,21 @@ struct RowRegs<GgmlType::kQ4_K> {
     // come from one shift shared by its low step and its high step.
     const uint32_t w = code[kWord[s]];
     if (high) {
-      const half2 k64 = AsH2(kMagic64);
-      even = AsU(__hfma2(__hsub2(AsH2(AndOr<0x00F000F0u, kMagic64>(w)), k64), sv, mv));
-      odd = AsU(__hfma2(__hsub2(AsH2(AndOr<0x00F000F0u, kMagic64>(w >> 8)), k64), sv, mv));
+      Pair<0x00F000F0u, kMagic64>(w, sv, mv, even, odd);
     } else {
-      const half2 k1024 = AsH2(kMagic);
-      even = AsU(__hfma2(__hsub2(AsH2(AndOr<0x000F000Fu, kMagic>(w)), k1024), sv, mv));
-      odd = AsU(__hfma2(__hsub2(AsH2(AndOr<0x000F000Fu, kMagic>(w >> 8)), k1024), sv, mv));
+      Pair<0x000F000Fu, kMagic>(w, sv, mv, even, odd);
     }
+  }
+
+  // The pairs (e0, e2) and (e1, e3) of word w's nibbles under kMask (one
+  // nibble per half of each 16 bits), placed under the exponent of kBase:
+  // (kBase + b - kBase) * scale + min.
+  template <uint32_t kMask, uint32_t kBase>
+  __device__ __forceinline__ static void Pair(uint32_t w, half2 sv, half2 mv, uint32_t& even,
+                                              uint32_t& odd) {
+    const half2 base = AsH2(kBase);
+    even = AsU(__hfma2(__hsub2(AsH2(AndOr<kMask, kBase>(w)), base), sv, mv));
+    odd = AsU(__hfma2(__hsub2(AsH2(AndOr<kMask, kBase>(w >> 8)), base), sv, mv));
   }
 };
 

@@ -129,7 +129,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
 
 // Engine::spec_rate_ below this: the engine's drafts mostly fail.
 constexpr double kSpecLowRate = 0.2;
-// Recent drafted tokens accepted (Engine::spec_token_rate_) at or above
+// Recent drafted tokens accepted (Engine::spec_accepted_avg_ over
+// spec_drafted_avg_) at or above
 // this: a round whose drafts were all refused is taken for noise, not a
 // reason to back off. At an acceptance of 0.7 per token three rounds in ten
 // refuse their first draft, so two in a row come every ~11 rounds; backing
@@ -525,12 +526,12 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
       // Per token, over roughly the last 8 rounds.
       spec_accepted_avg_ += (static_cast<double>(accepted) - spec_accepted_avg_) / 8;
       spec_drafted_avg_ += (static_cast<double>(w.drafts) - spec_drafted_avg_) / 8;
-      spec_token_rate_ = spec_accepted_avg_ / spec_drafted_avg_;
       if (accepted > 0) {
         s.misses = 0;
       } else {
         s.misses = std::min(s.misses + 1, spec_rate_ < kSpecLowRate ? 8 : 6);
-        s.skip = spec_token_rate_ < kSpecBackoffRate ? SkipAfter(s.misses) : 0;
+        const bool mostly_refused = spec_accepted_avg_ < kSpecBackoffRate * spec_drafted_avg_;
+        s.skip = mostly_refused ? SkipAfter(s.misses) : 0;
       }
       // Keep the accepted drafts (they equal the samples), drop the rest.
       s.tokens.resize(first + 1 + accepted);

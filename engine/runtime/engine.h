@@ -274,14 +274,13 @@ class Engine : public StepEngine {
   double spec_rate_ = 1.0;
   // Drafted tokens accepted, recently: averages of the accepted and drafted
   // counts per round (weight 1/8; each starts at one round of one accepted
-  // draft, so the first rounds' misses do not weigh as a rate of zero),
-  // and their ratio; below kSpecBackoffRate a round with every draft
+  // draft, so the first rounds' misses do not weigh as a rate of zero).
+  // While their ratio is below kSpecBackoffRate a round with every draft
   // refused starts the sequence's back-off (Seq::misses). Two rounds in a
-  // row that refuse everything take a rate of 0.7 to ~0.6, a drafter that
+  // row that refuse everything take a ratio of 0.7 to ~0.6, a drafter that
   // is always wrong (k = 4) to 0.45.
   double spec_accepted_avg_ = 1;
   double spec_drafted_avg_ = 1;
-  double spec_token_rate_ = 1.0;
   int64_t spec_accepted_ = 0;
 
   // One thread that computes the step's grammar masks while the caller's
