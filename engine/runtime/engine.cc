@@ -442,7 +442,11 @@ absl::Status Engine::Step(std::vector<EngineEvent>* events) {
     run = fill_masks();
     fill_masks = nullptr;
   }
-  if (run.ok()) run = runner_->Run(items_, &results_, &extra_, fill_masks);
+  if (run.ok()) {
+    const auto f0 = std::chrono::steady_clock::now();
+    run = runner_->Run(items_, &results_, &extra_, fill_masks);
+    last_.forward_seconds = Since(f0);
+  }
   if (!to_mask_.empty() && !backend_masks_) {
     mask_worker_->Wait();
     grammar_masks_ += static_cast<int64_t>(to_mask_.size());

@@ -122,6 +122,10 @@ struct EngineStepStats {
   int64_t cached_tokens = 0;  // prompt tokens admissions took from the prefix cache
   int64_t evictions = 0;      // cached blocks reused for other contents
   double seconds = 0;
+  // Of `seconds`, the batch runner's part: the device's forward and the
+  // rows' readback (the rest is the host's scheduling, drafting and
+  // sampling).
+  double forward_seconds = 0;
 };
 
 // A snapshot of an engine for status reports and metrics.

@@ -222,6 +222,14 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
     // gate, and (--spec oracle) asked for drafts by a sequence that had left
     // its reference, which then drafts no more.
     int64_t steps = 0, held = 0, departed = 0;
+    // The counted repetitions' decode steps by tokens fed (a verify step
+    // of d drafts feeds d + 1 per sequence): how many, and their wall and
+    // forward seconds (runtime::EngineStepStats), with drafts and without.
+    struct StepTimes {
+      int64_t n = 0;
+      double wall = 0, forward = 0;
+    };
+    std::map<int64_t, StepTimes> by_tokens[2];
   };
   std::vector<Row> rows;
   for (int64_t B : batches) {
@@ -297,9 +305,17 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
         int64_t counted = 0, started = 0;
         while ((*engine)->HasWork()) {
           events.clear();
+          const double s0 = Now();
           if (auto st = (*engine)->Step(&events); !st.ok()) {
             std::cerr << "minfer bench: " << st.message() << "\n";
             return 1;
+          }
+          const runtime::EngineStepStats& ls = (*engine)->last_step();
+          if (rep > 0 && t_start > 0 && ls.prefill_tokens == 0) {
+            Row::StepTimes& t = row.by_tokens[with][ls.tokens];
+            t.n++;
+            t.wall += Now() - s0;
+            t.forward += ls.forward_seconds;
           }
           for (const auto& ev : events) {
             if (!with) {
@@ -373,6 +389,19 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
                 x.plain, x.spec, x.plain > 0 ? x.spec / x.plain : 0, 100 * x.accepted_share,
                 x.drafted, x.steps, x.held,
                 spec == "oracle" ? absl::StrCat(x.departed, " steps").c_str() : "-");
+  }
+  // Where a step's time goes, by its size: the verify steps' cost against a
+  // plain step's, and the host's share (wall - forward).
+  std::printf("\n| streams | drafts | step tokens | steps | ms per step | forward ms | host ms |\n");
+  std::printf("| ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const Row& x : rows) {
+    for (int with = 0; with < 2; ++with) {
+      for (const auto& [tokens, t] : x.by_tokens[with]) {
+        std::printf("| %ld | %s | %ld | %ld | %.3f | %.3f | %.3f |\n", x.b, with ? "yes" : "no",
+                    tokens, t.n, 1e3 * t.wall / t.n, 1e3 * t.forward / t.n,
+                    1e3 * (t.wall - t.forward) / t.n);
+      }
+    }
   }
   return 0;
 }
