@@ -25,6 +25,18 @@ KvType ToKvType(graph::DType t) {
   }
 }
 
+// A node's YaRN parameters as the kernels take them.
+RopeYarnArgs YarnArgs(const graph::RopeYarn& y) {
+  RopeYarnArgs a;
+  a.freq_scale = y.freq_scale;
+  a.ext_factor = y.ext_factor;
+  a.attn_factor = y.attn_factor;
+  a.beta_fast = y.beta_fast;
+  a.beta_slow = y.beta_slow;
+  a.n_ctx_orig = y.n_ctx_orig;
+  return a;
+}
+
 }  // namespace
 
 absl::Status CudaBackend::RunRope(const OpArgs& o) {
@@ -40,13 +52,7 @@ absl::Status CudaBackend::RunRope(const OpArgs& o) {
   // The factors are read on the host (the weight's mapped bytes) into
   // the launch's frequency table.
   const graph::Weight* factors = graph::RopeFactors(n);
-  RopeYarnArgs yarn;
-  yarn.freq_scale = n.p.yarn.freq_scale;
-  yarn.ext_factor = n.p.yarn.ext_factor;
-  yarn.attn_factor = n.p.yarn.attn_factor;
-  yarn.beta_fast = n.p.yarn.beta_fast;
-  yarn.beta_slow = n.p.yarn.beta_slow;
-  yarn.n_ctx_orig = n.p.yarn.n_ctx_orig;
+  const RopeYarnArgs yarn = YarnArgs(n.p.yarn);
   return Check(LaunchRope(o.f(0), o.i32(1), out, s.ne[0], s.ne[1], s.ne[2], n.p.n_rot,
                           n.p.rope_style == graph::RopeStyle::kNeoX ? 0 : 1, n.p.rope_base, st,
                           factors ? reinterpret_cast<const float*>(factors->data) : nullptr,
@@ -105,6 +111,7 @@ absl::Status CudaBackend::RunQkvBiasRopeStore(const OpArgs& o) {
   ap.n_ctx = a.kv_layout.n_ctx;
   ap.kv_type = ToKvType(a.kv_layout.dtype);
   const int32_t* rows = graph::QkvHasRows(n) ? o.i32(pos_index + 1) : nullptr;
+  const RopeYarnArgs yarn = YarnArgs(p.yarn);
   if (rows != nullptr && a.inputs[pos_index + 1].bytes / 4 != nt) {
     return absl::InvalidArgumentError(absl::StrCat("cuda QkvBiasRopeStore ", n.name, ": ",
                                                    a.inputs[pos_index + 1].bytes / 4,
@@ -117,7 +124,8 @@ absl::Status CudaBackend::RunQkvBiasRopeStore(const OpArgs& o) {
                                       factors ? reinterpret_cast<const float*>(factors->data)
                                               : nullptr,
                                       qn ? static_cast<const float*>(qn->data) : nullptr,
-                                      kn ? static_cast<const float*>(kn->data) : nullptr, p.eps),
+                                      kn ? static_cast<const float*>(kn->data) : nullptr, p.eps,
+                                      &yarn),
                "QkvBiasRopeStore");
 }
 

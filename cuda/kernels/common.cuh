@@ -304,6 +304,22 @@ struct RopeFreqs {
 // pointer to n_rot/2 floats, or null.
 bool MakeRopeFreqs(int n_rot, float base, const float* factors, RopeFreqs* out);
 
+// YaRN's per-pair constants (engine/cpu/elementwise.cc RopeF32): the mix of
+// extrapolated angles and its complement, the interpolation scale and the
+// magnitude factor. active 0: plain RoPE. Passed by value, as RopeFreqs.
+struct YarnTable {
+  int active;
+  float freq_scale;
+  float mscale;
+  float mix[kRopeMaxPairs];
+  float one_minus_mix[kRopeMaxPairs];
+};
+struct RopeYarnArgs;  // ops.h
+// Fills *out on the host for n_rot rotated dims at `base` with the CPU's
+// float / double steps (defined in rope.cu); args null or freq_scale 1:
+// inactive.
+void MakeYarnTable(int n_rot, float base, const RopeYarnArgs* args, YarnTable* out);
+
 // cos/sin of theta = float(pos) * freq rounded to float, evaluated in double
 // and rounded to float — what the CPU computes (std::cos/std::sin of the
 // float angle in double). CUDA's double sin/cos are within 2 double ulps, so
@@ -316,6 +332,24 @@ __device__ __forceinline__ void rope_cos_sin(int32_t pos, float freq, float* c, 
   sincos(static_cast<double>(theta), &sd, &cd);
   *c = static_cast<float>(cd);
   *s = static_cast<float>(sd);
+}
+
+// cos/sin of pair i at position pos: rope_cos_sin's, or with YaRN (active)
+// th = interp (1 - mix) + th mix, interp = freq_scale th, then cos/sin(th)
+// in double rounded to float and scaled by mscale — the CPU's steps.
+__device__ __forceinline__ void rope_angle(int32_t pos, int i, const RopeFreqs& freqs,
+                                           const YarnTable& yarn, float* c, float* s) {
+  if (!yarn.active) {
+    rope_cos_sin(pos, freqs.f[i], c, s);
+    return;
+  }
+  float th = __fmul_rn(static_cast<float>(pos), freqs.f[i]);
+  const float interp = __fmul_rn(yarn.freq_scale, th);
+  th = __fadd_rn(__fmul_rn(interp, yarn.one_minus_mix[i]), __fmul_rn(th, yarn.mix[i]));
+  double sd, cd;
+  sincos(static_cast<double>(th), &sd, &cd);
+  *c = __fmul_rn(static_cast<float>(cd), yarn.mscale);
+  *s = __fmul_rn(static_cast<float>(sd), yarn.mscale);
 }
 
 // The CPU's rotation, without FMA contraction: y0 = x0 c - x1 s, y1 = x0 s + x1 c.

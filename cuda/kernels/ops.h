@@ -132,6 +132,7 @@ cudaError_t LaunchKvStore(const float* k, const float* v, const int32_t* pos, in
 // per-head RmsNorm (eps norm_eps) of the biased q and k before RoPE, the
 // values of LaunchRmsNorm over head rows (bit-identical except ~1e-8 of
 // heads: the double sum's order).
+// yarn (host, may be null): YaRN's angles, as LaunchRope's yarn_args.
 cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* v,
                                    const float* bq, const float* bk, const float* bv,
                                    const int32_t* pos, int64_t nt, float* q_out, void* k_cache,
@@ -141,7 +142,7 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
                                    const int32_t* rows = nullptr,
                                    const float* host_rope_factors = nullptr,
                                    const float* q_norm = nullptr, const float* k_norm = nullptr,
-                                   float norm_eps = 0.0f);
+                                   float norm_eps = 0.0f, const RopeYarnArgs* yarn = nullptr);
 
 // --- attention ----------------------------------------------------------------
 // Decode (one query token at position pos[0]): split-KV over kAttnSplits

@@ -1,6 +1,7 @@
 // QkvBiasRopeStore, the epilogue of FusedQKV (decode, and prefill's nt
 // tokens): q/k/v biases, Qwen3's per-head q/k RmsNorm (optional), RoPE of q
-// and k (n_rot = head_dim, as the graph op defines), roped q to q_out, k and
+// and k (n_rot = head_dim, as the graph op defines; YaRN's angles when the
+// node has them: gpt-oss), roped q to q_out, k and
 // v stored at cache rows pos[t]. One launch replaces bias x3 + norm x2 +
 // rope x2 + store; every value is computed with the same operations as the
 // unfused kernels (LaunchAdd, LaunchRmsNorm, LaunchRope, LaunchKvStore), so
@@ -39,7 +40,8 @@ struct QkvArgs {
 };
 
 template <KvType KV>
-__global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a, RopeFreqs freqs) {
+__global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a, RopeFreqs freqs,
+                                                                      const YarnTable yarn) {
   pdl_enter();
   __shared__ float row[kMaxHeadDim];
   __shared__ double scratch[32];
@@ -76,7 +78,7 @@ __global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a
     const int half = hd / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
       float c, s;
-      rope_cos_sin(p, freqs.f[i], &c, &s);
+      rope_angle(p, i, freqs, yarn, &c, &s);
       const int i0 = a.style == 0 ? i : 2 * i;
       const int i1 = a.style == 0 ? i + half : 2 * i + 1;
       float y0, y1;
@@ -125,7 +127,8 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
                                    int rope_style, float rope_base, int32_t* error_flag,
                                    cudaStream_t stream, const int32_t* rows,
                                    const float* host_rope_factors, const float* q_norm,
-                                   const float* k_norm, float norm_eps) {
+                                   const float* k_norm, float norm_eps,
+                                   const RopeYarnArgs* yarn_args) {
   if (nt < 0 || nt > 65535) return cudaErrorInvalidValue;
   if (nt == 0) return cudaSuccess;
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
@@ -139,6 +142,8 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
   if (!MakeRopeFreqs(p.head_dim, rope_base, host_rope_factors, &freqs)) {
     return cudaErrorInvalidValue;
   }
+  YarnTable yarn;
+  MakeYarnTable(p.head_dim, rope_base, yarn_args, &yarn);
   QkvArgs a;
   a.src[0] = q;
   a.src[1] = k;
@@ -166,16 +171,16 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
   const dim3 blocks(p.n_head + 2 * p.n_head_kv, static_cast<unsigned>(nt));
   switch (p.kv_type) {
     case KvType::kF32:
-      LaunchGrid(qkv_bias_rope_store_kernel<KvType::kF32>, blocks, kThreads, 0, stream, a, freqs);
+      LaunchGrid(qkv_bias_rope_store_kernel<KvType::kF32>, blocks, kThreads, 0, stream, a, freqs, yarn);
       break;
     case KvType::kF16:
-      LaunchGrid(qkv_bias_rope_store_kernel<KvType::kF16>, blocks, kThreads, 0, stream, a, freqs);
+      LaunchGrid(qkv_bias_rope_store_kernel<KvType::kF16>, blocks, kThreads, 0, stream, a, freqs, yarn);
       break;
     case KvType::kQ8_0:
-      LaunchGrid(qkv_bias_rope_store_kernel<KvType::kQ8_0>, blocks, kThreads, 0, stream, a, freqs);
+      LaunchGrid(qkv_bias_rope_store_kernel<KvType::kQ8_0>, blocks, kThreads, 0, stream, a, freqs, yarn);
       break;
     case KvType::kFp8:
-      LaunchGrid(qkv_bias_rope_store_kernel<KvType::kFp8>, blocks, kThreads, 0, stream, a, freqs);
+      LaunchGrid(qkv_bias_rope_store_kernel<KvType::kFp8>, blocks, kThreads, 0, stream, a, freqs, yarn);
       break;
     default:
       return cudaErrorInvalidValue;

@@ -25,17 +25,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// YaRN's per-pair constants (engine/cpu/elementwise.cc RopeF32): the mix of
-// extrapolated angles and its complement, the interpolation scale and the
-// magnitude factor. active 0: plain RoPE.
-struct YarnTable {
-  int active;
-  float freq_scale;
-  float mscale;
-  float mix[kRopeMaxPairs];
-  float one_minus_mix[kRopeMaxPairs];
-};
-
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(const float* x, const int32_t* __restrict__ pos, float* y, int head_dim,
                 int n_heads, int64_t nt, int n_rot, int style, RopeFreqs freqs,
@@ -45,20 +34,7 @@ __global__ void __launch_bounds__(kThreads)
   const int half = n_rot / 2;
   for (int64_t t = blockIdx.x; t < nt; t += gridDim.x) {
     const int32_t p = pos[t];
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-      if (yarn.active) {
-        // th = interp * (1 - mix) + th * mix, then cos/sin(th) * mscale.
-        float th = __fmul_rn(static_cast<float>(p), freqs.f[i]);
-        const float interp = __fmul_rn(yarn.freq_scale, th);
-        th = __fadd_rn(__fmul_rn(interp, yarn.one_minus_mix[i]), __fmul_rn(th, yarn.mix[i]));
-        double sd, cd;
-        sincos(static_cast<double>(th), &sd, &cd);
-        cs[i] = __fmul_rn(static_cast<float>(cd), yarn.mscale);
-        sn[i] = __fmul_rn(static_cast<float>(sd), yarn.mscale);
-      } else {
-        rope_cos_sin(p, freqs.f[i], &cs[i], &sn[i]);
-      }
-    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x) rope_angle(p, i, freqs, yarn, &cs[i], &sn[i]);
     __syncthreads();
     const float* xt = x + t * n_heads * static_cast<int64_t>(head_dim);
     float* yt = y + t * n_heads * static_cast<int64_t>(head_dim);
@@ -96,6 +72,28 @@ bool MakeRopeFreqs(int n_rot, float base, const float* factors, RopeFreqs* out) 
   return true;
 }
 
+void MakeYarnTable(int n_rot, float base, const RopeYarnArgs* args, YarnTable* out) {
+  *out = YarnTable{};
+  if (args == nullptr || args->freq_scale == 1.0f) return;
+  // The CPU's expressions, in the same float / double steps.
+  const RopeYarnArgs& ya = *args;
+  auto corr = [&](float beta) {
+    return n_rot * std::log(ya.n_ctx_orig / (beta * 2.0f * static_cast<float>(M_PI))) /
+           (2.0f * std::log(base));
+  };
+  const float lo = std::max(0.0f, std::floor(corr(ya.beta_fast)));
+  const float hi = std::min(static_cast<float>(n_rot - 1), std::ceil(corr(ya.beta_slow)));
+  for (int i = 0; i < n_rot / 2 && i < kRopeMaxPairs; ++i) {
+    const float r = (static_cast<float>(i) - lo) / std::max(0.001f, hi - lo);
+    out->mix[i] = (1.0f - std::min(1.0f, std::max(0.0f, r))) * ya.ext_factor;
+    out->one_minus_mix[i] = 1.0f - out->mix[i];
+  }
+  out->mscale = ya.attn_factor;
+  if (ya.ext_factor != 0.0f) out->mscale *= 1.0f + 0.1f * std::log(1.0f / ya.freq_scale);
+  out->freq_scale = ya.freq_scale;
+  out->active = 1;
+}
+
 cudaError_t LaunchRope(const float* x, const int32_t* pos, float* y, int64_t head_dim,
                        int64_t n_heads, int64_t nt, int n_rot, int style, float base,
                        cudaStream_t stream, const float* host_factors,
@@ -108,26 +106,8 @@ cudaError_t LaunchRope(const float* x, const int32_t* pos, float* y, int64_t hea
       !MakeRopeFreqs(n_rot, base, host_factors, &freqs)) {
     return cudaErrorInvalidValue;
   }
-  YarnTable yarn{};
-  if (yarn_args != nullptr && yarn_args->freq_scale != 1.0f) {
-    // The CPU's expressions, in the same float / double steps.
-    const RopeYarnArgs& ya = *yarn_args;
-    auto corr = [&](float beta) {
-      return n_rot * std::log(ya.n_ctx_orig / (beta * 2.0f * static_cast<float>(M_PI))) /
-             (2.0f * std::log(base));
-    };
-    const float lo = std::max(0.0f, std::floor(corr(ya.beta_fast)));
-    const float hi = std::min(static_cast<float>(n_rot - 1), std::ceil(corr(ya.beta_slow)));
-    for (int i = 0; i < n_rot / 2; ++i) {
-      const float r = (static_cast<float>(i) - lo) / std::max(0.001f, hi - lo);
-      yarn.mix[i] = (1.0f - std::min(1.0f, std::max(0.0f, r))) * ya.ext_factor;
-      yarn.one_minus_mix[i] = 1.0f - yarn.mix[i];
-    }
-    yarn.mscale = ya.attn_factor;
-    if (ya.ext_factor != 0.0f) yarn.mscale *= 1.0f + 0.1f * std::log(1.0f / ya.freq_scale);
-    yarn.freq_scale = ya.freq_scale;
-    yarn.active = 1;
-  }
+  YarnTable yarn;
+  MakeYarnTable(n_rot, base, yarn_args, &yarn);
   const unsigned blocks = static_cast<unsigned>(nt < 65536 ? nt : 65536);
   LaunchGrid(rope_kernel, blocks, kThreads, 0, stream, x, pos, y, static_cast<int>(head_dim),
              static_cast<int>(n_heads), nt, n_rot, style, freqs, yarn);

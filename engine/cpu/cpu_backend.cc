@@ -399,9 +399,9 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
           }
         }
         RopeF32(qkv.data(), pos + t, out + t * nq, p.head_dim, p.n_head, 1, p.n_rot,
-                p.rope_style, p.rope_base, factors);
+                p.rope_style, p.rope_base, factors, &p.yarn);
         RopeF32(qkv.data() + nq, pos + t, qkv.data() + nq, p.head_dim, p.n_head_kv, 1, p.n_rot,
-                p.rope_style, p.rope_base, factors);
+                p.rope_style, p.rope_base, factors, &p.yarn);
         RETURN_IF_ERROR(
             KvStore(qkv.data() + nq, qkv.data() + nq + nkv, rows + t, 1, args.kv_layout, kc, vc));
       }

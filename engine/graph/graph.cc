@@ -459,7 +459,8 @@ NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
                                       int n_head_kv, int head_dim, RopeStyle style, float base,
                                       int layer, std::string name, NodeId rows,
                                       const Weight* rope_factors, const Weight* q_norm,
-                                      const Weight* k_norm, float norm_eps) {
+                                      const Weight* k_norm, float norm_eps,
+                                      const RopeYarn& yarn) {
   std::string label = "QkvBiasRopeStore " + name;
   if (!Check(qkv.size() == 1 || qkv.size() == 3, label, "needs qkv or q, k, v")) return kNoNode;
   for (NodeId id : qkv) {
@@ -517,6 +518,7 @@ NodeId GraphBuilder::QkvBiasRopeStore(std::vector<NodeId> qkv, const Weight* bq,
   n.p.rope_style = style;
   n.p.rope_base = base;
   n.p.n_rot = head_dim;
+  n.p.yarn = yarn;
   n.p.layer = layer;
   n.name = std::move(name);
   return Push(std::move(n));

@@ -384,7 +384,8 @@ class GraphBuilder {
                           int head_dim, RopeStyle style, float base, int layer,
                           std::string name = "", NodeId rows = kNoNode,
                           const Weight* rope_factors = nullptr, const Weight* q_norm = nullptr,
-                          const Weight* k_norm = nullptr, float norm_eps = 0.0f);
+                          const Weight* k_norm = nullptr, float norm_eps = 0.0f,
+                          const RopeYarn& yarn = {});
   NodeId FusedFFN(NodeId x, const Weight* wgate, const Weight* wup, std::string name = "");
   // mask: kNoNode, or an i32 input [TopKMaskWords(n_vocab), n_out].
   NodeId TopK(NodeId logits, NodeId mode, int top_k, int vocab_limit, std::string name = "",

@@ -219,20 +219,20 @@ struct QkvNodes {
 // FusedQKV (planar q | k | v; one GEMM launch on a GPU) and one epilogue for
 // the biases, the per-head q/k norms (Qwen3), RoPE and the KV store;
 // otherwise the chain of matmuls, biases, norms, RoPE and the store, the same
-// values. YaRN layers always take the chain: the fused epilogue has no YaRN
-// angles. kv_rows: the cache rows the tokens' K/V go to.
+// values (YaRN's angles included: gpt-oss). kv_rows: the cache rows the
+// tokens' K/V go to.
 QkvNodes BuildQkv(GraphBuilder& b, const DecoderModel& model, const DecoderLayer& L, int layer,
                   NodeId n, NodeId pos, NodeId kv_rows, int64_t nt, bool fused,
                   const std::string& p) {
   const DecoderHparams& hp = model.hparams();
   const int64_t hd = hp.head_dim;
   const int nh = static_cast<int>(hp.n_head), nkv = static_cast<int>(hp.n_head_kv);
-  if (fused && !hp.yarn.active()) {
+  if (fused) {
     NodeId qkv = b.FusedQKV(n, L.wq, L.wk, L.wv, p + "qkv");
     NodeId q = b.QkvBiasRopeStore({qkv}, L.bq, L.bk, L.bv, pos, nh, nkv, static_cast<int>(hd),
                                   hp.rope_style, hp.rope_base, layer,
                                   p + "qkv_bias_rope_store", kv_rows, model.rope_freqs(),
-                                  L.q_norm, L.k_norm, hp.rms_eps);
+                                  L.q_norm, L.k_norm, hp.rms_eps, hp.yarn);
     return {q, q};
   }
   NodeId q = b.MatMul(n, L.wq, p + "q");

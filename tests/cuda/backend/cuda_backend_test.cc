@@ -5,6 +5,7 @@
 #include "cuda/backend/cuda_backend.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -954,6 +955,32 @@ TEST_F(CudaBackendOpTest, MoeRouteGroupEqualsRouteThenGroup) {
         columns += t2[i].z;
       }
       EXPECT_EQ(columns, a_count);  // every assignment in exactly one tile
+      // Both against the grouping computed here from the route's ids:
+      // experts in ascending order, each one's assignments in ascending
+      // order, tiles of at most tt columns.
+      std::vector<int32_t> want_order, want_slot(a_count, -1);
+      std::vector<std::array<int32_t, 3>> want_tiles;
+      for (int e = 0; e < c.n_exp; ++e) {
+        const int32_t first = static_cast<int32_t>(want_order.size());
+        for (int i = 0; i < a_count; ++i) {
+          int32_t id;
+          std::memcpy(&id, &r2[(i / c.k) * 2 * c.k + c.k + i % c.k], sizeof id);
+          if (id != e) continue;
+          want_slot[i] = static_cast<int32_t>(want_order.size());
+          want_order.push_back(i);
+        }
+        const int32_t n = static_cast<int32_t>(want_order.size()) - first;
+        for (int32_t col = 0; col < n; col += tt) {
+          want_tiles.push_back({e, first + col, std::min<int32_t>(tt, n - col)});
+        }
+      }
+      EXPECT_EQ(one.order.ToHost(), want_order);
+      EXPECT_EQ(one.slot.ToHost(), want_slot);
+      ASSERT_EQ(n_tiles, static_cast<int32_t>(want_tiles.size()));
+      for (int32_t i = 0; i < n_tiles; ++i) {
+        EXPECT_EQ((std::array<int32_t, 3>{t1[i].x, t1[i].y, t1[i].z}), want_tiles[i])
+            << "tile " << i;
+      }
     }
   }
   SetProgrammaticLaunch(false);

@@ -544,12 +544,21 @@ TEST(KvStoreTest, RowsMatchCpuEncodingBytes) {
 // Fused vs LaunchAdd + LaunchRope + LaunchKvStore: bit-identical q_out and
 // cache bytes (the same operations in the same order), for one token
 // (decode) and for 37 (prefill: q, k, v planar in one buffer, as FusedQKV
-// writes them, at distinct shuffled positions).
+// writes them, at distinct shuffled positions), with plain RoPE and with
+// YaRN's angles (gpt-oss's: factor 32 over 4,096 original positions).
 TEST(QkvBiasRopeStoreTest, BitIdenticalToUnfusedComposition) {
   MINFER_REQUIRE_GPU();
   struct Shape {
     int n_head, n_head_kv, hd;
   };
+  RopeYarnArgs gpt_oss;
+  gpt_oss.freq_scale = 1.0f / 32.0f;
+  gpt_oss.ext_factor = 1.0f;
+  gpt_oss.attn_factor = 1.0f;
+  gpt_oss.beta_fast = 32.0f;
+  gpt_oss.beta_slow = 1.0f;
+  gpt_oss.n_ctx_orig = 4096;
+  for (const RopeYarnArgs* ya : {static_cast<const RopeYarnArgs*>(nullptr), &gpt_oss})
   for (const int64_t nt : {int64_t{1}, int64_t{37}})
   for (const Shape s : {Shape{14, 2, 64}, Shape{28, 4, 128}}) {
     for (KvType t : kAllKv) {
@@ -557,7 +566,7 @@ TEST(QkvBiasRopeStoreTest, BitIdenticalToUnfusedComposition) {
         for (bool bias : {true, false}) {
           SCOPED_TRACE(::testing::Message()
                        << Name(t) << " hd " << s.hd << " style " << style << " bias " << bias
-                       << " nt " << nt);
+                       << " nt " << nt << " yarn " << (ya != nullptr));
           AttnParams p;
           p.n_head = s.n_head;
           p.n_head_kv = s.n_head_kv;
@@ -591,7 +600,8 @@ TEST(QkvBiasRopeStoreTest, BitIdenticalToUnfusedComposition) {
           ASSERT_CUDA(LaunchQkvBiasRopeStore(q, k, v, bias ? dbq.get() : nullptr,
                                              bias ? dbk.get() : nullptr, bias ? dbv.get() : nullptr,
                                              dp.get(), nt, qout.get(), kc.get(), vc.get(), p, style,
-                                             base, flag.get(), nullptr));
+                                             base, flag.get(), nullptr, nullptr, nullptr, nullptr,
+                                             nullptr, 0.0f, ya));
           // Unfused.
           if (bias) {
             ASSERT_CUDA(LaunchAdd(q, dbq.get(), nq, tq.get(), nq * nt, nullptr));
@@ -603,9 +613,9 @@ TEST(QkvBiasRopeStoreTest, BitIdenticalToUnfusedComposition) {
             ASSERT_CUDA(cudaMemcpy(tv.get(), v, nkv * nt * 4, cudaMemcpyDeviceToDevice));
           }
           ASSERT_CUDA(LaunchRope(tq.get(), dp.get(), qout2.get(), s.hd, s.n_head, nt, s.hd, style,
-                                 base, nullptr));
+                                 base, nullptr, nullptr, ya));
           ASSERT_CUDA(LaunchRope(tk.get(), dp.get(), tk.get(), s.hd, s.n_head_kv, nt, s.hd, style,
-                                 base, nullptr));
+                                 base, nullptr, nullptr, ya));
           ASSERT_CUDA(LaunchKvStore(tk.get(), tv.get(), dp.get(), nt, kc2.get(), vc2.get(), t, nkv,
                                     p.n_ctx, flag.get(), nullptr));
           SYNC();
