@@ -558,7 +558,8 @@ TEST(QkvBiasRopeStoreTest, BitIdenticalToUnfusedComposition) {
   gpt_oss.beta_fast = 32.0f;
   gpt_oss.beta_slow = 1.0f;
   gpt_oss.n_ctx_orig = 4096;
-  for (const RopeYarnArgs* ya : {static_cast<const RopeYarnArgs*>(nullptr), &gpt_oss})
+  const RopeYarnArgs* const yarns[] = {nullptr, &gpt_oss};
+  for (const RopeYarnArgs* ya : yarns)
   for (const int64_t nt : {int64_t{1}, int64_t{37}})
   for (const Shape s : {Shape{14, 2, 64}, Shape{28, 4, 128}}) {
     for (KvType t : kAllKv) {
