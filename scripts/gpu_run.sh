@@ -78,6 +78,10 @@
 #                                        per-kernel GPU time of one decode step (ncu;
 #                                        default qwen3-30b-a3b:q4_k_m, B = 1), by kernel
 #                                        name; B > 1: a step of `minfer bench -b B`
+#   bash .gpu/gpu_run.sh verify [SPEC [K..]]
+#                                        per-kernel GPU time (ncu) of a speculative verify
+#                                        step of K + 1 tokens (default 7b:q4_k_m, K = 3 7 15;
+#                                        drafts replayed at acceptance 1), by kernel name
 #   bash .gpu/gpu_run.sh ncu [SPEC [B [REGEX [COUNT [SKIP]]]]]
 #                                        Nsight Compute's full set for COUNT (default 5)
 #                                        launches of the kernels matching REGEX (default
@@ -117,6 +121,31 @@ export PATH="/tmp/minfer-bin:$PATH"
 fi
 bin=/tmp/minfer-bin
 mode="${1:-tests}"; shift || true
+
+# The last whole decode step of an ncu CSV ($1: the kernels between the last
+# two TopK launches), summed by kernel name, as a table.
+step_table() {
+  python3 - "$1" <<'PY'
+import collections, csv, re, sys
+rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
+k = [(r["Kernel Name"], float(r["Metric Value"].replace(",", "")))
+     for r in csv.DictReader(rows) if r.get("Metric Name") == "gpu__time_duration.sum"]
+name = lambda n: re.sub(r"\(.*", "", n)[:70]
+tops = [i for i, (n, _) in enumerate(k) if "topk" in n.lower()]
+if len(tops) < 2:
+    sys.exit(f"{len(k)} kernels profiled, fewer than two TopK launches: no whole step")
+step = k[tops[-2] + 1:tops[-1] + 1]
+busy = sum(t for _, t in step)
+agg = collections.defaultdict(lambda: [0, 0.0])
+for n, t in step:
+    agg[name(n)][0] += 1
+    agg[name(n)][1] += t
+print(f"one decode step: {len(step)} kernels, {busy / 1e3:.1f} us busy under ncu")
+print("| us | calls | us/call | share | kernel |")
+for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
+    print(f"| {t / 1e3:.1f} | {c} | {t / c / 1e3:.2f} | {100 * t / busy:.1f}% | {n} |")
+PY
+}
 
 run_tests() {
   local pass=0 fail=0
@@ -593,27 +622,28 @@ PY
         --csv --print-units base "$bin/minfer" bench -m "$f" -b "$batch" -p 8 -n 4 -r 1 \
         > /tmp/kernels.csv 2> /tmp/kernels.err || tail -3 /tmp/kernels.err
     fi
-    python3 - /tmp/kernels.csv <<'PY' | tee "$out/kernels.log"
-import collections, csv, re, sys
-rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
-k = [(r["Kernel Name"], float(r["Metric Value"].replace(",", "")))
-     for r in csv.DictReader(rows) if r.get("Metric Name") == "gpu__time_duration.sum"]
-name = lambda n: re.sub(r"\(.*", "", n)[:70]
-tops = [i for i, (n, _) in enumerate(k) if "topk" in n.lower()]
-if len(tops) < 2:
-    sys.exit(f"{len(k)} kernels profiled, fewer than two TopK launches: no whole step")
-step = k[tops[-2] + 1:tops[-1] + 1]
-busy = sum(t for _, t in step)
-agg = collections.defaultdict(lambda: [0, 0.0])
-for n, t in step:
-    agg[name(n)][0] += 1
-    agg[name(n)][1] += t
-print(f"one decode step: {len(step)} kernels, {busy / 1e3:.1f} us busy under ncu")
-print("| us | calls | us/call | share | kernel |")
-for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
-    print(f"| {t / 1e3:.1f} | {c} | {t / c / 1e3:.2f} | {100 * t / busy:.1f}% | {n} |")
-PY
+    step_table /tmp/kernels.csv | tee "$out/kernels.log"
     ;;
+  verify)
+    # Where a speculative verify step's time goes, by size (issue 33 part
+    # 2): ncu per-kernel time of the last step of `minfer bench --spec
+    # oracle --spec-accept 1 --spec-k K` on SPEC (default 7b:q4_k_m), one
+    # sequence, for each K (default 3 7 15: steps of 4, 8 and 16 tokens),
+    # the table of `kernels` for each. The twenty-first session measured
+    # steps of 3-8 tokens at ~1.5x their prefill's time and 9-16 at ~1.05x.
+    spec="${1:-7b:q4_k_m}"; shift || true
+    [[ $# -gt 0 ]] || set -- 3 7 15
+    f="/tmp/minfer-models/${spec%%:*}-${spec#*:}.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "${spec%%:*}" --type "${spec#*:}" -o "$f" 2>&1 |
+      tail -1 | tee -a "$out/mkmodel.log"
+    for k in "$@"; do
+      echo "== verify step of k = $k drafts ($((k + 1)) tokens)" | tee -a "$out/verify.log"
+      MINFER_SPEC_GATE=0 timeout 300 ncu --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum --csv --print-units base "$bin/minfer" bench -m "$f" \
+        -b 1 -p 32 -n $((1 + 3 * (k + 1))) -r 1 --spec oracle --spec-accept 1 --spec-k "$k" \
+        > /tmp/verify.csv 2> /tmp/verify.err || tail -3 /tmp/verify.err
+      step_table /tmp/verify.csv | head -25 | tee -a "$out/verify.log"
+    done ;;
   ncu)
     # Why a kernel runs at the speed it does: the "full" section set (every
     # metric of speed of light, memory, compute, scheduler, warp state,
