@@ -71,6 +71,10 @@ absl::Status CudaBackend::RunMoeRoute(const OpArgs& o) {
   a.gating = n.p.moe_gating == graph::MoeGating::kSoftmax ? 0 : 1;
   a.norm = n.p.moe_norm;
   a.scale = n.p.moe_scale;
+  if (!n.weights.empty() && n.weights[0] != nullptr) {
+    ASSIGN_OR_RETURN(const WeightView* bias, Weight(n.weights[0]));
+    a.bias = static_cast<const float*>(bias->data);
+  }
   const int64_t nt = n.shape.ne[1];
   // Decode sizes: group for the MoeFFN in the same launch. Below
   // moe_mma_min_tokens the FFN takes the CUDA-core matmul whatever its

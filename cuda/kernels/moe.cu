@@ -47,7 +47,9 @@ __device__ __forceinline__ void route_token(const float* __restrict__ l, const M
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
-    v[i] = e < a.n_expert ? __ldg(l + e) : 0.0f;
+    v[i] = e < a.n_expert ? (a.bias != nullptr ? __fadd_rn(__ldg(l + e), __ldg(a.bias + e))
+                                               : __ldg(l + e))
+                          : 0.0f;
     if (e < a.n_expert) present |= 1u << i;
   }
   // The chosen expert of round j and its logit live in lane j.

@@ -65,6 +65,9 @@ struct MoeRouteArgs {
   int32_t gating = 0;
   bool norm = false;
   float scale = 0.0f;
+  // Device [n_expert] or null: added to every token's logits first (the
+  // float sums LaunchAdd would write).
+  const float* bias = nullptr;
 };
 cudaError_t LaunchMoeRoute(const float* logits, int64_t nt, const MoeRouteArgs& a, float* out,
                            cudaStream_t stream);

@@ -545,7 +545,7 @@ NodeId GraphBuilder::FusedFFN(NodeId x, const Weight* wgate, const Weight* wup, 
 }
 
 NodeId GraphBuilder::MoeRoute(NodeId logits, int n_expert_used, MoeGating gating, bool norm,
-                              float scale, std::string name) {
+                              float scale, std::string name, const Weight* bias) {
   if (!Valid(logits)) return kNoNode;
   const Node& nl = node(logits);
   const std::string label = "MoeRoute " + name;
@@ -556,10 +556,15 @@ NodeId GraphBuilder::MoeRoute(NodeId logits, int n_expert_used, MoeGating gating
              absl::StrCat("experts per token ", n_expert_used, " must be in [1, n_expert ",
                           nl.shape.ne[0], "]")))
     return kNoNode;
+  if (!Check(bias == nullptr || (bias->type == GgmlType::kF32 && bias->dims.size() == 1 &&
+                                 bias->ne0() == nl.shape.ne[0]),
+             label, absl::StrCat("router bias must be f32 [", nl.shape.ne[0], "]")))
+    return kNoNode;
   Node n;
   n.op = OpKind::kMoeRoute;
   n.shape = Shape(2 * n_expert_used, nl.shape.ne[1]);
   n.inputs = {logits};
+  if (bias != nullptr) n.weights = {bias};
   n.p.n_expert = static_cast<int32_t>(nl.shape.ne[0]);
   n.p.n_expert_used = n_expert_used;
   n.p.moe_gating = gating;

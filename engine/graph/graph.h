@@ -104,7 +104,9 @@
 //                    over the k chosen logits. p.moe_norm: weights divided
 //                    by their sum (at least 6.103515625e-5, the smallest
 //                    normal f16, as llama.cpp clamps it). p.moe_scale != 0:
-//                    weights multiplied by it
+//                    weights multiplied by it. weights[0] (optional, f32
+//                    [n_expert]): a router bias added to every token's
+//                    logits first, as Add(logits, bias) would (gpt-oss)
 //   MoeFFN x, route  y[:, t] = sum_j w_j (D_e (act(G_e x_t + bg_e, U_e x_t +
 //                    bu_e)) + bd_e) over the k (weight w_j, expert e) pairs
 //                    of route[:, t] (a MoeRoute output), j in route order;
@@ -391,8 +393,9 @@ class GraphBuilder {
   NodeId TopK(NodeId logits, NodeId mode, int top_k, int vocab_limit, std::string name = "",
               NodeId mask = kNoNode);
 
+  // bias: the router's bias (f32 [n_expert]) or null.
   NodeId MoeRoute(NodeId logits, int n_expert_used, MoeGating gating, bool norm, float scale,
-                  std::string name = "");
+                  std::string name = "", const Weight* bias = nullptr);
   // gate_b, up_b, down_b: optional expert biases (null: none).
   NodeId MoeFFN(NodeId x, NodeId route, const Weight* gate, const Weight* up, const Weight* down,
                 const Weight* gate_b, const Weight* up_b, const Weight* down_b, MoeAct act,

@@ -295,9 +295,9 @@ NodeId MoeFfnBlock(GraphBuilder& b, const DecoderModel& model, const DecoderLaye
                    graph::MoeAct act, const std::string& p) {
   const DecoderHparams& hp = model.hparams();
   NodeId logits = b.MatMul(m, L.ffn_gate_inp, p + "ffn_moe_logits");
-  if (L.ffn_gate_inp_b) logits = b.Add(logits, L.ffn_gate_inp_b, p + "ffn_moe_logits_bias");
+  // The router bias (gpt-oss) rides on the route: one launch fewer a layer.
   NodeId route = b.MoeRoute(logits, static_cast<int>(hp.n_expert_used), hp.moe_gating,
-                            hp.moe_norm, hp.moe_scale, p + "ffn_moe_route");
+                            hp.moe_norm, hp.moe_scale, p + "ffn_moe_route", L.ffn_gate_inp_b);
   return b.MoeFFN(m, route, L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps, L.ffn_gate_exps_b,
                   L.ffn_up_exps_b, L.ffn_down_exps_b, act, p + "ffn_moe");
 }

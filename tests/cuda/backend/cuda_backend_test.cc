@@ -862,10 +862,17 @@ TEST_F(CudaBackendOpTest, MoeRouteEqualsCpu) {
                         {7, 7, graph::MoeGating::kSoftmax, false, 0.0f},
                         {60, 1, graph::MoeGating::kSoftmax, true, 0.0f}};
   for (const Case& c : cases) {
-    for (int64_t nt : {1, 9, 70}) {
+    // gpt-oss's router bias rides on the route (weights[0]); the CPU adds
+    // it as Add(logits, bias) would.
+    auto bias = MakeWeight("router.bias", GgmlType::kF32, c.n_exp, 1, 1.0f);
+    OpHarness hb({&bias->w});
+    ASSERT_NE(hb.gpu(), nullptr);
+    for (int64_t nt : {1, 9, 70})
+    for (bool with_bias : {false, true}) {
       SCOPED_TRACE(absl::StrCat(c.n_exp, " experts, k ", c.k, ", gating ",
-                                static_cast<int>(c.gating), ", nt ", nt));
+                                static_cast<int>(c.gating), ", nt ", nt, ", bias ", with_bias));
       Node n = MakeNode(OpKind::kMoeRoute, Shape(2 * c.k, nt));
+      if (with_bias) n.weights = {&bias->w};
       n.inputs = {0};
       n.p.n_expert = c.n_exp;
       n.p.n_expert_used = c.k;
@@ -874,7 +881,7 @@ TEST_F(CudaBackendOpTest, MoeRouteEqualsCpu) {
       n.p.moe_scale = c.scale;
       ASSERT_TRUE(h.gpu()->SupportsOp(n));
       std::vector<float> cr, gr;
-      h.Run(n, {Bytes(RouterLogits(c.n_exp, nt))}, &cr, &gr);
+      (with_bias ? hb : h).Run(n, {Bytes(RouterLogits(c.n_exp, nt))}, &cr, &gr);
       ASSERT_EQ(cr.size(), gr.size());
       for (int64_t t = 0; t < nt; ++t) {
         for (int j = 0; j < c.k; ++j) {
