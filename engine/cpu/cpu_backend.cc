@@ -302,17 +302,9 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
                       i32(1), node.p.top_k, node.p.vocab_limit, out,
                       node.inputs.size() > 2 ? reinterpret_cast<const uint32_t*>(in[2]) : nullptr);
     case OpKind::kMoeRoute: {
-      const int64_t n_exp = node.p.n_expert, nt = node.shape.ne[1];
-      if (node.weights.empty() || node.weights[0] == nullptr) {
-        return MoeRouteRows(f(0), n_exp, nt, node.p, out);
-      }
-      // The router bias: the float sums Add(logits, bias) would give.
-      const float* bias = reinterpret_cast<const float*>(node.weights[0]->data);
-      std::vector<float> biased(static_cast<size_t>(n_exp * nt));
-      for (int64_t t = 0; t < nt; ++t) {
-        for (int64_t e = 0; e < n_exp; ++e) biased[t * n_exp + e] = f(0)[t * n_exp + e] + bias[e];
-      }
-      return MoeRouteRows(biased.data(), n_exp, nt, node.p, out);
+      const graph::Weight* bias = node.weights.empty() ? nullptr : node.weights[0];
+      return MoeRouteRows(f(0), node.p.n_expert, node.shape.ne[1], node.p, out,
+                          bias != nullptr ? reinterpret_cast<const float*>(bias->data) : nullptr);
     }
     case OpKind::kMoeFFN:
       RETURN_IF_ERROR(MoeFfn(pool, node, f(0), f(1), node.shape.ne[1], out));

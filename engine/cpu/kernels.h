@@ -59,9 +59,10 @@ absl::Status FusedFfn(ThreadPool& pool, const graph::Weight& wg, const graph::We
 // router logits [n_expert, nt] into out [2 k, nt]; the expert FFN of nt
 // tokens x [n_embd, nt] along `route` into y [n_embd, nt] (node: the MoeFFN
 // node, for its weights and params). INVALID_ARGUMENT names a route entry
-// outside [0, n_expert).
+// outside [0, n_expert). bias (null or [n_expert]): the router's bias, added
+// to each token's logits first as Add(logits, bias) would.
 absl::Status MoeRouteRows(const float* logits, int64_t n_expert, int64_t nt,
-                          const graph::OpParams& p, float* out);
+                          const graph::OpParams& p, float* out, const float* bias = nullptr);
 absl::Status MoeFfn(ThreadPool& pool, const graph::Node& node, const float* x, const float* route,
                     int64_t nt, float* y);
 

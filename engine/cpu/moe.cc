@@ -155,7 +155,7 @@ float SwigluOai(float g, float u, float alpha, float limit) {
 }  // namespace
 
 absl::Status MoeRouteRows(const float* logits, int64_t n_expert, int64_t nt,
-                          const graph::OpParams& p, float* out) {
+                          const graph::OpParams& p, float* out, const float* bias) {
   const int64_t k = p.n_expert_used;
   if (k < 1 || k > n_expert) {
     return absl::InvalidArgumentError(absl::StrCat("cpu MoeRoute: ", k, " experts per token of ",
@@ -163,8 +163,13 @@ absl::Status MoeRouteRows(const float* logits, int64_t n_expert, int64_t nt,
   }
   std::vector<float> score(n_expert);
   std::vector<int32_t> order(n_expert);
+  std::vector<float> biased(bias != nullptr ? n_expert : 0);
   for (int64_t t = 0; t < nt; ++t) {
     const float* l = logits + t * n_expert;
+    if (bias != nullptr) {
+      for (int64_t e = 0; e < n_expert; ++e) biased[e] = l[e] + bias[e];
+      l = biased.data();
+    }
     if (p.moe_gating == graph::MoeGating::kSoftmax) {
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t e = 0; e < n_expert; ++e) mx = std::max(mx, l[e]);

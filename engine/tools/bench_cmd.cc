@@ -223,8 +223,9 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
     // its reference, which then drafts no more.
     int64_t steps = 0, held = 0, departed = 0;
     // The counted repetitions' decode steps by tokens fed (a verify step
-    // of d drafts feeds d + 1 per sequence): how many, and their wall and
-    // forward seconds (runtime::EngineStepStats), with drafts and without.
+    // of d drafts feeds d + 1 per sequence): how many, and their seconds
+    // and forward seconds (runtime::EngineStepStats), with drafts and
+    // without.
     struct StepTimes {
       int64_t n = 0;
       double wall = 0, forward = 0;
@@ -305,7 +306,6 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
         int64_t counted = 0, started = 0;
         while ((*engine)->HasWork()) {
           events.clear();
-          const double s0 = Now();
           if (auto st = (*engine)->Step(&events); !st.ok()) {
             std::cerr << "minfer bench: " << st.message() << "\n";
             return 1;
@@ -314,7 +314,7 @@ int SpecBench(std::shared_ptr<runtime::Model> model, std::shared_ptr<runtime::Mo
           if (rep > 0 && t_start > 0 && ls.prefill_tokens == 0) {
             Row::StepTimes& t = row.by_tokens[with][ls.tokens];
             t.n++;
-            t.wall += Now() - s0;
+            t.wall += ls.seconds;
             t.forward += ls.forward_seconds;
           }
           for (const auto& ev : events) {

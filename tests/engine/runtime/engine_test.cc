@@ -311,6 +311,11 @@ std::vector<std::vector<int32_t>> RunEngine(std::shared_ptr<Model> model,
     EXPECT_TRUE(st.ok()) << st;
     const auto& ls = (*e)->last_step();
     if (ls.prefill_tokens > 0 && ls.prefill_tokens < ls.tokens) ++*mixed_steps;
+    // A step that ran tokens spent part of its time in the batch runner.
+    if (ls.tokens > 0) {
+      EXPECT_GT(ls.forward_seconds, 0.0) << "step " << step;
+      EXPECT_LE(ls.forward_seconds, ls.seconds) << "step " << step;
+    }
     for (const EngineEvent& x : ev) {
       EXPECT_TRUE(x.status.ok()) << x.status;
       for (int32_t t : x.out.tokens) out[index[x.id]].push_back(t);
