@@ -120,9 +120,9 @@ models::BatchGraphParams BatchRunner::Params(int64_t n_tokens, int64_t n_out,
   // needs its own (see Run).
   const int64_t tile = graph::kAttnTileTokens;
   p.n_tiles = std::min<int64_t>(n_tokens, (n_tokens + tile - 1) / tile + table_rows);
-  // A step of decode tokens only (the steady state of serving) has its own
-  // graphs: a tile per token, padding included, and no multi-token
-  // attention launch.
+  // A step of decode tokens and short runs only (the steady state of
+  // serving; speculative verify steps) has its own graphs: a tile per
+  // token, padding included, and no multi-token attention launch.
   p.decode_only = decode_only && n_tokens > 1;
   if (p.decode_only) p.n_tiles = n_tokens;
   p.max_blocks = max_blocks_;
@@ -306,8 +306,18 @@ absl::Status BatchRunner::RunRank(absl::Span<const BatchItem> items,
   }
   const int64_t T = TokenBucket(n_tokens);
   const int64_t O = RowBucket(std::max<int64_t>(n_rows, 1), T);
+  const int64_t short_run = KnobRegistry::Global().GetInt("MINFER_ATTN_SHORT_RUN", &model_->knobs());
+  // A run attended one token per tile when the graph has room (header).
+  auto is_short_run = [&](int64_t n, int64_t pos0) {
+    return n > 1 && n <= short_run && pos0 >= kShortRunMinContext;
+  };
+  // Every run one token or a short run: the token-tile graph, where every
+  // short run fits (a graph sized by sequences has room for few).
   bool decode_only = true;
-  for (int64_t i = 0; i < n_items; ++i) decode_only = decode_only && items[i].tokens.size() == 1;
+  for (int64_t i = 0; i < n_items; ++i) {
+    const int64_t n = static_cast<int64_t>(items[i].tokens.size());
+    decode_only = decode_only && (n == 1 || is_short_run(n, items[i].pos0));
+  }
   ASSIGN_OR_RETURN(Cached * c, GetGraph(T, O, decode_only));
   const models::BatchGraphParams& p = c->params;
 
@@ -329,14 +339,12 @@ absl::Status BatchRunner::RunRank(absl::Span<const BatchItem> items,
   // spend them on one tile per token (batch_runner.h).
   int64_t spare = p.n_tiles - (n_tokens < T ? tiles_for(T - n_tokens) : 0);
   for (int64_t i = 0; i < n_items; ++i) spare -= tiles_for(static_cast<int64_t>(items[i].tokens.size()));
-  const int64_t short_run = KnobRegistry::Global().GetInt("MINFER_ATTN_SHORT_RUN", &model_->knobs());
   auto add_tiles = [&](int64_t table_row, int64_t t0, int64_t n, int64_t pos0) {
-    const bool short_tiles = !p.decode_only && n > 1 && n <= short_run &&
-                             pos0 >= kShortRunMinContext && n - 1 <= spare;
-    // (A decode-only graph has a tile per token, the padding's too.)
+    const bool short_tiles = is_short_run(n, pos0) && (p.decode_only || n - 1 <= spare);
+    // (A token-tile graph has a tile per token, the padding's too.)
     const int64_t per_tile = p.decode_only || short_tiles ? 1 : graph::kAttnTileTokens;
     if (short_tiles) {
-      spare -= n - 1;
+      if (!p.decode_only) spare -= n - 1;
       stats_.short_run_tokens += n;
     }
     for (int64_t s = 0; s < n; s += per_tile) {

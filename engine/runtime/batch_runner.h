@@ -39,8 +39,12 @@
 // MINFER_ATTN_SHORT_RUN tokens that start after position
 // kShortRunMinContext become one tile per token, which the split-KV decode
 // kernel spreads over the whole GPU, as far as the graph's static tile
-// count leaves room. On the CPU the tiling changes nothing (every token's
-// row is computed alone).
+// count leaves room. A step whose every run is one token or such a short
+// run — a speculative verify step, whose runs are k + 1 tokens after the
+// sequence's context — runs the token-tile graphs of a decode step (a tile
+// per token, no multi-token attention launch), so every short run fits
+// however few sequences the graph's tile count was sized for. On the CPU
+// the tiling changes nothing (every token's row is computed alone).
 //
 // Allowed-token masks (constrained decoding): an item's mask restricts its
 // row to the allowed ids where the row is reduced — in the TopK op, on the
@@ -161,8 +165,8 @@ struct BatchRunnerStats {
   // Tokens of short runs over earlier context attended as one-token tiles
   // (MINFER_ATTN_SHORT_RUN).
   int64_t short_run_tokens = 0;
-  // Steps of decode tokens only, which run their own graphs (one token per
-  // attention tile).
+  // Steps of decode tokens and short runs only, which run their own graphs
+  // (one token per attention tile; speculative verify steps among them).
   int64_t decode_only_steps = 0;
 };
 

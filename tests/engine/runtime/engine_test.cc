@@ -232,7 +232,10 @@ TEST(QuantizedKvTest, LogitsStayWithinTheBoundOfF32Kv) {
 // next turn) is attended one token per tile (MINFER_ATTN_SHORT_RUN); on the
 // CPU that changes no bit, and only such runs are split: not a run that
 // starts before 128 positions of context, not a run longer than the knob,
-// and not when the knob is 0.
+// and not when the knob is 0. A step of such runs and decode tokens only
+// runs the token-tile graph, so the run is split however few sequences the
+// runner's graphs are sized for (a speculative verify step at one stream:
+// max_seqs 1 or 2 left room for a 2-token run only).
 TEST(BatchRunnerShortRunTest, ShortRunsOverContextAreTokenTilesWithTheSameLogits) {
   auto model = LoadModel("tiny", "q8_0");
   ASSERT_NE(model, nullptr);
@@ -243,14 +246,18 @@ TEST(BatchRunnerShortRunTest, ShortRunsOverContextAreTokenTilesWithTheSameLogits
   // second sequence beside it); the expected short-run token count.
   struct Case {
     int64_t ctx, run, knob, split;
+    int32_t max_seqs = 16;  // 16: the mixed graphs' tile count leaves room too
   };
   for (const Case c : {Case{200, 8, 16, 8}, Case{200, 16, 16, 16}, Case{200, 17, 16, 0},
-                       Case{100, 8, 16, 0}, Case{200, 8, 0, 0}, Case{128, 2, 16, 2}}) {
-    SCOPED_TRACE(absl::StrCat("ctx ", c.ctx, " run ", c.run, " knob ", c.knob));
+                       Case{100, 8, 16, 0}, Case{200, 8, 0, 0}, Case{128, 2, 16, 2},
+                       Case{200, 8, 16, 8, 2}, Case{200, 16, 16, 16, 2},
+                       Case{200, 17, 16, 0, 2}, Case{100, 8, 16, 0, 2}}) {
+    SCOPED_TRACE(absl::StrCat("ctx ", c.ctx, " run ", c.run, " knob ", c.knob, " max_seqs ",
+                              c.max_seqs));
     ASSERT_TRUE(KnobRegistry::Global().Set("MINFER_ATTN_SHORT_RUN", absl::StrCat(c.knob)).ok());
     BatchRunnerOptions ro;
     ro.max_tokens = 64;
-    ro.max_seqs = 16;  // the graphs' tile count leaves room for token tiles
+    ro.max_seqs = c.max_seqs;
     ro.n_ctx = 512;
     auto runner = BatchRunner::Create(model, ro);
     ASSERT_TRUE(runner.ok()) << runner.status();
@@ -268,6 +275,7 @@ TEST(BatchRunnerShortRunTest, ShortRunsOverContextAreTokenTilesWithTheSameLogits
     }
     // (The prefix's own last chunk may be a short run too.)
     const int64_t before = (*runner)->stats().short_run_tokens;
+    const int64_t token_steps = (*runner)->stats().decode_only_steps;
     BatchItem run, decode;
     run.tokens = absl::MakeConstSpan(prompt).subspan(c.ctx, c.run);
     run.pos0 = c.ctx;
@@ -278,6 +286,8 @@ TEST(BatchRunnerShortRunTest, ShortRunsOverContextAreTokenTilesWithTheSameLogits
     decode.blocks = other;
     ASSERT_TRUE((*runner)->Run({decode, run}, &res).ok());
     EXPECT_EQ((*runner)->stats().short_run_tokens - before, c.split);
+    // The step ran the token-tile graph exactly when its run was split.
+    EXPECT_EQ((*runner)->stats().decode_only_steps - token_steps, c.split > 0 ? 1 : 0);
     // The same logits as the whole prefix and run evaluated alone.
     const AloneRun alone = RunAlone(
         model, std::vector<int32_t>(prompt.begin(), prompt.begin() + c.ctx + c.run), 1,
