@@ -336,6 +336,7 @@ void CudaBackend::RefreshKnobs() {
   k.moe_route_group = r.GetBool("MINFER_MOE_ROUTE_GROUP", knob_overrides_);
   k.moe_down_combine = r.GetBool("MINFER_MOE_DOWN_COMBINE", knob_overrides_);
   k.moe_gate_quant = r.GetBool("MINFER_MOE_GATE_QUANT", knob_overrides_);
+  k.moe_fused_act = r.GetBool("MINFER_MOE_FUSED_ACT", knob_overrides_);
   k.moe_mma_min_tokens =
       std::clamp<int64_t>(r.GetInt("MINFER_MOE_MMA_MIN_TOKENS", knob_overrides_), 1, 8192);
   k.matmul.skip_write = !r.GetBool("MINFER_NO_SKIP_WRITE", knob_overrides_);

@@ -129,6 +129,7 @@ class CudaBackend : public graph::Backend {
     int64_t moe_route_group = 0;   // MoeRoute launches that also grouped for the MoeFFN
     int64_t moe_down_combine = 0;  // one-token MoeFFNs whose down ran with the combine
     int64_t moe_gate_quant = 0;    // MoeFFNs whose gate/up launch also quantized h
+    int64_t moe_fused_act = 0;     // ... applied biases / gpt-oss's activation in its epilogue
     int64_t residual_epilogue = 0;  // residual adds done in a matmul's epilogue
     int64_t residual_launch = 0;    // ... by an Add launch after the matmul
   };
@@ -172,6 +173,7 @@ class CudaBackend : public graph::Backend {
     bool moe_route_group = true;      // MINFER_MOE_ROUTE_GROUP
     bool moe_down_combine = true;     // MINFER_MOE_DOWN_COMBINE
     bool moe_gate_quant = false;      // MINFER_MOE_GATE_QUANT
+    bool moe_fused_act = true;        // MINFER_MOE_FUSED_ACT
     bool attn_prefill_tc = true;
     bool attn_fused_combine = true;  // MINFER_ATTN_FUSED_COMBINE
     int32_t attn_paged_long_min = -1;  // MINFER_ATTN_PAGED_LONG_MIN (-1: PagedLongMinRows's rule)

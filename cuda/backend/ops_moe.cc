@@ -167,9 +167,10 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   }
   ASSIGN_OR_RETURN(const BlockQ8A* qx, Quantized(a.inputs[0], E, nt));
 
-  // Gate and up: silu(g) * u straight from the matmul when the experts are
-  // SiLU without biases and share a type; otherwise g and u, then the
-  // activation.
+  // Gate and up: act(g + bg, u + bu) straight from the matmul when gate
+  // and up share a type (gpt-oss's biases and clamped SwiGLU in the
+  // epilogue too, unless MINFER_NO_MOE_FUSED_ACT); otherwise g and u, then
+  // the activation's launch (the same bits: moe.h kMoeSwiGlu).
   MoeMatmulArgs m;
   m.expert_rows = F;
   m.n_expert = n_exp;
@@ -182,11 +183,19 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   m.tile_tokens = tt;
   m.y_stride = F;
   const bool silu = n.p.moe_act == graph::MoeAct::kSilu;
+  const int64_t b_stride = bg ? bg->row_bytes / 4 : bu ? bu->row_bytes / 4 : F;
   // The CUDA-core SwiGLU form can also quantize h for down (its tiles'
   // last CTAs; moe.h MoeMatmulArgs::q_out): one launch less.
   bool quantized = false;
-  if (silu && !bg && !bu && G->type == U->type) {
+  if (G->type == U->type && ((silu && !bg && !bu) || knobs_.moe_fused_act)) {
     m.w = *G, m.up = *U, m.y = g, m.mode = kMoeSwiGlu;
+    m.act_bg = bg ? static_cast<const float*>(bg->data) : nullptr;
+    m.act_bu = bu ? static_cast<const float*>(bu->data) : nullptr;
+    m.b_stride = b_stride;
+    m.act = silu ? 0 : 1;
+    m.alpha = n.p.moe_alpha;
+    m.limit = n.p.moe_limit;
+    if (!silu || bg || bu) stats_.moe_fused_act++;
     if (knobs_.moe_gate_quant && !mma) {
       ASSIGN_OR_RETURN(void* done, ZeroedScratch("moe_tile_done",
                                                  MoeMaxTiles(cap_nt, k, n_exp, 1) * 4));
@@ -198,6 +207,8 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
     RETURN_IF_ERROR(Check(matmul(m), "MoeFFN gate/up"));
     m.q_out = nullptr;
     m.tile_done = nullptr;
+    m.act_bg = m.act_bu = nullptr;
+    m.act = 0;
   } else {
     if (G->type == U->type) {
       m.w = *G, m.up = *U, m.y = g, m.y2 = u, m.mode = kMoePair;
@@ -208,7 +219,6 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
       m.w = *U, m.y = u;
       RETURN_IF_ERROR(Check(matmul(m), "MoeFFN up"));
     }
-    const int64_t b_stride = bg ? bg->row_bytes / 4 : bu ? bu->row_bytes / 4 : F;
     RETURN_IF_ERROR(Check(
         LaunchMoeBiasAct(g, u, bg ? static_cast<const float*>(bg->data) : nullptr,
                          bu ? static_cast<const float*>(bu->data) : nullptr, route, grp.order, k,

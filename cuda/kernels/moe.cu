@@ -26,6 +26,39 @@ __device__ __forceinline__ int32_t route_id(const float* route, int64_t t, int k
   return __float_as_int(__ldg(route + t * 2 * k + k + j));
 }
 
+// The expert activation (moe.h kMoeSwiGlu; LaunchMoeBiasAct): biases of
+// expert e, then silu(g) * u or gpt-oss's clamped form. One function for
+// the matmuls' epilogues and the separate launch, so either gives the same
+// bits (the bias adds are single roundings either way).
+struct MoeActArgs {
+  const float* bg = nullptr;
+  const float* bu = nullptr;
+  int64_t b_stride = 0;
+  int act = 0;
+  float alpha = 0.0f, limit = 0.0f;
+};
+
+__device__ __forceinline__ float MoeActOf(const MoeActArgs& m, int64_t e, int64_t row, float gv,
+                                          float uv) {
+  if (m.bg) gv = __fadd_rn(gv, __ldg(m.bg + e * m.b_stride + row));
+  if (m.bu) uv = __fadd_rn(uv, __ldg(m.bu + e * m.b_stride + row));
+  if (m.act == 0) return silu_f(gv) * uv;
+  const float xg = fminf(gv, m.limit);
+  const float yu = fminf(fmaxf(uv, -m.limit), m.limit);
+  return xg / (1.0f + expf(-m.alpha * xg)) * (yu + 1.0f);
+}
+
+MoeActArgs ActArgsOf(const MoeMatmulArgs& a) {
+  MoeActArgs m;
+  m.bg = a.act_bg;
+  m.bu = a.act_bu;
+  m.b_stride = a.b_stride;
+  m.act = a.act;
+  m.alpha = a.alpha;
+  m.limit = a.limit;
+  return m;
+}
+
 // Whether (va, ia) ranks before (vb, ib): larger logit first, NaN after
 // every number, ties to the lower id.
 __device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib) {
@@ -316,6 +349,7 @@ struct KParams {
   int64_t y_stride;
   BlockQ8A* q_out;     // kMoeSwiGlu: y quantized by the tile's last CTA (moe.h)
   int32_t* tile_done;  // ... its per-tile counters (zero between launches)
+  MoeActArgs act;      // kMoeSwiGlu's epilogue
   int lanes_log2;    // lanes per row: 4..32
   int group_iters;   // row groups (8 warps x 32 / L rows) per CTA
   int64_t n_groups;  // row groups of one expert
@@ -547,7 +581,7 @@ __global__ void __launch_bounds__(kThreads) moe_mmvq_kernel(const KParams p) {
       if (t >= nc) break;
       const int64_t o = static_cast<int64_t>(c0 + t) * p.y_stride + row;
       if constexpr (kMode == kMoeSwiGlu) {
-        p.y[o] = silu_f(acc[0][t]) * acc[1][t];
+        p.y[o] = MoeActOf(p.act, e, row, acc[0][t], acc[1][t]);
       } else if constexpr (kMode == kMoePair) {
         p.y[o] = acc[0][t];
         p.y2[o] = acc[1][t];
@@ -721,6 +755,7 @@ struct Params {
   float* y;
   float* y2;
   int64_t y_stride;
+  MoeActArgs act;  // kMoeSwiGlu's epilogue
 };
 
 // The kernel is pipelined: chunks go through two dynamic shared-memory
@@ -920,7 +955,7 @@ __global__ void __launch_bounds__(kThreads) moe_mma_pipe_kernel(const Params p) 
       if (col >= nc || row >= p.expert_rows) continue;
       const int64_t o = static_cast<int64_t>(c0 + col) * p.y_stride + row;
       if constexpr (kMode == kMoeSwiGlu) {
-        p.y[o] = silu_f(acc[0][n][i]) * acc[R - 1][n][i];
+        p.y[o] = MoeActOf(p.act, e, row, acc[0][n][i], acc[R - 1][n][i]);
       } else if constexpr (kMode == kMoePair) {
         p.y[o] = acc[0][n][i];
         p.y2[o] = acc[R - 1][n][i];
@@ -973,20 +1008,19 @@ __global__ void moe_bias_act_kernel(float* __restrict__ g, const float* __restri
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t c = i / f, x = i - c * f;
-  float gv = g[i], uv = u[i];
+  MoeActArgs m;
+  m.bg = bg;
+  m.bu = bu;
+  m.b_stride = b_stride;
+  m.act = act;
+  m.alpha = alpha;
+  m.limit = limit;
+  int32_t e = 0;
   if (bg || bu) {
     const int32_t a = __ldg(order + c);
-    const int32_t e = route_id(route, a / k, k, a % k);
-    if (bg) gv += __ldg(bg + static_cast<int64_t>(e) * b_stride + x);
-    if (bu) uv += __ldg(bu + static_cast<int64_t>(e) * b_stride + x);
+    e = route_id(route, a / k, k, a % k);
   }
-  if (act == 0) {
-    g[i] = silu_f(gv) * uv;
-  } else {
-    const float xg = fminf(gv, limit);
-    const float yu = fminf(fmaxf(uv, -limit), limit);
-    g[i] = xg / (1.0f + expf(-alpha * xg)) * (yu + 1.0f);
-  }
+  g[i] = MoeActOf(m, e, x, g[i], u[i]);
 }
 
 __global__ void moe_combine_kernel(const float* __restrict__ d, const float* __restrict__ route,
@@ -1047,6 +1081,11 @@ cudaError_t CheckMatmulArgs(const MoeMatmulArgs& a) {
       a.y_stride < a.expert_rows || a.act_div < 1 || a.max_tiles < 0 || a.max_tiles > 65535) {
     return cudaErrorInvalidValue;
   }
+  if ((a.act != 0 && a.act != 1) ||
+      ((a.act_bg || a.act_bu || a.act != 0) && a.mode != kMoeSwiGlu) ||
+      ((a.act_bg || a.act_bu) && a.b_stride < a.expert_rows)) {
+    return cudaErrorInvalidValue;
+  }
   if (a.q_out != nullptr &&
       (a.mode != kMoeSwiGlu || !a.tile_done || a.expert_rows % 32 != 0 ||
        a.y_stride != a.expert_rows || reinterpret_cast<uintptr_t>(a.y) % 16 != 0)) {
@@ -1102,6 +1141,7 @@ cudaError_t LaunchMoeMatmulMma(const MoeMatmulArgs& a, cudaStream_t stream) {
   p.y = a.y;
   p.y2 = a.y2;
   p.y_stride = a.y_stride;
+  p.act = ActArgsOf(a);
   const dim3 grid(static_cast<unsigned>((a.expert_rows + mma::kBM - 1) / mma::kBM),
                   static_cast<unsigned>(a.max_tiles));
   switch (type) {
@@ -1188,6 +1228,7 @@ KParams MakeKParams(const MoeMatmulArgs& a) {
   p.y_stride = a.y_stride;
   p.q_out = a.q_out;
   p.tile_done = a.tile_done;
+  p.act = ActArgsOf(a);
   p.lanes_log2 = lanes_log2;
   p.group_iters = 1;
   p.n_groups = 0;

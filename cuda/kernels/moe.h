@@ -20,8 +20,9 @@
 //      one tile and a range of the expert's rows and reads those rows once
 //      for the tile's tokens (MMVQ's integer dot, quant_dev.cuh's unit
 //      decoders), the activations gathered through `order` from the tokens'
-//      quantized rows. SiLU experts without biases write silu(g) * u
-//      directly; otherwise g and u go out and LaunchMoeBiasAct finishes.
+//      quantized rows. Experts whose gate and up share a type write
+//      act(g + bg, u + bu) directly (kMoeSwiGlu's epilogue); otherwise g
+//      and u go out and LaunchMoeBiasAct finishes.
 //   3. The grouped activations quantized (LaunchQuantizeQ8A), then
 //      LaunchMoeMatmul for down, one output row per grouped column.
 //   4. LaunchMoeCombine: y_t = sum_j w_j (d_slot(t,j) + bd_e), j in route
@@ -112,7 +113,11 @@ cudaError_t LaunchMoeRouteGroup(const float* logits, int64_t nt, const MoeRouteA
 // (BlockQ8A rows of w.k). Output row r of column c goes to
 // y[c * y_stride + r].
 //   kMoePlain:  y = W x.
-//   kMoeSwiGlu: y = silu(W x) * (U x), U = up (same type and shape).
+//   kMoeSwiGlu: y = act(W x + bg_e, U x + bu_e), U = up (same type and
+//               shape), e the tile's expert, the biases optional (act_bg /
+//               act_bu below); act silu(g) * u, or gpt-oss's clamped form:
+//               LaunchMoeBiasAct's arithmetic, so the same bits as kMoePair
+//               followed by it.
 //   kMoePair:   y = W x, y2 = U x.
 enum MoeMatmulMode : int { kMoePlain = 0, kMoeSwiGlu = 1, kMoePair = 2 };
 struct MoeMatmulArgs {
@@ -140,6 +145,16 @@ struct MoeMatmulArgs {
   // before the first launch; each launch leaves them zero.
   BlockQ8A* q_out = nullptr;
   int32_t* tile_done = nullptr;
+  // kMoeSwiGlu's epilogue (both kernels): f32 biases, expert e's
+  // expert_rows values at b + e * b_stride (b_stride >= expert_rows), null
+  // when absent; act 0 silu(g) * u, 1 gpt-oss's (alpha, limit), as
+  // LaunchMoeBiasAct takes them.
+  const float* act_bg = nullptr;
+  const float* act_bu = nullptr;
+  int64_t b_stride = 0;
+  int act = 0;
+  float alpha = 0.0f;
+  float limit = 0.0f;
 };
 cudaError_t LaunchMoeMatmul(const MoeMatmulArgs& a, cudaStream_t stream);
 

@@ -178,6 +178,12 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "(with the residual) in one launch (cuda/kernels/moe.h LaunchMoeDownCombine); the same "
        "results bit for bit (H100, 30B-A3B tg128: +1.4%); 0 = a down launch, then a combine "
        "launch."});
+  add({"MINFER_MOE_FUSED_ACT", KnobType::kBool, "1", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "MoE experts with gate/up biases or gpt-oss's clamped SwiGLU (gate and up of one type) "
+       "apply the biases and the activation in the gate/up matmul's epilogue (cuda/kernels/moe.h "
+       "kMoeSwiGlu), as SiLU experts without biases always do, instead of writing g and u and "
+       "finishing in a launch of their own; the same results bit for bit. 0 = the launch."});
   add({"MINFER_MOE_GATE_QUANT", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Decode MoE layers on the CUDA-core grouped matmul quantize the SwiGLU activation for the "

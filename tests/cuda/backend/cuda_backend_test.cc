@@ -1041,6 +1041,7 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
     ScopedKnob mma_on("MINFER_MOE_MMA", mma);
     SCOPED_TRACE(absl::StrCat(c.name, mma[0] == '1' ? " (tensor cores)" : ""));
     const MoeExperts experts(c, E, F, n_exp);
+    const bool act_form = c.biases || c.act != graph::MoeAct::kSilu;
     OpHarness h(experts.ws);
     ASSERT_NE(h.gpu(), nullptr);
     for (int64_t nt : {1, 2, 3, 5, 8, 9, 40, 300}) {
@@ -1056,6 +1057,14 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
       std::cout << c.name << (mma[0] == '1' ? " mma" : "") << " nt " << nt
                 << ": relative error " << err << "\n";
       EXPECT_LT(err, 2e-3);
+      if (act_form) {
+        // The biases and activation in the gate/up epilogue (the default)
+        // against their own launch: the same bits, on either matmul.
+        ScopedKnob fa("MINFER_MOE_FUSED_ACT", "0");
+        std::vector<float> cy0, gy0;
+        h.Run(n, {x, Bytes(route)}, &cy0, &gy0);
+        EXPECT_EQ(gy0, gy) << "the fused activation differs from its launch";
+      }
     }
     // Which kernel ran: the tensor cores when on from 2 tokens (the knob),
     // from 8 (4x) where an expert type is MXFP4 (ops_moe.cc): 7 or 4 of the
@@ -1063,15 +1072,18 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
     const bool mx = c.gate == GgmlType::kMXFP4 || c.up == GgmlType::kMXFP4 ||
                     c.down == GgmlType::kMXFP4;
     const int on = mma[0] == '1' ? (mx ? 4 : 7) : 0;
-    EXPECT_EQ(h.gpu()->stats().moe_mma, on);
-    EXPECT_EQ(h.gpu()->stats().moe_vector, 8 - on);
+    const int runs = act_form ? 2 : 1;  // (each size twice: fused and not)
+    EXPECT_EQ(h.gpu()->stats().moe_mma, on * runs);
+    EXPECT_EQ(h.gpu()->stats().moe_vector, (8 - on) * runs);
+    EXPECT_EQ(h.gpu()->stats().moe_fused_act, act_form ? 8 : 0);
   }
 }
 
 // The decode fusions of the MoE FFN against the launches they replace, bit
 // for bit: the down projection and the combine in one launch at one token
-// (MINFER_MOE_DOWN_COMBINE) and h quantized by the gate/up launch's last
-// CTAs (MINFER_MOE_GATE_QUANT), alone and together. Each expert type's unit
+// (MINFER_MOE_DOWN_COMBINE), h quantized by the gate/up launch's last
+// CTAs (MINFER_MOE_GATE_QUANT) and gpt-oss's biases and clamped SwiGLU in
+// the gate/up epilogue (MINFER_MOE_FUSED_ACT), alone and together. Each expert type's unit
 // decode (K-quants, legacy, MXFP4 with gpt-oss's biases and as SiLU), k = 1,
 // 4 and 10 (past one warp per choice: the warps loop), with and without the
 // residual, on every CUDA-core tile width (1, 2, 5, 8 tokens), each launch
@@ -1098,6 +1110,9 @@ TEST_F(CudaBackendOpTest, MoeDecodeFusionsEqualTheLaunches) {
   for (const MoeCase& c : cases) {
     const MoeExperts experts(c, e_dim, F, n_exp);
     const bool swiglu = !c.biases && c.act == graph::MoeAct::kSilu;
+    // The form MINFER_MOE_FUSED_ACT moves into the epilogue (every case's
+    // gate and up share a type).
+    const bool act_form = !swiglu;
     OpHarness h(experts.ws);
     ASSERT_NE(h.gpu(), nullptr);
     for (int k : {1, 4, 10}) {
@@ -1111,10 +1126,12 @@ TEST_F(CudaBackendOpTest, MoeDecodeFusionsEqualTheLaunches) {
           std::vector<std::string> in = {Bytes(RandomFloats(e_dim * nt, 1.0f)), Bytes(route)};
           if (with_residual) in.push_back(Bytes(RandomFloats(e_dim * nt, 2.0f)));
           std::vector<float> cy, gy;
-          for (int form = 0; form < 4; ++form) {
+          for (int form = 0; form < 8; ++form) {
             const bool down_combine = (form & 1) != 0, gate_quant = (form & 2) != 0;
+            const bool fused_act = (form & 4) != 0;
             ScopedKnob dc("MINFER_MOE_DOWN_COMBINE", down_combine ? "1" : "0");
             ScopedKnob gq("MINFER_MOE_GATE_QUANT", gate_quant ? "1" : "0");
+            ScopedKnob fa("MINFER_MOE_FUSED_ACT", fused_act ? "1" : "0");
             const CudaBackend::Stats before = h.gpu()->stats();
             std::vector<float> cy1, gy1;
             h.Run(n, in, &cy1, &gy1);
@@ -1122,7 +1139,11 @@ TEST_F(CudaBackendOpTest, MoeDecodeFusionsEqualTheLaunches) {
             EXPECT_EQ(after.moe_down_combine - before.moe_down_combine,
                       down_combine && nt == 1 ? 1 : 0)
                 << "form " << form;
-            EXPECT_EQ(after.moe_gate_quant - before.moe_gate_quant, gate_quant && swiglu ? 1 : 0)
+            const bool epilogue = swiglu || (act_form && fused_act);
+            EXPECT_EQ(after.moe_gate_quant - before.moe_gate_quant,
+                      gate_quant && epilogue ? 1 : 0)
+                << "form " << form;
+            EXPECT_EQ(after.moe_fused_act - before.moe_fused_act, act_form && fused_act ? 1 : 0)
                 << "form " << form;
             if (form == 0) {
               cy = cy1, gy = gy1;
@@ -1131,7 +1152,8 @@ TEST_F(CudaBackendOpTest, MoeDecodeFusionsEqualTheLaunches) {
             }
             ASSERT_EQ(cy1, cy);
             EXPECT_EQ(gy1, gy) << "form " << form << " (down+combine " << down_combine
-                               << ", gate quant " << gate_quant << ") differs from the launches";
+                               << ", gate quant " << gate_quant << ", fused act " << fused_act
+                               << ") differs from the launches";
           }
           ++runs;
         }
