@@ -33,6 +33,16 @@ absl::Status CudaBackend::RunBinary(const OpArgs& o) {
     b = o.f(1);
     nb = a.inputs[1].bytes / 4;
   }
+  if (n.op == OpKind::kAdd && !n.weights.empty() && n.inputs.size() == 2) {
+    // A bias add with the residual (graph.h; GraphBuilder::AddInto).
+    if (a.inputs[1].bytes / 4 != n_el) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda Add ", n.name, ": residual holds ",
+                                                     a.inputs[1].bytes / 4, " floats, needs ",
+                                                     n_el));
+    }
+    stats_.residual_epilogue++;
+    return Check(LaunchAddResidual(o.f(0), b, nb, o.f(1), out, n_el, st), "Add (bias + residual)");
+  }
   return Check(n.op == OpKind::kAdd ? LaunchAdd(o.f(0), b, nb, out, n_el, st)
                                     : LaunchMul(o.f(0), b, nb, out, n_el, st),
                graph::OpName(n.op));

@@ -37,12 +37,14 @@ struct MulOp {
   __device__ float operator()(float a, float b) const { return a * b; }
 };
 
-// y[i] = op(a[i], b[i % nb]); kVec: n, nb multiples of 4 and 16-byte aligned
-// pointers, so a float4 of b never wraps around the period. a and y may alias
-// (each element is read and written by one thread), hence no __restrict__.
+// y[i] = op(a[i], b[i % nb]), then + r[i] when r is given (a bias add with
+// the residual: LaunchAddResidual); kVec: n, nb multiples of 4 and 16-byte
+// aligned pointers, so a float4 of b never wraps around the period. a, r and
+// y may alias (each element is read and written by one thread), hence no
+// __restrict__.
 template <class Op, bool kVec>
 __global__ void binary_kernel(const float* a, const float* __restrict__ b, int64_t nb, float* y,
-                              int64_t n) {
+                              int64_t n, const float* r) {
   pdl_enter();
   const Op op;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -54,28 +56,34 @@ __global__ void binary_kernel(const float* a, const float* __restrict__ b, int64
       const int64_t j = bcast ? (4 * i) % nb : 4 * i;
       const float4 va = reinterpret_cast<const float4*>(a)[i];
       const float4 vb = *reinterpret_cast<const float4*>(b + j);
-      reinterpret_cast<float4*>(y)[i] =
-          make_float4(op(va.x, vb.x), op(va.y, vb.y), op(va.z, vb.z), op(va.w, vb.w));
+      float4 v = make_float4(op(va.x, vb.x), op(va.y, vb.y), op(va.z, vb.z), op(va.w, vb.w));
+      if (r != nullptr) {
+        const float4 vr = reinterpret_cast<const float4*>(r)[i];
+        v = make_float4(__fadd_rn(v.x, vr.x), __fadd_rn(v.y, vr.y), __fadd_rn(v.z, vr.z),
+                        __fadd_rn(v.w, vr.w));
+      }
+      reinterpret_cast<float4*>(y)[i] = v;
     }
   } else {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += stride) {
-      y[i] = op(a[i], b[bcast ? i % nb : i]);
+      const float v = op(a[i], b[bcast ? i % nb : i]);
+      y[i] = r != nullptr ? __fadd_rn(v, r[i]) : v;
     }
   }
 }
 
 template <class Op>
 cudaError_t LaunchBinary(const float* a, const float* b, int64_t nb, float* y, int64_t n,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const float* r = nullptr) {
   if (n <= 0) return cudaSuccess;
   if (nb <= 0) return cudaErrorInvalidValue;
-  const bool vec =
-      n % 4 == 0 && (nb >= n || nb % 4 == 0) && Aligned16(a) && Aligned16(b) && Aligned16(y);
+  const bool vec = n % 4 == 0 && (nb >= n || nb % 4 == 0) && Aligned16(a) && Aligned16(b) &&
+                   Aligned16(y) && (r == nullptr || Aligned16(r));
   if (vec) {
-    LaunchGrid(binary_kernel<Op, true>, GridFor(n / 4), kThreads, 0, stream, a, b, nb, y, n);
+    LaunchGrid(binary_kernel<Op, true>, GridFor(n / 4), kThreads, 0, stream, a, b, nb, y, n, r);
   } else {
-    LaunchGrid(binary_kernel<Op, false>, GridFor(n), kThreads, 0, stream, a, b, nb, y, n);
+    LaunchGrid(binary_kernel<Op, false>, GridFor(n), kThreads, 0, stream, a, b, nb, y, n, r);
   }
   return cudaGetLastError();
 }
@@ -216,6 +224,12 @@ __global__ void get_rows_f32_kernel(const float* __restrict__ src, int64_t ne0, 
 cudaError_t LaunchAdd(const float* a, const float* b, int64_t nb, float* y, int64_t n,
                       cudaStream_t stream) {
   return LaunchBinary<AddOp>(a, b, nb, y, n, stream);
+}
+
+cudaError_t LaunchAddResidual(const float* a, const float* b, int64_t nb, const float* r,
+                              float* y, int64_t n, cudaStream_t stream) {
+  if (r == nullptr) return cudaErrorInvalidValue;
+  return LaunchBinary<AddOp>(a, b, nb, y, n, stream, r);
 }
 
 cudaError_t LaunchMul(const float* a, const float* b, int64_t nb, float* y, int64_t n,

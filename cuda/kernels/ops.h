@@ -42,6 +42,11 @@ namespace minfer::cuda {
 // set *error_flag to kDeviceBadTokenId.
 cudaError_t LaunchAdd(const float* a, const float* b, int64_t nb, float* y, int64_t n,
                       cudaStream_t stream);
+// y = (a + b) + r (graph.h's bias Add with a residual): LaunchAdd's sum,
+// then r added in the same launch (the bits of a second LaunchAdd of it);
+// y may equal a or r.
+cudaError_t LaunchAddResidual(const float* a, const float* b, int64_t nb, const float* r,
+                              float* y, int64_t n, cudaStream_t stream);
 cudaError_t LaunchMul(const float* a, const float* b, int64_t nb, float* y, int64_t n,
                       cudaStream_t stream);
 cudaError_t LaunchScale(const float* a, float s, float* y, int64_t n, cudaStream_t stream);

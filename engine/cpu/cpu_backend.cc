@@ -209,7 +209,15 @@ absl::Status CpuBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
         b = f(1);
         nb = args.inputs[1].bytes / 4;
       }
-      if (node.op == OpKind::kAdd) {
+      if (node.op == OpKind::kAdd && !node.weights.empty() && node.inputs.size() == 2) {
+        // A bias add with the residual (graph.h).
+        if (args.inputs[1].bytes / 4 != n) {
+          return absl::InvalidArgumentError(absl::StrCat("Add ", node.name, ": residual holds ",
+                                                         args.inputs[1].bytes / 4,
+                                                         " floats, needs ", n));
+        }
+        AddF32Residual(pool, f(0), b, nb, f(1), out, n);
+      } else if (node.op == OpKind::kAdd) {
         AddF32(pool, f(0), b, nb, out, n);
       } else {
         MulF32(pool, f(0), b, nb, out, n);

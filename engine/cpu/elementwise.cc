@@ -33,6 +33,22 @@ void AddF32(ThreadPool& pool, const float* a, const float* b, int64_t nb, float*
   Binary(pool, a, b, nb, y, n, AddF32Row);
 }
 
+void AddF32Residual(ThreadPool& pool, const float* a, const float* b, int64_t nb, const float* r,
+                    float* y, int64_t n) {
+  pool.ParallelRange(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+    // a + b goes through a buffer of its own first: y may be r's buffer.
+    constexpr int64_t kChunk = 256;
+    float sum[kChunk];
+    for (int64_t i = begin; i < end;) {
+      const int64_t j = nb >= n ? i : i % nb;
+      const int64_t len = std::min({end - i, nb >= n ? end - i : nb - j, kChunk});
+      AddF32Row(a + i, b + j, sum, len);
+      AddF32Row(sum, r + i, y + i, len);
+      i += len;
+    }
+  });
+}
+
 void MulF32(ThreadPool& pool, const float* a, const float* b, int64_t nb, float* y, int64_t n) {
   Binary(pool, a, b, nb, y, n, MulF32Row);
 }

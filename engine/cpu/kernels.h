@@ -17,6 +17,11 @@ namespace minfer::cpu {
 
 // --- elementwise (n elements; b repeats with period nb when nb < n) -------
 void AddF32(ThreadPool& pool, const float* a, const float* b, int64_t nb, float* y, int64_t n);
+// y = (a + b) + r, b repeating every nb elements: the bits of AddF32 of a
+// and b, then of r and that sum (float addition commutes). y may alias a or
+// r.
+void AddF32Residual(ThreadPool& pool, const float* a, const float* b, int64_t nb, const float* r,
+                    float* y, int64_t n);
 void MulF32(ThreadPool& pool, const float* a, const float* b, int64_t nb, float* y, int64_t n);
 void ScaleF32(const float* a, float s, float* y, int64_t n);
 void SiluF32(const float* a, float* y, int64_t n);

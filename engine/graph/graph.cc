@@ -665,7 +665,8 @@ NodeId GraphBuilder::AddInto(NodeId r, NodeId y, std::string name) {
   const Node& nr = node(r);
   const Node& ny = node(y);
   bool fuse = ((ny.op == OpKind::kMatMul && ny.inputs.size() == 1) ||
-               (ny.op == OpKind::kMoeFFN && ny.inputs.size() == 2)) &&
+               (ny.op == OpKind::kMoeFFN && ny.inputs.size() == 2) ||
+               (ny.op == OpKind::kAdd && ny.weights.size() == 1 && ny.inputs.size() == 1)) &&
               r < y && nr.dtype == DType::kF32 && ny.dtype == DType::kF32 &&
               nr.shape == ny.shape;
   // y's value is read only through the result: no reader so far.

@@ -4,6 +4,9 @@
 //   Input            host-filled tensor (token ids, positions, row selectors)
 //   Add/Mul a, b     elementwise; b (a node, or the node's weight) broadcasts
 //                    when its shape is [ne0] or [ne0, 1]
+//   Add a, w [r]     a bias add (w the node's weight) with the optional
+//                    residual r (f32, a's shape): y = (a + w) + r, the float
+//                    adds Add(r, Add(a, w)) would do (GraphBuilder::AddInto)
 //   Scale a          a * scale
 //   Silu a           a * sigmoid(a)
 //   SwiGLU g, u      silu(g) * u
@@ -404,12 +407,13 @@ class GraphBuilder {
   // The sum of x over the tensor-parallel ranks (op table).
   NodeId AllReduce(NodeId x, std::string name = "");
 
-  // r + y, the residual add of a decoder layer. When y is a MatMul or a
-  // MoeFFN that no node reads yet and that has no residual, r becomes its
+  // r + y, the residual add of a decoder layer. When y is a MatMul, a
+  // MoeFFN or a bias Add (an Add of a weight: gpt-oss's attention output)
+  // that no node reads yet and that has no residual, r becomes its
   // residual input (op table) and y is returned: the same values (float
   // addition is commutative) without a node of its own, so a GPU adds r in
-  // the matmul's epilogue instead of in a launch after it. Otherwise an
-  // Add(r, y) node.
+  // the matmul's epilogue (or the bias add's launch) instead of in a launch
+  // after it. Otherwise an Add(r, y) node.
   NodeId AddInto(NodeId r, NodeId y, std::string name = "");
 
   // Re-pushes `n` (from another graph) with its inputs replaced by

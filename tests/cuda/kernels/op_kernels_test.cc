@@ -110,6 +110,43 @@ TEST(ElementwiseTest, AddInPlace) {
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], a[i] + b[i % 3584]) << i;
 }
 
+// A bias add with the residual (gpt-oss's attention output): (a + b) + r in
+// one launch, the host's floats exactly (what LaunchAdd of a and b, then of
+// r, gives), on the vector and scalar paths, broadcast or not, with y
+// written over r (the executor may give the output r's buffer) or over a.
+TEST(ElementwiseTest, AddResidualExactAndInPlace) {
+  MINFER_REQUIRE_GPU();
+  struct Case {
+    int64_t n, nb;
+    int off;  // float offset of a, r and y (1: the scalar path)
+  };
+  for (const Case c : {Case{2880 * 3, 2880, 0}, Case{4096, 4096, 0}, Case{12, 4, 1},
+                       Case{10, 3, 0}}) {
+    for (int alias = 0; alias < 3; ++alias) {  // y apart, y = r, y = a
+      SCOPED_TRACE(::testing::Message() << "n " << c.n << " nb " << c.nb << " off " << c.off
+                                        << " alias " << alias);
+      const auto a = RandomFloats(c.n), b = RandomFloats(c.nb), r = RandomFloats(c.n, 4.0f);
+      DeviceBuffer<float> da(c.n + 1), db(b), dr(c.n + 1), dy(c.n + 1);
+      Upload(da, a, c.off);
+      Upload(dr, r, c.off);
+      dy.Poison();
+      float* pa = da.get() + c.off;
+      float* pr = dr.get() + c.off;
+      float* py = alias == 1 ? pr : alias == 2 ? pa : dy.get() + c.off;
+      ASSERT_CUDA(LaunchAddResidual(pa, db.get(), c.nb, pr, py, c.n, nullptr));
+      SYNC();
+      const auto y = (alias == 1 ? dr : alias == 2 ? da : dy).ToHost();
+      for (int64_t i = 0; i < c.n; ++i) {
+        const float sum = a[i] + b[c.nb < c.n ? i % c.nb : i];
+        ASSERT_EQ(y[c.off + i], r[i] + sum) << "i " << i;
+      }
+    }
+  }
+  DeviceBuffer<float> d(4);
+  EXPECT_EQ(LaunchAddResidual(d.get(), d.get(), 4, nullptr, d.get(), 4, nullptr),
+            cudaErrorInvalidValue);
+}
+
 TEST(ElementwiseTest, ScaleExact) {
   MINFER_REQUIRE_GPU();
   for (int64_t n : {int64_t{1}, int64_t{4096}, int64_t{100001}}) {

@@ -430,6 +430,60 @@ TEST(ExecutorTest, CpuMatMulResidualAddsLastAndShortResidualIsRefused) {
   EXPECT_NE(st.message().find("residual holds 32 floats, needs 64"), std::string::npos) << st;
 }
 
+// A bias Add carrying a residual (GraphBuilder::AddInto; gpt-oss's
+// attention output) on the CPU: y = (a + w) + r, the floats of Add(r,
+// Add(a, w)), with the output apart and over r's buffer (the executor may
+// hand a node the buffer of an input it reads last).
+TEST(ExecutorTest, CpuBiasAddResidualEqualsTheTwoAdds) {
+  cpu::CpuBackend cpu;
+  constexpr int64_t n = 2880, nt = 3;
+  std::vector<float> bias(n);
+  for (int64_t i = 0; i < n; ++i) bias[i] = 0.37f * static_cast<float>(i % 11) - 1.1f;
+  Weight w;
+  w.name = "bias";
+  w.type = GgmlType::kF32;
+  w.dims = {n};
+  w.data = reinterpret_cast<const uint8_t*>(bias.data());
+  w.nbytes = bias.size() * 4;
+  GraphBuilder b;
+  const NodeId x = b.Input(DType::kF32, Shape(n, nt), "x");
+  const NodeId r = b.Input(DType::kF32, Shape(n, nt), "r");
+  const NodeId y = b.Add(x, &w, "biased");
+  ASSERT_EQ(b.AddInto(r, y, "sum"), y);
+  ASSERT_TRUE(b.ok());
+  const Node& node = b.node(y);
+  auto buffer = [&](const std::vector<float>& v) {
+    auto id = cpu.AllocBuffer(static_cast<int64_t>(v.size()) * 4);
+    EXPECT_TRUE(id.ok()) << id.status();
+    BufferRef ref{&cpu, *id, 0, static_cast<int64_t>(v.size()) * 4};
+    EXPECT_TRUE(cpu.WriteHost(ref, v.data(), ref.bytes).ok());
+    return ref;
+  };
+  std::vector<float> xv(n * nt), rv(n * nt), want(n * nt);
+  for (size_t i = 0; i < xv.size(); ++i) {
+    xv[i] = 0.013f * static_cast<float>(i % 101) - 0.6f;
+    rv[i] = 3.0f + 0.7f * static_cast<float>(i % 13);
+    const float t = xv[i] + bias[i % n];
+    want[i] = rv[i] + t;
+  }
+  for (bool over_r : {false, true}) {
+    SCOPED_TRACE(over_r ? "output over r" : "output apart");
+    ExecArgs a;
+    a.inputs = {buffer(xv), buffer(rv)};
+    a.output = over_r ? a.inputs[1] : buffer(std::vector<float>(n * nt, -1.0f));
+    ASSERT_TRUE(cpu.ExecuteNode(node, a).ok());
+    std::vector<float> got(n * nt);
+    ASSERT_TRUE(cpu.ReadHost(a.output, got.data(), a.output.bytes).ok());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
+  }
+  ExecArgs a;  // a residual of one token for three is refused, not read past
+  a.inputs = {buffer(xv), buffer(std::vector<float>(n))};
+  a.output = buffer(std::vector<float>(n * nt));
+  const absl::Status st = cpu.ExecuteNode(node, a);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("residual holds 2880 floats, needs 8640"), std::string::npos) << st;
+}
+
 // Qwen2's prefill graph marks each layer's attn_norm, ffn_norm and SwiGLU,
 // and the output norm (read only by the quantized head), as read only by
 // int8-dot GEMMs when every projection is block-quantized (a Q4_K_M mix);

@@ -279,6 +279,25 @@ TEST(GraphBuilderTest, AddIntoPutsTheResidualOnTheMatmul) {
     EXPECT_EQ(b.node(m.y).inputs, (std::vector<NodeId>{m.x, m.route, m.x}));
   }
   {
+    // A bias Add (gpt-oss's attention output) takes it too; an Add of two
+    // nodes does not.
+    const Weight bias = MakeWeight("bias", GgmlType::kF32, {64});
+    GraphBuilder b;
+    const NodeId x = b.Input(DType::kF32, Shape(64, 3), "x");
+    const NodeId r = b.Input(DType::kF32, Shape(64, 3), "r");
+    const NodeId y = b.Add(b.MatMul(x, &w, "mm"), &bias, "biased");
+    const NodeId s = b.AddInto(r, y, "sum");
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(s, y);
+    EXPECT_EQ(b.node(y).inputs.size(), 2u);
+    EXPECT_EQ(b.node(y).inputs[1], r);
+    EXPECT_EQ(b.node(b.AddInto(r, s, "again")).op, OpKind::kAdd);  // it has one now
+    const NodeId two = b.Add(x, r, "two");
+    const NodeId s2 = b.AddInto(x, two, "sum2");
+    EXPECT_NE(s2, two);
+    EXPECT_EQ(b.node(two).inputs.size(), 2u);
+  }
+  {
     GraphBuilder b;  // y already read by another node
     const NodeId x = b.Input(DType::kF32, Shape(64, 3), "x");
     const NodeId y = b.MatMul(x, &w, "y");
