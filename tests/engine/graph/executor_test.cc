@@ -376,6 +376,26 @@ TEST(ExecutorTest, LateMasksAreWrittenRightBeforeTopK) {
   }
 }
 
+// An f32 weight over `data` (which must outlive it).
+Weight F32Weight(const char* name, std::vector<int64_t> dims, const std::vector<float>& data) {
+  Weight w;
+  w.name = name;
+  w.type = GgmlType::kF32;
+  w.dims = std::move(dims);
+  w.data = reinterpret_cast<const uint8_t*>(data.data());
+  w.nbytes = data.size() * 4;
+  return w;
+}
+
+// A CPU buffer holding v.
+BufferRef HostBuffer(cpu::CpuBackend& cpu, const std::vector<float>& v) {
+  auto id = cpu.AllocBuffer(static_cast<int64_t>(v.size()) * 4);
+  EXPECT_TRUE(id.ok()) << id.status();
+  BufferRef ref{&cpu, *id, 0, static_cast<int64_t>(v.size()) * 4};
+  EXPECT_TRUE(cpu.WriteHost(ref, v.data(), ref.bytes).ok());
+  return ref;
+}
+
 // A MatMul carrying a residual (GraphBuilder::AddInto) on the CPU: y = r +
 // W x, the floats Add(r, W x) gives; a residual buffer smaller than the
 // output (a hand-made graph) is refused with the sizes, not read past.
@@ -384,12 +404,7 @@ TEST(ExecutorTest, CpuMatMulResidualAddsLastAndShortResidualIsRefused) {
   constexpr int64_t k = 64, n = 32, nt = 2;
   std::vector<float> wdata(k * n);
   for (size_t i = 0; i < wdata.size(); ++i) wdata[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
-  Weight w;
-  w.name = "w";
-  w.type = GgmlType::kF32;
-  w.dims = {k, n};
-  w.data = reinterpret_cast<const uint8_t*>(wdata.data());
-  w.nbytes = wdata.size() * 4;
+  const Weight w = F32Weight("w", {k, n}, wdata);
   GraphBuilder b;
   const NodeId x = b.Input(DType::kF32, Shape(k, nt), "x");
   const NodeId r = b.Input(DType::kF32, Shape(n, nt), "r");
@@ -397,13 +412,7 @@ TEST(ExecutorTest, CpuMatMulResidualAddsLastAndShortResidualIsRefused) {
   ASSERT_EQ(b.AddInto(r, y, "sum"), y);
   ASSERT_TRUE(b.ok());
   const Node& node = b.node(y);
-  auto buffer = [&](const std::vector<float>& v) {
-    auto id = cpu.AllocBuffer(static_cast<int64_t>(v.size()) * 4);
-    EXPECT_TRUE(id.ok()) << id.status();
-    BufferRef ref{&cpu, *id, 0, static_cast<int64_t>(v.size()) * 4};
-    EXPECT_TRUE(cpu.WriteHost(ref, v.data(), ref.bytes).ok());
-    return ref;
-  };
+  auto buffer = [&](const std::vector<float>& v) { return HostBuffer(cpu, v); };
   std::vector<float> xv(k * nt), rv(n * nt);
   for (size_t i = 0; i < xv.size(); ++i) xv[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
   for (size_t i = 0; i < rv.size(); ++i) rv[i] = 100.0f + static_cast<float>(i);
@@ -439,12 +448,7 @@ TEST(ExecutorTest, CpuBiasAddResidualEqualsTheTwoAdds) {
   constexpr int64_t n = 2880, nt = 3;
   std::vector<float> bias(n);
   for (int64_t i = 0; i < n; ++i) bias[i] = 0.37f * static_cast<float>(i % 11) - 1.1f;
-  Weight w;
-  w.name = "bias";
-  w.type = GgmlType::kF32;
-  w.dims = {n};
-  w.data = reinterpret_cast<const uint8_t*>(bias.data());
-  w.nbytes = bias.size() * 4;
+  const Weight w = F32Weight("bias", {n}, bias);
   GraphBuilder b;
   const NodeId x = b.Input(DType::kF32, Shape(n, nt), "x");
   const NodeId r = b.Input(DType::kF32, Shape(n, nt), "r");
@@ -452,13 +456,7 @@ TEST(ExecutorTest, CpuBiasAddResidualEqualsTheTwoAdds) {
   ASSERT_EQ(b.AddInto(r, y, "sum"), y);
   ASSERT_TRUE(b.ok());
   const Node& node = b.node(y);
-  auto buffer = [&](const std::vector<float>& v) {
-    auto id = cpu.AllocBuffer(static_cast<int64_t>(v.size()) * 4);
-    EXPECT_TRUE(id.ok()) << id.status();
-    BufferRef ref{&cpu, *id, 0, static_cast<int64_t>(v.size()) * 4};
-    EXPECT_TRUE(cpu.WriteHost(ref, v.data(), ref.bytes).ok());
-    return ref;
-  };
+  auto buffer = [&](const std::vector<float>& v) { return HostBuffer(cpu, v); };
   std::vector<float> xv(n * nt), rv(n * nt), want(n * nt);
   for (size_t i = 0; i < xv.size(); ++i) {
     xv[i] = 0.013f * static_cast<float>(i % 101) - 0.6f;
