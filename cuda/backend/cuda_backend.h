@@ -173,7 +173,7 @@ class CudaBackend : public graph::Backend {
     bool moe_route_group = true;      // MINFER_MOE_ROUTE_GROUP
     bool moe_down_combine = true;     // MINFER_MOE_DOWN_COMBINE
     bool moe_gate_quant = false;      // MINFER_MOE_GATE_QUANT
-    bool moe_fused_act = true;        // MINFER_MOE_FUSED_ACT
+    bool moe_fused_act = false;       // MINFER_MOE_FUSED_ACT
     bool attn_prefill_tc = true;
     bool attn_fused_combine = true;  // MINFER_ATTN_FUSED_COMBINE
     int32_t attn_paged_long_min = -1;  // MINFER_ATTN_PAGED_LONG_MIN (-1: PagedLongMinRows's rule)

@@ -167,10 +167,11 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   }
   ASSIGN_OR_RETURN(const BlockQ8A* qx, Quantized(a.inputs[0], E, nt));
 
-  // Gate and up: act(g + bg, u + bu) straight from the matmul when gate
-  // and up share a type (gpt-oss's biases and clamped SwiGLU in the
-  // epilogue too, unless MINFER_NO_MOE_FUSED_ACT); otherwise g and u, then
-  // the activation's launch (the same bits: moe.h kMoeSwiGlu).
+  // Gate and up: silu(g) * u straight from the matmul when the experts are
+  // SiLU without biases and share a type (also gpt-oss's biases and
+  // clamped SwiGLU with MINFER_MOE_FUSED_ACT, off: measured slower);
+  // otherwise g and u, then the activation's launch (the same bits: moe.h
+  // kMoeSwiGlu).
   MoeMatmulArgs m;
   m.expert_rows = F;
   m.n_expert = n_exp;

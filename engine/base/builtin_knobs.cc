@@ -178,12 +178,15 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "(with the residual) in one launch (cuda/kernels/moe.h LaunchMoeDownCombine); the same "
        "results bit for bit (H100, 30B-A3B tg128: +1.4%); 0 = a down launch, then a combine "
        "launch."});
-  add({"MINFER_MOE_FUSED_ACT", KnobType::kBool, "1", KnobScope::kPerModel,
+  add({"MINFER_MOE_FUSED_ACT", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "MoE experts with gate/up biases or gpt-oss's clamped SwiGLU (gate and up of one type) "
        "apply the biases and the activation in the gate/up matmul's epilogue (cuda/kernels/moe.h "
        "kMoeSwiGlu), as SiLU experts without biases always do, instead of writing g and u and "
-       "finishing in a launch of their own; the same results bit for bit. 0 = the launch."});
+       "finishing in a launch of their own; the same results bit for bit. Off: on an H100 "
+       "gpt-oss-20b's single stream lost 1.0% with it (393.8 -> 390.0 tok/s, two A/B pairs; "
+       "the launch it saves costs almost nothing under PDL, the epilogue's bias loads and "
+       "exponential lengthen the matmul's tail)."});
   add({"MINFER_MOE_GATE_QUANT", KnobType::kBool, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Decode MoE layers on the CUDA-core grouped matmul quantize the SwiGLU activation for the "

@@ -1058,12 +1058,13 @@ TEST_F(CudaBackendOpTest, MoeFfnEqualsCpu) {
                 << ": relative error " << err << "\n";
       EXPECT_LT(err, 2e-3);
       if (act_form) {
-        // The biases and activation in the gate/up epilogue (the default)
-        // against their own launch: the same bits, on either matmul.
-        ScopedKnob fa("MINFER_MOE_FUSED_ACT", "0");
-        std::vector<float> cy0, gy0;
-        h.Run(n, {x, Bytes(route)}, &cy0, &gy0);
-        EXPECT_EQ(gy0, gy) << "the fused activation differs from its launch";
+        // The biases and activation in the gate/up epilogue
+        // (MINFER_MOE_FUSED_ACT) against their own launch (the default):
+        // the same bits, on either matmul.
+        ScopedKnob fa("MINFER_MOE_FUSED_ACT", "1");
+        std::vector<float> cy1, gy1;
+        h.Run(n, {x, Bytes(route)}, &cy1, &gy1);
+        EXPECT_EQ(gy1, gy) << "the fused activation differs from its launch";
       }
     }
     // Which kernel ran: the tensor cores when on from 2 tokens (the knob),
