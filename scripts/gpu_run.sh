@@ -630,7 +630,11 @@ PY
     # oracle --spec-accept 1 --spec-k K` on SPEC (default 7b:q4_k_m), one
     # sequence, for each K (default 3 7 15: steps of 4, 8 and 16 tokens),
     # the table of `kernels` for each. The twenty-first session measured
-    # steps of 3-8 tokens at ~1.5x their prefill's time and 9-16 at ~1.05x.
+    # steps of 3-8 tokens at ~1.5x their prefill's time and 9-16 at ~1.05x;
+    # the twenty-second found why (the tiling: docs/design.md, attention)
+    # and brought them to their prefill's cost. The prompt is 256 tokens so
+    # the steps sit past the 128 positions after which a short run is split
+    # into token tiles, as a verify step in a real conversation does.
     spec="${1:-7b:q4_k_m}"; shift || true
     [[ $# -gt 0 ]] || set -- 3 7 15
     f="/tmp/minfer-models/${spec%%:*}-${spec#*:}.gguf"
@@ -640,7 +644,7 @@ PY
       echo "== verify step of k = $k drafts ($((k + 1)) tokens)" | tee -a "$out/verify.log"
       MINFER_SPEC_GATE=0 timeout 300 ncu --clock-control none --cache-control none \
         --metrics gpu__time_duration.sum --csv --print-units base "$bin/minfer" bench -m "$f" \
-        -b 1 -p 32 -n $((1 + 3 * (k + 1))) -r 1 --spec oracle --spec-accept 1 --spec-k "$k" \
+        -b 1 -p 256 -n $((1 + 3 * (k + 1))) -r 1 --spec oracle --spec-accept 1 --spec-k "$k" \
         > /tmp/verify.csv 2> /tmp/verify.err || tail -3 /tmp/verify.err
       step_table /tmp/verify.csv | head -25 | tee -a "$out/verify.log"
     done ;;
