@@ -49,6 +49,10 @@
 #                                        qwen3-30b-a3b:q4_k_m gpt-oss-20b:mxfp4_moe):
 #                                        mkmodel's file, then `minfer bench` pp512 +
 #                                        tg128 single stream and batched decode B = 16, 64
+#   bash .gpu/gpu_run.sh kernels|pkernels|verify|ncu ...
+#                                        per-kernel time (ncu) of a decode step, of a
+#                                        prompt's forward, of verify steps; one kernel's
+#                                        full ncu report (each mode's comment below)
 #   bash .gpu/gpu_run.sh llamacpp [SPEC..]
 #                                        llama.cpp beside minfer on the same mkmodel files
 #                                        (default 7b:q4_k_m qwen3-30b-a3b:q4_k_m
@@ -125,22 +129,26 @@ mode="${1:-tests}"; shift || true
 # The last whole decode step of an ncu CSV ($1: the kernels between the last
 # two TopK launches), summed by kernel name, as a table.
 step_table() {
-  python3 - "$1" <<'PY'
+  # $2 = prefill: the kernels up to the first TopK (the prompt's forward),
+  # else those between the last two (one decode step).
+  python3 - "$1" "${2:-decode}" <<'PY'
 import collections, csv, re, sys
 rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
 k = [(r["Kernel Name"], float(r["Metric Value"].replace(",", "")))
      for r in csv.DictReader(rows) if r.get("Metric Name") == "gpu__time_duration.sum"]
 name = lambda n: re.sub(r"\(.*", "", n)[:70]
 tops = [i for i, (n, _) in enumerate(k) if "topk" in n.lower()]
-if len(tops) < 2:
-    sys.exit(f"{len(k)} kernels profiled, fewer than two TopK launches: no whole step")
-step = k[tops[-2] + 1:tops[-1] + 1]
+prefill = sys.argv[2] == "prefill"
+if len(tops) < (1 if prefill else 2):
+    sys.exit(f"{len(k)} kernels profiled, too few TopK launches: no whole step")
+step = k[:tops[0] + 1] if prefill else k[tops[-2] + 1:tops[-1] + 1]
 busy = sum(t for _, t in step)
 agg = collections.defaultdict(lambda: [0, 0.0])
 for n, t in step:
     agg[name(n)][0] += 1
     agg[name(n)][1] += t
-print(f"one decode step: {len(step)} kernels, {busy / 1e3:.1f} us busy under ncu")
+what = "the prompt's forward" if prefill else "one decode step"
+print(f"{what}: {len(step)} kernels, {busy / 1e3:.1f} us busy under ncu")
 print("| us | calls | us/call | share | kernel |")
 for n, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
     print(f"| {t / 1e3:.1f} | {c} | {t / c / 1e3:.2f} | {100 * t / busy:.1f}% | {n} |")
@@ -623,6 +631,22 @@ PY
         > /tmp/kernels.csv 2> /tmp/kernels.err || tail -3 /tmp/kernels.err
     fi
     step_table /tmp/kernels.csv | tee "$out/kernels.log"
+    ;;
+  pkernels)
+    # Per-kernel GPU time of a prompt's forward (ncu, as `kernels`): `minfer
+    # run` of a prompt of about TOKENS (default 512) tokens on SPEC (default
+    # gpt-oss-20b:mxfp4_moe), the kernels up to the first TopK (the prompt's
+    # forward; its first chunk if the runner splits it), summed by name
+    # (issue 33: where gpt-oss's pp512 goes).
+    spec="${1:-gpt-oss-20b:mxfp4_moe}"; ptok="${2:-512}"
+    f="/tmp/minfer-models/${spec%%:*}-${spec#*:}.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "${spec%%:*}" --type "${spec#*:}" -o "$f" 2>&1 |
+      tail -1 | tee -a "$out/mkmodel.log"
+    prompt="$(python3 -c "print(' '.join(['alpha beta gamma delta'] * ($ptok // 4)))")"
+    timeout 300 ncu --clock-control none --launch-count 6000 --metrics gpu__time_duration.sum \
+      --csv --print-units base "$bin/minfer" run -m "$f" --backend cuda -p "$prompt" -n 1 \
+      --temp 0 --ignore-eos > /tmp/pkernels.csv 2> /tmp/pkernels.err || tail -3 /tmp/pkernels.err
+    step_table /tmp/pkernels.csv prefill | head -30 | tee "$out/pkernels.log"
     ;;
   verify)
     # Where a speculative verify step's time goes, by size (issue 33 part
