@@ -184,14 +184,16 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
   m.tile_tokens = tt;
   m.y_stride = F;
   const bool silu = n.p.moe_act == graph::MoeAct::kSilu;
+  const float* bg_data = bg ? static_cast<const float*>(bg->data) : nullptr;
+  const float* bu_data = bu ? static_cast<const float*>(bu->data) : nullptr;
   const int64_t b_stride = bg ? bg->row_bytes / 4 : bu ? bu->row_bytes / 4 : F;
   // The CUDA-core SwiGLU form can also quantize h for down (its tiles'
   // last CTAs; moe.h MoeMatmulArgs::q_out): one launch less.
   bool quantized = false;
   if (G->type == U->type && ((silu && !bg && !bu) || knobs_.moe_fused_act)) {
     m.w = *G, m.up = *U, m.y = g, m.mode = kMoeSwiGlu;
-    m.act_bg = bg ? static_cast<const float*>(bg->data) : nullptr;
-    m.act_bu = bu ? static_cast<const float*>(bu->data) : nullptr;
+    m.act_bg = bg_data;
+    m.act_bu = bu_data;
     m.b_stride = b_stride;
     m.act = silu ? 0 : 1;
     m.alpha = n.p.moe_alpha;
@@ -221,9 +223,8 @@ absl::Status CudaBackend::RunMoeFfn(const OpArgs& o) {
       RETURN_IF_ERROR(Check(matmul(m), "MoeFFN up"));
     }
     RETURN_IF_ERROR(Check(
-        LaunchMoeBiasAct(g, u, bg ? static_cast<const float*>(bg->data) : nullptr,
-                         bu ? static_cast<const float*>(bu->data) : nullptr, route, grp.order, k,
-                         A, F, b_stride, silu ? 0 : 1, n.p.moe_alpha, n.p.moe_limit, st),
+        LaunchMoeBiasAct(g, u, bg_data, bu_data, route, grp.order, k, A, F, b_stride,
+                         silu ? 0 : 1, n.p.moe_alpha, n.p.moe_limit, st),
         "MoeFFN activation"));
   }
 

@@ -999,24 +999,15 @@ cudaError_t LaunchMode(const Params& p, int mode, dim3 grid, cudaStream_t st) {
 // ------------------------------------------------------ activation, combine
 
 __global__ void moe_bias_act_kernel(float* __restrict__ g, const float* __restrict__ u,
-                                    const float* __restrict__ bg, const float* __restrict__ bu,
                                     const float* __restrict__ route,
                                     const int32_t* __restrict__ order, int k, int64_t total,
-                                    int64_t f, int64_t b_stride, int act, float alpha,
-                                    float limit) {
+                                    int64_t f, const MoeActArgs m) {
   pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t c = i / f, x = i - c * f;
-  MoeActArgs m;
-  m.bg = bg;
-  m.bu = bu;
-  m.b_stride = b_stride;
-  m.act = act;
-  m.alpha = alpha;
-  m.limit = limit;
-  int32_t e = 0;
-  if (bg || bu) {
+  int32_t e = 0;  // the column's expert, read only for its biases
+  if (m.bg || m.bu) {
     const int32_t a = __ldg(order + c);
     e = route_id(route, a / k, k, a % k);
   }
@@ -1315,8 +1306,15 @@ cudaError_t LaunchMoeBiasAct(float* g, const float* u, const float* bg, const fl
   if (!g || !u || ((bg || bu) && (!route || !order))) return cudaErrorInvalidValue;
   const int64_t grid = (total + kThreads - 1) / kThreads;
   if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
-  LaunchGrid(moe_bias_act_kernel, static_cast<unsigned>(grid), kThreads, 0, stream, g, u, bg, bu,
-             route, order, k, total, f, b_stride, act, alpha, limit);
+  MoeActArgs m;
+  m.bg = bg;
+  m.bu = bu;
+  m.b_stride = b_stride;
+  m.act = act;
+  m.alpha = alpha;
+  m.limit = limit;
+  LaunchGrid(moe_bias_act_kernel, static_cast<unsigned>(grid), kThreads, 0, stream, g, u, route,
+             order, k, total, f, m);
   return cudaGetLastError();
 }
 

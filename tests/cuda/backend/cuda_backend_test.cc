@@ -219,6 +219,40 @@ TEST_F(CudaBackendOpTest, Elementwise) {
   EXPECT_EQ(g, c);
 }
 
+// A bias Add carrying the residual (graph.h; gpt-oss's attention output):
+// the CPU's floats exactly, and a residual of the wrong size refused with
+// both sizes before anything is launched.
+TEST_F(CudaBackendOpTest, BiasAddWithResidualEqualsCpuAndRefusesShortResidual) {
+  const int64_t n = 2880, nt = 3;
+  auto bias = MakeWeight("attn_output.bias", GgmlType::kF32, n, 1);
+  OpHarness h({&bias->w});
+  ASSERT_NE(h.gpu(), nullptr);
+  Node node = MakeNode(OpKind::kAdd, Shape(n, nt));
+  node.inputs = {0, 1};
+  node.weights = {&bias->w};
+  const auto x = RandomFloats(n * nt), r = RandomFloats(n * nt, 4.0f);
+  std::vector<float> c, g;
+  h.Run(node, {Bytes(x), Bytes(r)}, &c, &g);
+  EXPECT_EQ(g, c);
+  const CudaBackend::Stats& stats = h.gpu()->stats();
+  EXPECT_EQ(stats.residual_epilogue, 1);
+  // One token's residual for three.
+  ExecArgs a;
+  for (const std::vector<float>& v : {x, std::vector<float>(n)}) {
+    auto id = h.gpu()->AllocBuffer(static_cast<int64_t>(v.size()) * 4);
+    ASSERT_TRUE(id.ok());
+    a.inputs.push_back(BufferRef{h.gpu(), *id, 0, static_cast<int64_t>(v.size()) * 4});
+  }
+  auto out = h.gpu()->AllocBuffer(n * nt * 4);
+  ASSERT_TRUE(out.ok());
+  a.output = BufferRef{h.gpu(), *out, 0, n * nt * 4};
+  const absl::Status st = h.gpu()->ExecuteNode(node, a);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("residual holds 2880 floats, needs 8640"), std::string::npos) << st;
+  EXPECT_EQ(h.gpu()->stats().residual_epilogue, 1);  // nothing launched
+  ASSERT_TRUE(h.gpu()->Synchronize().ok());
+}
+
 TEST_F(CudaBackendOpTest, RmsNormAndRope) {
   auto w = MakeWeight("norm.weight", GgmlType::kF32, 3584, 1, 1.0f);
   OpHarness h({&w->w});
