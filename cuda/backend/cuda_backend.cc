@@ -372,6 +372,11 @@ void CudaBackend::RefreshKnobs() {
   k.dqw_warpgroups =
       static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_WARPGROUPS", knob_overrides_), 0, 2));
   k.dqw_tma = static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_TMA", knob_overrides_), 0, 2));
+  {
+    const int64_t m = r.GetInt("MINFER_DQP_MIN_TOKENS", knob_overrides_);
+    k.matmul.dqp_min_tokens = m <= 0 ? 0 : std::clamp<int64_t>(m, 2, 8192);
+  }
+  k.dqp_warpgroups = r.GetInt("MINFER_DQP_WARPGROUPS", knob_overrides_) >= 4 ? 4 : 2;
   // MINFER_FP8_PREFILL is read once, at load (BuildFp8Copies).
   k.matmul.fp8_min_tokens = fp8_min_tokens_;
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);

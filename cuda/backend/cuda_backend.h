@@ -118,6 +118,7 @@ class CudaBackend : public graph::Backend {
     int64_t dq_gemm = 0;           // GEMMs of few tokens on the dequantizing f16 kernel
     int64_t dqw_gemm = 0;          // ... on the Hopper (wgmma) one
     int64_t dqw_tma = 0;           // ... of those, launches whose activations came by TMA
+    int64_t dqp_gemm = 0;          // prompts' matmuls on the Hopper prefill GEMM
     int64_t fp8_gemm = 0;          // matmuls on the fp8 GEMM (MINFER_FP8_PREFILL)
     int64_t mmq_stream_k = 0;      // fast launches whose last waves ran as stream-k
     int64_t gemm_f16 = 0;          // prefill matmuls on the f16 GEMM
@@ -167,6 +168,7 @@ class CudaBackend : public graph::Backend {
     int dq_mt = 0;
     int dqw_warpgroups = 0;  // 0: by batch
     int dqw_tma = 1;         // MINFER_DQW_TMA (DqwTuning::act_load)
+    int dqp_warpgroups = 2;  // MINFER_DQP_WARPGROUPS (DqpTuning::warpgroups)
     bool pdl = true;         // MINFER_PDL (applies on sm_90+)
     bool moe_mma = true;          // MINFER_MOE_MMA
     int64_t moe_mma_min_tokens = 16;  // MINFER_MOE_MMA_MIN_TOKENS

@@ -34,6 +34,7 @@ const char* MatmulKernelName(MatmulKernel k) {
     case MatmulKernel::kGemmF16: return "gemm_f16";
     case MatmulKernel::kDqWgmma: return "dq_wgmma";
     case MatmulKernel::kFp8Gemm: return "fp8_gemm";
+    case MatmulKernel::kDqpWgmma: return "dqp_wgmma";
   }
   return "?";
 }
@@ -58,12 +59,16 @@ MatmulKernel ChooseMatmulKernel(const MatmulChoiceInput& in) {
                         nt >= kn.dq_min_tokens && nt <= kn.dq_max_tokens;
   // A batch for the Hopper DQ GEMM (its weights; it outranks the DQ GEMM
   // and MMQ over its token range).
-  const bool dqw_batch = kn.dqw && in.ctx.device.wgmma && in.ctx.model_has_dq_weights &&
-                         nt >= kn.dqw_min_tokens && nt <= kn.dqw_max_tokens;
-  if (!kn.prefill_gemm || !(nt >= kn.mmq_min_tokens || small_batch || dq_batch || dqw_batch)) {
+  const bool wgmma = kn.dqw && in.ctx.device.wgmma && in.ctx.model_has_dq_weights;
+  const bool dqw_batch = wgmma && nt >= kn.dqw_min_tokens && nt <= kn.dqw_max_tokens;
+  // A prompt for the Hopper prefill GEMM (no upper bound: it tiles tokens).
+  const bool dqp_batch = wgmma && kn.dqp_min_tokens >= 2 && nt >= kn.dqp_min_tokens;
+  if (!kn.prefill_gemm ||
+      !(nt >= kn.mmq_min_tokens || small_batch || dq_batch || dqw_batch || dqp_batch)) {
     return VectorKernel(in);
   }
   if (!in.dq_declined && DqSupports(in.type, in.q6k_padded)) {
+    if (dqp_batch) return MatmulKernel::kDqpWgmma;
     if (dqw_batch) return MatmulKernel::kDqWgmma;
     if (dq_batch) return MatmulKernel::kDqGemm;
   }
@@ -95,6 +100,7 @@ ActivationLayout InputLayoutOf(MatmulKernel k) {
     case MatmulKernel::kDqGemm:
       return ActivationLayout::kDqF16;
     case MatmulKernel::kDqWgmma:
+    case MatmulKernel::kDqpWgmma:
       return ActivationLayout::kDqwF16;
     case MatmulKernel::kMmvq:
     case MatmulKernel::kMatvecF32:

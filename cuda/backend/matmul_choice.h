@@ -31,9 +31,10 @@ enum class MatmulKernel : int32_t {
   kGemmF16 = 5,    // matmul.h LaunchGemmF16: f16 tensor cores, any type
   kDqWgmma = 6,    // dq_wgmma.h LaunchDqWgmma: Hopper wgmma, batches of Q4_K / Q6_K
   kFp8Gemm = 7,    // fp8_gemm.h LaunchFp8Gemm: e4m3 tensor cores on a weight's fp8 copy
+  kDqpWgmma = 8,   // dq_wgmma.h LaunchDqpWgmma: Hopper wgmma, prompts of Q4_K / Q6_K
 };
 // "mmvq", "matvec_f32", "dq_gemm", "mmq_small", "mmq", "gemm_f16", "dq_wgmma",
-// "fp8_gemm".
+// "fp8_gemm", "dqp_wgmma".
 const char* MatmulKernelName(MatmulKernel k);
 // kMmvq and kMatvecF32: one weight at a time, f32 (or q8-plane) activations.
 bool IsVectorKernel(MatmulKernel k);
@@ -57,6 +58,7 @@ struct MatmulKnobs {
   bool dqw = true;                 // MINFER_DQW: the Hopper DQ GEMM where it runs
   int64_t dqw_min_tokens = 17;     // MINFER_DQW_MIN_TOKENS, 2..256
   int64_t dqw_max_tokens = 256;    // MINFER_DQW_MAX_TOKENS, 0..8192 (launches of 256)
+  int64_t dqp_min_tokens = 257;    // MINFER_DQP_MIN_TOKENS: 0 off, else 2..8192
   int64_t fp8_min_tokens = 0;      // MINFER_FP8_PREFILL: 0 off, else 2..: the fp8 GEMM's batches
   bool operator==(const MatmulKnobs&) const = default;
 };
@@ -130,9 +132,11 @@ inline constexpr int64_t kExactF32MaxRows = 512;
 //     the model has DQ weights) or a Hopper DQ batch (dqw_min_tokens <= nt
 //     <= dqw_max_tokens, DQW on, the wgmma kernels run, the model has DQ
 //     weights). Otherwise, 4.
-//  2. In a Hopper DQ batch, a weight the DQ GEMMs take runs the Hopper one;
-//     else in a DQ batch such a weight runs the DQ GEMM (either unless
-//     declined: then both are skipped).
+//  2. A weight the DQ GEMMs take (unless declined: then all three are
+//     skipped), in a prompt for the Hopper prefill GEMM (dqp_min_tokens >=
+//     2, nt >= dqp_min_tokens, DQW on, the wgmma kernels run, the model has
+//     DQ weights; no upper bound) runs that one; else in a Hopper DQ batch
+//     the Hopper DQ GEMM; else in a DQ batch the DQ GEMM.
 //  3. Else: below mmq_min_tokens a weight that is not on the few-token GEMM
 //     (not an MMQ type, or the batch is not a few-token one) keeps its
 //     vector kernel (4); an MMQ weight with MMQ on and runnable runs the
@@ -153,7 +157,7 @@ enum class ActivationLayout : int32_t {
 };
 const char* ActivationLayoutName(ActivationLayout l);
 // What kernel k reads its input from: kMmqInt8 for MMQ and the few-token
-// GEMM, kDqF16 for the DQ GEMM, kDqwF16 for the Hopper one, kF32 for the others (MMVQ's q8 plane is
+// GEMM, kDqF16 for the DQ GEMM, kDqwF16 for the two Hopper ones, kF32 for the others (MMVQ's q8 plane is
 // quantized from the f32 values when no producer wrote it).
 ActivationLayout InputLayoutOf(MatmulKernel k);
 

@@ -278,35 +278,58 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         i = begin;
         continue;
       }
-      case MatmulKernel::kDqWgmma: {
+      case MatmulKernel::kDqWgmma:
+      case MatmulKernel::kDqpWgmma: {
         MmqSegments seg;
         const size_t begin = i;
         take_run(&seg);
         ASSIGN_OR_RETURN(void* act, DqActivations(ActivationLayout::kDqwF16, n, x, xf, k, nt));
-        DqwTuning dt;
-        dt.split_k = knobs_.mmq_split_k ? kMmqSplitAuto : 0;
-        dt.split_workspace = tuning.split_workspace;
-        dt.split_bytes = tuning.split_bytes;
-        // Two warpgroups (one copy of the activations per 128 rows) pay
-        // from 128 tokens on (docs/benchmarks.md, the Hopper DQ GEMM).
-        dt.warpgroups = knobs_.dqw_warpgroups > 0 ? knobs_.dqw_warpgroups : nt > 64 ? 2 : 1;
-        dt.act_load = knobs_.dqw_tma;
-        int act_load_used = 0;
-        dt.act_load_used = &act_load_used;
         const char* why = nullptr;
-        // Past kDqwMaxTokens (MINFER_DQW_MAX_TOKENS above 256: a prefill),
-        // launches of 256 tokens each: token rows are contiguous in the
-        // activations and in every output.
-        cudaError_t err = cudaSuccess;
-        for (int64_t t0 = 0; t0 < nt && err == cudaSuccess; t0 += kDqwMaxTokens) {
-          const int64_t n = std::min<int64_t>(kDqwMaxTokens, nt - t0);
-          MmqSegments part = seg;
-          for (int j = 0; j < part.n; ++j) part.y[j] = seg.y[j] + t0 * seg.w[j].rows;
-          err = LaunchDqWgmma(part, static_cast<const uint8_t*>(act) + t0 * k * 2, n, st, &dt,
-                              &why);
-          if (err == cudaSuccess) {
-            stats_.dqw_gemm++;
-            if (act_load_used != 0) stats_.dqw_tma++;
+        cudaError_t err = cudaErrorNotSupported;
+        if (kernel == MatmulKernel::kDqpWgmma) {
+          // A prompt: one launch over every token. Declined (no tensor map
+          // could be made), the same activations take the register form below.
+          DqpTuning pt;
+          pt.split_k = knobs_.mmq_split_k ? kMmqSplitAuto : 0;
+          pt.split_workspace = tuning.split_workspace;
+          pt.split_bytes = tuning.split_bytes;
+          pt.warpgroups = knobs_.dqp_warpgroups;
+          err = LaunchDqpWgmma(seg, act, nt, st, &pt, &why);
+          if (err == cudaSuccess) stats_.dqp_gemm++;
+          if (err == cudaErrorNotSupported) {
+            cudaGetLastError();
+            if (knobs_.mmq_debug &&
+                mmq_logged_.insert({static_cast<int>(seg.w[0].type), -5, k, 0}).second) {
+              Logger("cuda")->info("DQ wgmma prefill GEMM skipped for {}: {}",
+                                   GgmlTypeName(seg.w[0].type), why);
+            }
+          }
+        }
+        if (err == cudaErrorNotSupported) {
+          DqwTuning dt;
+          dt.split_k = knobs_.mmq_split_k ? kMmqSplitAuto : 0;
+          dt.split_workspace = tuning.split_workspace;
+          dt.split_bytes = tuning.split_bytes;
+          // Two warpgroups (one copy of the activations per 128 rows) pay
+          // from 128 tokens on (docs/benchmarks.md, the Hopper DQ GEMM).
+          dt.warpgroups = knobs_.dqw_warpgroups > 0 ? knobs_.dqw_warpgroups : nt > 64 ? 2 : 1;
+          dt.act_load = knobs_.dqw_tma;
+          int act_load_used = 0;
+          dt.act_load_used = &act_load_used;
+          // Past kDqwMaxTokens (MINFER_DQW_MAX_TOKENS above 256: a prefill),
+          // launches of 256 tokens each: token rows are contiguous in the
+          // activations and in every output.
+          err = cudaSuccess;
+          for (int64_t t0 = 0; t0 < nt && err == cudaSuccess; t0 += kDqwMaxTokens) {
+            const int64_t n = std::min<int64_t>(kDqwMaxTokens, nt - t0);
+            MmqSegments part = seg;
+            for (int j = 0; j < part.n; ++j) part.y[j] = seg.y[j] + t0 * seg.w[j].rows;
+            err = LaunchDqWgmma(part, static_cast<const uint8_t*>(act) + t0 * k * 2, n, st, &dt,
+                                &why);
+            if (err == cudaSuccess) {
+              stats_.dqw_gemm++;
+              if (act_load_used != 0) stats_.dqw_tma++;
+            }
           }
         }
         if (err != cudaErrorNotSupported) {

@@ -61,6 +61,7 @@
 
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/dq_wgmma.h"
+#include "cuda/kernels/dq_wgmma_impl.cuh"
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ptx_sm80.cuh"
 #include "cuda/kernels/ptx_sm90.cuh"
@@ -71,29 +72,6 @@ namespace dqw {
 namespace {
 
 constexpr int kMaxSmem = 227 * 1024;
-
-template <GgmlType T>
-struct Ty;
-
-template <>
-struct Ty<GgmlType::kQ4_K> {
-  static constexpr int kBlockBytes = 144;
-  static constexpr int kPieces = 5;   // header, then qs 64h .. 64h + 63
-  static constexpr int kRowBytes = 80;
-  __device__ __forceinline__ static int Src(int h, int p) {
-    return p == 0 ? 0 : 16 + 64 * h + 16 * (p - 1);
-  }
-};
-
-template <>
-struct Ty<GgmlType::kQ6_K> {
-  static constexpr int kBlockBytes = kQ6KPaddedBytes;
-  static constexpr int kPieces = 8;  // ql (4), qh (2), scales, d (+ pad)
-  static constexpr int kRowBytes = 144;
-  __device__ __forceinline__ static int Src(int h, int p) {
-    return p < 4 ? 64 * h + 16 * p : p < 6 ? 128 + 32 * h + 16 * (p - 4) : 192 + 16 * (p - 6);
-  }
-};
 
 struct Seg {
   const uint8_t* w;
@@ -133,34 +111,6 @@ using splitk::RowsOf;
 using splitk::WarpRows;
 
 #if defined(MINFER_SM90A_DEVICE)
-
-__device__ __forceinline__ half2 AsH2(uint32_t u) {
-  half2 h;
-  memcpy(&h, &u, 4);
-  return h;
-}
-__device__ __forceinline__ uint32_t AsU(half2 h) {
-  uint32_t u;
-  memcpy(&u, &h, 4);
-  return u;
-}
-__device__ __forceinline__ uint32_t Lds32(const uint8_t* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-
-constexpr uint32_t kMagic = 0x64006400u;    // half2 (1024, 1024)
-constexpr uint32_t kMagic64 = 0x54005400u;  // half2 (64, 64)
-
-// (x & kMask) | kOr as one LOP3: written in C++, nvcc emits two (a LOP3
-// takes one immediate), and the decode issues this for every pair of
-// weights (the nineteenth-session SASS: LOP3 was a fifth of the kernel's
-// instructions).
-template <uint32_t kMask, uint32_t kOr>
-__device__ __forceinline__ uint32_t AndOr(uint32_t x) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(x), "n"(kMask), "n"(kOr));
-  return d;
-}
 
 // Issues the copies of chunk c of this warp's rows and of every token's
 // activations into `stage` (the caller commits).
@@ -216,32 +166,8 @@ struct RowRegs<GgmlType::kQ4_K> {
 
   __device__ __forceinline__ void Fetch(const uint8_t* row, int h, int t) {
     const uint4 hd = *reinterpret_cast<const uint4*>(row);
-    const half2 k1024 = AsH2(kMagic);
-    const half2 dd = AsH2(hd.x);  // (d, dmin)
-#pragma unroll
-    for (int pr = 0; pr < 2; ++pr) {
-      const int sh = 16 * pr;  // sub-blocks 2 pr, 2 pr + 1 of the half
-      const uint32_t a = hd.y >> sh, b = hd.z >> sh, cc = hd.w >> sh;
-      uint32_t sc, mn;
-      if (h == 0) {
-        sc = a & 0x3F3Fu;
-        mn = b & 0x3F3Fu;
-      } else {
-        sc = (cc & 0x0F0Fu) | ((a >> 2) & 0x3030u);
-        mn = ((cc >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u);
-      }
-      const half2 s = __hmul2(__hsub2(AsH2(__byte_perm(sc, 0x64646464u, 0x4140)), k1024),
-                              __low2half2(dd));
-      const half2 m = __hneg2(__hmul2(__hsub2(AsH2(__byte_perm(mn, 0x64646464u, 0x4140)), k1024),
-                                      __high2half2(dd)));
-      if (pr == 0) {
-        s01 = s;
-        m01 = m;
-      } else {
-        s23 = s;
-        m23 = m;
-      }
-    }
+    Q4kScaleMin(hd, h, 0, &s01, &m01);
+    Q4kScaleMin(hd, h, 1, &s23, &m23);
 #pragma unroll
     for (int i = 0; i < 4; ++i) code[i] = Lds32(row + 16 + 16 * i + 4 * t);
   }
@@ -263,21 +189,10 @@ struct RowRegs<GgmlType::kQ4_K> {
     // come from one shift shared by its low step and its high step.
     const uint32_t w = code[kWord[s]];
     if (high) {
-      Pair<0x00F000F0u, kMagic64>(w, sv, mv, even, odd);
+      Q4kPairs<0x00F000F0u, kMagic64>(w, sv, mv, even, odd);
     } else {
-      Pair<0x000F000Fu, kMagic>(w, sv, mv, even, odd);
+      Q4kPairs<0x000F000Fu, kMagic>(w, sv, mv, even, odd);
     }
-  }
-
-  // The pairs (e0, e2) and (e1, e3) of word w's nibbles under kMask (one
-  // nibble per half of each 16 bits), placed under the exponent of kBase:
-  // (kBase + b - kBase) * scale + min.
-  template <uint32_t kMask, uint32_t kBase>
-  __device__ __forceinline__ static void Pair(uint32_t w, half2 sv, half2 mv, uint32_t& even,
-                                              uint32_t& odd) {
-    const half2 base = AsH2(kBase);
-    even = AsU(__hfma2(__hsub2(AsH2(AndOr<kMask, kBase>(w)), base), sv, mv));
-    odd = AsU(__hfma2(__hsub2(AsH2(AndOr<kMask, kBase>(w >> 8)), base), sv, mv));
   }
 };
 
@@ -305,11 +220,7 @@ struct RowRegs<GgmlType::kQ6_K> {
     const uint32_t v = high ? (((x >> 4) & 0x0F0F0F0Fu) | (ys & 0x30303030u))
                             : ((x & 0x0F0F0F0Fu) | ((ys << 4) & 0x30303030u));
     const uint32_t sw = s < 4 ? sc.x : sc.y;
-    const int8_t scale = static_cast<int8_t>((sw >> (8 * (s & 3))) & 0xFF);
-    const half2 sv = __hmul2(__half2half2(__int2half_rn(scale)), d);
-    const half2 k1056 = __floats2half2_rn(1056.0f, 1056.0f);
-    even = AsU(__hmul2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v)), k1056), sv));
-    odd = AsU(__hmul2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v >> 8)), k1056), sv));
+    Q6kPairs(v, Q6kScale(sw >> (8 * (s & 3)), d), even, odd);
   }
 };
 
@@ -600,32 +511,6 @@ bool Dispatch(GgmlType type, int warps, const Params& p, int act_load, const CUt
   }
   return warps == 8 ? GoW<GgmlType::kQ6_K, 8>(p, act_load, tmap, stream, launch, info)
                     : GoW<GgmlType::kQ6_K, 4>(p, act_load, tmap, stream, launch, info);
-}
-
-// The activations [nt][k] f16 as a TMA tensor map: boxes of 64 k values
-// (128 bytes, the swizzle's span) x n tokens, 128-byte swizzle (the layout
-// Load's copies write), rows past nt read as zeros (as the copies' zero
-// fill). False: no encoder (a driver before 12.0) or a shape it refuses.
-bool EncodeActivations(CUtensorMap* map, const void* act, int64_t k, int64_t nt, int n) {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(nt)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(n)};
-  const cuuint32_t elem[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<void*>(act), dims, strides, box,
-                elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 }  // namespace

@@ -103,6 +103,39 @@ cudaError_t LaunchDqWgmma(const MmqSegments& segments, const void* act, int64_t 
                           cudaStream_t stream, const DqwTuning* tuning = nullptr,
                           const char** why_not = nullptr);
 
+// ---- The prefill form (dqp_wgmma.cu): the same weights, activations and
+// numerics (the same f16 weights bit for bit, f32 accumulation), for prompts
+// of any length: a producer warpgroup decodes each 64-k step of a tile's
+// weights into an f16 tile in shared memory (the activations' swizzled
+// layout) and brings the activations by TMA; 2 or 4 consumer warpgroups
+// (128 or 256 weight rows) issue wgmma with both operands from shared
+// memory over tiles of 128 tokens. Each weight is decoded once per 128
+// tokens, and no consumer thread spends an instruction on decoding, so at
+// hundreds of tokens the tensor cores, not the decode, set the pace (the
+// register form's decode sits between its wgmmas). Below ~128 tokens the
+// register form is the one to run: a tile of 128 tokens computes zeros.
+
+inline constexpr int64_t kDqpMaxTokens = int64_t{1} << 24;
+
+struct DqpTuning {
+  // Split-k as DqwTuning, taken only while the CTAs (row tiles x token
+  // tiles) are fewer than the resident slots, or when forced (>= 2).
+  int split_k = kMmqSplitAuto;
+  void* split_workspace = nullptr;  // 16-byte aligned; null: no split-k
+  int64_t split_bytes = 0;
+  // Consumer warpgroups per CTA: 2 (128 rows) or 4 (256 rows: the
+  // activations are copied once per 256 rows instead of 128).
+  int warpgroups = 2;
+};
+
+// y_i = W_i act for 1 <= nt <= kDqpMaxTokens tokens, as LaunchDqWgmma
+// (segments, the activation layout above, Q4_K or padded Q6_K, 16-byte
+// alignment, k a multiple of 256). cudaErrorNotSupported (with *why_not)
+// also where no TMA tensor map of the activations can be made.
+cudaError_t LaunchDqpWgmma(const MmqSegments& segments, const void* act, int64_t nt,
+                           cudaStream_t stream, const DqpTuning* tuning = nullptr,
+                           const char** why_not = nullptr);
+
 }  // namespace minfer::cuda
 
 #endif  // MINFER_CUDA_KERNELS_DQ_WGMMA_H_

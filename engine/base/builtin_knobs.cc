@@ -160,6 +160,18 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "The most tokens a Q4_K / Q6_K matmul may have to run the wgmma DQ GEMM (more: the tiled "
        "MMQ): 0..8192; 0 = never. Above 256 (prefills) the matmul runs as launches of 256 "
        "tokens, each reading the weights again (an experiment: not measured yet)."});
+  add({"MINFER_DQP_MIN_TOKENS", KnobType::kInt, "257", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "On a Hopper GPU with MINFER_DQW on, Q4_K / Q6_K matmuls of at least this many tokens (a "
+       "prompt) run the warp-specialized wgmma prefill GEMM (cuda/kernels/dq_wgmma.h, "
+       "LaunchDqpWgmma: weights decoded once per 128 tokens into shared memory by a producer "
+       "warpgroup) in one launch, before MINFER_DQW_MAX_TOKENS and MMQ are asked: 0 = never, "
+       "else 2..8192. H100, 7B Q4_K_M: pp512 9,928 (MMQ) -> 19,413 tok/s, pp2048 11,382 -> "
+       "21,623; at 256 tokens the register form is still faster (the gate 91 vs 122 us)."});
+  add({"MINFER_DQP_WARPGROUPS", KnobType::kInt, "2", KnobScope::kPerModel,
+       KnobEffect::kRecapture,
+       "Consumer warpgroups per CTA of the wgmma prefill GEMM: 2 (128 weight rows per tile of "
+       "128 tokens) or 4 (256 rows: the activations read once per 256 rows)."});
   add({"MINFER_PDL", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
        "Kernels launch with programmatic dependent launch on compute capability 9.0+ GPUs: each "
        "grid launches while the one before it finishes and waits on the device for its result "

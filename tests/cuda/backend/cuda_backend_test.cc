@@ -444,11 +444,13 @@ TEST_F(CudaBackendOpTest, MatMulDqTakesDecodeBatchesOfKQuants) {
 // On a Hopper GPU with the sm_90a code, the wgmma DQ GEMM takes Q4_K and
 // Q6_K batches of MINFER_DQW_MIN_TOKENS (17) .. MINFER_DQW_MAX_TOKENS (256)
 // tokens, decode batches or short prefills alike, within the DQ GEMM's
-// bound of the CPU; below 17 the DQ GEMM keeps them, above 256 MMQ; Q8_0
-// never runs it. Both CTA shapes run (one warpgroup to 64 tokens, two
-// above). Elsewhere it skips.
+// bound of the CPU; below 17 the DQ GEMM keeps them, above 256 MMQ (with the
+// prefill form off; MatMulDqpTakesPromptsOfKQuants has it on); Q8_0 never
+// runs it. Both CTA shapes run (one warpgroup to 64 tokens, two above).
+// Elsewhere it skips.
 TEST_F(CudaBackendOpTest, MatMulDqwTakesHopperBatchesOfKQuants) {
   if (!DqwAvailable()) GTEST_SKIP() << "needs an sm_90 GPU and the sm_90a code";
+  ScopedKnob no_dqp("MINFER_DQP_MIN_TOKENS", "0");
   for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
     SCOPED_TRACE(GgmlTypeName(t));
     const int64_t k = 512, rows = 300;
@@ -488,6 +490,51 @@ TEST_F(CudaBackendOpTest, MatMulDqwTakesHopperBatchesOfKQuants) {
     EXPECT_EQ(h.gpu()->stats().dqw_gemm, 2 + 3);
     EXPECT_EQ(h.gpu()->stats().mmq_fast + h.gpu()->stats().mmq_generic, 0);
   }
+}
+
+// MINFER_DQP_MIN_TOKENS: Q4_K / Q6_K matmuls of that many tokens and more
+// run the Hopper prefill GEMM in one launch each (any length; no launches of
+// 256), within the DQ GEMMs' bound of the CPU, with both CTA shapes; fewer
+// tokens keep the register form; Q8_0 never runs either. Elsewhere it skips.
+TEST_F(CudaBackendOpTest, MatMulDqpTakesPromptsOfKQuants) {
+  if (!DqwAvailable()) GTEST_SKIP() << "needs an sm_90 GPU and the sm_90a code";
+  for (const char* wgs : {"2", "4"}) {
+    ScopedKnob on("MINFER_DQP_MIN_TOKENS", "128");
+    ScopedKnob shape("MINFER_DQP_WARPGROUPS", wgs);
+    for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
+      SCOPED_TRACE(std::string(GgmlTypeName(t)) + " warpgroups " + wgs);
+      const int64_t k = 512, rows = 300;
+      auto w = MakeWeight("w", t, k, rows);
+      OpHarness h({&w->w});
+      ASSERT_NE(h.gpu(), nullptr);
+      const bool dq = t != GgmlType::kQ8_0;
+      for (int64_t nt : {100, 128, 129, 600}) {
+        Node mm = MakeNode(OpKind::kMatMul, Shape(rows, nt), {&w->w});
+        mm.inputs = {0};
+        auto x = RandomFloats(k * nt);
+        std::vector<float> c, g;
+        h.Run(mm, {Bytes(x)}, &c, &g);
+        EXPECT_LT(RelErr(g, c), dq ? 3e-3 : 1e-5) << "nt " << nt;
+      }
+      EXPECT_EQ(h.gpu()->stats().dqp_gemm, dq ? 3 : 0);  // 128, 129, 600
+      EXPECT_EQ(h.gpu()->stats().dqw_gemm, dq ? 1 : 0);  // 100
+    }
+  }
+  // The default (257 tokens): a prompt of 256 keeps the register form, one
+  // of 257 runs the prefill form.
+  auto w = MakeWeight("w", GgmlType::kQ4_K, 512, 300);
+  OpHarness h({&w->w});
+  ASSERT_NE(h.gpu(), nullptr);
+  for (int64_t nt : {256, 257}) {
+    Node mm = MakeNode(OpKind::kMatMul, Shape(300, nt), {&w->w});
+    mm.inputs = {0};
+    auto x = RandomFloats(512 * nt);
+    std::vector<float> c, g;
+    h.Run(mm, {Bytes(x)}, &c, &g);
+    EXPECT_LT(RelErr(g, c), 3e-3) << "nt " << nt;
+  }
+  EXPECT_EQ(h.gpu()->stats().dqw_gemm, 1);
+  EXPECT_EQ(h.gpu()->stats().dqp_gemm, 1);
 }
 
 // FusedQKV at prefill (nt > 1): the planar [q | k | v] output equals the
@@ -1767,11 +1814,15 @@ TEST(CudaMode2Test, Int8OnlyProducersGiveTheSameLogits) {
 // the producers keep writing f32.
 TEST(CudaMode2Test, DqOnlyProducersGiveTheSameLogits) {
   MINFER_REQUIRE_GPU();
-  for (const char* dqw : {"0", "1"}) {
+  // "p": the Hopper prefill form takes the prompt (MINFER_DQP_MIN_TOKENS
+  // 16), reading the same layout as the register form.
+  for (const char* dqw : {"0", "1", "p"}) {
     SCOPED_TRACE(absl::StrCat("MINFER_DQW=", dqw));
-    const bool hopper = dqw[0] == '1' && DqwAvailable();
-    if (dqw[0] == '1' && !hopper) continue;  // (the same plan as "0")
-    ScopedKnob dqw_knob("MINFER_DQW", dqw);
+    const bool prefill_form = dqw[0] == 'p';
+    const bool hopper = dqw[0] != '0' && DqwAvailable();
+    if (dqw[0] != '0' && !hopper) continue;  // (the same plan as "0")
+    ScopedKnob dqw_knob("MINFER_DQW", prefill_form ? "1" : dqw);
+    ScopedKnob dqp_knob("MINFER_DQP_MIN_TOKENS", prefill_form ? "16" : "0");
     for (const char* shape : {"tiny", "0.5b"}) {
       SCOPED_TRACE(shape);
       std::vector<float> logits[2];
@@ -1789,8 +1840,10 @@ TEST(CudaMode2Test, DqOnlyProducersGiveTheSameLogits) {
       EXPECT_EQ(stats[0].dq_only_writes, tiny ? 3 * 2 : 0);  // attn_norm, ffn_norm, swiglu per layer
       EXPECT_EQ(stats[1].dq_only_writes, 0);
       EXPECT_EQ(stats[0].int8_only_writes, 0);
-      EXPECT_GT(hopper ? stats[0].dqw_gemm : stats[0].dq_gemm, 0);
+      EXPECT_GT(prefill_form ? stats[0].dqp_gemm : hopper ? stats[0].dqw_gemm : stats[0].dq_gemm,
+                0);
       EXPECT_EQ(hopper ? stats[0].dq_gemm : stats[0].dqw_gemm, 0);
+      if (!prefill_form) EXPECT_EQ(stats[0].dqp_gemm, 0);
     }
   }
 }

@@ -616,21 +616,31 @@ TEST(MatmulChoiceTest, HopperDqArm) {
   upto128.dqw_max_tokens = 128;
   MatmulKnobs upto1024 = def;
   upto1024.dqw_max_tokens = 1024;  // (prefills in launches of 256)
+  upto1024.dqp_min_tokens = 0;     // (with the prefill form off)
+  MatmulKnobs dqp128 = def;
+  dqp128.dqp_min_tokens = 128;  // prompts on the prefill form, any length
+  MatmulKnobs dqp_no_dqw = dqp128;
+  dqp_no_dqw.dqw = false;  // MINFER_DQW=0 turns both Hopper forms off
   // Without the Hopper arm (the sm_80 rules): MMVQ to 3, DQ 4..64, MMQ above.
   const Bands sm80_dq = {{1, K::kMmvq}, {4, K::kDqGemm}, {65, K::kMmq}};
   const Bands raw = {{1, K::kMmvq}, {6, K::kMmqSmall}, {33, K::kMmq}};
   const Bands legacy = raw;
   const Case cases[] = {
       {"hopper, defaults", true, def,
-       {{1, K::kMmvq}, {4, K::kDqGemm}, {17, K::kDqWgmma}, {257, K::kMmq}}, raw, legacy},
+       {{1, K::kMmvq}, {4, K::kDqGemm}, {17, K::kDqWgmma}, {257, K::kDqpWgmma}}, raw, legacy},
       {"hopper, MINFER_DQW=0", true, off, sm80_dq, raw, legacy},
       {"no wgmma code", false, def, sm80_dq, raw, legacy},
       {"hopper, from 33", true, from33,
-       {{1, K::kMmvq}, {4, K::kDqGemm}, {33, K::kDqWgmma}, {257, K::kMmq}}, raw, legacy},
+       {{1, K::kMmvq}, {4, K::kDqGemm}, {33, K::kDqWgmma}, {257, K::kDqpWgmma}}, raw, legacy},
       {"hopper, up to 128", true, upto128,
-       {{1, K::kMmvq}, {4, K::kDqGemm}, {17, K::kDqWgmma}, {129, K::kMmq}}, raw, legacy},
+       {{1, K::kMmvq}, {4, K::kDqGemm}, {17, K::kDqWgmma}, {129, K::kMmq}, {257, K::kDqpWgmma}},
+       raw, legacy},
       {"hopper, up to 1024", true, upto1024,
        {{1, K::kMmvq}, {4, K::kDqGemm}, {17, K::kDqWgmma}}, raw, legacy},
+      {"hopper, prefill form from 128", true, dqp128,
+       {{1, K::kMmvq}, {4, K::kDqGemm}, {17, K::kDqWgmma}, {128, K::kDqpWgmma}}, raw, legacy},
+      {"hopper, prefill form but MINFER_DQW=0", true, dqp_no_dqw, sm80_dq, raw, legacy},
+      {"prefill form, no wgmma code", false, dqp128, sm80_dq, raw, legacy},
   };
   for (const Case& c : cases) {
     MatmulContext ctx;
@@ -660,13 +670,15 @@ TEST(MatmulChoiceTest, HopperDqArm) {
         in.dq_declined = true;
         const K declined = ChooseMatmulKernel(in);
         EXPECT_NE(declined, K::kDqWgmma) << c.name << " nt " << nt;
+        EXPECT_NE(declined, K::kDqpWgmma) << c.name << " nt " << nt;
         EXPECT_NE(declined, K::kDqGemm) << c.name << " nt " << nt;
       }
     }
   }
   // Mode 2 follows: a model of Q4_K and padded Q6_K writes the Hopper layout
-  // for 17..256 tokens, the DQ layout below, MMQ's above; one Q8_0 weight
-  // class makes the 17..256 batches f32 (its weights read MMQ's layout).
+  // from 17 tokens (both Hopper forms read it), the DQ layout below; one
+  // Q8_0 weight class makes those batches f32 (its weights read MMQ's
+  // layout).
   MatmulContext ctx;
   ctx.device.cc = 900;
   ctx.device.wgmma = true;
@@ -674,7 +686,19 @@ TEST(MatmulChoiceTest, HopperDqArm) {
   const WeightClass dq_model[] = {{GgmlType::kQ4_K, false}, {GgmlType::kQ6_K, true}};
   const WeightClass mixed[] = {{GgmlType::kQ4_K, false}, {GgmlType::kQ8_0, false}};
   const std::pair<int64_t, L> want[] = {{8, L::kDqF16},   {16, L::kDqF16},  {17, L::kDqwF16},
-                                        {64, L::kDqwF16}, {256, L::kDqwF16}, {512, L::kMmqInt8}};
+                                        {64, L::kDqwF16}, {256, L::kDqwF16}, {512, L::kDqwF16}};
+  // (512 tokens: the prefill form's, by default; MMQ's with it off.)
+  {
+    MatmulContext no_dqp = ctx;
+    no_dqp.knobs.dqp_min_tokens = 0;
+    ProducerChoiceInput in;
+    in.nt = 512;
+    in.k = 3584;
+    in.int8_consumers = true;
+    in.int8_weights = dq_model;
+    in.ctx = no_dqp;
+    EXPECT_EQ(ActivationLayoutFor(in), L::kMmqInt8);
+  }
   for (const auto& [nt, layout] : want) {
     ProducerChoiceInput in;
     in.nt = nt;
@@ -684,11 +708,30 @@ TEST(MatmulChoiceTest, HopperDqArm) {
     in.ctx = ctx;
     EXPECT_EQ(ActivationLayoutFor(in), layout) << "nt " << nt;
     in.int8_weights = mixed;
-    if (nt >= 17 && nt <= 256) EXPECT_EQ(ActivationLayoutFor(in), L::kF32) << "mixed, nt " << nt;
+    if (nt >= 17) {
+      EXPECT_EQ(ActivationLayoutFor(in), L::kF32) << "mixed, nt " << nt;
+    }
+  }
+  // With the prefill form on, prompts past 256 tokens write the Hopper
+  // layout too (both forms read it), and the mixed model stays f32.
+  ctx.knobs.dqp_min_tokens = 128;
+  for (int64_t nt : {128, 512, 4096}) {
+    ProducerChoiceInput in;
+    in.nt = nt;
+    in.k = 3584;
+    in.int8_consumers = true;
+    in.int8_weights = dq_model;
+    in.ctx = ctx;
+    EXPECT_EQ(ActivationLayoutFor(in), L::kDqwF16) << "prefill form, nt " << nt;
+    in.int8_weights = mixed;
+    EXPECT_EQ(ActivationLayoutFor(in), L::kF32) << "prefill form, mixed, nt " << nt;
   }
   EXPECT_STREQ(MatmulKernelName(K::kDqWgmma), "dq_wgmma");
+  EXPECT_STREQ(MatmulKernelName(K::kDqpWgmma), "dqp_wgmma");
   EXPECT_STREQ(ActivationLayoutName(L::kDqwF16), "dqw_f16");
   EXPECT_EQ(InputLayoutOf(K::kDqWgmma), L::kDqwF16);
+  EXPECT_EQ(InputLayoutOf(K::kDqpWgmma), L::kDqwF16);
+  EXPECT_FALSE(IsVectorKernel(K::kDqpWgmma));
 }
 
 // The FP8 arm (rule 0b): only weights with an e4m3 copy, only from

@@ -350,6 +350,133 @@ TEST(DqWgmmaTest, SegmentsEqualOneLaunchPerWeight) {
   }
 }
 
+std::vector<float> RunDqp(const MmqSegments& seg_template, int64_t n, const void* act, int64_t nt,
+                          const DqpTuning& tu, cudaError_t* err) {
+  DeviceBuffer<float> dy(n + kGuard);
+  dy.Poison();
+  MmqSegments seg = seg_template;
+  seg.y[0] = dy.get();
+  *err = LaunchDqpWgmma(seg, act, nt, nullptr, &tu);
+  if (*err == cudaSuccess) *err = cudaDeviceSynchronize();
+  return dy.ToHost();
+}
+
+// The prefill form (LaunchDqpWgmma) against the exact dot, over both types,
+// both CTA shapes (128 and 256 rows), row counts that leave partial tiles,
+// token counts on and off the 128-token tile (and many tiles), k of one and
+// of 14 super-blocks, split-k forced and not; deterministic; and, since its
+// weights are decoded by the same instructions, the same bits as the
+// register form wherever both run (up to 256 tokens, no split) — the
+// products and their order along k are the same, only the tile differs.
+TEST(DqpWgmmaTest, MatchesTheExactDotAndTheRegisterForm) {
+  MINFER_REQUIRE_DQW();
+  const int64_t ws_bytes = MmqSplitKBytes();
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  int64_t same_as_register = 0, compared = 0;
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (int64_t k : {int64_t{256}, int64_t{3584}}) {
+      for (int64_t rows : {int64_t{77}, int64_t{600}}) {
+        const HostWeight hw = MakeWeight(type, rows, k, 1);
+        auto dw = Upload(hw, /*q6k_padded=*/true);
+        MmqSegments seg;
+        seg.n = 1;
+        seg.w[0] = dw->view;
+        double worst = 0;
+        for (int64_t nt : {1, 100, 128, 200, 256, 300, 600}) {
+          const Acts a = MakeActs(k, nt);
+          DeviceBuffer<uint16_t> act(a.layout);
+          const std::vector<Ref> refs = MakeRefs(hw, a);
+          std::vector<float> reg;
+          if (nt <= kDqwMaxTokens) {
+            DqwTuning rt;
+            rt.split_k = 0;
+            cudaError_t err;
+            reg = RunDqw(seg, rows * nt, act.get(), nt, rt, &err);
+            ASSERT_EQ(err, cudaSuccess);
+          }
+          for (int wg : {2, 4}) {
+            for (int split : {0, 3}) {
+              std::ostringstream what;
+              what << "dqp " << GgmlTypeName(type) << " k=" << k << " rows=" << rows
+                   << " nt=" << nt << " warpgroups=" << wg << " split=" << split;
+              DqpTuning tu;
+              tu.split_workspace = ws.get();
+              tu.split_bytes = ws_bytes;
+              tu.warpgroups = wg;
+              tu.split_k = split;
+              cudaError_t err;
+              const std::vector<float> y = RunDqp(seg, rows * nt, act.get(), nt, tu, &err);
+              ASSERT_EQ(err, cudaSuccess) << what.str() << ": " << cudaGetErrorString(err);
+              CountBad(hw, a, refs, y, what.str(), &worst);
+              EXPECT_EQ(Identical(RunDqp(seg, rows * nt, act.get(), nt, tu, &err), y, rows * nt),
+                        0)
+                  << what.str() << " twice";
+              if (!reg.empty() && split == 0) {
+                ++compared;
+                same_as_register += Identical(y, reg, rows * nt) == 0;
+              }
+              if (HasFailure()) return;
+            }
+          }
+        }
+        std::cout << "[dqp] " << GgmlTypeName(type) << " k=" << k << " rows=" << rows
+                  << ": worst err/mag " << worst << " (bound " << kBound << ")\n";
+      }
+    }
+  }
+  // Informational: the wgmma's sums are the hardware's, so equality with the
+  // register form is expected but not a contract.
+  std::cout << "[dqp] bit-identical to the register form in " << same_as_register << " of "
+            << compared << " comparisons\n";
+}
+
+// A FusedQKV's three weights in one launch equal three launches, each
+// within the bound; tiles straddle the segments (448 + 64 + 64 rows).
+TEST(DqpWgmmaTest, SegmentsEqualOneLaunchPerWeight) {
+  MINFER_REQUIRE_DQW();
+  const int64_t k = 512, rows[3] = {448, 64, 64};
+  std::vector<HostWeight> hws;
+  std::vector<std::unique_ptr<DeviceWeight>> dws;
+  for (int i = 0; i < 3; ++i) {
+    hws.push_back(MakeWeight(GgmlType::kQ4_K, rows[i], k, 1));
+    dws.push_back(Upload(hws.back(), false));
+  }
+  for (int wg : {2, 4}) {
+    for (int64_t nt : {130, 512}) {
+      const Acts a = MakeActs(k, nt);
+      DeviceBuffer<uint16_t> act(a.layout);
+      std::vector<std::unique_ptr<DeviceBuffer<float>>> outs;
+      MmqSegments seg;
+      seg.n = 3;
+      for (int i = 0; i < 3; ++i) {
+        outs.push_back(std::make_unique<DeviceBuffer<float>>(rows[i] * nt + kGuard));
+        outs.back()->Poison();
+        seg.w[i] = dws[i]->view;
+        seg.y[i] = outs.back()->get();
+      }
+      DqpTuning tu;
+      tu.split_k = 0;
+      tu.warpgroups = wg;
+      ASSERT_EQ(LaunchDqpWgmma(seg, act.get(), nt, nullptr, &tu), cudaSuccess);
+      SYNC();
+      for (int i = 0; i < 3; ++i) {
+        const std::vector<float> together = outs[i]->ToHost();
+        MmqSegments one;
+        one.n = 1;
+        one.w[0] = dws[i]->view;
+        cudaError_t err;
+        const std::vector<float> alone = RunDqp(one, rows[i] * nt, act.get(), nt, tu, &err);
+        ASSERT_EQ(err, cudaSuccess);
+        EXPECT_EQ(Identical(together, alone, rows[i] * nt), 0)
+            << "segment " << i << " nt=" << nt << " warpgroups=" << wg;
+        double worst = 0;
+        CountBad(hws[i], a, MakeRefs(hws[i], a), together, "dqp segment " + std::to_string(i),
+                 &worst);
+      }
+    }
+  }
+}
+
 TEST(DqWgmmaTest, RefusesWhatItCannotRun) {
   MINFER_REQUIRE_SM80_GPU();
   const int64_t k = 256, rows = 16;
@@ -382,6 +509,30 @@ TEST(DqWgmmaTest, RefusesWhatItCannotRun) {
   EXPECT_EQ(call(d4->view, 8, reinterpret_cast<const uint8_t*>(act.get()) + 8, &why),
             cudaErrorInvalidValue);
   EXPECT_EQ(call(d4->view, 0, act.get(), &why), cudaSuccess);
+  // The prefill form: the same refusals, no token limit below
+  // kDqpMaxTokens, and only 2 or 4 consumer warpgroups.
+  auto callp = [&](const WeightView& w, int64_t nt, const void* a, const char** why,
+                   int wg = 2) {
+    MmqSegments seg;
+    seg.n = 1;
+    seg.w[0] = w;
+    seg.y[0] = y.get();
+    DqpTuning tu;
+    tu.warpgroups = wg;
+    return LaunchDqpWgmma(seg, a, nt, nullptr, &tu, why);
+  };
+  EXPECT_EQ(callp(raw->view, 8, act.get(), &why), cudaErrorNotSupported);
+  EXPECT_STREQ(why, "raw 210-byte Q6_K blocks");
+  EXPECT_EQ(callp(d8->view, 8, act.get(), &why), cudaErrorNotSupported);
+  EXPECT_STREQ(why, "not a Q4_K or Q6_K weight");
+  EXPECT_EQ(callp(d4->view, 8, act.get(), &why, 3), cudaErrorInvalidValue);
+  EXPECT_EQ(callp(d4->view, kDqpMaxTokens + 1, act.get(), &why), cudaErrorInvalidValue);
+  EXPECT_EQ(callp(d4->view, 8, reinterpret_cast<const uint8_t*>(act.get()) + 8, &why),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(callp(d4->view, 0, act.get(), &why), cudaSuccess);
+  if (DqwAvailable()) {
+    EXPECT_EQ(callp(d4->view, 257, act.get(), &why), cudaSuccess);
+  }
   SYNC();
 }
 

@@ -31,6 +31,7 @@
 // choose the MMVQ/MMQ crossover and the split policy.
 //
 // --dqw: the Hopper wgmma DQ GEMM (dq_wgmma.h) from 8 to 256 tokens.
+// --dqp: its prefill form at 128 to 2048 tokens.
 // --dq: the dequantizing f16 GEMM of decode batches (dq_gemm.h, one and two
 // m-tiles per warp, split-k automatic or off) beside MMVQ, the staged
 // few-token MMQ and the tiled MMQ, nt = 1..64 on the 7B shapes.
@@ -663,6 +664,86 @@ int DqwMain() {
   return 0;
 }
 
+// --dqp: the Hopper prefill GEMM (dq_wgmma.h LaunchDqpWgmma) on the 7B's
+// shapes at prompt sizes, against the register form as the backend ran
+// prompts before it (launches of 256 tokens, TMA activations): us per call
+// (weight GB/s, f16 TFLOPS), 2 and 4 consumer warpgroups, no split-k (the
+// backend gives prompts past 256 tokens no split workspace).
+int DqpMain() {
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int reps = 5, batch = 4;
+  struct DS {
+    const char* name;
+    GgmlType type;
+    int64_t rows, k;
+  };
+  const DS shapes[] = {{"q4_K qkv 4608x3584", GgmlType::kQ4_K, 4608, 3584},
+                       {"q4_K attn_o 3584x3584", GgmlType::kQ4_K, 3584, 3584},
+                       {"q4_K gate 18944x3584", GgmlType::kQ4_K, 18944, 3584},
+                       {"q6_K down 3584x18944", GgmlType::kQ6_K, 3584, 18944},
+                       {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944}};
+  std::printf("\n== prompt matmuls, wgmma prefill GEMM: us per call (weight GB/s, TFLOPS)\n"
+              "%-24s %5s | %22s | %22s %22s\n", "shape", "nt", "dqw (launches of 256)", "dqp 2 wg",
+              "dqp 4 wg");
+  if (!DqwAvailable()) std::printf("(no sm_90a kernel in this build or not an sm_90 GPU)\n");
+  for (const DS& s : shapes) {
+    std::vector<Matrix> rot = MakeRotation(s.type, s.rows, s.k);
+    for (int64_t nt : {128, 256, 512, 1024, 2048}) {
+      Acts a = MakeActs(s.k, nt, s.rows * nt);
+      void* wact = nullptr;
+      CHECK_CUDA(cudaMalloc(&wact, DqwActivationBytes(s.k, nt)));
+      CHECK_CUDA(LaunchQuantizeDqw(a.x, wact, s.k, nt, stream));
+      const double gb = static_cast<double>(rot[0].bytes) / 1e9;
+      const double flop = 2.0 * static_cast<double>(s.rows) * static_cast<double>(s.k) * nt;
+      auto cell = [&](double us) {
+        char b[40];
+        if (us < 0) return std::string("refused");
+        std::snprintf(b, sizeof(b), "%7.1f (%4.0f, %5.1f)", us, gb / (us * 1e-6), flop / (us * 1e6));
+        return std::string(b);
+      };
+      const int n = std::max<int>(batch, static_cast<int>(rot.size()));
+      auto one = [&](const Matrix& mm, int64_t t0) {
+        MmqSegments seg;
+        seg.n = 1;
+        seg.w[0] = mm.view;
+        seg.y[0] = a.y + t0 * s.rows;
+        return seg;
+      };
+      DqwTuning rt;
+      rt.split_k = 0;
+      rt.act_load = 1;
+      rt.warpgroups = 2;
+      const std::string reg = cell(TimeLaunches(
+          [&](int i) {
+            cudaError_t e = cudaSuccess;
+            for (int64_t t0 = 0; t0 < nt && e == cudaSuccess; t0 += kDqwMaxTokens) {
+              e = LaunchDqWgmma(one(rot[i % rot.size()], t0),
+                                static_cast<const uint8_t*>(wact) + t0 * s.k * 2,
+                                std::min<int64_t>(kDqwMaxTokens, nt - t0), stream, &rt);
+            }
+            return e;
+          },
+          n, reps, true));
+      std::printf("%-24s %5lld | %22s |", s.name, static_cast<long long>(nt), reg.c_str());
+      for (int wg : {2, 4}) {
+        DqpTuning tu;
+        tu.split_k = 0;
+        tu.warpgroups = wg;
+        const std::string c = cell(TimeLaunches(
+            [&](int i) { return LaunchDqpWgmma(one(rot[i % rot.size()], 0), wact, nt, stream, &tu); },
+            n, reps, true));
+        std::printf(" %22s", c.c_str());
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+      cudaFree(wact);
+      FreeActs(a);
+    }
+    Free(rot);
+  }
+  return 0;
+}
+
 int DecodeBatchMain() {
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int reps = 5, batch = 8;
@@ -754,6 +835,7 @@ int Main(int argc, char** argv) {
   if (argc >= 2 && !std::strcmp(argv[1], "--decode-batch")) return DecodeBatchMain();
   if (argc >= 2 && !std::strcmp(argv[1], "--dq")) return DqMain();
   if (argc >= 2 && !std::strcmp(argv[1], "--dqw")) return DqwMain();
+  if (argc >= 2 && !std::strcmp(argv[1], "--dqp")) return DqpMain();
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--quick")) quick = true;

@@ -1,0 +1,445 @@
+// The Hopper dequantizing prefill GEMM (dq_wgmma.h, LaunchDqpWgmma): Q4_K /
+// Q6_K weights decoded to f16 in shared memory by a producer warpgroup, both
+// wgmma operands read by the tensor cores from shared memory, f32
+// accumulators; any number of tokens. Compiled for sm_90a only (the build's
+// --sm90a flag); other targets get an empty kernel the launcher never starts.
+//
+// Why a second kernel beside dq_wgmma.cu's. That one decodes each warp's
+// weight rows into wgmma's A registers between its own wgmmas: right for a
+// decode batch (the weights are the bytes that matter, and a tile of 8..256
+// tokens is all there is), but at a prompt of hundreds of tokens the same
+// warps must both decode and keep the tensor cores fed, 233 TFLOPS at 256
+// tokens on the H100, and the 7B's pp512 ran on the int8 MMQ at ~133 TOPS.
+// Here the roles are split (warp specialization): a CTA is a producer
+// warpgroup and kWG consumer warpgroups. The producer decodes each 64-k step
+// of the tile's weights into an f16 A tile in shared memory, laid out
+// exactly like the activations (wgmma's K-major 128-byte swizzle), and
+// brings the activations' box by TMA; the consumers only issue wgmmas, A
+// and B both by descriptor. Each weight is decoded once per CTA, i.e. once
+// per N (128) tokens.
+//
+// Work. CTA (x, y, z) = (row tile of 64 kWG rows, k split, token tile of N).
+// Rows are numbered in the row groups of split_k.cuh (16 rows of one
+// segment), 4 kWG groups per tile, so a FusedQKV's q/k/v share a launch.
+// Producer thread r owns tile rows r, r + 128, ...: per 128-k chunk it
+// copies its rows' bytes (dq_wgmma_impl.cuh's piece layout) into a ring of
+// kRaw chunks (cp.async; only the thread that copied a row decodes it, so
+// the ring needs no barrier), and per 64-k step it decodes them into stage
+// s's A tile: row r's 16-byte piece c (8 k positions) at atom r / 8, row r %
+// 8, slot c ^ (r % 8) — the layout the TMA writes for the activations. Each
+// piece is one 16-group's evens or odds (the activations' order,
+// dq_wgmma.h), so a Q4_K word of 4 codes gives 2 f16 pairs per nibble half
+// with the same instructions (and bits) as the register kernel.
+//
+// Synchronization, per stage s of kStages (each one 64-k step: A tile and
+// activation box): full[s] completes when all 128 producer threads have
+// written their rows (each fences its generic-proxy stores for the async
+// proxy, then arrives) and the TMA's bytes have landed (thread 0's arrival
+// announces them); empty[s] completes when every consumer warp has retired
+// the wgmmas that read the stage (wgmma.wait_group 1 one step later).
+#include <cuda.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "cuda/kernels/common.cuh"
+#include "cuda/kernels/dq_wgmma.h"
+#include "cuda/kernels/dq_wgmma_impl.cuh"
+#include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/ptx_sm80.cuh"
+#include "cuda/kernels/ptx_sm90.cuh"
+#include "cuda/kernels/split_k.cuh"
+
+namespace minfer::cuda {
+namespace dqp {
+namespace {
+
+using dqw::Ty;
+constexpr int kN = 128;                   // tokens per tile
+constexpr int kMaxSmem = 227 * 1024;
+constexpr int kProducers = 128;           // one warpgroup
+constexpr int kBBytes = kN * 128;         // one 64-k activation box
+
+struct Seg {
+  const uint8_t* w;
+  int64_t row_bytes;
+  int64_t rows;
+  float* y;
+  float* part;
+  int groups;
+};
+
+struct Params {
+  Seg seg[kMmqMaxSegments];
+  int group_begin[kMmqMaxSegments];
+  int n_seg;
+  int groups;
+  int64_t k;
+  int n_chunks;  // k / 128
+  int nt;
+  int splits;
+  int64_t split_stride;
+  int tiles;  // row tiles (grid x)
+};
+
+template <int kWG>
+__host__ __device__ constexpr int ABytes() {
+  return kWG * 64 * 128;
+}
+template <int kWG>
+__host__ __device__ constexpr int StageBytes() {
+  return ABytes<kWG>() + kBBytes;
+}
+template <GgmlType T, int kWG>
+__host__ __device__ constexpr int RawBytes() {
+  return kWG * 64 * Ty<T>::kRowBytes;
+}
+// Stages and raw chunks that fit: 4 and 3 where they do, fewer otherwise.
+template <GgmlType T, int kWG>
+__host__ __device__ constexpr int StagesOf() {
+  return 4 * StageBytes<kWG>() + 3 * RawBytes<T, kWG>() + 1024 <= kMaxSmem ? 4 : 3;
+}
+template <GgmlType T, int kWG>
+__host__ __device__ constexpr int RawOf() {
+  return StagesOf<T, kWG>() * StageBytes<kWG>() + 3 * RawBytes<T, kWG>() + 1024 <= kMaxSmem ? 3 : 2;
+}
+template <GgmlType T, int kWG>
+__host__ __device__ constexpr int SmemOf() {
+  return StagesOf<T, kWG>() * StageBytes<kWG>() + RawOf<T, kWG>() * RawBytes<T, kWG>() + 1024;
+}
+
+#if defined(MINFER_SM90A_DEVICE)
+
+using dqw::AndOr;
+using dqw::AsH2;
+using dqw::kMagic;
+using dqw::kMagic64;
+
+__device__ __forceinline__ void Sts128(uint8_t* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  *reinterpret_cast<uint4*>(p) = make_uint4(a, b, c, d);
+}
+
+// Row r's piece c (8 k positions) of an A tile: the 128-byte swizzle.
+__device__ __forceinline__ uint8_t* APiece(uint8_t* a, int r, int c) {
+  return a + (r >> 3) * 1024 + (r & 7) * 128 + ((c ^ (r & 7)) << 4);
+}
+
+// Decodes 64-k step u (0, 1) of chunk half h from one row's raw bytes `rr`
+// into row r of the A tile `a`.
+template <GgmlType T>
+__device__ __forceinline__ void DecodeRow(const uint8_t* rr, int h, int u, uint8_t* a, int r);
+
+template <>
+__device__ __forceinline__ void DecodeRow<GgmlType::kQ4_K>(const uint8_t* rr, int h, int u,
+                                                           uint8_t* a, int r) {
+  // Step u is super-block chunk 2h + u: code bytes 32u .. 32u + 31 of the
+  // half, low nibbles its first 32 elements (sub-block 4h + 2u), high
+  // nibbles the next 32 (4h + 2u + 1).
+  const uint4 hd = *reinterpret_cast<const uint4*>(rr);
+  half2 s, m;
+  dqw::Q4kScaleMin(hd, h, u, &s, &m);
+  const half2 slo = __low2half2(s), mlo = __low2half2(m);
+  const half2 shi = __high2half2(s), mhi = __high2half2(m);
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+    const uint4 w = *reinterpret_cast<const uint4*>(rr + 16 + 32 * u + 16 * b);
+    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+    uint32_t ev[4], od[4];
+    // 16-group b (low nibbles): pieces 2b (evens), 2b + 1 (odds).
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dqw::Q4kPairs<0x000F000Fu, kMagic>(ws[i], slo, mlo, ev[i], od[i]);
+    Sts128(APiece(a, r, 2 * b), ev[0], ev[1], ev[2], ev[3]);
+    Sts128(APiece(a, r, 2 * b + 1), od[0], od[1], od[2], od[3]);
+    // 16-group b + 2 (high nibbles): pieces 2b + 4, 2b + 5.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dqw::Q4kPairs<0x00F000F0u, kMagic64>(ws[i], shi, mhi, ev[i], od[i]);
+    Sts128(APiece(a, r, 2 * b + 4), ev[0], ev[1], ev[2], ev[3]);
+    Sts128(APiece(a, r, 2 * b + 5), od[0], od[1], od[2], od[3]);
+  }
+}
+
+template <>
+__device__ __forceinline__ void DecodeRow<GgmlType::kQ6_K>(const uint8_t* rr, int h, int u,
+                                                           uint8_t* a, int r) {
+  // Element e of the half (0..127): l = e % 32, quarter e / 32 takes ql[l]
+  // (quarters 0, 2) or ql[l + 32] (1, 3), low nibbles in quarters 0-1 and
+  // high in 2-3, and qh[l]'s bits 2 (e / 32). Step u's 16-group G is
+  // elements 64u + 16G .. + 15: ql bytes 16G .., qh bytes 16 (G % 2) ..,
+  // the high bits at 4u + 2 (G / 2), the nibble high when u = 1; its scale
+  // is int8 scale 8h + 4u + G.
+  const half2 d = __low2half2(AsH2(*reinterpret_cast<const uint32_t*>(rr + 112)));
+  const uint4 sc4 = *reinterpret_cast<const uint4*>(rr + 96);
+  const uint32_t scw = (h == 0 ? (u == 0 ? sc4.x : sc4.y) : (u == 0 ? sc4.z : sc4.w));
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const uint4 x = *reinterpret_cast<const uint4*>(rr + 16 * g);
+    const uint4 y = *reinterpret_cast<const uint4*>(rr + 64 + 16 * (g & 1));
+    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+    const int sh = 4 * u + 2 * (g >> 1);
+    const half2 sv = dqw::Q6kScale(scw >> (8 * g), d);
+    uint32_t ev[4], od[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // Bits sh, sh + 1 of each qh byte to bits 4, 5 (within the byte).
+      const uint32_t hi = (sh <= 4 ? ys[i] << (4 - sh) : ys[i] >> (sh - 4)) & 0x30303030u;
+      const uint32_t lo = u == 0 ? (xs[i] & 0x0F0F0F0Fu) : ((xs[i] >> 4) & 0x0F0F0F0Fu);
+      dqw::Q6kPairs(lo | hi, sv, ev[i], od[i]);
+    }
+    Sts128(APiece(a, r, 2 * g), ev[0], ev[1], ev[2], ev[3]);
+    Sts128(APiece(a, r, 2 * g + 1), od[0], od[1], od[2], od[3]);
+  }
+}
+
+#endif  // MINFER_SM90A_DEVICE
+
+template <GgmlType T, int kWG>
+__global__ void __launch_bounds__(128 * (kWG + 1)) dqp_kernel(const Params p,
+                                                              const __grid_constant__ CUtensorMap tmap) {
+  pdl_enter();
+#if defined(MINFER_SM90A_DEVICE)
+  using X = Ty<T>;
+  constexpr int kStages = StagesOf<T, kWG>(), kRaw = RawOf<T, kWG>();
+  constexpr int kRows = 64 * kWG, kStage = StageBytes<kWG>();
+  constexpr int kRowsPerProducer = kRows / kProducers;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  __shared__ __align__(8) uint64_t full_bar[kStages];
+  __shared__ __align__(8) uint64_t empty_bar[kStages];
+  uint8_t* const smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+  uint8_t* const raw = smem + kStages * kStage;
+  const int z = blockIdx.y, tok0 = blockIdx.z * kN;
+  const int c_begin = static_cast<int>(static_cast<int64_t>(z) * p.n_chunks / p.splits);
+  const int c_end = static_cast<int>(static_cast<int64_t>(z + 1) * p.n_chunks / p.splits);
+  const int nc = c_end - c_begin, steps = 2 * nc;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(smem_addr(&full_bar[s]), kProducers);
+      mbar_init(smem_addr(&empty_bar[s]), 4 * kWG);  // every consumer warp
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();
+  const int wg = threadIdx.x >> 7;
+  if (wg == 0) {
+    // ---- Producer.
+    const int r0 = threadIdx.x;
+    const uint8_t* src[kRowsPerProducer];
+#pragma unroll
+    for (int j = 0; j < kRowsPerProducer; ++j) {
+      const int r = r0 + kProducers * j;
+      const splitk::WarpRows wr = splitk::RowsOf<1>(p, blockIdx.x * (kRows / 16) + (r >> 4));
+      src[j] = wr.w + min(wr.rbase + (r & 15), wr.rows - 1) * wr.row_bytes;
+    }
+    auto raw_row = [&](int i, int j) {
+      return raw + (i % kRaw) * RawBytes<T, kWG>() + (r0 + kProducers * j) * X::kRowBytes;
+    };
+    auto load_raw = [&](int i) {
+      const int c = c_begin + i;
+#pragma unroll
+      for (int j = 0; j < kRowsPerProducer; ++j) {
+        const uint8_t* blk = src[j] + static_cast<int64_t>(c >> 1) * X::kBlockBytes;
+#pragma unroll
+        for (int q = 0; q < X::kPieces; ++q) {
+          cp_async16(smem_addr(raw_row(i, j) + 16 * q), blk + X::Src(c & 1, q), 16);
+        }
+      }
+    };
+#pragma unroll
+    for (int i = 0; i < kRaw; ++i) {
+      if (i < nc) load_raw(i);
+      cp_async_commit();
+    }
+    for (int i = 0; i < nc; ++i) {
+      cp_async_wait<kRaw - 1>();  // chunk i's rows (this thread's copies)
+      const int h = (c_begin + i) & 1;
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int j = 2 * i + u, s = j % kStages;
+        if (j >= kStages) mbar_wait(smem_addr(&empty_bar[s]), ((j / kStages) - 1) & 1);
+        uint8_t* const a = smem + s * kStage;
+#pragma unroll
+        for (int q = 0; q < kRowsPerProducer; ++q) {
+          DecodeRow<T>(raw_row(i, q), h, u, a, r0 + kProducers * q);
+        }
+        fence_proxy_async_smem();
+        const uint32_t bar = smem_addr(&full_bar[s]);
+        if (r0 == 0) {
+          mbar_arrive_expect_tx(bar, kBBytes);
+          tma_load_2d(smem_addr(a + ABytes<kWG>()), &tmap, bar, (c_begin + i) * 128 + 64 * u, tok0);
+        } else {
+          mbar_arrive(bar);
+        }
+      }
+      if (i + kRaw < nc) load_raw(i + kRaw);
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    return;
+  }
+  // ---- Consumers: warpgroup cw owns tile rows 64 cw .. 64 cw + 63.
+  const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  float acc[kN / 2];
+#pragma unroll
+  for (int j = 0; j < kN / 2; ++j) acc[j] = 0.0f;
+  for (int j = 0; j < steps; ++j) {
+    const int s = j % kStages;
+    mbar_wait(smem_addr(&full_bar[s]), (j / kStages) & 1);
+    const uint32_t a = smem_addr(smem + s * kStage) + cw * 8192;
+    const uint64_t da = WgmmaDescSw128(a, 1024);
+    const uint64_t db = WgmmaDescSw128(smem_addr(smem + s * kStage + ABytes<kWG>()), 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      // k16 step kk: 32 bytes into each 128-byte row (the descriptor's
+      // start address is its low field, in 16-byte units).
+      WgmmaSS<kN>::Run(acc, da + 2 * kk, db + 2 * kk);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // step j - 1's wgmmas have read their stage
+    if (j >= 1 && lane == 0) mbar_arrive(smem_addr(&empty_bar[(j - 1) % kStages]));
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int j = 0; j < kN / 2; ++j) wgmma_pin(acc[j]);
+  const splitk::WarpRows wr = splitk::RowsOf<1>(p, blockIdx.x * (kRows / 16) + cw * 4 + warp);
+  if (!wr.active) return;
+  float* const y =
+      p.splits > 1 ? (wr.sg == 0 ? p.seg[0].part : wr.sg == 1 ? p.seg[1].part : p.seg[2].part) +
+                         static_cast<int64_t>(z) * p.split_stride
+                   : (wr.sg == 0 ? p.seg[0].y : wr.sg == 1 ? p.seg[1].y : p.seg[2].y);
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t row = wr.rbase + g + ((e >> 1) ? 8 : 0);
+      const int tok = tok0 + 8 * j + 2 * t + (e & 1);
+      if (row < wr.rows && tok < p.nt) y[static_cast<int64_t>(tok) * wr.rows + row] = acc[4 * j + e];
+    }
+  }
+#endif  // MINFER_SM90A_DEVICE
+}
+
+using Info = splitk::KernelFacts;
+
+template <GgmlType T, int kWG>
+const Info& InfoOf() {
+  static PerDevice<Info> info;
+  return splitk::FactsOnce(info, &dqp_kernel<T, kWG>, 128 * (kWG + 1), SmemOf<T, kWG>());
+}
+
+template <GgmlType T, int kWG>
+bool Go(const Params& p, const CUtensorMap& tmap, cudaStream_t stream, bool launch, Info* out) {
+  const Info& info = InfoOf<T, kWG>();
+  *out = info;
+  if (info.ctas_per_sm <= 0) return false;
+  if (launch) {
+    const dim3 grid(static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.splits),
+                    static_cast<unsigned>((p.nt + kN - 1) / kN));
+    LaunchGrid(dqp_kernel<T, kWG>, grid, 128 * (kWG + 1), info.smem, stream, p, tmap);
+  }
+  return true;
+}
+
+bool Dispatch(GgmlType type, int wg, const Params& p, const CUtensorMap& tmap, cudaStream_t stream,
+              bool launch, Info* info) {
+  if (type == GgmlType::kQ4_K) {
+    return wg == 4 ? Go<GgmlType::kQ4_K, 4>(p, tmap, stream, launch, info)
+                   : Go<GgmlType::kQ4_K, 2>(p, tmap, stream, launch, info);
+  }
+  return wg == 4 ? Go<GgmlType::kQ6_K, 4>(p, tmap, stream, launch, info)
+                 : Go<GgmlType::kQ6_K, 2>(p, tmap, stream, launch, info);
+}
+
+}  // namespace
+}  // namespace dqp
+
+cudaError_t LaunchDqpWgmma(const MmqSegments& s, const void* act, int64_t nt, cudaStream_t stream,
+                           const DqpTuning* tuning, const char** why_not) {
+  using dqp::Params;
+  const char* unused;
+  if (why_not == nullptr) why_not = &unused;
+  *why_not = nullptr;
+  if (s.n < 1 || s.n > kMmqMaxSegments || nt < 0 || nt > kDqpMaxTokens || act == nullptr ||
+      reinterpret_cast<uintptr_t>(act) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const GgmlType type = s.w[0].type;
+  const int64_t k = s.w[0].k;
+  if (k <= 0 || k % 256 != 0 || k > (int64_t{1} << 30)) return cudaErrorInvalidValue;
+  const int wg = tuning != nullptr ? tuning->warpgroups : 2;
+  if (wg != 2 && wg != 4) return cudaErrorInvalidValue;
+  if (nt == 0) return cudaSuccess;
+  if (!DqSupports(type, s.w[0].q6k_padded)) {
+    *why_not = type == GgmlType::kQ6_K ? "raw 210-byte Q6_K blocks" : "not a Q4_K or Q6_K weight";
+    return cudaErrorNotSupported;
+  }
+  if (!DqwAvailable()) {
+    *why_not = "no sm_90a code in this build or not a compute capability 9.0 GPU";
+    return cudaErrorNotSupported;
+  }
+  Params p{};
+  p.k = k;
+  p.n_chunks = static_cast<int>(k / 128);
+  p.nt = static_cast<int>(nt);
+  const int64_t block_bytes = DeviceBlockBytes(type, s.w[0].q6k_padded);
+  int64_t weight_bytes = 0, stride = 0;
+  for (int i = 0; i < s.n; ++i) {
+    const WeightView& w = s.w[i];
+    if (w.type != type || w.k != k || w.rows < 0 || w.q6k_padded != s.w[0].q6k_padded ||
+        (w.rows > 0 && (w.data == nullptr || s.y[i] == nullptr)) ||
+        w.row_bytes < k / 256 * block_bytes) {
+      return cudaErrorInvalidValue;
+    }
+    if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || w.row_bytes % 16 != 0) {
+      *why_not = "weight base or row stride not 16-byte aligned";
+      return cudaErrorNotSupported;
+    }
+    if (w.rows == 0) continue;
+    dqp::Seg& g = p.seg[p.n_seg++];
+    g.w = static_cast<const uint8_t*>(w.data);
+    g.row_bytes = w.row_bytes;
+    g.rows = w.rows;
+    g.y = s.y[i];
+    weight_bytes += w.rows * w.row_bytes;
+    stride += nt * w.rows;
+  }
+  if (p.n_seg == 0) return cudaSuccess;
+  CUtensorMap tmap;
+  std::memset(&tmap, 0, sizeof(tmap));
+  if (!dqw::EncodeActivations(&tmap, act, k, nt, dqp::kN)) {
+    *why_not = "no TMA tensor map for the activations";
+    return cudaErrorNotSupported;
+  }
+  dqp::Info info;
+  if (!dqp::Dispatch(type, wg, p, tmap, stream, false, &info)) {
+    *why_not = "the kernel's shared memory does not fit this GPU";
+    return cudaErrorNotSupported;
+  }
+  splitk::AssignGroups(&p, 1, 4 * wg);
+  p.splits = 1;
+  // Split-k only below one wave of CTAs (a q/k/v or an attention output at
+  // a short prompt): above it the partials' traffic costs more than the
+  // idle SMs of a partial last wave.
+  if (tuning != nullptr && tuning->split_k != 0 && tuning->split_workspace != nullptr) {
+    const splitk::DeviceFacts& dev = splitk::CurrentDevice();
+    const int64_t slots = int64_t{dev.sms} * info.ctas_per_sm;
+    const int64_t ctas = int64_t{p.tiles} * ((nt + dqp::kN - 1) / dqp::kN);
+    const int64_t splits = splitk::DecodeSplits(
+        ctas < slots || tuning->split_k > 0 ? tuning->split_k : 1, ctas, slots, p.n_chunks, 4,
+        std::max<int64_t>(2, weight_bytes / std::max<int64_t>(4 * stride, 1)), tuning->split_bytes,
+        stride);
+    if (splits >= 2 && !splitk::SetSplits(&p, tuning->split_workspace, nt, splits, stride)) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  dqp::Dispatch(type, wg, p, tmap, stream, true, &info);
+  if (p.splits > 1) splitk::Reduce(p, stride, stream);
+  return cudaGetLastError();
+}
+
+}  // namespace minfer::cuda
