@@ -376,7 +376,10 @@ void CudaBackend::RefreshKnobs() {
     const int64_t m = r.GetInt("MINFER_DQP_MIN_TOKENS", knob_overrides_);
     k.matmul.dqp_min_tokens = m <= 0 ? 0 : std::clamp<int64_t>(m, 2, 8192);
   }
-  k.dqp_warpgroups = r.GetInt("MINFER_DQP_WARPGROUPS", knob_overrides_) >= 4 ? 4 : 2;
+  {
+    const int64_t w = r.GetInt("MINFER_DQP_WARPGROUPS", knob_overrides_);
+    k.dqp_warpgroups = w <= 0 ? 0 : w >= 4 ? 4 : 2;
+  }
   // MINFER_FP8_PREFILL is read once, at load (BuildFp8Copies).
   k.matmul.fp8_min_tokens = fp8_min_tokens_;
   k.op_timing = r.GetBool("MINFER_OP_TIMING", knob_overrides_);

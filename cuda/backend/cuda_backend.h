@@ -168,7 +168,7 @@ class CudaBackend : public graph::Backend {
     int dq_mt = 0;
     int dqw_warpgroups = 0;  // 0: by batch
     int dqw_tma = 1;         // MINFER_DQW_TMA (DqwTuning::act_load)
-    int dqp_warpgroups = 2;  // MINFER_DQP_WARPGROUPS (DqpTuning::warpgroups)
+    int dqp_warpgroups = 0;  // MINFER_DQP_WARPGROUPS (DqpTuning::warpgroups); 0: by shape
     bool pdl = true;         // MINFER_PDL (applies on sm_90+)
     bool moe_mma = true;          // MINFER_MOE_MMA
     int64_t moe_mma_min_tokens = 16;  // MINFER_MOE_MMA_MIN_TOKENS

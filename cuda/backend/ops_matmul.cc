@@ -293,7 +293,14 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
           pt.split_k = knobs_.mmq_split_k ? kMmqSplitAuto : 0;
           pt.split_workspace = tuning.split_workspace;
           pt.split_bytes = tuning.split_bytes;
-          pt.warpgroups = knobs_.dqp_warpgroups;
+          // Four warpgroups (256 rows per copy of the activations) where
+          // the activations' traffic dominates: long prompts into narrow
+          // weights (docs/benchmarks.md, the Hopper prefill GEMM).
+          int64_t run_rows = 0;
+          for (int j = 0; j < seg.n; ++j) run_rows += seg.w[j].rows;
+          pt.warpgroups = knobs_.dqp_warpgroups > 0 ? knobs_.dqp_warpgroups
+                          : nt >= 1024 && run_rows <= 4096 ? 4
+                                                            : 2;
           err = LaunchDqpWgmma(seg, act, nt, st, &pt, &why);
           if (err == cudaSuccess) stats_.dqp_gemm++;
           if (err == cudaErrorNotSupported) {

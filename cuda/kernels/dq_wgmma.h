@@ -109,7 +109,7 @@ cudaError_t LaunchDqWgmma(const MmqSegments& segments, const void* act, int64_t 
 // weights into an f16 tile in shared memory (the activations' swizzled
 // layout) and brings the activations by TMA; 2 or 4 consumer warpgroups
 // (128 or 256 weight rows) issue wgmma with both operands from shared
-// memory over tiles of 128 tokens. Each weight is decoded once per 128
+// memory over tiles of 128 tokens (64 for a batch of at most 64). Each weight is decoded once per 128
 // tokens, and no consumer thread spends an instruction on decoding, so at
 // hundreds of tokens the tensor cores, not the decode, set the pace (the
 // register form's decode sits between its wgmmas). Below ~128 tokens the
@@ -124,8 +124,12 @@ struct DqpTuning {
   void* split_workspace = nullptr;  // 16-byte aligned; null: no split-k
   int64_t split_bytes = 0;
   // Consumer warpgroups per CTA: 2 (128 rows) or 4 (256 rows: the
-  // activations are copied once per 256 rows instead of 128).
+  // activations are copied once per 256 rows instead of 128). The 64-token
+  // tile always has 2.
   int warpgroups = 2;
+  // Tokens per tile: 64 (a decode batch: two CTAs per SM), 128, or 0 = 64
+  // for at most 64 tokens, else 128.
+  int tile_tokens = 0;
 };
 
 // y_i = W_i act for 1 <= nt <= kDqpMaxTokens tokens, as LaunchDqWgmma

@@ -59,10 +59,8 @@ namespace dqp {
 namespace {
 
 using dqw::Ty;
-constexpr int kN = 128;                   // tokens per tile
 constexpr int kMaxSmem = 227 * 1024;
-constexpr int kProducers = 128;           // one warpgroup
-constexpr int kBBytes = kN * 128;         // one 64-k activation box
+constexpr int kProducers = 128;  // one warpgroup
 
 struct Seg {
   const uint8_t* w;
@@ -90,26 +88,39 @@ template <int kWG>
 __host__ __device__ constexpr int ABytes() {
   return kWG * 64 * 128;
 }
-template <int kWG>
+// A stage: the A tile, then one 64-k box of N tokens' activations.
+template <int kWG, int N>
 __host__ __device__ constexpr int StageBytes() {
-  return ABytes<kWG>() + kBBytes;
+  return ABytes<kWG>() + N * 128;
 }
 template <GgmlType T, int kWG>
 __host__ __device__ constexpr int RawBytes() {
   return kWG * 64 * Ty<T>::kRowBytes;
 }
-// Stages and raw chunks that fit: 4 and 3 where they do, fewer otherwise.
-template <GgmlType T, int kWG>
+// CTAs per SM the tile is built for: two for the 64-token tile of a decode
+// batch (the producer's decode then has two warpgroups per SM to hide its
+// latencies, and the CTA's registers are capped to fit), one otherwise.
+template <int kWG, int N>
+__host__ __device__ constexpr int CtasOf() {
+  return N <= 64 && kWG == 2 ? 2 : 1;
+}
+// Stages and raw chunks that fit the CTAs' share of shared memory: 4 and 3
+// where they do, fewer otherwise (at least 3 and 2).
+template <GgmlType T, int kWG, int N>
 __host__ __device__ constexpr int StagesOf() {
-  return 4 * StageBytes<kWG>() + 3 * RawBytes<T, kWG>() + 1024 <= kMaxSmem ? 4 : 3;
+  return 4 * StageBytes<kWG, N>() + 3 * RawBytes<T, kWG>() + 1024 <= kMaxSmem / CtasOf<kWG, N>() ? 4
+                                                                                                 : 3;
 }
-template <GgmlType T, int kWG>
+template <GgmlType T, int kWG, int N>
 __host__ __device__ constexpr int RawOf() {
-  return StagesOf<T, kWG>() * StageBytes<kWG>() + 3 * RawBytes<T, kWG>() + 1024 <= kMaxSmem ? 3 : 2;
+  return StagesOf<T, kWG, N>() * StageBytes<kWG, N>() + 3 * RawBytes<T, kWG>() + 1024 <=
+                 kMaxSmem / CtasOf<kWG, N>()
+             ? 3
+             : 2;
 }
-template <GgmlType T, int kWG>
+template <GgmlType T, int kWG, int N>
 __host__ __device__ constexpr int SmemOf() {
-  return StagesOf<T, kWG>() * StageBytes<kWG>() + RawOf<T, kWG>() * RawBytes<T, kWG>() + 1024;
+  return StagesOf<T, kWG, N>() * StageBytes<kWG, N>() + RawOf<T, kWG, N>() * RawBytes<T, kWG>() + 1024;
 }
 
 #if defined(MINFER_SM90A_DEVICE)
@@ -196,21 +207,21 @@ __device__ __forceinline__ void DecodeRow<GgmlType::kQ6_K>(const uint8_t* rr, in
 
 #endif  // MINFER_SM90A_DEVICE
 
-template <GgmlType T, int kWG>
-__global__ void __launch_bounds__(128 * (kWG + 1)) dqp_kernel(const Params p,
-                                                              const __grid_constant__ CUtensorMap tmap) {
+template <GgmlType T, int kWG, int N>
+__global__ void __launch_bounds__(128 * (kWG + 1), (CtasOf<kWG, N>()))
+    dqp_kernel(const Params p, const __grid_constant__ CUtensorMap tmap) {
   pdl_enter();
 #if defined(MINFER_SM90A_DEVICE)
   using X = Ty<T>;
-  constexpr int kStages = StagesOf<T, kWG>(), kRaw = RawOf<T, kWG>();
-  constexpr int kRows = 64 * kWG, kStage = StageBytes<kWG>();
+  constexpr int kStages = StagesOf<T, kWG, N>(), kRaw = RawOf<T, kWG, N>();
+  constexpr int kRows = 64 * kWG, kStage = StageBytes<kWG, N>();
   constexpr int kRowsPerProducer = kRows / kProducers;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages];
   __shared__ __align__(8) uint64_t empty_bar[kStages];
   uint8_t* const smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   uint8_t* const raw = smem + kStages * kStage;
-  const int z = blockIdx.y, tok0 = blockIdx.z * kN;
+  const int z = blockIdx.y, tok0 = blockIdx.z * N;
   const int c_begin = static_cast<int>(static_cast<int64_t>(z) * p.n_chunks / p.splits);
   const int c_end = static_cast<int>(static_cast<int64_t>(z + 1) * p.n_chunks / p.splits);
   const int nc = c_end - c_begin, steps = 2 * nc;
@@ -268,7 +279,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1)) dqp_kernel(const Params p,
         fence_proxy_async_smem();
         const uint32_t bar = smem_addr(&full_bar[s]);
         if (r0 == 0) {
-          mbar_arrive_expect_tx(bar, kBBytes);
+          mbar_arrive_expect_tx(bar, N * 128);
           tma_load_2d(smem_addr(a + ABytes<kWG>()), &tmap, bar, (c_begin + i) * 128 + 64 * u, tok0);
         } else {
           mbar_arrive(bar);
@@ -282,9 +293,9 @@ __global__ void __launch_bounds__(128 * (kWG + 1)) dqp_kernel(const Params p,
   }
   // ---- Consumers: warpgroup cw owns tile rows 64 cw .. 64 cw + 63.
   const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-  float acc[kN / 2];
+  float acc[N / 2];
 #pragma unroll
-  for (int j = 0; j < kN / 2; ++j) acc[j] = 0.0f;
+  for (int j = 0; j < N / 2; ++j) acc[j] = 0.0f;
   for (int j = 0; j < steps; ++j) {
     const int s = j % kStages;
     mbar_wait(smem_addr(&full_bar[s]), (j / kStages) & 1);
@@ -296,7 +307,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1)) dqp_kernel(const Params p,
     for (int kk = 0; kk < 4; ++kk) {
       // k16 step kk: 32 bytes into each 128-byte row (the descriptor's
       // start address is its low field, in 16-byte units).
-      WgmmaSS<kN>::Run(acc, da + 2 * kk, db + 2 * kk);
+      WgmmaSS<N>::Run(acc, da + 2 * kk, db + 2 * kk);
     }
     wgmma_commit();
     wgmma_wait<1>();  // step j - 1's wgmmas have read their stage
@@ -304,7 +315,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1)) dqp_kernel(const Params p,
   }
   wgmma_wait<0>();
 #pragma unroll
-  for (int j = 0; j < kN / 2; ++j) wgmma_pin(acc[j]);
+  for (int j = 0; j < N / 2; ++j) wgmma_pin(acc[j]);
   const splitk::WarpRows wr = splitk::RowsOf<1>(p, blockIdx.x * (kRows / 16) + cw * 4 + warp);
   if (!wr.active) return;
   float* const y =
@@ -313,7 +324,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1)) dqp_kernel(const Params p,
                    : (wr.sg == 0 ? p.seg[0].y : wr.sg == 1 ? p.seg[1].y : p.seg[2].y);
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int j = 0; j < kN / 8; ++j) {
+  for (int j = 0; j < N / 8; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t row = wr.rbase + g + ((e >> 1) ? 8 : 0);
@@ -326,33 +337,37 @@ __global__ void __launch_bounds__(128 * (kWG + 1)) dqp_kernel(const Params p,
 
 using Info = splitk::KernelFacts;
 
-template <GgmlType T, int kWG>
+template <GgmlType T, int kWG, int N>
 const Info& InfoOf() {
   static PerDevice<Info> info;
-  return splitk::FactsOnce(info, &dqp_kernel<T, kWG>, 128 * (kWG + 1), SmemOf<T, kWG>());
+  return splitk::FactsOnce(info, &dqp_kernel<T, kWG, N>, 128 * (kWG + 1), SmemOf<T, kWG, N>());
 }
 
-template <GgmlType T, int kWG>
+template <GgmlType T, int kWG, int N>
 bool Go(const Params& p, const CUtensorMap& tmap, cudaStream_t stream, bool launch, Info* out) {
-  const Info& info = InfoOf<T, kWG>();
+  const Info& info = InfoOf<T, kWG, N>();
   *out = info;
   if (info.ctas_per_sm <= 0) return false;
   if (launch) {
     const dim3 grid(static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.splits),
-                    static_cast<unsigned>((p.nt + kN - 1) / kN));
-    LaunchGrid(dqp_kernel<T, kWG>, grid, 128 * (kWG + 1), info.smem, stream, p, tmap);
+                    static_cast<unsigned>((p.nt + N - 1) / N));
+    LaunchGrid(dqp_kernel<T, kWG, N>, grid, 128 * (kWG + 1), info.smem, stream, p, tmap);
   }
   return true;
 }
 
-bool Dispatch(GgmlType type, int wg, const Params& p, const CUtensorMap& tmap, cudaStream_t stream,
-              bool launch, Info* info) {
-  if (type == GgmlType::kQ4_K) {
-    return wg == 4 ? Go<GgmlType::kQ4_K, 4>(p, tmap, stream, launch, info)
-                   : Go<GgmlType::kQ4_K, 2>(p, tmap, stream, launch, info);
-  }
-  return wg == 4 ? Go<GgmlType::kQ6_K, 4>(p, tmap, stream, launch, info)
-                 : Go<GgmlType::kQ6_K, 2>(p, tmap, stream, launch, info);
+template <GgmlType T>
+bool DispatchT(int wg, int n, const Params& p, const CUtensorMap& tmap, cudaStream_t stream,
+               bool launch, Info* info) {
+  if (n == 64) return Go<T, 2, 64>(p, tmap, stream, launch, info);
+  return wg == 4 ? Go<T, 4, 128>(p, tmap, stream, launch, info)
+                 : Go<T, 2, 128>(p, tmap, stream, launch, info);
+}
+
+bool Dispatch(GgmlType type, int wg, int n, const Params& p, const CUtensorMap& tmap,
+              cudaStream_t stream, bool launch, Info* info) {
+  return type == GgmlType::kQ4_K ? DispatchT<GgmlType::kQ4_K>(wg, n, p, tmap, stream, launch, info)
+                                 : DispatchT<GgmlType::kQ6_K>(wg, n, p, tmap, stream, launch, info);
 }
 
 }  // namespace
@@ -372,7 +387,10 @@ cudaError_t LaunchDqpWgmma(const MmqSegments& s, const void* act, int64_t nt, cu
   const int64_t k = s.w[0].k;
   if (k <= 0 || k % 256 != 0 || k > (int64_t{1} << 30)) return cudaErrorInvalidValue;
   const int wg = tuning != nullptr ? tuning->warpgroups : 2;
-  if (wg != 2 && wg != 4) return cudaErrorInvalidValue;
+  const int tile = tuning != nullptr ? tuning->tile_tokens : 0;
+  if ((wg != 2 && wg != 4) || (tile != 0 && tile != 64 && tile != 128)) {
+    return cudaErrorInvalidValue;
+  }
   if (nt == 0) return cudaSuccess;
   if (!DqSupports(type, s.w[0].q6k_padded)) {
     *why_not = type == GgmlType::kQ6_K ? "raw 210-byte Q6_K blocks" : "not a Q4_K or Q6_K weight";
@@ -409,18 +427,22 @@ cudaError_t LaunchDqpWgmma(const MmqSegments& s, const void* act, int64_t nt, cu
     stride += nt * w.rows;
   }
   if (p.n_seg == 0) return cudaSuccess;
+  // The token tile: 64 (two warpgroups) for a batch of at most 64 tokens,
+  // else 128 (DqpTuning::tile_tokens).
+  const int n = tile != 0 ? tile : nt <= 64 ? 64 : 128;
+  const int wg_run = n == 64 ? 2 : wg;
   CUtensorMap tmap;
   std::memset(&tmap, 0, sizeof(tmap));
-  if (!dqw::EncodeActivations(&tmap, act, k, nt, dqp::kN)) {
+  if (!dqw::EncodeActivations(&tmap, act, k, nt, n)) {
     *why_not = "no TMA tensor map for the activations";
     return cudaErrorNotSupported;
   }
   dqp::Info info;
-  if (!dqp::Dispatch(type, wg, p, tmap, stream, false, &info)) {
+  if (!dqp::Dispatch(type, wg_run, n, p, tmap, stream, false, &info)) {
     *why_not = "the kernel's shared memory does not fit this GPU";
     return cudaErrorNotSupported;
   }
-  splitk::AssignGroups(&p, 1, 4 * wg);
+  splitk::AssignGroups(&p, 1, 4 * wg_run);
   p.splits = 1;
   // Split-k only below one wave of CTAs (a q/k/v or an attention output at
   // a short prompt): above it the partials' traffic costs more than the
@@ -428,7 +450,7 @@ cudaError_t LaunchDqpWgmma(const MmqSegments& s, const void* act, int64_t nt, cu
   if (tuning != nullptr && tuning->split_k != 0 && tuning->split_workspace != nullptr) {
     const splitk::DeviceFacts& dev = splitk::CurrentDevice();
     const int64_t slots = int64_t{dev.sms} * info.ctas_per_sm;
-    const int64_t ctas = int64_t{p.tiles} * ((nt + dqp::kN - 1) / dqp::kN);
+    const int64_t ctas = int64_t{p.tiles} * ((nt + n - 1) / n);
     const int64_t splits = splitk::DecodeSplits(
         ctas < slots || tuning->split_k > 0 ? tuning->split_k : 1, ctas, slots, p.n_chunks, 4,
         std::max<int64_t>(2, weight_bytes / std::max<int64_t>(4 * stride, 1)), tuning->split_bytes,
@@ -437,7 +459,7 @@ cudaError_t LaunchDqpWgmma(const MmqSegments& s, const void* act, int64_t nt, cu
       return cudaErrorInvalidValue;
     }
   }
-  dqp::Dispatch(type, wg, p, tmap, stream, true, &info);
+  dqp::Dispatch(type, wg_run, n, p, tmap, stream, true, &info);
   if (p.splits > 1) splitk::Reduce(p, stride, stream);
   return cudaGetLastError();
 }

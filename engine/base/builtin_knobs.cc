@@ -168,10 +168,13 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "warpgroup) in one launch, before MINFER_DQW_MAX_TOKENS and MMQ are asked: 0 = never, "
        "else 2..8192. H100, 7B Q4_K_M: pp512 9,928 (MMQ) -> 19,413 tok/s, pp2048 11,382 -> "
        "21,623; at 256 tokens the register form is still faster (the gate 91 vs 122 us)."});
-  add({"MINFER_DQP_WARPGROUPS", KnobType::kInt, "2", KnobScope::kPerModel,
+  add({"MINFER_DQP_WARPGROUPS", KnobType::kInt, "0", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "Consumer warpgroups per CTA of the wgmma prefill GEMM: 2 (128 weight rows per tile of "
-       "128 tokens) or 4 (256 rows: the activations read once per 256 rows)."});
+       "128 tokens), 4 (256 rows: the activations read once per 256 rows) or 0 = 4 for prompts of "
+       "1,024 tokens and more into at most 4,096 rows (the attention output and the FFN down "
+       "projection, whose activations dominate), else 2. H100, 7B Q4_K_M: 4 everywhere gives "
+       "pp2048 +5% but pp512 -24% (half the CTAs of a 2-warpgroup grid, below one wave)."});
   add({"MINFER_PDL", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
        "Kernels launch with programmatic dependent launch on compute capability 9.0+ GPUs: each "
        "grid launches while the one before it finishes and waits on the device for its result "

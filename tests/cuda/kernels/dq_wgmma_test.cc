@@ -362,8 +362,9 @@ std::vector<float> RunDqp(const MmqSegments& seg_template, int64_t n, const void
 }
 
 // The prefill form (LaunchDqpWgmma) against the exact dot, over both types,
-// both CTA shapes (128 and 256 rows), row counts that leave partial tiles,
-// token counts on and off the 128-token tile (and many tiles), k of one and
+// both CTA shapes (128 and 256 rows) and both token tiles (64 and 128 tokens),
+// row counts that leave partial tiles, token counts on and off the tiles
+// (and many tiles), k of one and
 // of 14 super-blocks, split-k forced and not; deterministic; and, since its
 // weights are decoded by the same instructions, the same bits as the
 // register form wherever both run (up to 256 tokens, no split) — the
@@ -382,7 +383,7 @@ TEST(DqpWgmmaTest, MatchesTheExactDotAndTheRegisterForm) {
         seg.n = 1;
         seg.w[0] = dw->view;
         double worst = 0;
-        for (int64_t nt : {1, 100, 128, 200, 256, 300, 600}) {
+        for (int64_t nt : {1, 33, 64, 100, 128, 200, 256, 300, 600}) {
           const Acts a = MakeActs(k, nt);
           DeviceBuffer<uint16_t> act(a.layout);
           const std::vector<Ref> refs = MakeRefs(hw, a);
@@ -394,15 +395,20 @@ TEST(DqpWgmmaTest, MatchesTheExactDotAndTheRegisterForm) {
             reg = RunDqw(seg, rows * nt, act.get(), nt, rt, &err);
             ASSERT_EQ(err, cudaSuccess);
           }
-          for (int wg : {2, 4}) {
+          // (warpgroups, token tile): the 128-token tiles with 2 and 4
+          // consumer warpgroups, then the 64-token tile (automatic up to 64
+          // tokens, forced above).
+          for (const auto& [wg, tile] : {std::pair{2, 128}, std::pair{4, 128}, std::pair{2, 64}}) {
             for (int split : {0, 3}) {
               std::ostringstream what;
               what << "dqp " << GgmlTypeName(type) << " k=" << k << " rows=" << rows
-                   << " nt=" << nt << " warpgroups=" << wg << " split=" << split;
+                   << " nt=" << nt << " warpgroups=" << wg << " tile=" << tile
+                   << " split=" << split;
               DqpTuning tu;
               tu.split_workspace = ws.get();
               tu.split_bytes = ws_bytes;
               tu.warpgroups = wg;
+              tu.tile_tokens = nt <= 64 && tile == 64 ? 0 : tile;
               tu.split_k = split;
               cudaError_t err;
               const std::vector<float> y = RunDqp(seg, rows * nt, act.get(), nt, tu, &err);
@@ -526,6 +532,15 @@ TEST(DqWgmmaTest, RefusesWhatItCannotRun) {
   EXPECT_EQ(callp(d8->view, 8, act.get(), &why), cudaErrorNotSupported);
   EXPECT_STREQ(why, "not a Q4_K or Q6_K weight");
   EXPECT_EQ(callp(d4->view, 8, act.get(), &why, 3), cudaErrorInvalidValue);
+  {
+    MmqSegments seg;
+    seg.n = 1;
+    seg.w[0] = d4->view;
+    seg.y[0] = y.get();
+    DqpTuning tu;
+    tu.tile_tokens = 32;
+    EXPECT_EQ(LaunchDqpWgmma(seg, act.get(), 8, nullptr, &tu, &why), cudaErrorInvalidValue);
+  }
   EXPECT_EQ(callp(d4->view, kDqpMaxTokens + 1, act.get(), &why), cudaErrorInvalidValue);
   EXPECT_EQ(callp(d4->view, 8, reinterpret_cast<const uint8_t*>(act.get()) + 8, &why),
             cudaErrorInvalidValue);

@@ -667,11 +667,14 @@ int DqwMain() {
 // --dqp: the Hopper prefill GEMM (dq_wgmma.h LaunchDqpWgmma) on the 7B's
 // shapes at prompt sizes, against the register form as the backend ran
 // prompts before it (launches of 256 tokens, TMA activations): us per call
-// (weight GB/s, f16 TFLOPS), 2 and 4 consumer warpgroups, no split-k (the
-// backend gives prompts past 256 tokens no split workspace).
+// (weight GB/s, f16 TFLOPS), 2 and 4 consumer warpgroups (the 64-token tile
+// up to 64 tokens); split-k automatic up to 256 tokens, as the backend runs
+// them (it gives prompts past 256 tokens no split workspace).
 int DqpMain() {
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int reps = 5, batch = 4;
+  void* ws = nullptr;
+  CHECK_CUDA(cudaMalloc(&ws, MmqSplitKBytes()));
   struct DS {
     const char* name;
     GgmlType type;
@@ -688,8 +691,9 @@ int DqpMain() {
   if (!DqwAvailable()) std::printf("(no sm_90a kernel in this build or not an sm_90 GPU)\n");
   for (const DS& s : shapes) {
     std::vector<Matrix> rot = MakeRotation(s.type, s.rows, s.k);
-    for (int64_t nt : {128, 256, 512, 1024, 2048}) {
+    for (int64_t nt : {32, 64, 128, 256, 512, 1024, 2048}) {
       Acts a = MakeActs(s.k, nt, s.rows * nt);
+      void* const split_ws = nt <= 256 ? ws : nullptr;
       void* wact = nullptr;
       CHECK_CUDA(cudaMalloc(&wact, DqwActivationBytes(s.k, nt)));
       CHECK_CUDA(LaunchQuantizeDqw(a.x, wact, s.k, nt, stream));
@@ -710,9 +714,11 @@ int DqpMain() {
         return seg;
       };
       DqwTuning rt;
-      rt.split_k = 0;
+      rt.split_k = kMmqSplitAuto;
+      rt.split_workspace = split_ws;
+      rt.split_bytes = MmqSplitKBytes();
       rt.act_load = 1;
-      rt.warpgroups = 2;
+      rt.warpgroups = nt > 64 ? 2 : 1;
       const std::string reg = cell(TimeLaunches(
           [&](int i) {
             cudaError_t e = cudaSuccess;
@@ -727,7 +733,9 @@ int DqpMain() {
       std::printf("%-24s %5lld | %22s |", s.name, static_cast<long long>(nt), reg.c_str());
       for (int wg : {2, 4}) {
         DqpTuning tu;
-        tu.split_k = 0;
+        tu.split_k = kMmqSplitAuto;
+        tu.split_workspace = split_ws;
+        tu.split_bytes = MmqSplitKBytes();
         tu.warpgroups = wg;
         const std::string c = cell(TimeLaunches(
             [&](int i) { return LaunchDqpWgmma(one(rot[i % rot.size()], 0), wact, nt, stream, &tu); },
@@ -741,6 +749,7 @@ int DqpMain() {
     }
     Free(rot);
   }
+  cudaFree(ws);
   return 0;
 }
 
