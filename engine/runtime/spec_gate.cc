@@ -56,7 +56,8 @@ bool SpecGate::MayDraft(int64_t sequences) {
     // is uncertain, not the cost of a step.
     const double m =
         std::clamp(gap / opt_.explore_cost, opt_.min_interval, opt_.max_interval) *
-        std::clamp(static_cast<double>(loser_mode.samples) / opt_.window, 0.125, 1.0);
+        std::clamp(static_cast<double>(loser_mode.samples) / opt_.window,
+                   std::min(opt_.early_scale, 1.0), 1.0);
     // The loser's turn lasts until a step of its mode is recorded (Record
     // resets the count): a step meant to draft in which no sequence drafted
     // (all backing off) measured nothing.

@@ -15,8 +15,9 @@
 // The losing mode still runs now and then so its estimate stays current
 // (acceptance and load change): after the winner has run for m of the
 // loser's step times, with m = gap / explore_cost (gap: the loser's
-// shortfall in throughput; m within [min_interval, max_interval], scaled
-// down while the loser has fewer than `window` steps measured). The turn
+// shortfall in throughput; m within [min_interval, max_interval]; scaled
+// down to early_scale while the loser has fewer than `window` steps
+// measured, not at all by default). The turn
 // lasts until a step of the loser's mode is recorded. An exploring step
 // costs about gap x its time, so exploring costs about explore_cost of the
 // time whatever the gap: modes far apart are rarely re-measured, modes
@@ -66,6 +67,15 @@ class SpecGate {
     double cross_outlier = 6.0;
     // Steps of each mode a class measures before it decides.
     int32_t warmup = 3;
+    // While the loser has fewer than `window` steps measured, the winner's
+    // run is scaled by samples / window, but not below this (1: not at
+    // all). It was 0.125, so that an estimate from few steps was measured
+    // sooner; on a 256-step bench at 64 sequences that ran a verify step of
+    // ~100 rows every ~3 plain steps until the draft side had 32 samples
+    // and lost 4-5% (H100; docs/benchmarks.md, twenty-third session): the
+    // warm-up's 3 steps per side already decide, and a wrong early call is
+    // corrected at the next turn.
+    double early_scale = 1.0;
   };
   SpecGate() : SpecGate(Options{}) {}
   explicit SpecGate(const Options& o) : opt_(o) {}

@@ -111,6 +111,50 @@ TEST(SpecGateTest, ReachesTheBetterPolicyAtEveryLoad) {
   }
 }
 
+// The shape of a measured B = 64 run (H100, 7B Q4_K_M, k = 4, acceptance
+// 0.7, docs/benchmarks.md twenty-third session): a plain step of 64 rows
+// takes 5.95 ms; in a drafting step only ~10 sequences draft (the others
+// back off), and past 64 rows the step costs ~9 ms (the next tile of
+// tokens), so drafts lose ~16%. The bench is 256 steps long: a gate that
+// explores the loser every few steps while its estimate is young lost 4-5%
+// there (the issue asks 3%). Deterministic seeds; the reference "never"
+// runs the same steps without drafts.
+TEST(SpecGateTest, ShortBusyRunsStayWithinThreePercentOfPlain) {
+  auto step = [](bool draft, std::mt19937& rng) {
+    std::uniform_real_distribution<double> u(0, 1);
+    int64_t emitted = 64, rows = 64;
+    if (draft) {
+      rows += 10 * 4;
+      for (int s = 0; s < 10; ++s) {
+        for (int j = 0; j < 4 && u(rng) < 0.7; ++j) ++emitted;
+      }
+    }
+    const double t = (rows <= 64 ? 5.95e-3 : 9.0e-3) * (1.0 + 0.02 * (u(rng) - 0.5));
+    return std::pair<int64_t, double>{emitted, t};
+  };
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    for (int steps : {256, 1024}) {
+      SpecGate gate;
+      std::mt19937 rng(seed), ref(seed);
+      double tokens = 0, seconds = 0, plain_tokens = 0, plain_seconds = 0;
+      for (int i = 0; i < steps; ++i) {
+        const bool draft = gate.MayDraft(64);
+        auto [e, t] = step(draft, rng);
+        gate.Record(64, draft, e, t);
+        tokens += static_cast<double>(e);
+        seconds += t;
+        auto [pe, pt] = step(false, ref);
+        plain_tokens += static_cast<double>(pe);
+        plain_seconds += pt;
+      }
+      const double ratio = (tokens / seconds) / (plain_tokens / plain_seconds);
+      EXPECT_GE(ratio, 0.97) << "seed " << seed << ", " << steps << " steps";
+      std::printf("seed %u, %d steps: %.3f of plain (%ld held, %ld allowed)\n", seed, steps, ratio,
+                  gate.held(), gate.allowed());
+    }
+  }
+}
+
 // Switching modes costs the step after the switch (on the GPU: other
 // graphs, other working sets). Charged to the mode switched to, that cost
 // made the rarely run plain steps look slow while drafting, the usual
