@@ -376,6 +376,7 @@ void CudaBackend::RefreshKnobs() {
     const int64_t m = r.GetInt("MINFER_DQP_MIN_TOKENS", knob_overrides_);
     k.matmul.dqp_min_tokens = m <= 0 ? 0 : std::clamp<int64_t>(m, 2, 8192);
   }
+  k.matmul.dqp_more_types = r.GetBool("MINFER_DQP_MORE_TYPES", knob_overrides_);
   {
     const int64_t w = r.GetInt("MINFER_DQP_WARPGROUPS", knob_overrides_);
     k.dqp_warpgroups = w <= 0 ? 0 : w >= 4 ? 4 : 2;

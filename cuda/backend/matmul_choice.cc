@@ -61,12 +61,19 @@ MatmulKernel ChooseMatmulKernel(const MatmulChoiceInput& in) {
   // and MMQ over its token range).
   const bool wgmma = kn.dqw && in.ctx.device.wgmma && in.ctx.model_has_dq_weights;
   const bool dqw_batch = wgmma && nt >= kn.dqw_min_tokens && nt <= kn.dqw_max_tokens;
-  // A prompt for the Hopper prefill GEMM (no upper bound: it tiles tokens).
-  const bool dqp_batch = wgmma && kn.dqp_min_tokens >= 2 && nt >= kn.dqp_min_tokens;
+  // A prompt for the Hopper prefill GEMM (no upper bound: it tiles tokens;
+  // its f16 layout needs no DQ scratch, so a Q8_0 weight may take it in a
+  // model without DQ weights).
+  const bool more_prompt =
+      (in.type == GgmlType::kQ8_0 || in.type == GgmlType::kQ5_K) && kn.dqp_more_types;
+  const bool dqp_batch = kn.dqw && in.ctx.device.wgmma &&
+                         (in.ctx.model_has_dq_weights || more_prompt) && kn.dqp_min_tokens >= 2 &&
+                         nt >= kn.dqp_min_tokens;
   if (!kn.prefill_gemm ||
       !(nt >= kn.mmq_min_tokens || small_batch || dq_batch || dqw_batch || dqp_batch)) {
     return VectorKernel(in);
   }
+  if (!in.dq_declined && more_prompt && dqp_batch) return MatmulKernel::kDqpWgmma;
   if (!in.dq_declined && DqSupports(in.type, in.q6k_padded)) {
     if (dqp_batch) return MatmulKernel::kDqpWgmma;
     if (dqw_batch) return MatmulKernel::kDqWgmma;

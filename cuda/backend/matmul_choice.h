@@ -59,6 +59,7 @@ struct MatmulKnobs {
   int64_t dqw_min_tokens = 17;     // MINFER_DQW_MIN_TOKENS, 2..256
   int64_t dqw_max_tokens = 256;    // MINFER_DQW_MAX_TOKENS, 0..8192 (launches of 256)
   int64_t dqp_min_tokens = 257;    // MINFER_DQP_MIN_TOKENS: 0 off, else 2..8192
+  bool dqp_more_types = false;     // MINFER_DQP_MORE_TYPES: Q8_0 / Q5_K prompts there too
   int64_t fp8_min_tokens = 0;      // MINFER_FP8_PREFILL: 0 off, else 2..: the fp8 GEMM's batches
   bool operator==(const MatmulKnobs&) const = default;
 };
@@ -134,9 +135,12 @@ inline constexpr int64_t kExactF32MaxRows = 512;
 //     weights). Otherwise, 4.
 //  2. A weight the DQ GEMMs take (unless declined: then all three are
 //     skipped), in a prompt for the Hopper prefill GEMM (dqp_min_tokens >=
-//     2, nt >= dqp_min_tokens, DQW on, the wgmma kernels run, the model has
-//     DQ weights; no upper bound) runs that one; else in a Hopper DQ batch
-//     the Hopper DQ GEMM; else in a DQ batch the DQ GEMM.
+//     2, nt >= dqp_min_tokens, DQW on, the wgmma kernels run; no upper
+//     bound) runs that one; else in a Hopper DQ batch the Hopper DQ GEMM;
+//     else in a DQ batch the DQ GEMM. With dqp_more_types, a Q8_0 or Q5_K
+//     weight in such a prompt runs the prefill GEMM too. (The DQ batches
+//     need the model to have DQ weights, for their scratch; a prompt on the
+//     prefill GEMM needs it, or dqp_more_types and such a weight.)
 //  3. Else: below mmq_min_tokens a weight that is not on the few-token GEMM
 //     (not an MMQ type, or the batch is not a few-token one) keeps its
 //     vector kernel (4); an MMQ weight with MMQ on and runnable runs the

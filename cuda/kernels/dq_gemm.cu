@@ -100,14 +100,7 @@ __device__ __forceinline__ int AOff(int tok, int piece) {
   return tok * kAS + 16 * (piece ^ (((piece >> 3) & 1) << 2));
 }
 
-struct Seg {
-  const uint8_t* w;
-  int64_t row_bytes;
-  int64_t rows;
-  float* y;
-  float* part;  // split-k: this segment's partials in split 0's slab
-  int groups;
-};
+using splitk::Seg;
 
 struct Params {
   Seg seg[kMmqMaxSegments];
@@ -557,25 +550,10 @@ cudaError_t LaunchDqGemm(const MmqSegments& s, const void* act, int64_t nt, cuda
   p.nt = static_cast<int>(nt);
   const int64_t block_bytes = DeviceBlockBytes(type, s.w[0].q6k_padded);
   int64_t weight_bytes = 0, stride = 0;
-  for (int i = 0; i < s.n; ++i) {
-    const WeightView& w = s.w[i];
-    if (w.type != type || w.k != k || w.rows < 0 || w.q6k_padded != s.w[0].q6k_padded ||
-        (w.rows > 0 && (w.data == nullptr || s.y[i] == nullptr)) ||
-        w.row_bytes < k / 256 * block_bytes) {
-      return cudaErrorInvalidValue;
-    }
-    if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || w.row_bytes % 16 != 0) {
-      *why_not = "weight base or row stride not 16-byte aligned";
-      return cudaErrorNotSupported;
-    }
-    if (w.rows == 0) continue;
-    dq::Seg& g = p.seg[p.n_seg++];
-    g.w = static_cast<const uint8_t*>(w.data);
-    g.row_bytes = w.row_bytes;
-    g.rows = w.rows;
-    g.y = s.y[i];
-    weight_bytes += w.rows * w.row_bytes;
-    stride += nt * w.rows;
+  if (const cudaError_t e =
+          splitk::CopySegments(s, nt, block_bytes, &p, &weight_bytes, &stride, why_not);
+      e != cudaSuccess) {
+    return e;
   }
   if (p.n_seg == 0) return cudaSuccess;
   const splitk::DeviceFacts& dev = splitk::CurrentDevice();

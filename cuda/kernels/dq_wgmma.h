@@ -133,8 +133,10 @@ struct DqpTuning {
 };
 
 // y_i = W_i act for 1 <= nt <= kDqpMaxTokens tokens, as LaunchDqWgmma
-// (segments, the activation layout above, Q4_K or padded Q6_K, 16-byte
-// alignment, k a multiple of 256). cudaErrorNotSupported (with *why_not)
+// (segments, the activation layout above, Q4_K or padded Q6_K, and here
+// also Q8_0 and Q5_K (types.h DqpSupports: each weight decoded to f16 with
+// one rounding, so the same contract); 16-byte alignment, k a multiple of
+// 256). cudaErrorNotSupported (with *why_not)
 // also where no TMA tensor map of the activations can be made.
 cudaError_t LaunchDqpWgmma(const MmqSegments& segments, const void* act, int64_t nt,
                            cudaStream_t stream, const DqpTuning* tuning = nullptr,

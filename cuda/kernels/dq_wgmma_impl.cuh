@@ -13,6 +13,10 @@
 //    scale bytes), then qs bytes 64h .. 64h + 63.
 //  * Q6_K (144 bytes, from the padded 224-byte block): ql bytes 64h ..
 //    64h + 63, qh bytes 32h .. 32h + 31, the 16 int8 scales, d (and a pad).
+//  * Q8_0 (the prefill form only; 144 bytes): a "super-block" is 8 blocks of
+//    34 bytes (272, a multiple of 16); chunk h's 4 blocks are its bytes
+//    136h .. 136h + 135, copied as the 9 pieces from 128h, so they start at
+//    byte 8h of the row (blocks 2-byte aligned: d, then 32 int8 codes).
 #ifndef MINFER_CUDA_KERNELS_DQ_WGMMA_IMPL_CUH_
 #define MINFER_CUDA_KERNELS_DQ_WGMMA_IMPL_CUH_
 
@@ -50,6 +54,27 @@ struct Ty<GgmlType::kQ6_K> {
   __device__ __forceinline__ static int Src(int h, int p) {
     return p < 4 ? 64 * h + 16 * p : p < 6 ? 128 + 32 * h + 16 * (p - 4) : 192 + 16 * (p - 6);
   }
+};
+
+//  * Q5_K (the prefill form only; 112 bytes): the 16-byte header (as Q4_K),
+//    the block's 32 qh bytes (every chunk needs two of their bits), qs bytes
+//    64h .. 64h + 63.
+template <>
+struct Ty<GgmlType::kQ5_K> {
+  static constexpr int kBlockBytes = 176;
+  static constexpr int kPieces = 7;
+  static constexpr int kRowBytes = 112;
+  __device__ __forceinline__ static int Src(int h, int p) {
+    return p < 3 ? 16 * p : 48 + 64 * h + 16 * (p - 3);
+  }
+};
+
+template <>
+struct Ty<GgmlType::kQ8_0> {
+  static constexpr int kBlockBytes = 272;  // 8 blocks: two chunks
+  static constexpr int kPieces = 9;
+  static constexpr int kRowBytes = 144;
+  __device__ __forceinline__ static int Src(int h, int p) { return 128 * h + 16 * p; }
 };
 
 #if defined(MINFER_SM90A_DEVICE)

@@ -62,14 +62,7 @@ using dqw::Ty;
 constexpr int kMaxSmem = 227 * 1024;
 constexpr int kProducers = 128;  // one warpgroup
 
-struct Seg {
-  const uint8_t* w;
-  int64_t row_bytes;
-  int64_t rows;
-  float* y;
-  float* part;
-  int groups;
-};
+using splitk::Seg;
 
 struct Params {
   Seg seg[kMmqMaxSegments];
@@ -199,6 +192,87 @@ __device__ __forceinline__ void DecodeRow<GgmlType::kQ6_K>(const uint8_t* rr, in
       const uint32_t hi = (sh <= 4 ? ys[i] << (4 - sh) : ys[i] >> (sh - 4)) & 0x30303030u;
       const uint32_t lo = u == 0 ? (xs[i] & 0x0F0F0F0Fu) : ((xs[i] >> 4) & 0x0F0F0F0Fu);
       dqw::Q6kPairs(lo | hi, sv, ev[i], od[i]);
+    }
+    Sts128(APiece(a, r, 2 * g), ev[0], ev[1], ev[2], ev[3]);
+    Sts128(APiece(a, r, 2 * g + 1), od[0], od[1], od[2], od[3]);
+  }
+}
+
+template <>
+__device__ __forceinline__ void DecodeRow<GgmlType::kQ5_K>(const uint8_t* rr, int h, int u,
+                                                           uint8_t* a, int r) {
+  // As Q4_K (chunk j = 2h + u of the super-block: code bytes 32u .. of the
+  // half, low nibbles sub-block 2j, high nibbles 2j + 1, the same packed
+  // scales and mins), plus each code's fifth bit: bit 2j (low nibbles) or
+  // 2j + 1 (high) of qh byte l for the code byte l of the chunk. Codes
+  // 0..31 under 1024's exponent, then the same fma as Q4_K's.
+  const uint4 hd = *reinterpret_cast<const uint4*>(rr);
+  half2 s, m;
+  dqw::Q4kScaleMin(hd, h, u, &s, &m);
+  const half2 sv[2] = {__low2half2(s), __high2half2(s)};
+  const half2 mv[2] = {__low2half2(m), __high2half2(m)};
+  const half2 k1024 = AsH2(kMagic);
+  const int bit = 2 * (2 * h + u);
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+    const uint4 xq = *reinterpret_cast<const uint4*>(rr + 48 + 32 * u + 16 * b);
+    const uint4 yq = *reinterpret_cast<const uint4*>(rr + 16 + 16 * b);
+    const uint32_t xs[4] = {xq.x, xq.y, xq.z, xq.w}, ys[4] = {yq.x, yq.y, yq.z, yq.w};
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      uint32_t ev[4], od[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t nib = hi ? (xs[i] >> 4) & 0x0F0F0F0Fu : xs[i] & 0x0F0F0F0Fu;
+        const uint32_t v = nib | (((ys[i] >> (bit + hi)) << 4) & 0x10101010u);
+        ev[i] = dqw::AsU(__hfma2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v)), k1024), sv[hi], mv[hi]));
+        od[i] = dqw::AsU(
+            __hfma2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v >> 8)), k1024), sv[hi], mv[hi]));
+      }
+      // 16-group b (low) or b + 2 (high): pieces 2G, 2G + 1.
+      const int g = b + 2 * hi;
+      Sts128(APiece(a, r, 2 * g), ev[0], ev[1], ev[2], ev[3]);
+      Sts128(APiece(a, r, 2 * g + 1), od[0], od[1], od[2], od[3]);
+    }
+  }
+}
+
+template <>
+__device__ __forceinline__ void DecodeRow<GgmlType::kQ8_0>(const uint8_t* rr, int h, int u,
+                                                           uint8_t* a, int r) {
+  // Step u is blocks 2u, 2u + 1 of the chunk, which starts at byte 8h of
+  // the raw row; 16-group G is codes 16 (G % 2) .. + 15 of block 2u + G / 2.
+  // Blocks are 34 bytes, so a group's 16 codes are 2-byte aligned: five
+  // aligned words, realigned by a byte permute where they start at 2 mod 4
+  // (even blocks: 34b + 2 = 2 mod 4). Each code: (1024 + (q + 128)) - 1152
+  // = q exactly, times d once rounded: f16(d q), the weight the CPU's
+  // dequantizer gives rounded once.
+  const uint8_t* const base = rr + 8 * h;
+  const half2 k1152 = __floats2half2_rn(1152.0f, 1152.0f);
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const int b = 2 * u + (g >> 1);
+    const uint8_t* const blk = base + 34 * b;
+    const half2 d = __half2half2(__ushort_as_half(*reinterpret_cast<const uint16_t*>(blk)));
+    const int off = 34 * b + 2 + 16 * (g & 1);  // of the group's codes from `base`
+    const uint32_t* const wp = reinterpret_cast<const uint32_t*>(base + (off & ~3));
+    uint32_t w[4];
+    if ((off & 3) == 0) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[i] = wp[i];
+    } else {
+      uint32_t x[5];
+#pragma unroll
+      for (int i = 0; i < 5; ++i) x[i] = wp[i];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[i] = __byte_perm(x[i], x[i + 1], 0x5432);
+    }
+    uint32_t ev[4], od[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t v = w[i] ^ 0x80808080u;  // q + 128 per byte
+      ev[i] = dqw::AsU(__hmul2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v)), k1152), d));
+      od[i] = dqw::AsU(__hmul2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v >> 8)), k1152), d));
     }
     Sts128(APiece(a, r, 2 * g), ev[0], ev[1], ev[2], ev[3]);
     Sts128(APiece(a, r, 2 * g + 1), od[0], od[1], od[2], od[3]);
@@ -366,8 +440,12 @@ bool DispatchT(int wg, int n, const Params& p, const CUtensorMap& tmap, cudaStre
 
 bool Dispatch(GgmlType type, int wg, int n, const Params& p, const CUtensorMap& tmap,
               cudaStream_t stream, bool launch, Info* info) {
-  return type == GgmlType::kQ4_K ? DispatchT<GgmlType::kQ4_K>(wg, n, p, tmap, stream, launch, info)
-                                 : DispatchT<GgmlType::kQ6_K>(wg, n, p, tmap, stream, launch, info);
+  switch (type) {
+    case GgmlType::kQ4_K: return DispatchT<GgmlType::kQ4_K>(wg, n, p, tmap, stream, launch, info);
+    case GgmlType::kQ6_K: return DispatchT<GgmlType::kQ6_K>(wg, n, p, tmap, stream, launch, info);
+    case GgmlType::kQ5_K: return DispatchT<GgmlType::kQ5_K>(wg, n, p, tmap, stream, launch, info);
+    default: return DispatchT<GgmlType::kQ8_0>(wg, n, p, tmap, stream, launch, info);
+  }
 }
 
 }  // namespace
@@ -392,8 +470,9 @@ cudaError_t LaunchDqpWgmma(const MmqSegments& s, const void* act, int64_t nt, cu
     return cudaErrorInvalidValue;
   }
   if (nt == 0) return cudaSuccess;
-  if (!DqSupports(type, s.w[0].q6k_padded)) {
-    *why_not = type == GgmlType::kQ6_K ? "raw 210-byte Q6_K blocks" : "not a Q4_K or Q6_K weight";
+  if (!DqpSupports(type, s.w[0].q6k_padded)) {
+    *why_not = type == GgmlType::kQ6_K ? "raw 210-byte Q6_K blocks"
+                                       : "not a Q4_K, Q5_K, Q6_K or Q8_0 weight";
     return cudaErrorNotSupported;
   }
   if (!DqwAvailable()) {
@@ -404,27 +483,14 @@ cudaError_t LaunchDqpWgmma(const MmqSegments& s, const void* act, int64_t nt, cu
   p.k = k;
   p.n_chunks = static_cast<int>(k / 128);
   p.nt = static_cast<int>(nt);
-  const int64_t block_bytes = DeviceBlockBytes(type, s.w[0].q6k_padded);
+  // Bytes per 256 elements (a Q8_0 "super-block" is 8 blocks).
+  const int64_t block_bytes = type == GgmlType::kQ8_0 ? dqw::Ty<GgmlType::kQ8_0>::kBlockBytes
+                                                      : DeviceBlockBytes(type, s.w[0].q6k_padded);
   int64_t weight_bytes = 0, stride = 0;
-  for (int i = 0; i < s.n; ++i) {
-    const WeightView& w = s.w[i];
-    if (w.type != type || w.k != k || w.rows < 0 || w.q6k_padded != s.w[0].q6k_padded ||
-        (w.rows > 0 && (w.data == nullptr || s.y[i] == nullptr)) ||
-        w.row_bytes < k / 256 * block_bytes) {
-      return cudaErrorInvalidValue;
-    }
-    if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || w.row_bytes % 16 != 0) {
-      *why_not = "weight base or row stride not 16-byte aligned";
-      return cudaErrorNotSupported;
-    }
-    if (w.rows == 0) continue;
-    dqp::Seg& g = p.seg[p.n_seg++];
-    g.w = static_cast<const uint8_t*>(w.data);
-    g.row_bytes = w.row_bytes;
-    g.rows = w.rows;
-    g.y = s.y[i];
-    weight_bytes += w.rows * w.row_bytes;
-    stride += nt * w.rows;
+  if (const cudaError_t e =
+          splitk::CopySegments(s, nt, block_bytes, &p, &weight_bytes, &stride, why_not);
+      e != cudaSuccess) {
+    return e;
   }
   if (p.n_seg == 0) return cudaSuccess;
   // The token tile: 64 (two warpgroups) for a batch of at most 64 tokens,

@@ -57,14 +57,7 @@ using mmq::Tr;
 
 constexpr int kWarpsPerCta = 4;
 
-struct Seg {
-  const uint8_t* w;
-  int64_t row_bytes;
-  int64_t rows;
-  float* y;
-  float* part;   // split-k: this segment's partials in split 0's slab
-  int groups;    // 16-row groups
-};
+using splitk::Seg;
 
 struct Params {
   Seg seg[kMmqMaxSegments];

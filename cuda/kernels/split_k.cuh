@@ -143,6 +143,52 @@ inline int64_t DecodeSplits(int64_t requested, int64_t tiles, int64_t slots, int
   return std::min<int64_t>({splits, n_chunks, workspace_bytes / 4 / std::max<int64_t>(stride, 1)});
 }
 
+// One weight of a launch: its bytes and rows, its output [nt][rows], its
+// partials in split 0's slab (split-k), and its row groups.
+struct Seg {
+  const uint8_t* w;
+  int64_t row_bytes;
+  int64_t rows;
+  float* y;
+  float* part;
+  int groups;
+};
+
+// The weights of a DQ GEMM launch (dq_gemm.cu, dq_wgmma.cu, dqp_wgmma.cu;
+// S an MmqSegments) checked and copied into p->seg: each of the first's type,
+// k and Q6_K padding, rows >= 0, data and output where rows > 0, rows of at
+// least k / 256 blocks of `block_bytes`; weights of 0 rows are left out. The
+// launchers' contract: cudaErrorInvalidValue for an invalid call,
+// cudaErrorNotSupported (with *why_not) for a base or row stride that is
+// not 16-byte aligned. Adds each weight's bytes to *weight_bytes and nt x
+// its rows to *stride.
+template <class S, class P>
+cudaError_t CopySegments(const S& s, int64_t nt, int64_t block_bytes, P* p, int64_t* weight_bytes,
+                         int64_t* stride, const char** why_not) {
+  const int64_t k = s.w[0].k;
+  for (int i = 0; i < s.n; ++i) {
+    const auto& w = s.w[i];
+    if (w.type != s.w[0].type || w.k != k || w.rows < 0 || w.q6k_padded != s.w[0].q6k_padded ||
+        (w.rows > 0 && (w.data == nullptr || s.y[i] == nullptr)) ||
+        w.row_bytes < k / 256 * block_bytes) {
+      return cudaErrorInvalidValue;
+    }
+    if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || w.row_bytes % 16 != 0) {
+      *why_not = "weight base or row stride not 16-byte aligned";
+      return cudaErrorNotSupported;
+    }
+    if (w.rows == 0) continue;
+    auto& g = p->seg[p->n_seg++];
+    g.w = static_cast<const uint8_t*>(w.data);
+    g.row_bytes = w.row_bytes;
+    g.rows = w.rows;
+    g.y = s.y[i];
+    *weight_bytes += w.rows * w.row_bytes;
+    *stride += nt * w.rows;
+  }
+  return cudaSuccess;
+}
+
 // One warp's rows: row group `group` of the launch (16 * MT rows of one
 // segment).
 struct WarpRows {

@@ -66,6 +66,11 @@ inline bool MmqSupports(GgmlType type) { return IsIntegerDotType(type); }
 inline bool DqSupports(GgmlType type, bool q6k_padded) {
   return type == GgmlType::kQ4_K || (type == GgmlType::kQ6_K && q6k_padded);
 }
+//  * The Hopper prefill GEMM (dq_wgmma.h LaunchDqpWgmma): those, Q8_0 and
+//    Q5_K.
+inline bool DqpSupports(GgmlType type, bool q6k_padded) {
+  return DqSupports(type, q6k_padded) || type == GgmlType::kQ8_0 || type == GgmlType::kQ5_K;
+}
 
 // Whether the e4m3 tensor-core GEMM (fp8_gemm.h) runs on a device of
 // compute capability `cc` (major * 100 + minor * 10): its mma needs sm_89+.

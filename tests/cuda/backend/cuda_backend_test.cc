@@ -520,6 +520,25 @@ TEST_F(CudaBackendOpTest, MatMulDqpTakesPromptsOfKQuants) {
       EXPECT_EQ(h.gpu()->stats().dqw_gemm, dq ? 1 : 0);  // 100
     }
   }
+  // MINFER_DQP_MORE_TYPES: Q8_0 and Q5_K prompts too, within the same bound
+  // (each weight decoded to f16 once); shorter batches keep MMQ.
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ5_K}) {
+    SCOPED_TRACE(GgmlTypeName(t));
+    ScopedKnob on("MINFER_DQP_MIN_TOKENS", "128");
+    ScopedKnob more("MINFER_DQP_MORE_TYPES", "1");
+    auto w = MakeWeight("w", t, 512, 300);
+    OpHarness h({&w->w});
+    ASSERT_NE(h.gpu(), nullptr);
+    for (int64_t nt : {100, 128, 600}) {
+      Node mm = MakeNode(OpKind::kMatMul, Shape(300, nt), {&w->w});
+      mm.inputs = {0};
+      auto x = RandomFloats(512 * nt);
+      std::vector<float> c, g;
+      h.Run(mm, {Bytes(x)}, &c, &g);
+      EXPECT_LT(RelErr(g, c), nt >= 128 ? 3e-3 : 1e-5) << "nt " << nt;
+    }
+    EXPECT_EQ(h.gpu()->stats().dqp_gemm, 2);
+  }
   // The default (257 tokens): a prompt of 256 keeps the register form, one
   // of 257 runs the prefill form.
   auto w = MakeWeight("w", GgmlType::kQ4_K, 512, 300);

@@ -726,6 +726,43 @@ TEST(MatmulChoiceTest, HopperDqArm) {
     in.int8_weights = mixed;
     EXPECT_EQ(ActivationLayoutFor(in), L::kF32) << "prefill form, mixed, nt " << nt;
   }
+  // MINFER_DQP_MORE_TYPES: Q8_0 and Q5_K prompts on the prefill form too, in
+  // a model with DQ weights or without (a Q8_0 file); shorter batches keep
+  // MMQ's arms; off, MMQ; declined, MMQ. Q4_0 never.
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ5_K, GgmlType::kQ4_0}) {
+    for (bool knob : {false, true}) {
+      for (bool has_dq : {false, true}) {
+        const bool takes = knob && type != GgmlType::kQ4_0;
+        MatmulChoiceInput in;
+        in.type = type;
+        in.rows = 4608;
+        in.k = 3584;
+        in.ctx.device.cc = 900;
+        in.ctx.device.wgmma = true;
+        in.ctx.knobs.dqp_more_types = knob;
+        in.ctx.model_has_dq_weights = has_dq;
+        for (int64_t nt : {64, 256, 257, 2048}) {
+          in.nt = nt;
+          const K want = nt >= 257 && takes ? K::kDqpWgmma : nt <= 32 ? K::kMmqSmall : K::kMmq;
+          EXPECT_EQ(ChooseMatmulKernel(in), want)
+              << GgmlTypeName(type) << " knob " << knob << " dq " << has_dq << " nt " << nt;
+          in.dq_declined = true;
+          EXPECT_EQ(ChooseMatmulKernel(in), nt <= 32 ? K::kMmqSmall : K::kMmq);
+          in.dq_declined = false;
+        }
+        // Such a model's producers write the Hopper layout for those prompts.
+        const WeightClass model[] = {{type, false}};
+        ProducerChoiceInput pin;
+        pin.nt = 512;
+        pin.k = 3584;
+        pin.int8_consumers = true;
+        pin.int8_weights = model;
+        pin.ctx = in.ctx;
+        EXPECT_EQ(ActivationLayoutFor(pin), takes ? L::kDqwF16 : L::kMmqInt8)
+            << GgmlTypeName(type) << " knob " << knob << " dq " << has_dq;
+      }
+    }
+  }
   EXPECT_STREQ(MatmulKernelName(K::kDqWgmma), "dq_wgmma");
   EXPECT_STREQ(MatmulKernelName(K::kDqpWgmma), "dqp_wgmma");
   EXPECT_STREQ(ActivationLayoutName(L::kDqwF16), "dqw_f16");

@@ -94,15 +94,28 @@ int64_t Identical(const std::vector<float>& a, const std::vector<float>& b, int6
   return diff;
 }
 
-std::vector<float> RunDqw(const MmqSegments& seg_template, int64_t n, const void* act, int64_t nt,
-                          const DqwTuning& tu, cudaError_t* err) {
+// One launch of `launch` (either form) into a poisoned output of n floats
+// and a guard; the host copy.
+template <class Tuning>
+std::vector<float> RunForm(cudaError_t (*launch)(const MmqSegments&, const void*, int64_t,
+                                                 cudaStream_t, const Tuning*, const char**),
+                           const MmqSegments& seg_template, int64_t n, const void* act, int64_t nt,
+                           const Tuning& tu, cudaError_t* err) {
   DeviceBuffer<float> dy(n + kGuard);
   dy.Poison();
   MmqSegments seg = seg_template;
   seg.y[0] = dy.get();
-  *err = LaunchDqWgmma(seg, act, nt, nullptr, &tu);
+  *err = launch(seg, act, nt, nullptr, &tu, nullptr);
   if (*err == cudaSuccess) *err = cudaDeviceSynchronize();
   return dy.ToHost();
+}
+std::vector<float> RunDqw(const MmqSegments& seg, int64_t n, const void* act, int64_t nt,
+                          const DqwTuning& tu, cudaError_t* err) {
+  return RunForm(LaunchDqWgmma, seg, n, act, nt, tu, err);
+}
+std::vector<float> RunDqp(const MmqSegments& seg, int64_t n, const void* act, int64_t nt,
+                          const DqpTuning& tu, cudaError_t* err) {
+  return RunForm(LaunchDqpWgmma, seg, n, act, nt, tu, err);
 }
 
 TEST(QuantizeDqwTest, LayoutIsTheQ8ValuesEvensThenOdds) {
@@ -350,17 +363,6 @@ TEST(DqWgmmaTest, SegmentsEqualOneLaunchPerWeight) {
   }
 }
 
-std::vector<float> RunDqp(const MmqSegments& seg_template, int64_t n, const void* act, int64_t nt,
-                          const DqpTuning& tu, cudaError_t* err) {
-  DeviceBuffer<float> dy(n + kGuard);
-  dy.Poison();
-  MmqSegments seg = seg_template;
-  seg.y[0] = dy.get();
-  *err = LaunchDqpWgmma(seg, act, nt, nullptr, &tu);
-  if (*err == cudaSuccess) *err = cudaDeviceSynchronize();
-  return dy.ToHost();
-}
-
 // The prefill form (LaunchDqpWgmma) against the exact dot, over both types,
 // both CTA shapes (128 and 256 rows) and both token tiles (64 and 128 tokens),
 // row counts that leave partial tiles, token counts on and off the tiles
@@ -374,7 +376,7 @@ TEST(DqpWgmmaTest, MatchesTheExactDotAndTheRegisterForm) {
   const int64_t ws_bytes = MmqSplitKBytes();
   DeviceBuffer<uint8_t> ws(ws_bytes);
   int64_t same_as_register = 0, compared = 0;
-  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kQ5_K}) {
     for (int64_t k : {int64_t{256}, int64_t{3584}}) {
       for (int64_t rows : {int64_t{77}, int64_t{600}}) {
         const HostWeight hw = MakeWeight(type, rows, k, 1);
@@ -388,7 +390,8 @@ TEST(DqpWgmmaTest, MatchesTheExactDotAndTheRegisterForm) {
           DeviceBuffer<uint16_t> act(a.layout);
           const std::vector<Ref> refs = MakeRefs(hw, a);
           std::vector<float> reg;
-          if (nt <= kDqwMaxTokens) {
+          // (Q8_0 and Q5_K: the prefill form's only.)
+          if (nt <= kDqwMaxTokens && DqSupports(type, true)) {
             DqwTuning rt;
             rt.split_k = 0;
             cudaError_t err;
@@ -529,8 +532,10 @@ TEST(DqWgmmaTest, RefusesWhatItCannotRun) {
   };
   EXPECT_EQ(callp(raw->view, 8, act.get(), &why), cudaErrorNotSupported);
   EXPECT_STREQ(why, "raw 210-byte Q6_K blocks");
-  EXPECT_EQ(callp(d8->view, 8, act.get(), &why), cudaErrorNotSupported);
-  EXPECT_STREQ(why, "not a Q4_K or Q6_K weight");
+  const HostWeight q40 = MakeWeight(GgmlType::kQ4_0, rows, k, 1);
+  auto d40 = Upload(q40, false);
+  EXPECT_EQ(callp(d40->view, 8, act.get(), &why), cudaErrorNotSupported);
+  EXPECT_STREQ(why, "not a Q4_K, Q5_K, Q6_K or Q8_0 weight");
   EXPECT_EQ(callp(d4->view, 8, act.get(), &why, 3), cudaErrorInvalidValue);
   {
     MmqSegments seg;

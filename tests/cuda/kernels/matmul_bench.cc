@@ -684,7 +684,9 @@ int DqpMain() {
                        {"q4_K attn_o 3584x3584", GgmlType::kQ4_K, 3584, 3584},
                        {"q4_K gate 18944x3584", GgmlType::kQ4_K, 18944, 3584},
                        {"q6_K down 3584x18944", GgmlType::kQ6_K, 3584, 18944},
-                       {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944}};
+                       {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944},
+                       {"q8_0 gate 18944x3584", GgmlType::kQ8_0, 18944, 3584},
+                       {"q8_0 attn_o 3584x3584", GgmlType::kQ8_0, 3584, 3584}};
   std::printf("\n== prompt matmuls, wgmma prefill GEMM: us per call (weight GB/s, TFLOPS)\n"
               "%-24s %5s | %22s | %22s %22s\n", "shape", "nt", "dqw (launches of 256)", "dqp 2 wg",
               "dqp 4 wg");
