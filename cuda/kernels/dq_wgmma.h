@@ -115,7 +115,8 @@ cudaError_t LaunchDqWgmma(const MmqSegments& segments, const void* act, int64_t 
 // register form's decode sits between its wgmmas). Below ~128 tokens the
 // register form is the one to run: a tile of 128 tokens computes zeros.
 
-inline constexpr int64_t kDqpMaxTokens = int64_t{1} << 24;
+// (Token tiles are the grid's z, at most 65,535 of the smallest tile.)
+inline constexpr int64_t kDqpMaxTokens = int64_t{65535} * 64;
 
 struct DqpTuning {
   // Split-k as DqwTuning, taken only while the CTAs (row tiles x token
