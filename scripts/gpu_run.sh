@@ -31,6 +31,12 @@
 #                                        pp512 and pp2048 with MINFER_DQW_MAX_TOKENS=256 /
 #                                        2048 (prefills on the wgmma GEMM); minferd at 64
 #                                        and 256 streams
+#   bash .gpu/gpu_run.sh prefill [SPEC..] the Hopper prefill GEMM (issue 32): its kernel
+#                                        tests and table (matmul_bench --dqp), then per
+#                                        SPEC (default 7b:q4_k_m 7b:q8_0) pp512 / pp1024
+#                                        / pp2048 on MMQ (MINFER_DQP_MIN_TOKENS=0) and on
+#                                        the prefill form (with MINFER_DQP_MORE_TYPES=1
+#                                        for the types it gates), alternating, -r 3
 #   bash .gpu/gpu_run.sh kv [SPEC [BATCHES]]
 #                                        KV cache types (issue 32): the decode attention
 #                                        of a B=64 step alone (attention_bench --batch,
@@ -463,6 +469,25 @@ PY
     curl -s 127.0.0.1:9464/metrics | grep -E '^minfer_model_(wake|sleep)' | tee -a "$log"
     kill -TERM "$d"; wait "$d"; echo "minferd exit: $?" | tee -a "$log"
     ;;
+  prefill)
+    [[ $# -gt 0 ]] || set -- 7b:q4_k_m 7b:q8_0
+    "$bin/dq_wgmma_test" --gtest_filter='Dqp*:*Refuses*' > "$out/dqp_test.log" 2>&1
+    grep -E "^\[  PASSED|^\[  FAILED|\[dqp\]|Failure" "$out/dqp_test.log" | tee -a "$out/prefill.log"
+    matmul_bench --dqp 2>&1 | tee -a "$out/prefill.log"
+    for spec in "$@"; do
+      IFS=: read -r shape type <<< "$spec"
+      f="/tmp/minfer-models/$shape-$type.gguf"
+      [[ -f "$f" ]] || minfer mkmodel --shape "$shape" --type "$type" -o "$f" 2>&1 | tail -1 |
+        tee -a "$out/mkmodel.log"
+      for round in 1 2; do
+        for v in "MINFER_DQP_MIN_TOKENS=0" "MINFER_DQP_MORE_TYPES=1"; do
+          for pp in 512 1024 2048; do
+            env "$v" minfer bench -m "$f" -p "$pp" -n 0 -r 3 2>&1 | grep -E "^\| .*pp|rror" |
+              sed "s/^/[$spec $v round $round] /" | tee -a "$out/prefill.log"
+          done
+        done
+      done
+    done ;;
   hopper)
     spec="${1:-7b:q4_k_m}"
     IFS=: read -r shape type <<< "$spec"
