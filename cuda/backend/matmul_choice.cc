@@ -59,23 +59,24 @@ MatmulKernel ChooseMatmulKernel(const MatmulChoiceInput& in) {
                         nt >= kn.dq_min_tokens && nt <= kn.dq_max_tokens;
   // A batch for the Hopper DQ GEMM (its weights; it outranks the DQ GEMM
   // and MMQ over its token range).
-  const bool wgmma = kn.dqw && in.ctx.device.wgmma && in.ctx.model_has_dq_weights;
-  const bool dqw_batch = wgmma && nt >= kn.dqw_min_tokens && nt <= kn.dqw_max_tokens;
+  const bool hopper = kn.dqw && in.ctx.device.wgmma;
+  const bool dqw_batch = hopper && in.ctx.model_has_dq_weights && nt >= kn.dqw_min_tokens &&
+                         nt <= kn.dqw_max_tokens;
+  // The types only the Hopper prefill GEMM decodes (Q8_0, Q5_K), when
+  // MINFER_DQP_MORE_TYPES lets them.
+  const bool dq_type = DqSupports(in.type, in.q6k_padded);
+  const bool more_type = kn.dqp_more_types && !dq_type && DqpSupports(in.type, in.q6k_padded);
   // A prompt for the Hopper prefill GEMM (no upper bound: it tiles tokens;
-  // its f16 layout needs no DQ scratch, so a Q8_0 weight may take it in a
-  // model without DQ weights).
-  const bool more_prompt =
-      (in.type == GgmlType::kQ8_0 || in.type == GgmlType::kQ5_K) && kn.dqp_more_types;
-  const bool dqp_batch = kn.dqw && in.ctx.device.wgmma &&
-                         (in.ctx.model_has_dq_weights || more_prompt) && kn.dqp_min_tokens >= 2 &&
-                         nt >= kn.dqp_min_tokens;
+  // its f16 layout needs no DQ scratch, so a weight of those types may take
+  // it in a model without DQ weights).
+  const bool dqp_batch = hopper && (in.ctx.model_has_dq_weights || more_type) &&
+                         kn.dqp_min_tokens >= 2 && nt >= kn.dqp_min_tokens;
   if (!kn.prefill_gemm ||
       !(nt >= kn.mmq_min_tokens || small_batch || dq_batch || dqw_batch || dqp_batch)) {
     return VectorKernel(in);
   }
-  if (!in.dq_declined && more_prompt && dqp_batch) return MatmulKernel::kDqpWgmma;
-  if (!in.dq_declined && DqSupports(in.type, in.q6k_padded)) {
-    if (dqp_batch) return MatmulKernel::kDqpWgmma;
+  if (!in.dq_declined && (dq_type || more_type) && dqp_batch) return MatmulKernel::kDqpWgmma;
+  if (!in.dq_declined && dq_type) {
     if (dqw_batch) return MatmulKernel::kDqWgmma;
     if (dq_batch) return MatmulKernel::kDqGemm;
   }

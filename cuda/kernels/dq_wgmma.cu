@@ -213,7 +213,7 @@ struct RowRegs<GgmlType::kQ6_K> {
     const uint32_t v = high ? (((x >> 4) & 0x0F0F0F0Fu) | (ys & 0x30303030u))
                             : ((x & 0x0F0F0F0Fu) | ((ys << 4) & 0x30303030u));
     const uint32_t sw = s < 4 ? sc.x : sc.y;
-    Q6kPairs(v, Q6kScale(sw >> (8 * (s & 3)), d), even, odd);
+    BiasedPairs<32>(v, Q6kScale(sw >> (8 * (s & 3)), d), even, odd);
   }
 };
 

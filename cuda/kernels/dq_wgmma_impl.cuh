@@ -129,12 +129,13 @@ __device__ __forceinline__ void Q4kScaleMin(const uint4& hd, int h, int pr, half
                        __high2half2(dd)));
 }
 
-// The pairs (e0, e2) and (e1, e3) of the 4 Q4_K nibbles of word w under
-// kMask (one nibble per half of each 16 bits), placed under the exponent of
-// kBase: (kBase + b - kBase) * scale + min. Low nibbles: kMask 0x000F000F
-// under 1024; high nibbles where they lie, 0x00F000F0 under 64 (bits 4-7
-// are the mantissa's 1/16 steps there: 64 + b). Both exact, both less their
-// base give b exactly, so the high nibbles need no shift of their own.
+// The pairs (e0, e2) and (e1, e3) of word w's 4 codes under kMask (one
+// code per half of each 16 bits), placed under the exponent of kBase:
+// (kBase + b - kBase) * scale + min. Q4_K's low nibbles: kMask 0x000F000F
+// under 1024; its high nibbles where they lie, 0x00F000F0 under 64 (bits
+// 4-7 are the mantissa's 1/16 steps there: 64 + b); Q5_K's five-bit codes
+// (a byte each): 0x00FF00FF under 1024. All exact, all less their base give
+// b exactly, so the high nibbles need no shift of their own.
 template <uint32_t kMask, uint32_t kBase>
 __device__ __forceinline__ void Q4kPairs(uint32_t w, half2 sv, half2 mv, uint32_t& even,
                                          uint32_t& odd) {
@@ -148,12 +149,15 @@ __device__ __forceinline__ half2 Q6kScale(uint32_t scale_byte, half2 d) {
   return __hmul2(__half2half2(__int2half_rn(static_cast<int8_t>(scale_byte & 0xFF))), d);
 }
 
-// The pairs (e0, e2) and (e1, e3) of word v's 4 six-bit Q6_K codes (one
-// per byte): (1024 + q - 1056) * scale = (q - 32) * scale.
-__device__ __forceinline__ void Q6kPairs(uint32_t v, half2 sv, uint32_t& even, uint32_t& odd) {
-  const half2 k1056 = __floats2half2_rn(1056.0f, 1056.0f);
-  even = AsU(__hmul2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v)), k1056), sv));
-  odd = AsU(__hmul2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v >> 8)), k1056), sv));
+// The pairs (e0, e2) and (e1, e3) of word v's 4 byte codes b, each standing
+// for q = b - kBias: (1024 + b - (1024 + kBias)) * scale = q * scale, q
+// exact and one rounding. Q6_K: six-bit codes, kBias 32; Q8_0: the int8
+// codes with their sign bit flipped (b = q + 128), kBias 128.
+template <int kBias>
+__device__ __forceinline__ void BiasedPairs(uint32_t v, half2 sv, uint32_t& even, uint32_t& odd) {
+  const half2 base = __floats2half2_rn(1024.0f + kBias, 1024.0f + kBias);
+  even = AsU(__hmul2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v)), base), sv));
+  odd = AsU(__hmul2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v >> 8)), base), sv));
 }
 
 #endif  // MINFER_SM90A_DEVICE

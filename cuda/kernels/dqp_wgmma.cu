@@ -44,7 +44,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/dq_wgmma.h"
@@ -191,7 +190,7 @@ __device__ __forceinline__ void DecodeRow<GgmlType::kQ6_K>(const uint8_t* rr, in
       // Bits sh, sh + 1 of each qh byte to bits 4, 5 (within the byte).
       const uint32_t hi = (sh <= 4 ? ys[i] << (4 - sh) : ys[i] >> (sh - 4)) & 0x30303030u;
       const uint32_t lo = u == 0 ? (xs[i] & 0x0F0F0F0Fu) : ((xs[i] >> 4) & 0x0F0F0F0Fu);
-      dqw::Q6kPairs(lo | hi, sv, ev[i], od[i]);
+      dqw::BiasedPairs<32>(lo | hi, sv, ev[i], od[i]);
     }
     Sts128(APiece(a, r, 2 * g), ev[0], ev[1], ev[2], ev[3]);
     Sts128(APiece(a, r, 2 * g + 1), od[0], od[1], od[2], od[3]);
@@ -211,7 +210,6 @@ __device__ __forceinline__ void DecodeRow<GgmlType::kQ5_K>(const uint8_t* rr, in
   dqw::Q4kScaleMin(hd, h, u, &s, &m);
   const half2 sv[2] = {__low2half2(s), __high2half2(s)};
   const half2 mv[2] = {__low2half2(m), __high2half2(m)};
-  const half2 k1024 = AsH2(kMagic);
   const int bit = 2 * (2 * h + u);
 #pragma unroll
   for (int b = 0; b < 2; ++b) {
@@ -225,9 +223,7 @@ __device__ __forceinline__ void DecodeRow<GgmlType::kQ5_K>(const uint8_t* rr, in
       for (int i = 0; i < 4; ++i) {
         const uint32_t nib = hi ? (xs[i] >> 4) & 0x0F0F0F0Fu : xs[i] & 0x0F0F0F0Fu;
         const uint32_t v = nib | (((ys[i] >> (bit + hi)) << 4) & 0x10101010u);
-        ev[i] = dqw::AsU(__hfma2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v)), k1024), sv[hi], mv[hi]));
-        od[i] = dqw::AsU(
-            __hfma2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v >> 8)), k1024), sv[hi], mv[hi]));
+        dqw::Q4kPairs<0x00FF00FFu, kMagic>(v, sv[hi], mv[hi], ev[i], od[i]);
       }
       // 16-group b (low) or b + 2 (high): pieces 2G, 2G + 1.
       const int g = b + 2 * hi;
@@ -248,7 +244,6 @@ __device__ __forceinline__ void DecodeRow<GgmlType::kQ8_0>(const uint8_t* rr, in
   // = q exactly, times d once rounded: f16(d q), the weight the CPU's
   // dequantizer gives rounded once.
   const uint8_t* const base = rr + 8 * h;
-  const half2 k1152 = __floats2half2_rn(1152.0f, 1152.0f);
 #pragma unroll
   for (int g = 0; g < 4; ++g) {
     const int b = 2 * u + (g >> 1);
@@ -269,11 +264,7 @@ __device__ __forceinline__ void DecodeRow<GgmlType::kQ8_0>(const uint8_t* rr, in
     }
     uint32_t ev[4], od[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t v = w[i] ^ 0x80808080u;  // q + 128 per byte
-      ev[i] = dqw::AsU(__hmul2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v)), k1152), d));
-      od[i] = dqw::AsU(__hmul2(__hsub2(AsH2(AndOr<0x00FF00FFu, kMagic>(v >> 8)), k1152), d));
-    }
+    for (int i = 0; i < 4; ++i) dqw::BiasedPairs<128>(w[i] ^ 0x80808080u, d, ev[i], od[i]);
     Sts128(APiece(a, r, 2 * g), ev[0], ev[1], ev[2], ev[3]);
     Sts128(APiece(a, r, 2 * g + 1), od[0], od[1], od[2], od[3]);
   }

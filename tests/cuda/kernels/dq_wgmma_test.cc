@@ -552,7 +552,32 @@ TEST(DqWgmmaTest, RefusesWhatItCannotRun) {
   EXPECT_EQ(callp(d4->view, 0, act.get(), &why), cudaSuccess);
   if (DqwAvailable()) {
     EXPECT_EQ(callp(d4->view, 257, act.get(), &why), cudaSuccess);
+    // The segment checks the DQ launchers share (splitk::CopySegments):
+    // a misaligned weight, weights of two types, rows too short for k.
+    auto shifted = Upload(q4, false, /*shift=*/4);
+    EXPECT_EQ(callp(shifted->view, 8, act.get(), &why), cudaErrorNotSupported);
+    EXPECT_STREQ(why, "weight base or row stride not 16-byte aligned");
+    auto d6 = Upload(q6, true);
+    DeviceBuffer<float> y2(rows * 257);
+    MmqSegments two;
+    two.n = 2;
+    two.w[0] = d4->view;
+    two.w[1] = d6->view;
+    two.y[0] = y.get();
+    two.y[1] = y2.get();
+    EXPECT_EQ(LaunchDqpWgmma(two, act.get(), 8, nullptr, nullptr, &why), cudaErrorInvalidValue);
+    WeightView short_rows = d4->view;
+    short_rows.row_bytes = 128;  // one Q4_K super-block is 144
+    EXPECT_EQ(callp(short_rows, 8, act.get(), &why), cudaErrorInvalidValue);
   }
+  // Which types each Hopper form decodes.
+  EXPECT_TRUE(DqpSupports(GgmlType::kQ4_K, false));
+  EXPECT_TRUE(DqpSupports(GgmlType::kQ6_K, true));
+  EXPECT_FALSE(DqpSupports(GgmlType::kQ6_K, false));
+  EXPECT_TRUE(DqpSupports(GgmlType::kQ8_0, false));
+  EXPECT_TRUE(DqpSupports(GgmlType::kQ5_K, false));
+  EXPECT_FALSE(DqpSupports(GgmlType::kQ4_0, false));
+  EXPECT_FALSE(DqSupports(GgmlType::kQ8_0, false));
   SYNC();
 }
 
