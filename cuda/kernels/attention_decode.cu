@@ -59,6 +59,7 @@ struct DecodeArgs {
   float* partial;
   int64_t n_ctx;
   int64_t row_bytes;
+  KvRowGeom geom;  // quantized rows: where the scales are, code load width
   int n_head;
   int group;  // n_head / n_head_kv
   int hd;
@@ -187,8 +188,8 @@ __device__ __forceinline__ void attn_warp_rows(const DecodeArgs& a, const int32_
       const int row = base + j;
       if (on && row < hi) {
         const int64_t cr = kv_cache_row(table, a.block_shift, row);
-        kr[j] = kv_load<KV>(a.k + cr * a.row_bytes, e0);
-        vr[j] = kv_load<KV>(a.v + cr * a.row_bytes, e0);
+        kr[j] = kv_load<KV>(a.k + cr * a.row_bytes, e0, a.geom);
+        vr[j] = kv_load<KV>(a.v + cr * a.row_bytes, e0, a.geom);
       } else {
         kr[j] = kv_zero<KV>();
         vr[j] = kv_zero<KV>();
@@ -546,6 +547,7 @@ cudaError_t LaunchDecode(const float* q, const int32_t* pos, const void* k_cache
   a.partial = partial;
   a.n_ctx = p.n_ctx;
   a.row_bytes = KvRowBytes(p.kv_type, p.n_kv_embd());
+  a.geom = KvGeom(p.kv_type, p.n_kv_embd(), k_cache, v_cache);
   a.n_head = p.n_head;
   a.group = p.n_head / p.n_head_kv;
   a.hd = p.head_dim;

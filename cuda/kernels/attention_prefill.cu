@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnPrefillArgs 
         float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
         if (row < kv_end) {
           const int64_t cr = kv_cache_row(table, a.block_shift, row);
-          kx = kv_to_float4<KV>(kv_load<KV>(a.k + cr * a.row_bytes, e0 + 4 * col));
-          vx = kv_to_float4<KV>(kv_load<KV>(a.v + cr * a.row_bytes, e0 + 4 * col));
+          kx = kv_to_float4<KV>(kv_load<KV>(a.k + cr * a.row_bytes, e0 + 4 * col, a.geom));
+          vx = kv_to_float4<KV>(kv_load<KV>(a.v + cr * a.row_bytes, e0 + 4 * col, a.geom));
         }
         *reinterpret_cast<float4*>(&ks[r][4 * col]) = kx;
         *reinterpret_cast<float4*>(&vs[r][4 * col]) = vx;

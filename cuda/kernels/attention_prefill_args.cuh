@@ -21,6 +21,7 @@ struct AttnPrefillArgs {
   int64_t nt;
   int64_t n_ctx;
   int64_t row_bytes;
+  KvRowGeom geom;  // quantized rows: where the scales are, code load width
   int n_head;
   int group;     // query heads per KV head
   int hd;        // head dim
@@ -69,6 +70,7 @@ inline AttnPrefillArgs MakeAttnPrefillArgs(const float* q, const int32_t* pos, i
   a.nt = nt;
   a.n_ctx = p.n_ctx;
   a.row_bytes = KvRowBytes(p.kv_type, p.n_kv_embd());
+  a.geom = KvGeom(p.kv_type, p.n_kv_embd(), k_cache, v_cache);
   a.n_head = p.n_head;
   a.group = p.n_head / p.n_head_kv;
   a.hd = p.head_dim;

@@ -114,7 +114,8 @@ __device__ __forceinline__ void set_device_error(int32_t* flag, int32_t code) {
   if (flag != nullptr) atomicCAS(flag, static_cast<int32_t>(kDeviceOk), code);
 }
 
-// --- q8_0 (ggml BlockQ8_0: f16 d, int8 qs[32]; 34 bytes, 2-byte aligned) ------------
+// --- quantized KV cache rows (q8_0, fp8): n codes, then n / 32 f16 scales ----
+// (engine/quant/kv_row.h; 34 bytes per 32 elements, as ggml's Q8_0 blocks)
 
 inline constexpr int kQ8_0Bytes = 34;
 
@@ -128,10 +129,13 @@ __device__ __forceinline__ uint16_t half_up_bits(float x) {
   return h;
 }
 
-// Quantizes 32 floats into one BlockQ8_0 at dst (2-byte aligned), byte for
-// byte what engine/quant QuantizeRow(kQ8_0) writes: d = HalfUp(absmax / 127),
-// q = round-half-even(clamp(x * (1/d), -127, 127)) (0 when d == 0).
-__device__ __forceinline__ void quantize_q8_0_block(const float* x, uint8_t* dst) {
+// Quantizes 32 floats into one block of a quantized cache row
+// (engine/quant/kv_row.h: a row's codes, then its scales): its 32 codes at
+// `codes` (2-byte aligned) and its f16 scale at `scale`, byte for byte what
+// the CPU's QuantizeKvRow(kQ8_0) writes (ggml's Q8_0): d = HalfUp(absmax /
+// 127), q = round-half-even(clamp(x * (1/d), -127, 127)) (0 when d == 0).
+__device__ __forceinline__ void quantize_q8_0_block(const float* x, uint8_t* codes,
+                                                    uint16_t* scale) {
   float mn = x[0], mx = x[0];
 #pragma unroll
   for (int j = 1; j < 32; ++j) {
@@ -142,8 +146,8 @@ __device__ __forceinline__ void quantize_q8_0_block(const float* x, uint8_t* dst
   const uint16_t h = half_up_bits(__fdiv_rn(amax, 127.0f));
   const float d = half_bits_to_float(h);
   const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  uint16_t* out16 = reinterpret_cast<uint16_t*>(dst);
-  out16[0] = h;
+  uint16_t* out16 = reinterpret_cast<uint16_t*>(codes);
+  *scale = h;
 #pragma unroll
   for (int j = 0; j < 32; j += 2) {
     float v0 = __fmul_rn(x[j], id), v1 = __fmul_rn(x[j + 1], id);
@@ -154,39 +158,48 @@ __device__ __forceinline__ void quantize_q8_0_block(const float* x, uint8_t* dst
     v1 = v1 < 127.0f ? v1 : 127.0f;
     const uint32_t q0 = static_cast<uint8_t>(static_cast<int8_t>(__float2int_rn(v0)));
     const uint32_t q1 = static_cast<uint8_t>(static_cast<int8_t>(__float2int_rn(v1)));
-    out16[1 + j / 2] = static_cast<uint16_t>(q0 | (q1 << 8));
+    out16[j / 2] = static_cast<uint16_t>(q0 | (q1 << 8));
   }
 }
 
-// Quantizes 32 floats into one fp8 KV block (engine/quant/fp8.h) at dst
-// (2-byte aligned), byte for byte what QuantizeRowFp8Kv writes: d =
-// HalfUp(absmax / 448), q = FloatToE4M3(x * (1/d)) (0 when d == 0). The
-// e4m3 rounding is fp8.h's software conversion, shared with the CPU, not
-// the sm_89+ instruction, so the bytes agree on every GPU.
-__device__ __forceinline__ void quantize_fp8_block(const float* x, uint8_t* dst) {
+// Quantizes 32 floats into one block of an fp8 cache row (codes at `codes`,
+// 2-byte aligned; the f16 scale at `scale`), byte for byte what the CPU's
+// QuantizeKvRow(kFp8) writes: d = HalfUp(absmax / 448), q = FloatToE4M3(x *
+// (1/d)) (0 when d == 0). The e4m3 rounding is fp8.h's software conversion,
+// shared with the CPU, not the sm_89+ instruction, so the bytes agree on
+// every GPU.
+__device__ __forceinline__ void quantize_fp8_block(const float* x, uint8_t* codes, uint16_t* scale) {
   float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
   const uint16_t h = half_up_bits(__fdiv_rn(amax, 448.0f));
   const float d = half_bits_to_float(h);
   const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  uint16_t* out16 = reinterpret_cast<uint16_t*>(dst);
-  out16[0] = h;
+  uint16_t* out16 = reinterpret_cast<uint16_t*>(codes);
+  *scale = h;
 #pragma unroll
   for (int j = 0; j < 32; j += 2) {
     const uint32_t q0 = FloatToE4M3(__fmul_rn(x[j], id));
     const uint32_t q1 = FloatToE4M3(__fmul_rn(x[j + 1], id));
-    out16[1 + j / 2] = static_cast<uint16_t>(q0 | (q1 << 8));
+    out16[j / 2] = static_cast<uint16_t>(q0 | (q1 << 8));
   }
+}
+
+// Block b of a quantized cache row of n elements (n % 32 == 0): its codes
+// and its scale (kv_row.h).
+__device__ __forceinline__ uint8_t* kv_block_codes(uint8_t* row, int64_t b) { return row + 32 * b; }
+__device__ __forceinline__ uint16_t* kv_block_scale(uint8_t* row, int64_t n, int64_t b) {
+  return reinterpret_cast<uint16_t*>(row + n) + b;
 }
 
 // --- KV cache rows --------------------------------------------------------------
 //
-// A cache row holds n_kv_embd elements of one position: f32, f16, or q8_0
-// blocks (which may span heads). Kernels read 4 consecutive elements starting
-// at an element index that is a multiple of 4, so a group never crosses a
-// q8_0 block. KvRaw<KV> is the raw register form of such a group, so loads can
-// be issued early and converted late.
+// A cache row holds n_kv_embd elements of one position: f32, f16, or (q8_0,
+// fp8) n_kv_embd one-byte codes followed by one f16 scale per 32 elements
+// (engine/quant/kv_row.h). Kernels read 4 consecutive elements starting at an
+// element index that is a multiple of 4, so a group shares one scale.
+// KvRaw<KV> is the raw register form of such a group, so loads can be issued
+// early and converted late.
 
 template <KvType KV>
 struct KvRaw;
@@ -228,21 +241,40 @@ __device__ __forceinline__ KvRaw<KV> kv_zero() {
   return r;
 }
 
-// Loads elements e..e+3 (e % 4 == 0) of the row at `row`.
+// Where a quantized row's scales start and whether its codes may be read 4
+// bytes at a time: rows of n % 64 == 0 elements are 4-byte multiples (34 n /
+// 32 bytes), so with a 4-byte aligned cache every row's codes are; other
+// widths read their codes 2 bytes at a time. Ignored by f32 and f16 rows.
+struct KvRowGeom {
+  int32_t scales;  // byte offset of the scales: n_kv_embd
+  bool codes4;     // 4-byte code loads
+};
+__host__ __device__ inline KvRowGeom KvGeom(KvType t, int64_t n, const void* k, const void* v) {
+  KvRowGeom g;
+  g.scales = static_cast<int32_t>(n);
+  g.codes4 = (t == KvType::kQ8_0 || t == KvType::kFp8) && KvRowBytes(t, n) % 4 == 0 &&
+             reinterpret_cast<uintptr_t>(k) % 4 == 0 && reinterpret_cast<uintptr_t>(v) % 4 == 0;
+  return g;
+}
+
+// Loads elements e..e+3 (e % 4 == 0) of the row at `row`: for quantized rows
+// one 4-byte (or two 2-byte) code loads and one 2-byte scale load.
 template <KvType KV>
-__device__ __forceinline__ KvRaw<KV> kv_load(const uint8_t* __restrict__ row, int e) {
+__device__ __forceinline__ KvRaw<KV> kv_load(const uint8_t* __restrict__ row, int e,
+                                             KvRowGeom g) {
   KvRaw<KV> r;
   if constexpr (KV == KvType::kF32) {
     r.v = __ldg(reinterpret_cast<const float4*>(row) + (e >> 2));
   } else if constexpr (KV == KvType::kF16) {
     r.v = __ldg(reinterpret_cast<const uint2*>(row) + (e >> 2));
   } else {
-    // Blocks are 34 bytes, so only 2-byte alignment is guaranteed.
-    const uint16_t* b = reinterpret_cast<const uint16_t*>(row + (e >> 5) * kQ8_0Bytes);
-    const int off = (e & 31) >> 1;  // in uint16 units after the 2-byte scale
-    r.d = __ldg(b);
-    r.qs = static_cast<uint32_t>(__ldg(b + 1 + off)) |
-           (static_cast<uint32_t>(__ldg(b + 2 + off)) << 16);
+    r.d = __ldg(reinterpret_cast<const uint16_t*>(row + g.scales) + (e >> 5));
+    if (g.codes4) {
+      r.qs = __ldg(reinterpret_cast<const uint32_t*>(row + e));
+    } else {
+      const uint16_t* c = reinterpret_cast<const uint16_t*>(row + e);
+      r.qs = static_cast<uint32_t>(__ldg(c)) | (static_cast<uint32_t>(__ldg(c + 1)) << 16);
+    }
   }
   return r;
 }

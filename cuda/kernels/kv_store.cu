@@ -1,7 +1,8 @@
 // KV cache store: k/v rows of nt tokens to cache row pos[t] in the cache's
 // element type. f32 is a copy, f16 rounds to nearest-even (the CPU's
-// FloatToFp16Row), q8_0 quantizes each 32-value block exactly as engine/quant
-// QuantizeRow(kQ8_0) (common.cuh quantize_q8_0_block), byte for byte.
+// FloatToFp16Row), q8_0 and fp8 quantize each 32-value block exactly as
+// engine/quant QuantizeKvRow (common.cuh quantize_q8_0_block /
+// quantize_fp8_block), byte for byte, into the planar row (kv_row.h).
 // Positions outside [0, n_ctx) are skipped and flagged (kDeviceBadPosition);
 // the backend reports the flag at the next synchronize.
 #include <algorithm>
@@ -55,9 +56,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < 32; ++j) blk[j] = src[j];
       if constexpr (KV == KvType::kFp8) {
-        quantize_fp8_block(blk, row + static_cast<int64_t>(item) * kQ8_0Bytes);
+        quantize_fp8_block(blk, kv_block_codes(row, item), kv_block_scale(row, n_kv_embd, item));
       } else {
-        quantize_q8_0_block(blk, row + static_cast<int64_t>(item) * kQ8_0Bytes);
+        quantize_q8_0_block(blk, kv_block_codes(row, item), kv_block_scale(row, n_kv_embd, item));
       }
     }
   }

@@ -110,10 +110,13 @@ __global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a
   } else {
     // head_dim % 32 == 0 (checked by the launcher): whole blocks per head.
     for (int j = threadIdx.x; j < hd / 32; j += blockDim.x) {
+      const int64_t b = e0 / 32 + j;
       if constexpr (KV == KvType::kFp8) {
-        quantize_fp8_block(row + 32 * j, cache_row + (e0 / 32 + j) * kQ8_0Bytes);
+        quantize_fp8_block(row + 32 * j, kv_block_codes(cache_row, b),
+                           kv_block_scale(cache_row, n_kv_embd, b));
       } else {
-        quantize_q8_0_block(row + 32 * j, cache_row + (e0 / 32 + j) * kQ8_0Bytes);
+        quantize_q8_0_block(row + 32 * j, kv_block_codes(cache_row, b),
+                            kv_block_scale(cache_row, n_kv_embd, b));
       }
     }
   }

@@ -27,8 +27,9 @@ inline constexpr int kQ6KPaddedBytes = 224;
 inline constexpr int64_t kMmqTokenPad = 128;
 
 // KV cache element types (graph::DType kF32/kF16/kQ8_0/kFp8). kQ8_0 and
-// kFp8 share a geometry: blocks of 32 values, an f16 scale and 32 one-byte
-// codes (34 bytes, 2-byte aligned); IsBlockKv says which types have it.
+// kFp8 share a geometry: a row's one-byte codes, then an f16 scale per 32
+// values (engine/quant/kv_row.h; 34 bytes per 32 values); IsBlockKv says
+// which types have it.
 enum class KvType : int32_t { kF32 = 0, kF16 = 1, kQ8_0 = 2, kFp8 = 3 };
 inline constexpr bool IsBlockKv(KvType t) { return t == KvType::kQ8_0 || t == KvType::kFp8; }
 

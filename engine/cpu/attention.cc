@@ -8,8 +8,7 @@
 #include "engine/cpu/attention_internal.h"
 #include "engine/cpu/kernels.h"
 #include "engine/quant/fp16.h"
-#include "engine/quant/fp8.h"
-#include "engine/quant/quantize.h"
+#include "engine/quant/kv_row.h"
 
 namespace minfer::cpu {
 namespace {
@@ -23,10 +22,10 @@ void LoadRow(graph::DType dtype, const uint8_t* src, float* dst, int64_t n) {
       Fp16ToFloatRow(reinterpret_cast<const uint16_t*>(src), dst, n);
       break;
     case graph::DType::kQ8_0:
-      (void)DequantizeRow(GgmlType::kQ8_0, src, dst, n);
+      DequantizeKvRow(KvQuant::kQ8_0, src, dst, n);
       break;
     case graph::DType::kFp8:
-      DequantizeRowFp8Kv(reinterpret_cast<const BlockFp8Kv*>(src), dst, n);
+      DequantizeKvRow(KvQuant::kFp8, src, dst, n);
       break;
     default:
       break;
@@ -42,9 +41,10 @@ absl::Status StoreRow(graph::DType dtype, const float* src, uint8_t* dst, int64_
       FloatToFp16Row(src, reinterpret_cast<uint16_t*>(dst), n);
       return absl::OkStatus();
     case graph::DType::kQ8_0:
-      return QuantizeRow(GgmlType::kQ8_0, src, dst, n);
+      QuantizeKvRow(KvQuant::kQ8_0, src, dst, n);
+      return absl::OkStatus();
     case graph::DType::kFp8:
-      QuantizeRowFp8Kv(src, reinterpret_cast<BlockFp8Kv*>(dst), n);
+      QuantizeKvRow(KvQuant::kFp8, src, dst, n);
       return absl::OkStatus();
     default:
       return absl::InvalidArgumentError("KV store: unsupported cache type");

@@ -15,6 +15,7 @@
 #include "engine/quant/blocks.h"
 #include "engine/quant/fp16.h"
 #include "engine/quant/fp8.h"
+#include "engine/quant/kv_row.h"
 #include "engine/quant/quantize.h"
 
 namespace minfer::cpu::attn_internal {

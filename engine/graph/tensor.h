@@ -15,9 +15,9 @@
 
 namespace minfer::graph {
 
-// Activation element types. KV cache regions may also be F16, Q8_0 (blocks
-// of 32: f16 scale + 32 int8) or FP8 (blocks of 32: f16 scale + 32 e4m3,
-// engine/quant/fp8.h), see KvType.
+// Activation element types. KV cache regions may also be F16, Q8_0 (int8
+// codes) or FP8 (e4m3 codes, engine/quant/fp8.h), a row's codes followed by
+// an f16 scale per 32 (engine/quant/kv_row.h), see KvType.
 enum class DType : uint8_t { kF32, kI32, kF16, kQ8_0, kFp8 };
 
 inline const char* DTypeName(DType t) {

@@ -18,26 +18,17 @@ uint16_t HalfUpBits(float x) {
 
 }  // namespace
 
-void QuantizeRowFp8Kv(const float* src, BlockFp8Kv* dst, int64_t n) {
-  for (int64_t b = 0; b < n / 32; ++b, src += 32) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) {
-      const float a = std::fabs(src[j]);
-      amax = a > amax ? a : amax;
-    }
-    const uint16_t h = HalfUpBits(amax / 448.0f);
-    const float d = Fp16ToFloat(h);
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    dst[b].d = h;
-    for (int j = 0; j < 32; ++j) dst[b].qs[j] = FloatToE4M3(src[j] * id);
+void QuantizeBlockFp8Kv(const float* src, uint16_t* d, uint8_t* qs) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float a = std::fabs(src[j]);
+    amax = a > amax ? a : amax;
   }
-}
-
-void DequantizeRowFp8Kv(const BlockFp8Kv* src, float* dst, int64_t n) {
-  for (int64_t b = 0; b < n / 32; ++b) {
-    const float d = Fp16ToFloat(src[b].d);
-    for (int j = 0; j < 32; ++j) dst[b * 32 + j] = E4M3ToFloat(src[b].qs[j]) * d;
-  }
+  const uint16_t h = HalfUpBits(amax / 448.0f);
+  const float df = Fp16ToFloat(h);
+  const float id = df != 0.0f ? 1.0f / df : 0.0f;
+  *d = h;
+  for (int j = 0; j < 32; ++j) qs[j] = FloatToE4M3(src[j] * id);
 }
 
 }  // namespace minfer

@@ -1,6 +1,6 @@
 // FP8 E4M3 (the OCP / NVIDIA "e4m3fn" format: 1 sign, 4 exponent bits with
 // bias 7, 3 mantissa bits, no infinities, S.1111.111 the only NaN, largest
-// finite 448) and the block format of minfer's fp8 KV cache.
+// finite 448) and the block quantization of minfer's fp8 KV cache.
 //
 // The conversions are __host__ __device__: the CPU's KV store and the CUDA
 // store kernels call the same code, so a cache row holds the same bytes
@@ -10,8 +10,9 @@
 // (and infinities) to +-448, as the hardware's cvt.rn.satfinite does; NaN
 // stays NaN. E4M3ToFloat is exact.
 //
-// Cache block (BlockFp8Kv, 34 bytes, the q8_0 cache's geometry): 32 values
-// x_i = E4M3ToFloat(q_i) * d with d an f16 scale. Quantizing a block: d =
+// Cache block (32 values; engine/quant/kv_row.h lays a row's blocks out,
+// codes then scales, the q8_0 cache's geometry): x_i = E4M3ToFloat(q_i) * d
+// with d an f16 scale. Quantizing a block: d =
 // the smallest half >= absmax / 448 (so no finite value saturates), then
 // q_i = FloatToE4M3(x_i * (1 / d)) (0 when d is 0). A value's error is at
 // most half an e4m3 step of its own magnitude, 2^-4 relative (the 3-bit
@@ -32,12 +33,6 @@
 #endif
 
 namespace minfer {
-
-struct BlockFp8Kv {
-  uint16_t d;      // f16 scale
-  uint8_t qs[32];  // e4m3 codes
-};
-static_assert(sizeof(BlockFp8Kv) == 34, "fp8 KV block");
 
 inline constexpr uint8_t kE4M3Max = 0x7E;  // 448
 inline constexpr uint8_t kE4M3NaN = 0x7F;
@@ -88,9 +83,8 @@ MINFER_HD inline float E4M3ToFloat(uint8_t c) {
   return f;
 }
 
-// n floats (n % 32 == 0) into n / 32 blocks, and back.
-void QuantizeRowFp8Kv(const float* src, BlockFp8Kv* dst, int64_t n);
-void DequantizeRowFp8Kv(const BlockFp8Kv* src, float* dst, int64_t n);
+// 32 floats into one block: its f16 scale bits *d and codes qs[0..31].
+void QuantizeBlockFp8Kv(const float* src, uint16_t* d, uint8_t* qs);
 
 }  // namespace minfer
 

@@ -56,6 +56,7 @@ namespace {
 
 constexpr int kLayers = 28;
 constexpr int kHeads = 28, kHeadsKv = 4, kHeadDim = 128;
+constexpr int64_t kRowElems = kHeadsKv * kHeadDim;  // a cache row's elements
 
 std::vector<int64_t> ParseList(const std::string& s) {
   std::vector<int64_t> v;
@@ -80,9 +81,11 @@ const char* Name(KvType t) {
                              : "q8_0";
 }
 
-// Bytes that decode as small finite values in every cache format (f16 and
-// q8_0 scales get exponent bits that keep them normal and < 1); speed does
-// not depend on the values, but NaN/inf would take different paths in exp.
+// Bytes that decode as small finite values in every cache format (f16 values
+// and the quantized rows' scales get exponent bits that keep them normal and
+// < 1); speed does not depend on the values, but NaN/inf would take different
+// paths in exp. Quantized rows (engine/quant/kv_row.h) are kRowElems codes,
+// then their f16 scales.
 std::vector<uint8_t> CacheBytes(KvType t, int64_t bytes, uint64_t seed) {
   std::vector<uint8_t> b(bytes);
   uint64_t x = seed;
@@ -97,11 +100,12 @@ std::vector<uint8_t> CacheBytes(KvType t, int64_t bytes, uint64_t seed) {
   } else {
     // d ~ 2^-8; fp8 codes: no NaN (S.1111.111), which would only poison the
     // output, not change the time.
-    for (int64_t blk = 0; blk + 34 <= bytes; blk += 34) {
-      b[blk + 1] = 0x1C;
+    const int64_t rb = RowBytes(t, kRowElems);
+    for (int64_t row = 0; row + rb <= bytes; row += rb) {
       if (t == KvType::kFp8) {
-        for (int i = 2; i < 34; ++i) b[blk + i] &= 0xF7;  // exponent bit 0 clear: never 15
+        for (int64_t i = 0; i < kRowElems; ++i) b[row + i] &= 0xF7;  // exponent bit 0 clear: never 15
       }
+      for (int64_t i = kRowElems + 1; i < rb; i += 2) b[row + i] = 0x1C;
     }
   }
   return b;

@@ -24,6 +24,7 @@
 #include "engine/quant/blocks.h"
 #include "engine/quant/fp16.h"
 #include "engine/quant/fp8.h"
+#include "engine/quant/kv_row.h"
 #include "engine/quant/quantize.h"
 #include "engine/quant/vec_dot.h"
 #include "gtest/gtest.h"
@@ -484,10 +485,10 @@ void EncodeRow(KvType t, const float* src, uint8_t* dst, int64_t n) {
       }
       break;
     case KvType::kQ8_0:
-      ASSERT_TRUE(QuantizeRow(GgmlType::kQ8_0, src, dst, n).ok());
+      QuantizeKvRow(KvQuant::kQ8_0, src, dst, n);
       break;
     case KvType::kFp8:
-      QuantizeRowFp8Kv(src, reinterpret_cast<BlockFp8Kv*>(dst), n);
+      QuantizeKvRow(KvQuant::kFp8, src, dst, n);
       break;
   }
 }
@@ -505,10 +506,10 @@ void DecodeRow(KvType t, const uint8_t* src, float* dst, int64_t n) {
       }
       break;
     case KvType::kQ8_0:
-      ASSERT_TRUE(DequantizeRow(GgmlType::kQ8_0, src, dst, n).ok());
+      DequantizeKvRow(KvQuant::kQ8_0, src, dst, n);
       break;
     case KvType::kFp8:
-      DequantizeRowFp8Kv(reinterpret_cast<const BlockFp8Kv*>(src), dst, n);
+      DequantizeKvRow(KvQuant::kFp8, src, dst, n);
       break;
   }
 }
@@ -516,7 +517,7 @@ void DecodeRow(KvType t, const uint8_t* src, float* dst, int64_t n) {
 constexpr KvType kAllKv[] = {KvType::kF32, KvType::kF16, KvType::kQ8_0, KvType::kFp8};
 
 // Stored rows byte-identical to the CPU's encoding (f16 round-to-nearest-even,
-// q8_0 = QuantizeRow(kQ8_0), fp8 = QuantizeRowFp8Kv); rows not addressed keep their poison; a bad
+// q8_0 and fp8 = QuantizeKvRow, engine/quant/kv_row.h); rows not addressed keep their poison; a bad
 // position is skipped and flagged.
 TEST(KvStoreTest, RowsMatchCpuEncodingBytes) {
   MINFER_REQUIRE_GPU();

@@ -14,6 +14,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/quant/fp16.h"
 #include "engine/quant/fp8.h"
+#include "engine/quant/kv_row.h"
 #include "engine/quant/quantize.h"
 #include "gtest/gtest.h"
 
@@ -62,10 +63,13 @@ std::vector<double> CacheRow(const Cache& c, const std::vector<uint8_t>& bytes, 
       for (int64_t i = 0; i < n; ++i) f[i] = Fp16ToFloat(reinterpret_cast<const uint16_t*>(src)[i]);
       break;
     case DType::kFp8:
-      DequantizeRowFp8Kv(reinterpret_cast<const BlockFp8Kv*>(src), f.data(), n);
+      // Planar rows (engine/quant/kv_row.h): n codes, then a scale per 32.
+      for (int64_t i = 0; i < n; ++i) f[i] = E4M3ToFloat(src[i]) * Fp16ToFloat(KvRowScaleBits(src, n, i));
       break;
     default:
-      EXPECT_TRUE(DequantizeRow(GgmlType::kQ8_0, src, f.data(), n).ok());
+      for (int64_t i = 0; i < n; ++i) {
+        f[i] = static_cast<float>(static_cast<int8_t>(src[i])) * Fp16ToFloat(KvRowScaleBits(src, n, i));
+      }
   }
   return std::vector<double>(f.begin(), f.end());
 }
