@@ -30,7 +30,10 @@
 // So a lane holds query rows g and g + 8 of its warp's 16.
 //
 // Causality. A CTA walks cache rows [0, max over its queries of pos + 1)
-// only: K tiles past that are never loaded (longest-range CTAs are launched
+// only (with a sliding window, gpt-oss's, from the lowest row any of its
+// queries sees: tiles wholly below every window are never loaded either;
+// sinks join each row's normalizer at the end, as in the CUDA-core
+// kernel): K tiles past that are never loaded (longest-range CTAs are launched
 // first, as in the CUDA-core kernel). Rows of the last tile past that bound
 // are zero-filled (cp.async with src-size 0), so no byte outside the causal
 // range is read. Inside the range the mask (row j visible to token t iff
@@ -66,6 +69,7 @@ constexpr int kTcWarps = kTcThreads / 32;
 constexpr int kBQ = 16 * kTcWarps;  // 64 queries per CTA
 constexpr int kBKV = 64;            // cache rows per tile
 constexpr int kMaxTiles = 65535;    // grid.y limit
+constexpr float kLog2e = 1.44269504088896340736f;
 
 template <int HD>
 struct TcLayout {
@@ -131,6 +135,7 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
   constexpr int kNT = HD / 8;         // n-tiles of O
   extern __shared__ uint4 tc_smem[];  // uint4: 16-byte aligned for cp.async
   __shared__ int s_end[kTcWarps];
+  __shared__ int s_begin[kTcWarps];
   __half* const sk = reinterpret_cast<__half*>(tc_smem);  // [2][kBKV][kLd]
   __half* const sv = sk + 2 * L::kTileHalves;             // [2][kBKV][kLd]
 
@@ -155,19 +160,35 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
   int p1 = ok1 ? __ldg(a.pos + t1) : -1;
   p0 = min(max(p0, -1), static_cast<int>(limit - 1));
   p1 = min(max(p1, -1), static_cast<int>(limit - 1));
+  // The first row each sees: a sliding window starts at p - window + 1.
+  const int lo0 = a.window > 0 ? max(p0 - a.window + 1, 0) : 0;
+  const int lo1 = a.window > 0 ? max(p1 - a.window + 1, 0) : 0;
   int wmax = max(p0, p1), wmin = min(p0, p1);
+  int wlo = min(lo0, lo1), wlo_max = max(lo0, lo1);
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {  // over g: the 4 lanes of a row agree
     wmax = max(wmax, __shfl_xor_sync(kFullWarpMask, wmax, off));
     wmin = min(wmin, __shfl_xor_sync(kFullWarpMask, wmin, off));
+    wlo = min(wlo, __shfl_xor_sync(kFullWarpMask, wlo, off));
+    wlo_max = max(wlo_max, __shfl_xor_sync(kFullWarpMask, wlo_max, off));
   }
-  if (lane == 0) s_end[warp] = wmax + 1;
+  if (lane == 0) {
+    s_end[warp] = wmax + 1;
+    s_begin[warp] = wlo;
+  }
 
   __syncthreads();
-  int kv_end = s_end[0];
+  int kv_end = s_end[0], kv_begin = s_begin[0];
 #pragma unroll
-  for (int w = 1; w < kTcWarps; ++w) kv_end = max(kv_end, s_end[w]);
-  const int n_tiles = (kv_end + kBKV - 1) / kBKV;  // block-uniform; 0 if nothing is visible
+  for (int w = 1; w < kTcWarps; ++w) {
+    kv_end = max(kv_end, s_end[w]);
+    kv_begin = min(kv_begin, s_begin[w]);
+  }
+  // Block-uniform: tiles [first_tile, n_tiles) hold every visible row (none
+  // if nothing is visible); with a window, the tiles below every row's
+  // window are never loaded.
+  const int n_tiles = (kv_end + kBKV - 1) / kBKV;
+  const int first_tile = min(kv_begin / kBKV, n_tiles);
 
   const uint8_t* const kh = a.k + static_cast<int64_t>(hk) * HD * 2;
   const uint8_t* const vh = a.v + static_cast<int64_t>(hk) * HD * 2;
@@ -192,10 +213,11 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
   // Commit groups, in order: K0, V0, then K(i+1), V(i+1) during tile i
   // (empty groups past the last tile keep the counting uniform). Waiting
   // for "all but the newest one" therefore always means the group needed.
-  if (n_tiles > 0) {
-    load_tile<HD>(kh, a.row_bytes, sk0, 0, kv_end, tid, table, a.block_shift);
+  if (first_tile < n_tiles) {
+    const uint32_t off = (first_tile & 1) * kTileBytes;  // tile it's buffer is it & 1
+    load_tile<HD>(kh, a.row_bytes, sk0 + off, first_tile * kBKV, kv_end, tid, table, a.block_shift);
     cp_async_commit();
-    load_tile<HD>(vh, a.row_bytes, sv0, 0, kv_end, tid, table, a.block_shift);
+    load_tile<HD>(vh, a.row_bytes, sv0 + off, first_tile * kBKV, kv_end, tid, table, a.block_shift);
     cp_async_commit();
   }
 
@@ -218,7 +240,7 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
       qa[kk][3] = pack_half2(x11.x * a.qscale, x11.y * a.qscale);
     }
   }
-  for (int it = 0; it < n_tiles; ++it) {
+  for (int it = first_tile; it < n_tiles; ++it) {
     const int buf = it & 1, base = it * kBKV;
     const bool more = it + 1 < n_tiles;
     cp_async_wait<1>();  // K(it) has landed (V(it) may be in flight)
@@ -229,7 +251,7 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
     cp_async_commit();
 
     // Warp-uniform: does any of this warp's rows see a row of this tile?
-    const bool active = base <= wmax;
+    const bool active = base <= wmax && base + kBKV - 1 >= wlo;
     uint32_t pa[kBKV / 16][4];  // P as A fragments of the P V k-steps
     if (active) {
       float s[kBKV / 8][4];
@@ -246,16 +268,17 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
           mma_f16(s[2 * jp + 1], qa[kk], b[2], b[3]);
         }
       }
-      // Causal mask, only where some row of the tile is past some position
-      // of the warp (the diagonal tile, or unsorted positions).
-      if (base + kBKV - 1 > wmin) {
+      // Causal (and window) mask, only where some row of the tile is past
+      // some position of the warp (the diagonal tile, or unsorted
+      // positions) or before some row's window.
+      if (base + kBKV - 1 > wmin || base < wlo_max) {
 #pragma unroll
         for (int j = 0; j < kBKV / 8; ++j) {
           const int c = base + 8 * j + 2 * qd;
-          s[j][0] = c <= p0 ? s[j][0] : -INFINITY;
-          s[j][1] = c + 1 <= p0 ? s[j][1] : -INFINITY;
-          s[j][2] = c <= p1 ? s[j][2] : -INFINITY;
-          s[j][3] = c + 1 <= p1 ? s[j][3] : -INFINITY;
+          s[j][0] = c <= p0 && c >= lo0 ? s[j][0] : -INFINITY;
+          s[j][1] = c + 1 <= p0 && c + 1 >= lo0 ? s[j][1] : -INFINITY;
+          s[j][2] = c <= p1 && c >= lo1 ? s[j][2] : -INFINITY;
+          s[j][3] = c + 1 <= p1 && c + 1 >= lo1 ? s[j][3] : -INFINITY;
         }
       }
       // Online softmax in base 2. The max used for the
@@ -335,6 +358,14 @@ __global__ void __launch_bounds__(kTcThreads) attn_prefill_tc_kernel(AttnPrefill
   l0 += __shfl_xor_sync(kFullWarpMask, l0, 2);
   l1 += __shfl_xor_sync(kFullWarpMask, l1, 1);
   l1 += __shfl_xor_sync(kFullWarpMask, l1, 2);
+  if (a.sinks != nullptr) {
+    // A sink s (log2 units: s_h log2 e) joins the normalizer: the weights
+    // are relative to the row's max m, so it adds 2^(s - m) (infinite, and
+    // the row zero, where the row saw nothing: m = -inf).
+    const float s2 = __ldg(a.sinks + h) * kLog2e;
+    l0 += exp2f(s2 - m0);
+    l1 += exp2f(s2 - m1);
+  }
   const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
   const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   // Each quad writes 32 contiguous bytes per n-tile: whole sectors.
@@ -382,10 +413,8 @@ cudaError_t LaunchAttnPrefillTcArgs(const AttnPrefillArgs& a, int64_t tiles, con
   // What only this kernel needs: f16 cache, head_dim 64 / 128, 16-byte
   // aligned caches (cp.async; rows and head offsets are then 128-byte
   // multiples), a grid.y that fits, and an sm_80+ device.
-  // Sliding windows and sinks (gpt-oss) are the CUDA-core kernel's.
   if (p.kv_type != KvType::kF16 || (p.head_dim != 64 && p.head_dim != 128) ||
-      !AlignedTo(a.k, 16) || !AlignedTo(a.v, 16) || tiles > kMaxTiles || p.window != 0 ||
-      p.sinks != nullptr) {
+      !AlignedTo(a.k, 16) || !AlignedTo(a.v, 16) || tiles > kMaxTiles) {
     return cudaErrorNotSupported;
   }
   int dev = 0, major = 0;

@@ -227,8 +227,9 @@ cudaError_t LaunchAttnPrefillConfigured(const float* q, const int32_t* pos, int6
 
 // The tensor-core prefill kernel alone (attention_prefill_tc.cu; flash-
 // attention-2 style: 64 queries of one head per block, K/V tiles of 64 rows
-// through shared memory, mma.m16n8k16 f16 -> f32). Same semantics, limits
-// and errors as LaunchAttnPrefill, plus cudaErrorNotSupported (nothing
+// through shared memory, mma.m16n8k16 f16 -> f32). Same semantics (sliding
+// windows and sinks included), limits and errors as LaunchAttnPrefill, plus
+// cudaErrorNotSupported (nothing
 // launched) unless kv_type is kF16, head_dim is 64 or 128, k_cache and
 // v_cache are 16-byte aligned, nt <= 65535 * 64 and the device is sm_80+.
 //

@@ -1244,15 +1244,20 @@ constexpr double kF16Unit = 1.0 / 2048;  // 2^-11
 // AttnRef, `rounded` from q rounded as the kernel rounds it (q * float(scale
 // * log2 e) in float, then to f16; scores in the exp2 domain), and *a_max =
 // A as above.
+// window > 0: rows [p - window + 1, p] only (gpt-oss's sliding window);
+// sink (non-null): a logit of its own, natural-log units, that joins the
+// normalizer (AttnParams::sinks).
 void AttnRefTc(const float* q, int64_t p, int h, int group, int hd, float scale, const HostCache& c,
-               double* exact, double* rounded, double* a_max) {
+               double* exact, double* rounded, double* a_max, int window = 0,
+               const float* sink = nullptr) {
   const int hk = h / group;
   const float qscale = scale * 1.44269504088896340736f;  // the launcher's float product
   std::vector<double> qr(hd);
   for (int i = 0; i < hd; ++i) qr[i] = Fp16ToFloat(FloatToFp16(q[i] * qscale));
-  std::vector<double> s(p + 1), s2(p + 1);
+  const int64_t lo = window > 0 ? std::max<int64_t>(p - window + 1, 0) : 0;
+  std::vector<double> s(p + 1, -INFINITY), s2(p + 1, -INFINITY);
   double mx = -INFINITY, mx2 = -INFINITY, amax = 0;
-  for (int64_t r = 0; r <= p; ++r) {
+  for (int64_t r = lo; r <= p; ++r) {
     double d = 0, d2 = 0, ab = 0;
     const float* kr = c.kf.data() + r * c.n_embd + int64_t{hk} * hd;
     for (int i = 0; i < hd; ++i) {
@@ -1267,12 +1272,16 @@ void AttnRefTc(const float* q, int64_t p, int h, int group, int hd, float scale,
     amax = std::max(amax, ab * scale);
   }
   double sum = 0, sum2 = 0;
-  for (int64_t r = 0; r <= p; ++r) {
+  for (int64_t r = lo; r <= p; ++r) {
     sum += (s[r] = std::exp(s[r] - mx));
     sum2 += (s2[r] = std::exp2(s2[r] - mx2));
   }
+  if (sink != nullptr) {
+    sum += std::exp(static_cast<double>(*sink) - mx);
+    sum2 += std::exp2(static_cast<double>(*sink) * 1.44269504088896340736 - mx2);
+  }
   for (int i = 0; i < hd; ++i) exact[i] = rounded[i] = 0;
-  for (int64_t r = 0; r <= p; ++r) {
+  for (int64_t r = lo; r <= p; ++r) {
     const float* vr = c.vf.data() + r * c.n_embd + int64_t{hk} * hd;
     for (int i = 0; i < hd; ++i) {
       exact[i] += s[r] / sum * vr[i];
@@ -1293,7 +1302,7 @@ struct TcStats {
 // holding rows 0..max(pos) (then 29 NaN rows) and checks `check` tokens
 // (all when empty) as described above.
 void RunPrefillTc(const AttnShape& s, const std::vector<int32_t>& pos, std::vector<int64_t> check,
-                  TcStats* st) {
+                  TcStats* st, int window = 0, bool sinks = false) {
   const int64_t nt = pos.size();
   const int64_t max_pos = *std::max_element(pos.begin(), pos.end());
   AttnParams p;
@@ -1303,10 +1312,14 @@ void RunPrefillTc(const AttnShape& s, const std::vector<int32_t>& pos, std::vect
   p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
   p.n_ctx = max_pos + 1 + 29;
   p.kv_type = KvType::kF16;
+  p.window = window;
   const HostCache c = MakeCache(p.kv_type, p.n_ctx, p.n_kv_embd(), max_pos + 1);
   DeviceBuffer<uint8_t> dk(c.k), dv(c.v);
   const int64_t nq = int64_t{s.n_head} * s.hd;
   const auto q = RandomFloats(nq * nt, 2.0f);
+  const auto sink_logits = RandomFloats(s.n_head, 3.0f);
+  DeviceBuffer<float> dsinks(sink_logits);
+  if (sinks) p.sinks = dsinks.get();
   DeviceBuffer<float> dq(q), out(nq * nt), out_cc(nq * nt);
   DeviceBuffer<int32_t> dp(pos);
   out.Poison();
@@ -1329,7 +1342,8 @@ void RunPrefillTc(const AttnShape& s, const std::vector<int32_t>& pos, std::vect
     for (int h = 0; h < s.n_head; ++h) {
       double a = 0;
       AttnRefTc(q.data() + (tok * s.n_head + h) * s.hd, pos[tok], h, s.n_head / s.n_head_kv, s.hd,
-                p.scale, c, exact.data(), rounded.data(), &a);
+                p.scale, c, exact.data(), rounded.data(), &a, window,
+                sinks ? &sink_logits[h] : nullptr);
       const double bound = vmax * ((2 * a + 2) * kF16Unit + 1e-5);
       const double bound_rounded = vmax * (kF16Unit + 1e-4);
       for (int i = 0; i < s.hd; ++i) {
@@ -1385,6 +1399,37 @@ TEST(AttnPrefillTcTest, MatchesFloat64Reference) {
     }
   }
   PrintTcStats("tensor-core prefill", st);
+}
+
+// gpt-oss's attention: sliding windows (shorter than a K tile, across
+// tiles, longer than the prompt) and sinks, alone and together, on fresh
+// and continued prompts and on shuffled positions; head_dim 64 (gpt-oss)
+// and 128, GQA 8 and 2.
+TEST(AttnPrefillTcTest, WindowsAndSinks) {
+  MINFER_REQUIRE_GPU();
+  TcStats st;
+  std::vector<int32_t> shuffled(90);
+  for (auto& x : shuffled) x = RandInt(0, 400);
+  for (const AttnShape& s : {AttnShape{16, 2, 64}, AttnShape{4, 2, 128}}) {
+    for (int window : {0, 33, 128, 700}) {
+      for (bool sinks : {false, true}) {
+        if (window == 0 && !sinks) continue;  // MatchesFloat64Reference
+        for (int32_t start : {0, 300}) {
+          SCOPED_TRACE(::testing::Message() << "heads " << s.n_head << "/" << s.n_head_kv << " hd "
+                                            << s.hd << " window " << window << " sinks " << sinks
+                                            << " start " << start);
+          std::vector<int32_t> pos(300);
+          std::iota(pos.begin(), pos.end(), start);
+          RunPrefillTc(s, pos, {}, &st, window, sinks);
+          if (HasFatalFailure()) return;
+        }
+        SCOPED_TRACE(::testing::Message() << "shuffled, window " << window << " sinks " << sinks);
+        RunPrefillTc(s, shuffled, {}, &st, window, sinks);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+  PrintTcStats("tensor-core prefill, windows / sinks", st);
 }
 
 // Gaps in the positions (a cache with rows the prompt skips), and unsorted
