@@ -59,7 +59,7 @@ struct MatmulKnobs {
   int64_t dqw_min_tokens = 17;     // MINFER_DQW_MIN_TOKENS, 2..256
   int64_t dqw_max_tokens = 256;    // MINFER_DQW_MAX_TOKENS, 0..8192 (launches of 256)
   int64_t dqp_min_tokens = 257;    // MINFER_DQP_MIN_TOKENS: 0 off, else 2..8192
-  bool dqp_more_types = false;     // MINFER_DQP_MORE_TYPES: Q8_0 / Q5_K prompts there too
+  bool dqp_more_types = true;      // MINFER_DQP_MORE_TYPES: Q8_0 / Q5_K prompts there too
   int64_t fp8_min_tokens = 0;      // MINFER_FP8_PREFILL: 0 off, else 2..: the fp8 GEMM's batches
   bool operator==(const MatmulKnobs&) const = default;
 };

@@ -495,12 +495,14 @@ TEST_F(CudaBackendOpTest, MatMulDqwTakesHopperBatchesOfKQuants) {
 // MINFER_DQP_MIN_TOKENS: Q4_K / Q6_K matmuls of that many tokens and more
 // run the Hopper prefill GEMM in one launch each (any length; no launches of
 // 256), within the DQ GEMMs' bound of the CPU, with both CTA shapes; fewer
-// tokens keep the register form; Q8_0 never runs either. Elsewhere it skips.
+// tokens keep the register form; with MINFER_DQP_MORE_TYPES off, Q8_0 never
+// runs either. Elsewhere it skips.
 TEST_F(CudaBackendOpTest, MatMulDqpTakesPromptsOfKQuants) {
   if (!DqwAvailable()) GTEST_SKIP() << "needs an sm_90 GPU and the sm_90a code";
   for (const char* wgs : {"2", "4"}) {
     ScopedKnob on("MINFER_DQP_MIN_TOKENS", "128");
     ScopedKnob shape("MINFER_DQP_WARPGROUPS", wgs);
+    ScopedKnob k_quants_only("MINFER_DQP_MORE_TYPES", "0");
     for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
       SCOPED_TRACE(std::string(GgmlTypeName(t)) + " warpgroups " + wgs);
       const int64_t k = 512, rows = 300;
@@ -520,12 +522,11 @@ TEST_F(CudaBackendOpTest, MatMulDqpTakesPromptsOfKQuants) {
       EXPECT_EQ(h.gpu()->stats().dqw_gemm, dq ? 1 : 0);  // 100
     }
   }
-  // MINFER_DQP_MORE_TYPES: Q8_0 and Q5_K prompts too, within the same bound
-  // (each weight decoded to f16 once); shorter batches keep MMQ.
+  // MINFER_DQP_MORE_TYPES (on by default): Q8_0 and Q5_K prompts too, within
+  // the same bound (each weight decoded to f16 once); shorter batches keep MMQ.
   for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ5_K}) {
     SCOPED_TRACE(GgmlTypeName(t));
     ScopedKnob on("MINFER_DQP_MIN_TOKENS", "128");
-    ScopedKnob more("MINFER_DQP_MORE_TYPES", "1");
     auto w = MakeWeight("w", t, 512, 300);
     OpHarness h({&w->w});
     ASSERT_NE(h.gpu(), nullptr);

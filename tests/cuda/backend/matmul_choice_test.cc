@@ -607,7 +607,11 @@ TEST(MatmulChoiceTest, HopperDqArm) {
     MatmulKnobs knobs;
     Bands dq_type, raw_q6k, legacy;
   };
+  EXPECT_TRUE(MatmulKnobs{}.dqp_more_types);  // (the default since the twenty-fourth session)
   MatmulKnobs def;
+  // The K-quant arm; MINFER_DQP_MORE_TYPES's Q8_0 / Q5_K prompts are
+  // HopperPrefillTakesMoreTypes' (below).
+  def.dqp_more_types = false;
   MatmulKnobs off = def;
   off.dqw = false;
   MatmulKnobs from33 = def;
@@ -683,6 +687,7 @@ TEST(MatmulChoiceTest, HopperDqArm) {
   ctx.device.cc = 900;
   ctx.device.wgmma = true;
   ctx.model_has_dq_weights = true;
+  ctx.knobs.dqp_more_types = false;  // (with it, the end of this test)
   const WeightClass dq_model[] = {{GgmlType::kQ4_K, false}, {GgmlType::kQ6_K, true}};
   const WeightClass mixed[] = {{GgmlType::kQ4_K, false}, {GgmlType::kQ8_0, false}};
   const std::pair<int64_t, L> want[] = {{8, L::kDqF16},   {16, L::kDqF16},  {17, L::kDqwF16},
@@ -762,6 +767,24 @@ TEST(MatmulChoiceTest, HopperDqArm) {
             << GgmlTypeName(type) << " knob " << knob << " dq " << has_dq;
       }
     }
+  }
+  // By default (MINFER_DQP_MORE_TYPES on) a mixed Q4_K + Q8_0 model's
+  // prompts are all the prefill form's, so its producers write the Hopper
+  // layout there; its decode batches stay f32 (Q8_0 reads MMQ's layout).
+  {
+    MatmulContext dflt;
+    dflt.device.cc = 900;
+    dflt.device.wgmma = true;
+    dflt.model_has_dq_weights = true;
+    ProducerChoiceInput pin;
+    pin.k = 3584;
+    pin.int8_consumers = true;
+    pin.int8_weights = mixed;
+    pin.ctx = dflt;
+    pin.nt = 512;
+    EXPECT_EQ(ActivationLayoutFor(pin), L::kDqwF16) << "default, mixed, nt 512";
+    pin.nt = 64;
+    EXPECT_EQ(ActivationLayoutFor(pin), L::kF32) << "default, mixed, nt 64";
   }
   EXPECT_STREQ(MatmulKernelName(K::kDqWgmma), "dq_wgmma");
   EXPECT_STREQ(MatmulKernelName(K::kDqpWgmma), "dqp_wgmma");
