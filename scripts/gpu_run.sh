@@ -101,6 +101,10 @@
 #                                        the report and its text come back
 #   bash .gpu/gpu_run.sh tp [SPEC]       tensor parallelism on two GPUs (issue 34; default
 #                                        llama3.1-70b:q4_k_m): one GPU, then split over two
+#   bash .gpu/gpu_run.sh sass [SPEC [B [REGEX [COUNT [SKIP]]]]]
+#                                        one kernel's instruction mix per SASS opcode
+#                                        (ncu source counters; default the register-form
+#                                        GEMM in a B=64 step of the 7B)
 #   bash .gpu/gpu_run.sh cmd CMD...      run CMD with the bundle's environment
 # Logs go to $OUT (when set) so they come back with the device tool.
 set -uo pipefail
@@ -755,6 +759,53 @@ PY
           grep -E "^\| .*\| (cuda|cpu) \| [0-9]+ \||rror" | tee -a "$out/levers.log"
       done
     done ;;
+  sass)
+    # Where a kernel's instructions go, per SASS instruction: Nsight Compute's
+    # source counters for COUNT (default 1) launches of the kernels matching
+    # REGEX (default dqw_kernel: the register-form GEMM) in a decode step of
+    # `minfer bench -b B` (default 7b:q4_k_m, 64) after SKIP (56), exported as
+    # the source page's SASS view (instruction, executed count, stalls) in
+    # $OUT/sass.csv, with the opcode mix summed by mnemonic (issue 32: what
+    # the ~500 instructions a warp spends per 128-k chunk are).
+    spec="${1:-7b:q4_k_m}"; batch="${2:-64}"; regex="${3:-dqw_kernel}"
+    count="${4:-1}"; skip="${5:-56}"
+    f="/tmp/minfer-models/${spec%%:*}-${spec#*:}.gguf"
+    [[ -f "$f" ]] || minfer mkmodel --shape "${spec%%:*}" --type "${spec#*:}" -o "$f" 2>&1 |
+      tail -1 | tee -a "$out/mkmodel.log"
+    timeout 200 ncu --section SourceCounters --section InstructionStats --clock-control none \
+      --cache-control none -k "regex:$regex" --launch-skip "$skip" --launch-count "$count" \
+      -o /tmp/sass -f "$bin/minfer" bench -m "$f" -b "$batch" -p 8 -n 3 -r 1 > /tmp/sass.err 2>&1 ||
+      tail -5 /tmp/sass.err
+    ncu --import /tmp/sass.ncu-rep --page source --csv --print-source sass > "$out/sass.csv" \
+      2> "$out/sass.err" || tail -3 "$out/sass.err"
+    ncu --import /tmp/sass.ncu-rep --page details > "$out/sass-details.log" 2>&1 || true
+    python3 - "$out/sass.csv" <<'PY' | tee "$out/sass.log"
+import collections, csv, re, sys
+rows = list(csv.reader(open(sys.argv[1])))
+if len(rows) < 2:
+    sys.exit("no SASS rows (see sass.err)")
+head = rows[0]
+src = next((i for i, h in enumerate(head) if h.strip().lower() == "source"), None)
+ex = next((i for i, h in enumerate(head) if "instructions executed" in h.lower()), None)
+if src is None or ex is None:
+    sys.exit(f"columns not found: {head[:12]}")
+mix = collections.Counter()
+for r in rows[1:]:
+    if len(r) <= max(src, ex):
+        continue
+    m = re.match(r"\s*(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", r[src])
+    try:
+        n = float(r[ex].replace(",", "") or 0)
+    except ValueError:
+        continue
+    if m:
+        mix[m.group(2)] += n
+total = sum(mix.values()) or 1
+print(f"warp instructions executed: {total:,.0f}")
+for op, n in mix.most_common(30):
+    print(f"{op:12s} {n:14,.0f} {100 * n / total:5.1f}%")
+PY
+    ;;
   cmd) "$@" ;;
   *) echo "usage: gpu_run.sh tests|bench|cmd ..." >&2; exit 2 ;;
 esac
