@@ -63,9 +63,12 @@ MatmulKernel ChooseMatmulKernel(const MatmulChoiceInput& in) {
   const bool dqw_batch = hopper && in.ctx.model_has_dq_weights && nt >= kn.dqw_min_tokens &&
                          nt <= kn.dqw_max_tokens;
   // The types only the Hopper prefill GEMM decodes (Q8_0, Q5_K), when
-  // MINFER_DQP_MORE_TYPES lets them.
+  // MINFER_DQP_MORE_TYPES lets them. It walks k in 256-element super-blocks
+  // (a Q8_0 one is 8 blocks), so a Q8_0 weight whose k is not a multiple of
+  // 256 (Qwen2.5-0.5B's 896) stays on MMQ; the K-quants' k always is.
   const bool dq_type = DqSupports(in.type, in.q6k_padded);
-  const bool more_type = kn.dqp_more_types && !dq_type && DqpSupports(in.type, in.q6k_padded);
+  const bool more_type = kn.dqp_more_types && !dq_type && DqpSupports(in.type, in.q6k_padded) &&
+                         in.k % 256 == 0;
   // A prompt for the Hopper prefill GEMM (no upper bound: it tiles tokens;
   // its f16 layout needs no DQ scratch, so a weight of those types may take
   // it in a model without DQ weights).

@@ -138,7 +138,8 @@ inline constexpr int64_t kExactF32MaxRows = 512;
 //     2, nt >= dqp_min_tokens, DQW on, the wgmma kernels run; no upper
 //     bound) runs that one; else in a Hopper DQ batch the Hopper DQ GEMM;
 //     else in a DQ batch the DQ GEMM. With dqp_more_types, a Q8_0 or Q5_K
-//     weight in such a prompt runs the prefill GEMM too. (The DQ batches
+//     weight in such a prompt runs the prefill GEMM too (k a multiple of
+//     256: it walks k in super-blocks; a Q8_0 weight of another k keeps MMQ). (The DQ batches
 //     need the model to have DQ weights, for their scratch; a prompt on the
 //     prefill GEMM needs it, or dqp_more_types and such a weight.)
 //  3. Else: below mmq_min_tokens a weight that is not on the few-token GEMM

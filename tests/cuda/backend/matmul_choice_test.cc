@@ -768,6 +768,22 @@ TEST(MatmulChoiceTest, HopperDqArm) {
       }
     }
   }
+  // The prefill form walks k in 256-element super-blocks: a Q8_0 weight
+  // with another k (Qwen2.5-0.5B's 896; its launcher would refuse it as an
+  // invalid call) keeps MMQ, in a model with DQ weights or without.
+  for (bool has_dq : {false, true}) {
+    MatmulChoiceInput in;
+    in.type = GgmlType::kQ8_0;
+    in.rows = 4864;
+    in.k = 896;
+    in.nt = 512;
+    in.ctx.device.cc = 900;
+    in.ctx.device.wgmma = true;
+    in.ctx.model_has_dq_weights = has_dq;
+    EXPECT_EQ(ChooseMatmulKernel(in), K::kMmq) << "k 896, dq " << has_dq;
+    in.k = 1024;
+    EXPECT_EQ(ChooseMatmulKernel(in), K::kDqpWgmma) << "k 1024, dq " << has_dq;
+  }
   // By default (MINFER_DQP_MORE_TYPES on) a mixed Q4_K + Q8_0 model's
   // prompts are all the prefill form's, so its producers write the Hopper
   // layout there; its decode batches stay f32 (Q8_0 reads MMQ's layout).
