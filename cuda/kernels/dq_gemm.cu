@@ -57,6 +57,7 @@
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/dq_gemm.h"
 #include "cuda/kernels/dq_wgmma.h"
+#include "cuda/kernels/dq_pieces.cuh"
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ptx_sm80.cuh"
 #include "cuda/kernels/split_k.cuh"
@@ -72,26 +73,9 @@ constexpr int kKC = 128;          // k elements per chunk
 constexpr int kAS = 2 * kKC + 16;  // shared bytes per token row
 constexpr int kWS = 128;          // shared bytes per weight row
 
+// A row's pieces per chunk (dq_pieces.cuh; rows kWS apart here).
 template <GgmlType T>
-struct Ty;
-
-template <>
-struct Ty<GgmlType::kQ4_K> {
-  static constexpr int kBlockBytes = 144;
-  static constexpr int kPieces = 5;  // header, then qs 64h .. 64h + 63
-  __device__ __forceinline__ static int Src(int h, int p) {
-    return p == 0 ? 0 : 16 + 64 * h + 16 * (p - 1);
-  }
-};
-
-template <>
-struct Ty<GgmlType::kQ6_K> {
-  static constexpr int kBlockBytes = kQ6KPaddedBytes;
-  static constexpr int kPieces = 8;  // ql (4), qh (2), scales, d (+ pad)
-  __device__ __forceinline__ static int Src(int h, int p) {
-    return p < 4 ? 64 * h + 16 * p : p < 6 ? 128 + 32 * h + 16 * (p - 4) : 192 + 16 * (p - 6);
-  }
-};
+using Ty = DqPieces<T>;
 
 __device__ __forceinline__ int WOff(int row, int piece) {
   return row * kWS + 16 * (piece ^ ((row & 1) << 2));

@@ -5,18 +5,7 @@
 // and read the same activations through the same TMA tensor map. nvcc only;
 // internal to cuda/kernels.
 //
-// A weight row's bytes for one 128-element chunk (half h of a super-block)
-// are copied into shared memory as Ty<T>::kPieces 16-byte pieces, row after
-// row kRowBytes apart (an odd multiple of 16, so the rows of 8 consecutive
-// lanes fall on 8 different bank groups):
-//  * Q4_K (80 bytes): the block's 16-byte header (d, dmin, the 12 packed
-//    scale bytes), then qs bytes 64h .. 64h + 63.
-//  * Q6_K (144 bytes, from the padded 224-byte block): ql bytes 64h ..
-//    64h + 63, qh bytes 32h .. 32h + 31, the 16 int8 scales, d (and a pad).
-//  * Q8_0 (the prefill form only; 144 bytes): a "super-block" is 8 blocks of
-//    34 bytes (272, a multiple of 16); chunk h's 4 blocks are its bytes
-//    136h .. 136h + 135, copied as the 9 pieces from 128h, so they start at
-//    byte 8h of the row (blocks 2-byte aligned: d, then 32 int8 codes).
+// A weight row's pieces and their shared-memory stride: dq_pieces.cuh.
 #ifndef MINFER_CUDA_KERNELS_DQ_WGMMA_IMPL_CUH_
 #define MINFER_CUDA_KERNELS_DQ_WGMMA_IMPL_CUH_
 
@@ -28,54 +17,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cuda/kernels/dq_pieces.cuh"
 #include "cuda/kernels/ptx_sm90.cuh"
 #include "cuda/kernels/types.h"
 
 namespace minfer::cuda::dqw {
 
 template <GgmlType T>
-struct Ty;
-
-template <>
-struct Ty<GgmlType::kQ4_K> {
-  static constexpr int kBlockBytes = 144;
-  static constexpr int kPieces = 5;   // header, then qs 64h .. 64h + 63
-  static constexpr int kRowBytes = 80;
-  __device__ __forceinline__ static int Src(int h, int p) {
-    return p == 0 ? 0 : 16 + 64 * h + 16 * (p - 1);
-  }
-};
-
-template <>
-struct Ty<GgmlType::kQ6_K> {
-  static constexpr int kBlockBytes = kQ6KPaddedBytes;
-  static constexpr int kPieces = 8;  // ql (4), qh (2), scales, d (+ pad)
-  static constexpr int kRowBytes = 144;
-  __device__ __forceinline__ static int Src(int h, int p) {
-    return p < 4 ? 64 * h + 16 * p : p < 6 ? 128 + 32 * h + 16 * (p - 4) : 192 + 16 * (p - 6);
-  }
-};
-
-//  * Q5_K (the prefill form only; 112 bytes): the 16-byte header (as Q4_K),
-//    the block's 32 qh bytes (every chunk needs two of their bits), qs bytes
-//    64h .. 64h + 63.
-template <>
-struct Ty<GgmlType::kQ5_K> {
-  static constexpr int kBlockBytes = 176;
-  static constexpr int kPieces = 7;
-  static constexpr int kRowBytes = 112;
-  __device__ __forceinline__ static int Src(int h, int p) {
-    return p < 3 ? 16 * p : 48 + 64 * h + 16 * (p - 3);
-  }
-};
-
-template <>
-struct Ty<GgmlType::kQ8_0> {
-  static constexpr int kBlockBytes = 272;  // 8 blocks: two chunks
-  static constexpr int kPieces = 9;
-  static constexpr int kRowBytes = 144;
-  __device__ __forceinline__ static int Src(int h, int p) { return 128 * h + 16 * p; }
-};
+using Ty = DqPieces<T>;
 
 #if defined(MINFER_SM90A_DEVICE)
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "gtest/gtest.h"
 
 namespace minfer::cuda {
@@ -593,6 +594,19 @@ TEST(MatmulChoiceTest, ProducerLayoutAgreesWithTheChosenKernels) {
   EXPECT_GT(non_f32, 0);  // (the checks above saw mode 2)
 }
 
+// The layout a producer of nt tokens (k = 3584) feeding int8 consumers of
+// the weight classes `weights` writes under `ctx`.
+ActivationLayout ProducerLayout(int64_t nt, absl::Span<const WeightClass> weights,
+                                const MatmulContext& ctx) {
+  ProducerChoiceInput in;
+  in.nt = nt;
+  in.k = 3584;
+  in.int8_consumers = true;
+  in.int8_weights = weights;
+  in.ctx = ctx;
+  return ActivationLayoutFor(in);
+}
+
 // The Hopper arm (docs/design.md, which kernel runs a matmul; the knobs
 // MINFER_DQW*): on a GPU that runs the wgmma kernels, Q4_K and padded Q6_K
 // weights of 17..256 tokens (the defaults) run the Hopper DQ GEMM, the DQ
@@ -696,40 +710,20 @@ TEST(MatmulChoiceTest, HopperDqArm) {
   {
     MatmulContext no_dqp = ctx;
     no_dqp.knobs.dqp_min_tokens = 0;
-    ProducerChoiceInput in;
-    in.nt = 512;
-    in.k = 3584;
-    in.int8_consumers = true;
-    in.int8_weights = dq_model;
-    in.ctx = no_dqp;
-    EXPECT_EQ(ActivationLayoutFor(in), L::kMmqInt8);
+    EXPECT_EQ(ProducerLayout(512, dq_model, no_dqp), L::kMmqInt8);
   }
   for (const auto& [nt, layout] : want) {
-    ProducerChoiceInput in;
-    in.nt = nt;
-    in.k = 3584;
-    in.int8_consumers = true;
-    in.int8_weights = dq_model;
-    in.ctx = ctx;
-    EXPECT_EQ(ActivationLayoutFor(in), layout) << "nt " << nt;
-    in.int8_weights = mixed;
+    EXPECT_EQ(ProducerLayout(nt, dq_model, ctx), layout) << "nt " << nt;
     if (nt >= 17) {
-      EXPECT_EQ(ActivationLayoutFor(in), L::kF32) << "mixed, nt " << nt;
+      EXPECT_EQ(ProducerLayout(nt, mixed, ctx), L::kF32) << "mixed, nt " << nt;
     }
   }
   // With the prefill form on, prompts past 256 tokens write the Hopper
   // layout too (both forms read it), and the mixed model stays f32.
   ctx.knobs.dqp_min_tokens = 128;
   for (int64_t nt : {128, 512, 4096}) {
-    ProducerChoiceInput in;
-    in.nt = nt;
-    in.k = 3584;
-    in.int8_consumers = true;
-    in.int8_weights = dq_model;
-    in.ctx = ctx;
-    EXPECT_EQ(ActivationLayoutFor(in), L::kDqwF16) << "prefill form, nt " << nt;
-    in.int8_weights = mixed;
-    EXPECT_EQ(ActivationLayoutFor(in), L::kF32) << "prefill form, mixed, nt " << nt;
+    EXPECT_EQ(ProducerLayout(nt, dq_model, ctx), L::kDqwF16) << "prefill form, nt " << nt;
+    EXPECT_EQ(ProducerLayout(nt, mixed, ctx), L::kF32) << "prefill form, mixed, nt " << nt;
   }
   // MINFER_DQP_MORE_TYPES: Q8_0 and Q5_K prompts on the prefill form too, in
   // a model with DQ weights or without (a Q8_0 file); shorter batches keep
@@ -757,13 +751,7 @@ TEST(MatmulChoiceTest, HopperDqArm) {
         }
         // Such a model's producers write the Hopper layout for those prompts.
         const WeightClass model[] = {{type, false}};
-        ProducerChoiceInput pin;
-        pin.nt = 512;
-        pin.k = 3584;
-        pin.int8_consumers = true;
-        pin.int8_weights = model;
-        pin.ctx = in.ctx;
-        EXPECT_EQ(ActivationLayoutFor(pin), takes ? L::kDqwF16 : L::kMmqInt8)
+        EXPECT_EQ(ProducerLayout(512, model, in.ctx), takes ? L::kDqwF16 : L::kMmqInt8)
             << GgmlTypeName(type) << " knob " << knob << " dq " << has_dq;
       }
     }
@@ -792,15 +780,8 @@ TEST(MatmulChoiceTest, HopperDqArm) {
     dflt.device.cc = 900;
     dflt.device.wgmma = true;
     dflt.model_has_dq_weights = true;
-    ProducerChoiceInput pin;
-    pin.k = 3584;
-    pin.int8_consumers = true;
-    pin.int8_weights = mixed;
-    pin.ctx = dflt;
-    pin.nt = 512;
-    EXPECT_EQ(ActivationLayoutFor(pin), L::kDqwF16) << "default, mixed, nt 512";
-    pin.nt = 64;
-    EXPECT_EQ(ActivationLayoutFor(pin), L::kF32) << "default, mixed, nt 64";
+    EXPECT_EQ(ProducerLayout(512, mixed, dflt), L::kDqwF16) << "default, mixed, nt 512";
+    EXPECT_EQ(ProducerLayout(64, mixed, dflt), L::kF32) << "default, mixed, nt 64";
   }
   EXPECT_STREQ(MatmulKernelName(K::kDqWgmma), "dq_wgmma");
   EXPECT_STREQ(MatmulKernelName(K::kDqpWgmma), "dqp_wgmma");

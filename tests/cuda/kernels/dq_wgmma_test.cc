@@ -118,6 +118,45 @@ std::vector<float> RunDqp(const MmqSegments& seg, int64_t n, const void* act, in
   return RunForm(LaunchDqpWgmma, seg, n, act, nt, tu, err);
 }
 
+// A FusedQKV's three weights `dws` (host copies `hws`, rows[i] rows each) in
+// one launch of `launch` (either form) over the activations `a` (on the
+// device at `act`) equal one launch per weight, bit for bit, and each is
+// within the bound of the exact dot.
+template <class Tuning>
+void CheckSegmentsEqualOneLaunchEach(
+    cudaError_t (*launch)(const MmqSegments&, const void*, int64_t, cudaStream_t, const Tuning*,
+                          const char**),
+    const Tuning& tu, const std::vector<HostWeight>& hws,
+    const std::vector<std::unique_ptr<DeviceWeight>>& dws, const int64_t (&rows)[3],
+    const Acts& a, const void* act, const std::string& what) {
+  const int64_t nt = a.nt;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> outs;
+  MmqSegments seg;
+  seg.n = 3;
+  for (int i = 0; i < 3; ++i) {
+    outs.push_back(std::make_unique<DeviceBuffer<float>>(rows[i] * nt + kGuard));
+    outs.back()->Poison();
+    seg.w[i] = dws[i]->view;
+    seg.y[i] = outs.back()->get();
+  }
+  ASSERT_EQ(launch(seg, act, nt, nullptr, &tu, nullptr), cudaSuccess);
+  SYNC();
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<float> together = outs[i]->ToHost();
+    MmqSegments one;
+    one.n = 1;
+    one.w[0] = dws[i]->view;
+    cudaError_t err;
+    const std::vector<float> alone = RunForm(launch, one, rows[i] * nt, act, nt, tu, &err);
+    ASSERT_EQ(err, cudaSuccess);
+    EXPECT_EQ(Identical(together, alone, rows[i] * nt), 0)
+        << what << " segment " << i << " nt=" << nt;
+    double worst = 0;
+    CountBad(hws[i], a, MakeRefs(hws[i], a), together, what + " segment " + std::to_string(i),
+             &worst);
+  }
+}
+
 TEST(QuantizeDqwTest, LayoutIsTheQ8ValuesEvensThenOdds) {
   MINFER_REQUIRE_SM80_GPU();
   for (int64_t k : {32, 256, 3584}) {
@@ -335,31 +374,10 @@ TEST(DqWgmmaTest, SegmentsEqualOneLaunchPerWeight) {
   for (int64_t nt : {16, 40, 130}) {
     const Acts a = MakeActs(k, nt);
     DeviceBuffer<uint16_t> act(a.layout);
-    std::vector<std::unique_ptr<DeviceBuffer<float>>> outs;
-    MmqSegments seg;
-    seg.n = 3;
-    for (int i = 0; i < 3; ++i) {
-      outs.push_back(std::make_unique<DeviceBuffer<float>>(rows[i] * nt + kGuard));
-      outs.back()->Poison();
-      seg.w[i] = dws[i]->view;
-      seg.y[i] = outs.back()->get();
-    }
     DqwTuning tu;
     tu.split_k = 0;
-    ASSERT_EQ(LaunchDqWgmma(seg, act.get(), nt, nullptr, &tu), cudaSuccess);
-    SYNC();
-    for (int i = 0; i < 3; ++i) {
-      const std::vector<float> together = outs[i]->ToHost();
-      MmqSegments one;
-      one.n = 1;
-      one.w[0] = dws[i]->view;
-      cudaError_t err;
-      const std::vector<float> alone = RunDqw(one, rows[i] * nt, act.get(), nt, tu, &err);
-      ASSERT_EQ(err, cudaSuccess);
-      EXPECT_EQ(Identical(together, alone, rows[i] * nt), 0) << "segment " << i << " nt=" << nt;
-      double worst = 0;
-      CountBad(hws[i], a, MakeRefs(hws[i], a), together, "segment " + std::to_string(i), &worst);
-    }
+    CheckSegmentsEqualOneLaunchEach(LaunchDqWgmma, tu, hws, dws, rows, a, act.get(), "dqw");
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -454,34 +472,12 @@ TEST(DqpWgmmaTest, SegmentsEqualOneLaunchPerWeight) {
     for (int64_t nt : {130, 512}) {
       const Acts a = MakeActs(k, nt);
       DeviceBuffer<uint16_t> act(a.layout);
-      std::vector<std::unique_ptr<DeviceBuffer<float>>> outs;
-      MmqSegments seg;
-      seg.n = 3;
-      for (int i = 0; i < 3; ++i) {
-        outs.push_back(std::make_unique<DeviceBuffer<float>>(rows[i] * nt + kGuard));
-        outs.back()->Poison();
-        seg.w[i] = dws[i]->view;
-        seg.y[i] = outs.back()->get();
-      }
       DqpTuning tu;
       tu.split_k = 0;
       tu.warpgroups = wg;
-      ASSERT_EQ(LaunchDqpWgmma(seg, act.get(), nt, nullptr, &tu), cudaSuccess);
-      SYNC();
-      for (int i = 0; i < 3; ++i) {
-        const std::vector<float> together = outs[i]->ToHost();
-        MmqSegments one;
-        one.n = 1;
-        one.w[0] = dws[i]->view;
-        cudaError_t err;
-        const std::vector<float> alone = RunDqp(one, rows[i] * nt, act.get(), nt, tu, &err);
-        ASSERT_EQ(err, cudaSuccess);
-        EXPECT_EQ(Identical(together, alone, rows[i] * nt), 0)
-            << "segment " << i << " nt=" << nt << " warpgroups=" << wg;
-        double worst = 0;
-        CountBad(hws[i], a, MakeRefs(hws[i], a), together, "dqp segment " + std::to_string(i),
-                 &worst);
-      }
+      CheckSegmentsEqualOneLaunchEach(LaunchDqpWgmma, tu, hws, dws, rows, a, act.get(),
+                                      "dqp warpgroups=" + std::to_string(wg));
+      if (HasFatalFailure()) return;
     }
   }
 }

@@ -482,6 +482,21 @@ int MmqMain(bool quick) {
   return 0;
 }
 
+// The 7B's matmul shapes the decode-batch and prompt tables time.
+struct DS {
+  const char* name;
+  GgmlType type;
+  int64_t rows, k;
+};
+constexpr DS kQkv = {"q4_K qkv 4608x3584", GgmlType::kQ4_K, 4608, 3584};
+constexpr DS kAttnO = {"q4_K attn_o 3584x3584", GgmlType::kQ4_K, 3584, 3584};
+constexpr DS kGate = {"q4_K gate 18944x3584", GgmlType::kQ4_K, 18944, 3584};
+constexpr DS kDownQ6 = {"q6_K down 3584x18944", GgmlType::kQ6_K, 3584, 18944};
+constexpr DS kDownQ4 = {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944};
+constexpr DS kOutput = {"q6_K output 152064x3584", GgmlType::kQ6_K, 152064, 3584};
+constexpr DS kGateQ8 = {"q8_0 gate 18944x3584", GgmlType::kQ8_0, 18944, 3584};
+constexpr DS kAttnOQ8 = {"q8_0 attn_o 3584x3584", GgmlType::kQ8_0, 3584, 3584};
+
 // --dq: the dequantizing f16 GEMM (dq_gemm.h) against the kernels a decode
 // batch ran before it (MMVQ up to 8 tokens, the staged few-token MMQ with 3
 // stages, the tiled MMQ with automatic split-k), on the 7B's shapes.
@@ -490,17 +505,7 @@ int DqMain() {
   const int reps = 5, batch = 8;
   void* ws = nullptr;
   CHECK_CUDA(cudaMalloc(&ws, MmqSplitKBytes()));
-  struct DS {
-    const char* name;
-    GgmlType type;
-    int64_t rows, k;
-  };
-  const DS shapes[] = {{"q4_K qkv 4608x3584", GgmlType::kQ4_K, 4608, 3584},
-                       {"q4_K attn_o 3584x3584", GgmlType::kQ4_K, 3584, 3584},
-                       {"q4_K gate 18944x3584", GgmlType::kQ4_K, 18944, 3584},
-                       {"q6_K down 3584x18944", GgmlType::kQ6_K, 3584, 18944},
-                       {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944},
-                       {"q6_K output 152064x3584", GgmlType::kQ6_K, 152064, 3584}};
+  const DS shapes[] = {kQkv, kAttnO, kGate, kDownQ6, kDownQ4, kOutput};
   std::printf("\n== decode-batch matmuls, DQ GEMM: us per call (weight GB/s)\n%-24s %4s | %14s %14s %14s | %14s %14s %14s %14s %14s %14s\n",
               "shape", "nt", "mmvq", "staged 3 st", "mmq split", "dq auto", "dq mt1", "dq mt2",
               "dq nosplit", "dq mt1 nosplit", "dq mt2 nosplit");
@@ -585,17 +590,7 @@ int DqwMain() {
   const int reps = 5, batch = 8;
   void* ws = nullptr;
   CHECK_CUDA(cudaMalloc(&ws, MmqSplitKBytes()));
-  struct DS {
-    const char* name;
-    GgmlType type;
-    int64_t rows, k;
-  };
-  const DS shapes[] = {{"q4_K qkv 4608x3584", GgmlType::kQ4_K, 4608, 3584},
-                       {"q4_K attn_o 3584x3584", GgmlType::kQ4_K, 3584, 3584},
-                       {"q4_K gate 18944x3584", GgmlType::kQ4_K, 18944, 3584},
-                       {"q6_K down 3584x18944", GgmlType::kQ6_K, 3584, 18944},
-                       {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944},
-                       {"q6_K output 152064x3584", GgmlType::kQ6_K, 152064, 3584}};
+  const DS shapes[] = {kQkv, kAttnO, kGate, kDownQ6, kDownQ4, kOutput};
   // Columns: the sm_80 DQ GEMM; the wgmma GEMM with the activation copies,
   // then as the backend runs it (TMA activations, MINFER_DQW_TMA=1);
   // split-k automatic everywhere.
@@ -675,18 +670,7 @@ int DqpMain() {
   const int reps = 5, batch = 4;
   void* ws = nullptr;
   CHECK_CUDA(cudaMalloc(&ws, MmqSplitKBytes()));
-  struct DS {
-    const char* name;
-    GgmlType type;
-    int64_t rows, k;
-  };
-  const DS shapes[] = {{"q4_K qkv 4608x3584", GgmlType::kQ4_K, 4608, 3584},
-                       {"q4_K attn_o 3584x3584", GgmlType::kQ4_K, 3584, 3584},
-                       {"q4_K gate 18944x3584", GgmlType::kQ4_K, 18944, 3584},
-                       {"q6_K down 3584x18944", GgmlType::kQ6_K, 3584, 18944},
-                       {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944},
-                       {"q8_0 gate 18944x3584", GgmlType::kQ8_0, 18944, 3584},
-                       {"q8_0 attn_o 3584x3584", GgmlType::kQ8_0, 3584, 3584}};
+  const DS shapes[] = {kQkv, kAttnO, kGate, kDownQ6, kDownQ4, kGateQ8, kAttnOQ8};
   std::printf("\n== prompt matmuls, wgmma prefill GEMM: us per call (weight GB/s, TFLOPS)\n"
               "%-24s %5s | %22s | %22s %22s\n", "shape", "nt", "dqw (launches of 256)", "dqp 2 wg",
               "dqp 4 wg");
@@ -760,16 +744,7 @@ int DecodeBatchMain() {
   const int reps = 5, batch = 8;
   void* ws = nullptr;
   CHECK_CUDA(cudaMalloc(&ws, MmqSplitKBytes()));
-  struct DS {
-    const char* name;
-    GgmlType type;
-    int64_t rows, k;
-  };
-  const DS shapes[] = {{"q4_K attn_o 3584x3584", GgmlType::kQ4_K, 3584, 3584},
-                       {"q4_K gate 18944x3584", GgmlType::kQ4_K, 18944, 3584},
-                       {"q6_K down 3584x18944", GgmlType::kQ6_K, 3584, 18944},
-                       {"q4_K down 3584x18944", GgmlType::kQ4_K, 3584, 18944},
-                       {"q6_K output 152064x3584", GgmlType::kQ6_K, 152064, 3584}};
+  const DS shapes[] = {kAttnO, kGate, kDownQ6, kDownQ4, kOutput};
   std::printf("\n== decode-batch matmuls: us per call (weight GB/s)\n%-24s %4s | %14s | %14s %14s %14s | %14s %14s %14s %14s %14s %14s\n",
               "shape", "nt", "mmvq", "small direct", "staged", "staged 3 st", "mmq", "split auto", "split 2",
               "split 4", "split 8", "split 16");
