@@ -321,7 +321,10 @@ TEST_F(TenantsDaemonTest, AQuotaHoldsAgainstConcurrentStreams) {
 }
 
 TEST_F(TenantsDaemonTest, ASmallTenantGetsAtLeastTheBigTenantsPerStreamRate) {
-  constexpr int kA = 16, kB = 2, kTokens = 48;
+  // Long enough that alpha's first wave is still decoding when its last
+  // stream has queued, even on a loaded 2-core CI machine (48 tokens took
+  // ~25 ms a wave there, shorter than starting 16 client threads).
+  constexpr int kA = 16, kB = 2, kTokens = 256;
   auto alpha = As("key-alpha");
   auto beta = As("key-beta");
   std::vector<absl::StatusOr<client::GenerateResult>> a(kA, absl::UnknownError("")),
@@ -333,10 +336,14 @@ TEST_F(TenantsDaemonTest, ASmallTenantGetsAtLeastTheBigTenantsPerStreamRate) {
     });
   }
   // Alpha holds every slot before beta arrives.
-  ASSERT_TRUE(testing::WaitFor([&] {
+  const bool alpha_holds_all = testing::WaitFor([&] {
     auto st = admin_->GetModelStatus("m");
     return st.ok() && st->active_sequences() == 8 && st->queued_sequences() == kA - 8;
-  }));
+  });
+  if (!alpha_holds_all) {
+    for (auto& t : threads) t.join();  // a failed test must not leave threads running
+    FAIL() << "alpha's 16 streams never held 8 slots with 8 queued";
+  }
   for (int i = 0; i < kB; ++i) {
     threads.emplace_back([&, i] {
       b[i] = beta->Generate(TextRequest("m", absl::StrCat("beta stream ", i), kTokens));
