@@ -372,6 +372,7 @@ void CudaBackend::RefreshKnobs() {
   k.dqw_warpgroups =
       static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_WARPGROUPS", knob_overrides_), 0, 2));
   k.dqw_tma = static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_TMA", knob_overrides_), 0, 2));
+  k.gemm_fuse = r.GetBool("MINFER_GEMM_FUSE", knob_overrides_);
   {
     const int64_t m = r.GetInt("MINFER_DQP_MIN_TOKENS", knob_overrides_);
     k.matmul.dqp_min_tokens = m <= 0 ? 0 : std::clamp<int64_t>(m, 2, 8192);

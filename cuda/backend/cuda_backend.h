@@ -131,7 +131,8 @@ class CudaBackend : public graph::Backend {
     int64_t moe_down_combine = 0;  // one-token MoeFFNs whose down ran with the combine
     int64_t moe_gate_quant = 0;    // MoeFFNs whose gate/up launch also quantized h
     int64_t moe_fused_act = 0;     // ... applied biases / gpt-oss's activation in its epilogue
-    int64_t residual_epilogue = 0;  // residual adds done in a matmul's epilogue
+    int64_t residual_epilogue = 0;  // residual adds done in a matmul's epilogue (or its reduce)
+    int64_t kept_partials = 0;      // split-k launches whose partials a consumer summed
     int64_t residual_launch = 0;    // ... by an Add launch after the matmul
   };
   const Stats& stats() const { return stats_; }
@@ -169,6 +170,7 @@ class CudaBackend : public graph::Backend {
     int dqw_warpgroups = 0;  // 0: by batch
     int dqw_tma = 1;         // MINFER_DQW_TMA (DqwTuning::act_load)
     int dqp_warpgroups = 0;  // MINFER_DQP_WARPGROUPS (DqpTuning::warpgroups); 0: by shape
+    bool gemm_fuse = true;   // MINFER_GEMM_FUSE (residual and split-k sums folded into neighbours)
     bool pdl = true;         // MINFER_PDL (applies on sm_90+)
     bool moe_mma = true;          // MINFER_MOE_MMA
     int64_t moe_mma_min_tokens = 16;  // MINFER_MOE_MMA_MIN_TOKENS
@@ -215,12 +217,23 @@ class CudaBackend : public graph::Backend {
   // and the DQ GEMM). Each weight runs the kernel ChooseMatmulKernel plans
   // for it, or that kernel's run-time fallback (matmul_choice.h).
   // residual (one weight only; may be null): ys[0] = residual + W x, in the
-  // MMVQ epilogue when that is the kernel, else by an Add launch after.
+  // epilogue of MMVQ and (MINFER_GEMM_FUSE) of the Hopper GEMMs when one of
+  // them is the kernel, else by an Add launch after.
   // allow_fp8 false: no weight takes the fp8 GEMM (FusedFFN's decode
   // batches: the CPU's emulation, their reference, keeps FusedFFN exact).
+  // sums (empty, or one per output): the caller sums split-k partials
+  // itself; output i is then the sum over z < sums[i].splits of
+  // sums[i].part[z * sums[i].stride + j] (splits 1: ys[i] itself, written),
+  // and the partials stay valid until the next matmul.
+  struct OutputSum {
+    const float* part = nullptr;
+    int splits = 1;
+    int64_t stride = 0;
+  };
   absl::Status MatMulWeights(const graph::Node& n, absl::Span<const WeightView* const> ws,
                              const graph::BufferRef& x, absl::Span<float* const> ys,
-                             const float* residual = nullptr, bool allow_fp8 = true);
+                             const float* residual = nullptr, bool allow_fp8 = true,
+                             absl::Span<OutputSum> sums = {});
   // The kernel a fused one-token launch (FusedQKV, FusedFFN) plans for
   // weight w: kMmvq or kMatvecF32 (no shape gate).
   MatmulKernel OneTokenKernel(const WeightView& w) const;
@@ -253,8 +266,9 @@ class CudaBackend : public graph::Backend {
   // y = silu(g) * u for node n's [k, rows] output (SwiGLU, and FusedFFN's
   // last step): written as the GEMMs that read it take it when mode 2
   // applies (MMQ's or the DQ GEMM's layout, the f32 range then dead), else
-  // as f32 at `out`.
-  absl::Status SwiGluInto(const graph::Node& n, const float* g, const float* u,
+  // as f32 at `out`. g and u as MatMulWeights' sums (partials only where
+  // the layout is the Hopper GEMM's: its SwiGLU sums them).
+  absl::Status SwiGluInto(const graph::Node& n, const OutputSum& g, const OutputSum& u,
                           const graph::BufferRef& out_ref, float* out, cudaStream_t st);
   void MarkDqOnly(const graph::BufferRef& out, int64_t k, int64_t nt, void* act);
 

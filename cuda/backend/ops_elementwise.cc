@@ -64,25 +64,37 @@ absl::Status CudaBackend::RunSilu(const OpArgs& o) {
 }
 
 absl::Status CudaBackend::RunSwiGlu(const OpArgs& o) {
-  return SwiGluInto(o.n, o.f(0), o.f(1), o.a.output, o.out, o.st);
+  return SwiGluInto(o.n, {o.f(0), 1, 0}, {o.f(1), 1, 0}, o.a.output, o.out, o.st);
 }
 
-absl::Status CudaBackend::SwiGluInto(const Node& n, const float* g, const float* u,
+absl::Status CudaBackend::SwiGluInto(const Node& n, const OutputSum& gs, const OutputSum& us,
                                      const BufferRef& out_ref, float* out, cudaStream_t st) {
   const int64_t k = n.shape.ne[0], rows = n.shape.rows();
   const ActivationLayout layout = ProducerLayout(n, k, rows);
+  if (layout == ActivationLayout::kDqwF16) {
+    // (Sums split-k partials where the caller kept them: MatMulWeights.)
+    ASSIGN_OR_RETURN(void* act, DqScratch(k, rows, layout));
+    RETURN_IF_ERROR(Check(LaunchSwiGluDqwParts(gs.part, gs.splits, gs.stride, us.part, us.splits,
+                                               us.stride, act, k, rows, st),
+                          "SwiGLU (DQ only)"));
+    MarkDqOnly(out_ref, k, rows, act);
+    return absl::OkStatus();
+  }
+  if (gs.splits != 1 || us.splits != 1) {
+    return absl::InternalError(absl::StrCat("cuda SwiGLU ", n.name,
+                                            ": split-k partials for a layout that cannot sum them"));
+  }
+  const float* const g = gs.part;
+  const float* const u = us.part;
   if (layout == ActivationLayout::kMmqInt8) {
     ASSIGN_OR_RETURN(void* act, Scratch("mmq_act", MmqActivationBytes(k, rows)));
     RETURN_IF_ERROR(Check(LaunchSwiGluMmq(g, u, act, k, rows, st), "SwiGLU (int8 only)"));
     MarkInt8Only(out_ref, k, rows, act);
     return absl::OkStatus();
   }
-  if (layout == ActivationLayout::kDqF16 || layout == ActivationLayout::kDqwF16) {
+  if (layout == ActivationLayout::kDqF16) {
     ASSIGN_OR_RETURN(void* act, DqScratch(k, rows, layout));
-    RETURN_IF_ERROR(Check(layout == ActivationLayout::kDqwF16
-                              ? LaunchSwiGluDqw(g, u, act, k, rows, st)
-                              : LaunchSwiGluDq(g, u, act, k, rows, st),
-                          "SwiGLU (DQ only)"));
+    RETURN_IF_ERROR(Check(LaunchSwiGluDq(g, u, act, k, rows, st), "SwiGLU (DQ only)"));
     MarkDqOnly(out_ref, k, rows, act);
     return absl::OkStatus();
   }

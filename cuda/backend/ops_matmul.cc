@@ -126,12 +126,22 @@ absl::StatusOr<void*> CudaBackend::MmqActivations(const Node& n, const BufferRef
 
 absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightView* const> ws,
                                         const BufferRef& x, absl::Span<float* const> ys,
-                                        const float* residual, bool allow_fp8) {
+                                        const float* residual, bool allow_fp8,
+                                        absl::Span<OutputSum> sums) {
   const int64_t nt = n.shape.ne[1], k = ws[0]->k;
   if (residual != nullptr && ws.size() != 1) {
     return absl::InternalError(absl::StrCat("cuda ", n.name, ": a residual with ", ws.size(),
                                             " weights"));
   }
+  if (!sums.empty() && (sums.size() != ys.size() || residual != nullptr)) {
+    return absl::InternalError(absl::StrCat("cuda ", n.name, ": ", sums.size(),
+                                            " output sums for ", ys.size(), " outputs"));
+  }
+  // Every output written where it lies unless a launch below keeps its
+  // partials for the caller.
+  for (size_t i = 0; i < sums.size(); ++i) sums[i] = OutputSum{ys[i], 1, 0};
+  // The Hopper GEMMs fold the residual and the caller's sums in.
+  const bool fuse = knobs_.gemm_fuse;
   bool residual_added = false;
   for (size_t i = 0; i < ws.size(); ++i) {
     if (ws[i]->k != k || k % 32 != 0) {
@@ -283,6 +293,21 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         MmqSegments seg;
         const size_t begin = i;
         take_run(&seg);
+        // What a fused launch did: the residual added, the run's partials
+        // kept for the caller (outputs begin .. i - 1).
+        SplitOutputs kept;
+        auto took_fused = [&](bool added, bool kept_asked) {
+          if (added) {
+            residual_added = true;
+            stats_.residual_epilogue++;
+          }
+          if (kept_asked) {
+            for (size_t j = begin; j < i; ++j) {
+              sums[j] = OutputSum{kept.part[j - begin], kept.splits, kept.stride};
+            }
+            if (kept.splits > 1) stats_.kept_partials++;
+          }
+        };
         ASSIGN_OR_RETURN(void* act, DqActivations(ActivationLayout::kDqwF16, n, x, xf, k, nt));
         const char* why = nullptr;
         cudaError_t err = cudaErrorNotSupported;
@@ -301,8 +326,15 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
           pt.warpgroups = knobs_.dqp_warpgroups > 0 ? knobs_.dqp_warpgroups
                           : nt >= 1024 && run_rows <= 4096 ? 4
                                                             : 2;
+          if (fuse) {
+            pt.residual = residual;
+            if (!sums.empty()) pt.kept = &kept;
+          }
           err = LaunchDqpWgmma(seg, act, nt, st, &pt, &why);
-          if (err == cudaSuccess) stats_.dqp_gemm++;
+          if (err == cudaSuccess) {
+            stats_.dqp_gemm++;
+            took_fused(pt.residual != nullptr, pt.kept != nullptr);
+          }
           if (err == cudaErrorNotSupported) {
             cudaGetLastError();
             if (knobs_.mmq_debug &&
@@ -325,17 +357,22 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
           dt.act_load_used = &act_load_used;
           // Past kDqwMaxTokens (MINFER_DQW_MAX_TOKENS above 256: a prefill),
           // launches of 256 tokens each: token rows are contiguous in the
-          // activations and in every output.
+          // activations and in every output (and the residual). Partials
+          // are kept for the caller only from one launch (each launch's
+          // reuse the workspace).
           err = cudaSuccess;
+          if (fuse && !sums.empty() && nt <= kDqwMaxTokens) dt.kept = &kept;
           for (int64_t t0 = 0; t0 < nt && err == cudaSuccess; t0 += kDqwMaxTokens) {
             const int64_t n = std::min<int64_t>(kDqwMaxTokens, nt - t0);
             MmqSegments part = seg;
             for (int j = 0; j < part.n; ++j) part.y[j] = seg.y[j] + t0 * seg.w[j].rows;
+            dt.residual = fuse && residual != nullptr ? residual + t0 * seg.w[0].rows : nullptr;
             err = LaunchDqWgmma(part, static_cast<const uint8_t*>(act) + t0 * k * 2, n, st, &dt,
                                 &why);
             if (err == cudaSuccess) {
               stats_.dqw_gemm++;
               if (act_load_used != 0) stats_.dqw_tma++;
+              took_fused(dt.residual != nullptr, dt.kept != nullptr);
             }
           }
         }
@@ -536,13 +573,19 @@ absl::Status CudaBackend::RunFusedFfn(const OpArgs& o) {
     }
     // (Sized for the largest decode batch at once: a growing scratch would
     // move under recorded graphs.)
-    ASSIGN_OR_RETURN(void* gu, Scratch("ffn_gate_up",
-                                       2 * nff * std::max(nt, device_.wgmma ? kDqwMaxTokens : kDqMaxTokens) * 4));
+    ASSIGN_OR_RETURN(void* gu, Scratch("ffn_gate_up", 2 * nff * std::max(nt, models::kFusedFfnMaxTokens) * 4));
     float* const gbuf = static_cast<float*>(gu);
     float* const ubuf = gbuf + nff * nt;
+    // Where the SwiGLU writes the Hopper GEMM's layout, it sums the gate/up
+    // launch's split-k partials itself (MINFER_GEMM_FUSE: the reduce's
+    // launch and a write and read of [gate | up] fewer, the same bits).
+    OutputSum sums[2] = {{gbuf, 1, 0}, {ubuf, 1, 0}};
+    const bool keep =
+        knobs_.gemm_fuse && ProducerLayout(n, nff, nt) == ActivationLayout::kDqwF16;
     RETURN_IF_ERROR(MatMulWeights(n, {g, u}, a.inputs[0], {gbuf, ubuf}, nullptr,
-                                  /*allow_fp8=*/false));
-    return SwiGluInto(n, gbuf, ubuf, a.output, out, st);
+                                  /*allow_fp8=*/false,
+                                  keep ? absl::MakeSpan(sums) : absl::Span<OutputSum>()));
+    return SwiGluInto(n, sums[0], sums[1], a.output, out, st);
   }
   // One token: gate and up on MMVQ (one launch with the SwiGLU) when both
   // plans say so, else both on the f32 matvec.

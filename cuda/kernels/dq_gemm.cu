@@ -367,28 +367,51 @@ __global__ void __launch_bounds__(kThreads) dq_gemm_kernel(const Params p) {
 // GEMM's (dq_wgmma.h, kEvensOdds true) puts each 16-group's evens first,
 // then its odds, so lane `sub` writes word sub % 4 of its 16-group's evens
 // and of its odds.
+//
+// Split-k partials (LaunchSwiGluDqwParts): x and u may each be the sum of
+// `xs` / `us` slabs (slab z at + z * stride), added in z order as
+// splitk::SumSplits does, so the values are the reduce's bits.
 template <bool kVec, bool kSwiGlu, bool kEvensOdds>
 __global__ void __launch_bounds__(256) quantize_dq_kernel(const float* __restrict__ x,
                                                           const float* __restrict__ u,
                                                           uint32_t* __restrict__ out,
-                                                          int64_t n_blocks) {
+                                                          int64_t n_blocks, int xs,
+                                                          int64_t x_stride, int us,
+                                                          int64_t u_stride) {
   pdl_enter();
   const int64_t gid = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   const int64_t blk = gid >> 3;
   const int sub = static_cast<int>(gid & 7);
   const bool active = blk < n_blocks;
-  auto load = [&](const float* src) {
+  auto load1 = [&](const float* src) {
     if constexpr (kVec) {
       return __ldg(reinterpret_cast<const float4*>(src));
     } else {
       return make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
     }
   };
+  auto load = [&](const float* src, int splits, int64_t stride) {
+    float4 v = load1(src);
+    for (int z0 = 1; z0 < splits; z0 += 4) {
+      float4 t[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (z0 + q < splits) t[q] = load1(src + static_cast<int64_t>(z0 + q) * stride);
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (z0 + q < splits) {
+          v = make_float4(v.x + t[q].x, v.y + t[q].y, v.z + t[q].z, v.w + t[q].w);
+        }
+      }
+    }
+    return v;
+  };
   float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
   if (active) {
-    v = load(x + blk * 32 + sub * 4);
+    v = load(x + blk * 32 + sub * 4, xs, x_stride);
     if constexpr (kSwiGlu) {
-      const float4 w = load(u + blk * 32 + sub * 4);
+      const float4 w = load(u + blk * 32 + sub * 4, us, u_stride);
       v = make_float4(silu_f(v.x) * w.x, silu_f(v.y) * w.y, silu_f(v.z) * w.z, silu_f(v.w) * w.w);
     }
   }
@@ -458,8 +481,13 @@ int64_t DqwActivationBytes(int64_t k, int64_t nt) { return DqActivationBytes(k, 
 namespace {
 template <bool kSwiGlu, bool kEvensOdds>
 cudaError_t LaunchQuantizeDqImpl(const float* x, const float* u, void* act, int64_t k, int64_t nt,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, int xs = 1, int64_t x_stride = 0,
+                                 int us = 1, int64_t u_stride = 0) {
   if (k < 0 || nt < 0 || k % 32 != 0) return cudaErrorInvalidValue;
+  if (xs < 1 || xs > 16 || us < 1 || us > 16 || (xs > 1 && x_stride < k * nt) ||
+      (us > 1 && u_stride < k * nt)) {
+    return cudaErrorInvalidValue;
+  }
   const int64_t n_blocks = k / 32 * nt;
   if (n_blocks == 0) return cudaSuccess;
   if (x == nullptr || (kSwiGlu && u == nullptr) || act == nullptr ||
@@ -471,13 +499,15 @@ cudaError_t LaunchQuantizeDqImpl(const float* x, const float* u, void* act, int6
   if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
   uint32_t* out = static_cast<uint32_t*>(act);
   const unsigned g = static_cast<unsigned>(grid);
-  if (reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-      (!kSwiGlu || reinterpret_cast<uintptr_t>(u) % 16 == 0)) {
+  // (A slab stride that is not a multiple of 4 floats misaligns the float4
+  // loads of every slab past the first.)
+  if (reinterpret_cast<uintptr_t>(x) % 16 == 0 && (xs == 1 || x_stride % 4 == 0) &&
+      (!kSwiGlu || (reinterpret_cast<uintptr_t>(u) % 16 == 0 && (us == 1 || u_stride % 4 == 0)))) {
     LaunchGrid(dq::quantize_dq_kernel<true, kSwiGlu, kEvensOdds>, g, 256, 0, stream, x, u, out,
-               n_blocks);
+               n_blocks, xs, x_stride, us, u_stride);
   } else {
     LaunchGrid(dq::quantize_dq_kernel<false, kSwiGlu, kEvensOdds>, g, 256, 0, stream, x, u, out,
-               n_blocks);
+               n_blocks, xs, x_stride, us, u_stride);
   }
   return cudaGetLastError();
 }
@@ -503,6 +533,13 @@ cudaError_t LaunchQuantizeDqw(const float* x, void* act, int64_t k, int64_t nt,
 cudaError_t LaunchSwiGluDqw(const float* g, const float* u, void* act, int64_t k, int64_t nt,
                             cudaStream_t stream) {
   return LaunchQuantizeDqImpl<true, true>(g, u, act, k, nt, stream);
+}
+
+cudaError_t LaunchSwiGluDqwParts(const float* g_part, int g_splits, int64_t g_stride,
+                                 const float* u_part, int u_splits, int64_t u_stride, void* act,
+                                 int64_t k, int64_t nt, cudaStream_t stream) {
+  return LaunchQuantizeDqImpl<true, true>(g_part, u_part, act, k, nt, stream, g_splits, g_stride,
+                                          u_splits, u_stride);
 }
 
 cudaError_t LaunchDqGemm(const MmqSegments& s, const void* act, int64_t nt, cudaStream_t stream,

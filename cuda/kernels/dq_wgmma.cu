@@ -430,13 +430,19 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
         p.splits > 1 ? (wr.sg == 0 ? p.seg[0].part : wr.sg == 1 ? p.seg[1].part : p.seg[2].part) +
                            static_cast<int64_t>(z) * p.split_stride
                      : (wr.sg == 0 ? p.seg[0].y : wr.sg == 1 ? p.seg[1].y : p.seg[2].y);
+    // The residual here where nothing splits (else the reduce adds it).
+    const float* const r = p.splits > 1 ? nullptr
+                                        : (wr.sg == 0 ? p.seg[0].r : wr.sg == 1 ? p.seg[1].r : p.seg[2].r);
 #pragma unroll
     for (int j = 0; j < N / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t row = wr.rbase + g + ((e >> 1) ? 8 : 0);
         const int tok = 8 * j + 2 * t + (e & 1);
-        if (row < wr.rows && tok < p.nt) y[static_cast<int64_t>(tok) * wr.rows + row] = acc[4 * j + e];
+        if (row < wr.rows && tok < p.nt) {
+          const int64_t at = static_cast<int64_t>(tok) * wr.rows + row;
+          y[at] = r != nullptr ? r[at] + acc[4 * j + e] : acc[4 * j + e];
+        }
       }
     }
   }
@@ -540,6 +546,13 @@ cudaError_t LaunchDqWgmma(const MmqSegments& s, const void* act, int64_t nt, cud
   const GgmlType type = s.w[0].type;
   const int64_t k = s.w[0].k;
   if (k <= 0 || k % 256 != 0 || k > (int64_t{1} << 30)) return cudaErrorInvalidValue;
+  const float* const residual = tuning != nullptr ? tuning->residual : nullptr;
+  SplitOutputs* const kept = tuning != nullptr ? tuning->kept : nullptr;
+  if (residual != nullptr && (s.n != 1 || kept != nullptr)) return cudaErrorInvalidValue;
+  if (kept != nullptr) {
+    *kept = SplitOutputs{};
+    for (int i = 0; i < s.n; ++i) kept->part[i] = s.y[i];
+  }
   if (nt == 0) return cudaSuccess;
   if (nt > kDqwMaxTokens) {
     *why_not = "more than 256 tokens";
@@ -569,6 +582,7 @@ cudaError_t LaunchDqWgmma(const MmqSegments& s, const void* act, int64_t nt, cud
     return e;
   }
   if (p.n_seg == 0) return cudaSuccess;
+  p.seg[0].r = residual;
   // The activation load (DqwTuning::act_load): the TMA forms need a tensor
   // map, and take the copies where none can be made.
   int act_load = tuning != nullptr ? tuning->act_load : 0;
@@ -608,7 +622,11 @@ cudaError_t LaunchDqWgmma(const MmqSegments& s, const void* act, int64_t nt, cud
   }
   dqw::Dispatch(type, warps, p, act_load, tmap, stream, true, &info);
   if (tuning != nullptr && tuning->act_load_used != nullptr) *tuning->act_load_used = act_load;
-  if (p.splits > 1) splitk::Reduce(p, stride, stream);
+  if (kept != nullptr) {
+    splitk::DescribeOutputs(s, p, kept);
+  } else if (p.splits > 1) {
+    splitk::Reduce(p, stride, stream);
+  }
   return cudaGetLastError();
 }
 

@@ -66,6 +66,26 @@ cudaError_t LaunchQuantizeDqw(const float* x, void* act, int64_t k, int64_t nt,
 // fusion; bit-identical to LaunchSwiGlu then LaunchQuantizeDqw).
 cudaError_t LaunchSwiGluDqw(const float* g, const float* u, void* act, int64_t k, int64_t nt,
                             cudaStream_t stream);
+// The same from split-k partials (SplitOutputs): g = the sum over z <
+// g_splits of g_part[z * g_stride + j], added in z order, u likewise; the
+// bits of the GEMM's reduce followed by LaunchSwiGluDqw. Splits 1..16
+// (1: the pointer is the output itself, stride unused).
+cudaError_t LaunchSwiGluDqwParts(const float* g_part, int g_splits, int64_t g_stride,
+                                 const float* u_part, int u_splits, int64_t u_stride, void* act,
+                                 int64_t k, int64_t nt, cudaStream_t stream);
+
+// Where a launch left its outputs when asked to keep its split-k partials
+// (DqwTuning::kept, DqpTuning::kept): segment i's output j is the sum
+// over z < splits of part[i][z * stride + j], added in z order (the bits
+// the launch's own reduce would have written); splits 1: part[i] is the
+// output itself (the launch did not split). The partials live in the
+// split workspace until the next launch that uses it: the consumer
+// (LaunchSwiGluDqwParts) must come first in stream order.
+struct SplitOutputs {
+  const float* part[kMmqMaxSegments] = {};
+  int splits = 1;
+  int64_t stride = 0;
+};
 
 struct DqwTuning {
   // Split-k as DqTuning (kMmqSplitAuto fills the resident CTA slots; >= 2
@@ -93,6 +113,15 @@ struct DqwTuning {
   // Tests only: a wrong atom stride in the activations' descriptor (the
   // reference check must then fail, so it can fail at all).
   bool debug_wrong_stride = false;
+  // y = residual + W act (one segment only; [nt][rows], may alias y): the
+  // bits of the product followed by LaunchAdd(residual, y, ...), added in
+  // the store (no split) or in the split-k reduce, so no Add launch.
+  const float* residual = nullptr;
+  // When not null: a launch that splits k leaves its partials unreduced
+  // and describes them here (a consumer sums them: one launch and one
+  // round trip of the outputs fewer); one that does not split writes y
+  // and says so (splits 1). Not with a residual.
+  SplitOutputs* kept = nullptr;
 };
 
 // y_i = W_i act, as LaunchDqGemm (segments, [nt][rows_i] outputs), for
@@ -131,6 +160,9 @@ struct DqpTuning {
   // Tokens per tile: 64 (a decode batch: two CTAs per SM), 128, or 0 = 64
   // for at most 64 tokens, else 128.
   int tile_tokens = 0;
+  // As DqwTuning's.
+  const float* residual = nullptr;
+  SplitOutputs* kept = nullptr;
 };
 
 // y_i = W_i act for 1 <= nt <= kDqpMaxTokens tokens, as LaunchDqWgmma

@@ -387,6 +387,9 @@ __global__ void __launch_bounds__(128 * (kWG + 1), (CtasOf<kWG, N>()))
       p.splits > 1 ? (wr.sg == 0 ? p.seg[0].part : wr.sg == 1 ? p.seg[1].part : p.seg[2].part) +
                          static_cast<int64_t>(z) * p.split_stride
                    : (wr.sg == 0 ? p.seg[0].y : wr.sg == 1 ? p.seg[1].y : p.seg[2].y);
+  // The residual here where nothing splits (else the reduce adds it).
+  const float* const r = p.splits > 1 ? nullptr
+                                      : (wr.sg == 0 ? p.seg[0].r : wr.sg == 1 ? p.seg[1].r : p.seg[2].r);
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int j = 0; j < N / 8; ++j) {
@@ -394,7 +397,10 @@ __global__ void __launch_bounds__(128 * (kWG + 1), (CtasOf<kWG, N>()))
     for (int e = 0; e < 4; ++e) {
       const int64_t row = wr.rbase + g + ((e >> 1) ? 8 : 0);
       const int tok = tok0 + 8 * j + 2 * t + (e & 1);
-      if (row < wr.rows && tok < p.nt) y[static_cast<int64_t>(tok) * wr.rows + row] = acc[4 * j + e];
+      if (row < wr.rows && tok < p.nt) {
+        const int64_t at = static_cast<int64_t>(tok) * wr.rows + row;
+        y[at] = r != nullptr ? r[at] + acc[4 * j + e] : acc[4 * j + e];
+      }
     }
   }
 #endif  // MINFER_SM90A_DEVICE
@@ -460,6 +466,13 @@ cudaError_t LaunchDqpWgmma(const MmqSegments& s, const void* act, int64_t nt, cu
   if ((wg != 2 && wg != 4) || (tile != 0 && tile != 64 && tile != 128)) {
     return cudaErrorInvalidValue;
   }
+  const float* const residual = tuning != nullptr ? tuning->residual : nullptr;
+  SplitOutputs* const kept = tuning != nullptr ? tuning->kept : nullptr;
+  if (residual != nullptr && (s.n != 1 || kept != nullptr)) return cudaErrorInvalidValue;
+  if (kept != nullptr) {
+    *kept = SplitOutputs{};
+    for (int i = 0; i < s.n; ++i) kept->part[i] = s.y[i];
+  }
   if (nt == 0) return cudaSuccess;
   if (!DqpSupports(type, s.w[0].q6k_padded)) {
     *why_not = type == GgmlType::kQ6_K ? "raw 210-byte Q6_K blocks"
@@ -484,6 +497,7 @@ cudaError_t LaunchDqpWgmma(const MmqSegments& s, const void* act, int64_t nt, cu
     return e;
   }
   if (p.n_seg == 0) return cudaSuccess;
+  p.seg[0].r = residual;
   // The token tile: 64 (two warpgroups) for a batch of at most 64 tokens,
   // else 128 (DqpTuning::tile_tokens).
   const int n = tile != 0 ? tile : nt <= 64 ? 64 : 128;
@@ -517,7 +531,11 @@ cudaError_t LaunchDqpWgmma(const MmqSegments& s, const void* act, int64_t nt, cu
     }
   }
   dqp::Dispatch(type, wg_run, n, p, tmap, stream, true, &info);
-  if (p.splits > 1) splitk::Reduce(p, stride, stream);
+  if (kept != nullptr) {
+    splitk::DescribeOutputs(s, p, kept);
+  } else if (p.splits > 1) {
+    splitk::Reduce(p, stride, stream);
+  }
   return cudaGetLastError();
 }
 

@@ -144,7 +144,9 @@ inline int64_t DecodeSplits(int64_t requested, int64_t tiles, int64_t slots, int
 }
 
 // One weight of a launch: its bytes and rows, its output [nt][rows], its
-// partials in split 0's slab (split-k), and its row groups.
+// partials in split 0's slab (split-k), its row groups, and the residual
+// added to its output (null: none; [nt][rows], may alias y: each element
+// is read and then written by one thread).
 struct Seg {
   const uint8_t* w;
   int64_t row_bytes;
@@ -152,6 +154,7 @@ struct Seg {
   float* y;
   float* part;
   int groups;
+  const float* r;
 };
 
 // The weights of a DQ GEMM launch (dq_gemm.cu, dq_wgmma.cu, dqp_wgmma.cu;
@@ -183,10 +186,29 @@ cudaError_t CopySegments(const S& s, int64_t nt, int64_t block_bytes, P* p, int6
     g.row_bytes = w.row_bytes;
     g.rows = w.rows;
     g.y = s.y[i];
+    g.r = nullptr;
     *weight_bytes += w.rows * w.row_bytes;
     *stride += nt * w.rows;
   }
   return cudaSuccess;
+}
+
+// For a launch asked to keep its partials: `out` (a SplitOutputs, dq_wgmma.h)
+// per weight i of `s`: slab 0 of its partials, or its output where the
+// launch did not split (and for a weight of 0 rows, which nothing reads).
+template <class S, class P, class O>
+void DescribeOutputs(const S& s, const P& p, O* out) {
+  int k = 0;
+  for (int i = 0; i < s.n; ++i) {
+    if (s.w[i].rows == 0) {
+      out->part[i] = s.y[i];
+      continue;
+    }
+    out->part[i] = p.splits > 1 ? p.seg[k].part : p.seg[k].y;
+    ++k;
+  }
+  out->splits = p.splits > 1 ? p.splits : 1;
+  out->stride = p.splits > 1 ? p.split_stride : 0;
 }
 
 // One warp's rows: row group `group` of the launch (16 * MT rows of one
@@ -219,31 +241,85 @@ __device__ __forceinline__ WarpRows RowsOf(const P& p, int group) {
   return r;
 }
 
-// y = sum over the splits' partials, in split order (per segment); one
-// thread per output.
-template <class P>
+// The sum of the splits' partials at `src` (slab z at src + z * stride), in
+// split order: v = p0, then v += p1, v += p2, ... (so any reader that sums
+// them this way gets the reduce's bits). The loads are issued four splits at
+// a time (a dependent chain of L2 round trips was most of a small reduce's
+// time). V is float or float4 (four consecutive outputs).
+template <class V>
+__device__ __forceinline__ V LoadV(const float* src) {
+  if constexpr (std::is_same_v<V, float4>) {
+    return __ldcg(reinterpret_cast<const float4*>(src));
+  } else {
+    return __ldcg(src);
+  }
+}
+__device__ __forceinline__ float AddV(float a, float b) { return a + b; }
+__device__ __forceinline__ float4 AddV(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+template <class V>
+__device__ __forceinline__ V SumSplits(const float* src, int splits, int64_t stride) {
+  V v = LoadV<V>(src);
+  for (int z0 = 1; z0 < splits; z0 += 4) {
+    V t[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      if (z0 + q < splits) t[q] = LoadV<V>(src + static_cast<int64_t>(z0 + q) * stride);
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      if (z0 + q < splits) v = AddV(v, t[q]);
+    }
+  }
+  return v;
+}
+
+// y = the sum over the splits' partials (SumSplits), then r + y where the
+// segment has a residual (the bits of the reduce followed by LaunchAdd(r,
+// y)); per segment, one thread per output (kVec false) or per four (kVec:
+// every segment's output count a multiple of 4, its y, partials and
+// residual 16-byte aligned, the slab stride a multiple of 4).
+template <class P, bool kVec>
 __global__ void reduce_kernel(const P p) {
   pdl_enter();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  using V = std::conditional_t<kVec, float4, float>;
+  constexpr int kW = kVec ? 4 : 1;
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kW;
   int64_t base = 0;
   for (int sg = 0; sg < p.n_seg; ++sg) {
     const auto& s = p.seg[sg];
     const int64_t n = static_cast<int64_t>(p.nt) * s.rows;
     if (i < base + n) {
       const int64_t j = i - base;
-      float v = __ldcg(s.part + j);
-      for (int z = 1; z < p.splits; ++z) v += __ldcg(s.part + z * p.split_stride + j);
-      s.y[j] = v;
+      V v = SumSplits<V>(s.part + j, p.splits, p.split_stride);
+      // (A plain load: r may alias y, which this thread writes next.)
+      if (s.r != nullptr) v = AddV(*reinterpret_cast<const V*>(s.r + j), v);
+      *reinterpret_cast<V*>(s.y + j) = v;
       return;
     }
     base += n;
   }
 }
 
-// Launches reduce_kernel over the launch's `outputs` outputs.
+// Launches reduce_kernel over the launch's `outputs` outputs (four per
+// thread where every segment allows it).
 template <class P>
 void Reduce(const P& p, int64_t outputs, cudaStream_t stream) {
-  LaunchGrid(reduce_kernel<P>, static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream, p);
+  bool vec = p.split_stride % 4 == 0;
+  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  for (int sg = 0; sg < p.n_seg; ++sg) {
+    const auto& s = p.seg[sg];
+    vec = vec && (static_cast<int64_t>(p.nt) * s.rows) % 4 == 0 && aligned(s.y) &&
+          aligned(s.part) && (s.r == nullptr || aligned(s.r));
+  }
+  if (vec) {
+    LaunchGrid(reduce_kernel<P, true>, static_cast<unsigned>((outputs / 4 + 255) / 256), 256, 0,
+               stream, p);
+  } else {
+    LaunchGrid(reduce_kernel<P, false>, static_cast<unsigned>((outputs + 255) / 256), 256, 0,
+               stream, p);
+  }
 }
 
 }  // namespace minfer::cuda::splitk

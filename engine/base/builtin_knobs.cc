@@ -229,6 +229,11 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "B=256 +19.6% over 0); 0 = cp.async by every thread; 2 = TMA multicast over clusters of "
        "two CTAs, each bringing half of every chunk into both (half the L2 reads, but the pair "
        "waits on each other: B=64 -21%, B=256 +6% over 0). The same results bit for bit."});
+  add({"MINFER_GEMM_FUSE", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "The Hopper GEMMs fold their neighbours' work in: a MatMul's residual is added in the "
+       "GEMM's store (or its split-k reduce) instead of an Add launch, and a decode batch's "
+       "gate/up partials are summed by the SwiGLU instead of a reduce launch. The same bits; "
+       "0 = the separate launches."});
   add({"MINFER_MMQ_SMALL_CHUNKS", KnobType::kInt, "2", KnobScope::kPerModel,
        KnobEffect::kRecapture,
        "The staged few-token GEMM's automatic split-k keeps at least this many 256-element "

@@ -190,8 +190,10 @@ class DecoderModel {
 // positions, cache rows and block table; logits for n_out selected rows and
 // their TopK candidates. Equal params give identical graphs.
 // The most tokens a GPU batch graph's FusedFFN covers (its backend keeps
-// gate and up in a scratch of 2 n_ff nt floats).
-inline constexpr int64_t kFusedFfnMaxTokens = 64;
+// gate and up in a scratch of 2 n_ff kFusedFfnMaxTokens floats): a decode
+// batch up to the Hopper GEMM's 256 tokens, so gate and up share one
+// launch and its SwiGLU can sum their split-k partials (MINFER_GEMM_FUSE).
+inline constexpr int64_t kFusedFfnMaxTokens = 256;
 
 struct BatchGraphParams {
   int64_t n_tokens = 1;

@@ -1868,6 +1868,49 @@ TEST(CudaMode2Test, DqOnlyProducersGiveTheSameLogits) {
   }
 }
 
+// MINFER_GEMM_FUSE: the Hopper GEMMs add a MatMul's residual in their store
+// or split-k reduce, and FusedFFN's SwiGLU sums the gate/up launch's
+// partials. Logits bit-identical with the separate Add and reduce launches,
+// over a 40-token prompt (FusedFFN, the register form), a 100-token one
+// (the register form's two warpgroups) and a 40-token one on the prefill
+// form; the fusions really ran on the tiny model. Elsewhere it skips.
+TEST(CudaGemmFuseTest, ResidualAndPartialSumsKeepLogitsBitIdentical) {
+  MINFER_REQUIRE_GPU();
+  if (!DqwAvailable()) GTEST_SKIP() << "needs an sm_90 GPU and the sm_90a code";
+  struct Case {
+    int n_tokens;
+    const char* dqp_min;
+  };
+  for (const Case c : {Case{40, "0"}, Case{100, "0"}, Case{40, "16"}}) {
+    for (const char* shape : {"tiny", "0.5b"}) {
+      SCOPED_TRACE(absl::StrCat(shape, " ", c.n_tokens, " tokens, MINFER_DQP_MIN_TOKENS ",
+                                c.dqp_min));
+      ScopedKnob dqp("MINFER_DQP_MIN_TOKENS", c.dqp_min);
+      std::vector<float> logits[2];
+      CudaBackend::Stats stats[2];
+      for (int fuse = 0; fuse < 2; ++fuse) {
+        ScopedKnob knob("MINFER_GEMM_FUSE", fuse ? "1" : "0");
+        const PrefillRun r = PrefillPrompt(shape, c.n_tokens);
+        ASSERT_FALSE(r.logits.empty());
+        logits[fuse] = r.logits;
+        stats[fuse] = r.stats;
+      }
+      ASSERT_EQ(logits[0].size(), logits[1].size());
+      EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+      EXPECT_EQ(stats[0].kept_partials, 0);
+      EXPECT_EQ(stats[0].residual_epilogue, 0);
+      std::cout << shape << " " << c.n_tokens << " tokens, dqp_min " << c.dqp_min
+                << ": residual adds in the GEMM " << stats[1].residual_epilogue
+                << " (Add launches " << stats[1].residual_launch << ", " << stats[0].residual_launch
+                << " unfused), kept partials " << stats[1].kept_partials << "\n";
+      if (std::string(shape) == "tiny") {
+        EXPECT_GT(stats[1].residual_epilogue, 0);
+        EXPECT_LT(stats[1].residual_launch, stats[0].residual_launch);
+      }
+    }
+  }
+}
+
 // Two prefill levers that must not change a bit: the QKV fusion (one
 // segmented MMQ launch per layer) and the W_dsc/W_exp scale planes built at
 // load. Logits of a 100-token prefill are bit-identical with each lever off,

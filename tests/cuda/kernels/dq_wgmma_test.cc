@@ -200,6 +200,58 @@ TEST(QuantizeDqwTest, LayoutIsTheQ8ValuesEvensThenOdds) {
   EXPECT_EQ(DqwActivationBytes(3584, 16), 3584 * 16 * 2);
 }
 
+// The SwiGLU that sums split-k partials (LaunchSwiGluDqwParts) writes the
+// bits of the reduce (slabs added in split order) followed by SwiGLU and
+// the prepass, for 1..16 slabs of gate and of up with their own strides,
+// aligned and not; it refuses what it cannot take.
+TEST(QuantizeDqwTest, SwiGluFromPartialsEqualsReduceThenSwiGlu) {
+  MINFER_REQUIRE_SM80_GPU();
+  for (int64_t k : {32, 3584}) {
+    for (int64_t nt : {1, 5, 64}) {
+      for (const auto& [gs, us] : {std::pair{1, 1}, std::pair{2, 2}, std::pair{5, 3},
+                                   std::pair{16, 1}}) {
+        // Strides: the [gate | up] workspace of one launch (2 k nt) and an
+        // odd one (not a multiple of 4: the scalar loads).
+        for (int64_t pad : {int64_t{0}, int64_t{3}}) {
+          const int64_t g_stride = 2 * k * nt + pad, u_stride = k * nt + pad;
+          const std::vector<float> g = RandomFloats(gs * g_stride, 2.0f);
+          const std::vector<float> u = RandomFloats(us * u_stride, 2.0f);
+          std::vector<float> gsum(k * nt), usum(k * nt);
+          for (int64_t j = 0; j < k * nt; ++j) {
+            float v = g[j];
+            for (int z = 1; z < gs; ++z) v += g[z * g_stride + j];
+            gsum[j] = v;
+            float w = u[j];
+            for (int z = 1; z < us; ++z) w += u[z * u_stride + j];
+            usum[j] = w;
+          }
+          DeviceBuffer<float> dg(g), du(u), dgs(gsum), dus(usum), prod(k * nt);
+          DeviceBuffer<uint16_t> want(k * nt), got(k * nt + 8);
+          got.Poison();
+          ASSERT_CUDA(LaunchSwiGlu(dgs.get(), dus.get(), prod.get(), k * nt, nullptr));
+          ASSERT_CUDA(LaunchQuantizeDqw(prod.get(), want.get(), k, nt, nullptr));
+          ASSERT_CUDA(LaunchSwiGluDqwParts(dg.get(), gs, g_stride, du.get(), us, u_stride,
+                                           got.get(), k, nt, nullptr));
+          SYNC();
+          std::vector<uint16_t> h = got.ToHost();
+          EXPECT_EQ(h[k * nt], 0xFFFF) << "wrote past the end";
+          h.resize(k * nt);
+          EXPECT_EQ(h, want.ToHost()) << "k=" << k << " nt=" << nt << " splits " << gs << "/" << us
+                                      << " pad " << pad;
+        }
+      }
+    }
+  }
+  DeviceBuffer<float> x(64 * 17);
+  DeviceBuffer<uint16_t> act(64);
+  EXPECT_EQ(LaunchSwiGluDqwParts(x.get(), 0, 32, x.get(), 1, 0, act.get(), 32, 1, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchSwiGluDqwParts(x.get(), 17, 32, x.get(), 1, 0, act.get(), 32, 1, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchSwiGluDqwParts(x.get(), 2, 31, x.get(), 1, 0, act.get(), 32, 1, nullptr),
+            cudaErrorInvalidValue);
+}
+
 // The descriptor's atom stride is what the layout says: a wrong one must
 // fail the bound (so the check below can fail at all).
 TEST(DqWgmmaTest, DescriptorStrideMatters) {
@@ -379,6 +431,132 @@ TEST(DqWgmmaTest, SegmentsEqualOneLaunchPerWeight) {
     CheckSegmentsEqualOneLaunchEach(LaunchDqWgmma, tu, hws, dws, rows, a, act.get(), "dqw");
     if (HasFatalFailure()) return;
   }
+}
+
+// What the Hopper GEMMs fold in (MINFER_GEMM_FUSE) keeps the bits of the
+// separate launches, in both forms, split and not: a residual (a fresh
+// output, and in place: the output holding the residual) gives r + y of
+// the plain launch (the host's f32 add is the Add kernel's); kept partials
+// summed on the host in split order give the plain launch's reduced y
+// (the reduce's float4 and scalar paths both: 77 rows at odd token counts
+// are not a multiple of 4 outputs); a launch that does not split says so.
+TEST(DqWgmmaTest, ResidualAndKeptPartialsKeepTheBits) {
+  MINFER_REQUIRE_DQW();
+  const int64_t ws_bytes = MmqSplitKBytes();
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  int64_t kept_split = 0, kept_whole = 0;
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (int64_t rows : {int64_t{77}, int64_t{600}}) {
+      const int64_t k = 3584;
+      const HostWeight hw = MakeWeight(type, rows, k, 1);
+      auto dw = Upload(hw, /*q6k_padded=*/true);
+      MmqSegments seg;
+      seg.n = 1;
+      seg.w[0] = dw->view;
+      for (int64_t nt : {1, 33, 64, 200}) {
+        const int64_t n = rows * nt;
+        const Acts a = MakeActs(k, nt);
+        DeviceBuffer<uint16_t> act(a.layout);
+        const std::vector<float> r = RandomFloats(n, 4.0f);
+        DeviceBuffer<float> dr(r);
+        for (int form : {0, 1}) {  // register form, prefill form
+          for (int split : {0, 3, kMmqSplitAuto}) {
+            std::ostringstream what;
+            what << (form == 0 ? "dqw " : "dqp ") << GgmlTypeName(type) << " rows=" << rows
+                 << " nt=" << nt << " split=" << split;
+            DqwTuning wt;
+            DqpTuning pt;
+            wt.split_workspace = pt.split_workspace = ws.get();
+            wt.split_bytes = pt.split_bytes = ws_bytes;
+            wt.split_k = pt.split_k = split;
+            wt.warpgroups = nt > 64 ? 2 : 1;
+            auto run = [&](const float* residual, SplitOutputs* kept, float* y_at,
+                           cudaError_t* err) {
+              wt.residual = pt.residual = residual;
+              wt.kept = pt.kept = kept;
+              MmqSegments s = seg;
+              if (y_at != nullptr) {
+                s.y[0] = y_at;
+                *err = form == 0 ? LaunchDqWgmma(s, act.get(), nt, nullptr, &wt)
+                                 : LaunchDqpWgmma(s, act.get(), nt, nullptr, &pt);
+                if (*err == cudaSuccess) *err = cudaDeviceSynchronize();
+                return std::vector<float>();
+              }
+              return form == 0 ? RunDqw(s, n, act.get(), nt, wt, err)
+                               : RunDqp(s, n, act.get(), nt, pt, err);
+            };
+            cudaError_t err;
+            const std::vector<float> y0 = run(nullptr, nullptr, nullptr, &err);
+            ASSERT_EQ(err, cudaSuccess) << what.str() << ": " << cudaGetErrorString(err);
+            double worst = 0;
+            CountBad(hw, a, MakeRefs(hw, a), y0, what.str(), &worst);
+            std::vector<float> want(n);
+            for (int64_t i = 0; i < n; ++i) want[i] = r[i] + y0[i];
+            const std::vector<float> yr = run(dr.get(), nullptr, nullptr, &err);
+            ASSERT_EQ(err, cudaSuccess) << what.str() << " residual";
+            EXPECT_EQ(Identical(yr, want, n), 0) << what.str() << " residual";
+            EXPECT_EQ(Bits(yr[n]), 0xFFFFFFFFu) << what.str() << ": wrote past the end";
+            // In place: the output already holds the residual.
+            DeviceBuffer<float> inplace(r);
+            (void)run(inplace.get(), nullptr, inplace.get(), &err);
+            ASSERT_EQ(err, cudaSuccess) << what.str() << " in place";
+            EXPECT_EQ(Identical(inplace.ToHost(), want, n), 0) << what.str() << " in place";
+            // Kept partials.
+            SplitOutputs kept;
+            const std::vector<float> yk = run(nullptr, &kept, nullptr, &err);
+            ASSERT_EQ(err, cudaSuccess) << what.str() << " kept";
+            if (kept.splits == 1) {
+              ++kept_whole;
+              EXPECT_EQ(Identical(yk, y0, n), 0) << what.str() << ": kept, not split";
+            } else {
+              ++kept_split;
+              ASSERT_GE(kept.stride, n) << what.str();
+              std::vector<float> slabs(kept.splits * kept.stride);
+              ASSERT_CUDA(cudaMemcpy(slabs.data(), kept.part[0], slabs.size() * 4,
+                                     cudaMemcpyDeviceToHost));
+              std::vector<float> sum(n);
+              for (int64_t j = 0; j < n; ++j) {
+                float v = slabs[j];
+                for (int z = 1; z < kept.splits; ++z) v += slabs[z * kept.stride + j];
+                sum[j] = v;
+              }
+              EXPECT_EQ(Identical(sum, y0, n), 0) << what.str() << ": kept partials' sum";
+              // The output itself was not written.
+              EXPECT_EQ(Bits(yk[0]), 0xFFFFFFFFu) << what.str() << ": kept, yet y written";
+            }
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+  std::cout << "[dqw fuse] kept partials: " << kept_split << " launches split, " << kept_whole
+            << " not\n";
+  EXPECT_GT(kept_split, 0);
+  EXPECT_GT(kept_whole, 0);
+  // A residual with two weights, or with kept partials: invalid calls.
+  const HostWeight hw = MakeWeight(GgmlType::kQ4_K, 64, 256, 0);
+  auto dw = Upload(hw, true);
+  DeviceBuffer<float> y(64 * 8 * 2), r(64 * 8);
+  const Acts a = MakeActs(256, 8);
+  DeviceBuffer<uint16_t> act(a.layout);
+  MmqSegments two;
+  two.n = 2;
+  two.w[0] = two.w[1] = dw->view;
+  two.y[0] = y.get();
+  two.y[1] = y.get() + 64 * 8;
+  DqwTuning wt;
+  wt.residual = r.get();
+  DqpTuning pt;
+  pt.residual = r.get();
+  EXPECT_EQ(LaunchDqWgmma(two, act.get(), 8, nullptr, &wt), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchDqpWgmma(two, act.get(), 8, nullptr, &pt), cudaErrorInvalidValue);
+  SplitOutputs kept;
+  two.n = 1;
+  wt.kept = &kept;
+  pt.kept = &kept;
+  EXPECT_EQ(LaunchDqWgmma(two, act.get(), 8, nullptr, &wt), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchDqpWgmma(two, act.get(), 8, nullptr, &pt), cudaErrorInvalidValue);
 }
 
 // The prefill form (LaunchDqpWgmma) against the exact dot, over both types,
