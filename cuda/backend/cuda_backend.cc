@@ -373,6 +373,8 @@ void CudaBackend::RefreshKnobs() {
       static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_WARPGROUPS", knob_overrides_), 0, 2));
   k.dqw_tma = static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_TMA", knob_overrides_), 0, 2));
   k.gemm_fuse = r.GetBool("MINFER_GEMM_FUSE", knob_overrides_);
+  k.dqw_split_k =
+      static_cast<int>(std::clamp<int64_t>(r.GetInt("MINFER_DQW_SPLIT_K", knob_overrides_), 0, 16));
   {
     const int64_t m = r.GetInt("MINFER_DQP_MIN_TOKENS", knob_overrides_);
     k.matmul.dqp_min_tokens = m <= 0 ? 0 : std::clamp<int64_t>(m, 2, 8192);
@@ -529,6 +531,7 @@ bool CudaBackend::SupportsOp(const Node& n) const {
 absl::Status CudaBackend::WriteHost(const BufferRef& dst, const void* src, int64_t bytes) {
   if (!sticky_.ok()) return Failed();
   std::unique_lock<std::recursive_mutex> lock = state_->Lock();
+  RETURN_IF_ERROR(ResolvePending());  // (before anything may overwrite their range)
   memos_.Invalidate(dst, bytes);
   ASSIGN_OR_RETURN(uint8_t * d, Ptr(dst, bytes));
   if (pinned_in_used_ + bytes > pinned_in_cap_) {
@@ -553,6 +556,7 @@ absl::Status CudaBackend::WriteHost(const BufferRef& dst, const void* src, int64
 absl::Status CudaBackend::ReadHost(const BufferRef& src, void* dst, int64_t bytes) {
   if (!sticky_.ok()) return Failed();
   std::unique_lock<std::recursive_mutex> lock = state_->Lock();
+  RETURN_IF_ERROR(ResolvePending());
   ASSIGN_OR_RETURN(uint8_t * s, Ptr(src, bytes));
   if (!knobs_.pinned_readback) {
     RETURN_IF_ERROR(Check(cudaMemcpyAsync(dst, s, bytes, cudaMemcpyDeviceToHost, state_->stream()),
@@ -626,6 +630,8 @@ absl::StatusOr<bool> CudaBackend::GraphReplay(uint64_t uid, int begin, int end, 
   // A recorded step holds the aborted communicators' kernels.
   RETURN_IF_ERROR(CheckCollective());
   BeginWindow();
+  // (A range never leaves sums pending for the next: see pending_.)
+  RETURN_IF_ERROR(ResolvePending());
   // Prefill-shaped splits record only with prefill capture on.
   const GraphRecorder::Outcome outcome =
       recorder_.Run(SplitKey{uid, begin, end}, pool_gen(), knobs_.graphs && !knobs_.op_timing,
@@ -639,7 +645,12 @@ absl::Status CudaBackend::Synchronize() {
     if (!sticky_.ok()) return Failed();
     return Check(cudaStreamSynchronize(state_->stream()), "synchronize");
   }
-  absl::Status result = recorder_.EndWindow(pool_gen());
+  absl::Status result = ResolvePending();
+  if (result.ok()) {
+    result = recorder_.EndWindow(pool_gen());
+  } else {
+    recorder_.AbortCapture(result);
+  }
   if (result.ok()) result = Check(cudaGetLastError(), "kernel launch");
   if (result.ok()) result = Check(cudaStreamSynchronize(state_->stream()), "stream synchronize");
   if (result.ok()) {
@@ -661,6 +672,7 @@ absl::Status CudaBackend::Synchronize() {
   }
   // Execution-window memos end here: buffer contents change meaning.
   memos_.EndWindow();
+  pending_.reset();
   moe_grouped_ = {};
   pinned_in_used_ = 0;
   window_.unlock();
@@ -670,7 +682,51 @@ absl::Status CudaBackend::Synchronize() {
 absl::Status CudaBackend::Flush() {
   if (!window_.owns_lock()) return absl::OkStatus();
   if (!sticky_.ok()) return Failed();
+  if (absl::Status s = ResolvePending(); !s.ok()) {
+    recorder_.AbortCapture(s);
+    return s;
+  }
   return recorder_.EndWindow(pool_gen());
+}
+
+absl::Status CudaBackend::ResolvePending() {
+  if (!pending_) return absl::OkStatus();
+  const PendingSums p = *pending_;
+  pending_.reset();
+  for (int i = 0; i < p.n; ++i) {
+    if (p.sum[i].splits <= 1) continue;  // the GEMM wrote it (with the residual)
+    RETURN_IF_ERROR(Check(LaunchSplitSum(p.sum[i].part, p.sum[i].splits, p.sum[i].stride,
+                                         i == 0 ? p.residual : nullptr, p.y[i], p.count[i],
+                                         state_->stream()),
+                          "split-k sum"));
+  }
+  stats_.pending_written++;
+  return absl::OkStatus();
+}
+
+const CudaBackend::PendingSums* CudaBackend::PendingAt(const BufferRef& x) const {
+  if (!pending_ || pending_->out.buffer != x.buffer || pending_->out.offset != x.offset) {
+    return nullptr;
+  }
+  return &*pending_;
+}
+
+void CudaBackend::KeepPending(const BufferRef& out, absl::Span<const OutputSum> sums,
+                              absl::Span<float* const> ys, absl::Span<const int64_t> counts,
+                              const float* residual) {
+  bool split = false;
+  for (const OutputSum& s : sums) split = split || s.splits > 1;
+  if (!split) return;
+  PendingSums p;
+  p.out = out;
+  p.n = static_cast<int>(sums.size());
+  for (int i = 0; i < p.n; ++i) {
+    p.sum[i] = sums[i];
+    p.y[i] = ys[i];
+    p.count[i] = counts[i];
+  }
+  p.residual = residual;
+  pending_ = p;
 }
 
 absl::Status CudaBackend::CheckCollective() const {
@@ -705,6 +761,13 @@ absl::Status CudaBackend::ExecuteNode(const Node& node, const ExecArgs& args) {
       s = memos_.CheckNotDead(node, in, in.bytes);
       if (!s.ok()) break;
     }
+  }
+  // Pending split-k sums (pending_) go to the next node only if it can sum
+  // them (its handler checks that they are its input); every other node
+  // that reads or writes anything finds them written.
+  if (s.ok() && pending_ && node.op != OpKind::kRmsNorm && node.op != OpKind::kQkvBiasRopeStore &&
+      node.op != OpKind::kView && node.op != OpKind::kReshape && node.op != OpKind::kInput) {
+    s = ResolvePending();
   }
   if (s.ok()) s = Dispatch(node, args);
   if (s.ok() && knobs_.op_timing) {

@@ -37,6 +37,7 @@
 #include <set>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -131,8 +132,11 @@ class CudaBackend : public graph::Backend {
     int64_t moe_down_combine = 0;  // one-token MoeFFNs whose down ran with the combine
     int64_t moe_gate_quant = 0;    // MoeFFNs whose gate/up launch also quantized h
     int64_t moe_fused_act = 0;     // ... applied biases / gpt-oss's activation in its epilogue
-    int64_t residual_epilogue = 0;  // residual adds done in a matmul's epilogue (or its reduce)
-    int64_t kept_partials = 0;      // split-k launches whose partials a consumer summed
+    int64_t residual_epilogue = 0;  // residual adds done in a matmul's epilogue (or its reduce or
+                                    // the next node's sum: pending_)
+    int64_t kept_partials = 0;      // split-k launches whose partials were kept (not reduced)
+    int64_t pending_summed = 0;     // ... whose next node summed them (RmsNorm, QkvBiasRopeStore)
+    int64_t pending_written = 0;    // ... written by LaunchSplitSum instead
     int64_t residual_launch = 0;    // ... by an Add launch after the matmul
   };
   const Stats& stats() const { return stats_; }
@@ -171,6 +175,7 @@ class CudaBackend : public graph::Backend {
     int dqw_tma = 1;         // MINFER_DQW_TMA (DqwTuning::act_load)
     int dqp_warpgroups = 0;  // MINFER_DQP_WARPGROUPS (DqpTuning::warpgroups); 0: by shape
     bool gemm_fuse = true;   // MINFER_GEMM_FUSE (residual and split-k sums folded into neighbours)
+    int dqw_split_k = 0;     // MINFER_DQW_SPLIT_K: 0 automatic, 1 none, N splits
     bool pdl = true;         // MINFER_PDL (applies on sm_90+)
     bool moe_mma = true;          // MINFER_MOE_MMA
     int64_t moe_mma_min_tokens = 16;  // MINFER_MOE_MMA_MIN_TOKENS
@@ -224,7 +229,8 @@ class CudaBackend : public graph::Backend {
   // sums (empty, or one per output): the caller sums split-k partials
   // itself; output i is then the sum over z < sums[i].splits of
   // sums[i].part[z * sums[i].stride + j] (splits 1: ys[i] itself, written),
-  // and the partials stay valid until the next matmul.
+  // plus the residual for output 0 where it split (the caller adds it: r +
+  // the sum), and the partials stay valid until the next matmul.
   struct OutputSum {
     const float* part = nullptr;
     int splits = 1;
@@ -375,6 +381,37 @@ class CudaBackend : public graph::Backend {
   // MMQ scratch) and the mode-2 dead ranges, each valid until a node (or a
   // host write) writes over its source range or the window ends.
   ActivationMemos memos_;
+  // Split-k sums left for the next node (MINFER_GEMM_FUSE): a MatMul with a
+  // residual, or FusedQKV, whose Hopper GEMM launches split k kept their
+  // partials instead of reducing them. The output range `out` is segment
+  // 0's `count[0]` outputs at y[0], then segment 1's... (FusedQKV's planar
+  // [q | k | v]); segment i is the sum of sum[i]'s slabs, plus `residual`
+  // for a MatMul's (splits 1: y[i] already holds its value). The next node
+  // sums them itself where it can (a RmsNorm writing the Hopper GEMM's
+  // layout; QkvBiasRopeStore), which saves the reduce's launch and a write
+  // and read of the range. Anything else first gets them written
+  // (ResolvePending): every other node, a range's end (the partials live
+  // in the split workspace, which the next GEMM reuses, and a recorded
+  // range must hold its producer's reduce), a host read.
+  struct PendingSums {
+    graph::BufferRef out;
+    int n = 0;
+    OutputSum sum[3];
+    float* y[3] = {nullptr, nullptr, nullptr};
+    int64_t count[3] = {0, 0, 0};
+    const float* residual = nullptr;
+  };
+  std::optional<PendingSums> pending_;
+  // Writes the pending sums (LaunchSplitSum) and forgets them.
+  absl::Status ResolvePending();
+  // The pending sums when they are exactly the range `x` (a node's input),
+  // else null.
+  const PendingSums* PendingAt(const graph::BufferRef& x) const;
+  // Leaves `sums` (MatMulWeights' for the outputs `ys` of node output
+  // `out`, with `residual`) pending when some segment split.
+  void KeepPending(const graph::BufferRef& out, absl::Span<const OutputSum> sums,
+                   absl::Span<float* const> ys, absl::Span<const int64_t> counts,
+                   const float* residual);
   MatmulDevice device_;  // its MmqRuns(): sm_80+, MMQ (and so mode 2) can run
   // The largest k of a weight the DQ GEMM takes (0: none): its activation
   // scratch holds kDqMaxTokens rows of it.

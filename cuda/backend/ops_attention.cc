@@ -77,13 +77,32 @@ absl::Status CudaBackend::RunQkvBiasRopeStore(const OpArgs& o) {
   const int64_t nt = n.shape.ne[2];
   const float *q, *k, *v;
   size_t pos_index;
-  if (graph::QkvParts(n) == 1) {
+  // FusedQKV's split-k partials (pending_), summed here as they are read.
+  QkvPartials partials;
+  bool from_partials = false;
+  if (const PendingSums* ps = PendingAt(a.inputs[0]);
+      ps != nullptr && graph::QkvParts(n) == 1 && ps->n == 3 && ps->residual == nullptr &&
+      ps->count[0] == nq * nt && ps->count[1] == nkv * nt && ps->count[2] == nkv * nt) {
+    for (int i = 0; i < 3; ++i) {
+      partials.splits[i] = ps->sum[i].splits;
+      partials.stride[i] = ps->sum[i].stride;
+    }
+    q = ps->sum[0].part;
+    k = ps->sum[1].part;
+    v = ps->sum[2].part;
+    pos_index = 1;
+    from_partials = true;
+    pending_.reset();
+    stats_.pending_summed++;
+  } else if (graph::QkvParts(n) == 1) {
+    RETURN_IF_ERROR(ResolvePending());
     // One planar FusedQKV output: q [nq, nt], k [nkv, nt], v [nkv, nt].
     q = o.f(0);
     k = q + nq * nt;
     v = k + nkv * nt;
     pos_index = 1;
   } else {
+    RETURN_IF_ERROR(ResolvePending());
     q = o.f(0);
     k = o.f(1);
     v = o.f(2);
@@ -125,7 +144,7 @@ absl::Status CudaBackend::RunQkvBiasRopeStore(const OpArgs& o) {
                                               : nullptr,
                                       qn ? static_cast<const float*>(qn->data) : nullptr,
                                       kn ? static_cast<const float*>(kn->data) : nullptr, p.eps,
-                                      &yarn),
+                                      &yarn, from_partials ? &partials : nullptr),
                "QkvBiasRopeStore");
 }
 

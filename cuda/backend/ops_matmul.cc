@@ -133,7 +133,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
     return absl::InternalError(absl::StrCat("cuda ", n.name, ": a residual with ", ws.size(),
                                             " weights"));
   }
-  if (!sums.empty() && (sums.size() != ys.size() || residual != nullptr)) {
+  if (!sums.empty() && sums.size() != ys.size()) {
     return absl::InternalError(absl::StrCat("cuda ", n.name, ": ", sums.size(),
                                             " output sums for ", ys.size(), " outputs"));
   }
@@ -305,17 +305,29 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
             for (size_t j = begin; j < i; ++j) {
               sums[j] = OutputSum{kept.part[j - begin], kept.splits, kept.stride};
             }
-            if (kept.splits > 1) stats_.kept_partials++;
+            if (kept.splits > 1) {
+              stats_.kept_partials++;
+              // Kept partials stay in the workspace for the caller: every
+              // later launch of this call splits into what is left after
+              // them (or not at all), never over them.
+              const int64_t used = (int64_t{kept.splits} * kept.stride * 4 + 15) / 16 * 16;
+              tuning.split_workspace = static_cast<uint8_t*>(tuning.split_workspace) + used;
+              tuning.split_bytes = std::max<int64_t>(0, tuning.split_bytes - used);
+            }
           }
         };
         ASSIGN_OR_RETURN(void* act, DqActivations(ActivationLayout::kDqwF16, n, x, xf, k, nt));
         const char* why = nullptr;
         cudaError_t err = cudaErrorNotSupported;
+        // (MINFER_DQW_SPLIT_K: 0 automatic, 1 none, N forced.)
+        const int split_k = !knobs_.mmq_split_k       ? 0
+                            : knobs_.dqw_split_k == 0 ? kMmqSplitAuto
+                                                      : knobs_.dqw_split_k;
         if (kernel == MatmulKernel::kDqpWgmma) {
           // A prompt: one launch over every token. Declined (no tensor map
           // could be made), the same activations take the register form below.
           DqpTuning pt;
-          pt.split_k = knobs_.mmq_split_k ? kMmqSplitAuto : 0;
+          pt.split_k = split_k;
           pt.split_workspace = tuning.split_workspace;
           pt.split_bytes = tuning.split_bytes;
           // Four warpgroups (256 rows per copy of the activations) where
@@ -346,7 +358,7 @@ absl::Status CudaBackend::MatMulWeights(const Node& n, absl::Span<const WeightVi
         }
         if (err == cudaErrorNotSupported) {
           DqwTuning dt;
-          dt.split_k = knobs_.mmq_split_k ? kMmqSplitAuto : 0;
+          dt.split_k = split_k;
           dt.split_workspace = tuning.split_workspace;
           dt.split_bytes = tuning.split_bytes;
           // Two warpgroups (one copy of the activations per 128 rows) pay
@@ -483,6 +495,16 @@ absl::Status CudaBackend::RunMatMul(const OpArgs& o) {
   float* out = o.out;
   ASSIGN_OR_RETURN(const WeightView* w, Weight(n.weights[0]));
   ASSIGN_OR_RETURN(const float* residual, ResidualInput(o, 1));  // graph.h: y = r + W x
+  if (knobs_.gemm_fuse && residual != nullptr) {
+    // The residual stream's next reader is a RmsNorm, which can sum the
+    // split-k partials with the residual itself (pending_).
+    OutputSum sum;
+    RETURN_IF_ERROR(MatMulWeights(n, {w}, a.inputs[0], {out}, residual, /*allow_fp8=*/true,
+                                  absl::MakeSpan(&sum, 1)));
+    const int64_t count = o.n_el;
+    KeepPending(a.output, {sum}, {out}, {count}, residual);
+    return absl::OkStatus();
+  }
   return MatMulWeights(n, {w}, a.inputs[0], {out}, residual);
 }
 
@@ -518,6 +540,18 @@ absl::Status CudaBackend::RunFusedQkv(const OpArgs& o) {
     if (y - out != n_el) {
       return absl::InvalidArgumentError(absl::StrCat("cuda FusedQKV ", n.name, ": weights give ",
                                                      y - out, " outputs, node holds ", n_el));
+    }
+    if (knobs_.gemm_fuse && ws.size() <= 3) {
+      // Its reader, QkvBiasRopeStore, can sum the split-k partials itself
+      // (pending_).
+      OutputSum sums[3];
+      int64_t counts[3];
+      for (size_t i = 0; i < ws.size(); ++i) counts[i] = ws[i]->rows * n.shape.ne[1];
+      RETURN_IF_ERROR(MatMulWeights(n, ws, a.inputs[0], ys, nullptr, /*allow_fp8=*/true,
+                                    absl::MakeSpan(sums, ws.size())));
+      KeepPending(a.output, absl::MakeConstSpan(sums, ws.size()), ys,
+                  absl::MakeConstSpan(counts, ws.size()), nullptr);
+      return absl::OkStatus();
     }
     return MatMulWeights(n, ws, a.inputs[0], ys);
   }

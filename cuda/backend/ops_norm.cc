@@ -33,6 +33,30 @@ absl::Status CudaBackend::RunNorm(const OpArgs& o) {
   // QkNorm's reader is attention: f32).
   const ActivationLayout layout =
       n.op == OpKind::kRmsNorm ? ProducerLayout(n, ne0, rows) : ActivationLayout::kF32;
+  // Pending split-k sums (pending_) as this norm's input: summed here with
+  // the residual, written to the residual stream and normalized in one
+  // launch, where the norm writes the Hopper GEMM's layout; written first
+  // otherwise.
+  if (const PendingSums* p = PendingAt(a.inputs[0]);
+      p != nullptr && n.op == OpKind::kRmsNorm && layout == ActivationLayout::kDqwF16 &&
+      p->n == 1 && p->count[0] == ne0 * rows) {
+    ASSIGN_OR_RETURN(void* act, DqScratch(ne0, rows, layout));
+    const PendingSums q = *p;
+    pending_.reset();
+    if (q.sum[0].splits > 1) {
+      RETURN_IF_ERROR(Check(LaunchRmsNormDqwParts(q.sum[0].part, q.sum[0].splits, q.sum[0].stride,
+                                                  q.residual, q.y[0], w, n.p.eps, act, ne0, rows,
+                                                  st),
+                            "RmsNorm (DQ only, from partials)"));
+    } else {
+      RETURN_IF_ERROR(Check(LaunchRmsNormDqw(q.y[0], w, n.p.eps, act, ne0, rows, st),
+                            "RmsNorm (DQ only)"));
+    }
+    stats_.pending_summed++;
+    MarkDqOnly(a.output, ne0, rows, act);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(ResolvePending());
   if (layout == ActivationLayout::kMmqInt8) {
     // Mode 2: the GEMMs that read this norm get their activation layout
     // from it; the f32 output is never written.

@@ -535,6 +535,45 @@ cudaError_t LaunchSwiGluDqw(const float* g, const float* u, void* act, int64_t k
   return LaunchQuantizeDqImpl<true, true>(g, u, act, k, nt, stream);
 }
 
+namespace {
+// y = r + the sum of the splits (splitk::SumSplits), four outputs per
+// thread where aligned (kVec).
+template <bool kVec>
+__global__ void split_sum_kernel(const float* part, int splits, int64_t stride, const float* r,
+                                 float* y, int64_t n) {
+  pdl_enter();
+  using V = std::conditional_t<kVec, float4, float>;
+  constexpr int kW = kVec ? 4 : 1;
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kW;
+  if (i >= n) return;
+  V v = splitk::SumSplits<V>(part + i, splits, stride);
+  // (A plain load: r may alias y.)
+  if (r != nullptr) v = splitk::AddV(*reinterpret_cast<const V*>(r + i), v);
+  *reinterpret_cast<V*>(y + i) = v;
+}
+}  // namespace
+
+cudaError_t LaunchSplitSum(const float* part, int splits, int64_t stride, const float* r, float* y,
+                           int64_t n, cudaStream_t stream) {
+  if (n < 0 || splits < 1 || splits > 16 || (splits > 1 && stride < n)) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (part == nullptr || y == nullptr) return cudaErrorInvalidValue;
+  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  const bool vec = n % 4 == 0 && (splits == 1 || stride % 4 == 0) && aligned(part) && aligned(y) &&
+                   (r == nullptr || aligned(r));
+  const int64_t threads = vec ? n / 4 : n;
+  const int64_t grid = (threads + 255) / 256;
+  if (grid > 0x7FFFFFFF) return cudaErrorInvalidValue;
+  if (vec) {
+    LaunchGrid(split_sum_kernel<true>, static_cast<unsigned>(grid), 256, 0, stream, part, splits,
+               stride, r, y, n);
+  } else {
+    LaunchGrid(split_sum_kernel<false>, static_cast<unsigned>(grid), 256, 0, stream, part, splits,
+               stride, r, y, n);
+  }
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchSwiGluDqwParts(const float* g_part, int g_splits, int64_t g_stride,
                                  const float* u_part, int u_splits, int64_t u_stride, void* act,
                                  int64_t k, int64_t nt, cudaStream_t stream) {

@@ -548,7 +548,7 @@ cudaError_t LaunchDqWgmma(const MmqSegments& s, const void* act, int64_t nt, cud
   if (k <= 0 || k % 256 != 0 || k > (int64_t{1} << 30)) return cudaErrorInvalidValue;
   const float* const residual = tuning != nullptr ? tuning->residual : nullptr;
   SplitOutputs* const kept = tuning != nullptr ? tuning->kept : nullptr;
-  if (residual != nullptr && (s.n != 1 || kept != nullptr)) return cudaErrorInvalidValue;
+  if (residual != nullptr && s.n != 1) return cudaErrorInvalidValue;
   if (kept != nullptr) {
     *kept = SplitOutputs{};
     for (int i = 0; i < s.n; ++i) kept->part[i] = s.y[i];

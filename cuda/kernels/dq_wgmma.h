@@ -87,6 +87,13 @@ struct SplitOutputs {
   int64_t stride = 0;
 };
 
+// y[i] = r[i] + the sum over z < splits of part[z * stride + i] (z order;
+// no r: the sum alone), i < n: a split-k GEMM's reduce, for partials its
+// launch kept (a consumer that cannot sum them gets them written). y may
+// alias r. splits 1..16.
+cudaError_t LaunchSplitSum(const float* part, int splits, int64_t stride, const float* r, float* y,
+                           int64_t n, cudaStream_t stream);
+
 struct DqwTuning {
   // Split-k as DqTuning (kMmqSplitAuto fills the resident CTA slots; >= 2
   // forces; 0 off), partials in the workspace, added in split order.
@@ -119,8 +126,9 @@ struct DqwTuning {
   const float* residual = nullptr;
   // When not null: a launch that splits k leaves its partials unreduced
   // and describes them here (a consumer sums them: one launch and one
-  // round trip of the outputs fewer); one that does not split writes y
-  // and says so (splits 1). Not with a residual.
+  // round trip of the outputs fewer), without the residual, which the
+  // consumer then adds (r + the sum); one that does not split writes y
+  // (with the residual) and says so (splits 1).
   SplitOutputs* kept = nullptr;
 };
 

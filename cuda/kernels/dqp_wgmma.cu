@@ -468,7 +468,7 @@ cudaError_t LaunchDqpWgmma(const MmqSegments& s, const void* act, int64_t nt, cu
   }
   const float* const residual = tuning != nullptr ? tuning->residual : nullptr;
   SplitOutputs* const kept = tuning != nullptr ? tuning->kept : nullptr;
-  if (residual != nullptr && (s.n != 1 || kept != nullptr)) return cudaErrorInvalidValue;
+  if (residual != nullptr && s.n != 1) return cudaErrorInvalidValue;
   if (kept != nullptr) {
     *kept = SplitOutputs{};
     for (int i = 0; i < s.n; ++i) kept->part[i] = s.y[i];

@@ -21,6 +21,7 @@
 // (up to kCache float4 per thread) between the reduction and the output pass.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/launch.cuh"
@@ -122,14 +123,59 @@ struct DqwSink {
   }
 };
 
+// Where a row's values come from: load(j) the first read of float4 j,
+// reload(j) a second one (the output pass, past the register cache).
+// PlainRow: the row as stored (x). PartsRow: the sum of a split-k GEMM's
+// partials (splitk::SumSplits' order) plus the residual, written to x_out
+// as it is first read (each element by the thread that reads it), and read
+// back from there (x_out may alias the residual, so summing again would
+// add the sum twice).
+template <bool kAligned>
+struct PlainRow {
+  const float* x;
+  __device__ __forceinline__ float4 load(int j) const { return load4<kAligned>(x, j); }
+  __device__ __forceinline__ float4 reload(int j) const { return load4<kAligned>(x, j); }
+};
+template <bool kAligned>
+struct PartsRow {
+  const float* part;  // this row in slab 0
+  int splits;
+  int64_t stride;
+  const float* r;  // this row of the residual, or null
+  float* x_out;    // this row of the output
+  __device__ __forceinline__ float4 load(int j) const {
+    float4 v = load4<kAligned>(part, j);
+    for (int z0 = 1; z0 < splits; z0 += 4) {
+      float4 t[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (z0 + q < splits) t[q] = load4<kAligned>(part + static_cast<int64_t>(z0 + q) * stride, j);
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (z0 + q < splits) {
+          v = make_float4(v.x + t[q].x, v.y + t[q].y, v.z + t[q].z, v.w + t[q].w);
+        }
+      }
+    }
+    if (r != nullptr) {
+      const float4 a = load4<kAligned>(r, j);
+      v = make_float4(a.x + v.x, a.y + v.y, a.z + v.z, a.w + v.w);
+    }
+    store4<kAligned>(x_out, j, v);
+    return v;
+  }
+  __device__ __forceinline__ float4 reload(int j) const { return load4<kAligned>(x_out, j); }
+};
+
 // x may equal y: every element is read and written by the same thread, and
 // all reads of an element precede its write.
 //
 // Normalizes row `r` with `kGroup` threads (index `t` in the group). kGroup is
 // 32 (the caller's warp) or kBlockThreads (the whole block, which then shares
-// `scratch` for the reduction).
-template <int kGroup, bool kAligned, class Sink>
-__device__ __forceinline__ void rms_row(const float* x, const float* __restrict__ w, float eps,
+// `scratch` for the reduction). `x` is the row's source (PlainRow, PartsRow).
+template <int kGroup, bool kAligned, class Src, class Sink>
+__device__ __forceinline__ void rms_row(const Src& x, const float* __restrict__ w, float eps,
                                         float* y, const Sink& sink, int ne0, int t,
                                         double* scratch) {
   const int n4 = ne0 >> 2;
@@ -138,14 +184,14 @@ __device__ __forceinline__ void rms_row(const float* x, const float* __restrict_
 #pragma unroll
   for (int k = 0; k < kCache; ++k) {
     const int j = t + k * kGroup;
-    cache[k] = j < n4 ? load4<kAligned>(x, j) : make_float4(0.f, 0.f, 0.f, 0.f);
+    cache[k] = j < n4 ? x.load(j) : make_float4(0.f, 0.f, 0.f, 0.f);
     ss = fma(static_cast<double>(cache[k].x), static_cast<double>(cache[k].x), ss);
     ss = fma(static_cast<double>(cache[k].y), static_cast<double>(cache[k].y), ss);
     ss = fma(static_cast<double>(cache[k].z), static_cast<double>(cache[k].z), ss);
     ss = fma(static_cast<double>(cache[k].w), static_cast<double>(cache[k].w), ss);
   }
   for (int j = t + kCache * kGroup; j < n4; j += kGroup) {  // rows beyond the cache
-    const float4 v = load4<kAligned>(x, j);
+    const float4 v = x.load(j);
     ss = fma(static_cast<double>(v.x), static_cast<double>(v.x), ss);
     ss = fma(static_cast<double>(v.y), static_cast<double>(v.y), ss);
     ss = fma(static_cast<double>(v.z), static_cast<double>(v.z), ss);
@@ -186,7 +232,7 @@ __device__ __forceinline__ void rms_row(const float* x, const float* __restrict_
   for (int jb = kCache * kGroup + lane_base; jb < n4; jb += kGroup) {
     const int j = jb + (t & 31);
     const bool active = j < n4;
-    const float4 o = active ? normalize(load4<kAligned>(x, j), j) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 o = active ? normalize(x.reload(j), j) : make_float4(0.f, 0.f, 0.f, 0.f);
     if (active && y != nullptr) store4<kAligned>(y, j, o);
     if (sink.on()) sink.put(o, active, j);
   }
@@ -223,61 +269,91 @@ struct DqSinks {
   }
 };
 
-template <bool kAligned, class Sinks>
+// The sources of the rows: x [rows][ne0] as stored, or split-k partials
+// and a residual (PartsRow).
+template <bool kAligned>
+struct PlainRows {
+  const float* x;
+  __device__ __forceinline__ PlainRow<kAligned> row(int64_t r, int ne0) const {
+    return PlainRow<kAligned>{x + r * ne0};
+  }
+};
+template <bool kAligned>
+struct PartsRows {
+  const float* part;
+  int splits;
+  int64_t stride;
+  const float* r;
+  float* x_out;
+  __device__ __forceinline__ PartsRow<kAligned> row(int64_t i, int ne0) const {
+    return PartsRow<kAligned>{part + i * ne0, splits, stride, r != nullptr ? r + i * ne0 : nullptr,
+                              x_out + i * ne0};
+  }
+};
+
+template <bool kAligned, template <bool> class Srcs, class Sinks>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
-    rms_norm_warp_kernel(const float* x, const float* __restrict__ w, float eps, float* y,
+    rms_norm_warp_kernel(const Srcs<kAligned> x, const float* __restrict__ w, float eps, float* y,
                          Sinks sinks, int ne0, int64_t rows) {
   pdl_enter();
   const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpRowsPerBlock) + (threadIdx.x >> 5);
   if (r >= rows) return;  // whole warps exit together
-  rms_row<32, kAligned>(x + r * ne0, w, eps, y != nullptr ? y + r * ne0 : nullptr,
+  rms_row<32, kAligned>(x.row(r, ne0), w, eps, y != nullptr ? y + r * ne0 : nullptr,
                         sinks.row(r, ne0), ne0, threadIdx.x & 31, nullptr);
 }
 
-template <bool kAligned, class Sinks>
+template <bool kAligned, template <bool> class Srcs, class Sinks>
 __global__ void __launch_bounds__(kBlockThreads)
-    rms_norm_block_kernel(const float* x, const float* __restrict__ w, float eps, float* y,
+    rms_norm_block_kernel(const Srcs<kAligned> x, const float* __restrict__ w, float eps, float* y,
                           Sinks sinks, int ne0, int64_t rows) {
   pdl_enter();
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    rms_row<kBlockThreads, kAligned>(x + r * ne0, w, eps, y != nullptr ? y + r * ne0 : nullptr,
+    rms_row<kBlockThreads, kAligned>(x.row(r, ne0), w, eps, y != nullptr ? y + r * ne0 : nullptr,
                                      sinks.row(r, ne0), ne0, threadIdx.x, scratch);
   }
 }
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-template <class Sinks>
-cudaError_t LaunchRms(const float* x, const float* w, float eps, float* y, Sinks sinks,
-                      int64_t ne0, int64_t rows, cudaStream_t stream) {
-  // Rows start at multiples of ne0 floats (16 bytes), so checking the bases
-  // suffices for every row.
-  const bool aligned =
-      Aligned16(x) && (w == nullptr || Aligned16(w)) && (y == nullptr || Aligned16(y));
+// `make(aligned)` gives the rows' source (PlainRows / PartsRows of that
+// alignment); `aligned_src` says whether every pointer it reads and writes
+// is 16-byte aligned (rows start at multiples of ne0 floats, 16 bytes, so
+// checking the bases suffices for every row).
+template <template <bool> class Srcs, class Make, class Sinks>
+cudaError_t LaunchRmsFrom(const Make& make, bool aligned_src, const float* w, float eps, float* y,
+                          Sinks sinks, int64_t ne0, int64_t rows, cudaStream_t stream) {
+  const bool aligned = aligned_src && (w == nullptr || Aligned16(w)) && (y == nullptr || Aligned16(y));
   const int n = static_cast<int>(ne0);
   if (ne0 <= 4 * 32 * kCache) {
     const int64_t blocks = (rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
     if (blocks > 0x7FFFFFFF) return cudaErrorInvalidValue;
     const unsigned b = static_cast<unsigned>(blocks);
     if (aligned) {
-      LaunchGrid(rms_norm_warp_kernel<true, Sinks>, b, 32 * kWarpRowsPerBlock, 0, stream, x, w, eps,
-                 y, sinks, n, rows);
+      LaunchGrid(rms_norm_warp_kernel<true, Srcs, Sinks>, b, 32 * kWarpRowsPerBlock, 0, stream,
+                 make(std::true_type{}), w, eps, y, sinks, n, rows);
     } else {
-      LaunchGrid(rms_norm_warp_kernel<false, Sinks>, b, 32 * kWarpRowsPerBlock, 0, stream, x, w,
-                 eps, y, sinks, n, rows);
+      LaunchGrid(rms_norm_warp_kernel<false, Srcs, Sinks>, b, 32 * kWarpRowsPerBlock, 0, stream,
+                 make(std::false_type{}), w, eps, y, sinks, n, rows);
     }
   } else {
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
     if (aligned) {
-      LaunchGrid(rms_norm_block_kernel<true, Sinks>, blocks, kBlockThreads, 0, stream, x, w, eps, y,
-                 sinks, n, rows);
+      LaunchGrid(rms_norm_block_kernel<true, Srcs, Sinks>, blocks, kBlockThreads, 0, stream,
+                 make(std::true_type{}), w, eps, y, sinks, n, rows);
     } else {
-      LaunchGrid(rms_norm_block_kernel<false, Sinks>, blocks, kBlockThreads, 0, stream, x, w, eps,
-                 y, sinks, n, rows);
+      LaunchGrid(rms_norm_block_kernel<false, Srcs, Sinks>, blocks, kBlockThreads, 0, stream,
+                 make(std::false_type{}), w, eps, y, sinks, n, rows);
     }
   }
   return cudaGetLastError();
+}
+
+template <class Sinks>
+cudaError_t LaunchRms(const float* x, const float* w, float eps, float* y, Sinks sinks,
+                      int64_t ne0, int64_t rows, cudaStream_t stream) {
+  auto make = [x](auto aligned) { return PlainRows<decltype(aligned)::value>{x}; };
+  return LaunchRmsFrom<PlainRows>(make, Aligned16(x), w, eps, y, sinks, ne0, rows, stream);
 }
 
 }  // namespace
@@ -332,6 +408,24 @@ cudaError_t LaunchRmsNormDqw(const float* x, const float* w, float eps, void* ac
     return cudaErrorInvalidValue;
   }
   return LaunchRms(x, w, eps, nullptr, DqwSinks{static_cast<uint32_t*>(act)}, ne0, nt, stream);
+}
+
+cudaError_t LaunchRmsNormDqwParts(const float* part, int splits, int64_t stride, const float* r,
+                                  float* x_out, const float* w, float eps, void* act, int64_t ne0,
+                                  int64_t nt, cudaStream_t stream) {
+  if (nt <= 0) return cudaSuccess;
+  if (ne0 <= 0 || ne0 % 32 != 0 || ne0 > (int64_t{1} << 30) || part == nullptr ||
+      x_out == nullptr || act == nullptr || reinterpret_cast<uintptr_t>(act) % 16 != 0 ||
+      splits < 1 || splits > 16 || (splits > 1 && stride < ne0 * nt)) {
+    return cudaErrorInvalidValue;
+  }
+  const bool aligned = Aligned16(part) && (splits == 1 || stride % 4 == 0) &&
+                       (r == nullptr || Aligned16(r)) && Aligned16(x_out);
+  auto make = [&](auto a) {
+    return PartsRows<decltype(a)::value>{part, splits, stride, r, x_out};
+  };
+  return LaunchRmsFrom<PartsRows>(make, aligned, w, eps, nullptr,
+                                  DqwSinks{static_cast<uint32_t*>(act)}, ne0, nt, stream);
 }
 
 }  // namespace minfer::cuda

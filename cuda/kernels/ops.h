@@ -84,6 +84,15 @@ cudaError_t LaunchRmsNormDq(const float* x, const float* w, float eps, void* act
 // LaunchQuantizeDqw.
 cudaError_t LaunchRmsNormDqw(const float* x, const float* w, float eps, void* act, int64_t ne0,
                              int64_t nt, cudaStream_t stream);
+// The same of x = r + (the sum of a split-k GEMM's partials): x [nt][ne0]
+// is the sum over z < splits of part[z * stride + i], added in z order
+// (then r + x where r is not null), written to x_out (may alias r) and
+// normalized into `act`: bit-identical to the GEMM's reduce with the
+// residual, then LaunchRmsNormDqw. splits 1..16 (1: part is the sum;
+// stride unused).
+cudaError_t LaunchRmsNormDqwParts(const float* part, int splits, int64_t stride, const float* r,
+                                  float* x_out, const float* w, float eps, void* act, int64_t ne0,
+                                  int64_t nt, cudaStream_t stream);
 
 // --- RoPE ---------------------------------------------------------------------
 // x [head_dim, n_heads, nt] -> y (may equal x). style 0 = NeoX (pairs i,
@@ -138,6 +147,14 @@ cudaError_t LaunchKvStore(const float* k, const float* v, const int32_t* pos, in
 // values of LaunchRmsNorm over head rows (bit-identical except ~1e-8 of
 // heads: the double sum's order).
 // yarn (host, may be null): YaRN's angles, as LaunchRope's yarn_args.
+// partials (host, may be null): q, k and v are slab 0 of a split-k GEMM's
+// partials (the launch kept them: dq_wgmma.h, SplitOutputs): part i's
+// value is the sum over z < splits[i] (1..16) of its slabs at + z *
+// stride[i] floats, added in z order, the bits of the GEMM's own reduce.
+struct QkvPartials {
+  int splits[3] = {1, 1, 1};
+  int64_t stride[3] = {0, 0, 0};
+};
 cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* v,
                                    const float* bq, const float* bk, const float* bv,
                                    const int32_t* pos, int64_t nt, float* q_out, void* k_cache,
@@ -147,7 +164,8 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
                                    const int32_t* rows = nullptr,
                                    const float* host_rope_factors = nullptr,
                                    const float* q_norm = nullptr, const float* k_norm = nullptr,
-                                   float norm_eps = 0.0f, const RopeYarnArgs* yarn = nullptr);
+                                   float norm_eps = 0.0f, const RopeYarnArgs* yarn = nullptr,
+                                   const QkvPartials* partials = nullptr);
 
 // --- attention ----------------------------------------------------------------
 // Decode (one query token at position pos[0]): split-KV over kAttnSplits

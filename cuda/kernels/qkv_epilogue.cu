@@ -25,7 +25,9 @@ constexpr int kThreads = 128;
 constexpr int kMaxHeadDim = 2 * kRopeMaxPairs;
 
 struct QkvArgs {
-  const float* src[3];   // q, k, v
+  const float* src[3];   // q, k, v (slab 0 of their split-k partials when splits > 1)
+  int splits[3];         // 1: src is the value
+  int64_t slab[3];       // floats between slabs
   const float* bias[3];  // each may be null
   const float* norm[2];  // q and k norm weights: both null or both set
   float eps;
@@ -54,8 +56,14 @@ __global__ void __launch_bounds__(kThreads) qkv_bias_rope_store_kernel(QkvArgs a
                      static_cast<int64_t>(h) * hd;
   const float* bias =
       a.bias[part] != nullptr ? a.bias[part] + static_cast<int64_t>(h) * hd : nullptr;
-  for (int i = threadIdx.x; i < hd; i += blockDim.x)
-    row[i] = bias != nullptr ? src[i] + bias[i] : src[i];
+  const int splits = a.splits[part];
+  const int64_t slab = a.slab[part];
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+    // The partials' sum in split order (the GEMM's reduce, splitk::SumSplits).
+    float v = src[i];
+    for (int z = 1; z < splits; ++z) v += src[z * slab + i];
+    row[i] = bias != nullptr ? v + bias[i] : v;
+  }
   __syncthreads();
   if (part < 2 && a.norm[part] != nullptr) {  // uniform per block
     // norm.cu's rms_row: the squares summed in double, inv in the CPU's
@@ -131,8 +139,13 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
                                    cudaStream_t stream, const int32_t* rows,
                                    const float* host_rope_factors, const float* q_norm,
                                    const float* k_norm, float norm_eps,
-                                   const RopeYarnArgs* yarn_args) {
+                                   const RopeYarnArgs* yarn_args, const QkvPartials* partials) {
   if (nt < 0 || nt > 65535) return cudaErrorInvalidValue;
+  if (partials != nullptr) {
+    for (int i = 0; i < 3; ++i) {
+      if (partials->splits[i] < 1 || partials->splits[i] > 16) return cudaErrorInvalidValue;
+    }
+  }
   if (nt == 0) return cudaSuccess;
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
       p.head_dim > kMaxHeadDim || p.n_ctx <= 0 || (rope_style != 0 && rope_style != 1)) {
@@ -151,6 +164,10 @@ cudaError_t LaunchQkvBiasRopeStore(const float* q, const float* k, const float* 
   a.src[0] = q;
   a.src[1] = k;
   a.src[2] = v;
+  for (int i = 0; i < 3; ++i) {
+    a.splits[i] = partials != nullptr ? partials->splits[i] : 1;
+    a.slab[i] = partials != nullptr ? partials->stride[i] : 0;
+  }
   a.bias[0] = bq;
   a.bias[1] = bk;
   a.bias[2] = bv;

@@ -229,6 +229,11 @@ void RegisterBuiltinKnobs(KnobRegistry& r) {
        "B=256 +19.6% over 0); 0 = cp.async by every thread; 2 = TMA multicast over clusters of "
        "two CTAs, each bringing half of every chunk into both (half the L2 reads, but the pair "
        "waits on each other: B=64 -21%, B=256 +6% over 0). The same results bit for bit."});
+  add({"MINFER_DQW_SPLIT_K", KnobType::kInt, "0", KnobScope::kPerModel, KnobEffect::kRecapture,
+       "Split-k of the Hopper GEMMs (decode batches and prompts): 0 = automatic (enough splits "
+       "to fill the GPU's CTA slots in whole waves); 1 = none; N = 2..16 splits (at most one "
+       "per 128-element k-chunk, and as many as the workspace holds). Off with "
+       "MINFER_MMQ_SPLIT_K=0."});
   add({"MINFER_GEMM_FUSE", KnobType::kBool, "1", KnobScope::kPerModel, KnobEffect::kRecapture,
        "The Hopper GEMMs fold their neighbours' work in: a MatMul's residual is added in the "
        "GEMM's store (or its split-k reduce) instead of an Add launch, and a decode batch's "

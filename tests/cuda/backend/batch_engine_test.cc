@@ -5,13 +5,16 @@
 // recorded bucket graphs replay; logits of a batched step stay close to the
 // CPU's. Tag `gpu`: skipped when no device answers.
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <random>
 #include <set>
 #include <vector>
 
 #include "cuda/backend/cuda_backend.h"
+#include "cuda/kernels/dq_wgmma.h"
 #include "cuda/testing/gpu_test_util.h"
+#include "engine/base/knobs.h"
 #include "engine/runtime/batch_runner.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/generation.h"
@@ -189,6 +192,44 @@ TEST(BatchEngineGpuOnlyTest, PreemptionAndSamplingKeepTokens) {
   eo.kv_blocks = 0;
   auto sampled = Requests(*gpu, 8, 30, 0.8f, 40);
   EXPECT_EQ(RunEngine(gpu, sampled, eo), RunEngine(cpu, sampled, eo));
+}
+
+// MINFER_GEMM_FUSE over batched decode with recorded graphs: 24 sequences
+// (the Hopper GEMM's batches, 17+ tokens), every Hopper GEMM split in two
+// (MINFER_DQW_SPLIT_K, so the tiny model's launches keep partials at all),
+// greedy ids equal with the fusions off, and the partials really went to
+// the norms and the q/k/v epilogue. Skips without the sm_90a code.
+TEST(BatchEngineGpuOnlyTest, GemmFuseKeepsGreedyIdsUnderGraphs) {
+  MINFER_REQUIRE_GPU();
+  if (!cuda::DqwAvailable()) GTEST_SKIP() << "needs an sm_90 GPU and the sm_90a code";
+  ASSERT_TRUE(KnobRegistry::Global().Set("MINFER_DQW_SPLIT_K", "2").ok());
+  std::vector<std::vector<int32_t>> ids[2];
+  cuda::CudaBackend::Stats stats[2];
+  for (int fuse = 0; fuse < 2; ++fuse) {
+    ASSERT_TRUE(KnobRegistry::Global().Set("MINFER_GEMM_FUSE", fuse ? "1" : "0").ok());
+    auto gpu = Load("tiny-untied", "q4_k_m", "cuda");
+    ASSERT_TRUE(gpu);
+    auto reqs = Requests(*gpu, 24, 24, 0.0f, 0);
+    EngineOptions eo;
+    eo.max_seqs = 24;
+    eo.token_budget = 256;
+    eo.n_ctx = 256;
+    ids[fuse] = RunEngine(gpu, reqs, eo);
+    auto* b = dynamic_cast<cuda::CudaBackend*>(gpu->kv_backend());
+    ASSERT_NE(b, nullptr);
+    stats[fuse] = b->stats();
+  }
+  ASSERT_TRUE(KnobRegistry::Global().Reset("MINFER_GEMM_FUSE").ok());
+  ASSERT_TRUE(KnobRegistry::Global().Reset("MINFER_DQW_SPLIT_K").ok());
+  EXPECT_EQ(ids[0], ids[1]);
+  EXPECT_GT(stats[1].replays, 0);
+  EXPECT_GT(stats[1].kept_partials, 0);
+  EXPECT_GT(stats[1].pending_summed, 0);
+  EXPECT_EQ(stats[0].kept_partials, 0);
+  EXPECT_EQ(stats[0].pending_summed, 0);
+  std::cout << "fused: kept " << stats[1].kept_partials << ", summed by the next node "
+            << stats[1].pending_summed << ", written " << stats[1].pending_written
+            << ", residual adds in the GEMM " << stats[1].residual_epilogue << "\n";
 }
 
 TEST(BatchEngineGpuOnlyTest, BucketGraphsReplayAndLogitsStayClose) {

@@ -1869,23 +1869,31 @@ TEST(CudaMode2Test, DqOnlyProducersGiveTheSameLogits) {
 }
 
 // MINFER_GEMM_FUSE: the Hopper GEMMs add a MatMul's residual in their store
-// or split-k reduce, and FusedFFN's SwiGLU sums the gate/up launch's
-// partials. Logits bit-identical with the separate Add and reduce launches,
+// or split-k reduce, FusedFFN's SwiGLU sums the gate/up launch's partials,
+// and the next node sums FusedQKV's (QkvBiasRopeStore) and a residual
+// MatMul's (its RmsNorm, which also writes the residual stream). Logits
+// bit-identical with the separate Add and reduce launches,
 // over a 40-token prompt (FusedFFN, the register form), a 100-token one
 // (the register form's two warpgroups) and a 40-token one on the prefill
-// form; the fusions really ran on the tiny model. Elsewhere it skips.
+// form; each also with every Hopper GEMM split in two (MINFER_DQW_SPLIT_K:
+// the tiny model's launches do not split by themselves), so the kept
+// partials go to FusedFFN's SwiGLU, QkvBiasRopeStore and the residual
+// norms; the fusions really ran on the tiny model. Elsewhere it skips.
 TEST(CudaGemmFuseTest, ResidualAndPartialSumsKeepLogitsBitIdentical) {
   MINFER_REQUIRE_GPU();
   if (!DqwAvailable()) GTEST_SKIP() << "needs an sm_90 GPU and the sm_90a code";
   struct Case {
     int n_tokens;
     const char* dqp_min;
+    const char* split;  // MINFER_DQW_SPLIT_K: "2" makes the tiny model's launches split
   };
-  for (const Case c : {Case{40, "0"}, Case{100, "0"}, Case{40, "16"}}) {
+  for (const Case c : {Case{40, "0", "0"}, Case{100, "0", "0"}, Case{40, "16", "0"},
+                       Case{40, "0", "2"}, Case{100, "0", "2"}, Case{40, "16", "2"}}) {
     for (const char* shape : {"tiny", "0.5b"}) {
       SCOPED_TRACE(absl::StrCat(shape, " ", c.n_tokens, " tokens, MINFER_DQP_MIN_TOKENS ",
-                                c.dqp_min));
+                                c.dqp_min, ", MINFER_DQW_SPLIT_K ", c.split));
       ScopedKnob dqp("MINFER_DQP_MIN_TOKENS", c.dqp_min);
+      ScopedKnob split("MINFER_DQW_SPLIT_K", c.split);
       std::vector<float> logits[2];
       CudaBackend::Stats stats[2];
       for (int fuse = 0; fuse < 2; ++fuse) {
@@ -1899,13 +1907,21 @@ TEST(CudaGemmFuseTest, ResidualAndPartialSumsKeepLogitsBitIdentical) {
       EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
       EXPECT_EQ(stats[0].kept_partials, 0);
       EXPECT_EQ(stats[0].residual_epilogue, 0);
-      std::cout << shape << " " << c.n_tokens << " tokens, dqp_min " << c.dqp_min
-                << ": residual adds in the GEMM " << stats[1].residual_epilogue
+      EXPECT_EQ(stats[0].pending_summed, 0);
+      std::cout << shape << " " << c.n_tokens << " tokens, dqp_min " << c.dqp_min << ", split "
+                << c.split << ": residual adds in the GEMM " << stats[1].residual_epilogue
                 << " (Add launches " << stats[1].residual_launch << ", " << stats[0].residual_launch
-                << " unfused), kept partials " << stats[1].kept_partials << "\n";
+                << " unfused), kept partials " << stats[1].kept_partials
+                << ", summed by the next node " << stats[1].pending_summed << ", written "
+                << stats[1].pending_written << "\n";
       if (std::string(shape) == "tiny") {
         EXPECT_GT(stats[1].residual_epilogue, 0);
         EXPECT_LT(stats[1].residual_launch, stats[0].residual_launch);
+        if (c.split[0] == '2') {
+          EXPECT_GT(stats[1].kept_partials, 0);
+          // At least each layer's q/k/v epilogue and its FFN norm.
+          EXPECT_GE(stats[1].pending_summed, 2 * 2);
+        }
       }
     }
   }

@@ -252,6 +252,59 @@ TEST(QuantizeDqwTest, SwiGluFromPartialsEqualsReduceThenSwiGlu) {
             cudaErrorInvalidValue);
 }
 
+// The RmsNorm that sums split-k partials and the residual
+// (LaunchRmsNormDqwParts) writes x = r + the sum (the reduce's bits) and the
+// bits of LaunchRmsNormDqw of it, for 1..16 slabs, with and without a
+// residual, in place over it, aligned and not, short rows (the warp form)
+// and long ones (the block form, and past its register cache).
+TEST(QuantizeDqwTest, RmsNormFromPartialsEqualsReduceThenNorm) {
+  MINFER_REQUIRE_SM80_GPU();
+  for (int64_t k : {256, 3584, 9216}) {
+    for (int64_t nt : {1, 7, 64}) {
+      for (int splits : {1, 2, 7, 16}) {
+        for (int variant = 0; variant < 3; ++variant) {  // residual: none, fresh, in place
+          const int64_t pad = variant == 2 ? 3 : 0;      // (odd stride: scalar loads)
+          const int64_t stride = k * nt + pad;
+          const std::vector<float> part = RandomFloats(splits * stride, 2.0f);
+          const std::vector<float> r = RandomFloats(k * nt, 4.0f);
+          std::vector<float> x(k * nt);
+          for (int64_t j = 0; j < k * nt; ++j) {
+            float v = part[j];
+            for (int z = 1; z < splits; ++z) v += part[z * stride + j];
+            x[j] = variant == 0 ? v : r[j] + v;
+          }
+          std::vector<float> gain(k);
+          for (int64_t i = 0; i < k; ++i) gain[i] = 0.5f + static_cast<float>(i % 5) * 0.25f;
+          DeviceBuffer<float> dp(part), dr(r), dx(x), dw(gain), xout(k * nt + 8);
+          DeviceBuffer<uint16_t> want(k * nt), got(k * nt);
+          xout.Poison();
+          float* const out = variant == 2 ? dr.get() : xout.get();
+          ASSERT_CUDA(LaunchRmsNormDqw(dx.get(), dw.get(), 1e-6f, want.get(), k, nt, nullptr));
+          ASSERT_CUDA(LaunchRmsNormDqwParts(dp.get(), splits, stride,
+                                            variant == 0 ? nullptr : dr.get(), out, dw.get(), 1e-6f,
+                                            got.get(), k, nt, nullptr));
+          SYNC();
+          std::ostringstream what;
+          what << "k=" << k << " nt=" << nt << " splits=" << splits << " variant " << variant;
+          EXPECT_EQ(got.ToHost(), want.ToHost()) << what.str();
+          std::vector<float> xo = variant == 2 ? dr.ToHost() : xout.ToHost();
+          if (variant != 2) EXPECT_EQ(Bits(xo[k * nt]), 0xFFFFFFFFu) << what.str() << ": past the end";
+          EXPECT_EQ(Identical(xo, x, k * nt), 0) << what.str() << ": x written";
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+  DeviceBuffer<float> x(256 * 2);
+  DeviceBuffer<uint16_t> act(256 * 2);
+  EXPECT_EQ(LaunchRmsNormDqwParts(x.get(), 17, 512, nullptr, x.get(), nullptr, 1e-6f, act.get(),
+                                  256, 1, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchRmsNormDqwParts(x.get(), 2, 255, nullptr, x.get(), nullptr, 1e-6f, act.get(),
+                                  256, 1, nullptr),
+            cudaErrorInvalidValue);
+}
+
 // The descriptor's atom stride is what the layout says: a wrong one must
 // fail the bound (so the check below can fail at all).
 TEST(DqWgmmaTest, DescriptorStrideMatters) {
@@ -439,7 +492,9 @@ TEST(DqWgmmaTest, SegmentsEqualOneLaunchPerWeight) {
 // the plain launch (the host's f32 add is the Add kernel's); kept partials
 // summed on the host in split order give the plain launch's reduced y
 // (the reduce's float4 and scalar paths both: 77 rows at odd token counts
-// are not a multiple of 4 outputs); a launch that does not split says so.
+// are not a multiple of 4 outputs); kept with a residual, the partials
+// without it (r + their sum is the fused result); LaunchSplitSum writes the
+// reduce's bits; a launch that does not split says so.
 TEST(DqWgmmaTest, ResidualAndKeptPartialsKeepTheBits) {
   MINFER_REQUIRE_DQW();
   const int64_t ws_bytes = MmqSplitKBytes();
@@ -524,6 +579,39 @@ TEST(DqWgmmaTest, ResidualAndKeptPartialsKeepTheBits) {
               // The output itself was not written.
               EXPECT_EQ(Bits(yk[0]), 0xFFFFFFFFu) << what.str() << ": kept, yet y written";
             }
+            // Kept with a residual: not split, y = r + W act; split, the
+            // partials without it (the consumer adds r to their sum).
+            SplitOutputs kr;
+            const std::vector<float> ykr = run(dr.get(), &kr, nullptr, &err);
+            ASSERT_EQ(err, cudaSuccess) << what.str() << " kept with a residual";
+            EXPECT_EQ(kr.splits, kept.splits) << what.str();
+            if (kr.splits == 1) {
+              EXPECT_EQ(Identical(ykr, want, n), 0) << what.str() << ": kept with a residual";
+            } else {
+              std::vector<float> slabs(kr.splits * kr.stride);
+              ASSERT_CUDA(cudaMemcpy(slabs.data(), kr.part[0], slabs.size() * 4,
+                                     cudaMemcpyDeviceToHost));
+              std::vector<float> sum(n);
+              for (int64_t j = 0; j < n; ++j) {
+                float v = slabs[j];
+                for (int z = 1; z < kr.splits; ++z) v += slabs[z * kr.stride + j];
+                sum[j] = r[j] + v;
+              }
+              EXPECT_EQ(Identical(sum, want, n), 0) << what.str() << ": r + kept partials' sum";
+              // LaunchSplitSum, the reduce of kept partials, writes the same
+              // bits: with the residual, in place over it, and without.
+              DeviceBuffer<float> in_place(r), fresh(n + kGuard);
+              fresh.Poison();
+              ASSERT_CUDA(LaunchSplitSum(kr.part[0], kr.splits, kr.stride, in_place.get(),
+                                         in_place.get(), n, nullptr));
+              ASSERT_CUDA(LaunchSplitSum(kr.part[0], kr.splits, kr.stride, nullptr, fresh.get(), n,
+                                         nullptr));
+              SYNC();
+              EXPECT_EQ(Identical(in_place.ToHost(), want, n), 0) << what.str() << ": split sum + r";
+              const std::vector<float> plain = fresh.ToHost();
+              EXPECT_EQ(Identical(plain, y0, n), 0) << what.str() << ": split sum";
+              EXPECT_EQ(Bits(plain[n]), 0xFFFFFFFFu) << what.str() << ": split sum past the end";
+            }
             if (HasFailure()) return;
           }
         }
@@ -534,7 +622,7 @@ TEST(DqWgmmaTest, ResidualAndKeptPartialsKeepTheBits) {
             << " not\n";
   EXPECT_GT(kept_split, 0);
   EXPECT_GT(kept_whole, 0);
-  // A residual with two weights, or with kept partials: invalid calls.
+  // A residual with two weights: an invalid call.
   const HostWeight hw = MakeWeight(GgmlType::kQ4_K, 64, 256, 0);
   auto dw = Upload(hw, true);
   DeviceBuffer<float> y(64 * 8 * 2), r(64 * 8);
@@ -551,12 +639,8 @@ TEST(DqWgmmaTest, ResidualAndKeptPartialsKeepTheBits) {
   pt.residual = r.get();
   EXPECT_EQ(LaunchDqWgmma(two, act.get(), 8, nullptr, &wt), cudaErrorInvalidValue);
   EXPECT_EQ(LaunchDqpWgmma(two, act.get(), 8, nullptr, &pt), cudaErrorInvalidValue);
-  SplitOutputs kept;
-  two.n = 1;
-  wt.kept = &kept;
-  pt.kept = &kept;
-  EXPECT_EQ(LaunchDqWgmma(two, act.get(), 8, nullptr, &wt), cudaErrorInvalidValue);
-  EXPECT_EQ(LaunchDqpWgmma(two, act.get(), 8, nullptr, &pt), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchSplitSum(r.get(), 17, 64, nullptr, y.get(), 64, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchSplitSum(r.get(), 2, 63, nullptr, y.get(), 64, nullptr), cudaErrorInvalidValue);
 }
 
 // The prefill form (LaunchDqpWgmma) against the exact dot, over both types,
