@@ -105,30 +105,66 @@ using splitk::WarpRows;
 
 #if defined(MINFER_SM90A_DEVICE)
 
+// A lane's share of its warp's weight copies (16 rows x kPieces pieces of
+// 16 bytes per chunk, piece i of the warp by lane i % 32), with what does
+// not change from chunk to chunk worked out once: the destination of each
+// piece in a stage, and its source as a pointer that walks the row. A
+// warp copies its chunks in order, and DqPieces' offsets are Src(0, q) +
+// h * step (h the half of the super-block), so from one chunk to the next
+// a piece's source moves by `step` (into half 1) or by the block less
+// `step` (on to the next block's half 0): one select and one 64-bit add per
+// copy, where re-deriving the address from the chunk index took ~13
+// instructions per copy (the SASS of the twenty-fifth session).
+template <GgmlType T>
+struct WeightCopies {
+  using X = Ty<T>;
+  static constexpr int kN = 16 * X::kPieces;
+  static constexpr int kPer = (kN + 31) / 32;
+  const uint8_t* src[kPer];  // the next chunk's piece
+  int step[kPer];
+  int dst[kPer];  // bytes from the warp's first row in a stage
+  int half;       // the next chunk's half of its super-block
+
+  // Positions the copies at chunk c (the first this warp copies).
+  __device__ __forceinline__ void Init(const WarpRows& wr, int lane, int c) {
+    half = c & 1;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = min(32 * j + lane, kN - 1);  // (lanes past kN copy nothing: Issue)
+      const int r = i / X::kPieces, q = i % X::kPieces;
+      const int64_t row = min(wr.rbase + r, wr.rows - 1);
+      step[j] = X::Src(1, q) - X::Src(0, q);
+      src[j] = wr.w + row * wr.row_bytes + static_cast<int64_t>(c >> 1) * X::kBlockBytes +
+               X::Src(0, q) + half * step[j];
+      dst[j] = r * X::kRowBytes + 16 * q;
+    }
+  }
+  // The next chunk's copies into the warp's rows at `sw` (the caller
+  // commits; `active` false: none, but the walk goes on).
+  __device__ __forceinline__ void Issue(uint8_t* sw, int lane, bool active) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (active && (kN % 32 == 0 || 32 * j + lane < kN)) {
+        cp_async16(smem_addr(sw + dst[j]), src[j], 16);
+      }
+      src[j] += half != 0 ? X::kBlockBytes - step[j] : step[j];
+    }
+    half ^= 1;
+  }
+};
+
 // Issues the copies of chunk c of this warp's rows and of every token's
 // activations into `stage` (the caller commits).
+// (The weights: chunk c must be the one after the last this warp copied,
+// or the first; WeightCopies walks them in order.)
 template <GgmlType T, int N, int W, bool kActs = true>
-__device__ __forceinline__ void Load(const Params& p, uint8_t* stage, const WarpRows& wr, int c) {
+__device__ __forceinline__ void Load(const Params& p, uint8_t* stage, const WarpRows& wr,
+                                     WeightCopies<T>& wc, int c) {
   constexpr int kThreads = 32 * W;
   using X = Ty<T>;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int h = c & 1;
   uint8_t* const wbase = stage + N * 256;
-  if (wr.active) {
-    uint8_t* const sw = wbase + warp * 16 * X::kRowBytes;
-    const uint8_t* const src = wr.w + static_cast<int64_t>(c >> 1) * X::kBlockBytes;
-    constexpr int kN = 16 * X::kPieces;
-#pragma unroll
-    for (int i0 = 0; i0 < kN; i0 += 32) {
-      const int i = i0 + lane;
-      if (kN % 32 == 0 || i < kN) {
-        const int r = i / X::kPieces, q = i % X::kPieces;
-        const int64_t row = min(wr.rbase + r, wr.rows - 1);
-        cp_async16(smem_addr(sw + r * X::kRowBytes + 16 * q), src + row * wr.row_bytes + X::Src(h, q),
-                   16);
-      }
-    }
-  }
+  wc.Issue(wbase + warp * 16 * X::kRowBytes, lane, wr.active);
   if constexpr (!kActs) return;  // the TMA forms bring them (dqw_kernel)
   uint8_t* const sa = stage;
   constexpr int kN = N * 16;  // 16-byte pieces
@@ -193,16 +229,19 @@ template <>
 struct RowRegs<GgmlType::kQ6_K> {
   uint32_t code[4];  // ql words 0..3
   uint32_t qh[2];    // qh words for i % 2 = 0, 1
-  uint2 sc;          // the half's 8 int8 scales
-  half2 d;           // (d, d)
+  half2 sc[4];       // the half's 8 f16 scales (times d), in pairs
 
   __device__ __forceinline__ void Fetch(const uint8_t* row, int h, int t) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) code[i] = Lds32(row + 16 * i + 4 * t);
     qh[0] = Lds32(row + 64 + 4 * t);
     qh[1] = Lds32(row + 80 + 4 * t);
-    sc = *reinterpret_cast<const uint2*>(row + 96 + 8 * h);
-    d = __low2half2(AsH2(Lds32(row + 112)));
+    const uint2 raw = *reinterpret_cast<const uint2*>(row + 96 + 8 * h);
+    const half2 d = __low2half2(AsH2(Lds32(row + 112)));
+    // (A group of four steps uses one word's pairs; the other's are dead
+    // code once the steps are unrolled.)
+    Q6kScales4(raw.x, d, &sc[0], &sc[1]);
+    Q6kScales4(raw.y, d, &sc[2], &sc[3]);
   }
 
   __device__ __forceinline__ void Step(int s, uint32_t& even, uint32_t& odd) const {
@@ -212,8 +251,7 @@ struct RowRegs<GgmlType::kQ6_K> {
     const uint32_t x = code[i];
     const uint32_t v = high ? (((x >> 4) & 0x0F0F0F0Fu) | (ys & 0x30303030u))
                             : ((x & 0x0F0F0F0Fu) | ((ys << 4) & 0x30303030u));
-    const uint32_t sw = s < 4 ? sc.x : sc.y;
-    BiasedPairs<32>(v, Q6kScale(sw >> (8 * (s & 3)), d), even, odd);
+    BiasedPairs<32>(v, (s & 1) ? __high2half2(sc[s >> 1]) : __low2half2(sc[s >> 1]), even, odd);
   }
 };
 
@@ -306,10 +344,13 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
   constexpr int kStage = StageBytes<T, N, W>();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const WarpRows wr = RowsOf<1>(p, blockIdx.x * kWarps + warp);
+
   const int z = blockIdx.y;
   const int c_begin = static_cast<int>(static_cast<int64_t>(z) * p.n_chunks / p.splits);
   const int c_end = static_cast<int>(static_cast<int64_t>(z + 1) * p.n_chunks / p.splits);
   const int nc = c_end - c_begin;
+  WeightCopies<T> wc;
+  wc.Init(wr, lane, c_begin);
   uint32_t rank = 0;
   if constexpr (kTma) {
     if constexpr (kCluster > 1) rank = cluster_ctarank();
@@ -347,7 +388,7 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
     if (s < nc) {
-      Load<T, N, W, !kTma>(p, smem + s * kStage, wr, c_begin + s);
+      Load<T, N, W, !kTma>(p, smem + s * kStage, wr, wc, c_begin + s);
       if constexpr (kTma) {
         if (threadIdx.x == 0) issue_acts(s);
       }
@@ -387,7 +428,7 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
     const int c = c_begin + i;
     IssueGroup<N>(acc, a0, acts(i), 0, p);
     if (i >= 1 && i - 1 + kStages < nc) {
-      Load<T, N, W, !kTma>(p, smem + ((i - 1) % kStages) * kStage, wr, c - 1 + kStages);
+      Load<T, N, W, !kTma>(p, smem + ((i - 1) % kStages) * kStage, wr, wc, c - 1 + kStages);
       if constexpr (kTma) {
         if (threadIdx.x == 0) {
           const int next = i - 1 + kStages;

@@ -177,13 +177,15 @@ __device__ __forceinline__ void DecodeRow<GgmlType::kQ6_K>(const uint8_t* rr, in
   const half2 d = __low2half2(AsH2(*reinterpret_cast<const uint32_t*>(rr + 112)));
   const uint4 sc4 = *reinterpret_cast<const uint4*>(rr + 96);
   const uint32_t scw = (h == 0 ? (u == 0 ? sc4.x : sc4.y) : (u == 0 ? sc4.z : sc4.w));
+  half2 sp[2];
+  dqw::Q6kScales4(scw, d, &sp[0], &sp[1]);
 #pragma unroll
   for (int g = 0; g < 4; ++g) {
     const uint4 x = *reinterpret_cast<const uint4*>(rr + 16 * g);
     const uint4 y = *reinterpret_cast<const uint4*>(rr + 64 + 16 * (g & 1));
     const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
     const int sh = 4 * u + 2 * (g >> 1);
-    const half2 sv = dqw::Q6kScale(scw >> (8 * g), d);
+    const half2 sv = (g & 1) ? __high2half2(sp[g >> 1]) : __low2half2(sp[g >> 1]);
     uint32_t ev[4], od[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
