@@ -45,12 +45,14 @@
 #                                        --kv-type f16, q8_0 and fp8, each with
 #                                        MINFER_ATTN_PAGED_LONG_MIN 512 and 0, and each
 #                                        type's greedy ids of `minfer run` against f16's
-#   bash .gpu/gpu_run.sh levers [SPEC..] the decode levers (sessions 15 and 18):
+#   bash .gpu/gpu_run.sh levers [SPEC..] the decode levers (sessions 15, 18 and 25):
 #                                        `minfer bench -b 1,64 -p 128 -n 128` with all of
 #                                        MINFER_PDL, the residual epilogue, the fused
 #                                        attention combine, the MoE route+group, the MoE
-#                                        down+combine and the DQ GEMM's TMA loads off,
-#                                        then on (default 7b:q4_k_m qwen3-30b-a3b:q4_k_m)
+#                                        down+combine, the DQ GEMM's TMA loads and the
+#                                        split-k sums where they are read
+#                                        (MINFER_GEMM_FUSE) off, then on (default
+#                                        7b:q4_k_m qwen3-30b-a3b:q4_k_m)
 #   bash .gpu/gpu_run.sh moe [SPEC..]   mixtures of experts (issue 33; default
 #                                        qwen3-30b-a3b:q4_k_m gpt-oss-20b:mxfp4_moe):
 #                                        mkmodel's file, then `minfer bench` pp512 +
@@ -754,7 +756,8 @@ PY
       for on in 0 1; do
         echo "== levers $([[ $on == 1 ]] && echo on || echo off) $spec" | tee -a "$out/levers.log"
         (export MINFER_PDL=$on MINFER_NO_FUSE_RESIDUAL=$((1 - on)) MINFER_ATTN_FUSED_COMBINE=$on \
-                MINFER_MOE_ROUTE_GROUP=$on MINFER_MOE_DOWN_COMBINE=$on MINFER_DQW_TMA=$on
+                MINFER_MOE_ROUTE_GROUP=$on MINFER_MOE_DOWN_COMBINE=$on MINFER_DQW_TMA=$on \
+                MINFER_GEMM_FUSE=$on
          run_bench "$spec:-b 1,64 -p 128 -n 128 -r 1") 2>&1 |
           grep -E "^\| .*\| (cuda|cpu) \| [0-9]+ \||rror" | tee -a "$out/levers.log"
       done
