@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/models/decoder.h"
 #include "engine/runtime/model.h"
@@ -507,6 +508,47 @@ TEST(ExecutorTest, Qwen2MarksInt8OnlyProducersByQuantMix) {
     }
     const int layers = static_cast<int>((*model)->hparams().n_layer);
     EXPECT_EQ(marked, std::string(type) == "f16" ? 0 : 3 * layers + 1);
+  }
+}
+
+// Which batches run gate and up as one FusedFFN: on a GPU every batch up to
+// kFusedFfnMaxTokens (256, the Hopper GEMM's largest, so gate and up share a
+// launch and its SwiGLU can sum their split-k partials), on the CPU only a
+// single token (its batched matmul is faster apart); past the limit, gate,
+// up and SwiGLU are three nodes. Counted per layer on the tiny model.
+TEST(ExecutorTest, GpuBatchesUpTo256TokensFuseTheFfn) {
+  auto path = testing::TestModelPath("tiny", "q4_k_m");
+  ASSERT_TRUE(path.ok()) << path.status();
+  auto model = runtime::Model::Load(*path, {.backend = "cpu"});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int layers = static_cast<int>((*model)->hparams().n_layer);
+  EXPECT_EQ(models::kFusedFfnMaxTokens, 256);
+  for (bool gpu : {false, true}) {
+    for (int64_t nt : {1, 17, 64, 65, 128, 256, 257, 300}) {
+      SCOPED_TRACE(absl::StrCat(gpu ? "gpu" : "cpu", " nt=", nt));
+      models::BatchGraphParams p;
+      p.n_tokens = nt;
+      p.n_out = 1;
+      p.n_tiles = (nt + kAttnTileTokens - 1) / kAttnTileTokens;
+      p.n_table_rows = 2;
+      p.max_blocks = 32;
+      p.kv_block = 16;
+      p.cache_rows = 512;
+      p.kv_type = DType::kF32;
+      p.gpu = gpu;
+      p.top_k = 1;
+      p.vocab_limit = static_cast<int32_t>((*model)->hparams().n_vocab);
+      auto g = models::BuildDecoderBatchGraph((*model)->arch(), p);
+      ASSERT_TRUE(g.ok()) << g.status();
+      int fused = 0, swiglu = 0;
+      for (const Node& n : g->nodes()) {
+        fused += n.op == OpKind::kFusedFFN;
+        swiglu += n.op == OpKind::kSwiGLU;
+      }
+      const bool want = nt == 1 || (gpu && nt <= 256);
+      EXPECT_EQ(fused, want ? layers : 0);
+      EXPECT_EQ(swiglu, want ? 0 : layers);
+    }
   }
 }
 
