@@ -391,21 +391,7 @@ __global__ void __launch_bounds__(256) quantize_dq_kernel(const float* __restric
     }
   };
   auto load = [&](const float* src, int splits, int64_t stride) {
-    float4 v = load1(src);
-    for (int z0 = 1; z0 < splits; z0 += 4) {
-      float4 t[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        if (z0 + q < splits) t[q] = load1(src + static_cast<int64_t>(z0 + q) * stride);
-      }
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        if (z0 + q < splits) {
-          v = make_float4(v.x + t[q].x, v.y + t[q].y, v.z + t[q].z, v.w + t[q].w);
-        }
-      }
-    }
-    return v;
+    return splitk::SumSlabs<float4>([&](int64_t off) { return load1(src + off); }, splits, stride);
   };
   float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
   if (active) {

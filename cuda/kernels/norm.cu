@@ -26,6 +26,7 @@
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ops.h"
+#include "cuda/kernels/split_k.cuh"
 
 namespace minfer::cuda {
 namespace {
@@ -126,7 +127,7 @@ struct DqwSink {
 // Where a row's values come from: load(j) the first read of float4 j,
 // reload(j) a second one (the output pass, past the register cache).
 // PlainRow: the row as stored (x). PartsRow: the sum of a split-k GEMM's
-// partials (splitk::SumSplits' order) plus the residual, written to x_out
+// partials (splitk::SumSlabs: the reduce's order) plus the residual, written to x_out
 // as it is first read (each element by the thread that reads it), and read
 // back from there (x_out may alias the residual, so summing again would
 // add the sum twice).
@@ -144,20 +145,9 @@ struct PartsRow {
   const float* r;  // this row of the residual, or null
   float* x_out;    // this row of the output
   __device__ __forceinline__ float4 load(int j) const {
-    float4 v = load4<kAligned>(part, j);
-    for (int z0 = 1; z0 < splits; z0 += 4) {
-      float4 t[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        if (z0 + q < splits) t[q] = load4<kAligned>(part + static_cast<int64_t>(z0 + q) * stride, j);
-      }
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        if (z0 + q < splits) {
-          v = make_float4(v.x + t[q].x, v.y + t[q].y, v.z + t[q].z, v.w + t[q].w);
-        }
-      }
-    }
+    const float* const p = part;
+    float4 v = splitk::SumSlabs<float4>([p, j](int64_t off) { return load4<kAligned>(p + off, j); },
+                                        splits, stride);
     if (r != nullptr) {
       const float4 a = load4<kAligned>(r, j);
       v = make_float4(a.x + v.x, a.y + v.y, a.z + v.z, a.w + v.w);

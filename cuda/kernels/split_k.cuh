@@ -241,11 +241,6 @@ __device__ __forceinline__ WarpRows RowsOf(const P& p, int group) {
   return r;
 }
 
-// The sum of the splits' partials at `src` (slab z at src + z * stride), in
-// split order: v = p0, then v += p1, v += p2, ... (so any reader that sums
-// them this way gets the reduce's bits). The loads are issued four splits at
-// a time (a dependent chain of L2 round trips was most of a small reduce's
-// time). V is float or float4 (four consecutive outputs).
 template <class V>
 __device__ __forceinline__ V LoadV(const float* src) {
   if constexpr (std::is_same_v<V, float4>) {
@@ -258,14 +253,23 @@ __device__ __forceinline__ float AddV(float a, float b) { return a + b; }
 __device__ __forceinline__ float4 AddV(float4 a, float4 b) {
   return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }
-template <class V>
-__device__ __forceinline__ V SumSplits(const float* src, int splits, int64_t stride) {
-  V v = LoadV<V>(src);
+
+// The sum of `splits` slabs of partials `stride` floats apart, in split
+// order: v = p0, then v += p1, v += p2, ... — the reduce's order, so every
+// reader that sums through here (the reduce, LaunchSplitSum, the SwiGLU and
+// RmsNorm that take kept partials) gets the reduce's bits. `load(off)`
+// reads the value (a float, or a float4 of four consecutive outputs) at
+// float offset `off` from slab 0; the loads are issued four splits at a
+// time (a dependent chain of L2 round trips was most of a small reduce's
+// time).
+template <class V, class Load>
+__device__ __forceinline__ V SumSlabs(const Load& load, int splits, int64_t stride) {
+  V v = load(int64_t{0});
   for (int z0 = 1; z0 < splits; z0 += 4) {
     V t[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      if (z0 + q < splits) t[q] = LoadV<V>(src + static_cast<int64_t>(z0 + q) * stride);
+      if (z0 + q < splits) t[q] = load(static_cast<int64_t>(z0 + q) * stride);
     }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -273,6 +277,13 @@ __device__ __forceinline__ V SumSplits(const float* src, int splits, int64_t str
     }
   }
   return v;
+}
+
+// SumSlabs of the partials at `src`, read through L2 (they were written by
+// the GEMM launch just before).
+template <class V>
+__device__ __forceinline__ V SumSplits(const float* src, int splits, int64_t stride) {
+  return SumSlabs<V>([src](int64_t off) { return LoadV<V>(src + off); }, splits, stride);
 }
 
 // y = the sum over the splits' partials (SumSplits), then r + y where the
