@@ -59,7 +59,10 @@ __device__ __forceinline__ uint32_t AndOr(uint32_t x) {
 // The f16 (scale, min) pairs of Q4_K sub-blocks 4h + 2pr and 4h + 2pr + 1
 // from the block's 16-byte header `hd` (d and dmin, then the 12 packed
 // 6-bit scales and mins): s = scale * d and m = -(min * dmin), each one f16
-// rounding, as dq_gemm.cu.
+// rounding, as dq_gemm.cu. (The byte permutes take the 0x64 bytes as their
+// first operand so that the selector is the immediate: with the codes
+// first, ptxas kept the selector in a uniform register and moved it into a
+// vector register before every permute, 8 instructions per chunk.)
 __device__ __forceinline__ void Q4kScaleMin(const uint4& hd, int h, int pr, half2* s, half2* m) {
   const half2 k1024 = AsH2(kMagic);
   const half2 dd = AsH2(hd.x);  // (d, dmin)
@@ -73,8 +76,8 @@ __device__ __forceinline__ void Q4kScaleMin(const uint4& hd, int h, int pr, half
     sc = (cc & 0x0F0Fu) | ((a >> 2) & 0x3030u);
     mn = ((cc >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u);
   }
-  *s = __hmul2(__hsub2(AsH2(__byte_perm(sc, 0x64646464u, 0x4140)), k1024), __low2half2(dd));
-  *m = __hneg2(__hmul2(__hsub2(AsH2(__byte_perm(mn, 0x64646464u, 0x4140)), k1024),
+  *s = __hmul2(__hsub2(AsH2(__byte_perm(0x64646464u, sc, 0x0504)), k1024), __low2half2(dd));
+  *m = __hneg2(__hmul2(__hsub2(AsH2(__byte_perm(0x64646464u, mn, 0x0504)), k1024),
                        __high2half2(dd)));
 }
 
@@ -103,8 +106,8 @@ __device__ __forceinline__ void Q4kPairs(uint32_t w, half2 sv, half2 mv, uint32_
 __device__ __forceinline__ void Q6kScales4(uint32_t word, half2 d, half2* s01, half2* s23) {
   const uint32_t u = word ^ 0x80808080u;
   const half2 base = AsH2(0x64806480u);  // half2 (1152, 1152)
-  *s01 = __hmul2(__hsub2(AsH2(__byte_perm(u, 0x64646464u, 0x4140)), base), d);
-  *s23 = __hmul2(__hsub2(AsH2(__byte_perm(u, 0x64646464u, 0x4342)), base), d);
+  *s01 = __hmul2(__hsub2(AsH2(__byte_perm(0x64646464u, u, 0x0504)), base), d);
+  *s23 = __hmul2(__hsub2(AsH2(__byte_perm(0x64646464u, u, 0x0706)), base), d);
 }
 
 // The pairs (e0, e2) and (e1, e3) of word v's 4 byte codes b, each standing
