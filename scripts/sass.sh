@@ -70,11 +70,11 @@ nvcc="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
 [[ -x "$nvcc" ]] || { echo "sass.sh: no nvcc at $nvcc (set CUDA_HOME)" >&2; exit 1; }
 sm="${SM:-90a}"
 defs=()
-[[ "$sm" == 90a ]] && defs=(-DMINFER_SM90A)
+[[ "$sm" == 90a ]] && defs=(-DMINFER_SM90A=1)
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-"$nvcc" -std=c++20 -arch="sm_$sm" -I. --expt-relaxed-constexpr "${defs[@]}" -cubin \
-  -o "$tmp/k.cubin" "$src"
+# (The build's flags, cuda/build/nvcc.sh, so the code is the build's.)
+"$nvcc" -std=c++17 -O3 -arch="sm_$sm" -I. "${defs[@]}" -cubin -o "$tmp/k.cubin" "$src"
 python3 - "$tmp/k.cubin" "$tmp/k7.cubin" <<'EOF'
 import struct, sys
 b = bytearray(open(sys.argv[1], 'rb').read())

@@ -424,7 +424,20 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
     ready(0);
     DecodeGroup<T, 0>(weights(0), c_begin & 1, a0);
   }
-  for (int i = 0; i < nc; ++i) {
+  // One chunk; `half` is its half of the super-block (c & 1). For Q4_K the
+  // loop below passes it as a constant, picking one of two copies of the
+  // chunk once, so that the unpacking of the scales and mins, which differs
+  // by half, has no branches (the SASS of the twenty-fifth session: 16
+  // branches per chunk before, 333 -> 309 instructions per chunk). Q6_K's
+  // half is only an address offset: one copy does as well (two measured 13
+  // instructions more per chunk).
+  auto chunk = [&](auto half, int i) {
+    int kH;
+    if constexpr (std::is_same_v<decltype(half), int>) {
+      kH = half;
+    } else {
+      kH = decltype(half)::value;
+    }
     const int c = c_begin + i;
     IssueGroup<N>(acc, a0, acts(i), 0, p);
     if (i >= 1 && i - 1 + kStages < nc) {
@@ -441,13 +454,13 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
       }
     }
     cp_async_commit();
-    DecodeGroup<T, 4>(weights(i), c & 1, a1);
+    DecodeGroup<T, 4>(weights(i), kH, a1);
     wgmma_wait<0>();
     IssueGroup<N>(acc, a1, acts(i), 4, p);
     if (i + 1 < nc) {
       cp_async_wait<kStages - 2>();
       ready(i + 1);
-      DecodeGroup<T, 0>(weights(i + 1), (c + 1) & 1, a0);
+      DecodeGroup<T, 0>(weights(i + 1), 1 - kH, a0);
     }
     wgmma_wait<0>();
     // One warp's wait retires its warpgroup's wgmmas, not the other
@@ -460,6 +473,17 @@ __global__ void __launch_bounds__(32 * W) dqw_kernel(const Params p,
 #pragma unroll
         for (int q = 0; q < kCluster; ++q) mbar_arrive_cluster(mapa_shared(bar, q));
       }
+    }
+  };
+  for (int i = 0; i < nc; ++i) {
+    if constexpr (T == GgmlType::kQ4_K) {
+      if (((c_begin + i) & 1) != 0) {
+        chunk(std::integral_constant<int, 1>{}, i);
+      } else {
+        chunk(std::integral_constant<int, 0>{}, i);
+      }
+    } else {
+      chunk((c_begin + i) & 1, i);
     }
   }
 #pragma unroll
