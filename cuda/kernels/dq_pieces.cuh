@@ -20,7 +20,17 @@
 #ifndef MINFER_CUDA_KERNELS_DQ_PIECES_CUH_
 #define MINFER_CUDA_KERNELS_DQ_PIECES_CUH_
 
+#include <cstdint>
+
 #include "cuda/kernels/types.h"
+
+// Plain C++ with __host__ __device__ under nvcc: a CPU test
+// (tests/cuda/kernels/dq_pieces_test.cc) walks the pieces as the kernels do.
+#if defined(__CUDACC__)
+#define MINFER_PIECES_HD __host__ __device__ __forceinline__
+#else
+#define MINFER_PIECES_HD inline
+#endif
 
 namespace minfer::cuda {
 
@@ -32,7 +42,7 @@ struct DqPieces<GgmlType::kQ4_K> {
   static constexpr int kBlockBytes = 144;
   static constexpr int kPieces = 5;  // header, then qs 64h .. 64h + 63
   static constexpr int kRowBytes = 80;
-  __device__ __forceinline__ static int Src(int h, int p) {
+  MINFER_PIECES_HD static int Src(int h, int p) {
     return p == 0 ? 0 : 16 + 64 * h + 16 * (p - 1);
   }
 };
@@ -42,7 +52,7 @@ struct DqPieces<GgmlType::kQ6_K> {
   static constexpr int kBlockBytes = kQ6KPaddedBytes;
   static constexpr int kPieces = 8;  // ql (4), qh (2), scales, d (+ pad)
   static constexpr int kRowBytes = 144;
-  __device__ __forceinline__ static int Src(int h, int p) {
+  MINFER_PIECES_HD static int Src(int h, int p) {
     return p < 4 ? 64 * h + 16 * p : p < 6 ? 128 + 32 * h + 16 * (p - 4) : 192 + 16 * (p - 6);
   }
 };
@@ -52,7 +62,7 @@ struct DqPieces<GgmlType::kQ5_K> {
   static constexpr int kBlockBytes = 176;
   static constexpr int kPieces = 7;  // header, qh (2), qs 64h .. 64h + 63
   static constexpr int kRowBytes = 112;
-  __device__ __forceinline__ static int Src(int h, int p) {
+  MINFER_PIECES_HD static int Src(int h, int p) {
     return p < 3 ? 16 * p : 48 + 64 * h + 16 * (p - 3);
   }
 };
@@ -62,8 +72,27 @@ struct DqPieces<GgmlType::kQ8_0> {
   static constexpr int kBlockBytes = 272;  // 8 blocks: two chunks
   static constexpr int kPieces = 9;
   static constexpr int kRowBytes = 144;
-  __device__ __forceinline__ static int Src(int h, int p) { return 128 * h + 16 * p; }
+  MINFER_PIECES_HD static int Src(int h, int p) { return 128 * h + 16 * p; }
 };
+
+// Piece q of chunk c (half c & 1 of super-block c >> 1): its byte offset in
+// the weight row. Every type's offsets are linear in the half, Src(h, q) =
+// Src(0, q) + h * PieceStep(q), so a copy that walks chunk by chunk moves
+// its source by PieceAdvance(half, step) (the register-form GEMM's
+// WeightCopies): into half 1, then on to the next block's half 0.
+template <GgmlType T>
+MINFER_PIECES_HD int64_t PieceStart(int q, int c) {
+  return static_cast<int64_t>(c >> 1) * DqPieces<T>::kBlockBytes + DqPieces<T>::Src(c & 1, q);
+}
+template <GgmlType T>
+MINFER_PIECES_HD int PieceStep(int q) {
+  return DqPieces<T>::Src(1, q) - DqPieces<T>::Src(0, q);
+}
+// From chunk c's piece to chunk c + 1's, `half` = c & 1.
+template <GgmlType T>
+MINFER_PIECES_HD int PieceAdvance(int half, int step) {
+  return half != 0 ? DqPieces<T>::kBlockBytes - step : step;
+}
 
 }  // namespace minfer::cuda
 

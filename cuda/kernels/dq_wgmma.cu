@@ -133,9 +133,8 @@ struct WeightCopies {
       const int i = min(32 * j + lane, kN - 1);  // (lanes past kN copy nothing: Issue)
       const int r = i / X::kPieces, q = i % X::kPieces;
       const int64_t row = min(wr.rbase + r, wr.rows - 1);
-      step[j] = X::Src(1, q) - X::Src(0, q);
-      src[j] = wr.w + row * wr.row_bytes + static_cast<int64_t>(c >> 1) * X::kBlockBytes +
-               X::Src(0, q) + half * step[j];
+      step[j] = PieceStep<T>(q);
+      src[j] = wr.w + row * wr.row_bytes + PieceStart<T>(q, c);
       dst[j] = r * X::kRowBytes + 16 * q;
     }
   }
@@ -147,7 +146,7 @@ struct WeightCopies {
       if (active && (kN % 32 == 0 || 32 * j + lane < kN)) {
         cp_async16(smem_addr(sw + dst[j]), src[j], 16);
       }
-      src[j] += half != 0 ? X::kBlockBytes - step[j] : step[j];
+      src[j] += PieceAdvance<T>(half, step[j]);
     }
     half ^= 1;
   }
