@@ -74,8 +74,8 @@ absl::Status CudaBackend::SwiGluInto(const Node& n, const OutputSum& gs, const O
   if (layout == ActivationLayout::kDqwF16) {
     // (Sums split-k partials where the caller kept them: MatMulWeights.)
     ASSIGN_OR_RETURN(void* act, DqScratch(k, rows, layout));
-    RETURN_IF_ERROR(Check(LaunchSwiGluDqwParts(gs.part, gs.splits, gs.stride, us.part, us.splits,
-                                               us.stride, act, k, rows, st),
+    RETURN_IF_ERROR(Check(LaunchSwiGluDqw(gs.part, us.part, act, k, rows, st, gs.splits, gs.stride,
+                                          us.splits, us.stride),
                           "SwiGLU (DQ only)"));
     MarkDqOnly(out_ref, k, rows, act);
     return absl::OkStatus();

@@ -43,15 +43,11 @@ absl::Status CudaBackend::RunNorm(const OpArgs& o) {
     ASSIGN_OR_RETURN(void* act, DqScratch(ne0, rows, layout));
     const PendingSums q = *p;
     pending_.reset();
-    if (q.sum[0].splits > 1) {
-      RETURN_IF_ERROR(Check(LaunchRmsNormDqwParts(q.sum[0].part, q.sum[0].splits, q.sum[0].stride,
-                                                  q.residual, q.y[0], w, n.p.eps, act, ne0, rows,
-                                                  st),
-                            "RmsNorm (DQ only, from partials)"));
-    } else {
-      RETURN_IF_ERROR(Check(LaunchRmsNormDqw(q.y[0], w, n.p.eps, act, ne0, rows, st),
-                            "RmsNorm (DQ only)"));
-    }
+    // (Unsplit, the GEMM's store already added the residual.)
+    const float* const r = q.sum[0].splits > 1 ? q.residual : nullptr;
+    RETURN_IF_ERROR(Check(LaunchRmsNormDqwParts(q.sum[0].part, q.sum[0].splits, q.sum[0].stride,
+                                                r, q.y[0], w, n.p.eps, act, ne0, rows, st),
+                          "RmsNorm (DQ only, from partials)"));
     stats_.pending_summed++;
     MarkDqOnly(a.output, ne0, rows, act);
     return absl::OkStatus();

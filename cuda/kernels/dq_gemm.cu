@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(kThreads) dq_gemm_kernel(const Params p) {
 // then its odds, so lane `sub` writes word sub % 4 of its 16-group's evens
 // and of its odds.
 //
-// Split-k partials (LaunchSwiGluDqwParts): x and u may each be the sum of
+// Split-k partials (LaunchSwiGluDqw with splits): x and u may each be the sum of
 // `xs` / `us` slabs (slab z at + z * stride), added in z order as
 // splitk::SumSplits does, so the values are the reduce's bits.
 template <bool kVec, bool kSwiGlu, bool kEvensOdds>
@@ -517,8 +517,10 @@ cudaError_t LaunchQuantizeDqw(const float* x, void* act, int64_t k, int64_t nt,
 }
 
 cudaError_t LaunchSwiGluDqw(const float* g, const float* u, void* act, int64_t k, int64_t nt,
-                            cudaStream_t stream) {
-  return LaunchQuantizeDqImpl<true, true>(g, u, act, k, nt, stream);
+                            cudaStream_t stream, int g_splits, int64_t g_stride, int u_splits,
+                            int64_t u_stride) {
+  return LaunchQuantizeDqImpl<true, true>(g, u, act, k, nt, stream, g_splits, g_stride, u_splits,
+                                          u_stride);
 }
 
 namespace {
@@ -560,12 +562,6 @@ cudaError_t LaunchSplitSum(const float* part, int splits, int64_t stride, const 
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSwiGluDqwParts(const float* g_part, int g_splits, int64_t g_stride,
-                                 const float* u_part, int u_splits, int64_t u_stride, void* act,
-                                 int64_t k, int64_t nt, cudaStream_t stream) {
-  return LaunchQuantizeDqImpl<true, true>(g_part, u_part, act, k, nt, stream, g_splits, g_stride,
-                                          u_splits, u_stride);
-}
 
 cudaError_t LaunchDqGemm(const MmqSegments& s, const void* act, int64_t nt, cudaStream_t stream,
                          const DqTuning* tuning, const char** why_not) {

@@ -63,16 +63,14 @@ int64_t DqwActivationBytes(int64_t k, int64_t nt);
 cudaError_t LaunchQuantizeDqw(const float* x, void* act, int64_t k, int64_t nt,
                               cudaStream_t stream);
 // silu(g) * u into the layout without writing the product (the mode-2
-// fusion; bit-identical to LaunchSwiGlu then LaunchQuantizeDqw).
+// fusion; bit-identical to LaunchSwiGlu then LaunchQuantizeDqw). g and u
+// may be split-k partials (SplitOutputs): g = the sum over z < g_splits of
+// g[z * g_stride + j], added in z order, u likewise; the bits of the GEMM's
+// reduce, then the SwiGLU. Splits 1..16 (1, the default: the pointer is the
+// value itself, stride unused).
 cudaError_t LaunchSwiGluDqw(const float* g, const float* u, void* act, int64_t k, int64_t nt,
-                            cudaStream_t stream);
-// The same from split-k partials (SplitOutputs): g = the sum over z <
-// g_splits of g_part[z * g_stride + j], added in z order, u likewise; the
-// bits of the GEMM's reduce followed by LaunchSwiGluDqw. Splits 1..16
-// (1: the pointer is the output itself, stride unused).
-cudaError_t LaunchSwiGluDqwParts(const float* g_part, int g_splits, int64_t g_stride,
-                                 const float* u_part, int u_splits, int64_t u_stride, void* act,
-                                 int64_t k, int64_t nt, cudaStream_t stream);
+                            cudaStream_t stream, int g_splits = 1, int64_t g_stride = 0,
+                            int u_splits = 1, int64_t u_stride = 0);
 
 // Where a launch left its outputs when asked to keep its split-k partials
 // (DqwTuning::kept, DqpTuning::kept): segment i's output j is the sum
@@ -80,7 +78,7 @@ cudaError_t LaunchSwiGluDqwParts(const float* g_part, int g_splits, int64_t g_st
 // the launch's own reduce would have written); splits 1: part[i] is the
 // output itself (the launch did not split). The partials live in the
 // split workspace until the next launch that uses it: the consumer
-// (LaunchSwiGluDqwParts) must come first in stream order.
+// (LaunchSwiGluDqw) must come first in stream order.
 struct SplitOutputs {
   const float* part[kMmqMaxSegments] = {};
   int splits = 1;

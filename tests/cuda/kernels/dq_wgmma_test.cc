@@ -200,7 +200,7 @@ TEST(QuantizeDqwTest, LayoutIsTheQ8ValuesEvensThenOdds) {
   EXPECT_EQ(DqwActivationBytes(3584, 16), 3584 * 16 * 2);
 }
 
-// The SwiGLU that sums split-k partials (LaunchSwiGluDqwParts) writes the
+// The SwiGLU that sums split-k partials (LaunchSwiGluDqw with splits) writes the
 // bits of the reduce (slabs added in split order) followed by SwiGLU and
 // the prepass, for 1..16 slabs of gate and of up with their own strides,
 // aligned and not; it refuses what it cannot take.
@@ -230,8 +230,8 @@ TEST(QuantizeDqwTest, SwiGluFromPartialsEqualsReduceThenSwiGlu) {
           got.Poison();
           ASSERT_CUDA(LaunchSwiGlu(dgs.get(), dus.get(), prod.get(), k * nt, nullptr));
           ASSERT_CUDA(LaunchQuantizeDqw(prod.get(), want.get(), k, nt, nullptr));
-          ASSERT_CUDA(LaunchSwiGluDqwParts(dg.get(), gs, g_stride, du.get(), us, u_stride,
-                                           got.get(), k, nt, nullptr));
+          ASSERT_CUDA(LaunchSwiGluDqw(dg.get(), du.get(), got.get(), k, nt, nullptr, gs, g_stride,
+                                      us, u_stride));
           SYNC();
           std::vector<uint16_t> h = got.ToHost();
           EXPECT_EQ(h[k * nt], 0xFFFF) << "wrote past the end";
@@ -244,11 +244,11 @@ TEST(QuantizeDqwTest, SwiGluFromPartialsEqualsReduceThenSwiGlu) {
   }
   DeviceBuffer<float> x(64 * 17);
   DeviceBuffer<uint16_t> act(64);
-  EXPECT_EQ(LaunchSwiGluDqwParts(x.get(), 0, 32, x.get(), 1, 0, act.get(), 32, 1, nullptr),
+  EXPECT_EQ(LaunchSwiGluDqw(x.get(), x.get(), act.get(), 32, 1, nullptr, 0, 32),
             cudaErrorInvalidValue);
-  EXPECT_EQ(LaunchSwiGluDqwParts(x.get(), 17, 32, x.get(), 1, 0, act.get(), 32, 1, nullptr),
+  EXPECT_EQ(LaunchSwiGluDqw(x.get(), x.get(), act.get(), 32, 1, nullptr, 17, 32),
             cudaErrorInvalidValue);
-  EXPECT_EQ(LaunchSwiGluDqwParts(x.get(), 2, 31, x.get(), 1, 0, act.get(), 32, 1, nullptr),
+  EXPECT_EQ(LaunchSwiGluDqw(x.get(), x.get(), act.get(), 32, 1, nullptr, 2, 31),
             cudaErrorInvalidValue);
 }
 
@@ -486,7 +486,25 @@ TEST(DqWgmmaTest, SegmentsEqualOneLaunchPerWeight) {
   }
 }
 
-// What the Hopper GEMMs fold in (MINFER_GEMM_FUSE) keeps the bits of the
+// The first n outputs of a launch's kept partials, summed on the host in
+// split order (the reduce's), then r + the sum where r is given.
+std::vector<float> HostSum(const SplitOutputs& kept, int64_t n, const std::vector<float>* r) {
+  std::vector<float> slabs(kept.splits * kept.stride);
+  if (cudaMemcpy(slabs.data(), kept.part[0], slabs.size() * 4, cudaMemcpyDeviceToHost) !=
+      cudaSuccess) {
+    ADD_FAILURE() << "copying the kept partials back";
+    return std::vector<float>(n, NAN);
+  }
+  std::vector<float> sum(n);
+  for (int64_t j = 0; j < n; ++j) {
+    float v = slabs[j];
+    for (int z = 1; z < kept.splits; ++z) v += slabs[z * kept.stride + j];
+    sum[j] = r != nullptr ? (*r)[j] + v : v;
+  }
+  return sum;
+}
+
+// What the Hopper GEMMs fold in (MINFER_GEMM_FUSE) keeps the bits of the// What the Hopper GEMMs fold in (MINFER_GEMM_FUSE) keeps the bits of the
 // separate launches, in both forms, split and not: a residual (a fresh
 // output, and in place: the output holding the residual) gives r + y of
 // the plain launch (the host's f32 add is the Add kernel's); kept partials
@@ -566,16 +584,8 @@ TEST(DqWgmmaTest, ResidualAndKeptPartialsKeepTheBits) {
             } else {
               ++kept_split;
               ASSERT_GE(kept.stride, n) << what.str();
-              std::vector<float> slabs(kept.splits * kept.stride);
-              ASSERT_CUDA(cudaMemcpy(slabs.data(), kept.part[0], slabs.size() * 4,
-                                     cudaMemcpyDeviceToHost));
-              std::vector<float> sum(n);
-              for (int64_t j = 0; j < n; ++j) {
-                float v = slabs[j];
-                for (int z = 1; z < kept.splits; ++z) v += slabs[z * kept.stride + j];
-                sum[j] = v;
-              }
-              EXPECT_EQ(Identical(sum, y0, n), 0) << what.str() << ": kept partials' sum";
+              EXPECT_EQ(Identical(HostSum(kept, n, nullptr), y0, n), 0)
+                  << what.str() << ": kept partials' sum";
               // The output itself was not written.
               EXPECT_EQ(Bits(yk[0]), 0xFFFFFFFFu) << what.str() << ": kept, yet y written";
             }
@@ -588,16 +598,8 @@ TEST(DqWgmmaTest, ResidualAndKeptPartialsKeepTheBits) {
             if (kr.splits == 1) {
               EXPECT_EQ(Identical(ykr, want, n), 0) << what.str() << ": kept with a residual";
             } else {
-              std::vector<float> slabs(kr.splits * kr.stride);
-              ASSERT_CUDA(cudaMemcpy(slabs.data(), kr.part[0], slabs.size() * 4,
-                                     cudaMemcpyDeviceToHost));
-              std::vector<float> sum(n);
-              for (int64_t j = 0; j < n; ++j) {
-                float v = slabs[j];
-                for (int z = 1; z < kr.splits; ++z) v += slabs[z * kr.stride + j];
-                sum[j] = r[j] + v;
-              }
-              EXPECT_EQ(Identical(sum, want, n), 0) << what.str() << ": r + kept partials' sum";
+              EXPECT_EQ(Identical(HostSum(kr, n, &r), want, n), 0)
+                  << what.str() << ": r + kept partials' sum";
               // LaunchSplitSum, the reduce of kept partials, writes the same
               // bits: with the residual, in place over it, and without.
               DeviceBuffer<float> in_place(r), fresh(n + kGuard);

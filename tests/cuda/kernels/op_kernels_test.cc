@@ -767,6 +767,70 @@ TEST(QkvBiasRopeStoreTest, BadPositionSkippedAndFlagged) {
   for (uint8_t b : kc.ToHost()) ASSERT_EQ(b, 0x11);
 }
 
+// q, k and v as a split-k GEMM's kept partials (QkvPartials: 3, 1 and 2
+// slabs, strides past the values, one not a multiple of 4) give the bits of
+// the same launch on their sums (added in split order, as the GEMM's reduce
+// does): roped q and both cache rows. Splits outside 1..16 are refused.
+TEST(QkvBiasRopeStoreTest, FromPartialsEqualsTheReducedInput) {
+  MINFER_REQUIRE_GPU();
+  AttnParams p;
+  p.n_head = 8;
+  p.n_head_kv = 2;
+  p.head_dim = 64;
+  p.n_ctx = 32;
+  p.kv_type = KvType::kF16;
+  const int64_t nt = 5, nq = int64_t{p.n_head} * p.head_dim, nkv = p.n_kv_embd();
+  const int splits[3] = {3, 1, 2};
+  const int64_t count[3] = {nq * nt, nkv * nt, nkv * nt};
+  const int64_t stride[3] = {nq * nt + 8, 0, nkv * nt + 3};
+  std::vector<float> slabs[3], sums;
+  for (int i = 0; i < 3; ++i) {
+    slabs[i] = RandomFloats(splits[i] == 1 ? count[i] : splits[i] * stride[i], 2.0f);
+    for (int64_t j = 0; j < count[i]; ++j) {
+      float v = slabs[i][j];
+      for (int z = 1; z < splits[i]; ++z) v += slabs[i][z * stride[i] + j];
+      sums.push_back(v);
+    }
+  }
+  const auto bq = RandomFloats(nq), bk = RandomFloats(nkv), bv = RandomFloats(nkv);
+  std::vector<int32_t> pos(nt);
+  for (int64_t t = 0; t < nt; ++t) pos[t] = static_cast<int32_t>(3 * t + 1);
+  DeviceBuffer<float> ds0(slabs[0]), ds1(slabs[1]), ds2(slabs[2]), dsum(sums);
+  DeviceBuffer<float> dbq(bq), dbk(bk), dbv(bv), qa(nq * nt), qb(nq * nt);
+  DeviceBuffer<int32_t> dp(pos), flag(FlagInit());
+  const int64_t rb = RowBytes(p.kv_type, nkv);
+  DeviceBuffer<uint8_t> kca(p.n_ctx * rb), vca(p.n_ctx * rb), kcb(p.n_ctx * rb), vcb(p.n_ctx * rb);
+  for (auto* b : {&kca, &vca, &kcb, &vcb}) b->Poison(0);
+  QkvPartials parts;
+  for (int i = 0; i < 3; ++i) {
+    parts.splits[i] = splits[i];
+    parts.stride[i] = stride[i];
+  }
+  ASSERT_CUDA(LaunchQkvBiasRopeStore(ds0.get(), ds1.get(), ds2.get(), dbq.get(), dbk.get(),
+                                     dbv.get(), dp.get(), nt, qa.get(), kca.get(), vca.get(), p, 0,
+                                     10000.0f, flag.get(), nullptr, nullptr, nullptr, nullptr,
+                                     nullptr, 0.0f, nullptr, &parts));
+  const float* q = dsum.get();
+  ASSERT_CUDA(LaunchQkvBiasRopeStore(q, q + nq * nt, q + (nq + nkv) * nt, dbq.get(), dbk.get(),
+                                     dbv.get(), dp.get(), nt, qb.get(), kcb.get(), vcb.get(), p, 0,
+                                     10000.0f, flag.get(), nullptr));
+  SYNC();
+  EXPECT_EQ(flag.ToHost()[0], kDeviceOk);
+  const auto a = qa.ToHost(), b = qb.ToHost();
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "roped q";
+  EXPECT_EQ(kca.ToHost(), kcb.ToHost()) << "k cache rows";
+  EXPECT_EQ(vca.ToHost(), vcb.ToHost()) << "v cache rows";
+  for (int bad : {0, 17}) {
+    parts.splits[1] = bad;
+    EXPECT_EQ(LaunchQkvBiasRopeStore(ds0.get(), ds1.get(), ds2.get(), nullptr, nullptr, nullptr,
+                                     dp.get(), nt, qa.get(), kca.get(), vca.get(), p, 0, 10000.0f,
+                                     flag.get(), nullptr, nullptr, nullptr, nullptr, nullptr, 0.0f,
+                                     nullptr, &parts),
+              cudaErrorInvalidValue)
+        << bad << " splits";
+  }
+}
+
 // ============================================================ attention
 
 // A host cache of n_ctx rows: rows [0, n_valid) random and encoded, the rest
